@@ -1,0 +1,336 @@
+//! [`InstanceActor`]: one running workflow instance.
+//!
+//! It owns the instance's snapshot and version, and is the only writer of both. Every call on the
+//! instance goes through its mailbox and is handled atomically (`AtomicResponse`): the gate
+//! check, the plugin call (on a blocking thread, off the actor's own), the transition and the
+//! save all finish before the next message is looked at. That is what makes "of N racing calls,
+//! exactly one wins" true without a lock.
+//!
+//! It must not decide visibility itself (that is `gate`), build client-facing messages (that is
+//! `mcp`), or talk to sessions (that is the notifier).
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use serde_json::Value;
+
+use super::{InstanceKey, notifier};
+use crate::{
+    catalog::{Catalog, ToolEntry, Workflow},
+    gate::{self, Refusal},
+    plugin::{CallContext, PluginError, PluginOutput},
+    statechart::{Event, Snapshot},
+    store::{InstanceRecord, StateStore, StoreError},
+};
+
+/// Run `tool` on this instance, if the gate lets it.
+#[derive(Message)]
+#[rtype(result = "Result<CallOutcome, InstanceError>")]
+pub struct Call {
+    pub tool: Arc<ToolEntry>,
+    pub arguments: Value,
+    /// Unique per call; handed to the plugin for its logs and idempotency keys.
+    pub call_id: String,
+}
+
+/// Read the instance's current snapshot (waits for a call in progress to finish).
+#[derive(Message)]
+#[rtype(result = "Result<InstanceView, InstanceError>")]
+pub struct View;
+
+/// Test hook: make the actor panic inside a handler, as a bug would.
+#[cfg(test)]
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Crash;
+
+/// What a call came to.
+#[derive(Debug)]
+pub enum CallOutcome {
+    /// The gate refused the call; nothing ran and nothing changed.
+    Forbidden(Refusal),
+    /// The plugin ran. `transitioned` is true when the instance moved to a new state, which was
+    /// saved before this outcome was produced.
+    Ran {
+        output: PluginOutput,
+        transitioned: bool,
+        view: InstanceView,
+    },
+}
+
+/// The instance as a caller may see it.
+#[derive(Debug, Clone)]
+pub struct InstanceView {
+    pub snapshot: Snapshot,
+    /// How many transitions have been saved (0: never saved, still in its initial state).
+    pub version: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InstanceError {
+    #[error("the state store failed: {0}")]
+    Store(#[from] StoreError),
+    #[error("the stored snapshot of {key} does not fit workflow \"{workflow}\": {reason}")]
+    Corrupt {
+        key: String,
+        workflow: String,
+        reason: String,
+    },
+    #[error("the plugin failed: {0}")]
+    Plugin(#[from] PluginError),
+    #[error("the tool's worker thread failed: {0}")]
+    Worker(String),
+    #[error("the instance stopped while handling the call; it restarts from its last saved state")]
+    Stopped,
+    #[error("no loaded plugin defines workflow \"{0}\"")]
+    UnknownWorkflow(String),
+}
+
+/// What the actor needs that is shared by every instance.
+pub struct InstanceDeps {
+    pub catalog: Arc<Catalog>,
+    pub store: Arc<dyn StateStore>,
+    pub notifier: Addr<notifier::Notifier>,
+}
+
+pub struct InstanceActor {
+    key: InstanceKey,
+    workflow: Arc<Workflow>,
+    deps: Arc<InstanceDeps>,
+    /// `None` until loaded from the store, and again after anything that makes the in-memory copy
+    /// doubtful (a failed or conflicting save): the next message reloads it.
+    current: Option<InstanceView>,
+}
+
+impl InstanceActor {
+    pub fn new(key: InstanceKey, workflow: Arc<Workflow>, deps: Arc<InstanceDeps>) -> Self {
+        InstanceActor {
+            key,
+            workflow,
+            deps,
+            current: None,
+        }
+    }
+
+    /// The current view, loading it from the store first if needed. Runs outside the actor, so
+    /// it takes what it needs by value.
+    fn current_or_load(
+        &self,
+    ) -> impl Future<Output = Result<InstanceView, InstanceError>> + 'static {
+        let current = self.current.clone();
+        let store = self.deps.store.clone();
+        let workflow = self.workflow.clone();
+        let key = self.key.store_key();
+        async move {
+            match current {
+                Some(view) => Ok(view),
+                None => load(&*store, &key, &workflow).await,
+            }
+        }
+    }
+}
+
+async fn load(
+    store: &dyn StateStore,
+    key: &str,
+    workflow: &Workflow,
+) -> Result<InstanceView, InstanceError> {
+    let corrupt = |reason: String| InstanceError::Corrupt {
+        key: key.to_string(),
+        workflow: workflow.id.clone(),
+        reason,
+    };
+    match store.load(key).await? {
+        None => Ok(InstanceView {
+            snapshot: workflow.machine.initial_snapshot(),
+            version: 0,
+        }),
+        Some(record) if record.workflow != workflow.id => Err(corrupt(format!(
+            "it was stored by workflow \"{}\"",
+            record.workflow
+        ))),
+        Some(record) => {
+            let snapshot = workflow
+                .machine
+                .restore(&record.snapshot)
+                .map_err(|error| corrupt(error.to_string()))?;
+            Ok(InstanceView {
+                snapshot,
+                version: record.version,
+            })
+        }
+    }
+}
+
+impl Actor for InstanceActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, _ctx: &mut Self::Context) {
+        tracing::debug!(instance = %self.key, "instance activated");
+    }
+}
+
+impl Supervised for InstanceActor {
+    /// A restarted actor forgets its copy and reloads the last saved snapshot.
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        tracing::warn!(instance = %self.key, "instance restarting");
+        self.current = None;
+    }
+}
+
+/// The result of a call's async part, with the view the actor should adopt afterwards.
+struct Finished {
+    adopt: Option<InstanceView>,
+    changed: bool,
+    outcome: Result<CallOutcome, InstanceError>,
+}
+
+impl Handler<Call> for InstanceActor {
+    type Result = AtomicResponse<Self, Result<CallOutcome, InstanceError>>;
+
+    fn handle(&mut self, call: Call, _ctx: &mut Self::Context) -> Self::Result {
+        let loading = self.current_or_load();
+        let catalog = self.deps.catalog.clone();
+        let store = self.deps.store.clone();
+        let workflow = self.workflow.clone();
+        let key = self.key.clone();
+        let work = async move {
+            let view = match loading.await {
+                Ok(view) => view,
+                Err(error) => {
+                    return Finished {
+                        adopt: None,
+                        changed: false,
+                        outcome: Err(error),
+                    };
+                }
+            };
+            let finished = run_call(&catalog, &*store, &workflow, &key, view.clone(), call).await;
+            match finished {
+                Ok((after, changed, outcome)) => Finished {
+                    adopt: Some(after),
+                    changed,
+                    outcome: Ok(outcome),
+                },
+                // The state is whatever was loaded: a failed step changes nothing, except that a
+                // failed save leaves us unsure what the store holds, so reload next time.
+                Err(error) => Finished {
+                    adopt: (!matches!(error, InstanceError::Store(_))).then_some(view),
+                    changed: false,
+                    outcome: Err(error),
+                },
+            }
+        };
+        AtomicResponse::new(Box::pin(work.into_actor(self).map(
+            |finished, actor, _ctx| {
+                actor.current = finished.adopt;
+                if finished.changed {
+                    actor.deps.notifier.do_send(notifier::InstanceChanged {
+                        instance: actor.key.clone(),
+                    });
+                }
+                finished.outcome
+            },
+        )))
+    }
+}
+
+/// Gate, plugin, transition, save: the straight line of one call. Returns the view after the
+/// call, whether the state changed, and the outcome.
+async fn run_call(
+    catalog: &Catalog,
+    store: &dyn StateStore,
+    workflow: &Workflow,
+    key: &InstanceKey,
+    view: InstanceView,
+    call: Call,
+) -> Result<(InstanceView, bool, CallOutcome), InstanceError> {
+    if let Err(refusal) = gate::check(catalog, workflow, &call.tool, &view.snapshot) {
+        return Ok((view, false, CallOutcome::Forbidden(refusal)));
+    }
+    let context = CallContext {
+        call_id: call.call_id,
+        handle: key.handle(),
+        state: view.snapshot.value(),
+    };
+    let tool = call.tool.clone();
+    let arguments = call.arguments;
+    let output =
+        tokio::task::spawn_blocking(move || tool.plugin.call(tool.name(), &arguments, &context))
+            .await
+            .map_err(|error| InstanceError::Worker(error.to_string()))??;
+
+    let event = match (&output, &call.tool.manifest.transition) {
+        (PluginOutput::Success(_), Some(event)) => event,
+        // A handler error fires nothing; a tool without a transition moves nothing.
+        _ => {
+            return Ok((
+                view.clone(),
+                false,
+                CallOutcome::Ran {
+                    output,
+                    transitioned: false,
+                    view,
+                },
+            ));
+        }
+    };
+    let step = workflow
+        .machine
+        .transition(&view.snapshot, &Event::new(event.as_str()));
+    if !step.changed {
+        return Ok((
+            view.clone(),
+            false,
+            CallOutcome::Ran {
+                output,
+                transitioned: false,
+                view,
+            },
+        ));
+    }
+    let record = InstanceRecord {
+        workflow: workflow.id.clone(),
+        snapshot: step.snapshot.to_persisted(),
+        version: view.version + 1,
+        updated_at_ms: crate::store::now_ms(),
+    };
+    store.save(&key.store_key(), &record, view.version).await?;
+    let after = InstanceView {
+        snapshot: step.snapshot,
+        version: record.version,
+    };
+    Ok((
+        after.clone(),
+        true,
+        CallOutcome::Ran {
+            output,
+            transitioned: true,
+            view: after,
+        },
+    ))
+}
+
+impl Handler<View> for InstanceActor {
+    type Result = AtomicResponse<Self, Result<InstanceView, InstanceError>>;
+
+    fn handle(&mut self, _: View, _ctx: &mut Self::Context) -> Self::Result {
+        AtomicResponse::new(Box::pin(self.current_or_load().into_actor(self).map(
+            |loaded, actor, _ctx| {
+                if let Ok(view) = &loaded {
+                    actor.current = Some(view.clone());
+                }
+                loaded
+            },
+        )))
+    }
+}
+
+#[cfg(test)]
+impl Handler<Crash> for InstanceActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Crash, _ctx: &mut Self::Context) {
+        panic!("injected crash");
+    }
+}

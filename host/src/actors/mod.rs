@@ -1,0 +1,30 @@
+//! The actors that own workflow state, and [`Runtime`], the typed handle the rest of the host
+//! uses to reach them.
+//!
+//! - `system.rs`: starts the actix system on its own threads (actix actors cannot be started
+//!   from a plain tokio task) and hands back a [`Runtime`].
+//! - `registry.rs`: [`registry::Registry`] finds or starts the instance actor for a key.
+//! - `instance.rs`: [`instance::InstanceActor`], one per workflow instance; owns its snapshot and
+//!   serializes every call on it through its mailbox.
+//! - `notifier.rs`: [`notifier::Notifier`] knows which session watches which instance and tells
+//!   exactly those sessions when an instance's menu changes.
+//!
+//! **Architecture Invariant:** nothing outside this module names an actix type; callers use
+//! [`Runtime`]'s async methods. Nothing inside it names an rmcp type: sessions are reached
+//! through the [`notifier::Listener`] trait.
+
+mod instance;
+mod key;
+mod notifier;
+mod registry;
+mod runtime;
+mod system;
+
+pub use self::{
+    instance::{CallOutcome, InstanceError, InstanceView},
+    key::{InstanceKey, Owner, SESSION_PREFIX, SessionId},
+    notifier::{Listener, NotifierStats},
+    registry::RegistryStats,
+    runtime::Runtime,
+    system::{ActorOptions, start},
+};

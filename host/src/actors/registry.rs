@@ -1,0 +1,229 @@
+//! [`Registry`]: finds the instance actor for a key, starting one if there is none.
+//!
+//! It owns the table of live instance actors and where they run. It is on the path of every
+//! call, so it does as little as possible: it hands back the actor's address and the caller talks
+//! to the instance directly; it never waits on an instance.
+//!
+//! It also passivates: an instance nobody has resolved for `idle_after` is dropped from the table.
+//! Dropping the registry's address is all it takes: actix stops an actor once no address to it
+//! is left, after any call still holding one finishes, and a supervised actor whose address is
+//! gone is not restarted. The next call reactivates the instance from the store. Should an old
+//! actor still be finishing a call while a new one loads, the store's compare-and-set keeps the
+//! two from overwriting each other.
+//!
+//! It must not hold instance state (that is the instance actor's) or decide visibility.
+
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use actix::prelude::*;
+
+use super::{
+    InstanceKey, Owner, SessionId,
+    instance::{InstanceActor, InstanceDeps},
+};
+
+/// The address of the actor for `key`, started if needed.
+#[derive(Message)]
+#[rtype(result = "Result<Addr<InstanceActor>, UnknownWorkflow>")]
+pub struct Resolve {
+    pub key: InstanceKey,
+}
+
+/// `session` ended: its session-keyed instances end with it, stored records included.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SessionEnded {
+    pub session: SessionId,
+}
+
+/// How many instance actors are live, for operators and leak tests.
+#[derive(Message)]
+#[rtype(result = "RegistryStats")]
+pub struct Stats;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RegistryStats {
+    /// Live instance actors.
+    pub instances: usize,
+    /// Of those, instances keyed by a session (they end with it).
+    pub session_instances: usize,
+    /// Instances dropped for idleness since start.
+    pub passivated: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("no loaded plugin defines workflow \"{0}\"")]
+pub struct UnknownWorkflow(pub String);
+
+pub struct Registry {
+    deps: Arc<InstanceDeps>,
+    /// Threads the instance actors are spread over, round-robin.
+    workers: Vec<ArbiterHandle>,
+    next_worker: usize,
+    instances: HashMap<InstanceKey, Live>,
+    by_session: HashMap<SessionId, Vec<InstanceKey>>,
+    /// `None`: never passivate.
+    idle_after: Option<Duration>,
+    passivated: u64,
+}
+
+struct Live {
+    addr: Addr<InstanceActor>,
+    last_used: Instant,
+}
+
+impl Registry {
+    pub fn new(
+        deps: Arc<InstanceDeps>,
+        workers: Vec<ArbiterHandle>,
+        idle_after: Option<Duration>,
+    ) -> Self {
+        assert!(
+            !workers.is_empty(),
+            "the registry needs at least one worker arbiter"
+        );
+        Registry {
+            deps,
+            workers,
+            next_worker: 0,
+            instances: HashMap::new(),
+            by_session: HashMap::new(),
+            idle_after,
+            passivated: 0,
+        }
+    }
+
+    /// Drops every instance idle for longer than `idle_after`.
+    fn passivate_idle(&mut self) {
+        let Some(idle_after) = self.idle_after else {
+            return;
+        };
+        let now = Instant::now();
+        let before = self.instances.len();
+        self.instances
+            .retain(|_, live| now.duration_since(live.last_used) < idle_after);
+        let dropped = before - self.instances.len();
+        if dropped == 0 {
+            return;
+        }
+        self.passivated += dropped as u64;
+        let instances = &self.instances;
+        self.by_session.retain(|_, keys| {
+            keys.retain(|key| instances.contains_key(key));
+            !keys.is_empty()
+        });
+        // Give the memory back: a burst of 100,000 instances should not stay reserved forever.
+        self.instances.shrink_to_fit();
+        self.by_session.shrink_to_fit();
+        tracing::debug!(
+            dropped,
+            live = self.instances.len(),
+            "passivated idle instances"
+        );
+    }
+
+    fn start_instance(
+        &mut self,
+        key: &InstanceKey,
+    ) -> Result<Addr<InstanceActor>, UnknownWorkflow> {
+        let workflow = self
+            .deps
+            .catalog
+            .workflow(&key.workflow)
+            .cloned()
+            .ok_or_else(|| UnknownWorkflow(key.workflow.to_string()))?;
+        let worker = &self.workers[self.next_worker % self.workers.len()];
+        self.next_worker = self.next_worker.wrapping_add(1);
+        let deps = self.deps.clone();
+        let actor_key = key.clone();
+        let addr = Supervisor::start_in_arbiter(worker, move |_| {
+            InstanceActor::new(actor_key, workflow, deps)
+        });
+        Ok(addr)
+    }
+}
+
+impl Actor for Registry {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        if let Some(idle_after) = self.idle_after {
+            // Sweeping at a fraction of the idle time bounds how long past it an instance lives.
+            let every = (idle_after / 4).max(Duration::from_millis(50));
+            ctx.run_interval(every, |registry, _ctx| registry.passivate_idle());
+        }
+    }
+}
+
+impl Handler<Resolve> for Registry {
+    type Result = Result<Addr<InstanceActor>, UnknownWorkflow>;
+
+    fn handle(&mut self, msg: Resolve, _ctx: &mut Self::Context) -> Self::Result {
+        // An actor whose handler panicked is gone (actix does not restart on panic): start a new
+        // one, which reloads the last saved snapshot.
+        let now = Instant::now();
+        if let Some(live) = self.instances.get_mut(&msg.key)
+            && live.addr.connected()
+        {
+            live.last_used = now;
+            return Ok(live.addr.clone());
+        }
+        let addr = self.start_instance(&msg.key)?;
+        let live = Live {
+            addr: addr.clone(),
+            last_used: now,
+        };
+        if self.instances.insert(msg.key.clone(), live).is_none()
+            && let Owner::Session(session) = &msg.key.owner
+        {
+            self.by_session
+                .entry(session.clone())
+                .or_default()
+                .push(msg.key);
+        }
+        Ok(addr)
+    }
+}
+
+impl Handler<SessionEnded> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, msg: SessionEnded, ctx: &mut Self::Context) {
+        let Some(keys) = self.by_session.remove(&msg.session) else {
+            return;
+        };
+        let store = self.deps.store.clone();
+        let mut store_keys = Vec::with_capacity(keys.len());
+        for key in keys {
+            // Dropping the last address stops the actor once its mailbox is empty.
+            self.instances.remove(&key);
+            store_keys.push(key.store_key());
+        }
+        ctx.spawn(
+            async move {
+                for key in store_keys {
+                    if let Err(error) = store.delete(&key, None).await {
+                        tracing::warn!(instance = %key, %error, "could not delete an ended session's instance");
+                    }
+                }
+            }
+            .into_actor(self),
+        );
+    }
+}
+
+impl Handler<Stats> for Registry {
+    type Result = MessageResult<Stats>;
+
+    fn handle(&mut self, _: Stats, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(RegistryStats {
+            instances: self.instances.len(),
+            session_instances: self.by_session.values().map(Vec::len).sum(),
+            passivated: self.passivated,
+        })
+    }
+}

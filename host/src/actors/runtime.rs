@@ -1,0 +1,102 @@
+//! [`Runtime`]: the typed handle through which the rest of the host reaches the actors.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use serde_json::Value;
+
+use super::{
+    InstanceKey, SessionId,
+    instance::{self, CallOutcome, InstanceError, InstanceView},
+    notifier::{self, Listener, Notifier, NotifierStats},
+    registry::{self, Registry, RegistryStats},
+};
+use crate::catalog::ToolEntry;
+
+/// Cheap to clone; every method may be called from any tokio task.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(super) registry: Addr<Registry>,
+    pub(super) notifier: Addr<Notifier>,
+}
+
+impl Runtime {
+    /// Runs `tool` on the instance `key` (started or reloaded as needed), serialized with every
+    /// other call on that instance.
+    pub async fn call(
+        &self,
+        key: InstanceKey,
+        tool: Arc<ToolEntry>,
+        arguments: Value,
+        call_id: String,
+    ) -> Result<CallOutcome, InstanceError> {
+        let instance = self.resolve(key).await?;
+        instance
+            .send(instance::Call {
+                tool,
+                arguments,
+                call_id,
+            })
+            .await
+            .map_err(|_| InstanceError::Stopped)?
+    }
+
+    /// The instance's current state, after any call in progress on it.
+    pub async fn view(&self, key: InstanceKey) -> Result<InstanceView, InstanceError> {
+        let instance = self.resolve(key).await?;
+        instance
+            .send(instance::View)
+            .await
+            .map_err(|_| InstanceError::Stopped)?
+    }
+
+    /// From now on, `session` hears about every change of `instance`. Idempotent.
+    pub fn subscribe(
+        &self,
+        session: &SessionId,
+        listener: Arc<dyn Listener>,
+        instance: InstanceKey,
+    ) {
+        self.notifier.do_send(notifier::Subscribe {
+            session: session.clone(),
+            listener,
+            instance,
+        });
+    }
+
+    /// `session` is gone: drop its subscriptions and its session-keyed instances.
+    pub fn session_ended(&self, session: &SessionId) {
+        self.notifier.do_send(notifier::SessionEnded {
+            session: session.clone(),
+        });
+        self.registry.do_send(registry::SessionEnded {
+            session: session.clone(),
+        });
+    }
+
+    /// What the actors hold right now.
+    pub async fn stats(&self) -> Result<(RegistryStats, NotifierStats), InstanceError> {
+        let registry = self
+            .registry
+            .send(registry::Stats)
+            .await
+            .map_err(|_| InstanceError::Stopped)?;
+        let notifier = self
+            .notifier
+            .send(notifier::Stats)
+            .await
+            .map_err(|_| InstanceError::Stopped)?;
+        Ok((registry, notifier))
+    }
+
+    async fn resolve(
+        &self,
+        key: InstanceKey,
+    ) -> Result<Addr<instance::InstanceActor>, InstanceError> {
+        self.registry
+            .send(registry::Resolve { key })
+            .await
+            .map_err(|_| InstanceError::Stopped)?
+            .map_err(|unknown| InstanceError::UnknownWorkflow(unknown.0))
+    }
+}

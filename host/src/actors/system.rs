@@ -1,0 +1,56 @@
+//! Starting the actors.
+//!
+//! actix actors need an actix `System`; the MCP side runs on a plain tokio runtime where
+//! `Actor::start()` would panic. So the system gets its own thread, plus one worker arbiter
+//! (thread) per core for instance actors, and the rest of the host only ever holds addresses,
+//! whose `send(..).await` works from any task.
+
+use std::{sync::Arc, thread, time::Duration};
+
+use actix::prelude::*;
+
+use super::{Runtime, instance::InstanceDeps, notifier::Notifier, registry::Registry};
+use crate::{catalog::Catalog, store::StateStore};
+
+/// How the actors behave.
+#[derive(Debug, Clone, Default)]
+pub struct ActorOptions {
+    /// Drop an instance from memory after this long without a call (`None`: never). It comes back
+    /// from the store on its next call.
+    pub idle_after: Option<Duration>,
+}
+
+/// Starts the actor system and returns the handle to it. The system runs until the process
+/// exits.
+pub fn start(
+    catalog: Arc<Catalog>,
+    store: Arc<dyn StateStore>,
+    options: ActorOptions,
+) -> std::io::Result<Runtime> {
+    let workers = thread::available_parallelism().map_or(2, |n| n.get());
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    thread::Builder::new()
+        .name("actors".into())
+        .spawn(move || {
+            let system = System::new();
+            system.block_on(async move {
+                let arbiters: Vec<Arbiter> = (0..workers).map(|_| Arbiter::new()).collect();
+                let notifier = Notifier::default().start();
+                let deps = Arc::new(InstanceDeps {
+                    catalog,
+                    store,
+                    notifier: notifier.clone(),
+                });
+                let handles = arbiters.iter().map(Arbiter::handle).collect();
+                let registry = Registry::new(deps, handles, options.idle_after).start();
+                // The receiver waits in `start`, so this only fails if that thread is gone.
+                let _ = ready_tx.send(Runtime { registry, notifier });
+                // Arbiters stop when dropped; keep them for the life of the system.
+                std::mem::forget(arbiters);
+            });
+            system.run()
+        })?;
+    ready_rx
+        .recv()
+        .map_err(|_| std::io::Error::other("the actor system failed to start"))
+}

@@ -1,0 +1,266 @@
+//! The catalog: every tool and workflow machine the loaded plugins bring, checked against each
+//! other.
+//!
+//! It owns the answer to "which tool is this name, which plugin runs it, which machine gates it".
+//! It is built once at start-up and shared read-only (`Arc<Catalog>`); it never runs a tool and
+//! never touches instance state.
+//!
+//! A plugin is admitted whole or not at all: if one of its machines fails to parse, or one of its
+//! tools names a state or event its machine does not have, the whole plugin is refused with every
+//! problem listed, and the other plugins are still served.
+
+use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
+
+use serde_json::Value;
+
+use crate::{
+    plugin::{LoadedPlugin, ToolManifest},
+    statechart::Machine,
+};
+
+/// One workflow machine and the tools bound to it.
+pub struct Workflow {
+    pub id: String,
+    pub machine: Arc<Machine>,
+    /// Names of the tools whose `workflow` is this one, in catalog order.
+    pub tools: Vec<String>,
+}
+
+/// One tool, ready to be listed, gated and called.
+pub struct ToolEntry {
+    pub manifest: ToolManifest,
+    pub plugin: Arc<LoadedPlugin>,
+    /// Compiled once here, so argument checking on the call path costs no parsing.
+    validator: jsonschema::Validator,
+}
+
+impl ToolEntry {
+    pub fn name(&self) -> &str {
+        &self.manifest.name
+    }
+
+    pub fn workflow(&self) -> Option<&str> {
+        self.manifest.workflow.as_deref()
+    }
+
+    /// A tool with no bound states is visible in every state (DESIGN: "a tool with no states is
+    /// always visible").
+    pub fn is_gated(&self) -> bool {
+        !self.manifest.states.is_empty()
+    }
+
+    /// Checks call arguments against the tool's input schema; returns every problem, each naming
+    /// where in the arguments it is.
+    pub fn check_arguments(&self, arguments: &Value) -> Result<(), Vec<String>> {
+        let problems: Vec<String> = self
+            .validator
+            .iter_errors(arguments)
+            .map(|error| {
+                let at = error.instance_path().to_string();
+                if at.is_empty() {
+                    error.to_string()
+                } else {
+                    format!("{at}: {error}")
+                }
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+/// Why a plugin was refused by the catalog (it loaded, but does not fit).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CatalogError {
+    pub plugin: PathBuf,
+    pub problems: Vec<String>,
+}
+
+impl fmt::Display for CatalogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: refused: {}",
+            self.plugin.display(),
+            self.problems.join("; ")
+        )
+    }
+}
+
+impl std::error::Error for CatalogError {}
+
+/// All admitted tools and workflows.
+#[derive(Default)]
+pub struct Catalog {
+    tools: BTreeMap<String, Arc<ToolEntry>>,
+    workflows: BTreeMap<String, Arc<Workflow>>,
+    plugins: Vec<Arc<LoadedPlugin>>,
+}
+
+impl Catalog {
+    /// Admits each plugin that fits, in order; a plugin that clashes with one admitted earlier
+    /// (same tool or workflow name) is refused.
+    pub fn build(plugins: Vec<LoadedPlugin>) -> (Catalog, Vec<CatalogError>) {
+        let mut catalog = Catalog::default();
+        let mut errors = Vec::new();
+        for plugin in plugins {
+            let plugin = Arc::new(plugin);
+            match catalog.check_plugin(&plugin) {
+                Ok(admitted) => catalog.admit(plugin, admitted),
+                Err(problems) => errors.push(CatalogError {
+                    plugin: plugin.path().to_path_buf(),
+                    problems,
+                }),
+            }
+        }
+        (catalog, errors)
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&Arc<ToolEntry>> {
+        self.tools.get(name)
+    }
+
+    pub fn tools(&self) -> impl Iterator<Item = &Arc<ToolEntry>> {
+        self.tools.values()
+    }
+
+    pub fn workflow(&self, id: &str) -> Option<&Arc<Workflow>> {
+        self.workflows.get(id)
+    }
+
+    pub fn workflows(&self) -> impl Iterator<Item = &Arc<Workflow>> {
+        self.workflows.values()
+    }
+
+    pub fn plugins(&self) -> &[Arc<LoadedPlugin>] {
+        &self.plugins
+    }
+
+    /// Everything a plugin would add, or every reason it cannot be added.
+    fn check_plugin(&self, plugin: &LoadedPlugin) -> Result<Admitted, Vec<String>> {
+        let manifest = plugin.manifest();
+        let mut problems = Vec::new();
+        let mut machines = BTreeMap::new();
+        for (index, definition) in manifest.workflows.iter().enumerate() {
+            match Machine::from_json(definition) {
+                Ok(machine) => {
+                    let id = machine.id().to_string();
+                    if self.workflows.contains_key(&id) || machines.contains_key(&id) {
+                        problems.push(format!(
+                            "workflows[{index}]: workflow \"{id}\" is already defined"
+                        ));
+                    } else {
+                        machines.insert(id, Arc::new(machine));
+                    }
+                }
+                Err(error) => problems.push(format!("workflows[{index}] (machine): {error}")),
+            }
+        }
+        let mut tools = Vec::new();
+        for (index, tool) in manifest.tools.iter().enumerate() {
+            let at = format!("tools[{index}] \"{}\"", tool.name);
+            if self.tools.contains_key(&tool.name)
+                || manifest.tools[..index].iter().any(|t| t.name == tool.name)
+            {
+                problems.push(format!("{at}: tool name is already taken"));
+            }
+            let validator = match jsonschema::validator_for(&tool.input_schema) {
+                Ok(validator) => Some(validator),
+                Err(error) => {
+                    problems.push(format!(
+                        "{at}: input schema is not a valid JSON Schema: {error}"
+                    ));
+                    None
+                }
+            };
+            let machine = match &tool.workflow {
+                None => None,
+                Some(id) => match machines
+                    .get(id)
+                    .or_else(|| self.workflows.get(id).map(|w| &w.machine))
+                {
+                    Some(machine) => Some(machine.clone()),
+                    None => {
+                        problems.push(format!("{at}: unknown workflow \"{id}\""));
+                        continue;
+                    }
+                },
+            };
+            match &machine {
+                Some(machine) => {
+                    for state in &tool.states {
+                        if !machine.has_state(state) {
+                            problems.push(format!(
+                                "{at}: workflow \"{}\" has no state \"{state}\"",
+                                machine.id()
+                            ));
+                        }
+                    }
+                    if let Some(event) = &tool.transition
+                        && !machine.accepts_event(event)
+                    {
+                        problems.push(format!(
+                            "{at}: workflow \"{}\" has no transition on event \"{event}\"",
+                            machine.id()
+                        ));
+                    }
+                }
+                None if !tool.states.is_empty() || tool.transition.is_some() => {
+                    problems.push(format!("{at}: states and transition need a workflow"));
+                }
+                None => {}
+            }
+            if let Some(validator) = validator {
+                tools.push((tool.clone(), validator));
+            }
+        }
+        if problems.is_empty() {
+            Ok(Admitted { machines, tools })
+        } else {
+            Err(problems)
+        }
+    }
+
+    fn admit(&mut self, plugin: Arc<LoadedPlugin>, admitted: Admitted) {
+        for (id, machine) in admitted.machines {
+            self.workflows.insert(
+                id.clone(),
+                Arc::new(Workflow {
+                    id,
+                    machine,
+                    tools: Vec::new(),
+                }),
+            );
+        }
+        for (manifest, validator) in admitted.tools {
+            if let Some(workflow) = manifest
+                .workflow
+                .as_ref()
+                .and_then(|id| self.workflows.get_mut(id))
+            {
+                // Only this catalog holds the Arc while building, so get_mut succeeds.
+                if let Some(workflow) = Arc::get_mut(workflow) {
+                    workflow.tools.push(manifest.name.clone());
+                }
+            }
+            self.tools.insert(
+                manifest.name.clone(),
+                Arc::new(ToolEntry {
+                    manifest,
+                    plugin: plugin.clone(),
+                    validator,
+                }),
+            );
+        }
+        self.plugins.push(plugin);
+    }
+}
+
+/// What a checked plugin adds.
+struct Admitted {
+    machines: BTreeMap<String, Arc<Machine>>,
+    tools: Vec<(ToolManifest, jsonschema::Validator)>,
+}

@@ -1,0 +1,115 @@
+//! `turnstile serve`: load plugins, open the store, start the actors, serve MCP.
+
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc};
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use super::LoadReport;
+use crate::{
+    actors,
+    actors::SESSION_PREFIX,
+    mcp::{self, HttpOptions, Shared},
+    store::{self, StateStore, StoreOptions},
+};
+
+pub struct ServeOptions {
+    pub plugins: PathBuf,
+    pub transport: Transport,
+    pub store: String,
+    pub http: HttpOptions,
+    pub actors: actors::ActorOptions,
+}
+
+pub enum Transport {
+    Stdio,
+    Http(SocketAddr),
+}
+
+/// `embedded:<data dir>/state.redb`, the store used when none is named.
+pub fn default_store(data_dir: Option<PathBuf>) -> String {
+    let dir = data_dir.unwrap_or_else(|| {
+        std::env::var_os("XDG_DATA_HOME")
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share"))
+            })
+            .unwrap_or_else(|| PathBuf::from("."))
+            .join("turnstile")
+    });
+    format!("embedded:{}", dir.join("state.redb").display())
+}
+
+pub fn run(options: ServeOptions) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(serve(options))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve(options: ServeOptions) -> anyhow::Result<()> {
+    let report = LoadReport::load(&options.plugins)?;
+    // One bad plugin must not take the others down: say what is wrong and serve the rest.
+    for problem in report.problems() {
+        tracing::error!("plugin not loaded: {problem}");
+    }
+    for plugin in report.catalog.plugins() {
+        tracing::info!(plugin = %plugin.manifest().name, path = %plugin.path().display(), "plugin loaded");
+    }
+    let catalog = Arc::new(report.catalog);
+    let store = store::open(&options.store, &StoreOptions::default())
+        .await
+        .with_context(|| format!("cannot open the state store {}", options.store))?;
+    tracing::info!(store = %store.describe(), "state store open");
+    forget_ended_sessions(&*store).await;
+    let runtime = actors::start(catalog.clone(), store, options.actors)?;
+    let shared = Arc::new(Shared { catalog, runtime });
+    match options.transport {
+        Transport::Stdio => mcp::serve_stdio(shared).await,
+        Transport::Http(address) => {
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| format!("cannot listen on {address}"))?;
+            let shutdown = CancellationToken::new();
+            let on_signal = shutdown.clone();
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    tracing::info!("interrupted; shutting down");
+                    on_signal.cancel();
+                }
+            });
+            mcp::serve_http(shared, listener, options.http, shutdown).await
+        }
+    }
+}
+
+/// Session-keyed instances end with their session, and no session survives a restart: whatever a
+/// crash left under `session/` is deleted, so it cannot pile up.
+async fn forget_ended_sessions(store: &dyn StateStore) {
+    let mut removed = 0u64;
+    loop {
+        let keys = match store.list_keys(SESSION_PREFIX, None, 1000).await {
+            Ok(keys) if keys.is_empty() => break,
+            Ok(keys) => keys,
+            Err(error) => {
+                tracing::warn!(%error, "could not list stale session instances");
+                return;
+            }
+        };
+        for key in keys {
+            match store.delete(&key, None).await {
+                Ok(_) => removed += 1,
+                Err(error) => {
+                    tracing::warn!(%error, "could not delete stale session instance {key}");
+                    return;
+                }
+            }
+        }
+    }
+    if removed > 0 {
+        tracing::info!(
+            removed,
+            "deleted instances of sessions that ended before this start"
+        );
+    }
+}

@@ -1,0 +1,80 @@
+//! The gate: which tools an instance in a given state may see and call.
+//!
+//! Pure decisions over a [`Catalog`] and a [`Snapshot`]; no I/O, no actors, no MCP types. The
+//! instance actor asks it before running a tool, and the MCP layer asks it to build
+//! `tools/list`, so listing and calling can never disagree.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::{
+    catalog::{Catalog, ToolEntry, Workflow},
+    statechart::Snapshot,
+};
+
+/// Whether `tool` is on the menu of an instance in `snapshot`: ungated tools always are; a gated
+/// tool is when one of its bound states is active (a compound state counts while any descendant
+/// is, like XState's `snapshot.matches`).
+pub fn is_visible(tool: &ToolEntry, snapshot: &Snapshot) -> bool {
+    !tool.is_gated()
+        || tool
+            .manifest
+            .states
+            .iter()
+            .any(|state| snapshot.matches(state))
+}
+
+/// The tools of `workflow` visible in `snapshot`, in catalog order.
+pub fn menu(catalog: &Catalog, workflow: &Workflow, snapshot: &Snapshot) -> Vec<Arc<ToolEntry>> {
+    workflow
+        .tools
+        .iter()
+        .filter_map(|name| catalog.tool(name))
+        .filter(|tool| is_visible(tool, snapshot))
+        .cloned()
+        .collect()
+}
+
+/// The description an agent should read: the compact one while the instance sits in the
+/// machine's initial configuration (the agent has not started, so the menu should be cheap to
+/// read), the full one afterwards.
+pub fn description<'a>(tool: &'a ToolEntry, workflow: &Workflow, snapshot: &Snapshot) -> &'a str {
+    match &tool.manifest.compact_description {
+        Some(compact) if workflow.machine.is_initial(snapshot) => compact,
+        _ => &tool.manifest.description,
+    }
+}
+
+/// Why a call was refused: the tool exists but is not on this instance's menu.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Refusal {
+    pub tool: String,
+    pub workflow: String,
+    /// The instance's state value, in XState's shape.
+    pub state: Value,
+    /// The tools that are available in this state, so the agent can recover in one turn.
+    pub allowed: Vec<String>,
+}
+
+/// Checks a call of `tool` on an instance of `workflow` in `snapshot`.
+pub fn check(
+    catalog: &Catalog,
+    workflow: &Workflow,
+    tool: &ToolEntry,
+    snapshot: &Snapshot,
+) -> Result<(), Refusal> {
+    if is_visible(tool, snapshot) {
+        return Ok(());
+    }
+    Err(Refusal {
+        tool: tool.name().to_string(),
+        workflow: workflow.id.clone(),
+        state: snapshot.value(),
+        allowed: menu(catalog, workflow, snapshot)
+            .iter()
+            .map(|tool| tool.name().to_string())
+            .collect(),
+    })
+}

@@ -1,0 +1,25 @@
+//! Turnstile: an MCP server host whose tools are gated by workflow state machines.
+//!
+//! # Layout
+//!
+//! The path of one `tools/call`, top to bottom, is the order of this list:
+//!
+//! - [`mcp`]: rmcp's server handler and the stdio / Streamable HTTP transports.
+//! - [`catalog`]: every tool and workflow the plugins bring, checked against each other.
+//! - [`actors`]: the registry, one actor per workflow instance, and the notifier.
+//! - [`gate`]: which tools an instance in a given state may see and call.
+//! - [`statechart`]: the XState v5 engine (pure code).
+//! - [`plugin`]: loading plugin libraries and calling them through the C ABI.
+//! - [`store`]: where instance snapshots are saved, with compare-and-set versions.
+//! - [`commands`]: the `turnstile` subcommands.
+//!
+//! See `ARCHITECTURE.md` at the repository root for the map and its invariants.
+
+pub mod actors;
+pub mod catalog;
+pub mod commands;
+pub mod gate;
+pub mod mcp;
+pub mod plugin;
+pub mod statechart;
+pub mod store;

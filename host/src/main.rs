@@ -1,0 +1,142 @@
+//! The `turnstile` command line: `serve`, `check`, `machine run`, `graph`.
+
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use turnstile::commands;
+
+#[derive(Parser)]
+#[command(
+    name = "turnstile",
+    version,
+    about = "An MCP server whose tools follow workflow state machines"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the tools of every plugin in a directory over MCP.
+    Serve {
+        /// Directory of plugin shared libraries to load.
+        #[arg(long, env = "TURNSTILE_PLUGINS")]
+        plugins: PathBuf,
+        /// Serve one client over stdin/stdout.
+        #[arg(long, conflicts_with = "http")]
+        stdio: bool,
+        /// Serve Streamable HTTP on this address, endpoint `/mcp` (default 127.0.0.1:8080).
+        #[arg(long)]
+        http: Option<SocketAddr>,
+        /// Where instance state lives: `memory:`, `embedded:PATH`, `redis://…`, `postgres://…`.
+        /// Default over HTTP: the embedded store, `state.redb` in the data directory. Default over
+        /// stdio: `memory:`, since a stdio connection is one session whose instances end with it
+        /// (and several stdio servers may run at once); name a store to keep handle-keyed state.
+        #[arg(long, env = "TURNSTILE_STORE")]
+        store: Option<String>,
+        /// Directory for the embedded store (created on first start). Default:
+        /// `$XDG_DATA_HOME/turnstile`, else `~/.local/share/turnstile`.
+        #[arg(long, env = "TURNSTILE_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+        /// End an HTTP session after this many seconds without a request.
+        #[arg(long, default_value_t = 300)]
+        session_idle_timeout: u64,
+        /// Also accept this `Host` header on HTTP (loopback is always accepted). Repeatable.
+        #[arg(long = "allowed-host")]
+        allowed_hosts: Vec<String>,
+        /// Drop an instance from memory after this many seconds without a call (0: never); it is
+        /// reloaded from the store on its next call.
+        #[arg(long, default_value_t = 600)]
+        idle_after: u64,
+    },
+    /// Load every plugin in a directory and report every problem; exit 1 if there is one.
+    Check {
+        #[arg(long, env = "TURNSTILE_PLUGINS")]
+        plugins: PathBuf,
+    },
+    /// Debug a machine: print its initial snapshot, then step it with events read from stdin.
+    Machine {
+        #[command(subcommand)]
+        command: MachineCommand,
+    },
+    /// Draw each workflow, with the tools visible in each state.
+    Graph {
+        #[arg(long, env = "TURNSTILE_PLUGINS")]
+        plugins: PathBuf,
+        #[arg(long, value_enum, default_value_t = GraphFormat::Mermaid)]
+        format: GraphFormat,
+    },
+}
+
+#[derive(Subcommand)]
+enum MachineCommand {
+    /// Reads events as JSON lines (`"SUBMIT"` or `{"type":"SUBMIT"}`), prints one line per event.
+    Run { file: PathBuf },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum GraphFormat {
+    Mermaid,
+    Dot,
+}
+
+fn main() -> ExitCode {
+    // Logs go to stderr: on stdio, stdout is the protocol.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Serve {
+            plugins,
+            stdio,
+            http,
+            store,
+            data_dir,
+            session_idle_timeout,
+            allowed_hosts,
+            idle_after,
+        } => commands::serve::run(commands::serve::ServeOptions {
+            plugins,
+            transport: match (stdio, http) {
+                (true, _) => commands::serve::Transport::Stdio,
+                (false, address) => commands::serve::Transport::Http(
+                    address.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
+                ),
+            },
+            store: store.unwrap_or_else(|| match stdio {
+                true => "memory:".to_string(),
+                false => commands::serve::default_store(data_dir),
+            }),
+            http: turnstile::mcp::HttpOptions {
+                session_idle_timeout: Duration::from_secs(session_idle_timeout),
+                allowed_hosts,
+            },
+            actors: turnstile::actors::ActorOptions {
+                idle_after: (idle_after > 0).then(|| Duration::from_secs(idle_after)),
+            },
+        }),
+        Command::Check { plugins } => commands::check::run(&plugins),
+        Command::Machine {
+            command: MachineCommand::Run { file },
+        } => commands::machine::run(&file, std::io::stdin().lock(), std::io::stdout().lock()),
+        Command::Graph { plugins, format } => commands::graph::run(
+            &plugins,
+            match format {
+                GraphFormat::Mermaid => turnstile::statechart::diagram::DiagramFormat::Mermaid,
+                GraphFormat::Dot => turnstile::statechart::diagram::DiagramFormat::Dot,
+            },
+        ),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("turnstile: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

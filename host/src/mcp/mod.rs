@@ -1,0 +1,21 @@
+//! The MCP side: rmcp's `ServerHandler` for Turnstile, and the two transports.
+//!
+//! - `server.rs`: [`TurnstileServer`], one per session; turns `tools/list` and `tools/call` into
+//!   questions for the gate and the actors.
+//! - `reply.rs`: every result and error a client can see is built there, in one place.
+//! - `session.rs`: a session's identity, its listener for `list_changed`, and its end.
+//! - `stdio.rs`, `http.rs`: serving over stdin/stdout, and Streamable HTTP on axum.
+//!
+//! **Architecture Invariant:** only this module names rmcp types.
+
+mod http;
+mod reply;
+mod server;
+mod session;
+mod stdio;
+
+pub use self::{
+    http::{HttpOptions, serve_http},
+    server::{Shared, TurnstileServer},
+    stdio::serve_stdio,
+};

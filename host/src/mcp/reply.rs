@@ -1,0 +1,130 @@
+//! Everything a client can see of Turnstile's answers, built on purpose and in one place.
+//!
+//! Tool-level failures (refused, bad arguments, the tool failed, the store is down) are tool
+//! results with `isError: true`, a sentence an agent can act on, and a machine-readable
+//! `structuredContent.error` with a stable `code`. Only requests that cannot be routed at all
+//! (an unknown tool name) are JSON-RPC errors.
+
+use rmcp::{
+    ErrorData,
+    model::{CallToolResult, ContentBlock, JsonObject, Tool},
+};
+use serde_json::{Value, json};
+
+use crate::{actors::InstanceError, catalog::ToolEntry, gate::Refusal, plugin::PluginError};
+
+/// A `tools/list` entry for `tool`, with the description the gate chose.
+pub fn listed_tool(tool: &ToolEntry, description: &str) -> Tool {
+    let schema: JsonObject = match &tool.manifest.input_schema {
+        Value::Object(schema) => schema.clone(),
+        // The catalog compiled the schema; a non-object schema (e.g. `true`) accepts anything.
+        _ => JsonObject::from_iter([("type".to_string(), json!("object"))]),
+    };
+    Tool::new(tool.name().to_string(), description.to_string(), schema)
+}
+
+/// JSON-RPC -32602: no plugin provides a tool by that name.
+pub fn unknown_tool(name: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!("unknown tool: {name}"),
+        Some(json!({ "tool": name })),
+    )
+}
+
+/// The tool ran and returned `output`.
+pub fn success(output: Value) -> CallToolResult {
+    let text = match &output {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    if output.is_object() {
+        result.structured_content = Some(output);
+    }
+    result
+}
+
+/// The tool ran and reported a failure of its own.
+pub fn tool_error(tool: &str, message: &str) -> CallToolResult {
+    error_result(
+        format!("{tool} failed: {message}"),
+        "TOOL_ERROR",
+        json!({ "tool": tool, "message": message }),
+    )
+}
+
+/// DESIGN behaviour 2: the tool exists but is not on this instance's menu. Nothing ran.
+pub fn forbidden(refusal: &Refusal) -> CallToolResult {
+    let allowed = if refusal.allowed.is_empty() {
+        "none".to_string()
+    } else {
+        refusal.allowed.join(", ")
+    };
+    error_result(
+        format!(
+            "{tool} is not available in the current state of workflow {workflow} ({state}). \
+             Tools available now: {allowed}.",
+            tool = refusal.tool,
+            workflow = refusal.workflow,
+            state = refusal.state,
+        ),
+        "FORBIDDEN",
+        json!({
+            "tool": refusal.tool,
+            "workflow": refusal.workflow,
+            "state": refusal.state,
+            "allowed": refusal.allowed,
+        }),
+    )
+}
+
+/// The arguments do not match the tool's input schema. Nothing ran.
+pub fn invalid_arguments(tool: &str, problems: &[String]) -> CallToolResult {
+    error_result(
+        format!("invalid arguments for {tool}: {}", problems.join("; ")),
+        "INVALID_ARGUMENTS",
+        json!({ "tool": tool, "problems": problems }),
+    )
+}
+
+/// The call could not complete; the instance is in the state it was in before.
+pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
+    let code = match error {
+        InstanceError::Store(_) => "STORE_UNAVAILABLE",
+        InstanceError::Corrupt { .. } => "STATE_CORRUPT",
+        InstanceError::Plugin(error) => return plugin_failure(tool, error),
+        InstanceError::Worker(_) | InstanceError::Stopped | InstanceError::UnknownWorkflow(_) => {
+            "INTERNAL"
+        }
+    };
+    error_result(
+        format!("{tool} did not run to completion and changed nothing: {error}"),
+        code,
+        json!({ "tool": tool, "message": error.to_string() }),
+    )
+}
+
+/// The plugin itself failed (it panicked, or broke the ABI contract). The full error, with the
+/// library's path, goes to the server log; the client gets the reason without the path, which is
+/// the server's business.
+pub fn plugin_failure(tool: &str, error: &PluginError) -> CallToolResult {
+    tracing::warn!(%tool, %error, "plugin failure");
+    let full = error.to_string();
+    let prefix = format!("{}: ", error.path().display());
+    let reason = full.strip_prefix(&prefix).unwrap_or(&full);
+    error_result(
+        format!("{tool} failed inside its plugin and changed nothing: {reason}"),
+        "PLUGIN_FAILED",
+        json!({ "tool": tool, "message": reason }),
+    )
+}
+
+fn error_result(text: String, code: &str, details: Value) -> CallToolResult {
+    let mut error = json!({ "code": code });
+    if let (Value::Object(error), Value::Object(details)) = (&mut error, details) {
+        error.extend(details);
+    }
+    let mut result = CallToolResult::structured_error(json!({ "error": error }));
+    result.content = vec![ContentBlock::text(text)];
+    result
+}

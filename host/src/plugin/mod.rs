@@ -1,0 +1,146 @@
+//! Loading plugin libraries and calling them through the C ABI of `turnstile-plugin-api`.
+//!
+//! This module owns everything between a file on disk and a JSON result: opening the library,
+//! checking its ABI version and tables, reading and checking its manifest, passing calls across
+//! the boundary and freeing what crosses back. It must not know about workflows, gating, MCP or
+//! the statechart: whether a tool's bindings fit its machine is the catalog's business.
+//!
+//! # Layout
+//!
+//! - [`LoadedPlugin`] (`loaded.rs`): the safe, cloneable handle; start reading here.
+//! - `library.rs`: the loading protocol and the only raw-pointer code of the host.
+//! - `manifest.rs`: manifest parsing (with the JSON path of errors) and local checks.
+//! - [`PluginError`] (`error.rs`): every failure, naming the file.
+//!
+//! **Invariant:** a library is never unloaded while a call may run: every [`LoadedPlugin`]
+//! clone holds an `Arc` to it, and `call` borrows one. The instance is destroyed, then the
+//! library unloaded, when the last clone drops.
+//!
+//! Reloading a changed file: glibc's `dlopen` of a path that is still loaded returns the old code
+//! (and `dlclose` often leaves a library mapped), so a reload must use [`load_private_copy`],
+//! which loads a copy of the file under a unique name.
+
+mod error;
+mod library;
+mod loaded;
+mod manifest;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    env::consts::DLL_SUFFIX,
+    fs, io,
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicU64, Ordering},
+};
+
+pub use turnstile_plugin_api::{CallContext, Manifest, ToolManifest};
+
+pub use self::{
+    error::PluginError,
+    loaded::{LoadedPlugin, PluginOutput},
+};
+
+/// Loads every shared library (by the platform suffix: `.so`, `.dylib` or `.dll`) in `dir`,
+/// non-recursively, in file-name order. Returns what loaded and one error per file that did not;
+/// a file with the suffix that is not a loadable plugin is an error, files with other suffixes
+/// and directories are ignored. An unreadable `dir` is a single error.
+pub fn load_dir(dir: &Path) -> (Vec<LoadedPlugin>, Vec<PluginError>) {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(source) => {
+            return (
+                Vec::new(),
+                vec![io_error(dir, "cannot read directory", source)],
+            );
+        }
+    };
+    let mut errors = Vec::new();
+    let mut files: Vec<PathBuf> = Vec::new();
+    for entry in entries {
+        match entry {
+            Ok(entry) => {
+                let path = entry.path();
+                let is_library_name =
+                    path.file_name()
+                        .and_then(|name| name.to_str())
+                        .is_some_and(|name| {
+                            name.ends_with(DLL_SUFFIX) && name.len() > DLL_SUFFIX.len()
+                        });
+                // `fs::metadata` follows symlinks, so a symlinked plugin counts as a file.
+                if is_library_name && fs::metadata(&path).is_ok_and(|meta| meta.is_file()) {
+                    files.push(path);
+                }
+            }
+            Err(source) => errors.push(io_error(dir, "cannot read directory", source)),
+        }
+    }
+    files.sort();
+    let mut plugins = Vec::new();
+    for file in files {
+        match LoadedPlugin::load(&file) {
+            Ok(plugin) => plugins.push(plugin),
+            Err(err) => errors.push(err),
+        }
+    }
+    (plugins, errors)
+}
+
+/// Loads a private copy of the library at `path`, copied into the system temp directory under a
+/// unique name, so that a changed file is really loaded anew even though the old one is still
+/// mapped (see the module docs). [`LoadedPlugin::path`] and errors name the original `path`.
+///
+/// The copy is deleted right after loading (on Unix the mapping outlives the file). A temp
+/// directory mounted `noexec` makes `dlopen` fail; use [`load_private_copy_in`] then.
+pub fn load_private_copy(path: &Path) -> Result<LoadedPlugin, PluginError> {
+    load_private_copy_in(path, &std::env::temp_dir())
+}
+
+/// [`load_private_copy`] with the copy made in `dir`.
+pub fn load_private_copy_in(path: &Path, dir: &Path) -> Result<LoadedPlugin, PluginError> {
+    /// Distinguishes the copies one process makes; the process id distinguishes processes.
+    static NEXT_COPY: AtomicU64 = AtomicU64::new(0);
+
+    let file_name = path
+        .file_name()
+        .map_or_else(|| "plugin".into(), |name| name.to_string_lossy());
+    let mut source = fs::File::open(path).map_err(|err| io_error(path, "cannot read", err))?;
+    let (copy, mut target) = loop {
+        let n = NEXT_COPY.fetch_add(1, Ordering::Relaxed);
+        let copy = dir.join(format!("turnstile-{}-{n}-{file_name}", std::process::id()));
+        // `create_new` never reuses a file left over by an earlier process with the same id.
+        match fs::File::options().write(true).create_new(true).open(&copy) {
+            Ok(target) => break (copy, target),
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(err) => {
+                return Err(io_error(
+                    path,
+                    &format!("cannot copy to {}", copy.display()),
+                    err,
+                ));
+            }
+        }
+    };
+    let copied = io::copy(&mut source, &mut target).and_then(|_| target.sync_all());
+    drop(target);
+    let result = match copied {
+        Ok(()) => LoadedPlugin::load_file(path, &copy),
+        Err(err) => Err(io_error(
+            path,
+            &format!("cannot copy to {}", copy.display()),
+            err,
+        )),
+    };
+    // Best effort: a copy that cannot be deleted (Windows keeps loaded DLLs locked) only costs
+    // disk space in the temp directory.
+    let _ = fs::remove_file(&copy);
+    result
+}
+
+fn io_error(path: &Path, action: &str, source: io::Error) -> PluginError {
+    PluginError::Io {
+        path: path.to_owned(),
+        action: action.to_owned(),
+        source,
+    }
+}

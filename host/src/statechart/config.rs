@@ -1,0 +1,119 @@
+//! [`Config`]: the runtime part of a snapshot, and XState's helpers that complete or seed one.
+
+use std::borrow::Cow;
+
+use super::tree::{Kind, NodeId, Tree};
+
+/// XState's `historyValue`: history node → the states it remembers, sorted by history node.
+pub(super) type HistoryValue = Vec<(NodeId, Vec<NodeId>)>;
+
+/// The runtime part of a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Config {
+    /// XState's `_nodes`: every active state (root included), in XState's insertion order,
+    /// which decides the key order of parallel state values and so the order in which regions
+    /// offer transitions.
+    pub(super) nodes: Vec<NodeId>,
+    pub(super) history: HistoryValue,
+    pub(super) done: bool,
+}
+
+pub(super) fn add(set: &mut Vec<NodeId>, n: NodeId) {
+    if !set.contains(&n) {
+        set.push(n);
+    }
+}
+
+pub(super) fn history_of(hv: &HistoryValue, h: NodeId) -> Option<&[NodeId]> {
+    hv.binary_search_by_key(&h, |(k, _)| *k)
+        .ok()
+        .map(|i| hv[i].1.as_slice())
+}
+
+/// XState's `getAllStateNodes`: `_nodes` completed with missing ancestors and default
+/// descendants, in XState's iteration order. XState computes state values (and so transition
+/// selection) from this completed set, while `_nodes` itself may lack ancestors after some
+/// history transitions. Borrows when nothing is missing, which is the common case.
+pub(super) fn all_state_nodes<'n>(tree: &Tree, nodes: &'n [NodeId]) -> Cow<'n, [NodeId]> {
+    let has_child_in =
+        |set: &[NodeId], s: NodeId| set.iter().any(|&c| tree.node(c).parent == Some(s));
+    let complete = nodes.iter().all(|&s| {
+        let node = tree.node(s);
+        let parent_ok = node.parent.is_none_or(|p| nodes.contains(&p));
+        let kids_ok = match node.kind {
+            Kind::Compound => has_child_in(nodes, s),
+            Kind::Parallel => tree.real_children(s).all(|c| nodes.contains(&c)),
+            _ => true,
+        };
+        parent_ok && kids_ok
+    });
+    if complete {
+        return Cow::Borrowed(nodes);
+    }
+    let with_ancestors = |from: NodeId| -> Vec<NodeId> {
+        // getInitialStateNodesWithTheirAncestors(from)
+        let mut set = initial_state_nodes(tree, from);
+        for n in set.clone() {
+            for a in tree.proper_ancestors(n, Some(from)) {
+                add(&mut set, a);
+            }
+        }
+        set
+    };
+    let mut set: Vec<NodeId> = nodes.to_vec();
+    let mut i = 0;
+    while i < set.len() {
+        let s = set[i];
+        match tree.node(s).kind {
+            Kind::Compound if !has_child_in(nodes, s) => {
+                for n in with_ancestors(s) {
+                    add(&mut set, n);
+                }
+            }
+            Kind::Parallel => {
+                let kids: Vec<NodeId> = tree.real_children(s).collect();
+                for c in kids {
+                    if !set.contains(&c) {
+                        for n in with_ancestors(c) {
+                            add(&mut set, n);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut i = 0;
+    while i < set.len() {
+        let mut m = tree.node(set[i]).parent;
+        while let Some(p) = m {
+            add(&mut set, p);
+            m = tree.node(p).parent;
+        }
+        i += 1;
+    }
+    Cow::Owned(set)
+}
+
+/// XState's `getInitialStateNodes(from)`: `from` and its default descendants, pre-order.
+pub(super) fn initial_state_nodes(tree: &Tree, from: NodeId) -> Vec<NodeId> {
+    let mut set = Vec::new();
+    let mut stack = vec![from];
+    while let Some(n) = stack.pop() {
+        if set.contains(&n) {
+            continue;
+        }
+        set.push(n);
+        let node = tree.node(n);
+        match node.kind {
+            Kind::Compound => stack.extend(node.initial),
+            Kind::Parallel => {
+                let kids: Vec<NodeId> = tree.real_children(n).collect();
+                stack.extend(kids.into_iter().rev());
+            }
+            _ => {}
+        }
+    }
+    set
+}

@@ -1,0 +1,279 @@
+//! [`Snapshot`]: one machine's state at rest, with XState's state value shape, and its persisted
+//! form.
+
+use std::{fmt, sync::Arc};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use super::{
+    config::{Config, HistoryValue, all_state_nodes},
+    error::MachineError,
+    tree::{Kind, NodeId, ROOT, Tree},
+};
+
+/// XState's snapshot `status`, limited to what a Turnstile machine can reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Running: events may change the state.
+    Active,
+    /// A top-level final state was reached; further events change nothing.
+    Done,
+}
+
+/// An immutable machine state. Cheap to clone (one small vector and an `Arc`).
+///
+/// Equality compares the set of active states, the history memory and the status (not the
+/// internal order XState keeps the active states in).
+#[derive(Clone)]
+pub struct Snapshot {
+    pub(super) tree: Arc<Tree>,
+    pub(super) cfg: Config,
+}
+
+impl PartialEq for Snapshot {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.tree, &other.tree)
+            && self.cfg.done == other.cfg.done
+            && self.cfg.history == other.cfg.history
+            && same_set(&self.cfg.nodes, &other.cfg.nodes)
+    }
+}
+
+impl fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("value", &self.value())
+            .field("status", &self.status())
+            .finish()
+    }
+}
+
+impl Snapshot {
+    /// XState's `snapshot.value`: `"draft"`, `{"review": "pending"}`, or an object with one key
+    /// per region for parallel states (an atomic region shows as `{}`, as in XState).
+    pub fn value(&self) -> Value {
+        value_of(
+            &self.tree,
+            &all_state_nodes(&self.tree, &self.cfg.nodes),
+            ROOT,
+        )
+    }
+
+    /// `Done` once a top-level final state is reached.
+    pub fn status(&self) -> Status {
+        if self.cfg.done {
+            Status::Done
+        } else {
+            Status::Active
+        }
+    }
+
+    /// Like XState's `snapshot.matches("a.b")`: true when that state is active (and so, when it
+    /// or a descendant is). Takes a dot path from the root, or `#id`. Unknown paths are false.
+    pub fn matches(&self, path: &str) -> bool {
+        self.tree
+            .lookup(path)
+            .is_some_and(|n| all_state_nodes(&self.tree, &self.cfg.nodes).contains(&n))
+    }
+
+    /// Everything [`super::Machine::restore`] needs: `value` and `status` as above, XState's
+    /// `historyValue` shape (`{"<history id>": [{"id": "<state id>"}]}`) and `nodes`, the active
+    /// state ids in the order the engine keeps them (which decides region order, see
+    /// [`super::config::Config::nodes`]).
+    pub fn to_persisted(&self) -> Value {
+        let history: Map<String, Value> = self
+            .cfg
+            .history
+            .iter()
+            .map(|(h, states)| {
+                let ids: Vec<Value> = states
+                    .iter()
+                    .map(|&s| json!({ "id": self.tree.node(s).id }))
+                    .collect();
+                (self.tree.node(*h).id.clone(), Value::Array(ids))
+            })
+            .collect();
+        let nodes: Vec<&str> = self
+            .cfg
+            .nodes
+            .iter()
+            .map(|&n| self.tree.node(n).id.as_str())
+            .collect();
+        json!({
+            "value": self.value(),
+            "status": self.status(),
+            "historyValue": history,
+            "nodes": nodes,
+        })
+    }
+
+    /// The active state ids, for callers that want more than `matches` (e.g. diagnostics).
+    pub fn active_paths(&self) -> Vec<String> {
+        let mut nodes: Vec<NodeId> = all_state_nodes(&self.tree, &self.cfg.nodes).into_owned();
+        nodes.sort_unstable();
+        nodes
+            .into_iter()
+            .filter(|&n| n != ROOT)
+            .map(|n| self.tree.node(n).path.clone())
+            .collect()
+    }
+}
+
+/// XState's `getValueFromAdj`, over the active children in `_nodes` order.
+fn value_of(tree: &Tree, all: &[NodeId], node: NodeId) -> Value {
+    let mut kids = all
+        .iter()
+        .copied()
+        .filter(|&c| tree.node(c).parent == Some(node))
+        .peekable();
+    if tree.node(node).kind == Kind::Compound {
+        match kids.peek() {
+            None => return Value::Object(Map::new()),
+            Some(&c) if tree.node(c).is_atomic() => {
+                return Value::String(tree.node(c).key.clone());
+            }
+            Some(_) => {}
+        }
+    }
+    let mut map = Map::new();
+    for c in kids {
+        map.insert(tree.node(c).key.clone(), value_of(tree, all, c));
+    }
+    Value::Object(map)
+}
+
+/// Rebuilds a configuration from [`Snapshot::to_persisted`] output, refusing states that do
+/// not exist or a value that is not a complete configuration.
+pub(super) fn restore_config(tree: &Tree, persisted: &Value) -> Result<Config, MachineError> {
+    let obj = persisted
+        .as_object()
+        .ok_or_else(|| MachineError::new("", "a persisted snapshot is a JSON object"))?;
+    let done = match obj.get("status").and_then(Value::as_str) {
+        Some("active") => false,
+        Some("done") => true,
+        _ => {
+            return Err(MachineError::new(
+                "status",
+                "status must be \"active\" or \"done\"",
+            ));
+        }
+    };
+    let value = obj
+        .get("value")
+        .ok_or_else(|| MachineError::new("value", "missing state value"))?;
+    let nodes = match obj.get("nodes") {
+        // Our own persisted form: the exact active set and order, checked against the value.
+        Some(order) => {
+            let ids = order.as_array().ok_or_else(|| {
+                MachineError::new("nodes", "`nodes` must be an array of state ids")
+            })?;
+            let mut nodes = Vec::with_capacity(ids.len());
+            for id in ids {
+                let n = id
+                    .as_str()
+                    .and_then(|s| tree.nodes.iter().position(|n| n.id == s && !n.is_history()))
+                    .ok_or_else(|| MachineError::new("nodes", format!("unknown state id {id}")))?;
+                nodes.push(n as NodeId);
+            }
+            nodes
+        }
+        // A bare value: states in document order.
+        None => {
+            let mut nodes = vec![ROOT];
+            walk_value(tree, ROOT, value, "value", &mut nodes)?;
+            nodes
+        }
+    };
+    let mut history: HistoryValue = Vec::new();
+    if let Some(hv) = obj.get("historyValue") {
+        let hv = hv
+            .as_object()
+            .ok_or_else(|| MachineError::new("historyValue", "must be an object"))?;
+        for (hid, states) in hv {
+            let at = format!("historyValue.{hid}");
+            let h = tree
+                .nodes
+                .iter()
+                .position(|n| n.id == *hid && n.is_history())
+                .ok_or_else(|| MachineError::new(&at, "unknown history state"))?;
+            let mut remembered = Vec::new();
+            for s in states.as_array().into_iter().flatten() {
+                let id = s.get("id").and_then(Value::as_str).or_else(|| s.as_str());
+                let n = id
+                    .and_then(|id| tree.nodes.iter().position(|n| n.id == id))
+                    .ok_or_else(|| MachineError::new(&at, format!("unknown state {s}")))?;
+                remembered.push(n as NodeId);
+            }
+            history.push((h as NodeId, remembered));
+        }
+        history.sort_by_key(|(h, _)| *h);
+    }
+    let cfg = Config {
+        nodes,
+        history,
+        done,
+    };
+    let rebuilt = value_of(tree, &all_state_nodes(tree, &cfg.nodes), ROOT);
+    if rebuilt != *value {
+        return Err(MachineError::new(
+            "value",
+            format!("the state value does not match the active states (expected {rebuilt})"),
+        ));
+    }
+    Ok(cfg)
+}
+
+/// Collects the states `value` names under `node`, checking it is a complete configuration.
+fn walk_value(
+    tree: &Tree,
+    node: NodeId,
+    value: &Value,
+    at: &str,
+    out: &mut Vec<NodeId>,
+) -> Result<(), MachineError> {
+    let kind = tree.node(node).kind;
+    let child = |key: &str| {
+        tree.child(node, key)
+            .filter(|&c| !tree.node(c).is_history())
+            .ok_or_else(|| MachineError::new(at, format!("unknown state \"{key}\"")))
+    };
+    match (kind, value) {
+        (Kind::Compound, Value::String(key)) => {
+            let c = child(key)?;
+            if !tree.node(c).is_atomic() {
+                return Err(MachineError::new(
+                    at,
+                    format!("\"{key}\" has child states; the value must name one"),
+                ));
+            }
+            out.push(c);
+            Ok(())
+        }
+        (Kind::Compound, Value::Object(m)) if m.len() == 1 => {
+            let (key, sub) = m.iter().next().unwrap_or_else(|| unreachable!("len is 1"));
+            let c = child(key)?;
+            out.push(c);
+            walk_value(tree, c, sub, &format!("{at}.{key}"), out)
+        }
+        (Kind::Parallel, Value::Object(m)) => {
+            for (key, sub) in m {
+                let c = child(key)?;
+                out.push(c);
+                walk_value(tree, c, sub, &format!("{at}.{key}"), out)?;
+            }
+            if tree.real_children(node).any(|c| !out.contains(&c)) {
+                return Err(MachineError::new(at, "a parallel state needs every region"));
+            }
+            Ok(())
+        }
+        (Kind::Atomic | Kind::Final, Value::Object(m)) if m.is_empty() => Ok(()),
+        _ => Err(MachineError::new(at, "not a complete state value")),
+    }
+}
+
+/// Same elements, order ignored.
+pub(super) fn same_set(a: &[NodeId], b: &[NodeId]) -> bool {
+    a.len() == b.len() && a.iter().all(|n| b.contains(n))
+}

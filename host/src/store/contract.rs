@@ -1,0 +1,357 @@
+//! The contract every [`StateStore`] must honour, written once and run against each store.
+//!
+//! This module owns the cases and the per-store fixtures (a temp dir, a unique Redis namespace,
+//! a unique PostgreSQL table). It must not skip: a Redis or PostgreSQL server that cannot be
+//! reached fails the test, naming the URL and the variable that overrides it.
+
+use std::{
+    collections::HashSet,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use serde_json::json;
+
+use super::{
+    EmbeddedStore, InstanceRecord, PostgresStore, RedisStore, StateStore, StoreError, StoreOptions,
+};
+
+pub(super) const REDIS_URL_VAR: &str = "TURNSTILE_TEST_REDIS_URL";
+pub(super) const POSTGRES_URL_VAR: &str = "TURNSTILE_TEST_POSTGRES_URL";
+
+pub(super) fn redis_url() -> String {
+    std::env::var(REDIS_URL_VAR).unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+pub(super) fn postgres_url() -> String {
+    std::env::var(POSTGRES_URL_VAR)
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// Options with a namespace no other test (in this process or another) is using.
+pub(super) fn unique_options() -> StoreOptions {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = super::now_ms() % 1_000_000_000;
+    StoreOptions {
+        namespace: format!("tst_{}_{nanos}_{n}", std::process::id()),
+        ..StoreOptions::default()
+    }
+}
+
+/// A store under test, and what to clean up when the case is done.
+pub(super) enum Fixture {
+    Memory(Arc<super::MemoryStore>),
+    Embedded(Arc<EmbeddedStore>, tempfile::TempDir),
+    Redis(Arc<RedisStore>),
+    Postgres(Arc<PostgresStore>),
+}
+
+impl Fixture {
+    pub(super) async fn memory() -> Self {
+        Fixture::Memory(Arc::new(super::MemoryStore::new()))
+    }
+
+    pub(super) async fn embedded() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir for the embedded store");
+        let store = EmbeddedStore::open(dir.path().join("nested/dir/state.redb"))
+            .await
+            .expect("open embedded store in a temp dir");
+        Fixture::Embedded(Arc::new(store), dir)
+    }
+
+    pub(super) async fn redis() -> Self {
+        let url = redis_url();
+        let store = RedisStore::connect(&url, &unique_options())
+            .await
+            .unwrap_or_else(|e| {
+                panic!("Redis at {url} is needed by this test (set {REDIS_URL_VAR}): {e}")
+            });
+        Fixture::Redis(Arc::new(store))
+    }
+
+    pub(super) async fn postgres() -> Self {
+        let url = postgres_url();
+        let store = PostgresStore::connect(&url, &unique_options())
+            .await
+            .unwrap_or_else(|e| {
+                panic!("PostgreSQL at {url} is needed by this test (set {POSTGRES_URL_VAR}): {e}")
+            });
+        Fixture::Postgres(Arc::new(store))
+    }
+
+    pub(super) fn store(&self) -> Arc<dyn StateStore> {
+        match self {
+            Fixture::Memory(s) => s.clone(),
+            Fixture::Embedded(s, _) => s.clone(),
+            Fixture::Redis(s) => s.clone(),
+            Fixture::Postgres(s) => s.clone(),
+        }
+    }
+
+    /// Removes everything the fixture created (keys, table, file).
+    pub(super) async fn cleanup(self) {
+        match self {
+            Fixture::Memory(_) => {}
+            Fixture::Embedded(store, dir) => {
+                // Close the file before removing its directory.
+                drop(store);
+                dir.close().expect("remove the embedded store's temp dir");
+            }
+            Fixture::Redis(s) => s.destroy_namespace().await.expect("clean up redis keys"),
+            Fixture::Postgres(s) => s.destroy_namespace().await.expect("drop test table"),
+        }
+    }
+}
+
+/// One `#[tokio::test]` per case per store, so a failure names both.
+macro_rules! contract_tests {
+    ($store:ident: $($case:ident),* $(,)?) => {
+        mod $store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let fixture = super::Fixture::$store().await;
+                    super::$case(fixture.store()).await;
+                    fixture.cleanup().await;
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! all_stores {
+    ($($case:ident),* $(,)?) => {
+        contract_tests!(memory: $($case),*);
+        contract_tests!(embedded: $($case),*);
+        contract_tests!(redis: $($case),*);
+        contract_tests!(postgres: $($case),*);
+    };
+}
+
+all_stores!(
+    load_absent,
+    save_new_and_load_back,
+    save_with_right_version,
+    stale_writer_conflicts,
+    bad_version_is_rejected,
+    delete,
+    list_and_count,
+    concurrent_writers_one_key,
+    many_keys_in_parallel,
+);
+
+fn record(workflow: &str, version: u64, step: &str) -> InstanceRecord {
+    InstanceRecord {
+        workflow: workflow.to_owned(),
+        snapshot: json!({"value": {"review": step}, "context": {"n": version, "note": "ünïcødé ✓"}}),
+        version,
+        updated_at_ms: 1_700_000_000_000 + version,
+    }
+}
+
+fn assert_conflict(result: Result<(), StoreError>, want_current: Option<u64>) {
+    match result {
+        Err(StoreError::Conflict { current, .. }) => assert_eq!(current, want_current),
+        other => panic!("expected a conflict (current {want_current:?}), got {other:?}"),
+    }
+}
+
+async fn load_absent(store: Arc<dyn StateStore>) {
+    assert_eq!(store.load("nobody").await.unwrap(), None);
+}
+
+async fn save_new_and_load_back(store: Arc<dyn StateStore>) {
+    let rec = record("invoice", 1, "draft");
+    store.save("inv/1", &rec, 0).await.unwrap();
+    assert_eq!(store.load("inv/1").await.unwrap(), Some(rec));
+    assert_eq!(store.load("inv/2").await.unwrap(), None);
+}
+
+async fn save_with_right_version(store: Arc<dyn StateStore>) {
+    let mut rec = InstanceRecord::first("invoice", json!({"value": "draft"}));
+    store.save("k", &rec, 0).await.unwrap();
+    for step in 0..5 {
+        let next = rec.next(json!({"value": format!("step{step}")}));
+        store.save("k", &next, rec.version).await.unwrap();
+        rec = next;
+    }
+    let loaded = store.load("k").await.unwrap().unwrap();
+    assert_eq!(loaded.version, 6);
+    assert_eq!(loaded, rec);
+}
+
+async fn stale_writer_conflicts(store: Arc<dyn StateStore>) {
+    let v1 = record("invoice", 1, "a");
+    store.save("k", &v1, 0).await.unwrap();
+    // A second creator loses.
+    assert_conflict(store.save("k", &v1, 0).await, Some(1));
+    let v2 = record("invoice", 2, "b");
+    store.save("k", &v2, 1).await.unwrap();
+    // A writer that read version 1 loses, and the winner's record stays.
+    let stale = record("invoice", 2, "stale");
+    assert_conflict(store.save("k", &stale, 1).await, Some(2));
+    // A writer from the future loses too.
+    assert_conflict(
+        store.save("k", &record("invoice", 6, "x"), 5).await,
+        Some(2),
+    );
+    // Updating a record that does not exist is a conflict with no current version.
+    assert_conflict(
+        store.save("absent", &record("invoice", 3, "x"), 2).await,
+        None,
+    );
+    assert_eq!(store.load("k").await.unwrap(), Some(v2));
+    assert_eq!(store.load("absent").await.unwrap(), None);
+}
+
+async fn bad_version_is_rejected(store: Arc<dyn StateStore>) {
+    let wrong = record("invoice", 5, "x");
+    assert!(matches!(
+        store.save("k", &wrong, 0).await,
+        Err(StoreError::Invalid { .. })
+    ));
+    assert!(matches!(
+        store.save("", &record("w", 1, "x"), 0).await,
+        Err(StoreError::Invalid { .. })
+    ));
+    assert_eq!(store.load("k").await.unwrap(), None);
+}
+
+async fn delete(store: Arc<dyn StateStore>) {
+    assert!(!store.delete("k", None).await.unwrap());
+    store.save("k", &record("w", 1, "a"), 0).await.unwrap();
+    store.save("k", &record("w", 2, "b"), 1).await.unwrap();
+    match store.delete("k", Some(1)).await {
+        Err(StoreError::Conflict { current, .. }) => assert_eq!(current, Some(2)),
+        other => panic!("stale delete must conflict, got {other:?}"),
+    }
+    assert!(store.delete("k", Some(2)).await.unwrap());
+    assert_eq!(store.load("k").await.unwrap(), None);
+    match store.delete("k", Some(2)).await {
+        Err(StoreError::Conflict { current, .. }) => assert_eq!(current, None),
+        other => panic!("conditional delete of an absent key must conflict, got {other:?}"),
+    }
+    // A deleted key starts over at version 1.
+    store.save("k", &record("w", 1, "again"), 0).await.unwrap();
+    assert!(store.delete("k", None).await.unwrap());
+    assert_eq!(store.count("").await.unwrap(), 0);
+}
+
+async fn list_and_count(store: Arc<dyn StateStore>) {
+    for key in ["a/3", "a/1", "b/1", "a/2", "a/10", "ab"] {
+        store.save(key, &record("w", 1, "x"), 0).await.unwrap();
+    }
+    assert_eq!(store.count("").await.unwrap(), 6);
+    assert_eq!(store.count("a/").await.unwrap(), 4);
+    assert_eq!(store.count("zzz").await.unwrap(), 0);
+    let page1 = store.list_keys("a/", None, 3).await.unwrap();
+    assert_eq!(page1, ["a/1", "a/10", "a/2"]);
+    let page2 = store.list_keys("a/", Some("a/2"), 3).await.unwrap();
+    assert_eq!(page2, ["a/3"]);
+    assert!(
+        store
+            .list_keys("a/", Some("a/3"), 3)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let all = store.list_keys("", None, 100).await.unwrap();
+    assert_eq!(all, ["a/1", "a/10", "a/2", "a/3", "ab", "b/1"]);
+    assert_eq!(
+        store.list_keys("", None, 0).await.unwrap(),
+        Vec::<String>::new()
+    );
+    store.delete("a/10", None).await.unwrap();
+    assert_eq!(store.count("a/").await.unwrap(), 3);
+    assert_eq!(
+        store.list_keys("a", Some("a/1"), 10).await.unwrap(),
+        ["a/2", "a/3", "ab"]
+    );
+}
+
+async fn concurrent_writers_one_key(store: Arc<dyn StateStore>) {
+    const WRITERS: u64 = 16;
+    const ROUNDS: u64 = 5;
+    for round in 0..ROUNDS {
+        let expected = round;
+        let tasks: Vec<_> = (0..WRITERS)
+            .map(|writer| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let rec = record("race", expected + 1, &format!("w{writer}"));
+                    (writer, store.save("race", &rec, expected).await)
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for task in tasks {
+            let (writer, result) = task.await.unwrap();
+            match result {
+                Ok(()) => winners.push(writer),
+                Err(StoreError::Conflict { current, .. }) => {
+                    assert_eq!(
+                        current,
+                        Some(expected + 1),
+                        "loser sees the winner's version"
+                    );
+                }
+                Err(e) => panic!("unexpected error in race: {e}"),
+            }
+        }
+        assert_eq!(
+            winners.len(),
+            1,
+            "round {round}: exactly one winner, got {winners:?}"
+        );
+        let stored = store.load("race").await.unwrap().unwrap();
+        assert_eq!(stored.version, expected + 1);
+        assert_eq!(
+            stored.snapshot["value"]["review"],
+            format!("w{}", winners[0])
+        );
+    }
+}
+
+async fn many_keys_in_parallel(store: Arc<dyn StateStore>) {
+    const KEYS: usize = 200;
+    const VERSIONS: u64 = 3;
+    let tasks: Vec<_> = (0..KEYS)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let key = format!("many/{i:04}");
+                for v in 1..=VERSIONS {
+                    store
+                        .save(&key, &record("many", v, &key), v - 1)
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(store.count("many/").await.unwrap(), KEYS as u64);
+    let mut seen = HashSet::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = store
+            .list_keys("many/", after.as_deref(), 64)
+            .await
+            .unwrap();
+        let Some(last) = page.last().cloned() else {
+            break;
+        };
+        seen.extend(page);
+        after = Some(last);
+    }
+    assert_eq!(seen.len(), KEYS);
+    for i in (0..KEYS).step_by(37) {
+        let rec = store.load(&format!("many/{i:04}")).await.unwrap().unwrap();
+        assert_eq!(rec.version, VERSIONS);
+    }
+}

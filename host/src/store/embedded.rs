@@ -1,0 +1,432 @@
+//! `EmbeddedStore`: the durable default, one redb file on local disk, with group commit.
+//!
+//! This module owns the file, the one writer thread that commits to it, and the batching that
+//! lets many instances share one fsync. It must not acknowledge a save before the transaction
+//! holding it is committed with `Durability::Immediate`, and must not let one record's conflict
+//! fail another record's save in the same batch.
+//!
+//! How a save travels: the caller serializes the snapshot on its own task, sends an [`Op`] down a
+//! channel with a oneshot for the answer, and awaits it. The writer thread takes every op that
+//! is waiting (up to [`MAX_BATCH`]), applies them in order inside one write transaction, commits
+//! once, and only then answers each caller. While one batch is being fsync'd the next one
+//! queues up, so the batch size grows with the load without any timer.
+//!
+//! Reads (`load`, `list_keys`, `count`) do not go through the writer: redb serves read
+//! transactions concurrently with the writer, and they run on tokio's blocking pool.
+
+use std::{
+    ops::Bound,
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+        mpsc,
+    },
+    thread::JoinHandle,
+};
+
+use async_trait::async_trait;
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition};
+use tokio::sync::oneshot;
+
+use super::{
+    InstanceRecord, StateStore, StoreError, check_key, check_save, conflict, versions_match,
+};
+
+/// Key: instance key. Value: (version, updated_at_ms, workflow, snapshot as JSON text). The
+/// version comes first and stands apart so a save checks it without parsing the snapshot.
+/// The `_v1` suffix leaves room for a later layout beside this one.
+const INSTANCES: TableDefinition<&str, (u64, u64, &str, &str)> =
+    TableDefinition::new("instances_v1");
+
+/// Most ops committed in one transaction. Bounds the latency one batch adds to the next and
+/// the memory a transaction holds; large enough that the fsync, not the batch size, limits
+/// throughput.
+const MAX_BATCH: usize = 1024;
+
+/// A write request for the writer thread. Every op answers exactly once on `reply`.
+enum Op {
+    Save {
+        key: String,
+        expected: u64,
+        version: u64,
+        updated_at_ms: u64,
+        workflow: String,
+        snapshot_json: String,
+        reply: oneshot::Sender<Result<bool, StoreError>>,
+    },
+    Delete {
+        key: String,
+        expected: Option<u64>,
+        reply: oneshot::Sender<Result<bool, StoreError>>,
+    },
+}
+
+impl Op {
+    fn key(&self) -> &str {
+        match self {
+            Op::Save { key, .. } | Op::Delete { key, .. } => key,
+        }
+    }
+
+    fn answer(self, result: Result<bool, StoreError>) {
+        let reply = match self {
+            Op::Save { reply, .. } | Op::Delete { reply, .. } => reply,
+        };
+        // The caller may have given up (its future was dropped); nobody is left to tell.
+        let _ = reply.send(result);
+    }
+}
+
+/// What the writer thread has done, for tests, benchmarks and operators: `ops / commits` is
+/// the average group-commit batch size.
+#[derive(Debug, Default)]
+pub struct BatchStats {
+    /// Write transactions committed (one fsync each).
+    pub commits: AtomicU64,
+    /// Saves and deletes answered, conflicts included.
+    pub ops: AtomicU64,
+}
+
+/// Durable store in one redb file. Dropping it waits for the writer thread to finish the batch
+/// in hand (milliseconds: one commit) and closes the file, so the same path can be opened again
+/// right after.
+///
+/// The channel to the writer is unbounded, but every caller awaits its own op, so the queue
+/// never holds more ops than there are concurrent callers.
+pub struct EmbeddedStore {
+    name: String,
+    db: Arc<Database>,
+    stats: Arc<BatchStats>,
+    /// `Some` until `Drop` takes it to close the channel and join the thread.
+    writer: Option<(mpsc::Sender<Op>, JoinHandle<()>)>,
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store file at `path`, creating missing parent directories.
+    ///
+    /// Fails with [`StoreError::Unavailable`] when the directory cannot be created, the file is
+    /// not a redb file, or another process (or another `EmbeddedStore`) has it open.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if path.as_os_str().is_empty() {
+            return Err(StoreError::Config(
+                "embedded store needs a file path (embedded:/path/to/state.redb)".to_owned(),
+            ));
+        }
+        let name = format!("embedded:{}", path.display());
+        let opened = {
+            let name = name.clone();
+            tokio::task::spawn_blocking(move || open_file(&path, &name)).await
+        };
+        let db = Arc::new(opened.map_err(|e| {
+            StoreError::Unavailable(format!("{name}: opening the file panicked: {e}"))
+        })??);
+        let (tx, rx) = mpsc::channel();
+        let writer_db = Arc::clone(&db);
+        let stats = Arc::new(BatchStats::default());
+        let writer_stats = Arc::clone(&stats);
+        let thread = std::thread::Builder::new()
+            .name("store-writer".to_owned())
+            .spawn(move || run_writer(&writer_db, &rx, &writer_stats))
+            .map_err(|e| StoreError::Unavailable(format!("{name}: cannot start writer: {e}")))?;
+        Ok(Self {
+            name,
+            db,
+            stats,
+            writer: Some((tx, thread)),
+        })
+    }
+
+    /// Counters of the writer thread since open.
+    pub fn batch_stats(&self) -> &BatchStats {
+        &self.stats
+    }
+
+    async fn write(
+        &self,
+        op: Op,
+        reply: oneshot::Receiver<Result<bool, StoreError>>,
+    ) -> Result<bool, StoreError> {
+        let stopped = || StoreError::Unavailable(format!("{}: writer thread stopped", self.name));
+        let (tx, _) = self.writer.as_ref().ok_or_else(stopped)?;
+        tx.send(op).map_err(|_| stopped())?;
+        reply.await.map_err(|_| stopped())?
+    }
+
+    /// Runs `f` on a read transaction of the instances table, on the blocking pool.
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&redb::ReadOnlyTable<&str, (u64, u64, &str, &str)>) -> Result<T, StoreError>
+        + Send
+        + 'static,
+    ) -> Result<T, StoreError> {
+        let db = Arc::clone(&self.db);
+        let name = self.name.clone();
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(|e| storage(&name, e))?;
+            let table = txn.open_table(INSTANCES).map_err(|e| storage(&name, e))?;
+            f(&table)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("{}: read task failed: {e}", self.name)))?
+    }
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        if let Some((tx, thread)) = self.writer.take() {
+            // Closing the channel ends the writer loop once it has answered what it holds.
+            drop(tx);
+            // A panicked writer has already failed its callers; nothing more to report here.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+fn open_file(path: &PathBuf, name: &str) -> Result<Database, StoreError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Unavailable(format!("{name}: cannot create {}: {e}", dir.display()))
+        })?;
+    }
+    let db = Database::create(path).map_err(|e| storage(name, e))?;
+    // Create the table once, so read transactions never meet a missing table.
+    let txn = db.begin_write().map_err(|e| storage(name, e))?;
+    txn.open_table(INSTANCES).map_err(|e| storage(name, e))?;
+    txn.commit().map_err(|e| storage(name, e))?;
+    Ok(db)
+}
+
+fn storage(name: &str, e: impl Into<redb::Error>) -> StoreError {
+    StoreError::Unavailable(format!("{name}: {}", e.into()))
+}
+
+/// The writer thread: take what is waiting, commit it as one transaction, answer, repeat.
+/// Returns when every sender is gone (the store was dropped).
+fn run_writer(db: &Database, rx: &mpsc::Receiver<Op>, stats: &BatchStats) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        stats.ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        match commit_batch(db, &batch, stats) {
+            Ok(results) => {
+                for (op, result) in batch.into_iter().zip(results) {
+                    op.answer(result);
+                }
+            }
+            Err(e) => {
+                // Nothing in the batch is on disk: every caller hears it, none hears success.
+                let reason = e.to_string();
+                for op in batch {
+                    let msg = format!("embedded store write of {:?} failed: {reason}", op.key());
+                    op.answer(Err(StoreError::Unavailable(msg)));
+                }
+            }
+        }
+    }
+}
+
+/// Applies `batch` in order in one write transaction and commits it durably. The outer error
+/// (storage failure) fails the whole batch; the inner results are per op (a conflict for one
+/// key does not touch the others).
+fn commit_batch(
+    db: &Database,
+    batch: &[Op],
+    stats: &BatchStats,
+) -> Result<Vec<Result<bool, StoreError>>, redb::Error> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    let mut changed = false;
+    let results = {
+        let mut table = txn.open_table(INSTANCES)?;
+        let mut results = Vec::with_capacity(batch.len());
+        for op in batch {
+            let result = apply(&mut table, op)?;
+            changed |= matches!(
+                (op, &result),
+                (Op::Save { .. }, Ok(_)) | (Op::Delete { .. }, Ok(true))
+            );
+            results.push(result);
+        }
+        results
+    };
+    if changed {
+        txn.commit()?;
+        stats.commits.fetch_add(1, Ordering::Relaxed);
+    } else {
+        // Only conflicts and no-op deletes: skip the fsync.
+        txn.abort()?;
+    }
+    Ok(results)
+}
+
+fn apply(
+    table: &mut Table<&str, (u64, u64, &str, &str)>,
+    op: &Op,
+) -> Result<Result<bool, StoreError>, redb::Error> {
+    let key = op.key();
+    let current = table.get(key)?.map(|guard| guard.value().0);
+    match op {
+        Op::Save {
+            expected,
+            version,
+            updated_at_ms,
+            workflow,
+            snapshot_json,
+            ..
+        } => {
+            if !versions_match(current, *expected) {
+                return Ok(Err(conflict(key, *expected, current)));
+            }
+            table.insert(
+                key,
+                (
+                    *version,
+                    *updated_at_ms,
+                    workflow.as_str(),
+                    snapshot_json.as_str(),
+                ),
+            )?;
+            Ok(Ok(true))
+        }
+        Op::Delete { expected, .. } => {
+            if let Some(expected) = expected
+                && current != Some(*expected)
+            {
+                return Ok(Err(conflict(key, *expected, current)));
+            }
+            Ok(Ok(table.remove(key)?.is_some()))
+        }
+    }
+}
+
+#[async_trait]
+impl StateStore for EmbeddedStore {
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
+        let key = key.to_owned();
+        let name = self.name.clone();
+        self.read(move |table| {
+            let Some(guard) = table.get(key.as_str()).map_err(|e| storage(&name, e))? else {
+                return Ok(None);
+            };
+            let (version, updated_at_ms, workflow, snapshot_json) = guard.value();
+            let snapshot =
+                serde_json::from_str(snapshot_json).map_err(|e| StoreError::Corrupt {
+                    key: key.clone(),
+                    reason: format!("snapshot is not JSON: {e}"),
+                })?;
+            Ok(Some(InstanceRecord {
+                workflow: workflow.to_owned(),
+                snapshot,
+                version,
+                updated_at_ms,
+            }))
+        })
+        .await
+    }
+
+    async fn save(
+        &self,
+        key: &str,
+        record: &InstanceRecord,
+        expected: u64,
+    ) -> Result<(), StoreError> {
+        check_save(key, record, expected)?;
+        // Serialized here, on the caller's task, so the writer thread only copies bytes.
+        let snapshot_json = record.snapshot.to_string();
+        let (reply, answer) = oneshot::channel();
+        let op = Op::Save {
+            key: key.to_owned(),
+            expected,
+            version: record.version,
+            updated_at_ms: record.updated_at_ms,
+            workflow: record.workflow.clone(),
+            snapshot_json,
+            reply,
+        };
+        self.write(op, answer).await.map(|_| ())
+    }
+
+    async fn delete(&self, key: &str, expected: Option<u64>) -> Result<bool, StoreError> {
+        check_key(key)?;
+        let (reply, answer) = oneshot::channel();
+        let op = Op::Delete {
+            key: key.to_owned(),
+            expected,
+            reply,
+        };
+        self.write(op, answer).await
+    }
+
+    async fn list_keys(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let prefix = prefix.to_owned();
+        let after = after.map(str::to_owned);
+        let name = self.name.clone();
+        self.read(move |table| {
+            let start = match &after {
+                Some(after) if after.as_str() >= prefix.as_str() => Bound::Excluded(after.as_str()),
+                _ => Bound::Included(prefix.as_str()),
+            };
+            let mut keys = Vec::new();
+            for entry in table
+                .range::<&str>((start, Bound::Unbounded))
+                .map_err(|e| storage(&name, e))?
+            {
+                let (key, _) = entry.map_err(|e| storage(&name, e))?;
+                let key = key.value();
+                if !key.starts_with(prefix.as_str()) || keys.len() >= limit {
+                    break;
+                }
+                keys.push(key.to_owned());
+            }
+            Ok(keys)
+        })
+        .await
+    }
+
+    async fn count(&self, prefix: &str) -> Result<u64, StoreError> {
+        let prefix = prefix.to_owned();
+        let name = self.name.clone();
+        self.read(move |table| {
+            let mut n = 0;
+            for entry in table
+                .range::<&str>(prefix.as_str()..)
+                .map_err(|e| storage(&name, e))?
+            {
+                let (key, _) = entry.map_err(|e| storage(&name, e))?;
+                if !key.value().starts_with(prefix.as_str()) {
+                    break;
+                }
+                n += 1;
+            }
+            Ok(n)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests;

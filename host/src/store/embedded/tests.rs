@@ -1,0 +1,81 @@
+//! Tests of what only the embedded store promises: durability across reopen, one open per
+//! file, and group commit that batches without letting one conflict fail its neighbours.
+
+use std::sync::{Arc, atomic::Ordering};
+
+use serde_json::json;
+
+use super::{EmbeddedStore, InstanceRecord, StateStore, StoreError};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saved_state_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b/state.redb");
+    let v1 = InstanceRecord::first("invoice", json!({"value": "draft"}));
+    let v2 = v1.next(json!({"value": "review"}));
+    {
+        let store = EmbeddedStore::open(&path).await.unwrap();
+        store.save("inv", &v1, 0).await.unwrap();
+        store.save("inv", &v2, 1).await.unwrap();
+        // A second store on the same file would have its own writer: refused.
+        let again = EmbeddedStore::open(&path).await;
+        assert!(
+            matches!(again, Err(StoreError::Unavailable(_))),
+            "{again:?}"
+        );
+    }
+    let store = EmbeddedStore::open(&path).await.unwrap();
+    assert_eq!(store.load("inv").await.unwrap(), Some(v2.clone()));
+    assert!(matches!(
+        store.save("inv", &v2, 1).await,
+        Err(StoreError::Conflict {
+            current: Some(2),
+            ..
+        })
+    ));
+}
+
+/// Concurrent saves share commits, and a stale writer in a batch fails alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_isolates_conflicts() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(
+        EmbeddedStore::open(dir.path().join("s.redb"))
+            .await
+            .unwrap(),
+    );
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let rec = InstanceRecord::first("w", json!(i));
+                // Odd tasks claim to update a record that does not exist: a conflict.
+                let expected = if i % 2 == 0 { 0 } else { 7 };
+                let rec = InstanceRecord {
+                    version: expected + 1,
+                    ..rec
+                };
+                (i, store.save(&format!("k{i}"), &rec, expected).await)
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (i, result) = task.await.unwrap();
+        if i % 2 == 0 {
+            result.unwrap();
+        } else {
+            assert!(matches!(
+                result,
+                Err(StoreError::Conflict { current: None, .. })
+            ));
+        }
+    }
+    assert_eq!(store.count("k").await.unwrap(), 100);
+    let commits = store.batch_stats().commits.load(Ordering::Relaxed);
+    let ops = store.batch_stats().ops.load(Ordering::Relaxed);
+    assert_eq!(ops, 200);
+    assert!(
+        commits < 100,
+        "expected batching, got {commits} commits for 100 saves"
+    );
+}

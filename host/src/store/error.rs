@@ -1,0 +1,70 @@
+//! `StoreError`: the one error type every [`super::StateStore`] returns.
+//!
+//! This module owns the error vocabulary of the store layer. It must not know about MCP or the
+//! client: what a caller of `tools/call` sees is built elsewhere, from these variants.
+
+use thiserror::Error;
+
+/// Why a store operation failed.
+///
+/// The variants are split by what the caller should do next: `Conflict` means "re-read and
+/// decide", `Unavailable` means "the write did not happen (or may not have); try later",
+/// `Corrupt` and `Invalid` are bugs or damage that retrying will not fix.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// A compare-and-set save or delete lost: the stored version is not the one the writer read.
+    /// `current` is the version found (`None`: no record exists).
+    #[error("version conflict on {key:?}: expected version {expected}, store has {}", fmt_version(.current))]
+    Conflict {
+        /// The record's key.
+        key: String,
+        /// The version the writer read (`0`: it expected no record).
+        expected: u64,
+        /// The version stored now (`None`: no record).
+        current: Option<u64>,
+    },
+
+    /// The store could not be reached or did not answer in time. The message names the store
+    /// and what happened ("redis://127.0.0.1:6379: timed out after 2s", "connection refused").
+    /// A save that fails with this did not report success; whether it was applied is unknown
+    /// only when the message says the reply timed out.
+    #[error("state store unavailable: {0}")]
+    Unavailable(String),
+
+    /// A stored record could not be decoded.
+    #[error("corrupt record {key:?}: {reason}")]
+    Corrupt {
+        /// The record's key (the prefix, for a listing).
+        key: String,
+        /// What could not be decoded.
+        reason: String,
+    },
+
+    /// The caller asked for something the contract forbids (empty key, `record.version` not
+    /// `expected + 1`, a version too large for the backend). A bug in the caller, not an outage.
+    #[error("invalid store request for {key:?}: {reason}")]
+    Invalid {
+        /// The key of the request.
+        key: String,
+        /// Which rule the request broke.
+        reason: String,
+    },
+
+    /// The store URL or options are wrong (unknown scheme, bad namespace, unparsable URL).
+    #[error("state store configuration: {0}")]
+    Config(String),
+}
+
+fn fmt_version(current: &Option<u64>) -> String {
+    match current {
+        Some(v) => format!("version {v}"),
+        None => "no record".to_owned(),
+    }
+}
+
+impl StoreError {
+    /// True for errors worth retrying later without changing the request.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}

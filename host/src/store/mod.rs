@@ -1,0 +1,362 @@
+//! The store layer: where workflow instances live between transitions.
+//!
+//! This module owns the [`StateStore`] contract, the [`InstanceRecord`] it stores, and [`open`],
+//! which picks an implementation from a URL. It must not know about actors, MCP or the
+//! statechart: a snapshot is an opaque JSON value here, and a key is an opaque string.
+//!
+//! # Layout
+//!
+//! - `error.rs`: [`StoreError`], the one error type.
+//! - `memory.rs`: [`MemoryStore`], in-process, for tests and throwaway servers.
+//! - `embedded.rs`: [`EmbeddedStore`], one redb file, fsync'd, with group commit
+//!   (`embedded/tests.rs`: its own tests).
+//! - `redis.rs`: [`RedisStore`], shared by several server processes; CAS in a Lua script.
+//! - `postgres.rs`: [`PostgresStore`], one table; CAS in `UPDATE … WHERE version = $n`.
+//! - `contract.rs` (tests only): the one suite every store must pass.
+//! - `outage.rs` (tests only): servers killed, stalled and restarted under the remote stores.
+//!
+//! **Architecture Invariant:** a save that returns `Ok` is stored as durably as the backend
+//! promises (on disk for the embedded store, acknowledged by the server for Redis/PostgreSQL);
+//! no store ever overwrites a record whose version is not the one the writer read.
+
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use serde::{Deserialize, Serialize};
+
+mod embedded;
+mod error;
+mod memory;
+mod postgres;
+mod redis;
+
+#[cfg(test)]
+mod contract;
+#[cfg(test)]
+mod outage;
+
+pub use self::{
+    embedded::{BatchStats, EmbeddedStore},
+    error::StoreError,
+    memory::MemoryStore,
+    postgres::PostgresStore,
+    redis::{ChangedStream, RedisStore},
+};
+
+/// One workflow instance as stored: what an instance actor needs to come back to life.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceRecord {
+    /// Id of the workflow definition this instance runs.
+    pub workflow: String,
+    /// The engine's snapshot, opaque to the store.
+    pub snapshot: serde_json::Value,
+    /// Number of saves so far: 1 after the first save. Never 0 in a stored record.
+    pub version: u64,
+    /// When this version was written, in unix milliseconds (informational; never compared).
+    pub updated_at_ms: u64,
+}
+
+impl InstanceRecord {
+    /// A record for a new instance (version 1, stamped now): save it with `expected = 0`.
+    pub fn first(workflow: impl Into<String>, snapshot: serde_json::Value) -> Self {
+        Self {
+            workflow: workflow.into(),
+            snapshot,
+            version: 1,
+            updated_at_ms: now_ms(),
+        }
+    }
+
+    /// The record that follows `self` with a new snapshot: save it with
+    /// `expected = self.version`.
+    pub fn next(&self, snapshot: serde_json::Value) -> Self {
+        Self {
+            workflow: self.workflow.clone(),
+            snapshot,
+            version: self.version + 1,
+            updated_at_ms: now_ms(),
+        }
+    }
+}
+
+/// Current wall-clock time in unix milliseconds (0 if the clock is before 1970).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Persistence for workflow instances, keyed by the instance's handle.
+///
+/// Every implementation is `Send + Sync` and is used as `Arc<dyn StateStore>`. Writes are
+/// compare-and-set on the record's version, so two writers that read the same version can never
+/// both succeed: the loser gets [`StoreError::Conflict`] and the stored record is the winner's.
+/// Remote stores bound every operation by a timeout and report [`StoreError::Unavailable`]
+/// instead of hanging; they reconnect on their own once the server is back.
+#[async_trait::async_trait]
+pub trait StateStore: Send + Sync {
+    /// Where this store keeps its data, for logs and errors ("memory:", "embedded:/var/…",
+    /// "redis://host:6379"). Never contains a password.
+    fn describe(&self) -> String;
+
+    /// The record stored under `key`. Returns `Ok(None)` when no record exists.
+    async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError>;
+
+    /// Stores `record` under `key` if and only if the stored version is `expected` (`0`: no
+    /// record may exist yet). `record.version` must be `expected + 1`, else
+    /// [`StoreError::Invalid`] and nothing is written.
+    ///
+    /// Returns `Ok(())` only once the record is stored as durably as the backend promises.
+    /// A stale writer gets [`StoreError::Conflict`] with the version it should have read.
+    /// After [`StoreError::Unavailable`], or if the future is dropped before it completes, the
+    /// save may or may not have been applied: load before deciding what to do next.
+    async fn save(
+        &self,
+        key: &str,
+        record: &InstanceRecord,
+        expected: u64,
+    ) -> Result<(), StoreError>;
+
+    /// Removes the record under `key`. With `expected = Some(v)` only if the stored version is
+    /// `v` (else [`StoreError::Conflict`], also when the record is absent); with `None`
+    /// unconditionally. Returns whether a record was removed.
+    async fn delete(&self, key: &str, expected: Option<u64>) -> Result<bool, StoreError>;
+
+    /// Up to `limit` keys starting with `prefix`, in ascending byte order, strictly after
+    /// `after` when given. Page through everything by passing the last key of one page as
+    /// `after` for the next; an empty page means the end. For operators, not for hot paths.
+    async fn list_keys(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError>;
+
+    /// How many records have a key starting with `prefix` (`""`: all of them).
+    async fn count(&self, prefix: &str) -> Result<u64, StoreError>;
+}
+
+/// Options for [`open`]. `Default` is what a server should use unless told otherwise.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Upper bound for every remote operation, reply included (default 2 s). A save that
+    /// exceeds it returns [`StoreError::Unavailable`]; it may or may not have been applied.
+    pub op_timeout: Duration,
+    /// Upper bound for establishing one connection (default 2 s).
+    pub connect_timeout: Duration,
+    /// Names this deployment's data: the Redis key prefix (`{namespace}:…`, pub/sub channel
+    /// `{namespace}:changed`) and the PostgreSQL table (`{namespace}_instances`). ASCII
+    /// lowercase letters, digits and `_`, starting with a letter, at most 48 characters.
+    /// Default `"turnstile"`. Tests use a unique one each so parallel runs do not collide.
+    pub namespace: String,
+    /// Maximum PostgreSQL connections (default 16).
+    pub pool_size: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            op_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+            namespace: "turnstile".to_owned(),
+            pool_size: 16,
+        }
+    }
+}
+
+impl StoreOptions {
+    fn check_namespace(&self) -> Result<(), StoreError> {
+        let ns = &self.namespace;
+        let ok = ns.len() <= 48
+            && ns.starts_with(|c: char| c.is_ascii_lowercase())
+            && ns
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if ok {
+            Ok(())
+        } else {
+            Err(StoreError::Config(format!(
+                "namespace {ns:?} must be 1-48 of [a-z0-9_], starting with a letter"
+            )))
+        }
+    }
+}
+
+/// Opens the store a URL names:
+///
+/// - `memory:` — [`MemoryStore`];
+/// - `embedded:/path/to/file.redb`, or a plain path (absolute, `./…`, or ending in `.redb`) —
+///   [`EmbeddedStore`], creating the file and its parent directories on first start;
+/// - `redis://…` — [`RedisStore`] (`rediss://` is recognised but refused with
+///   [`StoreError::Config`]: no TLS support is built in);
+/// - `postgres://…`, `postgresql://…` — [`PostgresStore`], creating or migrating its table
+///   (plain TCP or a Unix socket; no TLS).
+///
+/// Remote stores are contacted before this returns: a server that is down gives
+/// [`StoreError::Unavailable`] within `options.connect_timeout` (plus one op timeout).
+pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn StateStore>, StoreError> {
+    options.check_namespace()?;
+    if url == "memory:" || url == "memory" {
+        return Ok(Arc::new(MemoryStore::new()));
+    }
+    if let Some(path) = url.strip_prefix("embedded:") {
+        return Ok(Arc::new(EmbeddedStore::open(path).await?));
+    }
+    if url.starts_with("redis://") || url.starts_with("rediss://") {
+        return Ok(Arc::new(RedisStore::connect(url, options).await?));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Arc::new(PostgresStore::connect(url, options).await?));
+    }
+    if !url.contains("://")
+        && (url.starts_with('/') || url.starts_with("./") || url.ends_with(".redb"))
+    {
+        return Ok(Arc::new(EmbeddedStore::open(url).await?));
+    }
+    Err(StoreError::Config(format!(
+        "unknown state store URL {url:?}: expected memory:, embedded:PATH, a path, redis:// or postgres://"
+    )))
+}
+
+/// Longest key any store accepts, in bytes. Handles are far shorter; the bound keeps a bug from
+/// writing megabyte keys into Redis or a PostgreSQL index.
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// The checks every store makes before a save, so all stores reject the same requests.
+fn check_save(key: &str, record: &InstanceRecord, expected: u64) -> Result<(), StoreError> {
+    check_key(key)?;
+    if expected.checked_add(1) != Some(record.version) {
+        return Err(invalid(
+            key,
+            format!(
+                "record.version is {} but must be expected + 1 = {}",
+                record.version,
+                expected.saturating_add(1)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_key(key: &str) -> Result<(), StoreError> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(invalid(key, format!("key must be 1..={MAX_KEY_LEN} bytes")));
+    }
+    Ok(())
+}
+
+/// Whether a save with `expected` may replace what is stored (`current`: stored version).
+/// Stored versions are never 0, so `expected == 0` means "must not exist".
+fn versions_match(current: Option<u64>, expected: u64) -> bool {
+    current.unwrap_or(0) == expected
+}
+
+fn conflict(key: &str, expected: u64, current: Option<u64>) -> StoreError {
+    StoreError::Conflict {
+        key: key.to_owned(),
+        expected,
+        current,
+    }
+}
+
+fn invalid(key: &str, reason: impl Into<String>) -> StoreError {
+    StoreError::Invalid {
+        key: key.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// An error and its causes, "outer: inner: root", since driver errors often keep the useful
+/// part ("Connection refused") in their source. Skips a cause whose text the outer already has.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// `url` without its password, for messages and logs: `redis://user:secret@h/0` →
+/// `redis://user:***@h/0`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &rest[..at];
+    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+    let masked = if user.len() == userinfo.len() {
+        user.to_owned()
+    } else {
+        format!("{user}:***")
+    };
+    format!("{scheme}://{masked}{}", &rest[at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{StoreError, StoreOptions, open, redact};
+
+    #[test]
+    fn redact_hides_passwords_only() {
+        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://:secret@h"), "redis://:***@h");
+        assert_eq!(
+            redact("postgres://postgres@h/test"),
+            "postgres://postgres@h/test"
+        );
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact("memory:"), "memory:");
+    }
+
+    #[tokio::test]
+    async fn open_picks_the_store_from_the_url() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions::default();
+        assert_eq!(
+            open("memory:", &options).await.unwrap().describe(),
+            "memory:"
+        );
+        let explicit = dir.path().join("x/one.redb");
+        let store = open(&format!("embedded:{}", explicit.display()), &options)
+            .await
+            .unwrap();
+        assert!(store.describe().ends_with("x/one.redb"));
+        assert!(explicit.exists());
+        let plain = dir.path().join("two.redb");
+        open(plain.to_str().unwrap(), &options).await.unwrap();
+        assert!(plain.exists());
+        for bad in [
+            "ftp://x",
+            "relative-name",
+            "",
+            "embedded:",
+            "rediss://127.0.0.1:1",
+        ] {
+            assert!(
+                matches!(open(bad, &options).await, Err(StoreError::Config(_))),
+                "{bad}"
+            );
+        }
+        let bad_ns = StoreOptions {
+            namespace: "Bad-Name".into(),
+            ..StoreOptions::default()
+        };
+        assert!(matches!(
+            open("memory:", &bad_ns).await,
+            Err(StoreError::Config(_))
+        ));
+    }
+}

@@ -1,0 +1,427 @@
+//! `PostgresStore`: instances in one PostgreSQL table.
+//!
+//! This module owns the table's schema (created or migrated on start), the SQL of every
+//! operation and the connection pool. It must not hold a transaction open across an await that
+//! waits on anything but PostgreSQL, and must not report success for a write whose statement
+//! did not return.
+//!
+//! The table is `{namespace}_instances`:
+//! `key text COLLATE "C" PRIMARY KEY, workflow text, snapshot jsonb, version bigint,
+//! updated_at timestamptz`. The "C" collation makes the primary key's order byte order (what
+//! `list_keys` promises) and lets `LIKE 'prefix%'` use the index.
+//!
+//! Compare-and-set is one statement: `INSERT … ON CONFLICT DO NOTHING` for version 1,
+//! `UPDATE … WHERE key = $1 AND version = $n` after that. PostgreSQL's row lock makes the check
+//! and the write atomic; when no row changes, a follow-up `SELECT` reports the current version.
+//!
+//! Outages: a `deadpool-postgres` pool. Connections that died are dropped when next taken from
+//! the pool and new ones are made as needed, so the store recovers on its own; every operation
+//! (taking a connection included) runs under `op_timeout`.
+
+use std::{future::Future, time::Duration};
+
+use async_trait::async_trait;
+use deadpool_postgres::{
+    Manager, ManagerConfig, Pool, RecyclingMethod, Runtime,
+    tokio_postgres::{self, NoTls, Row},
+};
+
+use super::{
+    InstanceRecord, StateStore, StoreError, StoreOptions, chain, check_key, check_save, conflict,
+    invalid, redact,
+};
+
+/// Every statement, with the table name filled in once at connect time (the namespace is
+/// validated to `[a-z0-9_]`, so interpolating it is safe).
+struct Sql {
+    load: String,
+    insert: String,
+    update: String,
+    version: String,
+    delete: String,
+    delete_if: String,
+    list: String,
+    count: String,
+}
+
+impl Sql {
+    fn new(t: &str) -> Self {
+        Self {
+            load: format!(
+                "SELECT workflow, snapshot, version, \
+                 (EXTRACT(EPOCH FROM updated_at) * 1000)::bigint FROM {t} WHERE key = $1"
+            ),
+            insert: format!(
+                "INSERT INTO {t} (key, workflow, snapshot, version, updated_at) \
+                 VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000)) \
+                 ON CONFLICT (key) DO NOTHING"
+            ),
+            update: format!(
+                "UPDATE {t} SET workflow = $2, snapshot = $3, version = $4, \
+                 updated_at = to_timestamp($5::float8 / 1000) WHERE key = $1 AND version = $6"
+            ),
+            version: format!("SELECT version FROM {t} WHERE key = $1"),
+            delete: format!("DELETE FROM {t} WHERE key = $1"),
+            delete_if: format!("DELETE FROM {t} WHERE key = $1 AND version = $2"),
+            list: format!(
+                "SELECT key FROM {t} WHERE key LIKE $1 AND key > $2 ORDER BY key LIMIT $3"
+            ),
+            count: format!("SELECT count(*) FROM {t} WHERE key LIKE $1"),
+        }
+    }
+}
+
+/// PostgreSQL-backed store.
+pub struct PostgresStore {
+    name: String,
+    pool: Pool,
+    table: String,
+    op_timeout: Duration,
+    sql: Sql,
+}
+
+impl PostgresStore {
+    /// Connects to `url`, then creates the table (or adds what an older layout lacks).
+    ///
+    /// Fails with [`StoreError::Unavailable`] (naming the URL, password removed) when the server
+    /// cannot be reached within `connect_timeout` or the migration does not finish within
+    /// `op_timeout`, and with [`StoreError::Config`] when the URL does not parse.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
+        options.check_namespace()?;
+        let name = redact(url);
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| StoreError::Config(format!("{name}: bad PostgreSQL URL: {e}")))?;
+        config.connect_timeout(options.connect_timeout);
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            // `Fast` only drops connections whose socket is closed: after a server restart
+            // every old connection is closed, and a query on a half-dead one fails (and is
+            // dropped next time) rather than hanging, thanks to the op timeout.
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(options.op_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.op_timeout))
+            .build()
+            .map_err(|e| StoreError::Config(format!("{name}: pool: {e}")))?;
+        let table = format!("{}_instances", options.namespace);
+        let store = Self {
+            name,
+            pool,
+            sql: Sql::new(&table),
+            table,
+            op_timeout: options.op_timeout,
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Creates the table, or brings an older one up to date. Serialized across processes by an
+    /// advisory lock, since two servers starting at once would both try `CREATE TABLE`.
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let t = &self.table;
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {t} (
+                 key text COLLATE \"C\" PRIMARY KEY,
+                 workflow text NOT NULL,
+                 snapshot jsonb NOT NULL,
+                 version bigint NOT NULL CHECK (version > 0)
+             );
+             ALTER TABLE {t} ADD COLUMN IF NOT EXISTS
+                 updated_at timestamptz NOT NULL DEFAULT now();"
+        );
+        self.bounded("migrate", async {
+            let mut client = self.pool.get().await.map_err(|e| self.down("connect", e))?;
+            let txn = client
+                .transaction()
+                .await
+                .map_err(|e| self.down("migrate", e))?;
+            txn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('turnstile_store_migrate'))",
+                &[],
+            )
+            .await
+            .map_err(|e| self.down("migrate lock", e))?;
+            txn.batch_execute(&ddl)
+                .await
+                .map_err(|e| self.down("migrate", e))?;
+            txn.commit()
+                .await
+                .map_err(|e| self.down("migrate commit", e))
+        })
+        .await
+    }
+
+    /// Runs `op` under `op_timeout`.
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        op: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(self.op_timeout, op)
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::Unavailable(format!(
+                    "{}: {what} timed out after {:?}",
+                    self.name, self.op_timeout
+                )))
+            })
+    }
+
+    fn down(&self, what: &str, e: impl std::error::Error) -> StoreError {
+        StoreError::Unavailable(format!("{}: {what} failed: {}", self.name, chain(&e)))
+    }
+
+    /// Runs one statement on a pooled connection, under `op_timeout`.
+    async fn query(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        self.bounded(what, async {
+            let client = self.pool.get().await.map_err(|e| self.down(what, e))?;
+            let stmt = client
+                .prepare_cached(sql)
+                .await
+                .map_err(|e| self.down(what, e))?;
+            client
+                .query(&stmt, params)
+                .await
+                .map_err(|e| self.down(what, e))
+        })
+        .await
+    }
+
+    /// Like [`Self::query`], for statements that return a row count.
+    async fn execute(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        self.bounded(what, async {
+            let client = self.pool.get().await.map_err(|e| self.down(what, e))?;
+            let stmt = client
+                .prepare_cached(sql)
+                .await
+                .map_err(|e| self.down(what, e))?;
+            client
+                .execute(&stmt, params)
+                .await
+                .map_err(|e| self.down(what, e))
+        })
+        .await
+    }
+
+    /// The stored version of `key`, after a conditional write changed nothing.
+    async fn current_version(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        let rows = self
+            .query("read version", &self.sql.version, &[&key])
+            .await?;
+        rows.first()
+            .map(|row| version_from(key, column(key, row, 0)?))
+            .transpose()
+    }
+
+    /// Drops this store's table. For tests: a namespace per test keeps parallel runs apart.
+    #[cfg(test)]
+    pub(super) async fn destroy_namespace(&self) -> Result<(), StoreError> {
+        let sql = format!("DROP TABLE IF EXISTS {}", self.table);
+        self.bounded("drop table", async {
+            let client = self.pool.get().await.map_err(|e| self.down("drop", e))?;
+            client
+                .batch_execute(&sql)
+                .await
+                .map_err(|e| self.down("drop", e))
+        })
+        .await
+    }
+}
+
+/// Column `idx` of `row`; a type that does not match the schema is a corrupt table, not a
+/// panic.
+fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
+    key: &str,
+    row: &'a Row,
+    idx: usize,
+) -> Result<T, StoreError> {
+    row.try_get(idx).map_err(|e| StoreError::Corrupt {
+        key: key.to_owned(),
+        reason: format!("column {idx}: {e}"),
+    })
+}
+
+fn version_from(key: &str, v: i64) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt {
+        key: key.to_owned(),
+        reason: format!("negative version {v}"),
+    })
+}
+
+/// Versions are `bigint`: refuse what does not fit instead of wrapping.
+fn pg_version(key: &str, v: u64) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| invalid(key, format!("version {v} exceeds PostgreSQL bigint")))
+}
+
+/// A `LIKE` pattern matching keys that start with `prefix` (backslash is `LIKE`'s escape).
+fn like_prefix(prefix: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + 1);
+    for c in prefix.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
+#[async_trait]
+impl StateStore for PostgresStore {
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
+        let rows = self.query("load", &self.sql.load, &[&key]).await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let updated_at: i64 = column(key, row, 3)?;
+        Ok(Some(InstanceRecord {
+            workflow: column(key, row, 0)?,
+            snapshot: column(key, row, 1)?,
+            version: version_from(key, column(key, row, 2)?)?,
+            // Before 1970 only if someone edited the row by hand; 0 says "unknown".
+            updated_at_ms: u64::try_from(updated_at).unwrap_or(0),
+        }))
+    }
+
+    async fn save(
+        &self,
+        key: &str,
+        record: &InstanceRecord,
+        expected: u64,
+    ) -> Result<(), StoreError> {
+        check_save(key, record, expected)?;
+        let version = pg_version(key, record.version)?;
+        // f64 holds every millisecond timestamp up to the year 287,000 exactly.
+        let updated_at = record.updated_at_ms as f64;
+        let changed = if expected == 0 {
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+                &key,
+                &record.workflow,
+                &record.snapshot,
+                &version,
+                &updated_at,
+            ];
+            self.execute("save", &self.sql.insert, &params).await?
+        } else {
+            let expected = pg_version(key, expected)?;
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+                &key,
+                &record.workflow,
+                &record.snapshot,
+                &version,
+                &updated_at,
+                &expected,
+            ];
+            self.execute("save", &self.sql.update, &params).await?
+        };
+        if changed == 1 {
+            return Ok(());
+        }
+        Err(conflict(key, expected, self.current_version(key).await?))
+    }
+
+    async fn delete(&self, key: &str, expected: Option<u64>) -> Result<bool, StoreError> {
+        check_key(key)?;
+        let Some(expected) = expected else {
+            return Ok(self.execute("delete", &self.sql.delete, &[&key]).await? == 1);
+        };
+        let pg_expected = pg_version(key, expected)?;
+        if self
+            .execute("delete", &self.sql.delete_if, &[&key, &pg_expected])
+            .await?
+            == 1
+        {
+            return Ok(true);
+        }
+        Err(conflict(key, expected, self.current_version(key).await?))
+    }
+
+    async fn list_keys(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let pattern = like_prefix(prefix);
+        // "" sorts before every key, so it means "from the start".
+        let after = after.unwrap_or("");
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .query("list", &self.sql.list, &[&pattern, &after, &limit])
+            .await?;
+        rows.iter().map(|row| column(prefix, row, 0)).collect()
+    }
+
+    async fn count(&self, prefix: &str) -> Result<u64, StoreError> {
+        let rows = self
+            .query("count", &self.sql.count, &[&like_prefix(prefix)])
+            .await?;
+        // count(*) returns exactly one row, with a non-negative bigint.
+        let n: i64 = rows.first().map_or(Ok(0), |row| column(prefix, row, 0))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::contract::{postgres_url, unique_options};
+    use super::{InstanceRecord, PostgresStore, StateStore, tokio_postgres};
+
+    /// A table from before `updated_at` existed is brought up to date on connect.
+    #[tokio::test]
+    async fn migrates_an_older_table() {
+        let url = postgres_url();
+        let options = unique_options();
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL at {url}: {e}"));
+        tokio::spawn(conn);
+        let table = format!("{}_instances", options.namespace);
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE {table} (key text COLLATE \"C\" PRIMARY KEY, workflow text NOT NULL, \
+                 snapshot jsonb NOT NULL, version bigint NOT NULL);
+                 INSERT INTO {table} VALUES ('old', 'invoice', '{{\"value\":\"draft\"}}', 1);"
+            ))
+            .await
+            .unwrap();
+        let store = PostgresStore::connect(&url, &options).await.unwrap();
+        let old = store.load("old").await.unwrap().expect("old row kept");
+        assert_eq!(
+            (old.version, old.snapshot.clone()),
+            (1, json!({"value": "draft"}))
+        );
+        store
+            .save("old", &old.next(json!({"value": "review"})), 1)
+            .await
+            .unwrap();
+        let new = InstanceRecord::first("invoice", json!(null));
+        store.save("new", &new, 0).await.unwrap();
+        assert_eq!(store.load("new").await.unwrap(), Some(new));
+        store.destroy_namespace().await.unwrap();
+    }
+}

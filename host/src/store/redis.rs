@@ -1,0 +1,403 @@
+//! `RedisStore`: instances in Redis, so several server processes can share them.
+//!
+//! This module owns the key layout, the two Lua scripts that make save and delete
+//! compare-and-set, and the `{namespace}:changed` pub/sub channel. It must not cache records
+//! (another process may have written since) and must not report success for a write Redis did
+//! not confirm.
+//!
+//! Layout, with `ns` the configured namespace:
+//! - `ns:i:<key>`: a hash with fields `v` (version, decimal), `w` (workflow), `s` (snapshot JSON),
+//!   `t` (updated_at_ms);
+//! - `ns:index`: a sorted set of every key, all scores 0, so listing by prefix is a lexical range
+//!   (`ZRANGEBYLEX`) instead of a `SCAN` over the keyspace;
+//! - `ns:changed`: pub/sub channel carrying the key of an instance that changed.
+//!
+//! The record and the index live in different hash slots: Redis Cluster is not supported.
+//!
+//! Outages: one multiplexed connection under [`ConnectionManager`], which reconnects in the
+//! background after the connection drops; every operation also runs under `op_timeout`, so a
+//! caller waiting on a reconnect gets [`StoreError::Unavailable`] instead of hanging.
+
+use std::{future::Future, pin::Pin, time::Duration};
+
+use async_trait::async_trait;
+use futures_util::{Stream, StreamExt};
+use redis::{
+    AsyncCommands, RedisError, Script,
+    aio::{ConnectionManager, ConnectionManagerConfig},
+};
+
+use super::{
+    InstanceRecord, StateStore, StoreError, StoreOptions, chain, check_key, check_save, conflict,
+    redact,
+};
+
+/// CAS save. KEYS: record hash, index. ARGV: expected, version, workflow, snapshot,
+/// updated_at_ms, key. Returns "ok", or the stored version ("none" when absent) on conflict.
+/// Versions are compared as decimal strings: Lua numbers are doubles and would round above 2^53.
+const SAVE_LUA: &str = r"
+local cur = redis.call('HGET', KEYS[1], 'v')
+if cur then
+  if cur ~= ARGV[1] then return cur end
+elseif ARGV[1] ~= '0' then
+  return 'none'
+end
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'w', ARGV[3], 's', ARGV[4], 't', ARGV[5])
+redis.call('ZADD', KEYS[2], 0, ARGV[6])
+return 'ok'
+";
+
+/// Delete, conditional when ARGV[1] is not empty. KEYS: record hash, index. ARGV: expected or
+/// "", key. Returns "deleted", "absent", or the stored version ("none") on conflict.
+const DELETE_LUA: &str = r"
+local cur = redis.call('HGET', KEYS[1], 'v')
+if ARGV[1] ~= '' and cur ~= ARGV[1] then
+  if cur then return cur else return 'none' end
+end
+local n = redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+if n == 1 then return 'deleted' else return 'absent' end
+";
+
+/// Redis-backed store. Cheap to share: the connection is multiplexed.
+pub struct RedisStore {
+    name: String,
+    client: redis::Client,
+    con: ConnectionManager,
+    namespace: String,
+    op_timeout: Duration,
+    save_script: Script,
+    delete_script: Script,
+}
+
+/// Stream of changed instance keys from [`RedisStore::subscribe_changed`].
+pub type ChangedStream = Pin<Box<dyn Stream<Item = String> + Send>>;
+
+impl RedisStore {
+    /// Connects to `url` and checks the server answers `PING`.
+    ///
+    /// Fails with [`StoreError::Unavailable`] (naming the URL, password removed) when the server
+    /// cannot be reached within `connect_timeout + op_timeout`, and with
+    /// [`StoreError::Config`] when the URL does not parse.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
+        options.check_namespace()?;
+        let name = redact(url);
+        let client = redis::Client::open(url)
+            .map_err(|e| StoreError::Config(format!("{name}: bad Redis URL: {e}")))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.op_timeout))
+            // Few, short retries per reconnect: a request that finds the connection down waits
+            // for that reconnect, and a failed reconnect is retried on the next request anyway.
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500));
+        let bound = options.connect_timeout + options.op_timeout;
+        let con = match tokio::time::timeout(
+            bound,
+            ConnectionManager::new_with_config(client.clone(), config),
+        )
+        .await
+        {
+            Ok(Ok(con)) => con,
+            Ok(Err(e)) => return Err(unavailable(&name, "connect", &e)),
+            Err(_) => {
+                return Err(StoreError::Unavailable(format!(
+                    "{name}: connect timed out after {bound:?}"
+                )));
+            }
+        };
+        let store = Self {
+            name,
+            client,
+            con,
+            namespace: options.namespace.clone(),
+            op_timeout: options.op_timeout,
+            save_script: Script::new(SAVE_LUA),
+            delete_script: Script::new(DELETE_LUA),
+        };
+        let mut con = store.con.clone();
+        store
+            .bounded("ping", async move {
+                redis::cmd("PING").query_async::<String>(&mut con).await
+            })
+            .await?;
+        Ok(store)
+    }
+
+    fn record_key(&self, key: &str) -> String {
+        format!("{}:i:{key}", self.namespace)
+    }
+
+    fn index_key(&self) -> String {
+        format!("{}:index", self.namespace)
+    }
+
+    fn channel(&self) -> String {
+        format!("{}:changed", self.namespace)
+    }
+
+    /// Runs one Redis round trip under `op_timeout`, turning every failure into `Unavailable`.
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        op: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.op_timeout, op).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(unavailable(&self.name, what, &e)),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "{}: {what} timed out after {:?}",
+                self.name, self.op_timeout
+            ))),
+        }
+    }
+
+    /// Tells every subscriber (in any server process) that instance `key` changed.
+    /// Returns once Redis accepted the message; delivery is at most once.
+    pub async fn publish_changed(&self, key: &str) -> Result<(), StoreError> {
+        let mut con = self.con.clone();
+        let channel = self.channel();
+        self.bounded("publish", async move {
+            con.publish::<_, _, i64>(channel, key).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Subscribes to the changed-instance channel on a dedicated connection.
+    ///
+    /// The stream ends when that connection drops (pub/sub messages sent meanwhile are lost,
+    /// as Redis never queues them): the caller subscribes again and reloads what it caches.
+    pub async fn subscribe_changed(&self) -> Result<ChangedStream, StoreError> {
+        let client = self.client.clone();
+        let channel = self.channel();
+        let pubsub = self
+            .bounded("subscribe", async move {
+                let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.subscribe(channel).await?;
+                Ok(pubsub)
+            })
+            .await?;
+        let stream = pubsub
+            .into_on_message()
+            .filter_map(|msg| async move { msg.get_payload::<String>().ok() });
+        Ok(Box::pin(stream))
+    }
+
+    /// Deletes every key of this store's namespace. For tests: a namespace per test keeps
+    /// parallel runs apart, and this removes what the test left.
+    #[cfg(test)]
+    pub(super) async fn destroy_namespace(&self) -> Result<(), StoreError> {
+        let mut con = self.con.clone();
+        let pattern = format!("{}:*", self.namespace);
+        self.bounded("cleanup", async move {
+            let keys: Vec<String> = {
+                let mut iter = con.scan_match::<_, String>(pattern).await?;
+                let mut keys = Vec::new();
+                while let Some(key) = iter.next_item().await {
+                    keys.push(key?);
+                }
+                keys
+            };
+            if !keys.is_empty() {
+                con.del::<_, ()>(keys).await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+}
+
+fn unavailable(name: &str, what: &str, e: &RedisError) -> StoreError {
+    StoreError::Unavailable(format!("{name}: {what} failed: {}", chain(e)))
+}
+
+/// Lexical bounds for `ZRANGEBYLEX`/`ZLEXCOUNT` covering keys that start with `prefix` (and are
+/// after `after`). Keys are UTF-8, which never contains byte 0xFF, so `prefix + 0xFF` is above
+/// every key with that prefix.
+fn lex_bounds(prefix: &str, after: Option<&str>) -> (Vec<u8>, Vec<u8>) {
+    let min = match after {
+        Some(after) if after >= prefix => [b"(", after.as_bytes()].concat(),
+        _ if prefix.is_empty() => b"-".to_vec(),
+        _ => [b"[", prefix.as_bytes()].concat(),
+    };
+    let max = if prefix.is_empty() {
+        b"+".to_vec()
+    } else {
+        [b"(", prefix.as_bytes(), &[0xFF]].concat()
+    };
+    (min, max)
+}
+
+/// Reads the conflict answer of a script ("none" or a decimal version).
+fn parse_current(key: &str, answer: &str) -> Result<Option<u64>, StoreError> {
+    if answer == "none" {
+        return Ok(None);
+    }
+    answer.parse().map(Some).map_err(|_| StoreError::Corrupt {
+        key: key.to_owned(),
+        reason: format!("stored version {answer:?} is not a number"),
+    })
+}
+
+#[async_trait]
+impl StateStore for RedisStore {
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
+        let mut con = self.con.clone();
+        let rkey = self.record_key(key);
+        let fields: Vec<Option<String>> = self
+            .bounded("load", async move {
+                redis::cmd("HMGET")
+                    .arg(rkey)
+                    .arg(&["v", "w", "s", "t"])
+                    .query_async(&mut con)
+                    .await
+            })
+            .await?;
+        let corrupt = |reason: String| StoreError::Corrupt {
+            key: key.to_owned(),
+            reason,
+        };
+        match fields.as_slice() {
+            [None, None, None, None] => Ok(None),
+            [Some(v), Some(w), Some(s), Some(t)] => Ok(Some(InstanceRecord {
+                workflow: w.clone(),
+                snapshot: serde_json::from_str(s)
+                    .map_err(|e| corrupt(format!("snapshot is not JSON: {e}")))?,
+                version: v.parse().map_err(|_| corrupt(format!("version {v:?}")))?,
+                updated_at_ms: t
+                    .parse()
+                    .map_err(|_| corrupt(format!("updated_at {t:?}")))?,
+            })),
+            _ => Err(corrupt(format!("hash fields missing: {fields:?}"))),
+        }
+    }
+
+    async fn save(
+        &self,
+        key: &str,
+        record: &InstanceRecord,
+        expected: u64,
+    ) -> Result<(), StoreError> {
+        check_save(key, record, expected)?;
+        let mut con = self.con.clone();
+        let mut invocation = self.save_script.key(self.record_key(key));
+        invocation
+            .key(self.index_key())
+            .arg(expected)
+            .arg(record.version)
+            .arg(&record.workflow)
+            .arg(record.snapshot.to_string())
+            .arg(record.updated_at_ms)
+            .arg(key);
+        let answer: String = self
+            .bounded(
+                "save",
+                async move { invocation.invoke_async(&mut con).await },
+            )
+            .await?;
+        if answer == "ok" {
+            return Ok(());
+        }
+        Err(conflict(key, expected, parse_current(key, &answer)?))
+    }
+
+    async fn delete(&self, key: &str, expected: Option<u64>) -> Result<bool, StoreError> {
+        check_key(key)?;
+        let mut con = self.con.clone();
+        let mut invocation = self.delete_script.key(self.record_key(key));
+        invocation
+            .key(self.index_key())
+            .arg(expected.map(|v| v.to_string()).unwrap_or_default())
+            .arg(key);
+        let answer: String = self
+            .bounded(
+                "delete",
+                async move { invocation.invoke_async(&mut con).await },
+            )
+            .await?;
+        match (answer.as_str(), expected) {
+            ("deleted", _) => Ok(true),
+            ("absent", _) => Ok(false),
+            (other, Some(expected)) => Err(conflict(key, expected, parse_current(key, other)?)),
+            (other, None) => Err(StoreError::Corrupt {
+                key: key.to_owned(),
+                reason: format!("unexpected delete answer {other:?}"),
+            }),
+        }
+    }
+
+    async fn list_keys(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let (min, max) = lex_bounds(prefix, after);
+        let mut con = self.con.clone();
+        let index = self.index_key();
+        self.bounded("list", async move {
+            redis::cmd("ZRANGEBYLEX")
+                .arg(index)
+                .arg(min)
+                .arg(max)
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit)
+                .query_async(&mut con)
+                .await
+        })
+        .await
+    }
+
+    async fn count(&self, prefix: &str) -> Result<u64, StoreError> {
+        let (min, max) = lex_bounds(prefix, None);
+        let mut con = self.con.clone();
+        let index = self.index_key();
+        self.bounded("count", async move {
+            redis::cmd("ZLEXCOUNT")
+                .arg(index)
+                .arg(min)
+                .arg(max)
+                .query_async(&mut con)
+                .await
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::contract::{redis_url, unique_options};
+    use super::{InstanceRecord, RedisStore, StateStore};
+
+    /// The scripts run by hash (EVALSHA); a server that forgot them gets them loaded again.
+    #[tokio::test]
+    async fn scripts_survive_a_script_flush() {
+        let url = redis_url();
+        let store = RedisStore::connect(&url, &unique_options())
+            .await
+            .unwrap_or_else(|e| panic!("Redis at {url}: {e}"));
+        let v1 = InstanceRecord::first("w", json!(1));
+        store.save("k", &v1, 0).await.unwrap();
+        let mut con = store.con.clone();
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .exec_async(&mut con)
+            .await
+            .unwrap();
+        store.save("k", &v1.next(json!(2)), 1).await.unwrap();
+        assert!(store.delete("k", Some(2)).await.unwrap());
+        store.destroy_namespace().await.unwrap();
+    }
+}

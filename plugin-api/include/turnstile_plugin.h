@@ -1,0 +1,128 @@
+/*
+ * turnstile_plugin.h — Turnstile plugin ABI, version 1.
+ *
+ * The C view of the types in the `turnstile-plugin-api` crate (plugin-api/src/abi.rs); the two
+ * are kept identical, field by field, and `plugin-api/tests/header.rs` checks sizes and offsets.
+ *
+ * A plugin is a shared library exporting two symbols:
+ *
+ *   uint32_t turnstile_plugin_abi_version(void);          returns TURNSTILE_PLUGIN_ABI_VERSION
+ *   const TurnstilePluginV1 *turnstile_plugin_v1(void);   returns a static function table
+ *
+ * The host loads it with RTLD_NOW | RTLD_LOCAL, calls turnstile_plugin_abi_version first and
+ * touches nothing else unless it answers 1, then calls turnstile_plugin_v1, checks struct_size,
+ * calls init, then manifest, then call (many times, concurrently), then destroy, then unloads.
+ *
+ * Rules:
+ *  - Every struct starts with struct_size, set by the side that allocates it to sizeof(struct).
+ *    Readers check it before reading other fields; within major version 1 fields are only
+ *    appended.
+ *  - Strings from the host are NUL-terminated UTF-8, borrowed for the duration of the call.
+ *  - Each side frees only what it allocated. Output buffers are allocated by the plugin and
+ *    handed back to its free_buffer by the host.
+ *  - `call` is invoked concurrently from several host threads with the same instance: the
+ *    instance must be thread-safe.
+ *  - No C++ exception or Rust panic may propagate out of any entry point.
+ *
+ * Output JSON convention (UTF-8, not NUL-terminated, length in TurnstileBuffer.len):
+ *  - TURNSTILE_OK: any JSON value, the tool's result. The host shows it as the tool result's
+ *    text and, when it is an object, as its structuredContent.
+ *  - any other status: {"message": "..."}. For TURNSTILE_TOOL_ERROR and TURNSTILE_BAD_INPUT the
+ *    host returns an isError tool result with that message; the other statuses are plugin faults
+ *    the host reports as its own errors.
+ *
+ * The manifest (the output of `manifest`) is JSON:
+ *   {"name": "...", "version": "...", "workflows": [<XState v5 machine JSON>, ...],
+ *    "tools": [{"name", "description", "compact_description"?, "input_schema",
+ *               "workflow"?, "states"?: [...], "transition"?}]}
+ * Unknown fields are rejected.
+ */
+#ifndef TURNSTILE_PLUGIN_H
+#define TURNSTILE_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TURNSTILE_PLUGIN_ABI_VERSION 1u
+#define TURNSTILE_PLUGIN_ABI_VERSION_SYMBOL "turnstile_plugin_abi_version"
+#define TURNSTILE_PLUGIN_ENTRY_SYMBOL_V1 "turnstile_plugin_v1"
+
+/* Status codes returned by init, manifest and call. */
+typedef int32_t TurnstileStatus;
+#define TURNSTILE_OK ((TurnstileStatus)0)           /* output: the result, any JSON value     */
+#define TURNSTILE_TOOL_ERROR ((TurnstileStatus)1)   /* the tool ran and failed                */
+#define TURNSTILE_BAD_INPUT ((TurnstileStatus)2)    /* arguments or context unusable          */
+#define TURNSTILE_UNKNOWN_TOOL ((TurnstileStatus)3) /* no tool of that name                   */
+#define TURNSTILE_PANIC ((TurnstileStatus)4)        /* the plugin hit a bug                   */
+#define TURNSTILE_INTERNAL ((TurnstileStatus)5)     /* protocol failure (bad struct, init...) */
+
+/*
+ * A byte buffer allocated by the plugin and freed by the plugin.
+ * The host allocates the struct, sets struct_size, data = NULL, len = 0, and passes it as an
+ * out-parameter. The plugin may set data/len to memory it allocated and touches nothing else.
+ * The host copies the bytes, then calls free_buffer(data, len) once if data is non-NULL.
+ */
+typedef struct TurnstileBuffer {
+    size_t struct_size; /* host: sizeof(TurnstileBuffer) */
+    uint8_t *data;      /* plugin-owned                  */
+    size_t len;         /* bytes at data                 */
+} TurnstileBuffer;
+
+/* What the host tells init. Host-owned, read-only, borrowed for the duration of init. */
+typedef struct TurnstileInitParams {
+    size_t struct_size;        /* host: sizeof(TurnstileInitParams)             */
+    uint32_t host_abi_version; /* the ABI version the host speaks (1)           */
+} TurnstileInitParams;
+
+/* The context of one call. Host-owned, read-only, borrowed for the duration of call. */
+typedef struct TurnstileCallContext {
+    size_t struct_size;     /* host: sizeof(TurnstileCallContext)                              */
+    const char *call_id;    /* unique id of this call                                          */
+    const char *handle;     /* workflow instance handle ("" for a tool bound to no workflow)   */
+    const char *state_json; /* current state value as JSON: "\"draft\"", "{\"a\":\"b\"}", "null" */
+} TurnstileCallContext;
+
+/*
+ * The function table. Plugin-owned (normally a static), read-only for the host, valid until the
+ * library is unloaded. All function pointers must be non-NULL.
+ */
+typedef struct TurnstilePluginV1 {
+    size_t struct_size;   /* plugin: sizeof(TurnstilePluginV1) */
+    uint32_t abi_version; /* TURNSTILE_PLUGIN_ABI_VERSION      */
+
+    /* Creates the instance; writes an opaque pointer (may be NULL) to *out_instance. On failure
+     * may write {"message"} to out_error, and destroy will not be called. */
+    TurnstileStatus (*init)(const TurnstileInitParams *params, void **out_instance,
+                            TurnstileBuffer *out_error);
+    /* Drops the instance, after every call has returned, before the library is unloaded. */
+    void (*destroy)(void *instance);
+    /* Writes the manifest JSON to out. Called once, after init. */
+    TurnstileStatus (*manifest)(void *instance, TurnstileBuffer *out);
+    /* Runs one tool; tool and input_json are NUL-terminated, borrowed. Thread-safe. */
+    TurnstileStatus (*call)(void *instance, const char *tool, const char *input_json,
+                            const TurnstileCallContext *ctx, TurnstileBuffer *out);
+    /* Frees a buffer this plugin wrote; never called with NULL. Must not need the instance. */
+    void (*free_buffer)(uint8_t *data, size_t len);
+} TurnstilePluginV1;
+
+/* Marks the two exported symbols visible even when compiling with -fvisibility=hidden (which
+ * keeps every other symbol of a C plugin private, as RTLD_LOCAL intends). */
+#if defined(_WIN32)
+#define TURNSTILE_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define TURNSTILE_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* The two symbols every plugin exports. */
+TURNSTILE_PLUGIN_EXPORT uint32_t turnstile_plugin_abi_version(void);
+TURNSTILE_PLUGIN_EXPORT const TurnstilePluginV1 *turnstile_plugin_v1(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TURNSTILE_PLUGIN_H */

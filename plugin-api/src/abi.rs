@@ -1,0 +1,186 @@
+//! The `#[repr(C)]` types that cross the plugin boundary, mirrored one-to-one by
+//! `include/turnstile_plugin.h`.
+//!
+//! Rules shared by every struct here:
+//!
+//! - It starts with `struct_size`, set by the side that allocates the struct to
+//!   `size_of::<Struct>()` as that side knows it. The reader checks it is at least the size it
+//!   knows before reading any other field, so a later minor revision can append fields without
+//!   breaking older readers. Within ABI major version 1 fields are only ever appended.
+//! - Strings from the host are NUL-terminated UTF-8 (`*const c_char`), borrowed for the duration
+//!   of the call. JSON text never contains a raw NUL byte, so nothing is lost by that choice, and
+//!   a C plugin can hand them straight to a C JSON parser.
+//! - Function pointers are `Option<..>` so that a null pointer from a broken plugin is a checked
+//!   error in the host instead of undefined behaviour.
+//!
+//! Nothing in this module allocates or frees; see each type for who does.
+
+use std::ffi::{c_char, c_void};
+
+/// The ABI version this crate describes. Returned by [`ABI_VERSION_SYMBOL`]; the entry symbol
+/// carries the same number in its name ([`ENTRY_SYMBOL_V1`]).
+pub const ABI_VERSION: u32 = 1;
+
+/// `uint32_t turnstile_plugin_abi_version(void)`: the first symbol the host looks up. The host
+/// calls nothing else in a library whose answer differs from [`ABI_VERSION`].
+pub const ABI_VERSION_SYMBOL: &str = "turnstile_plugin_abi_version";
+
+/// `const TurnstilePluginV1 *turnstile_plugin_v1(void)`: returns the plugin's static function
+/// table. A future major version adds `turnstile_plugin_v2` beside it.
+pub const ENTRY_SYMBOL_V1: &str = "turnstile_plugin_v1";
+
+/// A status code returned by `init`, `manifest` and `call`.
+///
+/// A plain `i32` newtype rather than a Rust enum: a C plugin may return any integer, and an
+/// out-of-range value in a `#[repr(i32)]` enum would be undefined behaviour in the host.
+/// With every status but [`Status::OK`] the output buffer holds `{"message": "..."}`.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Status(pub i32);
+
+impl Status {
+    /// Success; the output is the tool's result (any JSON value).
+    pub const OK: Status = Status(0);
+    /// The tool ran and failed (a business error the agent can read and act on).
+    pub const TOOL_ERROR: Status = Status(1);
+    /// The input (tool arguments or context) was unusable: not JSON, wrong shape, out of range.
+    pub const BAD_INPUT: Status = Status(2);
+    /// The plugin has no tool of that name.
+    pub const UNKNOWN_TOOL: Status = Status(3);
+    /// The plugin panicked (or, in C, hit what it considers a bug); the message says where.
+    pub const PANIC: Status = Status(4);
+    /// The plugin could not do its part of the protocol: a struct from the host was too small,
+    /// `init` failed, output could not be serialised.
+    pub const INTERNAL: Status = Status(5);
+}
+
+/// A byte buffer allocated by the plugin and freed by the plugin.
+///
+/// The host allocates the struct itself (on its stack), sets `struct_size`, `data = NULL`,
+/// `len = 0`, and passes a pointer to it as an out-parameter. The plugin may set `data` and
+/// `len` to a buffer it allocated; it touches no other field. The host copies the bytes and then
+/// calls the table's `free_buffer(data, len)` exactly once if `data` is non-null; it never frees
+/// `data` any other way. The bytes are UTF-8 JSON (see the crate docs), not NUL-terminated.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RawBuffer {
+    /// Set by the host to `size_of::<RawBuffer>()`.
+    pub struct_size: usize,
+    /// Set by the plugin; owned by the plugin.
+    pub data: *mut u8,
+    /// Set by the plugin: the number of bytes at `data`.
+    pub len: usize,
+}
+
+impl RawBuffer {
+    /// An empty buffer, ready to be passed as an out-parameter.
+    pub const fn empty() -> RawBuffer {
+        RawBuffer {
+            struct_size: size_of::<RawBuffer>(),
+            data: std::ptr::null_mut(),
+            len: 0,
+        }
+    }
+}
+
+impl Default for RawBuffer {
+    fn default() -> Self {
+        RawBuffer::empty()
+    }
+}
+
+/// What the host tells `init`. Allocated, filled and freed by the host; read-only for the plugin
+/// and borrowed only for the duration of `init`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RawInitParams {
+    /// Set by the host to `size_of::<RawInitParams>()`.
+    pub struct_size: usize,
+    /// The ABI version the host speaks (equal to [`ABI_VERSION`] today).
+    pub host_abi_version: u32,
+}
+
+/// The context of one tool call. Allocated, filled and freed by the host; read-only for the
+/// plugin and borrowed only for the duration of `call` (copy what you keep).
+#[repr(C)]
+#[derive(Debug)]
+pub struct RawCallContext {
+    /// Set by the host to `size_of::<RawCallContext>()`.
+    pub struct_size: usize,
+    /// A unique id for this call, for logs and idempotency keys. NUL-terminated UTF-8.
+    pub call_id: *const c_char,
+    /// The handle of the workflow instance the call runs against (empty for a tool bound to no
+    /// workflow). NUL-terminated UTF-8.
+    pub handle: *const c_char,
+    /// The instance's current state value as JSON (XState state value: `"draft"`, or
+    /// `{"parent":"child"}` for nested states; `null` when there is no instance).
+    /// NUL-terminated UTF-8.
+    pub state_json: *const c_char,
+}
+
+/// `init`: creates the plugin instance.
+///
+/// On [`Status::OK`] the plugin has written an opaque instance pointer (possibly null, if it keeps
+/// no state) to `*out_instance`; the host passes it back to every other call and finally to
+/// `destroy`. On any other status the plugin may write `{"message"}` to `out_error` and the host
+/// will not call `destroy`.
+pub type InitFn = unsafe extern "C" fn(
+    params: *const RawInitParams,
+    out_instance: *mut *mut c_void,
+    out_error: *mut RawBuffer,
+) -> Status;
+
+/// `destroy`: drops the instance created by `init`. Called once, after every `call` returned,
+/// right before the host unloads the library.
+pub type DestroyFn = unsafe extern "C" fn(instance: *mut c_void);
+
+/// `manifest`: writes the manifest JSON (see [`crate::Manifest`]) to `out`. Called once, after
+/// `init`.
+pub type ManifestFn = unsafe extern "C" fn(instance: *mut c_void, out: *mut RawBuffer) -> Status;
+
+/// `call`: runs one tool. `tool` and `input_json` are NUL-terminated UTF-8 borrowed for the
+/// call; the result or error JSON goes to `out` (see the crate's output convention).
+///
+/// **Called concurrently from several host threads with the same instance**: the instance must
+/// be thread-safe.
+pub type CallFn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    tool: *const c_char,
+    input_json: *const c_char,
+    ctx: *const RawCallContext,
+    out: *mut RawBuffer,
+) -> Status;
+
+/// `free_buffer`: frees a buffer this plugin wrote to a [`RawBuffer`]. Never called with a null
+/// `data`. Must not depend on the instance: it also frees `init`'s error message.
+pub type FreeBufferFn = unsafe extern "C" fn(data: *mut u8, len: usize);
+
+/// The function table returned by the entry symbol [`ENTRY_SYMBOL_V1`].
+///
+/// Allocated by the plugin, normally as a `static`, and never freed: the host reads it, copies
+/// the function pointers out, and does not write to it. It must stay valid until the library is
+/// unloaded. All function pointers must be non-null.
+#[repr(C)]
+#[derive(Debug)]
+pub struct PluginTableV1 {
+    /// Set by the plugin to `size_of::<PluginTableV1>()`.
+    pub struct_size: usize,
+    /// The ABI version the table was built for; must equal [`ABI_VERSION`].
+    pub abi_version: u32,
+    /// See [`InitFn`].
+    pub init: Option<InitFn>,
+    /// See [`DestroyFn`].
+    pub destroy: Option<DestroyFn>,
+    /// See [`ManifestFn`].
+    pub manifest: Option<ManifestFn>,
+    /// See [`CallFn`].
+    pub call: Option<CallFn>,
+    /// See [`FreeBufferFn`].
+    pub free_buffer: Option<FreeBufferFn>,
+}
+
+/// `uint32_t turnstile_plugin_abi_version(void)`.
+pub type AbiVersionFn = unsafe extern "C" fn() -> u32;
+
+/// `const TurnstilePluginV1 *turnstile_plugin_v1(void)`.
+pub type EntryFnV1 = unsafe extern "C" fn() -> *const PluginTableV1;

@@ -1,0 +1,119 @@
+//! Checks that `include/turnstile_plugin.h` matches the Rust `#[repr(C)]` types exactly: a C
+//! program compiled against the header prints every struct's size and field offsets and every
+//! constant, and they must equal what Rust computes. Needs a C compiler (`$CC` or `cc`).
+
+use std::{env, fs, mem::offset_of, path::Path, process::Command};
+
+use turnstile_plugin_api::abi::{
+    ABI_VERSION, ABI_VERSION_SYMBOL, ENTRY_SYMBOL_V1, PluginTableV1, RawBuffer, RawCallContext,
+    RawInitParams, Status,
+};
+
+/// The C side: one `name=value` line per fact.
+const PROBE: &str = r#"
+#include <stdio.h>
+#include <stddef.h>
+#include "turnstile_plugin.h"
+
+#define SIZE(T) printf(#T "=%zu\n", sizeof(T))
+#define OFF(T, f) printf(#T "." #f "=%zu\n", offsetof(T, f))
+
+int main(void) {
+    SIZE(TurnstileBuffer); OFF(TurnstileBuffer, struct_size); OFF(TurnstileBuffer, data);
+    OFF(TurnstileBuffer, len);
+    SIZE(TurnstileInitParams); OFF(TurnstileInitParams, struct_size);
+    OFF(TurnstileInitParams, host_abi_version);
+    SIZE(TurnstileCallContext); OFF(TurnstileCallContext, struct_size);
+    OFF(TurnstileCallContext, call_id); OFF(TurnstileCallContext, handle);
+    OFF(TurnstileCallContext, state_json);
+    SIZE(TurnstilePluginV1); OFF(TurnstilePluginV1, struct_size);
+    OFF(TurnstilePluginV1, abi_version); OFF(TurnstilePluginV1, init);
+    OFF(TurnstilePluginV1, destroy); OFF(TurnstilePluginV1, manifest);
+    OFF(TurnstilePluginV1, call); OFF(TurnstilePluginV1, free_buffer);
+    SIZE(TurnstileStatus);
+    printf("ABI_VERSION=%u\n", TURNSTILE_PLUGIN_ABI_VERSION);
+    printf("ABI_VERSION_SYMBOL=%s\n", TURNSTILE_PLUGIN_ABI_VERSION_SYMBOL);
+    printf("ENTRY_SYMBOL_V1=%s\n", TURNSTILE_PLUGIN_ENTRY_SYMBOL_V1);
+    printf("OK=%d\nTOOL_ERROR=%d\nBAD_INPUT=%d\nUNKNOWN_TOOL=%d\nPANIC=%d\nINTERNAL=%d\n",
+           TURNSTILE_OK, TURNSTILE_TOOL_ERROR, TURNSTILE_BAD_INPUT, TURNSTILE_UNKNOWN_TOOL,
+           TURNSTILE_PANIC, TURNSTILE_INTERNAL);
+    return 0;
+}
+"#;
+
+/// The Rust side, in the same format.
+fn rust_facts() -> String {
+    macro_rules! size {
+        ($c:literal, $t:ty) => {
+            format!("{}={}\n", $c, size_of::<$t>())
+        };
+    }
+    macro_rules! off {
+        ($c:literal, $t:ty, $f:ident) => {
+            format!("{}.{}={}\n", $c, stringify!($f), offset_of!($t, $f))
+        };
+    }
+    [
+        size!("TurnstileBuffer", RawBuffer),
+        off!("TurnstileBuffer", RawBuffer, struct_size),
+        off!("TurnstileBuffer", RawBuffer, data),
+        off!("TurnstileBuffer", RawBuffer, len),
+        size!("TurnstileInitParams", RawInitParams),
+        off!("TurnstileInitParams", RawInitParams, struct_size),
+        off!("TurnstileInitParams", RawInitParams, host_abi_version),
+        size!("TurnstileCallContext", RawCallContext),
+        off!("TurnstileCallContext", RawCallContext, struct_size),
+        off!("TurnstileCallContext", RawCallContext, call_id),
+        off!("TurnstileCallContext", RawCallContext, handle),
+        off!("TurnstileCallContext", RawCallContext, state_json),
+        size!("TurnstilePluginV1", PluginTableV1),
+        off!("TurnstilePluginV1", PluginTableV1, struct_size),
+        off!("TurnstilePluginV1", PluginTableV1, abi_version),
+        off!("TurnstilePluginV1", PluginTableV1, init),
+        off!("TurnstilePluginV1", PluginTableV1, destroy),
+        off!("TurnstilePluginV1", PluginTableV1, manifest),
+        off!("TurnstilePluginV1", PluginTableV1, call),
+        off!("TurnstilePluginV1", PluginTableV1, free_buffer),
+        size!("TurnstileStatus", Status),
+        format!("ABI_VERSION={ABI_VERSION}\n"),
+        format!("ABI_VERSION_SYMBOL={ABI_VERSION_SYMBOL}\n"),
+        format!("ENTRY_SYMBOL_V1={ENTRY_SYMBOL_V1}\n"),
+        format!(
+            "OK={}\nTOOL_ERROR={}\nBAD_INPUT={}\nUNKNOWN_TOOL={}\nPANIC={}\nINTERNAL={}\n",
+            Status::OK.0,
+            Status::TOOL_ERROR.0,
+            Status::BAD_INPUT.0,
+            Status::UNKNOWN_TOOL.0,
+            Status::PANIC.0,
+            Status::INTERNAL.0
+        ),
+    ]
+    .concat()
+}
+
+#[test]
+fn header_matches_the_rust_types() {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("header-probe-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let (source, binary) = (dir.join("probe.c"), dir.join("probe"));
+    fs::write(&source, PROBE).unwrap();
+    let compiler = env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let compiled = Command::new(compiler)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-I"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
+        .arg("-o")
+        .arg(&binary)
+        .arg(&source)
+        .output()
+        .expect("a C compiler (cc) is installed");
+    assert!(
+        compiled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&compiled.stderr)
+    );
+    let output = Command::new(&binary).output().unwrap();
+    assert!(output.status.success());
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), rust_facts());
+    fs::remove_dir_all(&dir).unwrap();
+}

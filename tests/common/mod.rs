@@ -1,0 +1,342 @@
+//! Shared fixtures for the end-to-end tests: the real `turnstile` binary, the real plugin
+//! libraries built by `cargo build --workspace`, and a real MCP client (rmcp's).
+#![allow(dead_code)] // Each test file uses a different part of this module.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use rmcp::{
+    ClientHandler, RoleClient, ServiceExt,
+    model::{
+        CallToolRequestParams, CallToolResult, ClientConfig, PaginatedRequestParams,
+        ProtocolVersion, Tool,
+    },
+    service::{NotificationContext, RunningService, ServiceError},
+    transport::{StreamableHttpClientTransport, TokioChildProcess},
+};
+use serde_json::Value;
+use tempfile::TempDir;
+use tokio::sync::Notify;
+
+/// The binary under test.
+pub fn turnstile_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_turnstile"))
+}
+
+/// A plugin library built by cargo next to the binary (`target/<profile>/`).
+pub fn built_plugin(name: &str) -> PathBuf {
+    let dir = turnstile_bin()
+        .parent()
+        .expect("the binary lives in a directory")
+        .to_path_buf();
+    let path = dir.join(format!("libturnstile_plugin_{name}.so"));
+    assert!(
+        path.exists(),
+        "{} is missing: build the plugins first with `cargo build --workspace`",
+        path.display()
+    );
+    path
+}
+
+/// A private plugin directory for one test.
+pub struct PluginDir {
+    dir: TempDir,
+}
+
+impl PluginDir {
+    /// A directory holding copies of the named built plugins.
+    pub fn with(plugins: &[&str]) -> PluginDir {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for name in plugins {
+            let source = built_plugin(name);
+            std::fs::copy(&source, dir.path().join(source.file_name().unwrap()))
+                .expect("copy plugin");
+        }
+        PluginDir { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Compiles `tests/fixtures/<name>.c` against the real plugin header into `lib<name>.so` here
+    /// (gcc is on every machine that builds the C example plugin).
+    pub fn add_c_fixture(&self, name: &str) -> PathBuf {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let output = self.dir.path().join(format!("lib{name}.so"));
+        let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&output)
+            .arg("-I")
+            .arg(root.join("plugin-api/include"))
+            .arg(root.join(format!("tests/fixtures/{name}.c")))
+            .status()
+            .expect("run the C compiler");
+        assert!(status.success(), "compiling tests/fixtures/{name}.c failed");
+        output
+    }
+
+    /// Puts an arbitrary file into the directory (for broken-plugin tests).
+    pub fn add_file(&self, name: &str, contents: &[u8]) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, contents).expect("write file");
+        path
+    }
+}
+
+/// A running `turnstile serve --http` process; killed on drop.
+pub struct Server {
+    child: Child,
+    pub url: String,
+    stderr: Arc<Mutex<String>>,
+    _data: TempDir,
+}
+
+impl Server {
+    /// Starts the server on a free loopback port and waits until it listens.
+    /// State goes to the embedded store (the default) in a private data directory, unless
+    /// `extra` names another `--store`.
+    pub fn http(plugins: &Path, extra: &[&str]) -> Server {
+        let data = tempfile::tempdir().expect("temp dir");
+        let mut child = Command::new(turnstile_bin())
+            .args(["serve", "--http", "127.0.0.1:0", "--plugins"])
+            .arg(plugins)
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(extra)
+            .env("RUST_LOG", "info,turnstile=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start turnstile");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (url_tx, url_rx) = std::sync::mpsc::channel();
+        let reader = BufReader::new(child.stderr.take().unwrap());
+        let log = stderr.clone();
+        // Keep draining stderr for the life of the server, so it never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in reader.lines().map_while(Result::ok) {
+                if let Some(start) = line.find("http://")
+                    && line.contains("/mcp")
+                {
+                    let url: String = line[start..].split_whitespace().next().unwrap().to_string();
+                    let _ = url_tx.send(url);
+                }
+                let mut log = log.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let url = match url_rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(url) => url,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("server did not start; stderr:\n{}", stderr.lock().unwrap());
+            }
+        };
+        Server {
+            child,
+            url,
+            stderr,
+            _data: data,
+        }
+    }
+
+    /// Everything the server wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// The address without path, e.g. `http://127.0.0.1:4242`.
+    pub fn base(&self) -> String {
+        self.url.trim_end_matches("/mcp").to_string()
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Counts `notifications/tools/list_changed`.
+#[derive(Default)]
+pub struct ListChanges {
+    count: AtomicUsize,
+    changed: Notify,
+}
+
+impl ListChanges {
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at least `n` notifications have arrived; panics after 10 s.
+    pub async fn wait_for(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.count() < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "expected {n} list_changed notifications, got {}",
+                self.count()
+            );
+            let _ = tokio::time::timeout(
+                left.min(Duration::from_millis(100)),
+                self.changed.notified(),
+            )
+            .await;
+        }
+    }
+
+    /// Asserts that the count stays at `n` for a quiet period (for "sends none" checks).
+    pub async fn stays_at(&self, n: usize) {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(self.count(), n, "unexpected list_changed notifications");
+    }
+}
+
+/// The client side of a session: records what the server pushes.
+#[derive(Clone)]
+pub struct Recorder {
+    pub changes: Arc<ListChanges>,
+    protocol: ProtocolVersion,
+}
+
+impl ClientHandler for Recorder {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default().with_protocol_version(self.protocol.clone())
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changes.count.fetch_add(1, Ordering::SeqCst);
+        self.changes.changed.notify_waiters();
+    }
+}
+
+/// A connected MCP client.
+pub struct Client {
+    service: RunningService<RoleClient, Recorder>,
+    pub changes: Arc<ListChanges>,
+}
+
+fn recorder() -> Recorder {
+    Recorder {
+        changes: Arc::new(ListChanges::default()),
+        // The session-based handshake (2025-11-25): initialize, Mcp-Session-Id, GET stream.
+        protocol: ProtocolVersion::LATEST_WITH_INITIALIZE,
+    }
+}
+
+impl Client {
+    /// Connects over Streamable HTTP.
+    pub async fn http(url: &str) -> Client {
+        let recorder = recorder();
+        let changes = recorder.changes.clone();
+        let transport = StreamableHttpClientTransport::from_uri(url.to_string());
+        let service = recorder.serve(transport).await.expect("connect over HTTP");
+        Client { service, changes }
+    }
+
+    /// Starts `turnstile serve --stdio` as a child process and connects to it.
+    /// The server keeps its state in memory: a stdio server lives exactly as long as its client.
+    pub async fn stdio(plugins: &Path) -> Client {
+        let recorder = recorder();
+        let changes = recorder.changes.clone();
+        let mut command = tokio::process::Command::new(turnstile_bin());
+        command
+            .args(["serve", "--stdio", "--store", "memory:", "--plugins"])
+            .arg(plugins);
+        let transport = TokioChildProcess::new(command).expect("start turnstile --stdio");
+        let service = recorder.serve(transport).await.expect("connect over stdio");
+        Client { service, changes }
+    }
+
+    pub async fn tools(&self) -> Vec<Tool> {
+        self.service
+            .list_tools(Some(PaginatedRequestParams::default()))
+            .await
+            .expect("tools/list")
+            .tools
+    }
+
+    pub async fn tool_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .tools()
+            .await
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    pub async fn try_call(
+        &self,
+        name: &str,
+        arguments: Value,
+    ) -> Result<CallToolResult, ServiceError> {
+        let mut params = CallToolRequestParams::new(name.to_string());
+        if let Value::Object(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        self.service.call_tool(params).await
+    }
+
+    /// Calls a tool; panics on a protocol error (tool errors are results).
+    pub async fn call(&self, name: &str, arguments: Value) -> CallToolResult {
+        self.try_call(name, arguments)
+            .await
+            .unwrap_or_else(|error| panic!("tools/call {name}: {error}"))
+    }
+
+    /// The state the invoice plugin's `invoice.status` reports.
+    pub async fn invoice_state(&self) -> Value {
+        let result = self.call("invoice.status", serde_json::json!({})).await;
+        assert_ne!(
+            result.is_error,
+            Some(true),
+            "invoice.status failed: {result:?}"
+        );
+        let structured = result
+            .structured_content
+            .expect("invoice.status has structured content");
+        structured["state"].clone()
+    }
+
+    pub async fn close(self) {
+        let _ = self.service.cancel().await;
+    }
+}
+
+/// The text of a tool result's content, joined.
+pub fn text_of(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Sorted owned names, for comparing menus.
+pub fn names(list: &[&str]) -> Vec<String> {
+    let mut names: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+    names.sort();
+    names
+}

@@ -1,0 +1,189 @@
+//! Bad input gets a clear error and the server keeps serving: malformed JSON-RPC, a panicking
+//! tool, broken plugin files.
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    process::{Command, Stdio},
+};
+
+use common::{Client, PluginDir, Server, names, text_of, turnstile_bin};
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn a_panicking_tool_returns_a_tool_error_and_the_server_keeps_serving() {
+    let plugins = PluginDir::with(&["invoice", "testkit"]);
+    let mut server = Server::http(plugins.path(), &[]);
+    let client = Client::http(&server.url).await;
+    client.call("invoice.submit", json!({"amount": 5})).await;
+
+    let result = client.call("testkit.panic", json!({})).await;
+    assert_eq!(result.is_error, Some(true));
+    let text = text_of(&result);
+    assert!(text.contains("panicked"), "says what happened: {text}");
+    assert_eq!(
+        result.structured_content.unwrap()["error"]["code"],
+        "PLUGIN_FAILED"
+    );
+
+    assert!(server.is_running());
+    assert_eq!(client.invoice_state().await, json!("review"));
+    let result = client.call("invoice.approve", json!({})).await;
+    assert_ne!(result.is_error, Some(true), "still serving: {result:?}");
+    assert_eq!(client.invoice_state().await, json!("approved"));
+}
+
+#[tokio::test]
+async fn broken_plugin_files_are_reported_and_the_good_plugin_is_served() {
+    let plugins = PluginDir::with(&["invoice"]);
+    plugins.add_file("libnotes.so", b"these are my notes, not a library");
+    plugins.add_c_fixture("wrong_abi");
+    plugins.add_c_fixture("bad_manifest");
+    let server = Server::http(plugins.path(), &[]);
+    let client = Client::http(&server.url).await;
+    assert_eq!(
+        client.tool_names().await,
+        names(&["invoice.status", "invoice.submit"])
+    );
+
+    let log = server.stderr();
+    let line_about = |file: &str| {
+        log.lines()
+            .find(|line| line.contains(file))
+            .unwrap_or_else(|| panic!("no log line names {file}:\n{log}"))
+            .to_string()
+    };
+    assert!(
+        line_about("libnotes.so").contains("not a shared library"),
+        "{}",
+        line_about("libnotes.so")
+    );
+    assert!(
+        line_about("libwrong_abi.so").contains("ABI version 2"),
+        "{}",
+        line_about("libwrong_abi.so")
+    );
+    assert!(
+        line_about("libbad_manifest.so").contains("manifest"),
+        "{}",
+        line_about("libbad_manifest.so")
+    );
+}
+
+#[tokio::test]
+async fn malformed_json_rpc_over_http_gets_an_error_and_the_session_keeps_working() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &[]);
+    let client = Client::http(&server.url).await;
+    let http = reqwest::Client::new();
+    for body in ["{not json", r#"{"jsonrpc":"2.0","id":1}"#, r#"[1,2,3]"#, ""] {
+        let response = http
+            .post(&server.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(body)
+            .send()
+            .await
+            .expect("the server answers");
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        assert!(
+            status.is_client_error(),
+            "body {body:?}: expected a 4xx, got {status}: {text}"
+        );
+    }
+    // Nothing was lost: the existing session and new sessions work.
+    assert_eq!(
+        client.tool_names().await,
+        names(&["invoice.status", "invoice.submit"])
+    );
+    let other = Client::http(&server.url).await;
+    assert_eq!(
+        other.tool_names().await,
+        names(&["invoice.status", "invoice.submit"])
+    );
+}
+
+/// Speaks raw JSON-RPC lines to `turnstile serve --stdio`.
+struct RawStdio {
+    child: std::process::Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl RawStdio {
+    fn start(plugins: &std::path::Path) -> RawStdio {
+        let mut child = Command::new(turnstile_bin())
+            .args(["serve", "--stdio", "--store", "memory:", "--plugins"])
+            .arg(plugins)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start turnstile --stdio");
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        RawStdio { child, lines }
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next message carrying `id`, skipping notifications.
+    fn reply_to(&mut self, id: &Value) -> Value {
+        loop {
+            let line = self
+                .lines
+                .next()
+                .expect("server closed stdout")
+                .expect("read");
+            let message: Value = serde_json::from_str(&line).expect("server writes JSON lines");
+            if &message["id"] == id {
+                return message;
+            }
+        }
+    }
+}
+
+impl Drop for RawStdio {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn malformed_json_rpc_over_stdio_gets_an_error_and_the_connection_keeps_working() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let mut server = RawStdio::start(plugins.path());
+    server.send(
+        &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}})
+        .to_string(),
+    );
+    assert!(server.reply_to(&json!(1))["result"].is_object());
+    server.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}).to_string());
+
+    server.send(
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"invoice.teleport"}}"#,
+    );
+    assert_eq!(server.reply_to(&json!(2))["error"]["code"], -32602);
+
+    server.send("{this is not json");
+    server.send(r#"{"jsonrpc":"2.0","id":3,"method":"no/such/method"}"#);
+    assert_eq!(server.reply_to(&json!(3))["error"]["code"], -32601);
+
+    server.send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#);
+    let listed = server.reply_to(&json!(4));
+    let mut tools: Vec<String> = listed["result"]["tools"]
+        .as_array()
+        .expect("tools/list still answers")
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    tools.sort();
+    assert_eq!(tools, names(&["invoice.status", "invoice.submit"]));
+}
