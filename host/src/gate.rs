@@ -47,6 +47,24 @@ pub fn description<'a>(tool: &'a ToolEntry, workflow: &Workflow, snapshot: &Snap
     }
 }
 
+/// Whether calling `tool` starts a new instance of `workflow` in handle mode: it is gated, and on
+/// the menu of the machine's initial state. (An ungated tool such as a status report is on every
+/// menu, but calling it starts nothing.)
+pub fn starts_instance(tool: &ToolEntry, workflow: &Workflow) -> bool {
+    tool.is_gated() && is_visible(tool, &workflow.machine.initial_snapshot())
+}
+
+/// The names of the tools that start a new instance of `workflow`.
+pub fn starters(catalog: &Catalog, workflow: &Workflow) -> Vec<String> {
+    workflow
+        .tools
+        .iter()
+        .filter_map(|name| catalog.tool(name))
+        .filter(|tool| starts_instance(tool, workflow))
+        .map(|tool| tool.name().to_string())
+        .collect()
+}
+
 /// Why a call was refused: the tool exists but is not on this instance's menu.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Refusal {
@@ -58,17 +76,18 @@ pub struct Refusal {
     pub allowed: Vec<String>,
 }
 
-/// Checks a call of `tool` on an instance of `workflow` in `snapshot`.
-pub fn check(
+/// Checks a call of `tool` on an instance of `workflow` in `snapshot`: `None` when it may run,
+/// else why not.
+pub fn refusal(
     catalog: &Catalog,
     workflow: &Workflow,
     tool: &ToolEntry,
     snapshot: &Snapshot,
-) -> Result<(), Refusal> {
+) -> Option<Refusal> {
     if is_visible(tool, snapshot) {
-        return Ok(());
+        return None;
     }
-    Err(Refusal {
+    Some(Refusal {
         tool: tool.name().to_string(),
         workflow: workflow.id.clone(),
         state: snapshot.value(),

@@ -45,6 +45,15 @@ enum Command {
         /// Also accept this `Host` header on HTTP (loopback is always accepted). Repeatable.
         #[arg(long = "allowed-host")]
         allowed_hosts: Vec<String>,
+        /// Handle mode: instances are named by a handle the client passes as this tool argument
+        /// (or in a request's `_meta`), minted when it starts a workflow. Without a value the
+        /// name is `handle`.
+        #[arg(long, num_args = 0..=1, default_missing_value = turnstile::mcp::DEFAULT_HANDLE_KEY)]
+        state_handle_key: Option<String>,
+        /// HTTP without sessions (for deployment behind a load balancer): every request stands
+        /// alone and handles carry all state. Implies handle mode.
+        #[arg(long, conflicts_with = "stdio")]
+        stateless: bool,
         /// Drop an instance from memory after this many seconds without a call (0: never); it is
         /// reloaded from the store on its next call.
         #[arg(long, default_value_t = 600)]
@@ -100,6 +109,8 @@ fn main() -> ExitCode {
             session_idle_timeout,
             allowed_hosts,
             idle_after,
+            state_handle_key,
+            stateless,
         } => commands::serve::run(commands::serve::ServeOptions {
             plugins,
             transport: match (stdio, http) {
@@ -115,7 +126,11 @@ fn main() -> ExitCode {
             http: turnstile::mcp::HttpOptions {
                 session_idle_timeout: Duration::from_secs(session_idle_timeout),
                 allowed_hosts,
+                stateless,
             },
+            handles: state_handle_key
+                .or_else(|| stateless.then(|| turnstile::mcp::DEFAULT_HANDLE_KEY.to_string()))
+                .map(|key| turnstile::mcp::HandleMode { key }),
             actors: turnstile::actors::ActorOptions {
                 idle_after: (idle_after > 0).then(|| Duration::from_secs(idle_after)),
             },

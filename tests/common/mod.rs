@@ -17,7 +17,7 @@ use rmcp::{
     ClientHandler, RoleClient, ServiceExt,
     model::{
         CallToolRequestParams, CallToolResult, ClientConfig, PaginatedRequestParams,
-        ProtocolVersion, Tool,
+        ProtocolVersion, RequestMetaObject, Tool,
     },
     service::{NotificationContext, RunningService, ServiceError},
     transport::{StreamableHttpClientTransport, TokioChildProcess},
@@ -279,6 +279,26 @@ impl Client {
         let mut names: Vec<String> = self
             .tools()
             .await
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// `tools/list` naming instances in `_meta` (handle mode).
+    pub async fn tool_names_with_meta(&self, meta: Value) -> Vec<String> {
+        let Value::Object(meta) = meta else {
+            panic!("_meta must be an object")
+        };
+        let mut params = PaginatedRequestParams::default();
+        params.meta = Some(RequestMetaObject::from(meta));
+        let mut names: Vec<String> = self
+            .service
+            .list_tools(Some(params))
+            .await
+            .expect("tools/list")
+            .tools
             .into_iter()
             .map(|t| t.name.to_string())
             .collect();

@@ -222,5 +222,14 @@ pub fn all() -> Vec<Case> {
                 "states":{"a":{"on":{"N":"b"}},"b":{"initial":"b1","states":{"b1":{"on":{"N":"b2"}},"b2":{}}}}}),
             json!(["N", "N", "RESET", "TO_B", "N", "SOFT", "TO_B", "N", "RESET"]),
         ),
+        case(
+            "array-index state keys come first, as in JavaScript objects",
+            json!({"initial":"p","states":{
+                "p":{"type":"parallel","on":{"BACK":"p"},"states":{
+                    "b":{"initial":"x","states":{"x":{"on":{"GO":"#top"}}}},
+                    "1":{"initial":"y","states":{"y":{"on":{"GO":"#other"}}}}}},
+                "top":{"id":"top","on":{"BACK":"p"}},"other":{"id":"other","on":{"BACK":"p"}}}}),
+            json!(["GO", "BACK", "GO"]),
+        ),
     ]
 }

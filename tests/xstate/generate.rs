@@ -122,7 +122,12 @@ fn build(
             let mut first = None;
             for _ in 0..n {
                 *counter += 1;
-                let key = format!("s{counter}");
+                // Some keys look like array indices, which JavaScript objects order first.
+                let key = if rng.chance(8) {
+                    format!("{counter}")
+                } else {
+                    format!("s{counter}")
+                };
                 let ckind = if depth >= 3 {
                     if rng.chance(25) { "final" } else { "atomic" }
                 } else {
@@ -175,7 +180,7 @@ fn build(
             if kind == "parallel" {
                 obj.insert("type".into(), json!("parallel"));
             } else {
-                let keys: Vec<&String> = states.keys().filter(|k| k.starts_with('s')).collect();
+                let keys: Vec<&String> = states.keys().filter(|k| !k.starts_with('h')).collect();
                 let initial = (*rng.pick(&keys)).clone();
                 obj.insert("initial".into(), json!(initial));
             }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use serde_json::Value;
 
-use super::{InstanceKey, notifier};
+use super::{InstanceKey, Owner, notifier};
 use crate::{
     catalog::{Catalog, ToolEntry, Workflow},
     gate::{self, Refusal},
@@ -32,6 +32,12 @@ pub struct Call {
     /// Unique per call; handed to the plugin for its logs and idempotency keys.
     pub call_id: String,
 }
+
+/// Create a handle-keyed instance in its initial state and save it, so that its handle is known
+/// from now on. Fails with a conflict if it exists already.
+#[derive(Message)]
+#[rtype(result = "Result<InstanceView, InstanceError>")]
+pub struct Create;
 
 /// Read the instance's current snapshot (waits for a call in progress to finish).
 #[derive(Message)]
@@ -84,6 +90,9 @@ pub enum InstanceError {
     Stopped,
     #[error("no loaded plugin defines workflow \"{0}\"")]
     UnknownWorkflow(String),
+    /// A well-formed handle that names no instance: never minted here, or deleted.
+    #[error("no instance has handle {0}")]
+    UnknownHandle(String),
 }
 
 /// What the actor needs that is shared by every instance.
@@ -120,7 +129,7 @@ impl InstanceActor {
         let current = self.current.clone();
         let store = self.deps.store.clone();
         let workflow = self.workflow.clone();
-        let key = self.key.store_key();
+        let key = self.key.clone();
         async move {
             match current {
                 Some(view) => Ok(view),
@@ -130,21 +139,38 @@ impl InstanceActor {
     }
 }
 
+/// The instance as stored. A session-keyed instance that was never saved is in its initial
+/// state; a handle-keyed one must exist (handles are saved when minted), so a missing one is an
+/// unknown handle rather than a silent new instance.
 async fn load(
+    store: &dyn StateStore,
+    key: &InstanceKey,
+    workflow: &Workflow,
+) -> Result<InstanceView, InstanceError> {
+    match load_record(store, &key.store_key(), workflow).await? {
+        Some(view) => Ok(view),
+        None => match &key.owner {
+            Owner::Session(_) => Ok(InstanceView {
+                snapshot: workflow.machine.initial_snapshot(),
+                version: 0,
+            }),
+            Owner::Handle(handle) => Err(InstanceError::UnknownHandle(handle.to_string())),
+        },
+    }
+}
+
+async fn load_record(
     store: &dyn StateStore,
     key: &str,
     workflow: &Workflow,
-) -> Result<InstanceView, InstanceError> {
+) -> Result<Option<InstanceView>, InstanceError> {
     let corrupt = |reason: String| InstanceError::Corrupt {
         key: key.to_string(),
         workflow: workflow.id.clone(),
         reason,
     };
     match store.load(key).await? {
-        None => Ok(InstanceView {
-            snapshot: workflow.machine.initial_snapshot(),
-            version: 0,
-        }),
+        None => Ok(None),
         Some(record) if record.workflow != workflow.id => Err(corrupt(format!(
             "it was stored by workflow \"{}\"",
             record.workflow
@@ -154,10 +180,10 @@ async fn load(
                 .machine
                 .restore(&record.snapshot)
                 .map_err(|error| corrupt(error.to_string()))?;
-            Ok(InstanceView {
+            Ok(Some(InstanceView {
                 snapshot,
                 version: record.version,
-            })
+            }))
         }
     }
 }
@@ -245,7 +271,7 @@ async fn run_call(
     view: InstanceView,
     call: Call,
 ) -> Result<(InstanceView, bool, CallOutcome), InstanceError> {
-    if let Err(refusal) = gate::check(catalog, workflow, &call.tool, &view.snapshot) {
+    if let Some(refusal) = gate::refusal(catalog, workflow, &call.tool, &view.snapshot) {
         return Ok((view, false, CallOutcome::Forbidden(refusal)));
     }
     let context = CallContext {
@@ -309,6 +335,37 @@ async fn run_call(
             view: after,
         },
     ))
+}
+
+impl Handler<Create> for InstanceActor {
+    type Result = AtomicResponse<Self, Result<InstanceView, InstanceError>>;
+
+    fn handle(&mut self, _: Create, _ctx: &mut Self::Context) -> Self::Result {
+        let store = self.deps.store.clone();
+        let key = self.key.store_key();
+        let view = InstanceView {
+            snapshot: self.workflow.machine.initial_snapshot(),
+            version: 1,
+        };
+        let record = InstanceRecord {
+            workflow: self.workflow.id.clone(),
+            snapshot: view.snapshot.to_persisted(),
+            version: view.version,
+            updated_at_ms: crate::store::now_ms(),
+        };
+        let work = async move {
+            store.save(&key, &record, 0).await?;
+            Ok(view)
+        };
+        AtomicResponse::new(Box::pin(work.into_actor(self).map(
+            |created, actor, _ctx| {
+                if let Ok(view) = &created {
+                    actor.current = Some(view.clone());
+                }
+                created
+            },
+        )))
+    }
 }
 
 impl Handler<View> for InstanceActor {

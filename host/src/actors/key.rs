@@ -59,6 +59,35 @@ impl InstanceKey {
         }
     }
 
+    /// A new instance of `workflow` under a freshly minted handle: `<workflow>-<32 hex digits>`,
+    /// 128 bits from the OS's random source, so a handle cannot be guessed from another.
+    pub fn mint(workflow: &str) -> Self {
+        let bits: u128 = rand::random();
+        InstanceKey {
+            workflow: workflow.into(),
+            owner: Owner::Handle(format!("{workflow}-{bits:032x}").into()),
+        }
+    }
+
+    /// The instance a client-supplied handle names. Checks the form only: whether it exists is
+    /// the store's to say.
+    pub fn from_handle(handle: &str) -> Result<Self, MalformedHandle> {
+        let malformed = || MalformedHandle(handle.chars().take(100).collect());
+        let (workflow, bits) = handle.rsplit_once('-').ok_or_else(malformed)?;
+        if workflow.is_empty()
+            || bits.len() != 32
+            || !bits
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Err(malformed());
+        }
+        Ok(InstanceKey {
+            workflow: workflow.into(),
+            owner: Owner::Handle(handle.into()),
+        })
+    }
+
     /// The key under which the instance is stored. Session-keyed instances share the prefix
     /// `session/`, so an operator (or start-up clean-up) can find them all.
     pub fn store_key(&self) -> String {
@@ -80,5 +109,51 @@ impl InstanceKey {
 impl fmt::Display for InstanceKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.store_key())
+    }
+}
+
+/// A string that cannot be a handle this server minted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("\"{0}\" is not a workflow handle (expected <workflow>-<32 hex digits>)")]
+pub struct MalformedHandle(pub String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minted_handles_parse_back_to_the_same_instance() {
+        let key = InstanceKey::mint("invoice");
+        let handle = key.handle();
+        assert!(handle.starts_with("invoice-") && handle.len() == "invoice-".len() + 32);
+        assert_eq!(InstanceKey::from_handle(&handle), Ok(key));
+        assert_ne!(InstanceKey::mint("invoice"), InstanceKey::mint("invoice"));
+    }
+
+    #[test]
+    fn workflow_ids_with_dashes_keep_their_dashes() {
+        let key = InstanceKey::mint("db-migration");
+        assert_eq!(
+            &*InstanceKey::from_handle(&key.handle()).unwrap().workflow,
+            "db-migration"
+        );
+    }
+
+    #[test]
+    fn malformed_handles_are_refused() {
+        for bad in [
+            "",
+            "invoice",
+            "invoice-",
+            "-0123456789abcdef0123456789abcdef",
+            "invoice-xyz",
+            "invoice-0123456789ABCDEF0123456789ABCDEF",
+            "invoice-0123456789abcdef0123456789abcde",
+        ] {
+            assert!(
+                InstanceKey::from_handle(bad).is_err(),
+                "{bad:?} should be refused"
+            );
+        }
     }
 }

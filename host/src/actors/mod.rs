@@ -22,7 +22,7 @@ mod system;
 
 pub use self::{
     instance::{CallOutcome, InstanceError, InstanceView},
-    key::{InstanceKey, Owner, SESSION_PREFIX, SessionId},
+    key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId},
     notifier::{Listener, NotifierStats},
     registry::RegistryStats,
     runtime::Runtime,

@@ -33,6 +33,14 @@ pub struct Subscribe {
     pub instance: InstanceKey,
 }
 
+/// `session` touched `instance` by mistake (it does not exist): stop watching it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Unsubscribe {
+    pub session: SessionId,
+    pub instance: InstanceKey,
+}
+
 /// `session` ended: forget it everywhere.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -93,6 +101,25 @@ impl Handler<Subscribe> for Notifier {
                 .entry(msg.instance)
                 .or_default()
                 .insert(msg.session);
+        }
+    }
+}
+
+impl Handler<Unsubscribe> for Notifier {
+    type Result = ();
+
+    fn handle(&mut self, msg: Unsubscribe, _ctx: &mut Self::Context) {
+        if let Some(session) = self.sessions.get_mut(&msg.session) {
+            session.watching.remove(&msg.instance);
+            if session.watching.is_empty() {
+                self.sessions.remove(&msg.session);
+            }
+        }
+        if let Some(watchers) = self.watchers.get_mut(&msg.instance) {
+            watchers.remove(&msg.session);
+            if watchers.is_empty() {
+                self.watchers.remove(&msg.instance);
+            }
         }
     }
 }

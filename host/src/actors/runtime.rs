@@ -41,6 +41,16 @@ impl Runtime {
             .map_err(|_| InstanceError::Stopped)?
     }
 
+    /// Creates the handle-keyed instance `key` in its initial state, saved, so its handle works
+    /// from now on.
+    pub async fn create(&self, key: InstanceKey) -> Result<InstanceView, InstanceError> {
+        let instance = self.resolve(key).await?;
+        instance
+            .send(instance::Create)
+            .await
+            .map_err(|_| InstanceError::Stopped)?
+    }
+
     /// The instance's current state, after any call in progress on it.
     pub async fn view(&self, key: InstanceKey) -> Result<InstanceView, InstanceError> {
         let instance = self.resolve(key).await?;
@@ -60,6 +70,14 @@ impl Runtime {
         self.notifier.do_send(notifier::Subscribe {
             session: session.clone(),
             listener,
+            instance,
+        });
+    }
+
+    /// `session` no longer hears about `instance` (it turned out not to exist).
+    pub fn unsubscribe(&self, session: &SessionId, instance: InstanceKey) {
+        self.notifier.do_send(notifier::Unsubscribe {
+            session: session.clone(),
             instance,
         });
     }

@@ -9,7 +9,7 @@ use super::LoadReport;
 use crate::{
     actors,
     actors::SESSION_PREFIX,
-    mcp::{self, HttpOptions, Shared},
+    mcp::{self, HandleMode, HttpOptions, Shared},
     store::{self, StateStore, StoreOptions},
 };
 
@@ -19,6 +19,7 @@ pub struct ServeOptions {
     pub store: String,
     pub http: HttpOptions,
     pub actors: actors::ActorOptions,
+    pub handles: Option<HandleMode>,
 }
 
 pub enum Transport {
@@ -63,7 +64,14 @@ async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     tracing::info!(store = %store.describe(), "state store open");
     forget_ended_sessions(&*store).await;
     let runtime = actors::start(catalog.clone(), store, options.actors)?;
-    let shared = Arc::new(Shared { catalog, runtime });
+    if let Some(mode) = &options.handles {
+        tracing::info!(key = %mode.key, "handle mode: instances are named by the `{}` argument", mode.key);
+    }
+    let shared = Arc::new(Shared {
+        catalog,
+        runtime,
+        handles: options.handles,
+    });
     match options.transport {
         Transport::Stdio => mcp::serve_stdio(shared).await,
         Transport::Http(address) => {

@@ -22,6 +22,8 @@ pub struct HttpOptions {
     pub session_idle_timeout: Duration,
     /// `Host` header values accepted besides loopback (DNS-rebinding protection).
     pub allowed_hosts: Vec<String>,
+    /// No sessions for any protocol revision: each request gets its own handler.
+    pub stateless: bool,
 }
 
 impl Default for HttpOptions {
@@ -29,6 +31,7 @@ impl Default for HttpOptions {
         HttpOptions {
             session_idle_timeout: Duration::from_secs(300),
             allowed_hosts: Vec::new(),
+            stateless: false,
         }
     }
 }
@@ -49,7 +52,9 @@ pub async fn serve_http(
     allowed_hosts.extend(options.allowed_hosts.iter().cloned());
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(allowed_hosts)
-        .with_cancellation_token(shutdown.child_token());
+        .with_cancellation_token(shutdown.child_token())
+        // 2026-07-28 requests are always sessionless; this decides for the older revisions.
+        .with_legacy_session_mode(!options.stateless);
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(options.session_idle_timeout);
     let factory_shared = shared.clone();

@@ -4,6 +4,7 @@
 //!   questions for the gate and the actors.
 //! - `reply.rs`: every result and error a client can see is built there, in one place.
 //! - `session.rs`: a session's identity, its listener for `list_changed`, and its end.
+//! - `target.rs`: which instance a request is about (session, or handle).
 //! - `stdio.rs`, `http.rs`: serving over stdin/stdout, and Streamable HTTP on axum.
 //!
 //! **Architecture Invariant:** only this module names rmcp types.
@@ -13,9 +14,11 @@ mod reply;
 mod server;
 mod session;
 mod stdio;
+mod target;
 
 pub use self::{
     http::{HttpOptions, serve_http},
     server::{Shared, TurnstileServer},
     stdio::serve_stdio,
+    target::{DEFAULT_HANDLE_KEY, HandleMode},
 };

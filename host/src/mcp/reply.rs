@@ -11,6 +11,7 @@ use rmcp::{
 };
 use serde_json::{Value, json};
 
+use super::target::NoTarget;
 use crate::{actors::InstanceError, catalog::ToolEntry, gate::Refusal, plugin::PluginError};
 
 /// A `tools/list` entry for `tool`, with the description the gate chose.
@@ -91,6 +92,7 @@ pub fn invalid_arguments(tool: &str, problems: &[String]) -> CallToolResult {
 pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
     let code = match error {
         InstanceError::Store(_) => "STORE_UNAVAILABLE",
+        InstanceError::UnknownHandle(_) => "UNKNOWN_HANDLE",
         InstanceError::Corrupt { .. } => "STATE_CORRUPT",
         InstanceError::Plugin(error) => return plugin_failure(tool, error),
         InstanceError::Worker(_) | InstanceError::Stopped | InstanceError::UnknownWorkflow(_) => {
@@ -117,6 +119,58 @@ pub fn plugin_failure(tool: &str, error: &PluginError) -> CallToolResult {
         "PLUGIN_FAILED",
         json!({ "tool": tool, "message": reason }),
     )
+}
+
+/// The call names no usable instance. Nothing ran.
+pub fn no_target(tool: &str, why: &NoTarget) -> CallToolResult {
+    match why {
+        NoTarget::InvalidHandle(reason) => invalid_handle(tool, reason),
+        NoTarget::HandleRequired { key, starters } => handle_required(tool, key, starters),
+    }
+}
+
+/// The handle is malformed, or names an instance of another workflow. Nothing ran.
+fn invalid_handle(tool: &str, reason: &str) -> CallToolResult {
+    error_result(
+        format!("{tool} was not run: {reason}"),
+        "INVALID_HANDLE",
+        json!({ "tool": tool, "message": reason }),
+    )
+}
+
+/// A tool that acts on an existing instance was called without a handle. Nothing ran.
+fn handle_required(tool: &str, key: &str, starters: &[String]) -> CallToolResult {
+    let start = if starters.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " To start a new instance, call {} without a {key}.",
+            starters.join(" or ")
+        )
+    };
+    error_result(
+        format!("{tool} acts on an existing workflow instance: pass its {key}.{start}"),
+        "HANDLE_REQUIRED",
+        json!({ "tool": tool, "argument": key, "start_with": starters }),
+    )
+}
+
+/// Adds the instance's handle to a result, under `key` in `structuredContent` and as a line of
+/// text, so the agent can carry it to the next call.
+pub fn with_handle(mut result: CallToolResult, key: &str, handle: &str) -> CallToolResult {
+    match &mut result.structured_content {
+        Some(Value::Object(structured)) => {
+            structured.insert(key.to_string(), json!(handle));
+        }
+        Some(other) => {
+            result.structured_content = Some(json!({ "result": other.take(), key: handle }));
+        }
+        None => result.structured_content = Some(json!({ key: handle })),
+    }
+    result
+        .content
+        .push(ContentBlock::text(format!("{key}: {handle}")));
+    result
 }
 
 fn error_result(text: String, code: &str, details: Value) -> CallToolResult {

@@ -1,8 +1,9 @@
 //! [`TurnstileServer`]: rmcp's `ServerHandler` for one session.
 //!
-//! `tools/list` asks each workflow instance of the caller for its state and the gate for its
-//! menu; `tools/call` resolves the tool, checks its arguments, and hands the call to the
-//! instance's actor. Every request that touches an instance subscribes the session to it.
+//! `tools/list` asks the caller's workflow instances for their state and the gate for their
+//! menus; `tools/call` resolves the tool, finds the instance (see [`super::target`]), checks the
+//! arguments and hands the call to the instance's actor. Every request that touches an instance
+//! subscribes the session to it.
 //!
 //! It must not decide visibility (gate) or hold state (actors); its replies come from `reply`.
 
@@ -11,17 +12,21 @@ use std::sync::Arc;
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-        PaginatedRequestParams, ServerCapabilities, ServerConfig,
+        CallToolRequestParams, CallToolResponse, Implementation, JsonObject, ListToolsResult,
+        PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
     },
-    service::RequestContext,
+    service::{RequestContext, SubscriptionContext},
 };
 use serde_json::Value;
 
-use super::{reply, session::SessionScope};
+use super::{
+    reply,
+    session::{SessionScope, SinkListener},
+    target::{self, HandleMode, Target},
+};
 use crate::{
-    actors::{CallOutcome, InstanceKey, Runtime},
-    catalog::{Catalog, ToolEntry},
+    actors::{CallOutcome, InstanceError, InstanceKey, InstanceView, Owner, Runtime, SessionId},
+    catalog::{Catalog, ToolEntry, Workflow},
     gate,
     plugin::{CallContext, PluginOutput},
 };
@@ -30,9 +35,12 @@ use crate::{
 pub struct Shared {
     pub catalog: Arc<Catalog>,
     pub runtime: Runtime,
+    /// `Some`: instances are named by handles the client carries (DESIGN behaviours 5–7).
+    pub handles: Option<HandleMode>,
 }
 
-/// One per MCP session (stdio: one per connection). rmcp drops it when the session ends.
+/// One per MCP session (stdio: one per connection; sessionless HTTP: one per request). rmcp drops
+/// it when the session ends.
 #[derive(Clone)]
 pub struct TurnstileServer {
     shared: Arc<Shared>,
@@ -40,21 +48,128 @@ pub struct TurnstileServer {
 }
 
 impl TurnstileServer {
-    /// Cheap: the Streamable HTTP service calls it once per session.
+    /// Cheap: the Streamable HTTP service calls it once per session, or once per request.
     pub fn new(shared: Arc<Shared>) -> Self {
         let session = Arc::new(SessionScope::new(shared.runtime.clone()));
         TurnstileServer { shared, session }
     }
 
-    /// The instance of `workflow` this request is about, subscribing the session to it.
-    fn instance_for(&self, workflow: &str, context: &RequestContext<RoleServer>) -> InstanceKey {
-        let key = InstanceKey::for_session(&self.session.id, workflow);
+    /// Subscribes the session to `key`. Done before the instance is asked anything, so that the
+    /// subscription reaches the notifier ahead of any change the request causes.
+    fn watch(&self, key: &InstanceKey, context: &RequestContext<RoleServer>) {
         self.shared.runtime.subscribe(
             &self.session.id,
             self.session.listener(&context.peer),
             key.clone(),
         );
-        key
+    }
+
+    /// After the instance answered: remember it among those the session touched, or, if it does
+    /// not exist, take the subscription back so a forged handle leaves nothing behind.
+    fn settle<T>(&self, key: &InstanceKey, answer: &Result<T, InstanceError>) {
+        match answer {
+            Err(InstanceError::UnknownHandle(_)) => self
+                .shared
+                .runtime
+                .unsubscribe(&self.session.id, key.clone()),
+            _ => self.session.touch(key),
+        }
+    }
+
+    /// The instance `key` as a `tools/list` answer can use it, watching it from now on.
+    async fn view(
+        &self,
+        key: &InstanceKey,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<InstanceView, ErrorData> {
+        self.watch(key, context);
+        let answer = self.shared.runtime.view(key.clone()).await;
+        self.settle(key, &answer);
+        answer.map_err(|error| match error {
+            InstanceError::UnknownHandle(_) => ErrorData::invalid_params(error.to_string(), None),
+            other => {
+                ErrorData::internal_error(format!("cannot read the state of {key}: {other}"), None)
+            }
+        })
+    }
+
+    /// The listing of `tool` for an instance of `workflow` in `snapshot`.
+    fn listed(
+        &self,
+        tool: &ToolEntry,
+        workflow: &Workflow,
+        snapshot: &crate::statechart::Snapshot,
+    ) -> Tool {
+        let listed = reply::listed_tool(tool, gate::description(tool, workflow, snapshot));
+        match &self.shared.handles {
+            Some(mode) => mode.add_handle_property(listed, gate::starts_instance(tool, workflow)),
+            None => listed,
+        }
+    }
+
+    /// Session mode: one instance per workflow for this session.
+    async fn list_session_instances(
+        &self,
+        context: &RequestContext<RoleServer>,
+        tools: &mut Vec<Tool>,
+    ) -> Result<(), ErrorData> {
+        let catalog = &self.shared.catalog;
+        for workflow in catalog.workflows() {
+            let key = InstanceKey::for_session(&self.session.id, &workflow.id);
+            let view = self.view(&key, context).await?;
+            for tool in gate::menu(catalog, workflow, &view.snapshot) {
+                tools.push(self.listed(&tool, workflow, &view.snapshot));
+            }
+        }
+        Ok(())
+    }
+
+    /// Handle mode: the named instance's menu; without a name, the menus of every instance this
+    /// session touched plus the tools that start a new instance.
+    async fn list_handle_instances(
+        &self,
+        mode: &HandleMode,
+        context: &RequestContext<RoleServer>,
+        tools: &mut Vec<Tool>,
+    ) -> Result<(), ErrorData> {
+        let catalog = &self.shared.catalog;
+        let named = mode
+            .handles_in(&context.meta)
+            .map_err(|error| ErrorData::invalid_params(error, None))?;
+        let listing_named = !named.is_empty();
+        let keys = if listing_named {
+            named
+        } else {
+            self.session.touched()
+        };
+        let mut seen = std::collections::HashSet::new();
+        for key in keys {
+            let Some(workflow) = catalog.workflow(&key.workflow) else {
+                return Err(ErrorData::invalid_params(
+                    format!("no workflow \"{}\" is loaded", key.workflow),
+                    None,
+                ));
+            };
+            let view = self.view(&key, context).await?;
+            for tool in gate::menu(catalog, workflow, &view.snapshot) {
+                if seen.insert(tool.name().to_string()) {
+                    tools.push(self.listed(&tool, workflow, &view.snapshot));
+                }
+            }
+        }
+        if !listing_named {
+            for workflow in catalog.workflows() {
+                let initial = workflow.machine.initial_snapshot();
+                for tool in gate::menu(catalog, workflow, &initial) {
+                    if gate::starts_instance(&tool, workflow)
+                        && seen.insert(tool.name().to_string())
+                    {
+                        tools.push(self.listed(&tool, workflow, &initial));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn call_unbound(&self, tool: Arc<ToolEntry>, arguments: Value) -> CallToolResponse {
@@ -72,10 +187,7 @@ impl TurnstileServer {
             Ok(Ok(PluginOutput::Success(output))) => reply::success(output),
             Ok(Ok(PluginOutput::ToolError(message))) => reply::tool_error(&name, &message),
             Ok(Err(error)) => reply::plugin_failure(&name, &error),
-            Err(join) => reply::failure(
-                &name,
-                &crate::actors::InstanceError::Worker(join.to_string()),
-            ),
+            Err(join) => reply::failure(&name, &InstanceError::Worker(join.to_string())),
         }
         .into()
     }
@@ -101,25 +213,19 @@ impl ServerHandler for TurnstileServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let catalog = &self.shared.catalog;
-        let mut tools = Vec::new();
-        for tool in catalog.tools().filter(|tool| tool.workflow().is_none()) {
-            tools.push(reply::listed_tool(tool, &tool.manifest.description));
-        }
-        for workflow in catalog.workflows() {
-            let key = self.instance_for(&workflow.id, &context);
-            let view = self.shared.runtime.view(key).await.map_err(|error| {
-                ErrorData::internal_error(
-                    format!("cannot read the state of workflow {}: {error}", workflow.id),
-                    None,
-                )
-            })?;
-            for tool in gate::menu(catalog, workflow, &view.snapshot) {
-                tools.push(reply::listed_tool(
-                    &tool,
-                    gate::description(&tool, workflow, &view.snapshot),
-                ));
+        let mut tools: Vec<Tool> = self
+            .shared
+            .catalog
+            .tools()
+            .filter(|tool| tool.workflow().is_none())
+            .map(|tool| reply::listed_tool(tool, &tool.manifest.description))
+            .collect();
+        match &self.shared.handles {
+            Some(mode) => {
+                self.list_handle_instances(mode, &context, &mut tools)
+                    .await?
             }
+            None => self.list_session_instances(&context, &mut tools).await?,
         }
         // The menu depends on the caller's state, so a client must not serve it from a cache.
         Ok(ListToolsResult::with_all_items(tools).with_ttl_ms(0))
@@ -133,22 +239,53 @@ impl ServerHandler for TurnstileServer {
         let Some(tool) = self.shared.catalog.tool(&request.name).cloned() else {
             return Err(reply::unknown_tool(&request.name));
         };
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let mut arguments: JsonObject = request.arguments.unwrap_or_default();
+        let Some(workflow) = tool
+            .workflow()
+            .and_then(|id| self.shared.catalog.workflow(id))
+            .cloned()
+        else {
+            if let Err(problems) = tool.check_arguments(&Value::Object(arguments.clone())) {
+                return Ok(reply::invalid_arguments(tool.name(), &problems).into());
+            }
+            return Ok(self.call_unbound(tool, Value::Object(arguments)).await);
+        };
+        // The handle is the host's argument, not the plugin's: take it out before the schema check.
+        let target = match target::resolve(
+            &self.shared.catalog,
+            self.shared.handles.as_ref(),
+            &self.session.id,
+            &tool,
+            &workflow,
+            &mut arguments,
+            &context.meta,
+        ) {
+            Ok(target) => target,
+            Err(no_target) => return Ok(reply::no_target(tool.name(), &no_target).into()),
+        };
+        let arguments = Value::Object(arguments);
         if let Err(problems) = tool.check_arguments(&arguments) {
             return Ok(reply::invalid_arguments(tool.name(), &problems).into());
         }
-        let Some(workflow) = tool.workflow().map(str::to_string) else {
-            return Ok(self.call_unbound(tool, arguments).await);
-        };
-        let key = self.instance_for(&workflow, &context);
-        let call_id = uuid::Uuid::new_v4().to_string();
         let name = tool.name().to_string();
-        let result = match self
+        let key = match target {
+            Target::Existing(key) => key,
+            Target::Mint(key) => {
+                if let Err(error) = self.shared.runtime.create(key.clone()).await {
+                    return Ok(reply::failure(&name, &error).into());
+                }
+                key
+            }
+        };
+        self.watch(&key, &context);
+        let call_id = uuid::Uuid::new_v4().to_string();
+        let answer = self
             .shared
             .runtime
-            .call(key, tool, arguments, call_id)
-            .await
-        {
+            .call(key.clone(), tool, arguments, call_id)
+            .await;
+        self.settle(&key, &answer);
+        let result = match answer {
             Ok(CallOutcome::Forbidden(refusal)) => reply::forbidden(&refusal),
             Ok(CallOutcome::Ran { output, .. }) => match output {
                 PluginOutput::Success(output) => reply::success(output),
@@ -156,6 +293,42 @@ impl ServerHandler for TurnstileServer {
             },
             Err(error) => reply::failure(&name, &error),
         };
+        let result = match (&self.shared.handles, &key.owner) {
+            (Some(mode), Owner::Handle(handle)) => reply::with_handle(result, &mode.key, handle),
+            _ => result,
+        };
         Ok(result.into())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // rmcp intersects this with what was requested and what get_info advertises.
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    /// 2026-07-28 `subscriptions/listen`: `list_changed` for the instances named in the request's
+    /// `_meta` (under the handle key), until the client cancels.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let Some(mode) = &self.shared.handles else {
+            // Without handles there is nothing sessionless to name; hold the stream open so the
+            // client's subscription stays valid, and send nothing.
+            context.cancelled().await;
+            return Ok(());
+        };
+        let keys = mode
+            .handles_in(&context.request_context().meta)
+            .map_err(|error| ErrorData::invalid_params(error, None))?;
+        let listener_id = SessionId::new();
+        let listener = Arc::new(SinkListener::new(context.sink().clone()));
+        for key in keys {
+            self.shared
+                .runtime
+                .subscribe(&listener_id, listener.clone(), key);
+        }
+        context.cancelled().await;
+        self.shared.runtime.session_ended(&listener_id);
+        Ok(())
     }
 }

@@ -1,14 +1,15 @@
 //! One MCP session as the host sees it: an id, a way to notify it, and a clean end.
 
 use std::{
+    collections::BTreeSet,
     future::Future,
     pin::Pin,
-    sync::{Arc, OnceLock},
+    sync::{Arc, Mutex, OnceLock},
 };
 
-use rmcp::{Peer, RoleServer};
+use rmcp::{Peer, RoleServer, service::SubscriptionSink};
 
-use crate::actors::{Listener, Runtime, SessionId};
+use crate::actors::{InstanceKey, Listener, Owner, Runtime, SessionId};
 
 /// Lives exactly as long as the session's handler: rmcp drops the handler when the session ends
 /// (DELETE, idle timeout, closed stdio), and the drop unsubscribes the session and ends its
@@ -17,6 +18,9 @@ pub struct SessionScope {
     pub id: SessionId,
     runtime: Runtime,
     listener: OnceLock<Arc<dyn Listener>>,
+    /// Handle-keyed instances this session has touched, for `tools/list` without a handle.
+    /// A std mutex: it is held for an insert or a copy, never across an await.
+    touched: Mutex<BTreeSet<InstanceKey>>,
 }
 
 impl SessionScope {
@@ -25,7 +29,28 @@ impl SessionScope {
             id: SessionId::new(),
             runtime,
             listener: OnceLock::new(),
+            touched: Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// Remembers a handle-keyed instance (session-keyed ones are found from the session id).
+    pub fn touch(&self, key: &InstanceKey) {
+        if matches!(key.owner, Owner::Handle(_)) {
+            self.touched
+                .lock()
+                .expect("no panic while holding this lock")
+                .insert(key.clone());
+        }
+    }
+
+    /// The handle-keyed instances this session has touched.
+    pub fn touched(&self) -> Vec<InstanceKey> {
+        self.touched
+            .lock()
+            .expect("no panic while holding this lock")
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// The session's listener, made from the first request's peer (every request of one session
@@ -52,6 +77,26 @@ impl Listener for PeerListener {
         let peer = self.0.clone();
         Box::pin(async move {
             peer.notify_tool_list_changed()
+                .await
+                .map_err(|error| error.to_string())
+        })
+    }
+}
+
+/// Sends `notifications/tools/list_changed` on a 2026-07-28 `subscriptions/listen` stream.
+pub struct SinkListener(SubscriptionSink);
+
+impl SinkListener {
+    pub fn new(sink: SubscriptionSink) -> Self {
+        SinkListener(sink)
+    }
+}
+
+impl Listener for SinkListener {
+    fn tools_changed(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        let sink = self.0.clone();
+        Box::pin(async move {
+            sink.notify_tool_list_changed()
                 .await
                 .map_err(|error| error.to_string())
         })

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use super::tree::{Kind, NodeId, Tree};
+use super::tree::{Kind, NodeId, Tree, array_index};
 
 /// XState's `historyValue`: history node → the states it remembers, sorted by history node.
 pub(super) type HistoryValue = Vec<(NodeId, Vec<NodeId>)>;
@@ -116,4 +116,57 @@ pub(super) fn initial_state_nodes(tree: &Tree, from: NodeId) -> Vec<NodeId> {
         }
     }
     set
+}
+
+/// The active children of `node` among `all`, in the order JavaScript enumerates the keys of the
+/// state value object XState builds from them (`Object.keys(stateValue)`): array-index keys
+/// ascending, then the others in `_nodes` order. Allocates only for array-index keys.
+pub(super) struct ActiveChildren<'a> {
+    tree: &'a Tree,
+    all: &'a [NodeId],
+    node: NodeId,
+    pos: usize,
+    sorted: Option<std::vec::IntoIter<NodeId>>,
+}
+
+impl<'a> ActiveChildren<'a> {
+    pub(super) fn new(tree: &'a Tree, all: &'a [NodeId], node: NodeId) -> Self {
+        let mut it = ActiveChildren {
+            tree,
+            all,
+            node,
+            pos: 0,
+            sorted: None,
+        };
+        if tree.node(node).index_children {
+            let mut kids: Vec<NodeId> = it.by_ref().collect();
+            kids.sort_by_key(|&c| array_index(&tree.node(c).key).map_or(u64::MAX, u64::from));
+            it.sorted = Some(kids.into_iter());
+        }
+        it
+    }
+}
+
+impl Iterator for ActiveChildren<'_> {
+    type Item = NodeId;
+
+    fn next(&mut self) -> Option<NodeId> {
+        if let Some(sorted) = &mut self.sorted {
+            return sorted.next();
+        }
+        while let Some(&c) = self.all.get(self.pos) {
+            self.pos += 1;
+            if self.tree.node(c).parent == Some(self.node) {
+                return Some(c);
+            }
+        }
+        None
+    }
+}
+
+/// The first active child of `node` in `_nodes` order (`getValueFromAdj`'s `childStateNodes[0]`).
+pub(super) fn first_active_child(tree: &Tree, all: &[NodeId], node: NodeId) -> Option<NodeId> {
+    all.iter()
+        .copied()
+        .find(|&c| tree.node(c).parent == Some(node))
 }

@@ -214,7 +214,12 @@ impl Renderer<'_> {
         let node = self.tree.node(n);
         if let Some(init) = node.initial {
             let _ = writeln!(out, "{pad}init_s{n} [shape=point, label=\"\"];");
-            let _ = writeln!(out, "{pad}init_s{n} -> s{init};");
+            let lhead = if self.tree.node(init).children.is_empty() {
+                String::new()
+            } else {
+                format!(" [lhead=cluster_s{init}]")
+            };
+            let _ = writeln!(out, "{pad}init_s{n} -> s{init}{lhead};");
         }
         for &c in &node.children {
             let child = self.tree.node(c);

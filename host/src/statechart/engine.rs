@@ -9,7 +9,10 @@
 use std::collections::VecDeque;
 
 use super::{
-    config::{Config, HistoryValue, all_state_nodes, initial_state_nodes},
+    config::{
+        ActiveChildren, Config, HistoryValue, all_state_nodes, first_active_child,
+        initial_state_nodes,
+    },
     event::Event,
     guards::Guards,
     tree::{Kind, NodeId, ROOT, TransId, Transition, Tree},
@@ -135,24 +138,17 @@ impl Engine<'_> {
     /// that child.
     fn transition_node(&self, node: NodeId, all: &[NodeId], event: &Event, out: &mut Vec<TransId>) {
         let before = out.len();
-        let mut kids = all
-            .iter()
-            .copied()
-            .filter(|&c| self.tree.node(c).parent == Some(node));
-        if self.tree.node(node).kind == Kind::Compound {
-            match kids.next() {
-                Some(c) if self.tree.node(c).is_atomic() => out.extend(self.next(c, event)),
-                Some(c) => {
-                    self.transition_node(c, all, event, out);
-                    for k in kids {
-                        self.transition_node(k, all, event, out);
-                    }
-                }
-                None => {}
+        let first = first_active_child(self.tree, all, node);
+        match first {
+            Some(c)
+                if self.tree.node(node).kind == Kind::Compound && self.tree.node(c).is_atomic() =>
+            {
+                out.extend(self.next(c, event));
             }
-        } else {
-            for k in kids {
-                self.transition_node(k, all, event, out);
+            _ => {
+                for k in ActiveChildren::new(self.tree, all, node) {
+                    self.transition_node(k, all, event, out);
+                }
             }
         }
         if out.len() == before {
@@ -194,12 +190,12 @@ impl Engine<'_> {
         if transitions.is_empty() {
             return None;
         }
-        let filtered = if transitions.len() > 1 {
-            self.remove_conflicting_transitions(transitions, cur)
-        } else {
-            transitions.to_vec()
-        };
-        let refs: Vec<&Transition> = filtered.iter().map(|&t| self.tree.transition(t)).collect();
+        let tree = self.tree;
+        if let [only] = transitions {
+            return self.microstep_filtered(&[tree.transition(*only)], cur, queue, false);
+        }
+        let filtered = self.remove_conflicting_transitions(transitions, cur);
+        let refs: Vec<&Transition> = filtered.iter().map(|&t| tree.transition(t)).collect();
         self.microstep_filtered(&refs, cur, queue, false)
     }
 

@@ -2,6 +2,8 @@
 //! (`getTransitionDomain`, `getEffectiveTargetStates`, `addDescendantStatesToEnter`, ...),
 //! plus `removeConflictingTransitions`, which is defined by them.
 
+use std::borrow::Cow;
+
 use super::{
     config::{Config, HistoryValue, add, history_of},
     engine::Engine,
@@ -41,11 +43,16 @@ impl Engine<'_> {
         filtered
     }
 
-    /// XState's `getEffectiveTargetStates`.
-    fn effective_targets(&self, t: &Transition, hv: &HistoryValue) -> Vec<NodeId> {
+    /// XState's `getEffectiveTargetStates`. Borrows the targets when none is a history state
+    /// (the parser guarantees they are distinct), which is the hot path.
+    fn effective_targets<'t>(&self, t: &'t Transition, hv: &HistoryValue) -> Cow<'t, [NodeId]> {
+        let targets = t.targets.as_deref().unwrap_or(&[]);
+        if !targets.iter().any(|&x| self.tree.node(x).is_history()) {
+            return Cow::Borrowed(targets);
+        }
         let mut out = Vec::new();
-        self.push_effective_targets(t.targets.as_deref().unwrap_or(&[]), hv, &mut out);
-        out
+        self.push_effective_targets(targets, hv, &mut out);
+        Cow::Owned(out)
     }
 
     fn push_effective_targets(&self, targets: &[NodeId], hv: &HistoryValue, out: &mut Vec<NodeId>) {
@@ -155,7 +162,7 @@ impl Engine<'_> {
                 }
                 self.add_descendant_states_to_enter(s, hv, &mut to_enter);
             }
-            for s in self.effective_targets(t, hv) {
+            for &s in self.effective_targets(t, hv).iter() {
                 let mut ancestors = self.tree.proper_ancestors(s, domain);
                 if let Some(d) = domain.filter(|&d| self.tree.node(d).kind == Kind::Parallel) {
                     ancestors.push(d);

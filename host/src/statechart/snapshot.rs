@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::{
-    config::{Config, HistoryValue, all_state_nodes},
+    config::{ActiveChildren, Config, HistoryValue, all_state_nodes, first_active_child},
     error::MachineError,
     tree::{Kind, NodeId, ROOT, Tree},
 };
@@ -80,8 +80,7 @@ impl Snapshot {
 
     /// Everything [`super::Machine::restore`] needs: `value` and `status` as above, XState's
     /// `historyValue` shape (`{"<history id>": [{"id": "<state id>"}]}`) and `nodes`, the active
-    /// state ids in the order the engine keeps them (which decides region order, see
-    /// [`super::config::Config::nodes`]).
+    /// state ids in the order XState keeps them (which decides region order).
     pub fn to_persisted(&self) -> Value {
         let history: Map<String, Value> = self
             .cfg
@@ -121,24 +120,20 @@ impl Snapshot {
     }
 }
 
-/// XState's `getValueFromAdj`, over the active children in `_nodes` order.
+/// XState's `getValueFromAdj` (the first child in `_nodes` order decides the string form), with
+/// keys in JavaScript's enumeration order.
 fn value_of(tree: &Tree, all: &[NodeId], node: NodeId) -> Value {
-    let mut kids = all
-        .iter()
-        .copied()
-        .filter(|&c| tree.node(c).parent == Some(node))
-        .peekable();
     if tree.node(node).kind == Kind::Compound {
-        match kids.peek() {
+        match first_active_child(tree, all, node) {
             None => return Value::Object(Map::new()),
-            Some(&c) if tree.node(c).is_atomic() => {
+            Some(c) if tree.node(c).is_atomic() => {
                 return Value::String(tree.node(c).key.clone());
             }
             Some(_) => {}
         }
     }
     let mut map = Map::new();
-    for c in kids {
+    for c in ActiveChildren::new(tree, all, node) {
         map.insert(tree.node(c).key.clone(), value_of(tree, all, c));
     }
     Value::Object(map)

@@ -75,6 +75,9 @@ pub(super) struct Node {
     pub(super) history_target: Option<Vec<NodeId>>,
     /// `on` (and `onDone`) in XState's `transitions` map order: descriptor and its candidates.
     pub(super) on: Vec<(String, Vec<TransId>)>,
+    /// Whether some child key is an array index (`"0"`, `"7"`), which JavaScript objects order
+    /// first: see [`super::config::ActiveChildren`].
+    pub(super) index_children: bool,
     /// Indexes into `on` of the wildcard descriptors, longest first (XState's candidate order).
     pub(super) wildcards: Vec<usize>,
     pub(super) always: Vec<TransId>,
@@ -228,6 +231,19 @@ impl Tree {
     }
 }
 
+/// The value of `key` if JavaScript treats it as an array index (a canonical integer below
+/// 2^32 - 1); such keys come first, ascending, when an object's keys are enumerated.
+pub(super) fn array_index(key: &str) -> Option<u32> {
+    let canonical = key == "0" || (!key.starts_with('0') && !key.is_empty());
+    if !canonical || !key.bytes().all(|b| b.is_ascii_digit()) || key.len() > 10 {
+        return None;
+    }
+    key.parse::<u64>()
+        .ok()
+        .filter(|&v| v < u64::from(u32::MAX))
+        .and_then(|v| u32::try_from(v).ok())
+}
+
 /// Whether `descriptor` is a wildcard descriptor XState could match other event types with.
 pub(super) fn is_wildcard(descriptor: &str) -> bool {
     descriptor == "*" || descriptor.ends_with(".*")
@@ -258,6 +274,17 @@ pub(super) fn matches_descriptor(event_type: &str, descriptor: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn array_index_keys() {
+        assert_eq!(array_index("0"), Some(0));
+        assert_eq!(array_index("42"), Some(42));
+        assert_eq!(array_index("042"), None);
+        assert_eq!(array_index("4294967295"), None);
+        assert_eq!(array_index("4294967294"), Some(4_294_967_294));
+        assert_eq!(array_index("a1"), None);
+        assert_eq!(array_index(""), None);
+    }
 
     #[test]
     fn wildcard_matching_follows_xstate() {

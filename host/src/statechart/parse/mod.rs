@@ -13,7 +13,7 @@ use self::transition::target_strings;
 use super::{
     error::MachineError,
     guards::Guards,
-    tree::{Kind, Node, NodeId, ROOT, Tree, is_wildcard},
+    tree::{Kind, Node, NodeId, ROOT, Tree, array_index, is_wildcard},
 };
 
 pub(super) type Obj = Map<String, Value>;
@@ -150,13 +150,19 @@ impl<'a> Parser<'a> {
             initial: None,
             history_target: None,
             on: Vec::new(),
+            index_children: false,
             wildcards: Vec::new(),
             always: Vec::new(),
         });
         self.raw.push((cfg, jpath.clone()));
         if let Some(states) = states {
             let states_path = join(&jpath, "states");
-            for (k, v) in states {
+            // XState creates children in JavaScript's key order: array-index keys first.
+            let mut keys: Vec<(&String, &Value)> = states.iter().collect();
+            keys.sort_by_key(|(k, _)| array_index(k).map_or(u64::MAX, u64::from));
+            self.tree.nodes[usize::from(index)].index_children =
+                keys.iter().any(|(k, _)| array_index(k).is_some());
+            for (k, v) in keys {
                 let child_path = join(&states_path, k);
                 if k.is_empty() || k.contains('.') || k.starts_with('#') {
                     return Err(MachineError::new(

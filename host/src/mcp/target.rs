@@ -1,0 +1,157 @@
+//! Which instance a request is about (DESIGN behaviour 5).
+//!
+//! In session mode it is the session's own instance of the tool's workflow. In handle mode it is
+//! the instance named by the handle argument of `tools/call` (or, for any request, the request's
+//! `_meta` under the same key); a call without a handle to a tool that starts the workflow mints
+//! a new instance, and any other call without one is refused: an unknown or malformed handle is
+//! never turned into a silent new instance.
+
+use rmcp::model::{JsonObject, RequestMetaObject, Tool};
+use serde_json::{Value, json};
+
+use crate::{
+    actors::{InstanceKey, SessionId},
+    catalog::{Catalog, ToolEntry, Workflow},
+    gate,
+};
+
+/// The argument name used when `--state-handle-key` is given without one.
+pub const DEFAULT_HANDLE_KEY: &str = "handle";
+
+/// Handle mode's settings.
+#[derive(Debug, Clone)]
+pub struct HandleMode {
+    /// The argument (and `_meta`) name that carries a handle.
+    pub key: String,
+}
+
+/// The instance a call runs on.
+pub enum Target {
+    Existing(InstanceKey),
+    /// A new instance, to be created before the call runs on it.
+    Mint(InstanceKey),
+}
+
+/// Why a call has no instance to run on.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NoTarget {
+    /// The handle is malformed, or names an instance of another workflow.
+    #[error("{0}")]
+    InvalidHandle(String),
+    /// The tool acts on an existing instance and none was named.
+    #[error("a handle is required")]
+    HandleRequired { key: String, starters: Vec<String> },
+}
+
+/// Finds the instance for a call of `tool` (bound to `workflow`). In handle mode the handle is
+/// removed from `arguments`, since it is the host's argument and not the plugin's.
+pub fn resolve(
+    catalog: &Catalog,
+    handles: Option<&HandleMode>,
+    session: &SessionId,
+    tool: &ToolEntry,
+    workflow: &Workflow,
+    arguments: &mut JsonObject,
+    meta: &RequestMetaObject,
+) -> Result<Target, NoTarget> {
+    let Some(mode) = handles else {
+        return Ok(Target::Existing(InstanceKey::for_session(
+            session,
+            &workflow.id,
+        )));
+    };
+    let named = match arguments.remove(&mode.key) {
+        Some(Value::String(handle)) => Some(handle),
+        Some(other) => {
+            return Err(NoTarget::InvalidHandle(format!(
+                "the {} argument must be a string, not {other}",
+                mode.key
+            )));
+        }
+        None => meta
+            .get(&mode.key)
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    };
+    match named {
+        Some(handle) => {
+            let key = InstanceKey::from_handle(&handle)
+                .map_err(|error| NoTarget::InvalidHandle(error.to_string()))?;
+            if *key.workflow != *workflow.id {
+                return Err(NoTarget::InvalidHandle(format!(
+                    "{handle} is an instance of workflow {}, and {} belongs to workflow {}",
+                    key.workflow,
+                    tool.name(),
+                    workflow.id
+                )));
+            }
+            Ok(Target::Existing(key))
+        }
+        None if gate::starts_instance(tool, workflow) => {
+            Ok(Target::Mint(InstanceKey::mint(&workflow.id)))
+        }
+        None => Err(NoTarget::HandleRequired {
+            key: mode.key.clone(),
+            starters: gate::starters(catalog, workflow),
+        }),
+    }
+}
+
+impl HandleMode {
+    /// The handles named in a request's `_meta` under the handle key: one string, or a list.
+    pub fn handles_in(&self, meta: &RequestMetaObject) -> Result<Vec<InstanceKey>, String> {
+        let named: Vec<&str> = match meta.get(&self.key) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(handle)) => vec![handle.as_str()],
+            Some(Value::Array(handles)) => handles
+                .iter()
+                .map(|handle| {
+                    handle
+                        .as_str()
+                        .ok_or_else(|| format!("_meta.{}: handles must be strings", self.key))
+                })
+                .collect::<Result<_, _>>()?,
+            Some(other) => {
+                return Err(format!(
+                    "_meta.{} must be a handle or a list of handles, not {other}",
+                    self.key
+                ));
+            }
+        };
+        named
+            .into_iter()
+            .map(|handle| InstanceKey::from_handle(handle).map_err(|error| error.to_string()))
+            .collect()
+    }
+
+    /// Adds the handle property to a listed tool's input schema: optional on tools that start
+    /// an instance (omit it to start a new one), required on the others.
+    pub fn add_handle_property(&self, mut tool: Tool, starts_instance: bool) -> Tool {
+        let mut schema = (*tool.input_schema).clone();
+        let description = if starts_instance {
+            "Handle of an existing workflow instance. Omit it to start a new instance; the result \
+             returns the new handle. Pass that handle to every later call on this instance."
+        } else {
+            "Handle of the workflow instance to act on, as returned by the call that started it."
+        };
+        let properties = schema.entry("properties").or_insert_with(|| json!({}));
+        if let Value::Object(properties) = properties {
+            properties.insert(
+                self.key.clone(),
+                json!({ "type": "string", "description": description }),
+            );
+        }
+        if !starts_instance {
+            let required = schema.entry("required").or_insert_with(|| json!([]));
+            if let Value::Array(required) = required
+                && !required
+                    .iter()
+                    .any(|name| name == &Value::String(self.key.clone()))
+            {
+                required.push(Value::String(self.key.clone()));
+            }
+        }
+        tool.input_schema = schema.into();
+        tool
+    }
+}

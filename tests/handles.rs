@@ -1,0 +1,222 @@
+//! DESIGN behaviours 5–7 in handle mode: minted handles, many instances per session, menus that
+//! follow the handle, clear errors for bad handles, and list_changed to every session that
+//! touched an instance.
+
+mod common;
+
+use common::{Client, PluginDir, Server, names, text_of};
+use rmcp::model::CallToolResult;
+use serde_json::{Value, json};
+
+fn handle_of(result: &CallToolResult) -> String {
+    assert_ne!(result.is_error, Some(true), "call failed: {result:?}");
+    let handle = result
+        .structured_content
+        .as_ref()
+        .expect("structuredContent")["handle"]
+        .as_str()
+        .expect("the result carries the handle")
+        .to_string();
+    assert!(
+        text_of(result).contains(&handle),
+        "the text carries the handle too"
+    );
+    handle
+}
+
+fn error_code(result: &CallToolResult) -> Value {
+    assert_eq!(result.is_error, Some(true), "expected an error: {result:?}");
+    result
+        .structured_content
+        .as_ref()
+        .expect("structuredContent")["error"]["code"]
+        .clone()
+}
+
+fn handle_server(plugins: &PluginDir) -> Server {
+    Server::http(plugins.path(), &["--state-handle-key"])
+}
+
+#[tokio::test]
+async fn a_starting_call_mints_a_handle_and_the_menu_follows_it() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = handle_server(&plugins);
+    let client = Client::http(&server.url).await;
+    // Nothing started yet: the tools that start an invoice, and the ungated ones.
+    assert_eq!(client.tool_names().await, names(&["invoice.submit"]));
+    let tools = client.tools().await;
+    let submit = &tools[0];
+    assert!(
+        submit.input_schema["properties"]["handle"].is_object(),
+        "the handle is in the schema"
+    );
+
+    let handle = handle_of(&client.call("invoice.submit", json!({"amount": 10})).await);
+    assert!(
+        handle.starts_with("invoice-") && handle.len() == "invoice-".len() + 32,
+        "{handle}"
+    );
+    assert_eq!(
+        client.tool_names_with_meta(json!({"handle": handle})).await,
+        names(&["invoice.approve", "invoice.reject", "invoice.status"])
+    );
+    let approve = client
+        .call("invoice.approve", json!({"handle": handle}))
+        .await;
+    assert_eq!(handle_of(&approve), handle);
+    assert_eq!(
+        client.tool_names_with_meta(json!({"handle": handle})).await,
+        names(&["invoice.discharge", "invoice.status"])
+    );
+    let status = client
+        .call("invoice.status", json!({"handle": handle}))
+        .await;
+    assert_eq!(status.structured_content.unwrap()["state"], "approved");
+}
+
+#[tokio::test]
+async fn one_session_drives_several_instances_by_handle() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = handle_server(&plugins);
+    let client = Client::http(&server.url).await;
+    let first = handle_of(&client.call("invoice.submit", json!({"amount": 1})).await);
+    let second = handle_of(&client.call("invoice.submit", json!({"amount": 2})).await);
+    assert_ne!(first, second);
+    client
+        .call("invoice.approve", json!({"handle": first}))
+        .await;
+
+    assert_eq!(
+        client.tool_names_with_meta(json!({"handle": first})).await,
+        names(&["invoice.discharge", "invoice.status"])
+    );
+    assert_eq!(
+        client.tool_names_with_meta(json!({"handle": second})).await,
+        names(&["invoice.approve", "invoice.reject", "invoice.status"])
+    );
+    // Without a handle: what it can do on any of its instances, plus what starts a new one.
+    assert_eq!(
+        client.tool_names().await,
+        names(&[
+            "invoice.approve",
+            "invoice.discharge",
+            "invoice.reject",
+            "invoice.status",
+            "invoice.submit"
+        ])
+    );
+    // The gate is per instance: discharging the one still in review is refused.
+    let refused = client
+        .call("invoice.discharge", json!({"handle": second}))
+        .await;
+    assert_eq!(error_code(&refused), "FORBIDDEN");
+    assert_eq!(
+        refused.structured_content.unwrap()["error"]["state"],
+        "review"
+    );
+}
+
+#[tokio::test]
+async fn bad_handles_get_clear_errors_and_never_a_new_instance() {
+    let plugins = PluginDir::with(&["invoice", "payment"]);
+    let server = handle_server(&plugins);
+    let client = Client::http(&server.url).await;
+
+    let required = client.call("invoice.approve", json!({})).await;
+    assert_eq!(error_code(&required), "HANDLE_REQUIRED");
+    assert!(
+        text_of(&required).contains("invoice.submit"),
+        "says how to start: {}",
+        text_of(&required)
+    );
+
+    let forged = format!("invoice-{}", "0123456789abcdef".repeat(2));
+    let unknown = client
+        .call("invoice.approve", json!({"handle": forged}))
+        .await;
+    assert_eq!(error_code(&unknown), "UNKNOWN_HANDLE");
+    let unknown = client
+        .call("invoice.submit", json!({"handle": forged, "amount": 1}))
+        .await;
+    assert_eq!(
+        error_code(&unknown),
+        "UNKNOWN_HANDLE",
+        "a starting tool with a forged handle starts nothing"
+    );
+
+    let malformed = client
+        .call("invoice.approve", json!({"handle": "invoice-42"}))
+        .await;
+    assert_eq!(error_code(&malformed), "INVALID_HANDLE");
+
+    let payment = client
+        .call("payment.authorize", json!({"amount": 5, "currency": "EUR"}))
+        .await;
+    let payment_handle = handle_of(&payment);
+    let wrong = client
+        .call("invoice.status", json!({"handle": payment_handle}))
+        .await;
+    assert_eq!(error_code(&wrong), "INVALID_HANDLE");
+
+    // None of this created an invoice: the session touched only the payment.
+    assert!(
+        !client
+            .tool_names()
+            .await
+            .iter()
+            .any(|name| name == "invoice.approve")
+    );
+}
+
+#[tokio::test]
+async fn a_transition_notifies_every_session_that_touched_the_instance_and_no_other() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = handle_server(&plugins);
+    let alice = Client::http(&server.url).await;
+    let bob = Client::http(&server.url).await;
+    let carol = Client::http(&server.url).await;
+    let handle = handle_of(&alice.call("invoice.submit", json!({"amount": 7})).await);
+    alice.changes.wait_for(1).await;
+    // Bob touches the instance by listing it; Carol works on her own invoice.
+    bob.tool_names_with_meta(json!({"handle": handle})).await;
+    carol.call("invoice.submit", json!({"amount": 8})).await;
+
+    bob.call("invoice.approve", json!({"handle": handle})).await;
+    alice.changes.wait_for(2).await;
+    bob.changes.wait_for(1).await;
+    carol.changes.stays_at(1).await;
+}
+
+#[tokio::test]
+async fn stateless_mode_keeps_state_across_connections_by_handle() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &["--stateless"]);
+    let handle = {
+        let client = Client::http(&server.url).await;
+        let handle = handle_of(&client.call("invoice.submit", json!({"amount": 3})).await);
+        client.close().await;
+        handle
+    };
+    for (tool, state) in [
+        ("invoice.approve", "approved"),
+        ("invoice.discharge", "discharged"),
+    ] {
+        let client = Client::http(&server.url).await;
+        handle_of(&client.call(tool, json!({"handle": handle})).await);
+        client.close().await;
+        let client = Client::http(&server.url).await;
+        let status = client
+            .call("invoice.status", json!({"handle": handle}))
+            .await;
+        assert_eq!(status.structured_content.unwrap()["state"], state);
+        client.close().await;
+    }
+    let client = Client::http(&server.url).await;
+    let forged = client
+        .call(
+            "invoice.status",
+            json!({"handle": format!("invoice-{}", "f".repeat(32))}),
+        )
+        .await;
+    assert_eq!(error_code(&forged), "UNKNOWN_HANDLE");
+}
