@@ -35,6 +35,10 @@ enum Command {
         /// (and several stdio servers may run at once); name a store to keep handle-keyed state.
         #[arg(long, env = "TURNSTILE_STORE")]
         store: Option<String>,
+        /// Names this deployment's data in a shared store: Redis keys `NAMESPACE:…`, PostgreSQL
+        /// table `NAMESPACE_instances`. Servers that share instances use the same one.
+        #[arg(long, env = "TURNSTILE_STORE_NAMESPACE", default_value = "turnstile")]
+        store_namespace: String,
         /// Directory for the embedded store (created on first start). Default:
         /// `$XDG_DATA_HOME/turnstile`, else `~/.local/share/turnstile`.
         #[arg(long, env = "TURNSTILE_DATA_DIR")]
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
             http,
             store,
             data_dir,
+            store_namespace,
             session_idle_timeout,
             allowed_hosts,
             idle_after,
@@ -123,6 +128,7 @@ fn main() -> ExitCode {
                 true => "memory:".to_string(),
                 false => commands::serve::default_store(data_dir),
             }),
+            store_namespace,
             http: turnstile::mcp::HttpOptions {
                 session_idle_timeout: Duration::from_secs(session_idle_timeout),
                 allowed_hosts,
@@ -133,6 +139,7 @@ fn main() -> ExitCode {
                 .map(|key| turnstile::mcp::HandleMode { key }),
             actors: turnstile::actors::ActorOptions {
                 idle_after: (idle_after > 0).then(|| Duration::from_secs(idle_after)),
+                ..Default::default()
             },
         }),
         Command::Check { plugins } => commands::check::run(&plugins),

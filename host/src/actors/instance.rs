@@ -97,6 +97,8 @@ pub enum InstanceError {
 
 /// What the actor needs that is shared by every instance.
 pub struct InstanceDeps {
+    /// This process's name in change announcements (see `StateStore::announce_change`).
+    pub node: Arc<str>,
     pub catalog: Arc<Catalog>,
     pub store: Arc<dyn StateStore>,
     pub notifier: Addr<notifier::Notifier>,
@@ -126,7 +128,12 @@ impl InstanceActor {
     fn current_or_load(
         &self,
     ) -> impl Future<Output = Result<InstanceView, InstanceError>> + 'static {
-        let current = self.current.clone();
+        // With a store other processes write to, the copy in memory may be stale: reread it.
+        let current = if self.deps.store.is_shared() {
+            None
+        } else {
+            self.current.clone()
+        };
         let store = self.deps.store.clone();
         let workflow = self.workflow.clone();
         let key = self.key.clone();
@@ -216,6 +223,7 @@ impl Handler<Call> for InstanceActor {
 
     fn handle(&mut self, call: Call, _ctx: &mut Self::Context) -> Self::Result {
         let loading = self.current_or_load();
+        let node = self.deps.node.clone();
         let catalog = self.deps.catalog.clone();
         let store = self.deps.store.clone();
         let workflow = self.workflow.clone();
@@ -231,7 +239,16 @@ impl Handler<Call> for InstanceActor {
                     };
                 }
             };
-            let finished = run_call(&catalog, &*store, &workflow, &key, view.clone(), call).await;
+            let finished = run_call(
+                &node,
+                &catalog,
+                &*store,
+                &workflow,
+                &key,
+                view.clone(),
+                call,
+            )
+            .await;
             match finished {
                 Ok((after, changed, outcome)) => Finished {
                     adopt: Some(after),
@@ -264,6 +281,7 @@ impl Handler<Call> for InstanceActor {
 /// Gate, plugin, transition, save: the straight line of one call. Returns the view after the
 /// call, whether the state changed, and the outcome.
 async fn run_call(
+    node: &str,
     catalog: &Catalog,
     store: &dyn StateStore,
     workflow: &Workflow,
@@ -321,7 +339,13 @@ async fn run_call(
         version: view.version + 1,
         updated_at_ms: crate::store::now_ms(),
     };
-    store.save(&key.store_key(), &record, view.version).await?;
+    let store_key = key.store_key();
+    store.save(&store_key, &record, view.version).await?;
+    // Other processes sharing the store notify their own sessions. The transition is saved
+    // already, so a failed announcement costs them a notification, not a state.
+    if let Err(error) = store.announce_change(node, &store_key).await {
+        tracing::warn!(instance = %key, %error, "could not announce a change to other servers");
+    }
     let after = InstanceView {
         snapshot: step.snapshot,
         version: record.version,

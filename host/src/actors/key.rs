@@ -97,6 +97,12 @@ impl InstanceKey {
         }
     }
 
+    /// The handle-keyed instance stored under `store_key`, if it is one (session-keyed
+    /// instances never leave their process).
+    pub fn from_store_key(store_key: &str) -> Option<Self> {
+        Self::from_handle(store_key.strip_prefix("handle/")?).ok()
+    }
+
     /// What a plugin sees as the instance handle in its call context.
     pub fn handle(&self) -> String {
         match &self.owner {

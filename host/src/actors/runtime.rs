@@ -74,6 +74,13 @@ impl Runtime {
         });
     }
 
+    /// Another server process changed `instance` (announced through the shared store): tell
+    /// this process's sessions that watch it.
+    pub fn changed_elsewhere(&self, instance: InstanceKey) {
+        self.notifier
+            .do_send(notifier::InstanceChanged { instance });
+    }
+
     /// `session` no longer hears about `instance` (it turned out not to exist).
     pub fn unsubscribe(&self, session: &SessionId, instance: InstanceKey) {
         self.notifier.do_send(notifier::Unsubscribe {

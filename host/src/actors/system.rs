@@ -13,11 +13,22 @@ use super::{Runtime, instance::InstanceDeps, notifier::Notifier, registry::Regis
 use crate::{catalog::Catalog, store::StateStore};
 
 /// How the actors behave.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ActorOptions {
     /// Drop an instance from memory after this long without a call (`None`: never). It comes back
     /// from the store on its next call.
     pub idle_after: Option<Duration>,
+    /// This process's name among the servers sharing a store (random by default).
+    pub node: Arc<str>,
+}
+
+impl Default for ActorOptions {
+    fn default() -> Self {
+        ActorOptions {
+            idle_after: None,
+            node: uuid::Uuid::new_v4().simple().to_string().into(),
+        }
+    }
 }
 
 /// Starts the actor system and returns the handle to it. The system runs until the process
@@ -28,6 +39,7 @@ pub fn start(
     options: ActorOptions,
 ) -> std::io::Result<Runtime> {
     let workers = thread::available_parallelism().map_or(2, |n| n.get());
+    let node = options.node.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     thread::Builder::new()
         .name("actors".into())
@@ -37,6 +49,7 @@ pub fn start(
                 let arbiters: Vec<Arbiter> = (0..workers).map(|_| Arbiter::new()).collect();
                 let notifier = Notifier::default().start();
                 let deps = Arc::new(InstanceDeps {
+                    node,
                     catalog,
                     store,
                     notifier: notifier.clone(),

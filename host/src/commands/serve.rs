@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::LoadReport;
 use crate::{
     actors,
-    actors::SESSION_PREFIX,
+    actors::{InstanceKey, SESSION_PREFIX},
     mcp::{self, HandleMode, HttpOptions, Shared},
     store::{self, StateStore, StoreOptions},
 };
@@ -17,6 +17,7 @@ pub struct ServeOptions {
     pub plugins: PathBuf,
     pub transport: Transport,
     pub store: String,
+    pub store_namespace: String,
     pub http: HttpOptions,
     pub actors: actors::ActorOptions,
     pub handles: Option<HandleMode>,
@@ -58,12 +59,22 @@ async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         tracing::info!(plugin = %plugin.manifest().name, path = %plugin.path().display(), "plugin loaded");
     }
     let catalog = Arc::new(report.catalog);
-    let store = store::open(&options.store, &StoreOptions::default())
+    let store_options = StoreOptions {
+        namespace: options.store_namespace.clone(),
+        ..StoreOptions::default()
+    };
+    let store = store::open(&options.store, &store_options)
         .await
         .with_context(|| format!("cannot open the state store {}", options.store))?;
     tracing::info!(store = %store.describe(), "state store open");
     forget_ended_sessions(&*store).await;
-    let runtime = actors::start(catalog.clone(), store, options.actors)?;
+    let node = options.actors.node.clone();
+    let runtime = actors::start(catalog.clone(), store.clone(), options.actors)?;
+    tokio::spawn(relay_changes_from_other_servers(
+        store,
+        runtime.clone(),
+        node,
+    ));
     if let Some(mode) = &options.handles {
         tracing::info!(key = %mode.key, "handle mode: instances are named by the `{}` argument", mode.key);
     }
@@ -119,5 +130,37 @@ async fn forget_ended_sessions(store: &dyn StateStore) {
             removed,
             "deleted instances of sessions that ended before this start"
         );
+    }
+}
+
+/// With a store that several server processes share, a transition made on another process must
+/// still notify the sessions here that watch the instance (DESIGN behaviour 7). Resubscribes
+/// when the store's connection drops.
+async fn relay_changes_from_other_servers(
+    store: Arc<dyn StateStore>,
+    runtime: actors::Runtime,
+    node: Arc<str>,
+) {
+    use futures_util::StreamExt;
+    loop {
+        let mut changes = match store.watch_changes().await {
+            None => return,
+            Some(Ok(changes)) => changes,
+            Some(Err(error)) => {
+                tracing::warn!(%error, "cannot watch other servers' changes; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        tracing::info!("watching changes made by other servers sharing the store");
+        while let Some((origin, key)) = changes.next().await {
+            if *origin != *node
+                && let Some(instance) = InstanceKey::from_store_key(&key)
+            {
+                runtime.changed_elsewhere(instance);
+            }
+        }
+        tracing::warn!("lost the store's change feed; resubscribing");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }

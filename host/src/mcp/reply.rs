@@ -12,7 +12,10 @@ use rmcp::{
 use serde_json::{Value, json};
 
 use super::target::NoTarget;
-use crate::{actors::InstanceError, catalog::ToolEntry, gate::Refusal, plugin::PluginError};
+use crate::{
+    actors::InstanceError, catalog::ToolEntry, gate::Refusal, plugin::PluginError,
+    store::StoreError,
+};
 
 /// A `tools/list` entry for `tool`, with the description the gate chose.
 pub fn listed_tool(tool: &ToolEntry, description: &str) -> Tool {
@@ -91,6 +94,16 @@ pub fn invalid_arguments(tool: &str, problems: &[String]) -> CallToolResult {
 /// The call could not complete; the instance is in the state it was in before.
 pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
     let code = match error {
+        InstanceError::Store(StoreError::Conflict { .. }) => {
+            return error_result(
+                format!(
+                    "{tool} ran, but another server moved this instance on at the same moment, so \
+                     its transition was not applied. Re-read tools/list before the next step."
+                ),
+                "CONFLICT",
+                json!({ "tool": tool, "message": error.to_string() }),
+            );
+        }
         InstanceError::Store(_) => "STORE_UNAVAILABLE",
         InstanceError::UnknownHandle(_) => "UNKNOWN_HANDLE",
         InstanceError::Corrupt { .. } => "STATE_CORRUPT",

@@ -102,6 +102,27 @@ pub trait StateStore: Send + Sync {
     /// "redis://host:6379"). Never contains a password.
     fn describe(&self) -> String;
 
+    /// Whether other server processes may write to this store too (Redis, PostgreSQL). An
+    /// instance actor then cannot trust its in-memory copy and rereads the record before every
+    /// call, so the gate is checked against the state every process agrees on.
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    /// Tells the other server processes sharing this store that the record under `key` changed,
+    /// so that they can notify their own sessions. `origin` names the announcing process, so it
+    /// can skip its own announcements. Stores no other process reads do nothing.
+    async fn announce_change(&self, _origin: &str, _key: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// The changes other processes announce, as `(origin, key)` pairs; `None` for a store no
+    /// other process shares. The stream ends when its connection drops: subscribe again (changes
+    /// announced meanwhile are lost, so a subscriber must not rely on them for correctness).
+    async fn watch_changes(&self) -> Option<Result<ChangeStream, StoreError>> {
+        None
+    }
+
     /// The record stored under `key`. Returns `Ok(None)` when no record exists.
     async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError>;
 
@@ -138,6 +159,10 @@ pub trait StateStore: Send + Sync {
     /// How many records have a key starting with `prefix` (`""`: all of them).
     async fn count(&self, prefix: &str) -> Result<u64, StoreError>;
 }
+
+/// Announced changes: `(origin, key)`.
+pub type ChangeStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = (String, String)> + Send>>;
 
 /// Options for [`open`]. `Default` is what a server should use unless told otherwise.
 #[derive(Debug, Clone)]

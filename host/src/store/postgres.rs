@@ -286,6 +286,10 @@ fn like_prefix(prefix: &str) -> String {
 
 #[async_trait]
 impl StateStore for PostgresStore {
+    fn is_shared(&self) -> bool {
+        true
+    }
+
     fn describe(&self) -> String {
         self.name.clone()
     }

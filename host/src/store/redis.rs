@@ -243,6 +243,27 @@ fn parse_current(key: &str, answer: &str) -> Result<Option<u64>, StoreError> {
 
 #[async_trait]
 impl StateStore for RedisStore {
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    async fn announce_change(&self, origin: &str, key: &str) -> Result<(), StoreError> {
+        self.publish_changed(&format!("{origin}\n{key}")).await
+    }
+
+    async fn watch_changes(&self) -> Option<Result<super::ChangeStream, StoreError>> {
+        let stream = match self.subscribe_changed().await {
+            Ok(stream) => stream,
+            Err(error) => return Some(Err(error)),
+        };
+        let changes = stream.filter_map(|payload| async move {
+            payload
+                .split_once('\n')
+                .map(|(origin, key)| (origin.to_owned(), key.to_owned()))
+        });
+        Some(Ok(Box::pin(changes)))
+    }
+
     fn describe(&self) -> String {
         self.name.clone()
     }
