@@ -119,6 +119,22 @@ impl Catalog {
         (catalog, errors)
     }
 
+    /// A catalog of machines alone, for tests of the layers below the plugins.
+    #[cfg(test)]
+    pub fn with_machines(machines: Vec<Machine>) -> Catalog {
+        let mut catalog = Catalog::default();
+        for machine in machines {
+            let id = machine.id().to_string();
+            let workflow = Workflow {
+                id: id.clone(),
+                machine: Arc::new(machine),
+                tools: Vec::new(),
+            };
+            catalog.workflows.insert(id, Arc::new(workflow));
+        }
+        catalog
+    }
+
     pub fn tool(&self, name: &str) -> Option<&Arc<ToolEntry>> {
         self.tools.get(name)
     }

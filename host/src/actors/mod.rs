@@ -19,6 +19,8 @@ mod notifier;
 mod registry;
 mod runtime;
 mod system;
+#[cfg(test)]
+mod tests;
 
 pub use self::{
     instance::{CallOutcome, InstanceError, InstanceView},

@@ -61,8 +61,9 @@ pub struct UnknownWorkflow(pub String);
 
 pub struct Registry {
     deps: Arc<InstanceDeps>,
-    /// Threads the instance actors are spread over, round-robin.
-    workers: Vec<ArbiterHandle>,
+    /// Threads the instance actors are spread over, round-robin. A panic in an actor's handler
+    /// takes its whole thread down (actix does not catch it), so a dead one is replaced.
+    workers: Vec<Arbiter>,
     next_worker: usize,
     instances: HashMap<InstanceKey, Live>,
     by_session: HashMap<SessionId, Vec<InstanceKey>>,
@@ -79,7 +80,7 @@ struct Live {
 impl Registry {
     pub fn new(
         deps: Arc<InstanceDeps>,
-        workers: Vec<ArbiterHandle>,
+        workers: Vec<Arbiter>,
         idle_after: Option<Duration>,
     ) -> Self {
         assert!(
@@ -136,8 +137,17 @@ impl Registry {
             .workflow(&key.workflow)
             .cloned()
             .ok_or_else(|| UnknownWorkflow(key.workflow.to_string()))?;
-        let worker = &self.workers[self.next_worker % self.workers.len()];
+        let index = self.next_worker % self.workers.len();
         self.next_worker = self.next_worker.wrapping_add(1);
+        // `spawn` reports whether the thread is still there to run anything.
+        if !self.workers[index].spawn(std::future::ready(())) {
+            tracing::error!(
+                worker = index,
+                "an instance worker thread died; starting a new one"
+            );
+            self.workers[index] = Arbiter::new();
+        }
+        let worker = &self.workers[index].handle();
         let deps = self.deps.clone();
         let actor_key = key.clone();
         let addr = Supervisor::start_in_arbiter(worker, move |_| {

@@ -52,12 +52,23 @@ impl Runtime {
     }
 
     /// The instance's current state, after any call in progress on it.
+    ///
+    /// Reading has no effect, so unlike a call it is retried when the actor turns out to have
+    /// died: the registry notices the dead actor (or its dead thread) shortly after, and starts
+    /// a new one that reloads the last saved state.
     pub async fn view(&self, key: InstanceKey) -> Result<InstanceView, InstanceError> {
-        let instance = self.resolve(key).await?;
-        instance
-            .send(instance::View)
-            .await
-            .map_err(|_| InstanceError::Stopped)?
+        let mut attempts_left = 3;
+        loop {
+            let instance = self.resolve(key.clone()).await?;
+            match instance.send(instance::View).await {
+                Ok(view) => return view,
+                Err(_) if attempts_left > 0 => {
+                    attempts_left -= 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(_) => return Err(InstanceError::Stopped),
+            }
+        }
     }
 
     /// From now on, `session` hears about every change of `instance`. Idempotent.
@@ -112,6 +123,13 @@ impl Runtime {
             .await
             .map_err(|_| InstanceError::Stopped)?;
         Ok((registry, notifier))
+    }
+
+    /// Test hook: makes the instance actor of `key` panic inside a handler, as a bug would.
+    #[cfg(test)]
+    pub(crate) async fn crash(&self, key: InstanceKey) -> Result<(), actix::MailboxError> {
+        let instance = self.resolve(key).await.expect("resolve");
+        instance.send(instance::Crash).await
     }
 
     async fn resolve(

@@ -54,12 +54,9 @@ pub fn start(
                     store,
                     notifier: notifier.clone(),
                 });
-                let handles = arbiters.iter().map(Arbiter::handle).collect();
-                let registry = Registry::new(deps, handles, options.idle_after).start();
+                let registry = Registry::new(deps, arbiters, options.idle_after).start();
                 // The receiver waits in `start`, so this only fails if that thread is gone.
                 let _ = ready_tx.send(Runtime { registry, notifier });
-                // Arbiters stop when dropped; keep them for the life of the system.
-                std::mem::forget(arbiters);
             });
             system.run()
         })?;
