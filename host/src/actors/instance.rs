@@ -304,34 +304,25 @@ async fn run_call(
             .await
             .map_err(|error| InstanceError::Worker(error.to_string()))??;
 
+    // A handler error fires nothing; a tool without a transition, or an event the state does
+    // not take, moves nothing.
+    let unchanged = |output| {
+        let outcome = CallOutcome::Ran {
+            output,
+            transitioned: false,
+            view: view.clone(),
+        };
+        Ok((view.clone(), false, outcome))
+    };
     let event = match (&output, &call.tool.manifest.transition) {
         (PluginOutput::Success(_), Some(event)) => event,
-        // A handler error fires nothing; a tool without a transition moves nothing.
-        _ => {
-            return Ok((
-                view.clone(),
-                false,
-                CallOutcome::Ran {
-                    output,
-                    transitioned: false,
-                    view,
-                },
-            ));
-        }
+        _ => return unchanged(output),
     };
     let step = workflow
         .machine
         .transition(&view.snapshot, &Event::new(event.as_str()));
     if !step.changed {
-        return Ok((
-            view.clone(),
-            false,
-            CallOutcome::Ran {
-                output,
-                transitioned: false,
-                view,
-            },
-        ));
+        return unchanged(output);
     }
     let record = InstanceRecord {
         workflow: workflow.id.clone(),
@@ -371,12 +362,7 @@ impl Handler<Create> for InstanceActor {
             snapshot: self.workflow.machine.initial_snapshot(),
             version: 1,
         };
-        let record = InstanceRecord {
-            workflow: self.workflow.id.clone(),
-            snapshot: view.snapshot.to_persisted(),
-            version: view.version,
-            updated_at_ms: crate::store::now_ms(),
-        };
+        let record = InstanceRecord::first(self.workflow.id.clone(), view.snapshot.to_persisted());
         let work = async move {
             store.save(&key, &record, 0).await?;
             Ok(view)
