@@ -65,6 +65,16 @@ mod http {
     }
 
     #[tokio::test]
+    async fn full_lifecycle_on_protocol_2025_06_18() {
+        let plugins = PluginDir::with(&["invoice"]);
+        let server = Server::http(plugins.path(), &[]);
+        let client =
+            Client::http_speaking(&server.url, rmcp::model::ProtocolVersion::V_2025_06_18).await;
+        full_lifecycle(&client).await;
+        client.close().await;
+    }
+
+    #[tokio::test]
     async fn two_sessions_have_separate_instances_and_separate_notifications() {
         let plugins = PluginDir::with(&["invoice"]);
         let server = Server::http(plugins.path(), &[]);

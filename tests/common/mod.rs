@@ -236,17 +236,26 @@ pub struct Client {
 }
 
 fn recorder() -> Recorder {
+    // The session-based handshake (2025-11-25): initialize, Mcp-Session-Id, GET stream.
+    recorder_speaking(ProtocolVersion::LATEST_WITH_INITIALIZE)
+}
+
+fn recorder_speaking(protocol: ProtocolVersion) -> Recorder {
     Recorder {
         changes: Arc::new(ListChanges::default()),
-        // The session-based handshake (2025-11-25): initialize, Mcp-Session-Id, GET stream.
-        protocol: ProtocolVersion::LATEST_WITH_INITIALIZE,
+        protocol,
     }
 }
 
 impl Client {
     /// Connects over Streamable HTTP.
     pub async fn http(url: &str) -> Client {
-        let recorder = recorder();
+        Self::http_speaking(url, ProtocolVersion::LATEST_WITH_INITIALIZE).await
+    }
+
+    /// Connects over Streamable HTTP, asking for a given protocol revision.
+    pub async fn http_speaking(url: &str, protocol: ProtocolVersion) -> Client {
+        let recorder = recorder_speaking(protocol);
         let changes = recorder.changes.clone();
         let transport = StreamableHttpClientTransport::from_uri(url.to_string());
         let service = recorder.serve(transport).await.expect("connect over HTTP");
