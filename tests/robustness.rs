@@ -35,6 +35,21 @@ async fn a_panicking_tool_returns_a_tool_error_and_the_server_keeps_serving() {
 }
 
 #[tokio::test]
+async fn a_tool_that_runs_too_long_times_out_and_the_server_keeps_serving() {
+    let plugins = PluginDir::with(&["invoice", "testkit"]);
+    let server = Server::http(plugins.path(), &["--tool-timeout", "1"]);
+    let client = Client::http(&server.url).await;
+    let result = client.call("testkit.slow", json!({"ms": 5000})).await;
+    assert_eq!(result.is_error, Some(true));
+    assert_eq!(
+        result.structured_content.unwrap()["error"]["code"],
+        "TOOL_TIMEOUT"
+    );
+    let result = client.call("invoice.submit", json!({"amount": 1})).await;
+    assert_ne!(result.is_error, Some(true), "still serving: {result:?}");
+}
+
+#[tokio::test]
 async fn broken_plugin_files_are_reported_and_the_good_plugin_is_served() {
     let plugins = PluginDir::with(&["invoice"]);
     plugins.add_file("libnotes.so", b"these are my notes, not a library");

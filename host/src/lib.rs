@@ -9,6 +9,7 @@
 //! - [`actors`]: the registry, one actor per workflow instance, and the notifier.
 //! - [`gate`]: which tools an instance in a given state may see and call.
 //! - [`statechart`]: the XState v5 engine (pure code).
+//! - [`invoke`]: running one plugin tool on a blocking thread, with a deadline.
 //! - [`plugin`]: loading plugin libraries and calling them through the C ABI.
 //! - [`store`]: where instance snapshots are saved, with compare-and-set versions.
 //! - [`commands`]: the `turnstile` subcommands.
@@ -19,6 +20,7 @@ pub mod actors;
 pub mod catalog;
 pub mod commands;
 pub mod gate;
+pub mod invoke;
 pub mod mcp;
 pub mod plugin;
 pub mod statechart;

@@ -58,6 +58,9 @@ enum Command {
         /// alone and handles carry all state. Implies handle mode.
         #[arg(long, conflicts_with = "stdio")]
         stateless: bool,
+        /// Answer a tool call as timed out (firing nothing) after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        tool_timeout: u64,
         /// Drop an instance from memory after this many seconds without a call (0: never); it is
         /// reloaded from the store on its next call.
         #[arg(long, default_value_t = 600)]
@@ -115,6 +118,7 @@ fn main() -> ExitCode {
             session_idle_timeout,
             allowed_hosts,
             idle_after,
+            tool_timeout,
             state_handle_key,
             stateless,
         } => commands::serve::run(commands::serve::ServeOptions {
@@ -140,6 +144,7 @@ fn main() -> ExitCode {
                 .map(|key| turnstile::mcp::HandleMode { key }),
             actors: turnstile::actors::ActorOptions {
                 idle_after: (idle_after > 0).then(|| Duration::from_secs(idle_after)),
+                tool_timeout: Duration::from_secs(tool_timeout),
                 ..Default::default()
             },
         }),

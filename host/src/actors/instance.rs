@@ -18,7 +18,8 @@ use super::{InstanceKey, Owner, notifier};
 use crate::{
     catalog::{Catalog, ToolEntry, Workflow},
     gate::{self, Refusal},
-    plugin::{CallContext, PluginError, PluginOutput},
+    invoke::{self, InvokeError},
+    plugin::{CallContext, PluginOutput},
     statechart::{Event, Snapshot},
     store::{InstanceRecord, StateStore, StoreError},
 };
@@ -82,10 +83,8 @@ pub enum InstanceError {
         workflow: String,
         reason: String,
     },
-    #[error("the plugin failed: {0}")]
-    Plugin(#[from] PluginError),
-    #[error("the tool's worker thread failed: {0}")]
-    Worker(String),
+    #[error(transparent)]
+    Tool(#[from] InvokeError),
     #[error("the instance stopped while handling the call; it restarts from its last saved state")]
     Stopped,
     #[error("no loaded plugin defines workflow \"{0}\"")]
@@ -99,6 +98,8 @@ pub enum InstanceError {
 pub struct InstanceDeps {
     /// This process's name in change announcements (see `StateStore::announce_change`).
     pub node: Arc<str>,
+    /// How long a plugin call may take before the call is answered as timed out.
+    pub tool_timeout: std::time::Duration,
     pub catalog: Arc<Catalog>,
     pub store: Arc<dyn StateStore>,
     pub notifier: Addr<notifier::Notifier>,
@@ -224,6 +225,7 @@ impl Handler<Call> for InstanceActor {
     fn handle(&mut self, call: Call, _ctx: &mut Self::Context) -> Self::Result {
         let loading = self.current_or_load();
         let node = self.deps.node.clone();
+        let tool_timeout = self.deps.tool_timeout;
         let catalog = self.deps.catalog.clone();
         let store = self.deps.store.clone();
         let workflow = self.workflow.clone();
@@ -241,6 +243,7 @@ impl Handler<Call> for InstanceActor {
             };
             let finished = run_call(
                 &node,
+                tool_timeout,
                 &catalog,
                 &*store,
                 &workflow,
@@ -280,8 +283,10 @@ impl Handler<Call> for InstanceActor {
 
 /// Gate, plugin, transition, save: the straight line of one call. Returns the view after the
 /// call, whether the state changed, and the outcome.
+#[allow(clippy::too_many_arguments)] // The call's whole context, passed by value once.
 async fn run_call(
     node: &str,
+    tool_timeout: std::time::Duration,
     catalog: &Catalog,
     store: &dyn StateStore,
     workflow: &Workflow,
@@ -297,12 +302,7 @@ async fn run_call(
         handle: key.handle(),
         state: view.snapshot.value(),
     };
-    let tool = call.tool.clone();
-    let arguments = call.arguments;
-    let output =
-        tokio::task::spawn_blocking(move || tool.plugin.call(tool.name(), &arguments, &context))
-            .await
-            .map_err(|error| InstanceError::Worker(error.to_string()))??;
+    let output = invoke::run(call.tool.clone(), call.arguments, context, tool_timeout).await?;
 
     // A handler error fires nothing; a tool without a transition, or an event the state does
     // not take, moves nothing.

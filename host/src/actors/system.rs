@@ -18,6 +18,8 @@ pub struct ActorOptions {
     /// Drop an instance from memory after this long without a call (`None`: never). It comes back
     /// from the store on its next call.
     pub idle_after: Option<Duration>,
+    /// How long a plugin call may take (see `invoke`).
+    pub tool_timeout: Duration,
     /// This process's name among the servers sharing a store (random by default).
     pub node: Arc<str>,
 }
@@ -26,6 +28,7 @@ impl Default for ActorOptions {
     fn default() -> Self {
         ActorOptions {
             idle_after: None,
+            tool_timeout: Duration::from_secs(60),
             node: uuid::Uuid::new_v4().simple().to_string().into(),
         }
     }
@@ -50,6 +53,7 @@ pub fn start(
                 let notifier = Notifier::default().start();
                 let deps = Arc::new(InstanceDeps {
                     node,
+                    tool_timeout: options.tool_timeout,
                     catalog,
                     store,
                     notifier: notifier.clone(),

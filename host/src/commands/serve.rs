@@ -69,6 +69,7 @@ async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     tracing::info!(store = %store.describe(), "state store open");
     forget_ended_sessions(&*store).await;
     let node = options.actors.node.clone();
+    let tool_timeout = options.actors.tool_timeout;
     let runtime = actors::start(catalog.clone(), store.clone(), options.actors)?;
     tokio::spawn(relay_changes_from_other_servers(
         store,
@@ -82,6 +83,8 @@ async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         catalog,
         runtime,
         handles: options.handles,
+        tool_timeout,
+        connection_is_session: matches!(options.transport, Transport::Stdio),
     });
     match options.transport {
         Transport::Stdio => mcp::serve_stdio(shared).await,

@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 
 use super::target::NoTarget;
 use crate::{
-    actors::InstanceError, catalog::ToolEntry, gate::Refusal, plugin::PluginError,
-    store::StoreError,
+    actors::InstanceError, catalog::ToolEntry, gate::Refusal, invoke::InvokeError,
+    plugin::PluginError, store::StoreError,
 };
 
 /// A `tools/list` entry for `tool`, with the description the gate chose.
@@ -107,10 +107,8 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
         InstanceError::Store(_) => "STORE_UNAVAILABLE",
         InstanceError::UnknownHandle(_) => "UNKNOWN_HANDLE",
         InstanceError::Corrupt { .. } => "STATE_CORRUPT",
-        InstanceError::Plugin(error) => return plugin_failure(tool, error),
-        InstanceError::Worker(_) | InstanceError::Stopped | InstanceError::UnknownWorkflow(_) => {
-            "INTERNAL"
-        }
+        InstanceError::Tool(error) => return invoke_failure(tool, error),
+        InstanceError::Stopped | InstanceError::UnknownWorkflow(_) => "INTERNAL",
     };
     error_result(
         format!("{tool} did not run to completion and changed nothing: {error}"),
@@ -119,10 +117,24 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
     )
 }
 
+/// The tool produced no output. Nothing was fired.
+pub fn invoke_failure(tool: &str, error: &InvokeError) -> CallToolResult {
+    let code = match error {
+        InvokeError::Plugin(error) => return plugin_failure(tool, error),
+        InvokeError::TimedOut(_) => "TOOL_TIMEOUT",
+        InvokeError::Worker(_) => "INTERNAL",
+    };
+    error_result(
+        format!("{tool} did not complete and changed nothing: {error}"),
+        code,
+        json!({ "tool": tool, "message": error.to_string() }),
+    )
+}
+
 /// The plugin itself failed (it panicked, or broke the ABI contract). The full error, with the
 /// library's path, goes to the server log; the client gets the reason without the path, which is
 /// the server's business.
-pub fn plugin_failure(tool: &str, error: &PluginError) -> CallToolResult {
+fn plugin_failure(tool: &str, error: &PluginError) -> CallToolResult {
     tracing::warn!(%tool, %error, "plugin failure");
     let full = error.to_string();
     let prefix = format!("{}: ", error.path().display());

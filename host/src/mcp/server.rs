@@ -27,7 +27,7 @@ use super::{
 use crate::{
     actors::{CallOutcome, InstanceError, InstanceKey, InstanceView, Owner, Runtime, SessionId},
     catalog::{Catalog, ToolEntry, Workflow},
-    gate,
+    gate, invoke,
     plugin::{CallContext, PluginOutput},
 };
 
@@ -37,6 +37,10 @@ pub struct Shared {
     pub runtime: Runtime,
     /// `Some`: instances are named by handles the client carries (DESIGN behaviours 5–7).
     pub handles: Option<HandleMode>,
+    /// How long a tool bound to no workflow may run (instance calls use the actors' setting).
+    pub tool_timeout: std::time::Duration,
+    /// The transport's connection is one session (stdio), whatever the protocol revision says.
+    pub connection_is_session: bool,
 }
 
 /// One per MCP session (stdio: one per connection; sessionless HTTP: one per request). rmcp drops
@@ -95,16 +99,31 @@ impl TurnstileServer {
 
     /// The listing of `tool` for an instance of `workflow` in `snapshot`.
     fn listed(
-        &self,
+        mode: Option<&HandleMode>,
         tool: &ToolEntry,
         workflow: &Workflow,
         snapshot: &crate::statechart::Snapshot,
     ) -> Tool {
         let listed = reply::listed_tool(tool, gate::description(tool, workflow, snapshot));
-        match &self.shared.handles {
+        match mode {
             Some(mode) => mode.add_handle_property(listed, gate::starts_instance(tool, workflow)),
             None => listed,
         }
+    }
+
+    /// How this request names its instance: the configured handle mode; else, for a request
+    /// without a session (protocol 2026-07-28 over HTTP, which has no sessions), handles under
+    /// the default key, since there is no session to keep state in; else the session.
+    fn handle_mode(&self, context: &RequestContext<RoleServer>) -> Option<&HandleMode> {
+        if self.shared.handles.is_some() {
+            return self.shared.handles.as_ref();
+        }
+        let sessionless = !self.shared.connection_is_session
+            && context
+                .meta
+                .protocol_version()
+                .is_some_and(|version| !version.has_initialize());
+        sessionless.then(HandleMode::sessionless_default)
     }
 
     /// Session mode: one instance per workflow for this session.
@@ -118,7 +137,7 @@ impl TurnstileServer {
             let key = InstanceKey::for_session(&self.session.id, &workflow.id);
             let view = self.view(&key, context).await?;
             for tool in gate::menu(catalog, workflow, &view.snapshot) {
-                tools.push(self.listed(&tool, workflow, &view.snapshot));
+                tools.push(Self::listed(None, &tool, workflow, &view.snapshot));
             }
         }
         Ok(())
@@ -153,7 +172,7 @@ impl TurnstileServer {
             let view = self.view(&key, context).await?;
             for tool in gate::menu(catalog, workflow, &view.snapshot) {
                 if seen.insert(tool.name().to_string()) {
-                    tools.push(self.listed(&tool, workflow, &view.snapshot));
+                    tools.push(Self::listed(None, &tool, workflow, &view.snapshot));
                 }
             }
         }
@@ -164,7 +183,7 @@ impl TurnstileServer {
                     if gate::starts_instance(&tool, workflow)
                         && seen.insert(tool.name().to_string())
                     {
-                        tools.push(self.listed(&tool, workflow, &initial));
+                        tools.push(Self::listed(Some(mode), &tool, workflow, &initial));
                     }
                 }
             }
@@ -179,15 +198,10 @@ impl TurnstileServer {
             state: Value::Null,
         };
         let name = tool.name().to_string();
-        let ran = tokio::task::spawn_blocking(move || {
-            tool.plugin.call(tool.name(), &arguments, &context)
-        })
-        .await;
-        match ran {
-            Ok(Ok(PluginOutput::Success(output))) => reply::success(output),
-            Ok(Ok(PluginOutput::ToolError(message))) => reply::tool_error(&name, &message),
-            Ok(Err(error)) => reply::plugin_failure(&name, &error),
-            Err(join) => reply::failure(&name, &InstanceError::Worker(join.to_string())),
+        match invoke::run(tool, arguments, context, self.shared.tool_timeout).await {
+            Ok(PluginOutput::Success(output)) => reply::success(output),
+            Ok(PluginOutput::ToolError(message)) => reply::tool_error(&name, &message),
+            Err(error) => reply::invoke_failure(&name, &error),
         }
         .into()
     }
@@ -220,7 +234,7 @@ impl ServerHandler for TurnstileServer {
             .filter(|tool| tool.workflow().is_none())
             .map(|tool| reply::listed_tool(tool, &tool.manifest.description))
             .collect();
-        match &self.shared.handles {
+        match self.handle_mode(&context) {
             Some(mode) => {
                 self.list_handle_instances(mode, &context, &mut tools)
                     .await?
@@ -253,7 +267,7 @@ impl ServerHandler for TurnstileServer {
         // The handle is the host's argument, not the plugin's: take it out before the schema check.
         let target = match target::resolve(
             &self.shared.catalog,
-            self.shared.handles.as_ref(),
+            self.handle_mode(&context),
             &self.session.id,
             &tool,
             &workflow,
@@ -293,7 +307,7 @@ impl ServerHandler for TurnstileServer {
             },
             Err(error) => reply::failure(&name, &error),
         };
-        let result = match (&self.shared.handles, &key.owner) {
+        let result = match (self.handle_mode(&context), &key.owner) {
             (Some(mode), Owner::Handle(handle)) => reply::with_handle(result, &mode.key, handle),
             _ => result,
         };
@@ -311,15 +325,28 @@ impl ServerHandler for TurnstileServer {
     /// 2026-07-28 `subscriptions/listen`: `list_changed` for the instances named in the request's
     /// `_meta` (under the handle key), until the client cancels.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let Some(mode) = &self.shared.handles else {
-            // Without handles there is nothing sessionless to name; hold the stream open so the
-            // client's subscription stays valid, and send nothing.
-            context.cancelled().await;
-            return Ok(());
-        };
+        let mode = self
+            .handle_mode(context.request_context())
+            .unwrap_or(HandleMode::sessionless_default());
         let keys = mode
             .handles_in(&context.request_context().meta)
             .map_err(|error| ErrorData::invalid_params(error, None))?;
+        if keys.is_empty() {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "name the instances to listen to in _meta.{} (a handle or a list)",
+                    mode.key
+                ),
+                None,
+            ));
+        }
+        // A subscription to an instance that does not exist would never hear anything: refuse
+        // it, as tools/list does.
+        for key in &keys {
+            if let Err(error) = self.shared.runtime.view(key.clone()).await {
+                return Err(ErrorData::invalid_params(error.to_string(), None));
+            }
+        }
         let listener_id = SessionId::new();
         let listener = Arc::new(SinkListener::new(context.sink().clone()));
         for key in keys {

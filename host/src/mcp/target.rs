@@ -98,6 +98,14 @@ pub fn resolve(
 }
 
 impl HandleMode {
+    /// Handle mode under the default key, for requests that have no session to keep state in.
+    pub fn sessionless_default() -> &'static HandleMode {
+        static MODE: std::sync::OnceLock<HandleMode> = std::sync::OnceLock::new();
+        MODE.get_or_init(|| HandleMode {
+            key: DEFAULT_HANDLE_KEY.to_string(),
+        })
+    }
+
     /// The handles named in a request's `_meta` under the handle key: one string, or a list.
     pub fn handles_in(&self, meta: &RequestMetaObject) -> Result<Vec<InstanceKey>, String> {
         let named: Vec<&str> = match meta.get(&self.key) {

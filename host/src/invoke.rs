@@ -1,0 +1,42 @@
+//! Running one plugin tool: on a blocking thread (plugin calls are synchronous C calls and must
+//! not stall the async threads), with a deadline.
+//!
+//! A call past its deadline is reported as timed out and fires nothing. Its thread cannot be
+//! interrupted (a C function cannot be cancelled from outside), so it runs on to completion in
+//! the background; the instance is free again for the next call meanwhile.
+
+use std::{sync::Arc, time::Duration};
+
+use serde_json::Value;
+
+use crate::{
+    catalog::ToolEntry,
+    plugin::{CallContext, PluginError, PluginOutput},
+};
+
+/// Why a tool produced no output.
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    #[error("the plugin failed: {0}")]
+    Plugin(#[from] PluginError),
+    #[error("the tool did not answer within {} s", .0.as_secs_f64())]
+    TimedOut(Duration),
+    #[error("the tool's worker thread failed: {0}")]
+    Worker(String),
+}
+
+/// Runs `tool` with `arguments` in `context`, giving up after `deadline`.
+pub async fn run(
+    tool: Arc<ToolEntry>,
+    arguments: Value,
+    context: CallContext,
+    deadline: Duration,
+) -> Result<PluginOutput, InvokeError> {
+    let running =
+        tokio::task::spawn_blocking(move || tool.plugin.call(tool.name(), &arguments, &context));
+    match tokio::time::timeout(deadline, running).await {
+        Err(_) => Err(InvokeError::TimedOut(deadline)),
+        Ok(Err(join)) => Err(InvokeError::Worker(join.to_string())),
+        Ok(Ok(called)) => Ok(called?),
+    }
+}
