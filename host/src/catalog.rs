@@ -257,10 +257,10 @@ impl Catalog {
                 .as_ref()
                 .and_then(|id| self.workflows.get_mut(id))
             {
-                // Only this catalog holds the Arc while building, so get_mut succeeds.
-                if let Some(workflow) = Arc::get_mut(workflow) {
-                    workflow.tools.push(manifest.name.clone());
-                }
+                Arc::get_mut(workflow)
+                    .expect("only the catalog holds its workflows while it is being built")
+                    .tools
+                    .push(manifest.name.clone());
             }
             self.tools.insert(
                 manifest.name.clone(),
