@@ -40,6 +40,11 @@ pub struct Call {
 #[rtype(result = "Result<InstanceView, InstanceError>")]
 pub struct Create;
 
+/// The instance's owner (a session) ended: delete its record, if it ever saved one.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct End;
+
 /// Read the instance's current snapshot (waits for a call in progress to finish).
 #[derive(Message)]
 #[rtype(result = "Result<InstanceView, InstanceError>")]
@@ -375,6 +380,27 @@ impl Handler<Create> for InstanceActor {
                 created
             },
         )))
+    }
+}
+
+impl Handler<End> for InstanceActor {
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, _: End, _ctx: &mut Self::Context) -> Self::Result {
+        // Version 0 means never saved: there is nothing in the store to delete. An unknown
+        // version (not loaded, or a failed save) is deleted to be safe.
+        let saved = self.current.as_ref().is_none_or(|view| view.version > 0);
+        let store = self.deps.store.clone();
+        let key = self.key.store_key();
+        let work = async move {
+            if saved && let Err(error) = store.delete(&key, None).await {
+                tracing::warn!(instance = %key, %error, "could not delete an ended session's instance");
+            }
+        };
+        AtomicResponse::new(Box::pin(work.into_actor(self).map(|(), actor, ctx| {
+            actor.current = None;
+            ctx.stop();
+        })))
     }
 }
 

@@ -23,7 +23,7 @@ use actix::prelude::*;
 
 use super::{
     InstanceKey, Owner, SessionId,
-    instance::{InstanceActor, InstanceDeps},
+    instance::{self, InstanceActor, InstanceDeps},
 };
 
 /// The address of the actor for `key`, started if needed.
@@ -202,27 +202,17 @@ impl Handler<Resolve> for Registry {
 impl Handler<SessionEnded> for Registry {
     type Result = ();
 
-    fn handle(&mut self, msg: SessionEnded, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: SessionEnded, _ctx: &mut Self::Context) {
         let Some(keys) = self.by_session.remove(&msg.session) else {
             return;
         };
-        let store = self.deps.store.clone();
-        let mut store_keys = Vec::with_capacity(keys.len());
         for key in keys {
-            // Dropping the last address stops the actor once its mailbox is empty.
-            self.instances.remove(&key);
-            store_keys.push(key.store_key());
-        }
-        ctx.spawn(
-            async move {
-                for key in store_keys {
-                    if let Err(error) = store.delete(&key, None).await {
-                        tracing::warn!(instance = %key, %error, "could not delete an ended session's instance");
-                    }
-                }
+            if let Some(live) = self.instances.remove(&key) {
+                // The instance deletes its own record (it knows whether it ever saved one), and
+                // stops once its address is gone, after any call still in its mailbox.
+                live.addr.do_send(instance::End);
             }
-            .into_actor(self),
-        );
+        }
     }
 }
 

@@ -114,7 +114,7 @@ async fn idle_instances_are_passivated_and_come_back_on_their_next_call() {
 async fn an_ended_session_leaves_no_instances_behind() {
     let catalog = Arc::new(Catalog::with_machines(vec![invoice()]));
     let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-    let runtime = start(catalog, store, ActorOptions::default()).expect("actors start");
+    let runtime = start(catalog, store.clone(), ActorOptions::default()).expect("actors start");
     let session = SessionId::new();
     runtime
         .view(InstanceKey::for_session(&session, "invoice"))
