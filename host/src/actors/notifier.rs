@@ -174,6 +174,11 @@ impl Notifier {
         let Some(session) = self.sessions.remove(session_id) else {
             return;
         };
+        // After a burst of sessions, do not keep tables sized for it.
+        if self.sessions.capacity() > 1024 && self.sessions.capacity() > 4 * self.sessions.len() {
+            self.sessions.shrink_to_fit();
+            self.watchers.shrink_to_fit();
+        }
         for instance in session.watching {
             if let Some(watchers) = self.watchers.get_mut(&instance) {
                 watchers.remove(session_id);

@@ -14,7 +14,7 @@
 //! It must not hold instance state (that is the instance actor's) or decide visibility.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -49,7 +49,7 @@ pub struct Stats;
 pub struct RegistryStats {
     /// Live instance actors.
     pub instances: usize,
-    /// Of those, instances keyed by a session (they end with it).
+    /// Of those, instances keyed by a session (they end with it; passivated ones not counted).
     pub session_instances: usize,
     /// Instances dropped for idleness since start.
     pub passivated: u64,
@@ -66,7 +66,8 @@ pub struct Registry {
     workers: Vec<Arbiter>,
     next_worker: usize,
     instances: HashMap<InstanceKey, Live>,
-    by_session: HashMap<SessionId, Vec<InstanceKey>>,
+    /// Every instance a session owns, live or passivated, so that all of them end with it.
+    by_session: HashMap<SessionId, HashSet<InstanceKey>>,
     /// `None`: never passivate.
     idle_after: Option<Duration>,
     passivated: u64,
@@ -112,14 +113,9 @@ impl Registry {
             return;
         }
         self.passivated += dropped as u64;
-        let instances = &self.instances;
-        self.by_session.retain(|_, keys| {
-            keys.retain(|key| instances.contains_key(key));
-            !keys.is_empty()
-        });
+        // `by_session` keeps passivated keys: when the session ends, their records go too.
         // Give the memory back: a burst of 100,000 instances should not stay reserved forever.
         self.instances.shrink_to_fit();
-        self.by_session.shrink_to_fit();
         tracing::debug!(
             dropped,
             live = self.instances.len(),
@@ -166,6 +162,9 @@ impl Actor for Registry {
             let every = (idle_after / 4).max(Duration::from_millis(50));
             ctx.run_interval(every, |registry, _ctx| registry.passivate_idle());
         }
+        // Passivated actors, ended sessions and their subscriptions are freed on several
+        // threads; every few seconds, hand what was freed back to the OS.
+        ctx.run_interval(Duration::from_secs(2), |_, _| release_free_memory());
     }
 }
 
@@ -193,7 +192,7 @@ impl Handler<Resolve> for Registry {
             self.by_session
                 .entry(session.clone())
                 .or_default()
-                .push(msg.key);
+                .insert(msg.key);
         }
         Ok(addr)
     }
@@ -202,17 +201,34 @@ impl Handler<Resolve> for Registry {
 impl Handler<SessionEnded> for Registry {
     type Result = ();
 
-    fn handle(&mut self, msg: SessionEnded, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: SessionEnded, ctx: &mut Self::Context) {
         let Some(keys) = self.by_session.remove(&msg.session) else {
             return;
         };
+        let mut passivated = Vec::new();
         for key in keys {
-            if let Some(live) = self.instances.remove(&key) {
+            match self.instances.remove(&key) {
                 // The instance deletes its own record (it knows whether it ever saved one), and
                 // stops once its address is gone, after any call still in its mailbox.
-                live.addr.do_send(instance::End);
+                Some(live) => live.addr.do_send(instance::End),
+                None => passivated.push(key.store_key()),
             }
         }
+        if passivated.is_empty() {
+            return;
+        }
+        // A passivated instance may have saved a record: delete it here.
+        let store = self.deps.store.clone();
+        ctx.spawn(
+            async move {
+                for key in passivated {
+                    if let Err(error) = store.delete(&key, None).await {
+                        tracing::warn!(instance = %key, %error, "could not delete an ended session's instance");
+                    }
+                }
+            }
+            .into_actor(self),
+        );
     }
 }
 
@@ -222,8 +238,24 @@ impl Handler<Stats> for Registry {
     fn handle(&mut self, _: Stats, _ctx: &mut Self::Context) -> Self::Result {
         MessageResult(RegistryStats {
             instances: self.instances.len(),
-            session_instances: self.by_session.values().map(Vec::len).sum(),
+            session_instances: self
+                .by_session
+                .values()
+                .flatten()
+                .filter(|key| self.instances.contains_key(*key))
+                .count(),
             passivated: self.passivated,
         })
+    }
+}
+
+/// Returns freed heap pages to the OS. glibc keeps memory freed by other threads in per-thread
+/// arenas, so after a burst of instances is passivated the process would otherwise stay at its
+/// peak size. Elsewhere the allocator does this itself, or nothing can be done.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

@@ -67,7 +67,10 @@ async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot open the state store {}", options.store))?;
     tracing::info!(store = %store.describe(), "state store open");
-    forget_ended_sessions(&*store).await;
+    // In a store other servers share, `session/` records belong to their live sessions.
+    if !store.is_shared() {
+        forget_ended_sessions(&*store).await;
+    }
     let node = options.actors.node.clone();
     let tool_timeout = options.actors.tool_timeout;
     let runtime = actors::start(catalog.clone(), store.clone(), options.actors)?;

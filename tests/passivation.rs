@@ -1,0 +1,204 @@
+//! Issue 5, passivation: instances nobody uses are dropped from memory (`--idle-after`) and come
+//! back from the store on their next call, as they were. A burst of instances raises the live
+//! count and the server's resident memory; idleness brings both back down.
+
+mod common;
+mod durability_support;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use common::{Client, PluginDir};
+use durability_support::{
+    APPROVED, DRAFT, REVIEW, Turnstile, error_code, minted_handle, state_of, with_handle,
+};
+use serde_json::{Value, json};
+
+/// Instances in the burst (`TURNSTILE_TEST_PASSIVATION_INSTANCES` to try another size).
+fn burst() -> usize {
+    std::env::var("TURNSTILE_TEST_PASSIVATION_INSTANCES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000)
+}
+/// Sessions the burst is spread over, and concurrent minting calls.
+const SESSIONS: usize = 8;
+const CONCURRENCY: usize = 64;
+/// Seconds without a call before an instance is dropped from memory.
+const IDLE_AFTER: &str = "1";
+
+fn count(stats: &Value, field: &str) -> u64 {
+    stats["registry"][field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("/stats has no registry.{field}: {stats}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_instances_leave_memory_and_come_back_as_they_were() {
+    let n = burst();
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = Turnstile::start(
+        plugins.path(),
+        data.path(),
+        &["--state-handle-key", "--idle-after", IDLE_AFTER],
+    );
+    let mut sessions = Vec::new();
+    for _ in 0..SESSIONS {
+        sessions.push(Arc::new(Client::http(&server.url).await));
+    }
+    // Warm up (first calls allocate the server's pools), then take the baseline.
+    for client in &sessions {
+        minted_handle(&client.call("invoice.submit", json!({"amount": 1})).await);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let baseline_rss = server.rss_kib();
+    let baseline = server.stats().await;
+    println!("baseline: {baseline_rss} KiB, {baseline}");
+
+    // The burst: mint n instances; every 100th is also approved, for the spot check.
+    let started = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for w in 0..CONCURRENCY {
+        let client = sessions[w % SESSIONS].clone();
+        let next = next.clone();
+        workers.push(tokio::spawn(async move {
+            let mut sample = Vec::new();
+            while next.fetch_add(1, Ordering::SeqCst) < n {
+                let handle =
+                    minted_handle(&client.call("invoice.submit", json!({"amount": 3})).await);
+                if sample.len() * 100 < n / CONCURRENCY {
+                    let (tool, target) = if sample.len() % 2 == 0 {
+                        ("invoice.approve", APPROVED)
+                    } else {
+                        ("invoice.reject", DRAFT)
+                    };
+                    let result = client
+                        .call(tool, with_handle(&json!({"reason": "no"}), &handle))
+                        .await;
+                    assert_eq!(error_code(&result), None, "{tool}: {result:?}");
+                    sample.push((handle, target));
+                } else {
+                    sample.push((handle, REVIEW));
+                }
+            }
+            sample
+        }));
+    }
+    // Watch the live count while the burst runs.
+    let mut peak_live = 0;
+    let mut peak_rss = baseline_rss;
+    let mut samples: Vec<(String, &str)> = Vec::new();
+    while !workers.iter().all(|w| w.is_finished()) {
+        peak_live = peak_live.max(count(&server.stats().await, "instances"));
+        peak_rss = peak_rss.max(server.rss_kib());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for worker in workers {
+        samples.extend(worker.await.expect("minting worker"));
+    }
+    let created = started.elapsed();
+    peak_live = peak_live.max(count(&server.stats().await, "instances"));
+    peak_rss = peak_rss.max(server.rss_kib());
+    println!(
+        "{n} instances minted in {created:.1?} ({:.0}/s); peak live {peak_live}, peak RSS \
+         {peak_rss} KiB (+{} KiB, {:.1} KiB per instance minted)",
+        n as f64 / created.as_secs_f64(),
+        peak_rss - baseline_rss,
+        (peak_rss - baseline_rss) as f64 / n as f64
+    );
+    // With --idle-after 1 the live set is about a second's worth of minting, not all of it.
+    assert!(
+        peak_live >= count(&baseline, "instances") + 50,
+        "the live count rose only to {peak_live} during a burst of {n}"
+    );
+
+    // The sessions end (a session stays subscribed to every instance it touched while it
+    // lives), and the instances go idle: everything leaves memory.
+    let during = server.stats().await;
+    println!("after the burst: {during}");
+    for client in sessions {
+        Arc::into_inner(client)
+            .expect("no worker holds the session any more")
+            .close()
+            .await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let idle = loop {
+        let stats = server.stats().await;
+        if count(&stats, "instances") <= 5 && stats["notifier"]["subscriptions"].as_u64() == Some(0)
+        {
+            break stats;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "instances still live or subscribed 20 s after the burst and its sessions ended \
+             (--idle-after {IDLE_AFTER}): {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let passivated = count(&idle, "passivated") - count(&baseline, "passivated");
+    assert!(
+        passivated >= n as u64,
+        "{passivated} instances passivated after a burst of {n}: {idle}"
+    );
+    // Let the allocator settle, then measure (before anything is reactivated).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let idle_rss = server.rss_kib();
+    let grew = peak_rss.saturating_sub(baseline_rss);
+    let gave_back = peak_rss.saturating_sub(idle_rss);
+    println!(
+        "idle: {idle}; RSS {idle_rss} KiB: gave back {gave_back} of the {grew} KiB it grew \
+         ({:.0}%)",
+        100.0 * gave_back as f64 / grew.max(1) as f64
+    );
+
+    // Passivated instances come back from the store as they were left, and carry on.
+    let client = &Client::http(&server.url).await;
+    let spot: Vec<&(String, &str)> = samples
+        .iter()
+        .step_by((samples.len() / 200).max(1))
+        .collect();
+    let mut checked = 0;
+    for (handle, state) in samples.iter().filter(|(_, s)| *s != REVIEW).chain(spot) {
+        let result = client
+            .call("invoice.status", json!({"handle": handle}))
+            .await;
+        assert_eq!(
+            state_of(&result).as_deref(),
+            Some(*state),
+            "{handle} after passivation: {result:?}"
+        );
+        checked += 1;
+    }
+    let (handle, _) = samples
+        .iter()
+        .find(|(_, s)| *s == REVIEW)
+        .expect("a sample in review");
+    let approve = client
+        .call("invoice.approve", json!({"handle": handle}))
+        .await;
+    assert_eq!(error_code(&approve), None, "{approve:?}");
+    let live = count(&server.stats().await, "instances");
+    assert!(
+        live >= 1,
+        "the reactivated instances are live again: {live}"
+    );
+    println!("{checked} passivated instances answered as left");
+
+    // Resident memory is measured and printed, not asserted: after passivation the process gives
+    // back about a quarter of what the burst took (malloc_trim included); what keeps the rest
+    // (the embedded store's page cache, allocator arenas) is not pinned down yet. Open in the
+    // issue notes and in BENCHMARKS.md.
+    println!(
+        "resident memory after every instance left memory and every session ended: baseline \
+         {baseline_rss} KiB, peak {peak_rss} KiB, idle {idle_rss} KiB, gave back {gave_back} of \
+         {grew} KiB ({idle})"
+    );
+}

@@ -1,0 +1,802 @@
+//! Issue 4 (DESIGN behaviour 7): sessions that end leave nothing behind, and a transition reaches
+//! every session that touched the instance.
+//!
+//! The leak tests speak Streamable HTTP by hand (one POST per message, no GET stream) so that
+//! thousands of sessions stay cheap; `/stats` shows what the server still holds for them. The
+//! fan-out test uses rmcp's client, which opens the GET stream a real client listens on.
+
+mod common;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use common::{Client, PluginDir, Server};
+use reqwest::{StatusCode, header::CONTENT_TYPE};
+use serde_json::{Value, json};
+use turnstile::{
+    actors::SESSION_PREFIX,
+    store::{self, StoreOptions},
+};
+
+/// The session-based revision the raw client speaks.
+const PROTOCOL: &str = "2025-11-25";
+/// Concurrent sessions in the leak tests.
+const CONCURRENCY: usize = 32;
+
+// ---------------------------------------------------------------------------------------------
+// A bare Streamable HTTP client.
+
+/// Posts JSON-RPC messages to one server.
+#[derive(Clone)]
+struct Raw {
+    http: reqwest::Client,
+    url: String,
+}
+
+/// One session opened by [`Raw::open`].
+struct RawSession {
+    raw: Raw,
+    id: String,
+    next_request: u64,
+}
+
+/// The JSON-RPC messages in a response body: plain JSON, or the `data:` lines of an event stream
+/// (rmcp sends an empty priming event first).
+fn messages(body: &str) -> Vec<Value> {
+    if let Ok(message) = serde_json::from_str::<Value>(body) {
+        return vec![message];
+    }
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str(data.trim()).ok())
+        .collect()
+}
+
+/// The `result` of the response to request `id` in `body`; panics on a JSON-RPC error.
+fn result_of(body: &str, id: u64, what: &str) -> Value {
+    let messages = messages(body);
+    let Some(response) = messages.into_iter().find(|m| m["id"] == json!(id)) else {
+        panic!("{what}: no response to request {id} in {body:?}");
+    };
+    if let Some(error) = response.get("error") {
+        panic!("{what}: JSON-RPC error {error}");
+    }
+    response["result"].clone()
+}
+
+impl Raw {
+    fn new(server: &Server) -> Raw {
+        Raw {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("HTTP client"),
+            url: server.url.clone(),
+        }
+    }
+
+    fn post(&self, session: Option<&str>, message: &Value) -> reqwest::RequestBuilder {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header(CONTENT_TYPE, "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(message.to_string());
+        if let Some(session) = session {
+            request = request
+                .header("Mcp-Session-Id", session)
+                .header("MCP-Protocol-Version", PROTOCOL);
+        }
+        request
+    }
+
+    /// `initialize`, then `notifications/initialized`: a session as every client starts one.
+    async fn open(&self) -> RawSession {
+        let initialize = json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {
+                "protocolVersion": PROTOCOL,
+                "capabilities": {},
+                "clientInfo": {"name": "sessions-test", "version": "0"}
+            }
+        });
+        let response = self
+            .post(None, &initialize)
+            .send()
+            .await
+            .expect("initialize");
+        assert_eq!(response.status(), StatusCode::OK, "initialize");
+        let id = response
+            .headers()
+            .get("mcp-session-id")
+            .expect("the server starts a session (Mcp-Session-Id)")
+            .to_str()
+            .expect("session id is text")
+            .to_string();
+        let body = response.text().await.expect("initialize body");
+        let result = result_of(&body, 0, "initialize");
+        assert_eq!(result["protocolVersion"], PROTOCOL);
+        assert_eq!(result["capabilities"]["tools"]["listChanged"], true);
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let response = self
+            .post(Some(&id), &initialized)
+            .send()
+            .await
+            .expect("notifications/initialized");
+        assert_eq!(response.status(), StatusCode::ACCEPTED, "initialized");
+        RawSession {
+            raw: self.clone(),
+            id,
+            next_request: 1,
+        }
+    }
+}
+
+impl RawSession {
+    /// Sends a request and returns its result.
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_request;
+        self.next_request += 1;
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let response = self
+            .raw
+            .post(Some(&self.id), &message)
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("{method}: {error}"));
+        assert_eq!(response.status(), StatusCode::OK, "{method}");
+        let body = response.text().await.expect("response body");
+        result_of(&body, id, method)
+    }
+
+    /// `tools/list`, optionally naming instances in `_meta`; sorted names.
+    async fn tool_names(&mut self, meta: Option<Value>) -> Vec<String> {
+        let params = match meta {
+            Some(meta) => json!({"_meta": meta}),
+            None => json!({}),
+        };
+        let result = self.request("tools/list", params).await;
+        let mut names: Vec<String> = result["tools"]
+            .as_array()
+            .expect("tools/list returns tools")
+            .iter()
+            .map(|tool| tool["name"].as_str().expect("tool name").to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// `tools/call` that must succeed; its `structuredContent`.
+    async fn call(&mut self, name: &str, arguments: Value) -> Value {
+        let result = self
+            .request("tools/call", json!({"name": name, "arguments": arguments}))
+            .await;
+        assert_ne!(result["isError"], true, "{name} failed: {result}");
+        result["structuredContent"].clone()
+    }
+
+    /// DELETE: the client ends the session.
+    async fn end(self) {
+        let response = self
+            .raw
+            .http
+            .delete(&self.raw.url)
+            .header("Mcp-Session-Id", &self.id)
+            .header("MCP-Protocol-Version", PROTOCOL)
+            .send()
+            .await
+            .expect("DELETE");
+        assert!(
+            response.status().is_success(),
+            "DELETE answered {}",
+            response.status()
+        );
+    }
+
+    /// What a request on this session gets now.
+    async fn probe(&self) -> StatusCode {
+        let message = json!({"jsonrpc": "2.0", "id": 999_999, "method": "tools/list"});
+        self.raw
+            .post(Some(&self.id), &message)
+            .send()
+            .await
+            .expect("probe")
+            .status()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the server holds.
+
+/// The parts of `/stats` these tests are about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    instances: u64,
+    session_instances: u64,
+    sessions: u64,
+    subscriptions: u64,
+    watched_instances: u64,
+}
+
+impl Held {
+    const NOTHING: Held = Held {
+        instances: 0,
+        session_instances: 0,
+        sessions: 0,
+        subscriptions: 0,
+        watched_instances: 0,
+    };
+}
+
+async fn held(http: &reqwest::Client, server: &Server) -> Held {
+    let body = http
+        .get(format!("{}/stats", server.base()))
+        .send()
+        .await
+        .expect("GET /stats")
+        .text()
+        .await
+        .expect("stats body");
+    let stats: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("stats: {body}"));
+    let number = |value: &Value| {
+        value
+            .as_u64()
+            .unwrap_or_else(|| panic!("stats field missing: {body}"))
+    };
+    Held {
+        instances: number(&stats["registry"]["instances"]),
+        session_instances: number(&stats["registry"]["session_instances"]),
+        sessions: number(&stats["notifier"]["sessions"]),
+        subscriptions: number(&stats["notifier"]["subscriptions"]),
+        watched_instances: number(&stats["notifier"]["watched_instances"]),
+    }
+}
+
+/// Polls `/stats` until `check` holds; ending a session is asynchronous.
+async fn wait_until(
+    http: &reqwest::Client,
+    server: &Server,
+    within: Duration,
+    what: &str,
+    check: impl Fn(&Held) -> bool,
+) -> Held {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = held(http, server).await;
+        if check(&now) {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after {within:?}, /stats still does not show {what}: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs `session(i)` for `i` in `0..count`, at most [`CONCURRENCY`] at a time; a panic in one
+/// fails the test.
+async fn run_sessions<F, Fut>(count: usize, session: F)
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let session = Arc::new(session);
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..CONCURRENCY.min(count) {
+        let session = session.clone();
+        let next = next.clone();
+        workers.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count {
+                    break;
+                }
+                session(i).await;
+            }
+        });
+    }
+    while let Some(done) = workers.join_next().await {
+        if let Err(error) = done {
+            std::panic::resume_unwind(error.into_panic());
+        }
+    }
+}
+
+fn has(names: &[String], name: &str) -> bool {
+    names.iter().any(|n| n == name)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Leaks.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_ended_sessions_leave_nothing_behind() {
+    const SESSIONS: usize = 10_000;
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().expect("temp dir");
+    let store_url = format!("embedded:{}", data.path().join("state.redb").display());
+    let server = Server::http(plugins.path(), &["--store", &store_url]);
+    let raw = Raw::new(&server);
+
+    // A witness that stays: the counts below must be exactly its own, which shows they count.
+    let mut witness = raw.open().await;
+    assert!(has(&witness.tool_names(None).await, "invoice.submit"));
+    let submitted = witness.call("invoice.submit", json!({"amount": 1})).await;
+    assert_eq!(submitted["status"], "review");
+    let witness_only = Held {
+        instances: 1,
+        session_instances: 1,
+        sessions: 1,
+        subscriptions: 1,
+        watched_instances: 1,
+    };
+    assert_eq!(held(&raw.http, &server).await, witness_only);
+
+    let started = Instant::now();
+    let session_raw = raw.clone();
+    run_sessions(SESSIONS, move |i| {
+        let raw = session_raw.clone();
+        async move {
+            let mut session = raw.open().await;
+            // Listing creates the session's own invoice and subscribes the session to it.
+            let menu = session.tool_names(None).await;
+            assert!(has(&menu, "invoice.submit"), "session {i}: {menu:?}");
+            if i % 4 == 0 {
+                let submitted = session
+                    .call("invoice.submit", json!({"amount": i + 1}))
+                    .await;
+                assert_eq!(submitted["status"], "review", "session {i}");
+            }
+            let ended = if i % 500 == 0 {
+                Some(RawSession {
+                    raw: raw.clone(),
+                    id: session.id.clone(),
+                    next_request: 0,
+                })
+            } else {
+                None
+            };
+            session.end().await;
+            if let Some(ended) = ended {
+                assert_eq!(
+                    ended.probe().await,
+                    StatusCode::NOT_FOUND,
+                    "session {i} answers after DELETE"
+                );
+            }
+        }
+    })
+    .await;
+    let took = started.elapsed();
+    println!(
+        "{SESSIONS} sessions (initialize, initialized, tools/list, every 4th invoice.submit, \
+         DELETE; {CONCURRENCY} at a time) took {took:.2?} ({:.0} sessions/s)",
+        SESSIONS as f64 / took.as_secs_f64()
+    );
+
+    let settled = Instant::now();
+    wait_until(
+        &raw.http,
+        &server,
+        Duration::from_secs(20),
+        "only the witness",
+        |now| *now == witness_only,
+    )
+    .await;
+    println!(
+        "/stats settled {:.2?} after the last DELETE",
+        settled.elapsed()
+    );
+    // The witness still works, and its invoice is where it left it.
+    assert!(has(&witness.tool_names(None).await, "invoice.approve"));
+
+    // The store: every ended session's invoice deleted, the witness's saved. redb locks its file,
+    // so look once the server is gone (deletes are queued after /stats settles: give them time).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    drop(server);
+    let store = store::open(&store_url, &StoreOptions::default())
+        .await
+        .expect("open the server's store");
+    let left = store.count(SESSION_PREFIX).await.expect("count");
+    let some = store
+        .list_keys(SESSION_PREFIX, None, 3)
+        .await
+        .expect("list");
+    assert_eq!(
+        left, 1,
+        "session instances in the store: only the live witness's may remain ({some:?}…)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passivated_session_instance_comes_back_once_and_leaves_no_record_when_it_ends() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().expect("temp dir");
+    let store_url = format!("embedded:{}", data.path().join("state.redb").display());
+    let server = Server::http(
+        plugins.path(),
+        &["--store", &store_url, "--idle-after", "1"],
+    );
+    let raw = Raw::new(&server);
+    let mut session = raw.open().await;
+    let submitted = session.call("invoice.submit", json!({"amount": 4})).await;
+    assert_eq!(submitted["status"], "review");
+    // The session stays, its invoice idles out of memory (it is saved).
+    wait_until(
+        &raw.http,
+        &server,
+        Duration::from_secs(10),
+        "the session's instance passivated",
+        |now| now.instances == 0 && now.sessions == 1,
+    )
+    .await;
+    // It comes back as it was, and is counted once.
+    assert!(has(&session.tool_names(None).await, "invoice.approve"));
+    assert_eq!(
+        held(&raw.http, &server).await,
+        Held {
+            instances: 1,
+            session_instances: 1,
+            sessions: 1,
+            subscriptions: 1,
+            watched_instances: 1,
+        },
+        "after passivation and reactivation the session's one instance counts once"
+    );
+    // Idle out again, then end: the record must go although no actor holds it.
+    wait_until(
+        &raw.http,
+        &server,
+        Duration::from_secs(10),
+        "the session's instance passivated again",
+        |now| now.instances == 0 && now.sessions == 1,
+    )
+    .await;
+    session.end().await;
+    wait_until(
+        &raw.http,
+        &server,
+        Duration::from_secs(10),
+        "everything forgotten",
+        |now| *now == Held::NOTHING,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    drop(server);
+    let store = store::open(&store_url, &StoreOptions::default())
+        .await
+        .expect("open the server's store");
+    let left = store
+        .list_keys(SESSION_PREFIX, None, 10)
+        .await
+        .expect("list");
+    assert!(
+        left.is_empty(),
+        "the ended session's invoice is still stored: {left:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_joining_a_shared_store_keeps_the_other_servers_live_sessions() {
+    // Session-mode servers sharing Redis (as in tests/multinode.rs); TURNSTILE_TEST_REDIS_URL.
+    let redis = std::env::var("TURNSTILE_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let namespace = format!("sessions_{}", uuid::Uuid::new_v4().simple());
+    let shared = [
+        "--store",
+        redis.as_str(),
+        "--store-namespace",
+        namespace.as_str(),
+    ];
+    let plugins = PluginDir::with(&["invoice"]);
+    let east = Server::http(plugins.path(), &shared);
+    let raw = Raw::new(&east);
+    let mut session = raw.open().await;
+    let submitted = session.call("invoice.submit", json!({"amount": 6})).await;
+    assert_eq!(submitted["status"], "review");
+
+    // A second server starts on the same store while the session is alive.
+    let west = Server::http(plugins.path(), &shared);
+    let status = session.call("invoice.status", json!({})).await;
+    assert_eq!(
+        status["state"],
+        "review",
+        "a live session's invoice was reset when another server started; west said:\n{}",
+        west.stderr()
+    );
+    session.end().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_that_stop_without_delete_end_after_the_idle_timeout() {
+    const SESSIONS: usize = 100;
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(
+        plugins.path(),
+        &["--session-idle-timeout", "1", "--store", "memory:"],
+    );
+    let raw = Raw::new(&server);
+    let streams = Arc::new(tokio::sync::Mutex::new(Vec::new()));
+    let ids = Arc::new(std::sync::Mutex::new(Vec::new()));
+
+    let (session_raw, session_streams, session_ids) = (raw.clone(), streams.clone(), ids.clone());
+    run_sessions(SESSIONS, move |i| {
+        let (raw, streams, ids) = (
+            session_raw.clone(),
+            session_streams.clone(),
+            session_ids.clone(),
+        );
+        async move {
+            let mut session = raw.open().await;
+            assert!(has(&session.tool_names(None).await, "invoice.submit"));
+            if i % 2 == 0 {
+                session.call("invoice.submit", json!({"amount": 2})).await;
+            }
+            if i % 4 == 0 {
+                // An open GET stream is not a request: it must not keep the session alive.
+                let stream = raw
+                    .http
+                    .get(&raw.url)
+                    .header("Accept", "text/event-stream")
+                    .header("Mcp-Session-Id", &session.id)
+                    .header("MCP-Protocol-Version", PROTOCOL)
+                    .timeout(Duration::from_secs(120))
+                    .send()
+                    .await
+                    .expect("GET stream");
+                assert_eq!(stream.status(), StatusCode::OK, "GET stream of session {i}");
+                streams.lock().await.push(stream);
+            }
+            ids.lock().unwrap().push(session.id.clone());
+            // No DELETE: the client just goes away.
+        }
+    })
+    .await;
+
+    // One more session keeps sending requests: it must outlive the others.
+    let mut busy = raw.open().await;
+    let alone = Held {
+        instances: 1,
+        session_instances: 1,
+        sessions: 1,
+        subscriptions: 1,
+        watched_instances: 1,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(has(&busy.tool_names(None).await, "invoice.submit"));
+        let now = held(&raw.http, &server).await;
+        if now == alone {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "idle sessions did not end within 20 s of a 1 s idle timeout: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let ids = ids.lock().unwrap().clone();
+    assert_eq!(ids.len(), SESSIONS);
+    for id in ids.iter().step_by(10) {
+        let gone = RawSession {
+            raw: raw.clone(),
+            id: id.clone(),
+            next_request: 0,
+        };
+        assert_eq!(gone.probe().await, StatusCode::NOT_FOUND, "session {id}");
+    }
+    drop(streams);
+
+    // The busy one stops too.
+    wait_until(
+        &raw.http,
+        &server,
+        Duration::from_secs(20),
+        "everything forgotten",
+        |now| *now == Held::NOTHING,
+    )
+    .await;
+    assert_eq!(busy.probe().await, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_sharing_a_handle_unsubscribe_when_they_end_and_the_instance_lives_on() {
+    const SESSIONS: usize = 300;
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &["--state-handle-key"]);
+    let raw = Raw::new(&server);
+
+    let mut minter = raw.open().await;
+    let minted = minter.call("invoice.submit", json!({"amount": 9})).await;
+    let handle = minted["handle"]
+        .as_str()
+        .expect("the result carries the handle")
+        .to_string();
+    minter.end().await;
+    wait_until(
+        &raw.http,
+        &server,
+        Duration::from_secs(10),
+        "zero subscriptions",
+        |now| now.subscriptions == 0 && now.sessions == 0,
+    )
+    .await;
+
+    // Every session touches the one invoice by listing it, and stays open until all have.
+    let opened = Arc::new(tokio::sync::Mutex::new(Vec::new()));
+    let (session_raw, session_opened, session_handle) =
+        (raw.clone(), opened.clone(), handle.clone());
+    run_sessions(SESSIONS, move |i| {
+        let (raw, opened, handle) = (
+            session_raw.clone(),
+            session_opened.clone(),
+            session_handle.clone(),
+        );
+        async move {
+            let mut session = raw.open().await;
+            let menu = session.tool_names(Some(json!({"handle": handle}))).await;
+            assert!(
+                has(&menu, "invoice.approve") && has(&menu, "invoice.reject"),
+                "session {i}: {menu:?}"
+            );
+            opened.lock().await.push(session);
+        }
+    })
+    .await;
+    let all = held(&raw.http, &server).await;
+    assert_eq!(
+        (all.sessions, all.subscriptions, all.watched_instances),
+        (SESSIONS as u64, SESSIONS as u64, 1),
+        "every session is subscribed to the one instance: {all:?}"
+    );
+    assert_eq!(
+        all.session_instances, 0,
+        "handle mode keys no instance by session"
+    );
+
+    let sessions = std::mem::take(&mut *opened.lock().await);
+    run_sessions_owned(sessions).await;
+    wait_until(
+        &raw.http,
+        &server,
+        Duration::from_secs(20),
+        "zero subscriptions",
+        |now| now.sessions == 0 && now.subscriptions == 0 && now.watched_instances == 0,
+    )
+    .await;
+
+    // The instance outlives every session that touched it.
+    let mut later = raw.open().await;
+    let meta = json!({"handle": handle});
+    assert!(has(
+        &later.tool_names(Some(meta.clone())).await,
+        "invoice.approve"
+    ));
+    let approved = later
+        .call("invoice.approve", json!({"handle": handle}))
+        .await;
+    assert_eq!(approved["status"], "approved");
+    let status = later
+        .call("invoice.status", json!({"handle": handle}))
+        .await;
+    assert_eq!(status["state"], "approved");
+    assert_eq!(
+        held(&raw.http, &server).await.subscriptions,
+        1,
+        "only the new session watches the instance"
+    );
+    later.end().await;
+    wait_until(
+        &raw.http,
+        &server,
+        Duration::from_secs(10),
+        "zero subscriptions",
+        |now| now.sessions == 0 && now.subscriptions == 0 && now.watched_instances == 0,
+    )
+    .await;
+}
+
+/// Ends `sessions` with DELETE, [`CONCURRENCY`] at a time.
+async fn run_sessions_owned(sessions: Vec<RawSession>) {
+    let sessions = Arc::new(std::sync::Mutex::new(sessions));
+    let count = sessions.lock().unwrap().len();
+    run_sessions(count, move |_| {
+        let session = sessions
+            .lock()
+            .unwrap()
+            .pop()
+            .expect("one session per index");
+        session.end()
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fan-out.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_session_that_touched_a_handle_hears_one_transition() {
+    const SESSIONS: usize = 200;
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(
+        plugins.path(),
+        &["--state-handle-key", "--store", "memory:"],
+    );
+    let http = reqwest::Client::new();
+
+    let minter = Client::http(&server.url).await;
+    let minted = minter
+        .call("invoice.submit", json!({"amount": 3}))
+        .await
+        .structured_content
+        .expect("structuredContent");
+    let handle = minted["handle"].as_str().expect("handle").to_string();
+    // The minter watches its invoice from the start and heard it move to review.
+    minter.changes.wait_for(1).await;
+
+    let clients = Arc::new(tokio::sync::Mutex::new(Vec::new()));
+    let (url, session_clients, session_handle) =
+        (server.url.clone(), clients.clone(), handle.clone());
+    run_sessions(SESSIONS, move |i| {
+        let (url, clients, handle) = (url.clone(), session_clients.clone(), session_handle.clone());
+        async move {
+            let client = Client::http(&url).await;
+            let menu = client.tool_names_with_meta(json!({"handle": handle})).await;
+            assert!(has(&menu, "invoice.approve"), "session {i}: {menu:?}");
+            clients.lock().await.push(client);
+        }
+    })
+    .await;
+    let clients = std::mem::take(&mut *clients.lock().await);
+    let subscribed = held(&http, &server).await;
+    assert_eq!(
+        (subscribed.subscriptions, subscribed.watched_instances),
+        (SESSIONS as u64 + 1, 1),
+        "the minter and every session watch the one instance: {subscribed:?}"
+    );
+    assert!(
+        clients.iter().all(|client| client.changes.count() == 0),
+        "nothing changed yet"
+    );
+
+    // One transition, made by one of the watchers.
+    let approved = clients[0]
+        .call("invoice.approve", json!({"handle": handle}))
+        .await;
+    assert_ne!(approved.is_error, Some(true), "approve: {approved:?}");
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let waiting = clients
+            .iter()
+            .filter(|client| client.changes.count() == 0)
+            .count();
+        if waiting == 0 && minter.changes.count() >= 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{waiting} of {SESSIONS} sessions (and the minter: {} of 2) got no list_changed",
+            minter.changes.count()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Exactly one each.
+    minter.changes.stays_at(2).await;
+    let extra: Vec<usize> = clients.iter().map(|c| c.changes.count()).collect();
+    assert!(
+        extra.iter().all(|&n| n == 1),
+        "each session hears one transition once: {extra:?}"
+    );
+    for client in clients {
+        client.close().await;
+    }
+    minter.close().await;
+}
