@@ -18,10 +18,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Client, PluginDir, text_of};
+use common::{Client, PluginDir, text_of, turnstile_bin};
 use durability_support::{
     PrivateRedis, REVIEW, Turnstile, error_code, free_port, minted_handle, next_step, state_of,
-    turnstile_bin, with_handle,
+    with_handle,
 };
 use serde_json::json;
 

@@ -97,20 +97,29 @@ pub struct Server {
     child: Child,
     pub url: String,
     stderr: Arc<Mutex<String>>,
-    _data: TempDir,
+    /// The data directory, when the server owns it (`http`); `http_in` leaves it to the test, so
+    /// a test can kill a server and start another on the same store.
+    _data: Option<TempDir>,
 }
 
 impl Server {
-    /// Starts the server on a free loopback port and waits until it listens.
-    /// State goes to the embedded store (the default) in a private data directory, unless
-    /// `extra` names another `--store`.
+    /// Starts the server on a free loopback port and waits until it listens. State goes to the
+    /// embedded store (the default) in a private data directory, unless `extra` names another
+    /// `--store`.
     pub fn http(plugins: &Path, extra: &[&str]) -> Server {
         let data = tempfile::tempdir().expect("temp dir");
+        let mut server = Server::http_in(plugins, data.path(), extra);
+        server._data = Some(data);
+        server
+    }
+
+    /// Like `http`, with the data directory given by the test.
+    pub fn http_in(plugins: &Path, data: &Path, extra: &[&str]) -> Server {
         let mut child = Command::new(turnstile_bin())
             .args(["serve", "--http", "127.0.0.1:0", "--plugins"])
             .arg(plugins)
             .arg("--data-dir")
-            .arg(data.path())
+            .arg(data)
             .args(extra)
             .env("RUST_LOG", "info,turnstile=debug")
             .stdin(Stdio::null())
@@ -140,14 +149,20 @@ impl Server {
             Ok(url) => url,
             Err(_) => {
                 let _ = child.kill();
-                panic!("server did not start; stderr:\n{}", stderr.lock().unwrap());
+                let _ = child.wait();
+                // Let the reader thread drain what the process wrote before it died.
+                std::thread::sleep(Duration::from_millis(100));
+                panic!(
+                    "turnstile {extra:?} did not start; stderr:\n{}",
+                    stderr.lock().unwrap()
+                );
             }
         };
         Server {
             child,
             url,
             stderr,
-            _data: data,
+            _data: None,
         }
     }
 
@@ -164,6 +179,39 @@ impl Server {
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().expect("try_wait").is_none()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL (`Child::kill` on Unix) and reap: no shutdown code of the server runs.
+    pub fn kill9(&mut self) {
+        self.child.kill().expect("kill -9 turnstile");
+        self.child.wait().expect("reap turnstile");
+    }
+
+    /// Resident set size of the server process, in KiB (`VmRSS` in `/proc/<pid>/status`).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("read /proc status");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|kib| kib.parse().ok())
+            .expect("VmRSS in /proc/<pid>/status")
+    }
+
+    /// `GET /stats`: what the server's actors hold.
+    pub async fn stats(&self) -> Value {
+        let text = reqwest::get(format!("{}/stats", self.base()))
+            .await
+            .expect("GET /stats")
+            .text()
+            .await
+            .expect("GET /stats body");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("/stats is not JSON ({e}): {text}"))
     }
 }
 

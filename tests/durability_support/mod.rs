@@ -1,26 +1,17 @@
-//! Fixtures for the durability tests (issue 5): a server launcher that exposes the child's pid
-//! (for `kill -9` and `/proc/<pid>/status`) and keeps its data directory across restarts, a
-//! private `redis-server`, and the invoice workflow as a walk of acknowledged transitions.
-//!
-//! `tests/common/` stays as it is; this module adds what only these tests need.
+//! Fixtures for the durability tests (issue 5): servers started on a data directory the test
+//! keeps across restarts (`common::Server::http_in`), a private `redis-server`, and the invoice
+//! workflow as a walk of acknowledged transitions.
 #![allow(dead_code)] // Each test file uses a different part of this module.
 
 use std::{
-    io::{BufRead, BufReader},
     net::{TcpListener, TcpStream},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command, Stdio},
-    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
-
-/// The binary under test.
-pub fn turnstile_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_turnstile"))
-}
 
 /// Redis server the tests share (`TURNSTILE_TEST_REDIS_URL`, default the local one).
 pub fn redis_url() -> String {
@@ -67,122 +58,16 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A running `turnstile serve --http`, killed on drop. Unlike `common::Server` it exposes the
-/// pid and does not own its data directory, so a test can kill it and start another on the
-/// same store.
-pub struct Turnstile {
-    child: Child,
-    pub url: String,
-    stderr: Arc<Mutex<String>>,
-}
+/// A running server whose data directory the test owns, so it can be killed and another started
+/// on the same store.
+pub use crate::common::Server as Turnstile;
 
 impl Turnstile {
     /// Starts `turnstile serve --http 127.0.0.1:0 --plugins <plugins> --data-dir <data> <extra>`
     /// and waits (up to 30 s) until it listens.
     pub fn start(plugins: &Path, data: &Path, extra: &[&str]) -> Turnstile {
-        let mut child = Command::new(turnstile_bin())
-            .args(["serve", "--http", "127.0.0.1:0", "--plugins"])
-            .arg(plugins)
-            .arg("--data-dir")
-            .arg(data)
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start turnstile");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (url_tx, url_rx) = std::sync::mpsc::channel();
-        let reader = BufReader::new(child.stderr.take().unwrap());
-        let log = stderr.clone();
-        std::thread::spawn(move || {
-            for line in reader.lines().map_while(Result::ok) {
-                if let Some(start) = line.find("http://")
-                    && line.contains("/mcp")
-                {
-                    let url: String = line[start..].split_whitespace().next().unwrap().to_string();
-                    let _ = url_tx.send(url);
-                }
-                let mut log = log.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let url = match url_rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(url) => url,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                // Let the reader thread drain what the process wrote before it died.
-                std::thread::sleep(Duration::from_millis(100));
-                panic!(
-                    "turnstile {extra:?} did not start; stderr:\n{}",
-                    stderr.lock().unwrap()
-                );
-            }
-        };
-        Turnstile { child, url, stderr }
+        Turnstile::http_in(plugins, data, extra)
     }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The address without path, e.g. `http://127.0.0.1:4242`.
-    pub fn base(&self) -> String {
-        self.url.trim_end_matches("/mcp").to_string()
-    }
-
-    /// Everything the server wrote to stderr so far.
-    pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// Whether the process is still running.
-    pub fn is_running(&mut self) -> bool {
-        self.child.try_wait().expect("try_wait").is_none()
-    }
-
-    /// SIGKILL (`Child::kill` on Unix) and reap: no shutdown code of the server runs.
-    pub fn kill9(&mut self) {
-        self.child.kill().expect("kill -9 turnstile");
-        self.child.wait().expect("reap turnstile");
-    }
-
-    /// Resident set size of the server process, in KiB (`VmRSS` in `/proc/<pid>/status`).
-    pub fn rss_kib(&self) -> u64 {
-        rss_kib(self.pid())
-    }
-
-    /// `GET /stats`.
-    pub async fn stats(&self) -> Value {
-        let text = reqwest::get(format!("{}/stats", self.base()))
-            .await
-            .expect("GET /stats")
-            .text()
-            .await
-            .expect("GET /stats body");
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("/stats is not JSON ({e}): {text}"))
-    }
-}
-
-impl Drop for Turnstile {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `VmRSS` of a process, in KiB.
-pub fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kib| kib.parse().ok())
-        .expect("VmRSS in /proc/<pid>/status")
 }
 
 /// A private, non-persistent `redis-server` on a port of its own; killed on drop (also when the
