@@ -61,13 +61,9 @@ pub struct Crash;
 pub enum CallOutcome {
     /// The gate refused the call; nothing ran and nothing changed.
     Forbidden(Refusal),
-    /// The plugin ran. `transitioned` is true when the instance moved to a new state, which was
-    /// saved before this outcome was produced.
-    Ran {
-        output: PluginOutput,
-        transitioned: bool,
-        view: InstanceView,
-    },
+    /// The plugin ran. If its transition moved the instance, the new state was saved before
+    /// this outcome was produced.
+    Ran(PluginOutput),
 }
 
 /// The instance as a caller may see it.
@@ -311,14 +307,7 @@ async fn run_call(
 
     // A handler error fires nothing; a tool without a transition, or an event the state does
     // not take, moves nothing.
-    let unchanged = |output| {
-        let outcome = CallOutcome::Ran {
-            output,
-            transitioned: false,
-            view: view.clone(),
-        };
-        Ok((view.clone(), false, outcome))
-    };
+    let unchanged = |output| Ok((view.clone(), false, CallOutcome::Ran(output)));
     let event = match (&output, &call.tool.manifest.transition) {
         (PluginOutput::Success(_), Some(event)) => event,
         _ => return unchanged(output),
@@ -346,15 +335,7 @@ async fn run_call(
         snapshot: step.snapshot,
         version: record.version,
     };
-    Ok((
-        after.clone(),
-        true,
-        CallOutcome::Ran {
-            output,
-            transitioned: true,
-            view: after,
-        },
-    ))
+    Ok((after, true, CallOutcome::Ran(output)))
 }
 
 impl Handler<Create> for InstanceActor {

@@ -13,8 +13,12 @@ use serde_json::{Value, json};
 
 use super::target::NoTarget;
 use crate::{
-    actors::InstanceError, catalog::ToolEntry, gate::Refusal, invoke::InvokeError,
-    plugin::PluginError, store::StoreError,
+    actors::InstanceError,
+    catalog::ToolEntry,
+    gate::Refusal,
+    invoke::InvokeError,
+    plugin::{PluginError, PluginOutput},
+    store::StoreError,
 };
 
 /// A `tools/list` entry for `tool`, with the description the gate chose.
@@ -35,8 +39,16 @@ pub fn unknown_tool(name: &str) -> ErrorData {
     )
 }
 
+/// The tool ran: its output, or the failure it reported.
+pub fn ran(tool: &str, output: PluginOutput) -> CallToolResult {
+    match output {
+        PluginOutput::Success(output) => success(output),
+        PluginOutput::ToolError(message) => tool_error(tool, &message),
+    }
+}
+
 /// The tool ran and returned `output`.
-pub fn success(output: Value) -> CallToolResult {
+fn success(output: Value) -> CallToolResult {
     let text = match &output {
         Value::String(text) => text.clone(),
         other => other.to_string(),
@@ -49,7 +61,7 @@ pub fn success(output: Value) -> CallToolResult {
 }
 
 /// The tool ran and reported a failure of its own.
-pub fn tool_error(tool: &str, message: &str) -> CallToolResult {
+fn tool_error(tool: &str, message: &str) -> CallToolResult {
     error_result(
         format!("{tool} failed: {message}"),
         "TOOL_ERROR",

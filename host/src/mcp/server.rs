@@ -28,7 +28,7 @@ use crate::{
     actors::{CallOutcome, InstanceError, InstanceKey, InstanceView, Owner, Runtime, SessionId},
     catalog::{Catalog, ToolEntry, Workflow},
     gate, invoke,
-    plugin::{CallContext, PluginOutput},
+    plugin::CallContext,
 };
 
 /// What every session shares.
@@ -199,8 +199,7 @@ impl TurnstileServer {
         };
         let name = tool.name().to_string();
         match invoke::run(tool, arguments, context, self.shared.tool_timeout).await {
-            Ok(PluginOutput::Success(output)) => reply::success(output),
-            Ok(PluginOutput::ToolError(message)) => reply::tool_error(&name, &message),
+            Ok(output) => reply::ran(&name, output),
             Err(error) => reply::invoke_failure(&name, &error),
         }
         .into()
@@ -301,10 +300,7 @@ impl ServerHandler for TurnstileServer {
         self.settle(&key, &answer);
         let result = match answer {
             Ok(CallOutcome::Forbidden(refusal)) => reply::forbidden(&refusal),
-            Ok(CallOutcome::Ran { output, .. }) => match output {
-                PluginOutput::Success(output) => reply::success(output),
-                PluginOutput::ToolError(message) => reply::tool_error(&name, &message),
-            },
+            Ok(CallOutcome::Ran(output)) => reply::ran(&name, output),
             Err(error) => reply::failure(&name, &error),
         };
         let result = match (self.handle_mode(&context), &key.owner) {
