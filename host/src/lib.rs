@@ -13,6 +13,7 @@
 //! - [`plugin`]: loading plugin libraries and calling them through the C ABI.
 //! - [`store`]: where instance snapshots are saved, with compare-and-set versions.
 //! - [`commands`]: the `turnstile` subcommands.
+//! - [`memory`]: the allocator, and giving freed memory back to the OS.
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map and its invariants.
 
@@ -22,6 +23,7 @@ pub mod commands;
 pub mod gate;
 pub mod invoke;
 pub mod mcp;
+pub mod memory;
 pub mod plugin;
 pub mod statechart;
 pub mod store;

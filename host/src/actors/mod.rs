@@ -8,6 +8,7 @@
 //!   serializes every call on it through its mailbox.
 //! - `notifier.rs`: [`notifier::Notifier`] knows which session watches which instance and tells
 //!   exactly those sessions when an instance's menu changes.
+//! - `tables.rs`: gives the actors' tables their capacity back after a burst.
 //!
 //! **Architecture Invariant:** nothing outside this module names an actix type; callers use
 //! [`Runtime`]'s async methods. Nothing inside it names an rmcp type: sessions are reached
@@ -19,6 +20,7 @@ mod notifier;
 mod registry;
 mod runtime;
 mod system;
+mod tables;
 #[cfg(test)]
 mod tests;
 

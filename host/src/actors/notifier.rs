@@ -16,7 +16,7 @@ use std::{
 
 use actix::prelude::*;
 
-use super::{InstanceKey, SessionId};
+use super::{InstanceKey, SessionId, tables::shrink_if_sparse};
 
 /// A session that can be told its tool list changed.
 pub trait Listener: Send + Sync + 'static {
@@ -174,11 +174,6 @@ impl Notifier {
         let Some(session) = self.sessions.remove(session_id) else {
             return;
         };
-        // After a burst of sessions, do not keep tables sized for it.
-        if self.sessions.capacity() > 1024 && self.sessions.capacity() > 4 * self.sessions.len() {
-            self.sessions.shrink_to_fit();
-            self.watchers.shrink_to_fit();
-        }
         for instance in session.watching {
             if let Some(watchers) = self.watchers.get_mut(&instance) {
                 watchers.remove(session_id);
@@ -187,5 +182,7 @@ impl Notifier {
                 }
             }
         }
+        shrink_if_sparse(&mut self.sessions);
+        shrink_if_sparse(&mut self.watchers);
     }
 }

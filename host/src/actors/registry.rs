@@ -24,6 +24,8 @@ use actix::prelude::*;
 use super::{
     InstanceKey, Owner, SessionId,
     instance::{self, InstanceActor, InstanceDeps},
+    system,
+    tables::shrink_if_sparse,
 };
 
 /// The address of the actor for `key`, started if needed.
@@ -114,8 +116,7 @@ impl Registry {
         }
         self.passivated += dropped as u64;
         // `by_session` keeps passivated keys: when the session ends, their records go too.
-        // Give the memory back: a burst of 100,000 instances should not stay reserved forever.
-        self.instances.shrink_to_fit();
+        shrink_if_sparse(&mut self.instances);
         tracing::debug!(
             dropped,
             live = self.instances.len(),
@@ -141,7 +142,7 @@ impl Registry {
                 worker = index,
                 "an instance worker thread died; starting a new one"
             );
-            self.workers[index] = Arbiter::new();
+            self.workers[index] = system::worker_arbiter();
         }
         let worker = &self.workers[index].handle();
         let deps = self.deps.clone();
@@ -164,7 +165,9 @@ impl Actor for Registry {
         }
         // Passivated actors, ended sessions and their subscriptions are freed on several
         // threads; every few seconds, hand what was freed back to the OS.
-        ctx.run_interval(Duration::from_secs(2), |_, _| release_free_memory());
+        ctx.run_interval(Duration::from_secs(2), |_, _| {
+            crate::memory::release_free_memory()
+        });
     }
 }
 
@@ -205,6 +208,7 @@ impl Handler<SessionEnded> for Registry {
         let Some(keys) = self.by_session.remove(&msg.session) else {
             return;
         };
+        shrink_if_sparse(&mut self.by_session);
         let mut passivated = Vec::new();
         for key in keys {
             match self.instances.remove(&key) {
@@ -246,16 +250,5 @@ impl Handler<Stats> for Registry {
                 .count(),
             passivated: self.passivated,
         })
-    }
-}
-
-/// Returns freed heap pages to the OS. glibc keeps memory freed by other threads in per-thread
-/// arenas, so after a burst of instances is passivated the process would otherwise stay at its
-/// peak size. Elsewhere the allocator does this itself, or nothing can be done.
-fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks the allocator's own free lists; it has no preconditions.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }

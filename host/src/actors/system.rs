@@ -49,7 +49,7 @@ pub fn start(
         .spawn(move || {
             let system = System::new();
             system.block_on(async move {
-                let arbiters: Vec<Arbiter> = (0..workers).map(|_| Arbiter::new()).collect();
+                let arbiters: Vec<Arbiter> = (0..workers).map(|_| worker_arbiter()).collect();
                 let notifier = Notifier::default().start();
                 let deps = Arc::new(InstanceDeps {
                     node,
@@ -67,4 +67,16 @@ pub fn start(
     ready_rx
         .recv()
         .map_err(|_| std::io::Error::other("the actor system failed to start"))
+}
+
+/// A new worker thread for instance actors. Its runtime's blocking pool (where plugin calls run)
+/// lets idle threads go after [`crate::memory::IDLE_THREAD_LIFETIME`].
+pub(super) fn worker_arbiter() -> Arbiter {
+    Arbiter::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .thread_keep_alive(crate::memory::IDLE_THREAD_LIFETIME)
+            .build()
+            .expect("a current-thread tokio runtime builds (it only fails without OS resources)")
+    })
 }

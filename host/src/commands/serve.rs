@@ -44,7 +44,11 @@ pub fn default_store(data_dir: Option<PathBuf>) -> String {
 }
 
 pub fn run(options: ServeOptions) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_keep_alive(crate::memory::IDLE_THREAD_LIFETIME)
+        .build()
+        .context("cannot start the async runtime")?;
     runtime.block_on(serve(options))?;
     Ok(ExitCode::SUCCESS)
 }

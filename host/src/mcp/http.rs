@@ -82,6 +82,6 @@ async fn stats(State(shared): State<Arc<Shared>>) -> Result<Json<serde_json::Val
         .await
         .map_err(|error| error.to_string())?;
     Ok(Json(
-        serde_json::json!({ "registry": registry, "notifier": notifier }),
+        serde_json::json!({ "registry": registry, "notifier": notifier, "memory": crate::memory::stats() }),
     ))
 }
