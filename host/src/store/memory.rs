@@ -3,6 +3,10 @@
 //!
 //! This module owns an ordered map behind a mutex. It must not pretend to be durable: nothing is
 //! written anywhere, and two processes never share it.
+//!
+//! Records are kept as JSON text, not as `serde_json::Value` trees: a tree costs an allocation
+//! per key and value, and with this store every instance ever created stays in memory, passivated
+//! or not. A record is parsed only when an instance is activated.
 
 use std::{
     collections::BTreeMap,
@@ -19,7 +23,40 @@ use super::{InstanceRecord, StateStore, StoreError, check_save, conflict, versio
 pub struct MemoryStore {
     // A std Mutex, not a tokio one: no await happens while it is held, and every critical
     // section is a map lookup. A BTreeMap so listing by prefix is a range scan in key order.
-    records: Mutex<BTreeMap<String, InstanceRecord>>,
+    records: Mutex<BTreeMap<String, StoredRecord>>,
+}
+
+/// An [`InstanceRecord`] as this store holds it: the snapshot as compact JSON text.
+#[derive(Debug)]
+struct StoredRecord {
+    workflow: Box<str>,
+    snapshot: Box<str>,
+    version: u64,
+    updated_at_ms: u64,
+}
+
+impl StoredRecord {
+    fn new(record: &InstanceRecord) -> Self {
+        Self {
+            workflow: record.workflow.as_str().into(),
+            snapshot: record.snapshot.to_string().into_boxed_str(),
+            version: record.version,
+            updated_at_ms: record.updated_at_ms,
+        }
+    }
+
+    fn to_record(&self, key: &str) -> Result<InstanceRecord, StoreError> {
+        Ok(InstanceRecord {
+            workflow: self.workflow.to_string(),
+            // The text was written from a `Value` by `new`, so this fails only on a bug.
+            snapshot: serde_json::from_str(&self.snapshot).map_err(|e| StoreError::Corrupt {
+                key: key.to_owned(),
+                reason: format!("snapshot is not JSON: {e}"),
+            })?,
+            version: self.version,
+            updated_at_ms: self.updated_at_ms,
+        })
+    }
 }
 
 impl MemoryStore {
@@ -28,7 +65,7 @@ impl MemoryStore {
         Self::default()
     }
 
-    fn records(&self) -> MutexGuard<'_, BTreeMap<String, InstanceRecord>> {
+    fn records(&self) -> MutexGuard<'_, BTreeMap<String, StoredRecord>> {
         // A panic while holding the lock can only come from a bug in this file (the sections
         // below do not panic); the map is still consistent then, so keep serving it.
         self.records
@@ -44,7 +81,11 @@ impl StateStore for MemoryStore {
     }
 
     async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
-        Ok(self.records().get(key).cloned())
+        let records = self.records();
+        records
+            .get(key)
+            .map(|stored| stored.to_record(key))
+            .transpose()
     }
 
     async fn save(
@@ -54,12 +95,14 @@ impl StateStore for MemoryStore {
         expected: u64,
     ) -> Result<(), StoreError> {
         check_save(key, record, expected)?;
+        // Serialized before the lock is taken, so the critical section stays a map lookup.
+        let stored = StoredRecord::new(record);
         let mut records = self.records();
         let current = records.get(key).map(|r| r.version);
         if !versions_match(current, expected) {
             return Err(conflict(key, expected, current));
         }
-        records.insert(key.to_owned(), record.clone());
+        records.insert(key.to_owned(), stored);
         Ok(())
     }
 
