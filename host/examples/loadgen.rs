@@ -22,7 +22,8 @@
 //! `instances`: mints `--count` instances (each one `invoice.submit` without a handle: a create
 //! and a transition) and reports the server's resident memory before and after, per instance;
 //! with `--idle-after S` it then ends its sessions, waits until every instance is passivated
-//! and unsubscribed, and reports memory again.
+//! and unsubscribed, reports memory again, and asks every 100th instance for its state (exit 1 if
+//! one did not come back as it was left).
 //!
 //! Servers it starts are `target/<profile>/turnstile` with the invoice plugin from the same
 //! directory, in handle mode, with a private data directory; they are killed at the end.
@@ -449,9 +450,18 @@ async fn instances(args: &Args) {
     for w in 0..workers {
         let session = sessions[w % sessions.len()].clone();
         let next = next.clone();
+        // Every 100th handle is kept, to be asked for its state once it has been passivated.
         tasks.push(tokio::spawn(async move {
-            while next.fetch_add(1, Ordering::Relaxed) < count {
-                mint(&session).await.expect("mint");
+            let mut kept = Vec::new();
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= count {
+                    break kept;
+                }
+                let handle = mint(&session).await.expect("mint");
+                if n.is_multiple_of(100) {
+                    kept.push(handle);
+                }
             }
         }));
     }
@@ -460,8 +470,9 @@ async fn instances(args: &Args) {
         peak = peak.max(rss_kib(pid));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let mut kept = Vec::new();
     for task in tasks {
-        task.await.expect("minting worker");
+        kept.extend(task.await.expect("minting worker"));
     }
     let took = started.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -501,6 +512,7 @@ async fn instances(args: &Args) {
                     100.0 * peak.saturating_sub(idle) as f64
                         / peak.saturating_sub(before).max(1) as f64
                 );
+                check_after_passivation(&url, &kept).await;
                 break;
             }
             assert!(
@@ -509,5 +521,33 @@ async fn instances(args: &Args) {
             );
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+    }
+}
+
+/// Asks every kept handle for its state on a new session: each must have come back from the store
+/// in `review`, where `invoice.submit` left it. Exits 1 otherwise.
+async fn check_after_passivation(url: &str, handles: &[String]) {
+    let session = connect(url).await;
+    let mut wrong = Vec::new();
+    for handle in handles {
+        let result = call(&session, "invoice.status", json!({ "handle": handle })).await;
+        let state = result.as_ref().ok().and_then(|r| {
+            r.structured_content
+                .as_ref()
+                .and_then(|s| s["state"].as_str())
+                .map(str::to_string)
+        });
+        if state.as_deref() != Some("review") {
+            wrong.push(format!("{handle}: {result:?}"));
+        }
+    }
+    println!(
+        "after passivation: {} of {} sampled handles answered `review`",
+        handles.len() - wrong.len(),
+        handles.len()
+    );
+    if !wrong.is_empty() {
+        eprintln!("wrong after passivation:\n{}", wrong.join("\n"));
+        std::process::exit(1);
     }
 }
