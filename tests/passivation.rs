@@ -31,7 +31,16 @@ const SESSIONS: usize = 8;
 const CONCURRENCY: usize = 64;
 /// Seconds without a call before an instance is dropped from memory: longer than the burst takes
 /// on a loaded machine, so that most of the burst is live at once, as in a real surge.
-const IDLE_AFTER: u64 = 30;
+const IDLE_AFTER: u64 = 40;
+/// The embedded store's page cache (`PAGE_CACHE_BYTES`): it is allowed to stay full.
+const PAGE_CACHE_BYTES: u64 = 4 << 20;
+
+/// Bytes in live heap allocations, from `/stats` (glibc 2.33 or later, as on this machine).
+fn live_bytes(stats: &Value) -> u64 {
+    stats["memory"]["allocated"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("/stats has no memory.allocated (glibc 2.33+ only): {stats}"))
+}
 
 fn count(stats: &Value, field: &str) -> u64 {
     stats["registry"][field]
@@ -96,21 +105,26 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
             sample
         }));
     }
-    // Watch the live count while the burst runs.
+    // Watch the live count and memory while the burst runs.
     let mut peak_live = 0;
     let mut peak_rss = baseline_rss;
+    let mut peak_heap = live_bytes(&baseline);
     let mut samples: Vec<(String, &str)> = Vec::new();
+    let watch = async |peak_live: &mut u64, peak_rss: &mut u64, peak_heap: &mut u64| {
+        let stats = server.stats().await;
+        *peak_live = (*peak_live).max(count(&stats, "instances"));
+        *peak_heap = (*peak_heap).max(live_bytes(&stats));
+        *peak_rss = (*peak_rss).max(server.rss_kib());
+    };
     while !workers.iter().all(|w| w.is_finished()) {
-        peak_live = peak_live.max(count(&server.stats().await, "instances"));
-        peak_rss = peak_rss.max(server.rss_kib());
+        watch(&mut peak_live, &mut peak_rss, &mut peak_heap).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for worker in workers {
         samples.extend(worker.await.expect("minting worker"));
     }
     let created = started.elapsed();
-    peak_live = peak_live.max(count(&server.stats().await, "instances"));
-    peak_rss = peak_rss.max(server.rss_kib());
+    watch(&mut peak_live, &mut peak_rss, &mut peak_heap).await;
     println!(
         "{n} instances minted in {created:.1?} ({:.0}/s); peak live {peak_live}, peak RSS \
          {peak_rss} KiB (+{} KiB, {:.1} KiB per instance minted)",
@@ -153,8 +167,10 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
         passivated >= n as u64,
         "{passivated} instances passivated after a burst of {n}: {idle}"
     );
-    // Let the allocator settle, then measure (before anything is reactivated).
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Let the last passivated actors drop and two trims pass, then measure (before anything is
+    // reactivated).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let idle = server.stats().await;
     let idle_rss = server.rss_kib();
     let grew = peak_rss.saturating_sub(baseline_rss);
     let gave_back = peak_rss.saturating_sub(idle_rss);
@@ -199,22 +215,16 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
 
     // What the instances held is freed: the allocator's live bytes fall back to the baseline,
     // but for the embedded store's page cache (bounded at 4 MiB).
-    let live_bytes = |stats: &Value| {
-        stats["memory"]["allocated"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("/stats has no memory.allocated (glibc only): {stats}"))
-    };
-    let live_grew = live_bytes(&during).saturating_sub(live_bytes(&baseline));
+    let live_grew = peak_heap.saturating_sub(live_bytes(&baseline));
     let live_kept = live_bytes(&idle).saturating_sub(live_bytes(&baseline));
     println!(
-        "live heap bytes: baseline {}, with every instance live {}, idle {} (kept {live_kept} of \
+        "live heap bytes: baseline {}, peak {peak_heap}, idle {} (kept {live_kept} of \
          {live_grew})",
         live_bytes(&baseline),
-        live_bytes(&during),
         live_bytes(&idle)
     );
     assert!(
-        live_kept <= live_grew / 5,
+        live_kept <= PAGE_CACHE_BYTES + live_grew / 10,
         "after passivation the heap still holds {live_kept} of the {live_grew} bytes the burst \
          allocated: something keeps what passivated instances or ended sessions owned"
     );

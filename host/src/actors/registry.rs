@@ -163,11 +163,6 @@ impl Actor for Registry {
             let every = (idle_after / 4).max(Duration::from_millis(50));
             ctx.run_interval(every, |registry, _ctx| registry.passivate_idle());
         }
-        // Passivated actors, ended sessions and their subscriptions are freed on several
-        // threads; every few seconds, hand what was freed back to the OS.
-        ctx.run_interval(Duration::from_secs(2), |_, _| {
-            crate::memory::release_free_memory()
-        });
     }
 }
 
@@ -218,6 +213,7 @@ impl Handler<SessionEnded> for Registry {
                 None => passivated.push(key.store_key()),
             }
         }
+        shrink_if_sparse(&mut self.instances);
         if passivated.is_empty() {
             return;
         }

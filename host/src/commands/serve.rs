@@ -1,6 +1,6 @@
 //! `turnstile serve`: load plugins, open the store, start the actors, serve MCP.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc};
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
@@ -10,6 +10,7 @@ use crate::{
     actors,
     actors::{InstanceKey, SESSION_PREFIX},
     mcp::{self, HandleMode, HttpOptions, Shared},
+    memory,
     store::{self, StateStore, StoreOptions},
 };
 
@@ -46,7 +47,7 @@ pub fn default_store(data_dir: Option<PathBuf>) -> String {
 pub fn run(options: ServeOptions) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .thread_keep_alive(crate::memory::IDLE_THREAD_LIFETIME)
+        .thread_keep_alive(memory::IDLE_THREAD_LIFETIME)
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(serve(options))?;
@@ -78,6 +79,10 @@ async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     let node = options.actors.node.clone();
     let tool_timeout = options.actors.tool_timeout;
     let runtime = actors::start(catalog.clone(), store.clone(), options.actors)?;
+    // Passivated instances, ended sessions and their subscriptions are freed on several
+    // threads; every few seconds, hand what was freed back to the OS.
+    memory::release_free_memory_every(Duration::from_secs(2))
+        .context("cannot start the memory-trim thread")?;
     tokio::spawn(relay_changes_from_other_servers(
         store,
         runtime.clone(),

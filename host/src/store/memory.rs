@@ -27,7 +27,7 @@ pub struct MemoryStore {
 }
 
 /// An [`InstanceRecord`] as this store holds it: the snapshot as compact JSON text.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct StoredRecord {
     workflow: Box<str>,
     snapshot: Box<str>,
@@ -81,11 +81,9 @@ impl StateStore for MemoryStore {
     }
 
     async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
-        let records = self.records();
-        records
-            .get(key)
-            .map(|stored| stored.to_record(key))
-            .transpose()
+        // Copy the text out under the lock, parse it after.
+        let stored = self.records().get(key).cloned();
+        stored.map(|stored| stored.to_record(key)).transpose()
     }
 
     async fn save(
