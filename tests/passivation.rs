@@ -18,6 +18,7 @@ use durability_support::{
     APPROVED, DRAFT, REVIEW, Turnstile, error_code, minted_handle, state_of, with_handle,
 };
 use serde_json::{Value, json};
+use turnstile::store::EmbeddedStore;
 
 /// Instances in the burst (`TURNSTILE_TEST_PASSIVATION_INSTANCES` to try another size).
 fn burst() -> usize {
@@ -32,8 +33,6 @@ const CONCURRENCY: usize = 64;
 /// Seconds without a call before an instance is dropped from memory: longer than the burst takes
 /// on a loaded machine, so that most of the burst is live at once, as in a real surge.
 const IDLE_AFTER: u64 = 40;
-/// The embedded store's page cache (`PAGE_CACHE_BYTES`): it is allowed to stay full.
-const PAGE_CACHE_BYTES: u64 = 4 << 20;
 
 /// Bytes in live heap allocations, from `/stats` (glibc 2.33 or later, as on this machine).
 fn live_bytes(stats: &Value) -> u64 {
@@ -217,7 +216,7 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
     println!("{checked} passivated instances answered as left");
 
     // What the instances held is freed: the allocator's live bytes fall back to the baseline,
-    // but for the embedded store's page cache (bounded at 4 MiB).
+    // but for the embedded store's page cache (`EmbeddedStore::PAGE_CACHE_BYTES`).
     let live_grew = peak_heap.saturating_sub(live_bytes(&baseline));
     let live_kept = live_bytes(&idle).saturating_sub(live_bytes(&baseline));
     println!(
@@ -227,7 +226,7 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
         live_bytes(&idle)
     );
     assert!(
-        live_kept <= PAGE_CACHE_BYTES + live_grew / 10,
+        live_kept <= EmbeddedStore::PAGE_CACHE_BYTES as u64 + live_grew / 10,
         "after passivation the heap still holds {live_kept} of the {live_grew} bytes the burst \
          allocated: something keeps what passivated instances or ended sessions owned"
     );

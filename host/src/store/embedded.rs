@@ -44,13 +44,6 @@ const INSTANCES: TableDefinition<&str, (u64, u64, &str, &str)> =
 /// throughput.
 const MAX_BATCH: usize = 1024;
 
-/// Most bytes of file pages redb keeps in memory. redb's default (1 GiB) caches every page it
-/// writes until the cache is full, so the server's memory would grow with the number of instances
-/// ever saved, passivated or not. Instances are read once per activation and written once per
-/// transition, so a cache that holds the b-tree's upper levels and the pages being written is
-/// enough; the rest is served from the OS page cache. BENCHMARKS.md compares the throughput.
-const PAGE_CACHE_BYTES: usize = 4 << 20;
-
 /// A write request for the writer thread. Every op answers exactly once on `reply`.
 enum Op {
     Save {
@@ -110,6 +103,14 @@ pub struct EmbeddedStore {
 }
 
 impl EmbeddedStore {
+    /// Most bytes of file pages redb keeps in memory. redb's default (1 GiB) caches every page
+    /// it writes until the cache is full, so the server's memory would grow with the number of
+    /// instances ever saved, passivated or not. Instances are read once per activation and
+    /// written once per transition, so a cache that holds the b-tree's upper levels and the pages
+    /// being written is enough; the rest is served from the OS page cache. BENCHMARKS.md compares
+    /// mint rates with and without the bound.
+    pub const PAGE_CACHE_BYTES: usize = 4 << 20;
+
     /// Opens (or creates) the store file at `path`, creating missing parent directories.
     ///
     /// Fails with [`StoreError::Unavailable`] when the directory cannot be created, the file is
@@ -206,7 +207,7 @@ fn open_file(path: &PathBuf, name: &str) -> Result<Database, StoreError> {
         })?;
     }
     let db = redb::Builder::new()
-        .set_cache_size(PAGE_CACHE_BYTES)
+        .set_cache_size(EmbeddedStore::PAGE_CACHE_BYTES)
         .create(path)
         .map_err(|e| storage(name, e))?;
     // Create the table once, so read transactions never meet a missing table.
