@@ -41,6 +41,22 @@ fn live_bytes(stats: &Value) -> u64 {
         .unwrap_or_else(|| panic!("/stats has no memory.allocated (glibc 2.33+ only): {stats}"))
 }
 
+/// The highest live count, resident memory (KiB) and live heap bytes seen during the burst.
+struct Peaks {
+    live: u64,
+    rss: u64,
+    heap: u64,
+}
+
+impl Peaks {
+    async fn watch(&mut self, server: &Turnstile) {
+        let stats = server.stats().await;
+        self.live = self.live.max(count(&stats, "instances"));
+        self.heap = self.heap.max(live_bytes(&stats));
+        self.rss = self.rss.max(server.rss_kib());
+    }
+}
+
 fn count(stats: &Value, field: &str) -> u64 {
     stats["registry"][field]
         .as_u64()
@@ -105,25 +121,26 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
         }));
     }
     // Watch the live count and memory while the burst runs.
-    let mut peak_live = 0;
-    let mut peak_rss = baseline_rss;
-    let mut peak_heap = live_bytes(&baseline);
-    let mut samples: Vec<(String, &str)> = Vec::new();
-    let watch = async |peak_live: &mut u64, peak_rss: &mut u64, peak_heap: &mut u64| {
-        let stats = server.stats().await;
-        *peak_live = (*peak_live).max(count(&stats, "instances"));
-        *peak_heap = (*peak_heap).max(live_bytes(&stats));
-        *peak_rss = (*peak_rss).max(server.rss_kib());
+    let mut peaks = Peaks {
+        live: 0,
+        rss: baseline_rss,
+        heap: live_bytes(&baseline),
     };
+    let mut samples: Vec<(String, &str)> = Vec::new();
     while !workers.iter().all(|w| w.is_finished()) {
-        watch(&mut peak_live, &mut peak_rss, &mut peak_heap).await;
+        peaks.watch(&server).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for worker in workers {
         samples.extend(worker.await.expect("minting worker"));
     }
     let created = started.elapsed();
-    watch(&mut peak_live, &mut peak_rss, &mut peak_heap).await;
+    peaks.watch(&server).await;
+    let Peaks {
+        live: peak_live,
+        rss: peak_rss,
+        heap: peak_heap,
+    } = peaks;
     println!(
         "{n} instances minted in {created:.1?} ({:.0}/s); peak live {peak_live}, peak RSS \
          {peak_rss} KiB (+{} KiB, {:.1} KiB per instance minted)",
