@@ -37,19 +37,40 @@ fn handle_server(plugins: &PluginDir) -> Server {
     Server::http(plugins.path(), &["--state-handle-key"])
 }
 
+/// Every listed tool carries the handle property; it is required except on `starters`.
+fn assert_handle_in_every_schema(tools: &[rmcp::model::Tool], starters: &[&str]) {
+    for tool in tools {
+        let schema = &tool.input_schema;
+        assert_eq!(
+            schema["properties"]["handle"]["type"], "string",
+            "{} names the handle: {schema:?}",
+            tool.name
+        );
+        let required = schema
+            .get("required")
+            .and_then(Value::as_array)
+            .is_some_and(|required| required.contains(&json!("handle")));
+        assert_eq!(
+            required,
+            !starters.contains(&tool.name.as_ref()),
+            "{}: the handle is required unless the tool starts an instance",
+            tool.name
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_starting_call_mints_a_handle_and_the_menu_follows_it() {
     let plugins = PluginDir::with(&["invoice"]);
     let server = handle_server(&plugins);
     let client = Client::http(&server.url).await;
-    // Nothing started yet: the tools that start an invoice, and the ungated ones.
-    assert_eq!(client.tool_names().await, names(&["invoice.submit"]));
-    let tools = client.tools().await;
-    let submit = &tools[0];
-    assert!(
-        submit.input_schema["properties"]["handle"].is_object(),
-        "the handle is in the schema"
+    // Nothing started yet: the tools that start an invoice, and the workflow's tools bound to
+    // no state (always visible; they need a handle, which their schema says).
+    assert_eq!(
+        client.tool_names().await,
+        names(&["invoice.status", "invoice.submit"])
     );
+    assert_handle_in_every_schema(&client.tools().await, &["invoice.submit"]);
 
     let handle = handle_of(&client.call("invoice.submit", json!({"amount": 10})).await);
     assert!(
@@ -59,6 +80,11 @@ async fn a_starting_call_mints_a_handle_and_the_menu_follows_it() {
     assert_eq!(
         client.tool_names_with_meta(json!({"handle": handle})).await,
         names(&["invoice.approve", "invoice.reject", "invoice.status"])
+    );
+    // A model builds its arguments from the schemas: each one names the handle.
+    assert_handle_in_every_schema(
+        &client.tools_with_meta(json!({"handle": handle})).await,
+        &[],
     );
     let approve = client
         .call("invoice.approve", json!({"handle": handle}))

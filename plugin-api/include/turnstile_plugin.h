@@ -16,7 +16,13 @@
  * Rules:
  *  - Every struct starts with struct_size, set by the side that allocates it to sizeof(struct).
  *    Readers check it before reading other fields; within major version 1 fields are only
- *    appended.
+ *    appended, and every field added after ABI 1.0 is optional.
+ *  - How ABI 1 grows: a reader refuses a struct smaller than its ABI 1.0 layout (the
+ *    TURNSTILE_*_V1_0_SIZE constants), never one merely smaller than the header it was compiled
+ *    with; it reads a later field only when TURNSTILE_HAS_FIELD says struct_size covers it, and
+ *    treats a missing field or a NULL function pointer as "not supported". So a new host runs old
+ *    plugins, and a new plugin runs on an old host without the newer features.
+ *    Added since 1.0: TurnstileCallContext.host (1.1, host services).
  *  - Strings from the host are NUL-terminated UTF-8, borrowed for the duration of the call.
  *  - Each side frees only what it allocated. Output buffers are allocated by the plugin and
  *    handed back to its free_buffer by the host.
@@ -78,13 +84,50 @@ typedef struct TurnstileInitParams {
     uint32_t host_abi_version; /* the ABI version the host speaks (1)           */
 } TurnstileInitParams;
 
+/*
+ * What the host offers a plugin during one call (ABI 1.1). Host-owned, read-only, borrowed for
+ * the duration of call. Pass `call` to each function; each may be NULL (not offered). The
+ * functions may be used from any thread while the call runs; after it returned they do nothing
+ * and return TURNSTILE_INTERNAL (or 0), since `call` is an id, not a pointer.
+ */
+typedef struct TurnstileHostServices {
+    size_t struct_size; /* host: sizeof(TurnstileHostServices) */
+    const void *call;   /* the host's name for this call; opaque */
+    /* Logs to the client (notifications/message) if the session's level lets it through. level:
+     * "debug" "info" "notice" "warning" "error" "critical" "alert" "emergency"; logger may be
+     * NULL; data_json is any JSON value. TURNSTILE_BAD_INPUT for a bad level or JSON. */
+    TurnstileStatus (*log)(const void *call, const char *level, const char *logger,
+                           const char *data_json);
+    /* Reports progress (notifications/progress) if the client asked for it. total < 0 means
+     * unknown; message may be NULL. */
+    TurnstileStatus (*progress)(const void *call, double progress, double total,
+                                const char *message);
+    /* 1 once the client cancelled the call or its deadline passed, else 0. Stop early with a
+     * tool error: a call that fails fires no transition. */
+    int32_t (*is_cancelled)(const void *call);
+} TurnstileHostServices;
+
 /* The context of one call. Host-owned, read-only, borrowed for the duration of call. */
 typedef struct TurnstileCallContext {
     size_t struct_size;     /* host: sizeof(TurnstileCallContext)                              */
     const char *call_id;    /* unique id of this call                                          */
     const char *handle;     /* workflow instance handle ("" for a tool bound to no workflow)   */
     const char *state_json; /* current state value as JSON: "\"draft\"", "{\"a\":\"b\"}", "null" */
+    /* ABI 1.1, read only if TURNSTILE_HAS_FIELD(ctx, TurnstileCallContext, host): the host's
+     * services for this call, or NULL. */
+    const TurnstileHostServices *host;
 } TurnstileCallContext;
+
+/* Whether the struct at ptr (whose struct_size the other side set) holds `field` of type T. */
+#define TURNSTILE_HAS_FIELD(ptr, T, field) \
+    ((ptr)->struct_size >= offsetof(T, field) + sizeof(((T *)0)->field))
+
+/* The ABI 1.0 sizes: the smallest struct of each kind a reader accepts. */
+#define TURNSTILE_CALL_CONTEXT_V1_0_SIZE offsetof(TurnstileCallContext, host)
+#define TURNSTILE_INIT_PARAMS_V1_0_SIZE \
+    (offsetof(TurnstileInitParams, host_abi_version) + sizeof(uint32_t))
+#define TURNSTILE_PLUGIN_TABLE_V1_0_SIZE \
+    (offsetof(TurnstilePluginV1, free_buffer) + sizeof(void (*)(uint8_t *, size_t)))
 
 /*
  * The function table. Plugin-owned (normally a static), read-only for the host, valid until the

@@ -13,9 +13,31 @@
 //! - Function pointers are `Option<..>` so that a null pointer from a broken plugin is a checked
 //!   error in the host instead of undefined behaviour.
 //!
+//! # How ABI 1 grows (the compatibility rule)
+//!
+//! Within major version 1, a struct or table only ever gains fields **at its end**, and every
+//! field added after the first layout (ABI 1.0) is optional. The reader of a struct (the host for
+//! the function table, the plugin for the call context and init parameters) therefore:
+//!
+//! 1. refuses a struct smaller than its **first** layout (the `*_V1_0_SIZE` constants below),
+//!    never one merely smaller than the layout it was built with;
+//! 2. reads a later field only when `struct_size` covers it ([`covers`]); a field past the end,
+//!    or a NULL function pointer, means "not supported" and the reader carries on without it;
+//! 3. ignores bytes past the fields it knows (the writer is newer).
+//!
+//! So a new host runs old plugins, and a new plugin runs on an old host with the features that
+//! host lacks switched off. Fields added since 1.0:
+//!
+//! | struct | field | since | meaning when absent |
+//! |---|---|---|---|
+//! | [`RawCallContext`] | `host` | 1.1 | no host services: logging, progress and cancellation are no-ops |
+//!
 //! Nothing in this module allocates or frees; see each type for who does.
 
-use std::ffi::{c_char, c_void};
+use std::{
+    ffi::{c_char, c_void},
+    mem::offset_of,
+};
 
 /// The ABI version this crate describes. Returned by [`ABI_VERSION_SYMBOL`]; the entry symbol
 /// carries the same number in its name ([`ENTRY_SYMBOL_V1`]).
@@ -116,6 +138,81 @@ pub struct RawCallContext {
     /// `{"parent":"child"}` for nested states; `null` when there is no instance).
     /// NUL-terminated UTF-8.
     pub state_json: *const c_char,
+    /// Since ABI 1.1 (read it only when `struct_size` covers it, see [`covers`]): what the host
+    /// offers the plugin during this call, or NULL when it offers nothing. Borrowed for the
+    /// duration of `call`, like the rest of the context.
+    pub host: *const RawHostServices,
+}
+
+/// `log`: sends a log message to the client that made the call (MCP `notifications/message`),
+/// if the session's log level lets it through. `level` is an MCP level name (`"debug"`, `"info"`,
+/// `"notice"`, `"warning"`, `"error"`, `"critical"`, `"alert"`, `"emergency"`), `logger` an
+/// optional name (NULL for none) and `data_json` any JSON value. Returns [`Status::OK`], or
+/// [`Status::BAD_INPUT`] for an unknown level or data that is not JSON.
+pub type HostLogFn = unsafe extern "C" fn(
+    call: *const c_void,
+    level: *const c_char,
+    logger: *const c_char,
+    data_json: *const c_char,
+) -> Status;
+
+/// `progress`: reports how far the call has got (MCP `notifications/progress`), if the client
+/// asked for progress. `total` is negative when unknown; `message` may be NULL.
+pub type HostProgressFn = unsafe extern "C" fn(
+    call: *const c_void,
+    progress: f64,
+    total: f64,
+    message: *const c_char,
+) -> Status;
+
+/// `is_cancelled`: 1 once the client has cancelled the call (MCP `notifications/cancelled`) or
+/// its deadline has passed, else 0. A plugin doing long work should poll it and stop early with
+/// a tool error; the host fires no transition for a call that returns an error.
+pub type HostIsCancelledFn = unsafe extern "C" fn(call: *const c_void) -> i32;
+
+/// What the host offers a plugin during one call (ABI 1.1). Allocated, filled and freed by the
+/// host; read-only for the plugin and borrowed for the duration of `call`. Pass its `call` value
+/// to each function. The functions and `call` may be copied out and used from any thread while
+/// the call runs; used after the call has returned they do nothing and return
+/// [`Status::INTERNAL`] (or 0), since the host names calls by an id, not by a pointer.
+///
+/// Every function is safe to call from any thread while the call runs, and each may be NULL
+/// (not offered). Later revisions append functions after `is_cancelled`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RawHostServices {
+    /// Set by the host to `size_of::<RawHostServices>()`.
+    pub struct_size: usize,
+    /// The host's name for this call, passed back to each function. Opaque to the plugin.
+    pub call: *const c_void,
+    /// See [`HostLogFn`].
+    pub log: Option<HostLogFn>,
+    /// See [`HostProgressFn`].
+    pub progress: Option<HostProgressFn>,
+    /// See [`HostIsCancelledFn`].
+    pub is_cancelled: Option<HostIsCancelledFn>,
+}
+
+/// The size of [`PluginTableV1`] as ABI 1.0 laid it out: the smallest table the host accepts.
+pub const PLUGIN_TABLE_V1_0_SIZE: usize =
+    offset_of!(PluginTableV1, free_buffer) + size_of::<Option<FreeBufferFn>>();
+
+/// The size of [`RawCallContext`] as ABI 1.0 laid it out (without `host`): the smallest context
+/// a plugin may accept.
+pub const CALL_CONTEXT_V1_0_SIZE: usize = offset_of!(RawCallContext, host);
+
+/// The size of [`RawInitParams`] as ABI 1.0 laid it out.
+pub const INIT_PARAMS_V1_0_SIZE: usize =
+    offset_of!(RawInitParams, host_abi_version) + size_of::<u32>();
+
+/// The size of [`RawHostServices`] as ABI 1.1 first laid it out.
+pub const HOST_SERVICES_V1_1_SIZE: usize =
+    offset_of!(RawHostServices, is_cancelled) + size_of::<Option<HostIsCancelledFn>>();
+
+/// Whether a struct whose `struct_size` is `struct_size` holds the field at `offset` of `size`
+/// bytes: `covers(ctx.struct_size, offset_of!(RawCallContext, host), size_of::<*const _>())`.
+pub const fn covers(struct_size: usize, offset: usize, size: usize) -> bool {
+    struct_size >= offset + size
 }
 
 /// `init`: creates the plugin instance.
@@ -159,7 +256,8 @@ pub type FreeBufferFn = unsafe extern "C" fn(data: *mut u8, len: usize);
 ///
 /// Allocated by the plugin, normally as a `static`, and never freed: the host reads it, copies
 /// the function pointers out, and does not write to it. It must stay valid until the library is
-/// unloaded. All function pointers must be non-null.
+/// unloaded. The function pointers of ABI 1.0 (all those below) must be non-null; entries
+/// appended later are optional (see the module docs' growth rule).
 #[repr(C)]
 #[derive(Debug)]
 pub struct PluginTableV1 {

@@ -21,8 +21,12 @@ use serde_json::{Value, json};
 
 use crate::{
     Plugin,
-    abi::{ABI_VERSION, InitFn, PluginTableV1, RawBuffer, RawCallContext, RawInitParams, Status},
-    plugin::{CallContext, ToolError},
+    abi::{
+        ABI_VERSION, CALL_CONTEXT_V1_0_SIZE, HOST_SERVICES_V1_1_SIZE, INIT_PARAMS_V1_0_SIZE,
+        InitFn, PluginTableV1, RawBuffer, RawCallContext, RawHostServices, RawInitParams, Status,
+        covers,
+    },
+    plugin::{CallContext, HostServices, ToolError},
 };
 
 /// Generates the two exported symbols for a [`Plugin`](crate::Plugin) type.
@@ -102,7 +106,7 @@ pub unsafe fn init<T: Plugin>(
     respond(out_error, || {
         // SAFETY: the caller guarantees `params` is null or valid for reads.
         let params = unsafe { params.as_ref() }.ok_or_else(|| internal("init: params is null"))?;
-        if params.struct_size < size_of::<RawInitParams>() {
+        if params.struct_size < INIT_PARAMS_V1_0_SIZE {
             return Err(internal("init: params.struct_size is too small"));
         }
         if out_instance.is_null() {
@@ -249,9 +253,12 @@ unsafe fn write_buffer(out: *mut RawBuffer, bytes: Vec<u8>) {
 unsafe fn call_context(ctx: *const RawCallContext) -> Result<CallContext, Failure> {
     // SAFETY: the caller guarantees `ctx` is null or valid for reads.
     let ctx = unsafe { ctx.as_ref() }.ok_or_else(|| internal("ctx is null"))?;
-    if ctx.struct_size < size_of::<RawCallContext>() {
+    if ctx.struct_size < CALL_CONTEXT_V1_0_SIZE {
         return Err(internal("ctx.struct_size is too small"));
     }
+    // SAFETY: the caller guarantees `ctx` is valid for `struct_size` bytes; `host` is read only
+    // when the host's struct has it (ABI 1.1 and later).
+    let host = unsafe { host_services(ctx) };
     // SAFETY: the caller guarantees the strings are null or NUL-terminated and live.
     let (call_id, handle, state) = unsafe {
         (
@@ -270,7 +277,40 @@ unsafe fn call_context(ctx: *const RawCallContext) -> Result<CallContext, Failur
         call_id: call_id.to_owned(),
         handle: handle.to_owned(),
         state,
+        host,
     })
+}
+
+/// Copies the host's services out of `ctx`, or none when the host is older than ABI 1.1, passed
+/// NULL, or gave a services struct too small to read.
+///
+/// # Safety
+///
+/// `ctx` is valid for reads of `ctx.struct_size` bytes, and `ctx.host`, where present, is null or
+/// points to a [`RawHostServices`] valid for reads of its `struct_size` bytes.
+unsafe fn host_services(ctx: &RawCallContext) -> HostServices {
+    let has_host = covers(
+        ctx.struct_size,
+        std::mem::offset_of!(RawCallContext, host),
+        size_of::<*const RawHostServices>(),
+    );
+    if !has_host {
+        return HostServices::default();
+    }
+    // SAFETY: the caller guarantees `host` is null or valid; `struct_size` is checked before any
+    // other field is read.
+    let Some(services) = (unsafe { ctx.host.as_ref() }) else {
+        return HostServices::default();
+    };
+    if services.struct_size < HOST_SERVICES_V1_1_SIZE {
+        return HostServices::default();
+    }
+    HostServices {
+        call: services.call as usize,
+        log: services.log,
+        progress: services.progress,
+        is_cancelled: services.is_cancelled,
+    }
 }
 
 /// Borrows a NUL-terminated UTF-8 string; null reads as `""`.

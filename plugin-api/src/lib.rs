@@ -92,5 +92,5 @@ pub mod plugin;
 pub use crate::{
     abi::ABI_VERSION,
     manifest::{Manifest, ToolManifest},
-    plugin::{CallContext, Plugin, ToolError, parse_input},
+    plugin::{CallContext, HostServices, LogLevel, Plugin, ToolError, parse_input},
 };

@@ -8,8 +8,11 @@ use std::{
 
 use serde_json::{Value, json};
 use turnstile_plugin_api::{
-    CallContext, Manifest, Plugin, ToolError, ToolManifest,
-    abi::{ABI_VERSION, PluginTableV1, RawBuffer, RawCallContext, RawInitParams, Status},
+    CallContext, LogLevel, Manifest, Plugin, ToolError, ToolManifest,
+    abi::{
+        ABI_VERSION, CALL_CONTEXT_V1_0_SIZE, PluginTableV1, RawBuffer, RawCallContext,
+        RawHostServices, RawInitParams, Status,
+    },
     parse_input,
 };
 
@@ -34,6 +37,11 @@ impl Plugin for Echo {
         match tool {
             "echo.echo" => Ok(json!({"input": input, "call_id": ctx.call_id,
                 "handle": ctx.handle, "state": ctx.state})),
+            "echo.services" => Ok(json!({
+                "offered": ctx.host.is_offered(),
+                "logged": ctx.host.log(LogLevel::Notice, &json!("hello")),
+                "cancelled": ctx.host.is_cancelled(),
+            })),
             "echo.fail" => Err(ToolError::failed(parse_input::<FailInput>(input)?.reason)),
             "echo.panic" => panic!("boom {}", 42),
             other => Err(ToolError::UnknownTool(other.to_owned())),
@@ -94,19 +102,32 @@ impl Instance {
     }
 
     fn call(&self, tool: &str, input: &str) -> (Status, Value) {
+        self.call_in(
+            tool,
+            input,
+            &context(size_of::<RawCallContext>(), ptr::null()),
+        )
+    }
+
+    fn call_in(&self, tool: &str, input: &str, ctx: &RawCallContext) -> (Status, Value) {
         let (tool, input) = (CString::new(tool).unwrap(), CString::new(input).unwrap());
-        let ctx = RawCallContext {
-            struct_size: size_of::<RawCallContext>(),
-            call_id: c"c-1".as_ptr(),
-            handle: c"h-1".as_ptr(),
-            state_json: c"\"draft\"".as_ptr(),
-        };
         let mut out = RawBuffer::empty();
         // SAFETY: live instance; NUL-terminated strings and context live for the call.
         let status = unsafe {
-            (self.table.call.unwrap())(self.instance, tool.as_ptr(), input.as_ptr(), &ctx, &mut out)
+            (self.table.call.unwrap())(self.instance, tool.as_ptr(), input.as_ptr(), ctx, &mut out)
         };
         (status, self.take(out))
+    }
+}
+
+/// A call context as a host that knows `struct_size` bytes of it would pass.
+fn context(struct_size: usize, host: *const RawHostServices) -> RawCallContext {
+    RawCallContext {
+        struct_size,
+        call_id: c"c-1".as_ptr(),
+        handle: c"h-1".as_ptr(),
+        state_json: c"\"draft\"".as_ptr(),
+        host,
     }
 }
 
@@ -185,6 +206,7 @@ fn bad_structs_from_the_host_are_refused_not_read() {
         call_id: ptr::null(),
         handle: ptr::null(),
         state_json: ptr::null(),
+        host: ptr::null(),
     };
     let mut out = RawBuffer::empty();
     // SAFETY: live instance; the context is valid memory with a too-small struct_size.
@@ -217,4 +239,69 @@ fn bad_structs_from_the_host_are_refused_not_read() {
     };
     assert_eq!(status, Status::BAD_INPUT); // null input reads as "", which is not JSON
     assert!(out.data.is_null());
+}
+
+/// What the test host's `log` received: (level, data).
+static LOGGED: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+unsafe extern "C" fn test_log(
+    call: *const c_void,
+    level: *const std::ffi::c_char,
+    _logger: *const std::ffi::c_char,
+    data: *const std::ffi::c_char,
+) -> Status {
+    assert_eq!(call as usize, 7, "the plugin passes the call's id back");
+    // SAFETY: the SDK passes NUL-terminated strings.
+    let (level, data) = unsafe {
+        (
+            std::ffi::CStr::from_ptr(level).to_str().unwrap().to_owned(),
+            std::ffi::CStr::from_ptr(data).to_str().unwrap().to_owned(),
+        )
+    };
+    LOGGED.lock().unwrap().push((level, data));
+    Status::OK
+}
+
+unsafe extern "C" fn test_is_cancelled(_call: *const c_void) -> i32 {
+    1
+}
+
+#[test]
+fn host_services_reach_the_host_when_offered() {
+    let services = RawHostServices {
+        struct_size: size_of::<RawHostServices>(),
+        call: 7 as *const c_void,
+        log: Some(test_log),
+        progress: None,
+        is_cancelled: Some(test_is_cancelled),
+    };
+    let ctx = context(size_of::<RawCallContext>(), &services);
+    let (status, out) = Instance::new().call_in("echo.services", "{}", &ctx);
+    assert_eq!(status, Status::OK);
+    assert_eq!(
+        out,
+        json!({"offered": true, "logged": true, "cancelled": true})
+    );
+    assert!(
+        LOGGED
+            .lock()
+            .unwrap()
+            .contains(&("notice".to_string(), "\"hello\"".to_string()))
+    );
+}
+
+/// The growth rule, plugin side: a host of ABI 1.0 passes a context without `host`; a plugin
+/// built now still runs, with every host service a no-op.
+#[test]
+fn a_plugin_built_now_runs_on_an_abi_1_0_host() {
+    // `host` points at garbage: a 1.0 host's struct ends before it, so it must not be read.
+    let ctx = context(CALL_CONTEXT_V1_0_SIZE, 16 as *const RawHostServices);
+    let (status, out) = Instance::new().call_in("echo.services", "{}", &ctx);
+    assert_eq!(status, Status::OK);
+    assert_eq!(
+        out,
+        json!({"offered": false, "logged": false, "cancelled": false})
+    );
+    let (status, out) = Instance::new().call_in("echo.echo", "{}", &ctx);
+    assert_eq!((status, &out["state"]), (Status::OK, &json!("draft")));
 }

@@ -5,8 +5,9 @@
 use std::{env, fs, mem::offset_of, path::Path, process::Command};
 
 use turnstile_plugin_api::abi::{
-    ABI_VERSION, ABI_VERSION_SYMBOL, ENTRY_SYMBOL_V1, PluginTableV1, RawBuffer, RawCallContext,
-    RawInitParams, Status,
+    ABI_VERSION, ABI_VERSION_SYMBOL, CALL_CONTEXT_V1_0_SIZE, ENTRY_SYMBOL_V1,
+    INIT_PARAMS_V1_0_SIZE, PLUGIN_TABLE_V1_0_SIZE, PluginTableV1, RawBuffer, RawCallContext,
+    RawHostServices, RawInitParams, Status,
 };
 
 /// The C side: one `name=value` line per fact.
@@ -25,7 +26,13 @@ int main(void) {
     OFF(TurnstileInitParams, host_abi_version);
     SIZE(TurnstileCallContext); OFF(TurnstileCallContext, struct_size);
     OFF(TurnstileCallContext, call_id); OFF(TurnstileCallContext, handle);
-    OFF(TurnstileCallContext, state_json);
+    OFF(TurnstileCallContext, state_json); OFF(TurnstileCallContext, host);
+    SIZE(TurnstileHostServices); OFF(TurnstileHostServices, struct_size);
+    OFF(TurnstileHostServices, call); OFF(TurnstileHostServices, log);
+    OFF(TurnstileHostServices, progress); OFF(TurnstileHostServices, is_cancelled);
+    printf("CALL_CONTEXT_V1_0_SIZE=%zu\n", TURNSTILE_CALL_CONTEXT_V1_0_SIZE);
+    printf("INIT_PARAMS_V1_0_SIZE=%zu\n", TURNSTILE_INIT_PARAMS_V1_0_SIZE);
+    printf("PLUGIN_TABLE_V1_0_SIZE=%zu\n", TURNSTILE_PLUGIN_TABLE_V1_0_SIZE);
     SIZE(TurnstilePluginV1); OFF(TurnstilePluginV1, struct_size);
     OFF(TurnstilePluginV1, abi_version); OFF(TurnstilePluginV1, init);
     OFF(TurnstilePluginV1, destroy); OFF(TurnstilePluginV1, manifest);
@@ -66,6 +73,16 @@ fn rust_facts() -> String {
         off!("TurnstileCallContext", RawCallContext, call_id),
         off!("TurnstileCallContext", RawCallContext, handle),
         off!("TurnstileCallContext", RawCallContext, state_json),
+        off!("TurnstileCallContext", RawCallContext, host),
+        size!("TurnstileHostServices", RawHostServices),
+        off!("TurnstileHostServices", RawHostServices, struct_size),
+        off!("TurnstileHostServices", RawHostServices, call),
+        off!("TurnstileHostServices", RawHostServices, log),
+        off!("TurnstileHostServices", RawHostServices, progress),
+        off!("TurnstileHostServices", RawHostServices, is_cancelled),
+        format!("CALL_CONTEXT_V1_0_SIZE={CALL_CONTEXT_V1_0_SIZE}\n"),
+        format!("INIT_PARAMS_V1_0_SIZE={INIT_PARAMS_V1_0_SIZE}\n"),
+        format!("PLUGIN_TABLE_V1_0_SIZE={PLUGIN_TABLE_V1_0_SIZE}\n"),
         size!("TurnstilePluginV1", PluginTableV1),
         off!("TurnstilePluginV1", PluginTableV1, struct_size),
         off!("TurnstilePluginV1", PluginTableV1, abi_version),

@@ -159,7 +159,7 @@ static int confirmed(const char *input_json) {
 
 static TurnstileStatus migration_init(const TurnstileInitParams *params, void **out_instance,
                                       TurnstileBuffer *out_error) {
-    if (params == NULL || params->struct_size < sizeof(TurnstileInitParams) ||
+    if (params == NULL || params->struct_size < TURNSTILE_INIT_PARAMS_V1_0_SIZE ||
         out_instance == NULL) {
         put(out_error, "{\"message\":\"init: bad arguments\"}");
         return TURNSTILE_INTERNAL;
@@ -178,7 +178,7 @@ static TurnstileStatus migration_manifest(void *instance, TurnstileBuffer *out) 
 static TurnstileStatus migration_call(void *instance, const char *tool, const char *input_json,
                                       const TurnstileCallContext *ctx, TurnstileBuffer *out) {
     (void)instance;
-    if (tool == NULL || ctx == NULL || ctx->struct_size < sizeof(TurnstileCallContext)) {
+    if (tool == NULL || ctx == NULL || ctx->struct_size < TURNSTILE_CALL_CONTEXT_V1_0_SIZE) {
         put(out, "{\"message\":\"bad call arguments\"}");
         return TURNSTILE_INTERNAL;
     }

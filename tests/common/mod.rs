@@ -344,20 +344,26 @@ impl Client {
     }
 
     /// `tools/list` naming instances in `_meta` (handle mode).
-    pub async fn tool_names_with_meta(&self, meta: Value) -> Vec<String> {
+    /// `tools/list` with `_meta` (naming handles, in handle mode).
+    pub async fn tools_with_meta(&self, meta: Value) -> Vec<Tool> {
         let Value::Object(meta) = meta else {
             panic!("_meta must be an object")
         };
         let mut params = PaginatedRequestParams::default();
         params.meta = Some(RequestMetaObject::from(meta));
-        let mut names: Vec<String> = self
-            .service
+        self.service
             .list_tools(Some(params))
             .await
             .expect("tools/list")
             .tools
+    }
+
+    pub async fn tool_names_with_meta(&self, meta: Value) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .tools_with_meta(meta)
+            .await
             .into_iter()
-            .map(|t| t.name.to_string())
+            .map(|tool| tool.name.to_string())
             .collect();
         names.sort();
         names

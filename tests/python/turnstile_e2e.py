@@ -29,9 +29,10 @@ MENU = {
     "approved": ["invoice.discharge", "invoice.status"],
     "discharged": ["invoice.status"],
 }
-# `tools/list` without a handle in handle mode, before touching an instance: only the tools that
-# start a new instance. (`invoice.status` is bound to the workflow in every state, so it needs one.)
-START = ["invoice.submit"]
+# `tools/list` without a handle in handle mode, before touching an instance: the tools that start a
+# new instance, and `invoice.status`, bound to the workflow in no state (always visible; its schema
+# requires a handle).
+START = ["invoice.status", "invoice.submit"]
 
 # How long a notification may take to arrive, and how long "nothing arrives" is watched.
 NOTIFY_TIMEOUT_S = 10.0

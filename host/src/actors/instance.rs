@@ -302,6 +302,7 @@ async fn run_call(
         call_id: call.call_id,
         handle: key.handle(),
         state: view.snapshot.value(),
+        ..CallContext::default()
     };
     let output = invoke::run(call.tool.clone(), call.arguments, context, tool_timeout).await?;
 

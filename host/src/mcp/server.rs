@@ -172,17 +172,19 @@ impl TurnstileServer {
             let view = self.view(&key, context).await?;
             for tool in gate::menu(catalog, workflow, &view.snapshot) {
                 if seen.insert(tool.name().to_string()) {
-                    tools.push(Self::listed(None, &tool, workflow, &view.snapshot));
+                    tools.push(Self::listed(Some(mode), &tool, workflow, &view.snapshot));
                 }
             }
         }
         if !listing_named {
+            // The tools that start an instance, and with them the workflow's tools bound to no
+            // state (always visible; their schema says they need a handle).
             for workflow in catalog.workflows() {
                 let initial = workflow.machine.initial_snapshot();
                 for tool in gate::menu(catalog, workflow, &initial) {
-                    if gate::starts_instance(&tool, workflow)
-                        && seen.insert(tool.name().to_string())
-                    {
+                    let starts_or_ungated =
+                        gate::starts_instance(&tool, workflow) || !tool.is_gated();
+                    if starts_or_ungated && seen.insert(tool.name().to_string()) {
                         tools.push(Self::listed(Some(mode), &tool, workflow, &initial));
                     }
                 }
@@ -196,6 +198,7 @@ impl TurnstileServer {
             call_id: uuid::Uuid::new_v4().to_string(),
             handle: String::new(),
             state: Value::Null,
+            ..CallContext::default()
         };
         let name = tool.name().to_string();
         match invoke::run(tool, arguments, context, self.shared.tool_timeout).await {

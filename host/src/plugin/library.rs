@@ -21,8 +21,8 @@ use std::{
 
 use turnstile_plugin_api::abi::{
     ABI_VERSION, ABI_VERSION_SYMBOL, AbiVersionFn, CallFn, DestroyFn, ENTRY_SYMBOL_V1, EntryFnV1,
-    FreeBufferFn, InitFn, ManifestFn, PluginTableV1, RawBuffer, RawCallContext, RawInitParams,
-    Status,
+    FreeBufferFn, InitFn, ManifestFn, PLUGIN_TABLE_V1_0_SIZE, PluginTableV1, RawBuffer,
+    RawCallContext, RawHostServices, RawInitParams, Status,
 };
 
 use super::error::PluginError;
@@ -67,6 +67,8 @@ pub(super) struct CallArgs<'a> {
     pub call_id: &'a CStr,
     pub handle: &'a CStr,
     pub state_json: &'a CStr,
+    /// The host services for this call (ABI 1.1), if any.
+    pub host: Option<&'a RawHostServices>,
 }
 
 impl Library {
@@ -150,6 +152,7 @@ impl Library {
             call_id: args.call_id.as_ptr(),
             handle: args.handle.as_ptr(),
             state_json: args.state_json.as_ptr(),
+            host: args.host.map_or(ptr::null(), ptr::from_ref),
         };
         let mut out = RawBuffer::empty();
         // SAFETY: `instance` is live until `Drop` (which cannot run while `&self` is held); all
@@ -287,16 +290,18 @@ unsafe fn read_table(table: *const PluginTableV1) -> Result<(Table, InitFn), Str
     if table.is_null() {
         return Err(format!("{ENTRY_SYMBOL_V1} returned NULL"));
     }
-    // Read only `struct_size` first: a table smaller than ours must not be read as a whole.
+    // Read only `struct_size` first: a table smaller than ABI 1.0's must not be read at all.
     // SAFETY: non-null, and the ABI puts a `size_t struct_size` first in every struct.
     let struct_size = unsafe { ptr::addr_of!((*table).struct_size).read_unaligned() };
-    if struct_size < size_of::<PluginTableV1>() {
+    if struct_size < PLUGIN_TABLE_V1_0_SIZE {
         return Err(format!(
-            "struct_size is {struct_size}, expected at least {}",
-            size_of::<PluginTableV1>()
+            "struct_size is {struct_size}, expected at least {PLUGIN_TABLE_V1_0_SIZE} (ABI 1.0's table)"
         ));
     }
-    // SAFETY: the plugin declares the table at least as large as ours.
+    // Every entry read below is one of ABI 1.0's, which the size check covers. Entries appended
+    // later are optional and must be read only where `abi::covers(struct_size, ..)` says so (the
+    // growth rule in `turnstile_plugin_api::abi`).
+    // SAFETY: the plugin declares the table at least as large as ABI 1.0's.
     let table = unsafe { &*table };
     if table.abi_version != ABI_VERSION {
         return Err(format!(

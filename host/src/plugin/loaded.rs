@@ -17,6 +17,7 @@ use super::{
     error::PluginError,
     library::{CallArgs, Library, error_message},
     manifest,
+    services::{HostCall, Registered},
 };
 
 /// A plugin library, loaded and initialised, with its checked manifest.
@@ -106,6 +107,18 @@ impl LoadedPlugin {
         input: &Value,
         ctx: &CallContext,
     ) -> Result<PluginOutput, PluginError> {
+        self.call_with(tool, input, ctx, None)
+    }
+
+    /// [`LoadedPlugin::call`] with host services (ABI 1.1): what the plugin logs or reports
+    /// while it runs goes to `host`, which also says whether the call was cancelled.
+    pub fn call_with(
+        &self,
+        tool: &str,
+        input: &Value,
+        ctx: &CallContext,
+        host: Option<Arc<HostCall>>,
+    ) -> Result<PluginOutput, PluginError> {
         let path = &self.inner.path;
         if self.tool(tool).is_none() {
             return Err(PluginError::UnknownTool {
@@ -127,13 +140,17 @@ impl LoadedPlugin {
         let call_id = c_string("the call id", ctx.call_id.clone())?;
         let handle = c_string("the handle", ctx.handle.clone())?;
         let state_json = c_string("the state", ctx.state.to_string())?;
+        // Registered for exactly the duration of the plugin's call.
+        let services = host.map(Registered::new);
         let output = self.inner.library.call(&CallArgs {
             tool: &tool_name,
             input_json: &input_json,
             call_id: &call_id,
             handle: &handle,
             state_json: &state_json,
+            host: services.as_ref().map(|services| &services.raw),
         });
+        drop(services);
         self.interpret(tool, output.status, &output.bytes)
     }
 

@@ -11,6 +11,7 @@
 //! - `library.rs`: the loading protocol and the only raw-pointer code of the host.
 //! - `manifest.rs`: manifest parsing (with the JSON path of errors) and local checks.
 //! - [`PluginError`] (`error.rs`): every failure, naming the file.
+//! - [`HostCall`] (`services.rs`): the host services a plugin may use during a call (ABI 1.1).
 //!
 //! **Invariant:** a library is never unloaded while a call may run: every [`LoadedPlugin`]
 //! clone holds an `Arc` to it, and `call` borrows one. The instance is destroyed, then the
@@ -24,6 +25,7 @@ mod error;
 mod library;
 mod loaded;
 mod manifest;
+mod services;
 #[cfg(test)]
 mod tests;
 
@@ -34,11 +36,12 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
 };
 
-pub use turnstile_plugin_api::{CallContext, Manifest, ToolManifest};
+pub use turnstile_plugin_api::{CallContext, LogLevel, Manifest, ToolManifest};
 
 pub use self::{
     error::PluginError,
     loaded::{LoadedPlugin, PluginOutput},
+    services::{CallEvent, HostCall},
 };
 
 /// Loads every shared library (by the platform suffix: `.so`, `.dylib` or `.dll`) in `dir`,

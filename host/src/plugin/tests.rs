@@ -16,6 +16,7 @@ fn ctx(state: serde_json::Value) -> CallContext {
         call_id: "call-1".into(),
         handle: "inv-1".into(),
         state,
+        ..CallContext::default()
     }
 }
 
@@ -229,6 +230,7 @@ fn the_c_migration_plugin_loads_and_walks_its_workflow() {
         call_id: "c".into(),
         handle: "h\"\\\n".into(),
         state: json!({"a": "b"}),
+        ..CallContext::default()
     };
     let out = plugin.call("migration.status", &json!({}), &odd).unwrap();
     let PluginOutput::Success(out) = out else {

@@ -240,6 +240,7 @@ mod tests {
             call_id: "c".into(),
             handle: "h".into(),
             state: json!(state),
+            ..CallContext::default()
         }
     }
 

@@ -246,6 +246,7 @@ mod tests {
             call_id: "c1".into(),
             handle: "pay-1".into(),
             state: json!(state),
+            ..CallContext::default()
         }
     }
 

@@ -89,6 +89,30 @@ fn a_bad_table_is_refused() {
     );
 }
 
+/// The growth rule, host side: a plugin compiled against ABI 1.0's header (smaller call context,
+/// no host services) loads and runs on this host, and so does one whose table is larger than
+/// this host knows (a newer plugin with entries appended).
+#[test]
+fn plugins_built_for_older_and_newer_layouts_load() {
+    let old = CLibrary::build("abi10", &CLibrary::source().built_against_abi_1_0());
+    let plugin = LoadedPlugin::load(old.path()).unwrap();
+    let out = plugin
+        .call("fixture.ok", &json!({}), &ctx(json!("s")))
+        .unwrap();
+    assert_eq!(out, PluginOutput::Success(json!({"tool": "fixture.ok"})));
+
+    let newer = CLibrary::build(
+        "abinewer",
+        &CLibrary::source().table_size("sizeof(TurnstilePluginV1) + 2 * sizeof(void *)"),
+    );
+    let plugin = LoadedPlugin::load(newer.path()).unwrap();
+    assert!(
+        plugin
+            .call("fixture.ok", &json!({}), &ctx(json!("s")))
+            .is_ok()
+    );
+}
+
 #[test]
 fn a_failing_init_is_reported_with_its_message() {
     let lib = CLibrary::build(

@@ -100,6 +100,7 @@ impl CLibrary {
             entry: Entry::Table,
             version_symbol: true,
             table_size: "sizeof(TurnstilePluginV1)".into(),
+            header_dir: repo_root().join("plugin-api/include"),
             null_call: false,
             init_error: None,
             manifest: r#"{"name":"fixture","version":"1","tools":[
@@ -132,7 +133,7 @@ impl CLibrary {
                 "-Wno-unused-function",
                 "-I",
             ])
-            .arg(repo_root().join("plugin-api/include"))
+            .arg(&source.header_dir)
             .arg("-o")
             .arg(&path)
             .arg(&c_file)
@@ -164,6 +165,8 @@ pub struct CSource {
     entry: Entry,
     version_symbol: bool,
     table_size: String,
+    /// The directory holding the `turnstile_plugin.h` the plugin is compiled against.
+    header_dir: PathBuf,
     null_call: bool,
     init_error: Option<String>,
     manifest: String,
@@ -192,6 +195,13 @@ impl CSource {
 
     pub fn table_size(mut self, c_expr: &str) -> Self {
         self.table_size = c_expr.into();
+        self
+    }
+
+    /// Compiles against the header as ABI 1.0 shipped it (`tests/fixtures/abi-1.0`), as a
+    /// plugin built before any field was appended would be.
+    pub fn built_against_abi_1_0(mut self) -> Self {
+        self.header_dir = repo_root().join("tests/fixtures/abi-1.0");
         self
     }
 

@@ -1,0 +1,254 @@
+//! Host services (ABI 1.1): what a plugin may ask of the host while one of its calls runs — log
+//! to the client, report progress, ask whether the call was cancelled.
+//!
+//! The plugin gets a `RawHostServices` struct whose `call` field is an id, not a pointer: the id
+//! names a [`HostCall`] in a table of live calls for exactly as long as the plugin's `call` runs,
+//! so a plugin that keeps the services and uses them after its call returned (or from a thread
+//! that outlives it) reaches nothing and gets an error status instead of freed memory.
+//!
+//! This module only moves what the plugin said onto a channel; what the client sees of it
+//! (levels, progress tokens, the order against the result) is the MCP layer's business.
+
+use std::{
+    ffi::{CStr, c_char, c_void},
+    panic::{AssertUnwindSafe, catch_unwind},
+    sync::{
+        Arc, LazyLock,
+        atomic::{AtomicUsize, Ordering},
+    },
+};
+
+use dashmap::DashMap;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use turnstile_plugin_api::{
+    LogLevel,
+    abi::{RawHostServices, Status},
+};
+
+/// Something a plugin said during a call, for the client.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallEvent {
+    Log {
+        level: LogLevel,
+        logger: Option<String>,
+        data: Value,
+    },
+    Progress {
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    },
+}
+
+/// The host's side of one call's services: where the plugin's events go, and whether the call
+/// was cancelled.
+#[derive(Debug)]
+pub struct HostCall {
+    events: mpsc::UnboundedSender<CallEvent>,
+    cancelled: CancellationToken,
+}
+
+impl HostCall {
+    /// A call whose events arrive on the returned receiver, cancelled when `cancelled` is.
+    pub fn new(
+        cancelled: CancellationToken,
+    ) -> (Arc<HostCall>, mpsc::UnboundedReceiver<CallEvent>) {
+        let (events, receiver) = mpsc::unbounded_channel();
+        (Arc::new(HostCall { events, cancelled }), receiver)
+    }
+
+    /// Tells the plugin (through `is_cancelled`) that its work is no longer wanted.
+    pub fn cancel(&self) {
+        self.cancelled.cancel();
+    }
+
+    fn send(&self, event: CallEvent) -> Status {
+        // The receiver is gone once the client's request is answered; the plugin need not care.
+        match self.events.send(event) {
+            Ok(()) => Status::OK,
+            Err(_) => Status::INTERNAL,
+        }
+    }
+}
+
+/// The calls running right now, by the id their plugin holds.
+static LIVE_CALLS: LazyLock<DashMap<usize, Arc<HostCall>>> = LazyLock::new(DashMap::new);
+
+/// Ids start at 1, so a plugin never sees 0 (which reads like NULL) for a live call.
+static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+
+/// A call's entry in the live table, and the struct handed to the plugin. Removing the entry on
+/// drop is what makes the services inert once the plugin's `call` has returned.
+pub(super) struct Registered {
+    id: usize,
+    pub raw: RawHostServices,
+}
+
+impl Registered {
+    pub fn new(call: Arc<HostCall>) -> Registered {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        LIVE_CALLS.insert(id, call);
+        Registered {
+            id,
+            raw: RawHostServices {
+                struct_size: size_of::<RawHostServices>(),
+                call: id as *const c_void,
+                log: Some(host_log),
+                progress: Some(host_progress),
+                is_cancelled: Some(host_is_cancelled),
+            },
+        }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        LIVE_CALLS.remove(&self.id);
+    }
+}
+
+/// Runs `body` with the live call named `call`, or answers `missing` for a stale id. Panics are
+/// caught: these functions are called from plugin code through `extern "C"`.
+fn with_call<T>(call: *const c_void, missing: T, body: impl FnOnce(&HostCall) -> T) -> T {
+    let Some(entry) = LIVE_CALLS.get(&(call as usize)).map(|entry| entry.clone()) else {
+        return missing;
+    };
+    catch_unwind(AssertUnwindSafe(|| body(&entry))).unwrap_or(missing)
+}
+
+/// Borrows an optional NUL-terminated UTF-8 string.
+///
+/// # Safety
+///
+/// `ptr` is null or NUL-terminated and live for `'a`.
+unsafe fn optional_str<'a>(ptr: *const c_char) -> Result<Option<&'a str>, ()> {
+    if ptr.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller guarantees `ptr` is NUL-terminated and live.
+    unsafe { CStr::from_ptr(ptr) }
+        .to_str()
+        .map(Some)
+        .map_err(|_| ())
+}
+
+/// `log` of `RawHostServices`.
+///
+/// # Safety
+///
+/// The string arguments are null or NUL-terminated and live for the duration of the call.
+unsafe extern "C" fn host_log(
+    call: *const c_void,
+    level: *const c_char,
+    logger: *const c_char,
+    data_json: *const c_char,
+) -> Status {
+    with_call(call, Status::INTERNAL, |host| {
+        // SAFETY: the caller (the plugin) passes null or live NUL-terminated strings.
+        let (level, logger, data) = unsafe {
+            match (
+                optional_str(level),
+                optional_str(logger),
+                optional_str(data_json),
+            ) {
+                (Ok(level), Ok(logger), Ok(data)) => (level, logger, data),
+                _ => return Status::BAD_INPUT,
+            }
+        };
+        let Some(level) = level.and_then(LogLevel::parse) else {
+            return Status::BAD_INPUT;
+        };
+        let Ok(data) = serde_json::from_str::<Value>(data.unwrap_or("null")) else {
+            return Status::BAD_INPUT;
+        };
+        host.send(CallEvent::Log {
+            level,
+            logger: logger.map(str::to_owned),
+            data,
+        })
+    })
+}
+
+/// `progress` of `RawHostServices`.
+///
+/// # Safety
+///
+/// `message` is null or NUL-terminated and live for the duration of the call.
+unsafe extern "C" fn host_progress(
+    call: *const c_void,
+    progress: f64,
+    total: f64,
+    message: *const c_char,
+) -> Status {
+    with_call(call, Status::INTERNAL, |host| {
+        // SAFETY: the caller (the plugin) passes null or a live NUL-terminated string.
+        let Ok(message) = (unsafe { optional_str(message) }) else {
+            return Status::BAD_INPUT;
+        };
+        if !progress.is_finite() {
+            return Status::BAD_INPUT;
+        }
+        host.send(CallEvent::Progress {
+            progress,
+            total: (total.is_finite() && total >= 0.0).then_some(total),
+            message: message.map(str::to_owned),
+        })
+    })
+}
+
+/// `is_cancelled` of `RawHostServices`.
+extern "C" fn host_is_cancelled(call: *const c_void) -> i32 {
+    with_call(call, 0, |host| i32::from(host.cancelled.is_cancelled()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn services_reach_the_call_only_while_it_is_registered() {
+        let (call, mut events) = HostCall::new(CancellationToken::new());
+        let registered = Registered::new(call.clone());
+        let raw = &registered.raw;
+        let log = raw.log.unwrap();
+        // SAFETY: live NUL-terminated strings, as the ABI requires.
+        let status = unsafe {
+            log(
+                raw.call,
+                c"warning".as_ptr(),
+                std::ptr::null(),
+                c"\"hi\"".as_ptr(),
+            )
+        };
+        assert_eq!(status, Status::OK);
+        assert_eq!(
+            events.try_recv().unwrap(),
+            CallEvent::Log {
+                level: LogLevel::Warning,
+                logger: None,
+                data: Value::from("hi")
+            }
+        );
+        // SAFETY: as above.
+        let bad = unsafe { log(raw.call, c"loud".as_ptr(), std::ptr::null(), c"1".as_ptr()) };
+        assert_eq!(bad, Status::BAD_INPUT, "an unknown level is refused");
+        let is_cancelled = raw.is_cancelled.unwrap();
+        // SAFETY: no pointer arguments besides the id.
+        assert_eq!(unsafe { is_cancelled(raw.call) }, 0);
+        call.cancel();
+        // SAFETY: as above.
+        assert_eq!(unsafe { is_cancelled(raw.call) }, 1);
+        let stale = raw.call;
+        drop(registered);
+        // SAFETY: as above; the id is stale now, which the host must tolerate.
+        let late = unsafe { log(stale, c"info".as_ptr(), std::ptr::null(), c"1".as_ptr()) };
+        assert_eq!(
+            late,
+            Status::INTERNAL,
+            "a finished call's services do nothing"
+        );
+        assert!(events.try_recv().is_err());
+    }
+}
