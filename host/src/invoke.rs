@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::{
     catalog::ToolEntry,
-    plugin::{CallContext, PluginError, PluginOutput},
+    plugin::{CallContext, HostCall, PluginError, PluginOutput},
 };
 
 /// Why a tool produced no output.
@@ -25,17 +25,28 @@ pub enum InvokeError {
     Worker(String),
 }
 
-/// Runs `tool` with `arguments` in `context`, giving up after `deadline`.
+/// Runs `tool` with `arguments` in `context`, giving up after `deadline`. `host` receives what
+/// the plugin logs or reports while it runs; past the deadline it is marked cancelled, so a
+/// plugin that polls `is_cancelled` can stop instead of running on unseen.
 pub async fn run(
     tool: Arc<ToolEntry>,
     arguments: Value,
     context: CallContext,
+    host: Option<Arc<HostCall>>,
     deadline: Duration,
 ) -> Result<PluginOutput, InvokeError> {
-    let running =
-        tokio::task::spawn_blocking(move || tool.plugin.call(tool.name(), &arguments, &context));
+    let plugin_host = host.clone();
+    let running = tokio::task::spawn_blocking(move || {
+        tool.plugin
+            .call_with(tool.name(), &arguments, &context, plugin_host)
+    });
     match tokio::time::timeout(deadline, running).await {
-        Err(_) => Err(InvokeError::TimedOut(deadline)),
+        Err(_) => {
+            if let Some(host) = host {
+                host.cancel();
+            }
+            Err(InvokeError::TimedOut(deadline))
+        }
         Ok(Err(join)) => Err(InvokeError::Worker(join.to_string())),
         Ok(Ok(called)) => Ok(called?),
     }

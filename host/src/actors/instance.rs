@@ -19,7 +19,7 @@ use crate::{
     catalog::{Catalog, ToolEntry, Workflow},
     gate::{self, Refusal},
     invoke::{self, InvokeError},
-    plugin::{CallContext, PluginOutput},
+    plugin::{CallContext, HostCall, PluginOutput},
     statechart::{Event, Snapshot},
     store::{InstanceRecord, StateStore, StoreError},
 };
@@ -32,6 +32,8 @@ pub struct Call {
     pub arguments: Value,
     /// Unique per call; handed to the plugin for its logs and idempotency keys.
     pub call_id: String,
+    /// Where the plugin's logs and progress go, and whether the client cancelled the call.
+    pub host: Option<Arc<HostCall>>,
 }
 
 /// Create a handle-keyed instance in its initial state and save it, so that its handle is known
@@ -61,9 +63,9 @@ pub struct Crash;
 pub enum CallOutcome {
     /// The gate refused the call; nothing ran and nothing changed.
     Forbidden(Refusal),
-    /// The plugin ran. If its transition moved the instance, the new state was saved before
-    /// this outcome was produced.
-    Ran(PluginOutput),
+    /// The plugin ran. If its transition moved the instance (`moved`), the new state was saved
+    /// before this outcome was produced.
+    Ran { output: PluginOutput, moved: bool },
 }
 
 /// The instance as a caller may see it.
@@ -304,11 +306,24 @@ async fn run_call(
         state: view.snapshot.value(),
         ..CallContext::default()
     };
-    let output = invoke::run(call.tool.clone(), call.arguments, context, tool_timeout).await?;
+    let output = invoke::run(
+        call.tool.clone(),
+        call.arguments,
+        context,
+        call.host,
+        tool_timeout,
+    )
+    .await?;
 
     // A handler error fires nothing; a tool without a transition, or an event the state does
     // not take, moves nothing.
-    let unchanged = |output| Ok((view.clone(), false, CallOutcome::Ran(output)));
+    let unchanged = |output| {
+        let outcome = CallOutcome::Ran {
+            output,
+            moved: false,
+        };
+        Ok((view.clone(), false, outcome))
+    };
     let event = match (&output, &call.tool.manifest.transition) {
         (PluginOutput::Success(_), Some(event)) => event,
         _ => return unchanged(output),
@@ -336,7 +351,14 @@ async fn run_call(
         snapshot: step.snapshot,
         version: record.version,
     };
-    Ok((after, true, CallOutcome::Ran(output)))
+    Ok((
+        after,
+        true,
+        CallOutcome::Ran {
+            output,
+            moved: true,
+        },
+    ))
 }
 
 impl Handler<Create> for InstanceActor {

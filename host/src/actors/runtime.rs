@@ -11,7 +11,7 @@ use super::{
     notifier::{self, Listener, Notifier, NotifierStats},
     registry::{self, Registry, RegistryStats},
 };
-use crate::catalog::ToolEntry;
+use crate::{catalog::ToolEntry, plugin::HostCall};
 
 /// Cheap to clone; every method may be called from any tokio task.
 #[derive(Clone)]
@@ -29,6 +29,7 @@ impl Runtime {
         tool: Arc<ToolEntry>,
         arguments: Value,
         call_id: String,
+        host: Option<Arc<HostCall>>,
     ) -> Result<CallOutcome, InstanceError> {
         let instance = self.resolve(key).await?;
         instance
@@ -36,6 +37,7 @@ impl Runtime {
                 tool,
                 arguments,
                 call_id,
+                host,
             })
             .await
             .map_err(|_| InstanceError::Stopped)?

@@ -2,6 +2,7 @@
 //!
 //! - `server.rs`: [`TurnstileServer`], one per session; turns `tools/list` and `tools/call` into
 //!   questions for the gate and the actors.
+//! - `call_events.rs`: what a plugin logs or reports during a call, sent ahead of its result.
 //! - `reply.rs`: every result and error a client can see is built there, in one place.
 //! - `session.rs`: a session's identity, its listener for `list_changed`, and its end.
 //! - `target.rs`: which instance a request is about (session, or handle).
@@ -9,6 +10,7 @@
 //!
 //! **Architecture Invariant:** only this module names rmcp types.
 
+mod call_events;
 mod http;
 mod reply;
 mod server;

@@ -39,6 +39,26 @@ pub fn unknown_tool(name: &str) -> ErrorData {
     )
 }
 
+/// JSON-RPC error for a request rmcp could not route: `tools/call` with malformed params
+/// (-32602, naming the problem), or a method this server does not serve (-32601, naming it; on
+/// 2026-07-28 that includes the methods the revision removed, such as `initialize`).
+pub fn unroutable_request(method: &str, params: Option<&Value>) -> ErrorData {
+    if method == "tools/call" {
+        let params = params.cloned().unwrap_or(Value::Null);
+        if let Err(problem) = serde_json::from_value::<rmcp::model::CallToolRequestParams>(params) {
+            return ErrorData::invalid_params(
+                format!("invalid params for tools/call: {problem}"),
+                Some(json!({ "method": method })),
+            );
+        }
+    }
+    ErrorData::new(
+        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+        format!("method not found: {method}"),
+        Some(json!({ "method": method })),
+    )
+}
+
 /// The tool ran: its output, or the failure it reported.
 pub fn ran(tool: &str, output: PluginOutput) -> CallToolResult {
     match output {
@@ -47,17 +67,52 @@ pub fn ran(tool: &str, output: PluginOutput) -> CallToolResult {
     }
 }
 
+/// The key under which a plugin's output object carries MCP content blocks (the output
+/// convention in `turnstile_plugin_api`'s docs).
+pub const CONTENT_KEY: &str = "_content";
+
 /// The tool ran and returned `output`.
+///
+/// An object with [`CONTENT_KEY`] carries its own MCP content blocks (text, image, audio,
+/// embedded resource, resource link): they become the result's content, in order, and the rest
+/// of the object, if any, its `structuredContent` (also appended as a text block, as MCP asks of
+/// structured results). Any other value is shown as text, and as `structuredContent` when it is
+/// an object.
 fn success(output: Value) -> CallToolResult {
-    let text = match &output {
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
-    };
-    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-    if output.is_object() {
-        result.structured_content = Some(output);
+    match output {
+        Value::Object(mut object) if object.contains_key(CONTENT_KEY) => {
+            let blocks = object.remove(CONTENT_KEY).unwrap_or_default();
+            let mut content: Vec<ContentBlock> = match serde_json::from_value(blocks) {
+                Ok(content) => content,
+                Err(error) => {
+                    return error_result(
+                        format!("the tool's output has unusable {CONTENT_KEY}: {error}"),
+                        "BAD_OUTPUT",
+                        json!({ "message": error.to_string() }),
+                    );
+                }
+            };
+            let mut result = CallToolResult::success(Vec::new());
+            if !object.is_empty() {
+                let structured = Value::Object(object);
+                content.push(ContentBlock::text(structured.to_string()));
+                result.structured_content = Some(structured);
+            }
+            result.content = content;
+            result
+        }
+        output => {
+            let text = match &output {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+            if output.is_object() {
+                result.structured_content = Some(output);
+            }
+            result
+        }
     }
-    result
 }
 
 /// The tool ran and reported a failure of its own.

@@ -12,14 +12,16 @@ use std::sync::Arc;
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, Implementation, JsonObject, ListToolsResult,
-        PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+        CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, Implementation,
+        JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+        SubscriptionFilter, Tool,
     },
     service::{RequestContext, SubscriptionContext},
 };
 use serde_json::Value;
 
 use super::{
+    call_events::{self, CallEvents},
     reply,
     session::{SessionScope, SinkListener},
     target::{self, HandleMode, Target},
@@ -28,7 +30,7 @@ use crate::{
     actors::{CallOutcome, InstanceError, InstanceKey, InstanceView, Owner, Runtime, SessionId},
     catalog::{Catalog, ToolEntry, Workflow},
     gate, invoke,
-    plugin::CallContext,
+    plugin::{CallContext, HostCall},
 };
 
 /// What every session shares.
@@ -59,8 +61,13 @@ impl TurnstileServer {
     }
 
     /// Subscribes the session to `key`. Done before the instance is asked anything, so that the
-    /// subscription reaches the notifier ahead of any change the request causes.
+    /// subscription reaches the notifier ahead of any change the request causes. A request
+    /// without a session subscribes nothing: it ends with its answer, and its own call tells
+    /// it of a change directly (see `call_tool`).
     fn watch(&self, key: &InstanceKey, context: &RequestContext<RoleServer>) {
+        if is_sessionless(context) {
+            return;
+        }
         self.shared.runtime.subscribe(
             &self.session.id,
             self.session.listener(&context.peer),
@@ -193,26 +200,71 @@ impl TurnstileServer {
         Ok(())
     }
 
-    async fn call_unbound(&self, tool: Arc<ToolEntry>, arguments: Value) -> CallToolResponse {
-        let context = CallContext {
+    async fn call_unbound(
+        &self,
+        tool: Arc<ToolEntry>,
+        arguments: Value,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let call_context = CallContext {
             call_id: uuid::Uuid::new_v4().to_string(),
             handle: String::new(),
             state: Value::Null,
             ..CallContext::default()
         };
         let name = tool.name().to_string();
-        match invoke::run(tool, arguments, context, self.shared.tool_timeout).await {
+        let (host, events) = HostCall::new(context.ct.child_token());
+        let running = invoke::run(
+            tool,
+            arguments,
+            call_context,
+            Some(host),
+            self.shared.tool_timeout,
+        );
+        match self
+            .call_events(context)
+            .forward_during(running, events)
+            .await
+        {
             Ok(output) => reply::ran(&name, output),
             Err(error) => reply::invoke_failure(&name, &error),
         }
         .into()
     }
+
+    /// Where the plugin's logs and progress go during a call made by this request.
+    fn call_events(&self, context: &RequestContext<RoleServer>) -> CallEvents {
+        // A request without a session gets logs only if it names a level in `_meta` (2026-07-28
+        // has no `logging/setLevel`); a session has a level, the default until it sets one.
+        let min_level = if is_sessionless(context) {
+            context.meta.log_level().map(call_events::from_rmcp)
+        } else {
+            Some(self.session.log_level())
+        };
+        CallEvents {
+            peer: context.peer.clone(),
+            progress_token: context.meta.get_progress_token(),
+            min_level,
+        }
+    }
+}
+
+/// Whether `context` is an HTTP request without a session (protocol 2026-07-28, or a server
+/// started `--stateless`): it has no `Mcp-Session-Id`, so nothing sent after its answer can reach
+/// it. Stdio (no HTTP parts) is one session.
+fn is_sessionless(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .is_some_and(|parts| !parts.headers.contains_key("mcp-session-id"))
 }
 
 impl ServerHandler for TurnstileServer {
+    #[allow(deprecated)] // `enable_logging`: see `set_level`.
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
+                .enable_logging()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .build(),
@@ -264,7 +316,9 @@ impl ServerHandler for TurnstileServer {
             if let Err(problems) = tool.check_arguments(&Value::Object(arguments.clone())) {
                 return Ok(reply::invalid_arguments(tool.name(), &problems).into());
             }
-            return Ok(self.call_unbound(tool, Value::Object(arguments)).await);
+            return Ok(self
+                .call_unbound(tool, Value::Object(arguments), &context)
+                .await);
         };
         // The handle is the host's argument, not the plugin's: take it out before the schema check.
         let target = match target::resolve(
@@ -295,15 +349,28 @@ impl ServerHandler for TurnstileServer {
         };
         self.watch(&key, &context);
         let call_id = uuid::Uuid::new_v4().to_string();
-        let answer = self
+        let (host, events) = HostCall::new(context.ct.child_token());
+        let running = self
             .shared
             .runtime
-            .call(key.clone(), tool, arguments, call_id)
+            .call(key.clone(), tool, arguments, call_id, Some(host));
+        let answer = self
+            .call_events(&context)
+            .forward_during(running, events)
             .await;
         self.settle(&key, &answer);
         let result = match answer {
             Ok(CallOutcome::Forbidden(refusal)) => reply::forbidden(&refusal),
-            Ok(CallOutcome::Ran(output)) => reply::ran(&name, output),
+            Ok(CallOutcome::Ran { output, moved }) => {
+                if moved && is_sessionless(&context) {
+                    // This request's stream is the only place the caller can hear of the change:
+                    // say it there, before the result, every time.
+                    if let Err(error) = context.peer.notify_tool_list_changed().await {
+                        tracing::debug!(%error, "cannot tell the caller its list changed");
+                    }
+                }
+                reply::ran(&name, output)
+            }
             Err(error) => reply::failure(&name, &error),
         };
         let result = match (self.handle_mode(&context), &key.owner) {
@@ -311,6 +378,36 @@ impl ServerHandler for TurnstileServer {
             _ => result,
         };
         Ok(result.into())
+    }
+
+    // rmcp marks MCP logging deprecated (SEP-2577, a future revision); the revisions Turnstile
+    // serves still have it, and the plugins' logs reach the client through it.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if is_sessionless(&context) {
+            // No session to keep a level in: 2026-07-28 removed the method (levels travel in
+            // each request's `_meta`).
+            return Err(reply::unroutable_request("logging/setLevel", None));
+        }
+        self.session
+            .set_log_level(call_events::from_rmcp(request.level));
+        Ok(())
+    }
+
+    /// rmcp hands over every request it could not match to a method with well-formed params.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        Err(reply::unroutable_request(
+            &request.method,
+            request.params.as_ref(),
+        ))
     }
 
     fn accepted_subscription_filter(
@@ -322,7 +419,9 @@ impl ServerHandler for TurnstileServer {
     }
 
     /// 2026-07-28 `subscriptions/listen`: `list_changed` for the instances named in the request's
-    /// `_meta` (under the handle key), until the client cancels.
+    /// `_meta` (under the handle key), until the client cancels. Without a handle it is still a
+    /// valid subscription, to what concerns every client (the plugin catalog changing); the
+    /// server never ends it but at shutdown.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let mode = self
             .handle_mode(context.request_context())
@@ -330,15 +429,6 @@ impl ServerHandler for TurnstileServer {
         let keys = mode
             .handles_in(&context.request_context().meta)
             .map_err(|error| ErrorData::invalid_params(error, None))?;
-        if keys.is_empty() {
-            return Err(ErrorData::invalid_params(
-                format!(
-                    "name the instances to listen to in _meta.{} (a handle or a list)",
-                    mode.key
-                ),
-                None,
-            ));
-        }
         // A subscription to an instance that does not exist would never hear anything: refuse
         // it, as tools/list does.
         for key in &keys {

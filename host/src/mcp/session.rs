@@ -9,7 +9,14 @@ use std::{
 
 use rmcp::{Peer, RoleServer, service::SubscriptionSink};
 
-use crate::actors::{InstanceKey, Listener, Owner, Runtime, SessionId};
+use crate::{
+    actors::{InstanceKey, Listener, Owner, Runtime, SessionId},
+    plugin::LogLevel,
+};
+
+/// The log level of a session that has not sent `logging/setLevel` (MCP leaves it to the
+/// server): the plugins' info and above.
+pub const DEFAULT_LOG_LEVEL: LogLevel = LogLevel::Info;
 
 /// Lives exactly as long as the session's handler: rmcp drops the handler when the session ends
 /// (DELETE, idle timeout, closed stdio), and the drop unsubscribes the session and ends its
@@ -21,6 +28,8 @@ pub struct SessionScope {
     /// Handle-keyed instances this session has touched, for `tools/list` without a handle.
     /// A std mutex: it is held for an insert or a copy, never across an await.
     touched: Mutex<BTreeSet<InstanceKey>>,
+    /// The least severe plugin log message the client wants (`logging/setLevel`).
+    log_level: Mutex<LogLevel>,
 }
 
 impl SessionScope {
@@ -30,7 +39,22 @@ impl SessionScope {
             runtime,
             listener: OnceLock::new(),
             touched: Mutex::new(BTreeSet::new()),
+            log_level: Mutex::new(DEFAULT_LOG_LEVEL),
         }
+    }
+
+    pub fn log_level(&self) -> LogLevel {
+        *self
+            .log_level
+            .lock()
+            .expect("no panic while holding this lock")
+    }
+
+    pub fn set_log_level(&self, level: LogLevel) {
+        *self
+            .log_level
+            .lock()
+            .expect("no panic while holding this lock") = level;
     }
 
     /// Remembers a handle-keyed instance (session-keyed ones are found from the session id).

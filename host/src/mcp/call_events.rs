@@ -1,0 +1,119 @@
+//! What a plugin says while its call runs — log messages and progress (host services, ABI 1.1) —
+//! forwarded to the client **before** the call's result.
+//!
+//! The plugin's words arrive on a channel from its thread. The request's task drains that channel
+//! while it waits for the call, and drains it once more after the call ended and before it
+//! answers, so every message the plugin sent before returning reaches the client ahead of the
+//! result, on the same stream, every time. (A forwarder task of its own would race the result.)
+
+// rmcp marks MCP logging deprecated (SEP-2577, a future revision); 2025-06-18 and 2025-11-25
+// clients, which Turnstile serves, still use it.
+#![allow(deprecated)]
+
+use std::future::Future;
+
+use rmcp::{
+    Peer, RoleServer,
+    model::{
+        LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+    },
+};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::plugin::{CallEvent, LogLevel};
+
+/// Where one call's events go, and which of them the client wants.
+pub struct CallEvents {
+    pub peer: Peer<RoleServer>,
+    /// The request's `_meta.progressToken`: progress is sent only when the client asked for it.
+    pub progress_token: Option<ProgressToken>,
+    /// Messages below this level are not sent (`logging/setLevel`); `None`: none are.
+    pub min_level: Option<LogLevel>,
+}
+
+impl CallEvents {
+    /// Runs `call` to its end while forwarding what arrives on `events`; returns the call's output
+    /// once everything the plugin sent before returning has been handed to the transport.
+    pub async fn forward_during<T>(
+        &self,
+        call: impl Future<Output = T>,
+        mut events: UnboundedReceiver<CallEvent>,
+    ) -> T {
+        tokio::pin!(call);
+        let output = loop {
+            tokio::select! {
+                biased;
+                Some(event) = events.recv() => self.send(event).await,
+                output = &mut call => break output,
+            }
+        };
+        // Whatever a plugin sends from now on (a thread it left running) is not for this answer.
+        events.close();
+        while let Ok(event) = events.try_recv() {
+            self.send(event).await;
+        }
+        output
+    }
+
+    async fn send(&self, event: CallEvent) {
+        let sent = match event {
+            CallEvent::Log {
+                level,
+                logger,
+                data,
+            } => {
+                if self.min_level.is_none_or(|min| level < min) {
+                    return;
+                }
+                let mut message = LoggingMessageNotificationParam::new(to_rmcp(level), data);
+                message.logger = logger;
+                self.peer.notify_logging_message(message).await
+            }
+            CallEvent::Progress {
+                progress,
+                total,
+                message,
+            } => {
+                let Some(token) = &self.progress_token else {
+                    return;
+                };
+                let mut report = ProgressNotificationParam::new(token.clone(), progress);
+                report.total = total;
+                report.message = message;
+                self.peer.notify_progress(report).await
+            }
+        };
+        if let Err(error) = sent {
+            // The client went away mid-call; its answer will not be delivered either.
+            tracing::debug!(%error, "cannot forward a plugin's message to the client");
+        }
+    }
+}
+
+/// The MCP level of a plugin's log level.
+pub fn to_rmcp(level: LogLevel) -> LoggingLevel {
+    match level {
+        LogLevel::Debug => LoggingLevel::Debug,
+        LogLevel::Info => LoggingLevel::Info,
+        LogLevel::Notice => LoggingLevel::Notice,
+        LogLevel::Warning => LoggingLevel::Warning,
+        LogLevel::Error => LoggingLevel::Error,
+        LogLevel::Critical => LoggingLevel::Critical,
+        LogLevel::Alert => LoggingLevel::Alert,
+        LogLevel::Emergency => LoggingLevel::Emergency,
+    }
+}
+
+/// The plugin-side level of an MCP level.
+pub fn from_rmcp(level: LoggingLevel) -> LogLevel {
+    match level {
+        LoggingLevel::Debug => LogLevel::Debug,
+        LoggingLevel::Info => LogLevel::Info,
+        LoggingLevel::Notice => LogLevel::Notice,
+        LoggingLevel::Warning => LogLevel::Warning,
+        LoggingLevel::Error => LogLevel::Error,
+        LoggingLevel::Critical => LogLevel::Critical,
+        LoggingLevel::Alert => LogLevel::Alert,
+        LoggingLevel::Emergency => LogLevel::Emergency,
+    }
+}

@@ -1,0 +1,154 @@
+//! The tools the official MCP conformance suite (`@modelcontextprotocol/conformance`, server
+//! scenarios) calls, with the results its reference server gives, so the suite can run against
+//! Turnstile (`tests/conformance/run.sh`). Built with the workspace; not loaded by the demo
+//! command, and not an example of a workflow plugin: none of these tools is gated.
+//!
+//! Content blocks other than text go out through the output convention's `_content` key; logs
+//! and progress through the host services of ABI 1.1.
+
+use std::{thread, time::Duration};
+
+use serde_json::{Value, json};
+use turnstile_plugin_api::{CallContext, LogLevel, Manifest, Plugin, ToolError, ToolManifest};
+
+/// A 1×1 PNG (the suite checks that an image block has data and a MIME type).
+const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+
+/// A tiny WAV file (the suite checks for `audio/wav`).
+const WAV: &str = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA=";
+
+/// How long the logging and progress tools wait between steps, as the reference server does.
+const STEP: Duration = Duration::from_millis(50);
+
+#[derive(Default)]
+pub struct Conformance;
+
+turnstile_plugin_api::export_plugin!(Conformance);
+
+fn tool(name: &str, description: &str) -> ToolManifest {
+    ToolManifest::new(
+        name,
+        description,
+        json!({"type": "object", "properties": {}}),
+    )
+}
+
+fn image() -> Value {
+    json!({"type": "image", "data": PNG_1X1, "mimeType": "image/png"})
+}
+
+impl Plugin for Conformance {
+    fn manifest(&self) -> Manifest {
+        Manifest::new("conformance", env!("CARGO_PKG_VERSION"))
+            .tool(tool("test_simple_text", "Returns a simple text response."))
+            .tool(tool("test_image_content", "Returns an image (a 1x1 PNG)."))
+            .tool(tool("test_audio_content", "Returns a short WAV sound."))
+            .tool(tool(
+                "test_embedded_resource",
+                "Returns an embedded text resource.",
+            ))
+            .tool(tool(
+                "test_multiple_content_types",
+                "Returns text, an image and an embedded resource.",
+            ))
+            .tool(tool(
+                "test_tool_with_logging",
+                "Logs three messages to the client while it runs.",
+            ))
+            .tool(tool(
+                "test_tool_with_progress",
+                "Reports progress three times while it runs.",
+            ))
+            .tool(tool(
+                "test_error_handling",
+                "Always fails, to show how a tool error looks.",
+            ))
+            .tool(ToolManifest::new(
+                "json_schema_2020_12_tool",
+                "Takes input described with JSON Schema 2020-12 features.",
+                json!({
+                    "$schema": "https://json-schema.org/draft/2020-12/schema",
+                    "type": "object",
+                    "$defs": {
+                        "address": {
+                            "type": "object",
+                            "properties": {"street": {"type": "string"}, "city": {"type": "string"}}
+                        }
+                    },
+                    "properties": {
+                        "name": {"type": "string"},
+                        "address": {"$ref": "#/$defs/address"}
+                    },
+                    "additionalProperties": false
+                }),
+            ))
+    }
+
+    fn call(&self, tool: &str, _input: Value, ctx: &CallContext) -> Result<Value, ToolError> {
+        match tool {
+            "test_simple_text" => Ok(json!("This is a simple text response for testing.")),
+            "test_image_content" => Ok(json!({ "_content": [image()] })),
+            "test_audio_content" => Ok(json!({
+                "_content": [{"type": "audio", "data": WAV, "mimeType": "audio/wav"}]
+            })),
+            "test_embedded_resource" => Ok(json!({
+                "_content": [{"type": "resource", "resource": {
+                    "uri": "test://embedded-resource",
+                    "mimeType": "text/plain",
+                    "text": "This is an embedded resource content."
+                }}]
+            })),
+            "test_multiple_content_types" => Ok(json!({
+                "_content": [
+                    {"type": "text", "text": "Multiple content types test:"},
+                    image(),
+                    {"type": "resource", "resource": {
+                        "uri": "test://mixed-content-resource",
+                        "mimeType": "application/json",
+                        "text": "{\"test\":\"data\",\"value\":123}"
+                    }}
+                ]
+            })),
+            "test_tool_with_logging" => {
+                for message in [
+                    "Tool execution started",
+                    "Tool processing data",
+                    "Tool execution completed",
+                ] {
+                    ctx.host.log(LogLevel::Info, &json!(message));
+                    thread::sleep(STEP);
+                }
+                Ok(json!("Logging test completed."))
+            }
+            "test_tool_with_progress" => {
+                for progress in [0.0, 50.0, 100.0] {
+                    ctx.host.progress(progress, Some(100.0), None);
+                    thread::sleep(STEP);
+                }
+                Ok(json!("Progress test completed."))
+            }
+            "test_error_handling" => Err(ToolError::failed(
+                "This tool intentionally returns an error for testing",
+            )),
+            "json_schema_2020_12_tool" => Ok(json!("Input accepted.")),
+            other => Err(ToolError::UnknownTool(other.to_owned())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_tool_answers() {
+        let plugin = Conformance;
+        for tool in plugin.manifest().tools {
+            let answer = plugin.call(&tool.name, json!({}), &CallContext::default());
+            match tool.name.as_str() {
+                "test_error_handling" => assert!(answer.is_err()),
+                name => assert!(answer.is_ok(), "{name}: {answer:?}"),
+            }
+        }
+    }
+}
