@@ -17,6 +17,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // Parsed once at startup: `serve`'s flags are the size.
 enum Command {
     /// Serve the tools of every plugin in a directory over MCP.
     Serve {
@@ -49,6 +50,11 @@ enum Command {
         /// Also accept this `Host` header on HTTP (loopback is always accepted). Repeatable.
         #[arg(long = "allowed-host")]
         allowed_hosts: Vec<String>,
+        /// Also accept requests from this browser `Origin` on HTTP, as `scheme://host[:port]`
+        /// (`:*` for any port); loopback origins are accepted when serving on loopback, a request
+        /// from any other origin is refused (403). Repeatable.
+        #[arg(long = "allowed-origin", value_name = "URL")]
+        allowed_origins: Vec<String>,
         /// Handle mode: instances are named by a handle the client passes as this tool argument
         /// (or in a request's `_meta`), minted when it starts a workflow. Without a value the
         /// name is `handle`.
@@ -139,6 +145,7 @@ fn main() -> ExitCode {
             store_namespace,
             session_idle_timeout,
             allowed_hosts,
+            allowed_origins,
             idle_after,
             tool_timeout,
             state_handle_key,
@@ -159,6 +166,7 @@ fn main() -> ExitCode {
             http: turnstile::mcp::HttpOptions {
                 session_idle_timeout: Duration::from_secs(session_idle_timeout),
                 allowed_hosts,
+                allowed_origins,
                 stateless,
             },
             handles: state_handle_key

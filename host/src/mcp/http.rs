@@ -2,13 +2,15 @@
 //!
 //! rmcp's `StreamableHttpService` does the protocol work (sessions and `Mcp-Session-Id`, the GET
 //! event stream, DELETE, and sessionless 2026-07-28 requests on the same endpoint); Turnstile
-//! gives it a factory that makes one [`TurnstileServer`] per session.
+//! gives it a factory that makes one [`TurnstileServer`] per session. `http_layer.rs` sits in
+//! front of it and turns its plain-text refusals into JSON-RPC errors.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
     Json, Router,
     extract::State,
+    middleware,
     routing::get,
     serve::{Listener, ListenerExt},
 };
@@ -17,7 +19,10 @@ use rmcp::transport::streamable_http_server::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::server::{Shared, TurnstileServer};
+use super::{
+    http_layer::{self, McpLayer},
+    server::{Shared, TurnstileServer},
+};
 
 /// How the HTTP endpoint behaves.
 #[derive(Debug, Clone)]
@@ -27,6 +32,9 @@ pub struct HttpOptions {
     pub session_idle_timeout: Duration,
     /// `Host` header values accepted besides loopback (DNS-rebinding protection).
     pub allowed_hosts: Vec<String>,
+    /// Browser `Origin`s accepted besides loopback ones (`scheme://host[:port]`, `:*` for any
+    /// port). A request with another `Origin` is refused with 403; one without passes.
+    pub allowed_origins: Vec<String>,
     /// No sessions for any protocol revision: each request gets its own handler.
     pub stateless: bool,
 }
@@ -36,6 +44,7 @@ impl Default for HttpOptions {
         HttpOptions {
             session_idle_timeout: Duration::from_secs(300),
             allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
             stateless: false,
         }
     }
@@ -57,19 +66,29 @@ pub async fn serve_http(
     allowed_hosts.extend(options.allowed_hosts.iter().cloned());
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(allowed_hosts)
+        .with_allowed_origins(allowed_origins(local, &options.allowed_origins))
+        // Validate even when the list is empty (a non-loopback address and no `--allowed-origin`):
+        // the MCP spec requires refusing a foreign `Origin`, and without this rmcp checks none.
+        .enforce_origin_validation()
         .with_cancellation_token(shutdown.child_token())
         // 2026-07-28 requests are always sessionless; this decides for the older revisions.
         .with_legacy_session_mode(!options.stateless);
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(options.session_idle_timeout);
+    let sessions = Arc::new(sessions);
     let factory_shared = shared.clone();
     let mcp = StreamableHttpService::new(
         move || Ok(TurnstileServer::new(factory_shared.clone())),
-        Arc::new(sessions),
+        sessions.clone(),
         config,
     );
     let app = Router::new()
         .nest_service("/mcp", mcp)
+        // Only on `/mcp`: a layer applies to the routes added before it.
+        .layer(middleware::from_fn_with_state(
+            McpLayer { sessions },
+            http_layer::by_the_book,
+        ))
         .route("/stats", get(stats))
         .with_state(shared);
     tracing::info!(address = %local, "serving MCP over Streamable HTTP at http://{local}/mcp");
@@ -77,6 +96,23 @@ pub async fn serve_http(
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await?;
     Ok(())
+}
+
+/// The `Origin`s to accept: loopback ones on any port when the server listens on loopback (or on
+/// every interface, loopback among them), plus those the operator named. A page served from this
+/// machine is not the cross-site attacker the check is for; any other origin must be named.
+fn allowed_origins(local: SocketAddr, extra: &[String]) -> Vec<String> {
+    let mut origins = Vec::new();
+    if local.ip().is_loopback() || local.ip().is_unspecified() {
+        for scheme in ["http", "https"] {
+            for host in ["localhost", "127.0.0.1", "[::1]"] {
+                // `:*` and not a bare host: rmcp deprecates port-less entries.
+                origins.push(format!("{scheme}://{host}:*"));
+            }
+        }
+    }
+    origins.extend(extra.iter().cloned());
+    origins
 }
 
 /// Accepts connections with `TCP_NODELAY` set. A response streamed as SSE ends with a small
@@ -108,6 +144,22 @@ async fn stats(State(shared): State<Arc<Shared>>) -> Result<Json<serde_json::Val
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_origins_are_allowed_only_on_loopback() {
+        let on = |address: &str| allowed_origins(address.parse().unwrap(), &[]);
+        assert!(on("127.0.0.1:8080").contains(&"http://127.0.0.1:*".to_string()));
+        assert!(on("[::1]:8080").contains(&"https://[::1]:*".to_string()));
+        assert!(on("0.0.0.0:8080").contains(&"http://localhost:*".to_string()));
+        assert!(on("192.0.2.7:8080").is_empty());
+        assert_eq!(
+            allowed_origins(
+                "192.0.2.7:8080".parse().unwrap(),
+                &["https://app.example.com:443".to_string()]
+            ),
+            ["https://app.example.com:443"]
+        );
+    }
 
     #[tokio::test]
     async fn accepted_connections_have_nagle_off() {

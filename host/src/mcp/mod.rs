@@ -7,11 +7,17 @@
 //! - `session.rs`: a session's identity, its listener for `list_changed`, and its end.
 //! - `target.rs`: which instance a request is about (session, or handle).
 //! - `stdio.rs`, `http.rs`: serving over stdin/stdout, and Streamable HTTP on axum.
+//! - `http_layer.rs`: the middleware in front of rmcp's HTTP service that turns its plain-text
+//!   refusals into JSON-RPC errors and answers `DELETE` with 204 / 404.
+//! - `jsonrpc_errors.rs`: what is wrong with input that is not a message (-32700, -32600), for
+//!   both transports.
 //!
 //! **Architecture Invariant:** only this module names rmcp types.
 
 mod call_events;
 mod http;
+mod http_layer;
+mod jsonrpc_errors;
 mod reply;
 mod server;
 mod session;

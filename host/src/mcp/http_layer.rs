@@ -1,0 +1,272 @@
+//! The middleware in front of rmcp's `/mcp` service: it changes only the answers rmcp gets wrong.
+//!
+//! rmcp answers what it refuses as plain text: 415 for a body that is not a JSON-RPC message (not
+//! JSON, a batch, a bad `params`...), 406 / 415 / 413 for a wrong `Accept`, `Content-Type` or a
+//! body over 4 MiB, 403 for a foreign `Host` or `Origin`, 404 for an unknown session. Clients
+//! read JSON-RPC, so this layer rewrites every such answer into a JSON-RPC error body (same
+//! status, except that an unreadable message becomes 400 with -32700 or -32600 as
+//! `jsonrpc_errors.rs` decides). And rmcp answers `DELETE` with 202 whether the session existed
+//! or not; here it is 204 for a live session and 404 for an unknown one.
+//!
+//! It must not parse or copy what rmcp serves: a POST body is passed through as it streams in,
+//! and the layer keeps only reference-counted handles on its chunks (a `Bytes` clone, no copy),
+//! which it reads only when rmcp has refused the body. On the success path the cost is two small
+//! allocations (the chunk list, the boxed body stream), one uncontended lock per body chunk and
+//! a look at the response status and `Content-Type`: well under a microsecond against a
+//! `tools/list` round trip of ~1.2 ms (debug build). Measured with 2000 sequential `tools/list`
+//! calls in one session (`timing_of_valid_requests` in `tests/protocol_errors.rs`), runs with
+//! and without the layer overlap (1216–1454 µs vs 1199–1672 µs a call): no measurable cost.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::{
+    body::{Body, Bytes},
+    extract::{Request, State},
+    http::{HeaderValue, Method, StatusCode, header, response::Parts},
+    middleware::Next,
+    response::Response,
+};
+use futures_util::StreamExt;
+use rmcp::transport::{
+    common::http_header::HEADER_SESSION_ID,
+    streamable_http_server::session::{SessionId, SessionManager, local::LocalSessionManager},
+};
+use serde_json::Value;
+
+use super::jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection};
+
+/// rmcp's answer when the body it read is not a JSON-RPC message it accepts (its 415).
+const UNREADABLE_BODY_PREFIX: &str = "fail to deserialize";
+
+/// The longest rmcp plain-text error body read back to become a JSON-RPC message (they are one
+/// line; this only bounds the read).
+const MAX_REJECTION_TEXT: usize = 64 * 1024;
+
+/// What the layer needs besides the request: the sessions rmcp serves, to tell a live session
+/// from an unknown one on `DELETE`.
+#[derive(Clone)]
+pub struct McpLayer {
+    pub sessions: Arc<LocalSessionManager>,
+}
+
+/// The middleware (`axum::middleware::from_fn_with_state`).
+pub async fn by_the_book(State(layer): State<McpLayer>, request: Request, next: Next) -> Response {
+    match *request.method() {
+        Method::POST => post(request, next).await,
+        Method::DELETE => delete(&layer.sessions, request, next).await,
+        _ => as_json_rpc(next.run(request).await, &[]).await,
+    }
+}
+
+/// Serves a POST, keeping handles on the body's chunks in case rmcp refuses it.
+async fn post(request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let chunks: Arc<Mutex<Vec<Bytes>>> = Arc::default();
+    let recorder = chunks.clone();
+    let body = Body::from_stream(body.into_data_stream().inspect(move |chunk| {
+        if let Ok(chunk) = chunk {
+            // A std Mutex: nothing awaits while it is held, and only this body and, after rmcp
+            // has answered, the code below ever take it.
+            recorder
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(chunk.clone());
+        }
+    }));
+    let response = next.run(Request::from_parts(parts, body)).await;
+    if !is_plain_rejection(&response) {
+        return response;
+    }
+    let chunks = std::mem::take(&mut *chunks.lock().unwrap_or_else(PoisonError::into_inner));
+    as_json_rpc(response, &chunks.concat()).await
+}
+
+/// Serves a DELETE: 204 when it ended a live session, 404 when there was none to end.
+async fn delete(sessions: &LocalSessionManager, request: Request, next: Next) -> Response {
+    // Checked before rmcp runs, so that rmcp still validates the request (Host, Origin, protocol
+    // version) first; two DELETEs racing for one session may both see it alive, and both get 204.
+    let unknown_session = match request
+        .headers()
+        .get(HEADER_SESSION_ID)
+        .and_then(|value| value.to_str().ok())
+    {
+        Some(id) => !sessions
+            .has_session(&SessionId::from(id))
+            .await
+            .unwrap_or(true),
+        None => false,
+    };
+    let response = next.run(request).await;
+    if response.status() != StatusCode::ACCEPTED {
+        return as_json_rpc(response, &[]).await;
+    }
+    let (mut parts, _) = response.into_parts();
+    if unknown_session {
+        parts.status = StatusCode::NOT_FOUND;
+        let rejection = Rejection::invalid_request(
+            Value::Null,
+            "Not Found: no session has this Mcp-Session-Id (it ended, or never existed)",
+        );
+        return json_response(parts, &rejection);
+    }
+    parts.status = StatusCode::NO_CONTENT;
+    Response::from_parts(parts, Body::empty())
+}
+
+/// An error rmcp answered in plain text (its JSON-RPC errors and streams pass untouched).
+fn is_plain_rejection(response: &Response) -> bool {
+    let status = response.status();
+    (status.is_client_error() || status.is_server_error())
+        && !response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| {
+                value
+                    .trim_start()
+                    .get(..16)
+                    .is_some_and(|essence| essence.eq_ignore_ascii_case("application/json"))
+            })
+}
+
+/// `response` as a JSON-RPC error when it is one of rmcp's plain-text rejections; `request_body`
+/// is what rmcp read of the request, for the `id` and for classifying an unreadable message.
+async fn as_json_rpc(response: Response, request_body: &[u8]) -> Response {
+    if !is_plain_rejection(&response) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, MAX_REJECTION_TEXT)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let text = text.trim();
+    let rejection = if parts.status == StatusCode::UNSUPPORTED_MEDIA_TYPE
+        && text.starts_with(UNREADABLE_BODY_PREFIX)
+    {
+        // JSON-RPC over HTTP: a message that cannot be read is a bad request, not a media type.
+        parts.status = StatusCode::BAD_REQUEST;
+        jsonrpc_errors::classify(request_body)
+    } else {
+        Rejection {
+            code: if parts.status.is_server_error() {
+                INTERNAL_ERROR
+            } else {
+                INVALID_REQUEST
+            },
+            message: if text.is_empty() {
+                parts
+                    .status
+                    .canonical_reason()
+                    .unwrap_or("rejected")
+                    .to_string()
+            } else {
+                text.to_string()
+            },
+            id: id_in(request_body),
+        }
+    };
+    json_response(parts, &rejection)
+}
+
+/// The `id` of a request body rmcp read, when there is one to read.
+fn id_in(body: &[u8]) -> Value {
+    if body.is_empty() {
+        return Value::Null;
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(mut message)) => match message.remove("id") {
+            Some(id @ (Value::String(_) | Value::Number(_))) => id,
+            _ => Value::Null,
+        },
+        _ => Value::Null,
+    }
+}
+
+/// `parts` (status and headers, such as `Allow` on a 405) with `rejection` as its JSON body.
+fn json_response(mut parts: Parts, rejection: &Rejection) -> Response {
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, Body::from(rejection.to_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(status: StatusCode, content_type: Option<&str>, body: &str) -> Response {
+        let mut builder = Response::builder().status(status);
+        if let Some(content_type) = content_type {
+            builder = builder.header(header::CONTENT_TYPE, content_type);
+        }
+        builder.body(Body::from(body.to_string())).unwrap()
+    }
+
+    async fn json_of(response: Response) -> Value {
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    #[test]
+    fn only_plain_text_errors_are_rejections() {
+        assert!(is_plain_rejection(&response(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            "Not Acceptable"
+        )));
+        assert!(is_plain_rejection(&response(
+            StatusCode::BAD_REQUEST,
+            Some("text/plain; charset=utf-8"),
+            "no"
+        )));
+        assert!(!is_plain_rejection(&response(
+            StatusCode::NOT_FOUND,
+            Some("application/json"),
+            "{}"
+        )));
+        assert!(!is_plain_rejection(&response(
+            StatusCode::OK,
+            Some("text/event-stream"),
+            ""
+        )));
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_body_becomes_a_400_with_the_code_that_fits() {
+        let refused = response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            "fail to deserialize request body unrecognized JSON-RPC message",
+        );
+        let answer = as_json_rpc(
+            refused,
+            br#"{"jsonrpc":"2.0","id":9,"method":"tools/list","params":1}"#,
+        )
+        .await;
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(answer.headers()[header::CONTENT_TYPE], "application/json");
+        let body = json_of(answer).await;
+        assert_eq!(body["error"]["code"], -32600);
+        assert_eq!(body["id"], 9);
+    }
+
+    #[tokio::test]
+    async fn other_refusals_keep_their_status_and_headers() {
+        let mut refused = response(StatusCode::METHOD_NOT_ALLOWED, None, "Method Not Allowed");
+        refused
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        let answer = as_json_rpc(refused, &[]).await;
+        assert_eq!(answer.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(answer.headers()[header::ALLOW], "POST");
+        let body = json_of(answer).await;
+        assert_eq!(body["error"]["code"], -32600);
+        assert_eq!(body["error"]["message"], "Method Not Allowed");
+        assert_eq!(body["id"], Value::Null);
+    }
+}

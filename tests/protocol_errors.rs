@@ -1,0 +1,586 @@
+//! "MCP by the book": what a client gets for input that is not a message, for refused requests,
+//! for `DELETE`, and for a foreign `Origin` — over raw Streamable HTTP and raw stdio, against the
+//! real binary. Every error is a JSON-RPC error object with the code the spec names and the
+//! request's `id` when it could be read, and the server keeps serving afterwards.
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    process::{Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use common::{Client, PluginDir, Server, names, turnstile_bin};
+use reqwest::{RequestBuilder, StatusCode};
+use serde_json::{Value, json};
+
+/// The session-based revision the raw client speaks.
+const PROTOCOL: &str = "2025-11-25";
+/// The sessionless revision.
+const PROTOCOL_2026: &str = "2026-07-28";
+
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("HTTP client")
+}
+
+/// A POST to `/mcp` with the headers a conforming client sends.
+fn post(server: &Server, body: impl Into<reqwest::Body>) -> RequestBuilder {
+    post_as(
+        server,
+        "application/json, text/event-stream",
+        "application/json",
+        body,
+    )
+}
+
+/// A POST to `/mcp` with the given `Accept` and `Content-Type`.
+fn post_as(
+    server: &Server,
+    accept: &str,
+    content_type: &str,
+    body: impl Into<reqwest::Body>,
+) -> RequestBuilder {
+    http()
+        .post(&server.url)
+        .header("Content-Type", content_type)
+        .header("Accept", accept)
+        .body(body)
+}
+
+/// The answer: status, and the body as one JSON-RPC message (an event stream's last `data:`).
+async fn answer(request: RequestBuilder) -> (StatusCode, Option<String>, Value) {
+    let response = request.send().await.expect("the server answers");
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|value| value.to_str().expect("text").to_string());
+    let text = response.text().await.expect("body");
+    let message = serde_json::from_str(&text).unwrap_or_else(|_| {
+        text.lines()
+            .rev()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .find_map(|data| serde_json::from_str(data.trim()).ok())
+            .unwrap_or_else(|| panic!("{status}: not JSON-RPC: {text:?}"))
+    });
+    (status, content_type, message)
+}
+
+/// Asserts `message` is a JSON-RPC error with `code` and `id`; returns its message text.
+fn assert_error(message: &Value, code: i64, id: &Value, what: &str) -> String {
+    assert_eq!(message["jsonrpc"], "2.0", "{what}: {message}");
+    assert_eq!(message["error"]["code"], code, "{what}: {message}");
+    assert_eq!(&message["id"], id, "{what}: {message}");
+    let text = message["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{what}: error without a message: {message}"));
+    assert!(!text.is_empty(), "{what}: empty error message");
+    text.to_string()
+}
+
+fn initialize(id: u64) -> Value {
+    json!({
+        "jsonrpc": "2.0", "id": id, "method": "initialize",
+        "params": {
+            "protocolVersion": PROTOCOL,
+            "capabilities": {},
+            "clientInfo": {"name": "protocol-errors-test", "version": "0"}
+        }
+    })
+}
+
+/// `initialize` and `notifications/initialized` by hand; the session id.
+async fn open_session(server: &Server) -> String {
+    let response = post(server, initialize(1).to_string())
+        .send()
+        .await
+        .expect("initialize");
+    assert_eq!(response.status(), StatusCode::OK, "initialize");
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .expect("Mcp-Session-Id")
+        .to_str()
+        .expect("text")
+        .to_string();
+    let _ = response.text().await;
+    let response = post(
+        server,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+    )
+    .header("Mcp-Session-Id", &session)
+    .header("MCP-Protocol-Version", PROTOCOL)
+    .send()
+    .await
+    .expect("initialized");
+    assert!(response.status().is_success(), "initialized");
+    session
+}
+
+/// The server still serves: a new client connects and lists tools.
+async fn still_serving(server: &Server) {
+    let client = Client::http(&server.url).await;
+    assert_eq!(
+        client.tool_names().await,
+        names(&["invoice.status", "invoice.submit"])
+    );
+    client.close().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+#[tokio::test]
+async fn http_input_that_is_not_a_message_is_a_400_with_a_json_rpc_error() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &[]);
+    let cases: &[(&[u8], i64, Value, &str)] = &[
+        (b"", PARSE_ERROR, Value::Null, "empty body"),
+        (b"{not json", PARSE_ERROR, Value::Null, "not JSON"),
+        (
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\xfe\"}",
+            PARSE_ERROR,
+            Value::Null,
+            "invalid UTF-8",
+        ),
+        (
+            br#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#,
+            INVALID_REQUEST,
+            Value::Null,
+            "batch",
+        ),
+        (b"42", INVALID_REQUEST, Value::Null, "not an object"),
+        (b"{}", INVALID_REQUEST, Value::Null, "empty object"),
+        (
+            br#"{"jsonrpc":"1.0","id":3,"method":"tools/list"}"#,
+            INVALID_REQUEST,
+            json!(3),
+            "jsonrpc 1.0",
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":"x"}"#,
+            INVALID_REQUEST,
+            json!(5),
+            "params not an object",
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":"req-6","method":"tools/list","params":[1]}"#,
+            INVALID_REQUEST,
+            json!("req-6"),
+            "params an array, string id",
+        ),
+    ];
+    for (body, code, id, what) in cases {
+        let (status, content_type, message) = answer(post(&server, body.to_vec())).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {message}");
+        assert_eq!(
+            content_type.as_deref(),
+            Some("application/json"),
+            "{what}: Content-Type"
+        );
+        assert_error(&message, *code, id, what);
+    }
+    still_serving(&server).await;
+}
+
+#[tokio::test]
+async fn http_refusals_keep_their_status_and_carry_a_json_rpc_error() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &[]);
+    let valid = initialize(1).to_string();
+
+    let (status, content_type, message) = answer(post_as(
+        &server,
+        "application/json",
+        "application/json",
+        valid.clone(),
+    ))
+    .await;
+    assert_eq!(status, StatusCode::NOT_ACCEPTABLE);
+    assert_eq!(content_type.as_deref(), Some("application/json"));
+    let text = assert_error(&message, INVALID_REQUEST, &Value::Null, "wrong Accept");
+    assert!(
+        text.contains("text/event-stream"),
+        "says what is wrong: {text}"
+    );
+
+    let (status, content_type, message) = answer(post_as(
+        &server,
+        "application/json, text/event-stream",
+        "text/plain",
+        valid,
+    ))
+    .await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(content_type.as_deref(), Some("application/json"));
+    let text = assert_error(
+        &message,
+        INVALID_REQUEST,
+        &Value::Null,
+        "wrong Content-Type",
+    );
+    assert!(
+        text.contains("application/json"),
+        "says what is wrong: {text}"
+    );
+
+    // 5 MiB of whitespace: over rmcp's 4 MiB limit.
+    let huge = vec![b' '; 5 * 1024 * 1024];
+    let (status, content_type, message) = answer(post(&server, huge)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(content_type.as_deref(), Some("application/json"));
+    let text = assert_error(&message, INVALID_REQUEST, &Value::Null, "too large");
+    assert!(text.contains("exceeds"), "says what is wrong: {text}");
+
+    still_serving(&server).await;
+}
+
+#[tokio::test]
+async fn an_unknown_method_is_method_not_found_naming_it() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &[]);
+
+    // In a session (2025-11-25): the error comes in the request's event stream.
+    let session = open_session(&server).await;
+    let (status, _, message) = answer(
+        post(
+            &server,
+            json!({"jsonrpc": "2.0", "id": 7, "method": "foo/bar"}).to_string(),
+        )
+        .header("Mcp-Session-Id", &session)
+        .header("MCP-Protocol-Version", PROTOCOL),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let text = assert_error(&message, METHOD_NOT_FOUND, &json!(7), "unknown method");
+    assert!(text.contains("foo/bar"), "names the method: {text}");
+
+    // Sessionless (2026-07-28): a 4xx (404), which the Python SDK 2.x falls back on.
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": PROTOCOL_2026,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "protocol-errors-test", "version": "0"}
+    });
+    let (status, content_type, message) = answer(
+        post(
+            &server,
+            json!({"jsonrpc": "2.0", "id": 8, "method": "foo/bar", "params": {"_meta": meta}})
+                .to_string(),
+        )
+        .header("MCP-Protocol-Version", PROTOCOL_2026)
+        .header("Mcp-Method", "foo/bar"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(content_type.as_deref(), Some("application/json"));
+    let text = assert_error(
+        &message,
+        METHOD_NOT_FOUND,
+        &json!(8),
+        "unknown method, 2026",
+    );
+    assert!(text.contains("foo/bar"), "names the method: {text}");
+
+    still_serving(&server).await;
+}
+
+#[tokio::test]
+async fn delete_ends_a_live_session_with_204_and_an_unknown_one_is_404() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &[]);
+    let delete = |session: &str| {
+        http()
+            .delete(&server.url)
+            .header("Mcp-Session-Id", session)
+            .header("MCP-Protocol-Version", PROTOCOL)
+    };
+
+    let session = open_session(&server).await;
+    let response = delete(&session).send().await.expect("DELETE");
+    assert!(
+        matches!(response.status(), StatusCode::OK | StatusCode::NO_CONTENT),
+        "live session: {}",
+        response.status()
+    );
+
+    let (status, content_type, message) = answer(delete(&session)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "the same session again");
+    assert_eq!(content_type.as_deref(), Some("application/json"));
+    assert_error(&message, INVALID_REQUEST, &Value::Null, "ended session");
+
+    let (status, _, message) = answer(delete("no-such-session")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "unknown session");
+    assert_error(&message, INVALID_REQUEST, &Value::Null, "unknown session");
+
+    // The ended session is gone for requests too (404, as the spec says).
+    let (status, _, message) = answer(
+        post(
+            &server,
+            json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}).to_string(),
+        )
+        .header("Mcp-Session-Id", &session)
+        .header("MCP-Protocol-Version", PROTOCOL),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_error(
+        &message,
+        INVALID_REQUEST,
+        &json!(4),
+        "request in an ended session",
+    );
+
+    still_serving(&server).await;
+}
+
+#[tokio::test]
+async fn a_foreign_origin_is_refused_and_loopback_or_none_pass() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(
+        plugins.path(),
+        &["--allowed-origin", "https://app.example.com:443"],
+    );
+    let port = server
+        .base()
+        .rsplit(':')
+        .next()
+        .expect("a port")
+        .to_string();
+    let with_origin =
+        |origin: &str| post(&server, initialize(1).to_string()).header("Origin", origin);
+
+    for foreign in [
+        "https://evil.example",
+        "http://app.example.com",
+        "https://app.example.com:8443",
+    ] {
+        let (status, content_type, message) = answer(with_origin(foreign)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "Origin {foreign}");
+        assert_eq!(content_type.as_deref(), Some("application/json"));
+        assert_error(&message, INVALID_REQUEST, &Value::Null, foreign);
+    }
+    for allowed in [
+        format!("http://127.0.0.1:{port}"),
+        format!("http://localhost:{port}"),
+        "http://localhost:3000".to_string(),
+        format!("http://[::1]:{port}"),
+        "https://app.example.com".to_string(),
+    ] {
+        let (status, _, message) = answer(with_origin(&allowed)).await;
+        assert_eq!(status, StatusCode::OK, "Origin {allowed}: {message}");
+        assert_eq!(message["result"]["protocolVersion"], PROTOCOL);
+    }
+    let (status, _, message) = answer(post(&server, initialize(1).to_string())).await;
+    assert_eq!(status, StatusCode::OK, "no Origin: {message}");
+
+    still_serving(&server).await;
+}
+
+/// Not run by default: times sequential `tools/list` calls in one session over one keep-alive
+/// connection, against `TURNSTILE_URL` (a server started by hand, e.g. before and after a change)
+/// or a fresh one. `cargo test --test protocol_errors -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore]
+async fn timing_of_valid_requests() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let own;
+    let url = match std::env::var("TURNSTILE_URL") {
+        Ok(url) => url,
+        Err(_) => {
+            own = Server::http(plugins.path(), &[]);
+            own.url.clone()
+        }
+    };
+    let http = http();
+    let call = |body: String, session: Option<&str>| {
+        let mut request = http
+            .post(&url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(body);
+        if let Some(session) = session {
+            request = request
+                .header("Mcp-Session-Id", session)
+                .header("MCP-Protocol-Version", PROTOCOL);
+        }
+        request
+    };
+    let response = call(initialize(1).to_string(), None).send().await.unwrap();
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let _ = response.text().await;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let _ = call(initialized.to_string(), Some(&session)).send().await;
+    let calls = 2000;
+    for round in 0..3 {
+        let start = Instant::now();
+        for id in 0..calls {
+            let list = json!({"jsonrpc": "2.0", "id": id + 10, "method": "tools/list"});
+            let text = call(list.to_string(), Some(&session))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            assert!(text.contains("invoice.submit"), "{text}");
+        }
+        let elapsed = start.elapsed();
+        println!(
+            "round {round}: {calls} tools/list in {elapsed:?}, {:.1} µs each",
+            elapsed.as_secs_f64() * 1e6 / f64::from(calls)
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// stdio
+
+/// `turnstile serve --stdio`, spoken to line by line.
+struct StdioServer {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl StdioServer {
+    fn start(plugins: &std::path::Path) -> StdioServer {
+        let mut child = Command::new(turnstile_bin())
+            .args(["serve", "--stdio", "--store", "memory:", "--plugins"])
+            .arg(plugins)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start turnstile --stdio");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        StdioServer {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    fn send(&mut self, line: &[u8]) {
+        self.stdin.write_all(line).expect("write a line");
+        self.stdin.write_all(b"\n").expect("write a newline");
+        self.stdin.flush().expect("flush");
+    }
+
+    /// The next line the server writes, as JSON.
+    fn reply(&self, what: &str) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("{what}: no reply within 10 s"));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {line}"))
+    }
+}
+
+impl Drop for StdioServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn stdio_answers_every_unreadable_line_and_keeps_serving() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let mut server = StdioServer::start(plugins.path());
+    let cases: &[(&[u8], i64, Value, &str)] = &[
+        (b"this is not json", PARSE_ERROR, Value::Null, "garbage"),
+        (
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\"}",
+            PARSE_ERROR,
+            Value::Null,
+            "invalid UTF-8",
+        ),
+        (b"{}", INVALID_REQUEST, Value::Null, "empty object"),
+        (
+            br#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":"x"}"#,
+            INVALID_REQUEST,
+            json!(5),
+            "params not an object",
+        ),
+        (
+            br#"[{"jsonrpc":"2.0","id":6,"method":"tools/list"}]"#,
+            INVALID_REQUEST,
+            Value::Null,
+            "batch",
+        ),
+        (
+            br#"{"jsonrpc":"1.0","id":"x","method":"ping"}"#,
+            INVALID_REQUEST,
+            json!("x"),
+            "jsonrpc 1.0",
+        ),
+    ];
+    // Before the handshake and after it, the answer is the same.
+    for (line, code, id, what) in cases {
+        server.send(line);
+        assert_error(&server.reply(what), *code, id, what);
+    }
+    server.send(initialize(1).to_string().as_bytes());
+    let reply = server.reply("initialize");
+    assert_eq!(reply["id"], 1, "{reply}");
+    assert_eq!(reply["result"]["protocolVersion"], PROTOCOL, "{reply}");
+    server.send(
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            .to_string()
+            .as_bytes(),
+    );
+    for (line, code, id, what) in cases {
+        server.send(line);
+        assert_error(&server.reply(what), *code, id, what);
+    }
+    server.send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+            .to_string()
+            .as_bytes(),
+    );
+    let reply = server.reply("tools/list");
+    assert_eq!(reply["id"], 2, "{reply}");
+    let mut tools: Vec<&str> = reply["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("tools/list: {reply}"))
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    tools.sort();
+    assert_eq!(tools, ["invoice.status", "invoice.submit"]);
+
+    server.send(
+        json!({"jsonrpc": "2.0", "id": 3, "method": "foo/bar"})
+            .to_string()
+            .as_bytes(),
+    );
+    let text = assert_error(
+        &server.reply("unknown method"),
+        METHOD_NOT_FOUND,
+        &json!(3),
+        "unknown method",
+    );
+    assert!(text.contains("foo/bar"), "names the method: {text}");
+}
