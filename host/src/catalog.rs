@@ -32,6 +32,8 @@ pub struct ToolEntry {
     pub plugin: Arc<LoadedPlugin>,
     /// Compiled once here, so argument checking on the call path costs no parsing.
     validator: jsonschema::Validator,
+    /// The compiled `output_schema`, when the manifest gives one.
+    output_validator: Option<jsonschema::Validator>,
 }
 
 impl ToolEntry {
@@ -52,23 +54,63 @@ impl ToolEntry {
     /// Checks call arguments against the tool's input schema; returns every problem, each naming
     /// where in the arguments it is.
     pub fn check_arguments(&self, arguments: &Value) -> Result<(), Vec<String>> {
-        let problems: Vec<String> = self
-            .validator
-            .iter_errors(arguments)
-            .map(|error| {
-                let at = error.instance_path().to_string();
-                if at.is_empty() {
-                    error.to_string()
-                } else {
-                    format!("{at}: {error}")
-                }
-            })
-            .collect();
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems)
+        schema_problems(&self.validator, arguments)
+    }
+
+    /// Checks a successful output against the output convention: `_content`, if present, is a
+    /// list of content blocks (objects with a string `type`), and the structured part (the
+    /// output without `_content`) matches the tool's `output_schema`, if it has one. Run before
+    /// anything else happens with the output, so a bad one fires nothing.
+    pub fn check_output(&self, output: &Value) -> Result<(), Vec<String>> {
+        let content = output.get(CONTENT_KEY);
+        if let Some(content) = content {
+            let blocks_ok = content.as_array().is_some_and(|blocks| {
+                blocks
+                    .iter()
+                    .all(|block| block.get("type").is_some_and(Value::is_string))
+            });
+            if !blocks_ok {
+                return Err(vec![format!(
+                    "{CONTENT_KEY} must be a list of content blocks, each an object with a \
+                     string \"type\""
+                )]);
+            }
         }
+        let Some(validator) = &self.output_validator else {
+            return Ok(());
+        };
+        match (content, output) {
+            (Some(_), Value::Object(object)) => {
+                let mut structured = object.clone();
+                structured.remove(CONTENT_KEY);
+                schema_problems(validator, &Value::Object(structured))
+            }
+            _ => schema_problems(validator, output),
+        }
+    }
+}
+
+/// The key under which a plugin's output object carries MCP content blocks (the output
+/// convention in `turnstile_plugin_api`'s docs).
+pub const CONTENT_KEY: &str = "_content";
+
+/// Every way `value` fails `validator`, each naming where in the value it is.
+fn schema_problems(validator: &jsonschema::Validator, value: &Value) -> Result<(), Vec<String>> {
+    let problems: Vec<String> = validator
+        .iter_errors(value)
+        .map(|error| {
+            let at = error.instance_path().to_string();
+            if at.is_empty() {
+                error.to_string()
+            } else {
+                format!("{at}: {error}")
+            }
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
     }
 }
 
@@ -192,6 +234,24 @@ impl Catalog {
                     None
                 }
             };
+            let output_validator = match &tool.output_schema {
+                None => None,
+                Some(schema) if schema.get("type") != Some(&Value::from("object")) => {
+                    problems.push(format!(
+                        r#"{at}: output schema must be a JSON Schema object with "type": "object""#
+                    ));
+                    None
+                }
+                Some(schema) => match jsonschema::validator_for(schema) {
+                    Ok(validator) => Some(validator),
+                    Err(error) => {
+                        problems.push(format!(
+                            "{at}: output schema is not a valid JSON Schema: {error}"
+                        ));
+                        None
+                    }
+                },
+            };
             let machine = match &tool.workflow {
                 None => None,
                 Some(id) => match machines
@@ -230,7 +290,7 @@ impl Catalog {
                 None => {}
             }
             if let Some(validator) = validator {
-                tools.push((tool.clone(), validator));
+                tools.push((tool.clone(), validator, output_validator));
             }
         }
         if problems.is_empty() {
@@ -251,7 +311,7 @@ impl Catalog {
                 }),
             );
         }
-        for (manifest, validator) in admitted.tools {
+        for (manifest, validator, output_validator) in admitted.tools {
             if let Some(workflow) = manifest
                 .workflow
                 .as_ref()
@@ -268,6 +328,7 @@ impl Catalog {
                     manifest,
                     plugin: plugin.clone(),
                     validator,
+                    output_validator,
                 }),
             );
         }
@@ -278,5 +339,10 @@ impl Catalog {
 /// What a checked plugin adds.
 struct Admitted {
     machines: BTreeMap<String, Arc<Machine>>,
-    tools: Vec<(ToolManifest, jsonschema::Validator)>,
+    /// Each tool with its compiled input and output schemas.
+    tools: Vec<(
+        ToolManifest,
+        jsonschema::Validator,
+        Option<jsonschema::Validator>,
+    )>,
 }

@@ -1,6 +1,9 @@
 //! Running one plugin tool: on a blocking thread (plugin calls are synchronous C calls and must
 //! not stall the async threads), with a deadline.
 //!
+//! A successful output is checked against the tool's declared output (`ToolEntry::check_output`)
+//! here, before anything else sees it: a mismatch is an error and fires nothing.
+//!
 //! A call past its deadline is reported as timed out and fires nothing. Its thread cannot be
 //! interrupted (a C function cannot be cancelled from outside), so it runs on to completion in
 //! the background; the instance is free again for the next call meanwhile.
@@ -23,6 +26,9 @@ pub enum InvokeError {
     TimedOut(Duration),
     #[error("the tool's worker thread failed: {0}")]
     Worker(String),
+    /// The tool succeeded, but its output breaks the output convention or its `output_schema`.
+    #[error("the tool's output does not match its declared output: {}", .0.join("; "))]
+    BadOutput(Vec<String>),
 }
 
 /// Runs `tool` with `arguments` in `context`, giving up after `deadline`. `host` receives what
@@ -36,6 +42,7 @@ pub async fn run(
     deadline: Duration,
 ) -> Result<PluginOutput, InvokeError> {
     let plugin_host = host.clone();
+    let checked = tool.clone();
     let running = tokio::task::spawn_blocking(move || {
         tool.plugin
             .call_with(tool.name(), &arguments, &context, plugin_host)
@@ -48,6 +55,12 @@ pub async fn run(
             Err(InvokeError::TimedOut(deadline))
         }
         Ok(Err(join)) => Err(InvokeError::Worker(join.to_string())),
-        Ok(Ok(called)) => Ok(called?),
+        Ok(Ok(called)) => match called? {
+            PluginOutput::Success(output) => match checked.check_output(&output) {
+                Ok(()) => Ok(PluginOutput::Success(output)),
+                Err(problems) => Err(InvokeError::BadOutput(problems)),
+            },
+            tool_error => Ok(tool_error),
+        },
     }
 }

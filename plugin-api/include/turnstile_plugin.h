@@ -40,7 +40,13 @@
  * The manifest (the output of `manifest`) is JSON:
  *   {"name": "...", "version": "...", "workflows": [<XState v5 machine JSON>, ...],
  *    "tools": [{"name", "description", "compact_description"?, "input_schema",
- *               "workflow"?, "states"?: [...], "transition"?}]}
+ *               "workflow"?, "states"?: [...], "transition"?, "title"?,
+               "annotations"?: {"readOnlyHint"?, "destructiveHint"?, "idempotentHint"?,
+                                "openWorldHint"?},
+               "output_schema"?: <JSON Schema of the structured output, checked by the host>}]}
+ * Output with content blocks: a TURNSTILE_OK output object may carry "_content": [MCP content
+ * blocks: {"type":"text","text"}, {"type":"image","data","mimeType"}, {"type":"audio",...},
+ * {"type":"resource","resource":{...}}]; the rest of the object is the structured content.
  * Unknown fields are rejected.
  */
 #ifndef TURNSTILE_PLUGIN_H

@@ -42,6 +42,11 @@
 //!
 //! - [`abi::Status::OK`]: any JSON value, the tool's result. The host shows it as the tool
 //!   result's text (the JSON serialised) and, when it is an object, as `structuredContent`.
+//!   To return MCP content blocks (text, image, audio, embedded resource), return an object
+//!   with `"_content": [blocks]`, each block as MCP spells it (`{"type": "image", "data": …,
+//!   "mimeType": …}`): they become the result's content, and the rest of the object, if any,
+//!   its `structuredContent`. When the manifest gives the tool an `output_schema`, the host
+//!   checks the structured part against it first; a mismatch fires nothing.
 //! - any other status: `{"message": "..."}`. For [`abi::Status::TOOL_ERROR`] and
 //!   [`abi::Status::BAD_INPUT`] the host returns an `isError` tool result carrying that message;
 //!   the other statuses are plugin faults the host reports as errors of its own.
@@ -91,6 +96,6 @@ pub mod plugin;
 
 pub use crate::{
     abi::ABI_VERSION,
-    manifest::{Manifest, ToolManifest},
+    manifest::{Manifest, ToolAnnotations, ToolManifest},
     plugin::{CallContext, HostServices, LogLevel, Plugin, ToolError, parse_input},
 };

@@ -68,6 +68,35 @@ pub struct ToolManifest {
     /// The event fired on the workflow after a successful call, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transition: Option<String>,
+    /// A human-readable name for display (MCP `title`); clients show `name` without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Hints about the tool's behaviour (MCP `annotations`), passed to clients unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<ToolAnnotations>,
+    /// The JSON Schema of the tool's structured output (an object schema). When given, the host
+    /// checks every successful output against it before anything else happens: a mismatch is a
+    /// tool error that fires no transition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+}
+
+/// MCP tool annotations: hints for clients, never guarantees. Field names as MCP spells them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ToolAnnotations {
+    /// The tool does not modify its environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    /// The tool may perform destructive updates (meaningful when not read-only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destructive_hint: Option<bool>,
+    /// Calling it again with the same arguments has no further effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent_hint: Option<bool>,
+    /// The tool reaches an open world of external entities (the web, other systems).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_world_hint: Option<bool>,
 }
 
 impl Manifest {
@@ -109,7 +138,28 @@ impl ToolManifest {
             workflow: None,
             states: Vec::new(),
             transition: None,
+            title: None,
+            annotations: None,
+            output_schema: None,
         }
+    }
+
+    /// Sets the display title.
+    pub fn title(mut self, title: impl Into<String>) -> ToolManifest {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// Sets the behaviour hints.
+    pub fn annotations(mut self, annotations: ToolAnnotations) -> ToolManifest {
+        self.annotations = Some(annotations);
+        self
+    }
+
+    /// Declares the schema of the tool's structured output (checked by the host).
+    pub fn output_schema(mut self, schema: Value) -> ToolManifest {
+        self.output_schema = Some(schema);
+        self
     }
 
     /// Sets the short description shown in the workflow's initial state.

@@ -263,6 +263,9 @@ impl ListChanges {
 #[derive(Clone)]
 pub struct Recorder {
     pub changes: Arc<ListChanges>,
+    /// Log messages and progress reports, in arrival order: `log:<level>:<data>` and
+    /// `progress:<progress>/<total>`.
+    pub events: Arc<std::sync::Mutex<Vec<String>>>,
     protocol: ProtocolVersion,
 }
 
@@ -275,12 +278,37 @@ impl ClientHandler for Recorder {
         self.changes.count.fetch_add(1, Ordering::SeqCst);
         self.changes.changed.notify_waiters();
     }
+
+    #[allow(deprecated)] // MCP logging, as 2025-11-25 has it.
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let level = serde_json::to_value(params.level).unwrap();
+        let entry = format!("log:{}:{}", level.as_str().unwrap_or("?"), params.data);
+        self.events.lock().unwrap().push(entry);
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let total = params
+            .total
+            .map_or("?".to_string(), |total| total.to_string());
+        let entry = format!("progress:{}/{total}", params.progress);
+        self.events.lock().unwrap().push(entry);
+    }
 }
 
 /// A connected MCP client.
 pub struct Client {
     service: RunningService<RoleClient, Recorder>,
     pub changes: Arc<ListChanges>,
+    /// What the server logged and reported to this client, in order (see [`Recorder::events`]).
+    pub events: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 fn recorder() -> Recorder {
@@ -291,6 +319,7 @@ fn recorder() -> Recorder {
 fn recorder_speaking(protocol: ProtocolVersion) -> Recorder {
     Recorder {
         changes: Arc::new(ListChanges::default()),
+        events: Arc::default(),
         protocol,
     }
 }
@@ -304,24 +333,32 @@ impl Client {
     /// Connects over Streamable HTTP, asking for a given protocol revision.
     pub async fn http_speaking(url: &str, protocol: ProtocolVersion) -> Client {
         let recorder = recorder_speaking(protocol);
-        let changes = recorder.changes.clone();
+        let (changes, events) = (recorder.changes.clone(), recorder.events.clone());
         let transport = StreamableHttpClientTransport::from_uri(url.to_string());
         let service = recorder.serve(transport).await.expect("connect over HTTP");
-        Client { service, changes }
+        Client {
+            service,
+            changes,
+            events,
+        }
     }
 
     /// Starts `turnstile serve --stdio` as a child process and connects to it.
     /// The server keeps its state in memory: a stdio server lives exactly as long as its client.
     pub async fn stdio(plugins: &Path) -> Client {
         let recorder = recorder();
-        let changes = recorder.changes.clone();
+        let (changes, events) = (recorder.changes.clone(), recorder.events.clone());
         let mut command = tokio::process::Command::new(turnstile_bin());
         command
             .args(["serve", "--stdio", "--store", "memory:", "--plugins"])
             .arg(plugins);
         let transport = TokioChildProcess::new(command).expect("start turnstile --stdio");
         let service = recorder.serve(transport).await.expect("connect over stdio");
-        Client { service, changes }
+        Client {
+            service,
+            changes,
+            events,
+        }
     }
 
     pub async fn tools(&self) -> Vec<Tool> {
@@ -379,6 +416,42 @@ impl Client {
             params = params.with_arguments(arguments);
         }
         self.service.call_tool(params).await
+    }
+
+    /// Calls a tool with `_meta` on the request (a progress token, a log level).
+    pub async fn call_with_meta(
+        &self,
+        name: &str,
+        arguments: Value,
+        meta: Value,
+    ) -> CallToolResult {
+        let mut params = CallToolRequestParams::new(name.to_string());
+        if let Value::Object(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        let Value::Object(meta) = meta else {
+            panic!("_meta must be an object")
+        };
+        params.meta = Some(RequestMetaObject::from(meta));
+        self.service
+            .call_tool(params)
+            .await
+            .unwrap_or_else(|error| panic!("tools/call {name}: {error}"))
+    }
+
+    /// `logging/setLevel`.
+    #[allow(deprecated)] // MCP logging, as 2025-11-25 has it.
+    pub async fn set_log_level(&self, level: &str) {
+        let level = serde_json::from_value(Value::from(level)).expect("an MCP level name");
+        self.service
+            .set_level(rmcp::model::SetLevelRequestParams::new(level))
+            .await
+            .expect("logging/setLevel");
+    }
+
+    /// What the server has logged and reported to this client so far, in order.
+    pub fn events(&self) -> Vec<String> {
+        self.events.lock().unwrap().clone()
     }
 
     /// Calls a tool; panics on a protocol error (tool errors are results).

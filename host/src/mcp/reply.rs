@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::target::NoTarget;
 use crate::{
     actors::InstanceError,
-    catalog::ToolEntry,
+    catalog::{CONTENT_KEY, ToolEntry},
     gate::Refusal,
     invoke::InvokeError,
     plugin::{PluginError, PluginOutput},
@@ -28,7 +28,22 @@ pub fn listed_tool(tool: &ToolEntry, description: &str) -> Tool {
         // The catalog compiled the schema; a non-object schema (e.g. `true`) accepts anything.
         _ => JsonObject::from_iter([("type".to_string(), json!("object"))]),
     };
-    Tool::new(tool.name().to_string(), description.to_string(), schema)
+    let manifest = &tool.manifest;
+    let mut listed = Tool::new(tool.name().to_string(), description.to_string(), schema);
+    listed.title = manifest.title.clone();
+    listed.annotations = manifest.annotations.as_ref().map(|hints| {
+        let mut annotations = rmcp::model::ToolAnnotations::default();
+        annotations.read_only_hint = hints.read_only_hint;
+        annotations.destructive_hint = hints.destructive_hint;
+        annotations.idempotent_hint = hints.idempotent_hint;
+        annotations.open_world_hint = hints.open_world_hint;
+        annotations
+    });
+    // The catalog admitted only object schemas.
+    if let Some(Value::Object(output)) = &manifest.output_schema {
+        listed.output_schema = Some(std::sync::Arc::new(output.clone()));
+    }
+    listed
 }
 
 /// JSON-RPC -32602: no plugin provides a tool by that name.
@@ -66,10 +81,6 @@ pub fn ran(tool: &str, output: PluginOutput) -> CallToolResult {
         PluginOutput::ToolError(message) => tool_error(tool, &message),
     }
 }
-
-/// The key under which a plugin's output object carries MCP content blocks (the output
-/// convention in `turnstile_plugin_api`'s docs).
-pub const CONTENT_KEY: &str = "_content";
 
 /// The tool ran and returned `output`.
 ///
@@ -190,6 +201,7 @@ pub fn invoke_failure(tool: &str, error: &InvokeError) -> CallToolResult {
         InvokeError::Plugin(error) => return plugin_failure(tool, error),
         InvokeError::TimedOut(_) => "TOOL_TIMEOUT",
         InvokeError::Worker(_) => "INTERNAL",
+        InvokeError::BadOutput(_) => "BAD_OUTPUT",
     };
     error_result(
         format!("{tool} did not complete and changed nothing: {error}"),

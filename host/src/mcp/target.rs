@@ -160,6 +160,20 @@ impl HandleMode {
             }
         }
         tool.input_schema = schema.into();
+        // The result carries the handle in `structuredContent` too (`reply::with_handle`): say so
+        // in the published output schema, or a strict client would reject the result.
+        if let Some(output) = &tool.output_schema {
+            let mut output = (**output).clone();
+            if let Value::Object(properties) =
+                output.entry("properties").or_insert_with(|| json!({}))
+            {
+                properties.insert(
+                    self.key.clone(),
+                    json!({ "type": "string", "description": "Handle of the workflow instance." }),
+                );
+            }
+            tool.output_schema = Some(output.into());
+        }
         tool
     }
 }

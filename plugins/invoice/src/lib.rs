@@ -15,7 +15,9 @@
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use turnstile_plugin_api::{CallContext, Manifest, Plugin, ToolError, ToolManifest, parse_input};
+use turnstile_plugin_api::{
+    CallContext, Manifest, Plugin, ToolAnnotations, ToolError, ToolManifest, parse_input,
+};
 
 /// The plugin value; no fields, see the crate docs for why.
 #[derive(Default)]
@@ -120,7 +122,23 @@ impl Plugin for Invoice {
                     json!({"type": "object", "properties": {}}),
                 )
                 .compact("Show the invoice's state.")
-                .workflow("invoice", Vec::<String>::new()),
+                .workflow("invoice", Vec::<String>::new())
+                .title("Invoice status")
+                .annotations(ToolAnnotations {
+                    read_only_hint: Some(true),
+                    idempotent_hint: Some(true),
+                    ..ToolAnnotations::default()
+                })
+                .output_schema(json!({
+                    "type": "object",
+                    "properties": {
+                        "invoice": {"type": "string"},
+                        "state": {"description": "The XState state value"},
+                        "next": {"type": "string"},
+                        "message": {"type": "string"}
+                    },
+                    "required": ["state", "next", "message"]
+                })),
             )
     }
 

@@ -8,14 +8,21 @@
 //!   passes.
 //! - workflow `testkit` (`idle` --GO--> `done` --RESET--> `idle`) with `testkit.go` (bound to
 //!   `idle`, fires `GO`; fails with a tool error when its input has `"fail": true`, panics with
-//!   `"panic": true`) and `testkit.reset` (bound to `done`, fires `RESET`), to check that a
-//!   failed or panicked call fires no transition.
+//!   `"panic": true`, and breaks its declared `output_schema` with `"bad_output": true`) and
+//!   `testkit.reset` (bound to `done`, fires `RESET`), to check that a failed, panicked or
+//!   malformed call fires no transition.
+//! - `testkit.content` (ungated): returns an image content block and structured data beside it
+//!   (the `_content` output convention).
+//! - `testkit.report` (ungated): logs `count` messages at `level` and reports progress `count`
+//!   times (host services), then returns.
 
 use std::{thread, time::Duration};
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use turnstile_plugin_api::{CallContext, Manifest, Plugin, ToolError, ToolManifest, parse_input};
+use turnstile_plugin_api::{
+    CallContext, LogLevel, Manifest, Plugin, ToolError, ToolManifest, parse_input,
+};
 
 /// The plugin value; stateless.
 #[derive(Default)]
@@ -36,6 +43,13 @@ struct SlowInput {
 struct GoInput {
     fail: bool,
     panic: bool,
+    bad_output: bool,
+}
+
+#[derive(Deserialize)]
+struct ReportInput {
+    count: u32,
+    level: String,
 }
 
 impl Plugin for Testkit {
@@ -76,13 +90,40 @@ impl Plugin for Testkit {
                      tool error when `fail` is true, panics when `panic` is true.",
                     json!({
                         "type": "object",
-                        "properties": {"fail": {"type": "boolean"}, "panic": {"type": "boolean"}}
+                        "properties": {
+                            "fail": {"type": "boolean"},
+                            "panic": {"type": "boolean"},
+                            "bad_output": {"type": "boolean"}
+                        }
                     }),
                 )
                 .compact("Test fixture: idle -> done.")
                 .workflow("testkit", ["idle"])
-                .transition("GO"),
+                .transition("GO")
+                .output_schema(json!({
+                    "type": "object",
+                    "properties": {"event": {"const": "GO"}, "message": {"type": "string"}},
+                    "required": ["event", "message"]
+                })),
             )
+            .tool(ToolManifest::new(
+                "testkit.content",
+                "Test fixture: returns an image block and structured data.",
+                json!({"type": "object"}),
+            ))
+            .tool(ToolManifest::new(
+                "testkit.report",
+                "Test fixture: logs `count` messages at `level` and reports progress `count` \
+                 times.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "count": {"type": "integer", "minimum": 0, "maximum": 100},
+                        "level": {"type": "string"}
+                    },
+                    "required": ["count", "level"]
+                }),
+            ))
             .tool(
                 ToolManifest::new(
                     "testkit.reset",
@@ -121,7 +162,25 @@ impl Plugin for Testkit {
                 if go.fail {
                     return Err(ToolError::failed("testkit.go was asked to fail"));
                 }
+                if go.bad_output {
+                    return Ok(json!({"event": 7}));
+                }
                 Ok(json!({"event": "GO", "message": "idle -> done"}))
+            }
+            "testkit.content" => Ok(json!({
+                "_content": [{"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}],
+                "width": 1
+            })),
+            "testkit.report" => {
+                let ReportInput { count, level } = parse_input(input)?;
+                let level = LogLevel::parse(&level)
+                    .ok_or_else(|| ToolError::bad_input(format!("no log level {level}")))?;
+                for step in 1..=count {
+                    ctx.host.log(level, &json!({"step": step}));
+                    ctx.host
+                        .progress(f64::from(step), Some(f64::from(count)), Some("working"));
+                }
+                Ok(json!({"reported": count, "services": ctx.host.is_offered()}))
             }
             "testkit.reset" => Ok(json!({"event": "RESET", "message": "done -> idle"})),
             other => Err(ToolError::UnknownTool(other.to_owned())),

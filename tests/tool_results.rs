@@ -1,0 +1,278 @@
+//! What a client sees of a tool beyond gating: the metadata a manifest declares (title,
+//! annotations, output schema), outputs checked against that schema before anything fires,
+//! content blocks, and what a plugin logs and reports while it runs, delivered before the result.
+
+mod common;
+
+use common::{Client, PluginDir, Server};
+use serde_json::{Value, json};
+
+fn error_code(result: &rmcp::model::CallToolResult) -> Value {
+    assert_eq!(result.is_error, Some(true), "expected an error: {result:?}");
+    result
+        .structured_content
+        .as_ref()
+        .expect("structuredContent")["error"]["code"]
+        .clone()
+}
+
+#[tokio::test]
+async fn listed_tools_carry_their_title_annotations_and_output_schema() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &[]);
+    let client = Client::http(&server.url).await;
+    let tools = client.tools().await;
+    let status = tools
+        .iter()
+        .find(|t| t.name == "invoice.status")
+        .expect("listed");
+    assert_eq!(status.title.as_deref(), Some("Invoice status"));
+    let annotations = status.annotations.as_ref().expect("annotations");
+    assert_eq!(annotations.read_only_hint, Some(true));
+    assert_eq!(annotations.idempotent_hint, Some(true));
+    let output = status.output_schema.as_ref().expect("outputSchema");
+    assert_eq!(output["required"], json!(["state", "next", "message"]));
+    // And the result matches what it promised.
+    let result = client.call("invoice.status", json!({})).await;
+    assert_eq!(result.structured_content.unwrap()["state"], "draft");
+
+    // In handle mode the result also carries the handle, so the published schema says so.
+    let handles = Server::http(plugins.path(), &["--state-handle-key"]);
+    let client = Client::http(&handles.url).await;
+    let tools = client.tools().await;
+    let status = tools
+        .iter()
+        .find(|t| t.name == "invoice.status")
+        .expect("listed");
+    let output = status.output_schema.as_ref().expect("outputSchema");
+    assert_eq!(output["properties"]["handle"]["type"], "string");
+}
+
+#[tokio::test]
+async fn an_output_that_breaks_its_schema_is_an_error_and_fires_nothing() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let server = Server::http(plugins.path(), &[]);
+    let client = Client::http(&server.url).await;
+    let result = client.call("testkit.go", json!({"bad_output": true})).await;
+    assert_eq!(error_code(&result), "BAD_OUTPUT");
+    let message = result.structured_content.as_ref().unwrap()["error"]["message"].to_string();
+    assert!(message.contains("event"), "the problem is named: {message}");
+    // Still idle: the transition did not fire.
+    let names: Vec<String> = client
+        .tools()
+        .await
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(names.contains(&"testkit.go".to_string()), "{names:?}");
+    assert!(!names.contains(&"testkit.reset".to_string()), "{names:?}");
+    // A good output goes through.
+    let result = client.call("testkit.go", json!({})).await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+}
+
+#[tokio::test]
+async fn content_blocks_from_a_plugin_reach_the_client() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let server = Server::http(plugins.path(), &[]);
+    let client = Client::http(&server.url).await;
+    let result = client.call("testkit.content", json!({})).await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    // As the client reads it: the JSON of the first block.
+    let first = serde_json::to_value(&result.content[0]).unwrap();
+    assert_eq!(first["type"], "image", "{first}");
+    assert_eq!(first["mimeType"], "image/png", "{first}");
+    assert_eq!(result.structured_content, Some(json!({"width": 1})));
+}
+
+/// Over stdio (one stream), logs at or above the session's level and progress for a request with
+/// a progress token arrive, in order, before the call's result: every one of them is there the
+/// moment the result is, on every repetition.
+#[tokio::test]
+async fn logs_and_progress_arrive_before_the_result_at_the_sessions_level() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let client = Client::stdio(plugins.path()).await;
+    // The default level (info) lets info through and holds debug back.
+    let result = client
+        .call("testkit.report", json!({"count": 2, "level": "debug"}))
+        .await;
+    assert_eq!(result.structured_content.unwrap()["services"], true);
+    let logs = |events: &[String]| events.iter().filter(|e| e.starts_with("log:")).count();
+    assert_eq!(logs(&client.events()), 0, "{:?}", client.events());
+    client.set_log_level("debug").await;
+    for round in 0..20 {
+        let before = client.events().len();
+        client
+            .call_with_meta(
+                "testkit.report",
+                json!({"count": 3, "level": "debug"}),
+                json!({"progressToken": format!("round-{round}")}),
+            )
+            .await;
+        let seen = client.events()[before..].to_vec();
+        assert_eq!(
+            seen,
+            [
+                r#"log:debug:{"step":1}"#,
+                "progress:1/3",
+                r#"log:debug:{"step":2}"#,
+                "progress:2/3",
+                r#"log:debug:{"step":3}"#,
+                "progress:3/3",
+            ],
+            "round {round}"
+        );
+    }
+    // A level above the messages': no logs.
+    client.set_log_level("warning").await;
+    let before = logs(&client.events());
+    client
+        .call("testkit.report", json!({"count": 2, "level": "info"}))
+        .await;
+    assert_eq!(logs(&client.events()), before);
+}
+
+/// One 2026-07-28 `tools/call` over raw HTTP (no session): every message of its response
+/// stream, in order.
+async fn sessionless_call(
+    url: &str,
+    id: u64,
+    tool: &str,
+    arguments: Value,
+    meta: Value,
+) -> Vec<Value> {
+    let mut meta = meta;
+    meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+    meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    meta["io.modelcontextprotocol/clientInfo"] =
+        json!({"name": "tool-results-test", "version": "0"});
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments, "_meta": meta}});
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", tool)
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("the server answers");
+    assert!(response.status().is_success(), "{}", response.status());
+    let text = response.text().await.expect("body");
+    match serde_json::from_str::<Value>(&text) {
+        Ok(single) => vec![single],
+        Err(_) => text
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .filter_map(|data| serde_json::from_str(data.trim()).ok())
+            .collect(),
+    }
+}
+
+/// Protocol 2026-07-28 over HTTP has no session: logs are sent only when the request names a
+/// level in its `_meta`, and they arrive on the call's own stream, before its result.
+#[tokio::test]
+async fn a_sessionless_request_gets_logs_only_when_it_names_a_level() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let server = Server::http(plugins.path(), &[]);
+    let arguments = json!({"count": 2, "level": "error"});
+    let messages = sessionless_call(&server.url, 1, "testkit.report", arguments, json!({})).await;
+    assert_eq!(messages.len(), 1, "only the result: {messages:?}");
+    for round in 0..10 {
+        let meta = json!({"io.modelcontextprotocol/logLevel": "info", "progressToken": round});
+        let arguments = json!({"count": 2, "level": "info"});
+        let messages =
+            sessionless_call(&server.url, 2 + round, "testkit.report", arguments, meta).await;
+        let methods: Vec<&str> = messages
+            .iter()
+            .map(|message| message["method"].as_str().unwrap_or("result"))
+            .collect();
+        assert_eq!(
+            methods,
+            [
+                "notifications/message",
+                "notifications/progress",
+                "notifications/message",
+                "notifications/progress",
+                "result"
+            ],
+            "round {round}: {messages:?}"
+        );
+    }
+}
+
+/// DESIGN behaviour 3 on 2026-07-28: a call that moves its instance carries exactly one
+/// `list_changed` on its own response stream, before its result, every time; one that moves
+/// nothing carries none.
+#[tokio::test]
+async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_time() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &[]);
+    let methods = |messages: &[Value]| -> Vec<String> {
+        messages
+            .iter()
+            .map(|message| message["method"].as_str().unwrap_or("result").to_string())
+            .collect()
+    };
+    let minted = sessionless_call(
+        &server.url,
+        1,
+        "invoice.submit",
+        json!({"amount": 5}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        methods(&minted),
+        ["notifications/tools/list_changed", "result"]
+    );
+    let result = &minted.last().unwrap()["result"];
+    let handle = result["structuredContent"]["handle"]
+        .as_str()
+        .expect("a handle")
+        .to_string();
+    for round in 0..10 {
+        let id = 10 + 2 * round;
+        let rejected = sessionless_call(
+            &server.url,
+            id,
+            "invoice.reject",
+            json!({"handle": handle, "reason": "r"}),
+            json!({}),
+        )
+        .await;
+        assert_eq!(
+            methods(&rejected),
+            ["notifications/tools/list_changed", "result"],
+            "round {round}: {rejected:?}"
+        );
+        let submitted = sessionless_call(
+            &server.url,
+            id + 1,
+            "invoice.submit",
+            json!({"handle": handle, "amount": 5}),
+            json!({}),
+        )
+        .await;
+        assert_eq!(
+            methods(&submitted),
+            ["notifications/tools/list_changed", "result"],
+            "round {round}: {submitted:?}"
+        );
+    }
+    let status = sessionless_call(
+        &server.url,
+        99,
+        "invoice.status",
+        json!({"handle": handle}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        methods(&status),
+        ["result"],
+        "a call that moves nothing says nothing"
+    );
+}
