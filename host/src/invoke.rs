@@ -11,6 +11,7 @@
 use std::{sync::Arc, time::Duration};
 
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     catalog::ToolEntry,
@@ -26,28 +27,59 @@ pub enum InvokeError {
     TimedOut(Duration),
     #[error("the tool's worker thread failed: {0}")]
     Worker(String),
+    /// The server is shutting down and stopped waiting for the tool (see `shutdown`).
+    #[error("the server is shutting down and stopped waiting for the tool")]
+    ShuttingDown,
     /// The tool succeeded, but its output breaks the output convention or its `output_schema`.
     #[error("the tool's output does not match its declared output: {}", .0.join("; "))]
     BadOutput(Vec<String>),
 }
 
-/// Runs `tool` with `arguments` in `context`, giving up after `deadline`. `host` receives what
-/// the plugin logs or reports while it runs; past the deadline it is marked cancelled, so a
-/// plugin that polls `is_cancelled` can stop instead of running on unseen.
+/// How long a plugin call may run, and when to stop waiting for it altogether.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// `--tool-timeout`: past it the call is answered `TOOL_TIMEOUT`.
+    pub timeout: Duration,
+    /// Cancelled when a shutdown's deadline passes: calls still running are abandoned.
+    pub abandon: CancellationToken,
+}
+
+impl Limits {
+    pub fn new(timeout: Duration) -> Limits {
+        Limits {
+            timeout,
+            abandon: CancellationToken::new(),
+        }
+    }
+}
+
+/// Runs `tool` with `arguments` in `context` within `limits`. `host` receives what the plugin
+/// logs or reports while it runs; past the deadline it is marked cancelled, so a plugin that
+/// polls `is_cancelled` can stop instead of running on unseen.
 pub async fn run(
     tool: Arc<ToolEntry>,
     arguments: Value,
     context: CallContext,
     host: Option<Arc<HostCall>>,
-    deadline: Duration,
+    limits: &Limits,
 ) -> Result<PluginOutput, InvokeError> {
+    let deadline = limits.timeout;
     let plugin_host = host.clone();
     let checked = tool.clone();
     let running = tokio::task::spawn_blocking(move || {
         tool.plugin
             .call_with(tool.name(), &arguments, &context, plugin_host)
     });
-    match tokio::time::timeout(deadline, running).await {
+    let waited = tokio::select! {
+        waited = tokio::time::timeout(deadline, running) => waited,
+        () = limits.abandon.cancelled() => {
+            if let Some(host) = host {
+                host.cancel();
+            }
+            return Err(InvokeError::ShuttingDown);
+        }
+    };
+    match waited {
         Err(_) => {
             if let Some(host) = host {
                 host.cancel();

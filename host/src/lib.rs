@@ -25,5 +25,6 @@ pub mod invoke;
 pub mod mcp;
 pub mod memory;
 pub mod plugin;
+pub mod shutdown;
 pub mod statechart;
 pub mod store;

@@ -71,6 +71,11 @@ enum Command {
         /// reloaded from the store on its next call.
         #[arg(long, default_value_t = 600)]
         idle_after: u64,
+        /// On SIGTERM or SIGINT, wait this many seconds for the calls in flight to deliver their
+        /// results; calls still running then are answered SHUTTING_DOWN (nothing they would
+        /// still change is saved) and the exit code is 1. A second signal exits at once.
+        #[arg(long, default_value_t = 30)]
+        shutdown_timeout: u64,
     },
     /// Load every plugin in a directory and report every problem; exit 1 if there is one.
     Check {
@@ -150,7 +155,9 @@ fn main() -> ExitCode {
             tool_timeout,
             state_handle_key,
             stateless,
+            shutdown_timeout,
         } => commands::serve::run(commands::serve::ServeOptions {
+            shutdown_timeout: Duration::from_secs(shutdown_timeout),
             plugins,
             transport: match (stdio, http) {
                 (true, _) => commands::serve::Transport::Stdio,

@@ -185,6 +185,27 @@ impl Server {
         self.child.id()
     }
 
+    /// Sends `signal` (e.g. `libc::SIGTERM`) to the server, as an orchestrator would.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: `kill` with a live child's pid and a valid signal number has no memory effects.
+        let sent = unsafe { libc::kill(self.pid() as i32, signal) };
+        assert_eq!(sent, 0, "kill({}, {signal})", self.pid());
+    }
+
+    /// Waits up to `within` for the server to exit; its exit code, or `None` if it still runs.
+    pub fn exit_code_within(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status.code().unwrap_or(-1));
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGKILL (`Child::kill` on Unix) and reap: no shutdown code of the server runs.
     pub fn kill9(&mut self) {
         self.child.kill().expect("kill -9 turnstile");

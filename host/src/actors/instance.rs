@@ -101,8 +101,8 @@ pub enum InstanceError {
 pub struct InstanceDeps {
     /// This process's name in change announcements (see `StateStore::announce_change`).
     pub node: Arc<str>,
-    /// How long a plugin call may take before the call is answered as timed out.
-    pub tool_timeout: std::time::Duration,
+    /// How long a plugin call may take, and when a shutdown stops waiting for it.
+    pub limits: invoke::Limits,
     pub catalog: Arc<Catalog>,
     pub store: Arc<dyn StateStore>,
     pub notifier: Addr<notifier::Notifier>,
@@ -228,7 +228,7 @@ impl Handler<Call> for InstanceActor {
     fn handle(&mut self, call: Call, _ctx: &mut Self::Context) -> Self::Result {
         let loading = self.current_or_load();
         let node = self.deps.node.clone();
-        let tool_timeout = self.deps.tool_timeout;
+        let limits = self.deps.limits.clone();
         let catalog = self.deps.catalog.clone();
         let store = self.deps.store.clone();
         let workflow = self.workflow.clone();
@@ -246,7 +246,7 @@ impl Handler<Call> for InstanceActor {
             };
             let finished = run_call(
                 &node,
-                tool_timeout,
+                &limits,
                 &catalog,
                 &*store,
                 &workflow,
@@ -289,7 +289,7 @@ impl Handler<Call> for InstanceActor {
 #[allow(clippy::too_many_arguments)] // The call's whole context, passed by value once.
 async fn run_call(
     node: &str,
-    tool_timeout: std::time::Duration,
+    limits: &invoke::Limits,
     catalog: &Catalog,
     store: &dyn StateStore,
     workflow: &Workflow,
@@ -311,7 +311,7 @@ async fn run_call(
         call.arguments,
         context,
         call.host,
-        tool_timeout,
+        limits,
     )
     .await?;
 
@@ -340,6 +340,10 @@ async fn run_call(
         version: view.version + 1,
         updated_at_ms: crate::store::now_ms(),
     };
+    // Past a shutdown's deadline the caller is told SHUTTING_DOWN: save nothing it was not told.
+    if limits.abandon.is_cancelled() {
+        return Err(InstanceError::Tool(InvokeError::ShuttingDown));
+    }
     let store_key = key.store_key();
     store.save(&store_key, &record, view.version).await?;
     // Other processes sharing the store notify their own sessions. The transition is saved

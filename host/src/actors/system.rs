@@ -20,6 +20,9 @@ pub struct ActorOptions {
     pub idle_after: Option<Duration>,
     /// How long a plugin call may take (see `invoke`).
     pub tool_timeout: Duration,
+    /// Cancelled when a shutdown's deadline passes: calls still running are abandoned, and
+    /// nothing they would still change is saved (see `shutdown`).
+    pub abandon_calls: tokio_util::sync::CancellationToken,
     /// This process's name among the servers sharing a store (random by default).
     pub node: Arc<str>,
 }
@@ -29,6 +32,7 @@ impl Default for ActorOptions {
         ActorOptions {
             idle_after: None,
             tool_timeout: Duration::from_secs(60),
+            abandon_calls: tokio_util::sync::CancellationToken::new(),
             node: uuid::Uuid::new_v4().simple().to_string().into(),
         }
     }
@@ -53,7 +57,10 @@ pub fn start(
                 let notifier = Notifier::default().start();
                 let deps = Arc::new(InstanceDeps {
                     node,
-                    tool_timeout: options.tool_timeout,
+                    limits: crate::invoke::Limits {
+                        timeout: options.tool_timeout,
+                        abandon: options.abandon_calls.clone(),
+                    },
                     catalog,
                     store,
                     notifier: notifier.clone(),

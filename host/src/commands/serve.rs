@@ -3,14 +3,15 @@
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use tokio_util::sync::CancellationToken;
 
 use super::LoadReport;
 use crate::{
     actors,
     actors::{InstanceKey, SESSION_PREFIX},
+    invoke::Limits,
     mcp::{self, HandleMode, HttpOptions, Shared},
     memory,
+    shutdown::Shutdown,
     store::{self, StateStore, StoreOptions},
 };
 
@@ -22,6 +23,8 @@ pub struct ServeOptions {
     pub http: HttpOptions,
     pub actors: actors::ActorOptions,
     pub handles: Option<HandleMode>,
+    /// How long a shutdown waits for the calls in flight (`--shutdown-timeout`).
+    pub shutdown_timeout: Duration,
 }
 
 pub enum Transport {
@@ -50,11 +53,23 @@ pub fn run(options: ServeOptions) -> anyhow::Result<ExitCode> {
         .thread_keep_alive(memory::IDLE_THREAD_LIFETIME)
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(options))?;
-    Ok(ExitCode::SUCCESS)
+    let drained_in_time = runtime.block_on(serve(options))?;
+    // Exit 1 when a shutdown had to abandon calls, so an orchestrator's log shows it.
+    Ok(if drained_in_time {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
-async fn serve(options: ServeOptions) -> anyhow::Result<()> {
+/// Serves until the client leaves (stdio) or a signal's shutdown has drained; returns whether
+/// every call in flight finished in time.
+async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
+    let shutdown = Shutdown::default();
+    shutdown
+        .on_signals()
+        .context("cannot install the signal handlers")?;
+    options.actors.abandon_calls = shutdown.deadline.clone();
     let report = LoadReport::load(&options.plugins)?;
     // One bad plugin must not take the others down: say what is wrong and serve the rest.
     for problem in report.problems() {
@@ -77,7 +92,10 @@ async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         forget_ended_sessions(&*store).await;
     }
     let node = options.actors.node.clone();
-    let tool_timeout = options.actors.tool_timeout;
+    let call_limits = Limits {
+        timeout: options.actors.tool_timeout,
+        abandon: shutdown.deadline.clone(),
+    };
     let runtime = actors::start(catalog.clone(), store.clone(), options.actors)?;
     // Passivated instances, ended sessions and their subscriptions are freed on several
     // threads; every few seconds, hand what was freed back to the OS.
@@ -95,24 +113,27 @@ async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         catalog,
         runtime,
         handles: options.handles,
-        tool_timeout,
+        call_limits,
+        shutdown: shutdown.clone(),
         connection_is_session: matches!(options.transport, Transport::Stdio),
     });
+    let drain = shutdown.drain(options.shutdown_timeout);
     match options.transport {
-        Transport::Stdio => mcp::serve_stdio(shared).await,
+        Transport::Stdio => {
+            tokio::select! {
+                served = mcp::serve_stdio(shared) => served.map(|()| true),
+                in_time = drain => Ok(in_time),
+            }
+        }
         Transport::Http(address) => {
             let listener = tokio::net::TcpListener::bind(address)
                 .await
                 .with_context(|| format!("cannot listen on {address}"))?;
-            let shutdown = CancellationToken::new();
-            let on_signal = shutdown.clone();
-            tokio::spawn(async move {
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    tracing::info!("interrupted; shutting down");
-                    on_signal.cancel();
-                }
-            });
-            mcp::serve_http(shared, listener, options.http, shutdown).await
+            let (served, in_time) =
+                tokio::join!(mcp::serve_http(shared, listener, options.http), drain);
+            served?;
+            tracing::info!(in_time, "shut down");
+            Ok(in_time)
         }
     }
 }

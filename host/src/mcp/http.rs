@@ -50,13 +50,26 @@ impl Default for HttpOptions {
     }
 }
 
-/// Serves on `listener` until `shutdown` is cancelled.
+/// Serves on `listener` until a shutdown has drained (see `crate::shutdown`): accepting stops
+/// when draining begins, responses in flight are delivered, and event streams are closed only
+/// once the calls in flight are done.
 pub async fn serve_http(
     shared: Arc<Shared>,
     listener: tokio::net::TcpListener,
     options: HttpOptions,
-    shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let shutdown = shared.shutdown.clone();
+    // rmcp ends every open event stream when this is cancelled: only after the listens have had
+    // their final result (they end on `closing_streams`), a moment later.
+    let streams = CancellationToken::new();
+    tokio::spawn({
+        let (closing, streams) = (shutdown.closing_streams.clone(), streams.clone());
+        async move {
+            closing.cancelled().await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            streams.cancel();
+        }
+    });
     let local: SocketAddr = listener.local_addr()?;
     let mut allowed_hosts = vec![
         "localhost".to_string(),
@@ -70,7 +83,7 @@ pub async fn serve_http(
         // Validate even when the list is empty (a non-loopback address and no `--allowed-origin`):
         // the MCP spec requires refusing a foreign `Origin`, and without this rmcp checks none.
         .enforce_origin_validation()
-        .with_cancellation_token(shutdown.child_token())
+        .with_cancellation_token(streams.child_token())
         // 2026-07-28 requests are always sessionless; this decides for the older revisions.
         .with_legacy_session_mode(!options.stateless);
     let mut sessions = LocalSessionManager::default();
@@ -93,7 +106,7 @@ pub async fn serve_http(
         .with_state(shared);
     tracing::info!(address = %local, "serving MCP over Streamable HTTP at http://{local}/mcp");
     axum::serve(without_nagle(listener), app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .with_graceful_shutdown(async move { shutdown.draining.cancelled().await })
         .await?;
     Ok(())
 }

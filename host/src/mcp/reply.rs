@@ -202,6 +202,7 @@ pub fn invoke_failure(tool: &str, error: &InvokeError) -> CallToolResult {
         InvokeError::TimedOut(_) => "TOOL_TIMEOUT",
         InvokeError::Worker(_) => "INTERNAL",
         InvokeError::BadOutput(_) => "BAD_OUTPUT",
+        InvokeError::ShuttingDown => "SHUTTING_DOWN",
     };
     error_result(
         format!("{tool} did not complete and changed nothing: {error}"),

@@ -40,7 +40,9 @@ pub struct Shared {
     /// `Some`: instances are named by handles the client carries (DESIGN behaviours 5–7).
     pub handles: Option<HandleMode>,
     /// How long a tool bound to no workflow may run (instance calls use the actors' setting).
-    pub tool_timeout: std::time::Duration,
+    pub call_limits: invoke::Limits,
+    /// Draining and its stages: calls in flight are counted, listens end when streams close.
+    pub shutdown: crate::shutdown::Shutdown,
     /// The transport's connection is one session (stdio), whatever the protocol revision says.
     pub connection_is_session: bool,
 }
@@ -219,7 +221,7 @@ impl TurnstileServer {
             arguments,
             call_context,
             Some(host),
-            self.shared.tool_timeout,
+            &self.shared.call_limits,
         );
         match self
             .call_events(context)
@@ -304,6 +306,8 @@ impl ServerHandler for TurnstileServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // A shutdown waits for this call to deliver its result.
+        let _in_flight = self.shared.shutdown.call_started();
         let Some(tool) = self.shared.catalog.tool(&request.name).cloned() else {
             return Err(reply::unknown_tool(&request.name));
         };
@@ -443,7 +447,12 @@ impl ServerHandler for TurnstileServer {
                 .runtime
                 .subscribe(&listener_id, listener.clone(), key);
         }
-        context.cancelled().await;
+        // Ended by the client, or by the server's shutdown: then with the final result, which
+        // is the graceful close a client expects.
+        tokio::select! {
+            () = context.cancelled() => {},
+            () = self.shared.shutdown.closing_streams.cancelled() => {},
+        }
         self.shared.runtime.session_ended(&listener_id);
         Ok(())
     }

@@ -9,8 +9,8 @@
 //! - workflow `testkit` (`idle` --GO--> `done` --RESET--> `idle`) with `testkit.go` (bound to
 //!   `idle`, fires `GO`; fails with a tool error when its input has `"fail": true`, panics with
 //!   `"panic": true`, and breaks its declared `output_schema` with `"bad_output": true`) and
-//!   `testkit.reset` (bound to `done`, fires `RESET`), to check that a failed, panicked or
-//!   malformed call fires no transition.
+//!   `testkit.reset` (bound to `done`, fires `RESET`; sleeps `sleep_ms` first), to check that a
+//!   failed, panicked, malformed or abandoned call fires no transition.
 //! - `testkit.content` (ungated): returns an image content block and structured data beside it
 //!   (the `_content` output convention).
 //! - `testkit.report` (ungated): logs `count` messages at `level` and reports progress `count`
@@ -182,7 +182,12 @@ impl Plugin for Testkit {
                 }
                 Ok(json!({"reported": count, "services": ctx.host.is_offered()}))
             }
-            "testkit.reset" => Ok(json!({"event": "RESET", "message": "done -> idle"})),
+            "testkit.reset" => {
+                // `sleep_ms`: a slow transition, for shutdown tests.
+                let sleep_ms = input.get("sleep_ms").and_then(Value::as_u64).unwrap_or(0);
+                thread::sleep(Duration::from_millis(sleep_ms.min(MAX_SLEEP_MS)));
+                Ok(json!({"event": "RESET", "message": "done -> idle"}))
+            }
             other => Err(ToolError::UnknownTool(other.to_owned())),
         }
     }
