@@ -3,6 +3,10 @@
 //! protocol 2026-07-28, no sessions). The scenarios live in `tests/python/`; each prints a JSON
 //! summary, and fails with `FAILED: ...` on the first expectation a user would see broken.
 //!
+//! Every test also asserts that the SDK printed no warning (the scripts report their stderr in
+//! the summary): a user would see it, e.g. mcp 1.x/2.x log "Session termination failed: 202" on
+//! close when `DELETE` is not answered 200 or 204.
+//!
 //! The first run creates `target/python/mcp1` and `target/python/mcp2` with
 //! `tests/python/setup_venvs.sh` (needs python3 >= 3.10 and PyPI); without them these tests fail,
 //! they never skip.
@@ -13,6 +17,7 @@ mod python_support;
 use common::{PluginDir, Server};
 use python_support::{Sdk, is_invoice_handle, run_scenario};
 use serde_json::{Value, json};
+use std::time::Duration;
 
 const HANDLE_MODE: &[&str] = &["--state-handle-key"];
 const STATELESS: &[&str] = &["--stateless"];
@@ -25,6 +30,163 @@ fn invoice_server(flags: &[&str]) -> (PluginDir, Server) {
 
 fn menu(names: &[&str]) -> Value {
     json!(names)
+}
+
+/// The lines of the SDK's stderr (from the summary) a user would read as a warning or a failure.
+fn warnings(summary: &Value) -> Vec<String> {
+    let lines = summary["stderr"]
+        .as_array()
+        .unwrap_or_else(|| panic!("the summary reports no stderr: {summary}"));
+    lines
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|line| {
+            let lower = line.to_lowercase();
+            lower.contains("warning") || lower.contains("failed") || lower.contains("error")
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Asserts the SDK printed nothing a user would read as a warning, on close or before.
+fn assert_no_sdk_warnings(summary: &Value) {
+    let warnings = warnings(summary);
+    assert!(
+        warnings.is_empty(),
+        "the SDK printed warnings: {warnings:#?}\nall of its stderr: {:#?}",
+        summary["stderr"]
+    );
+}
+
+/// Finding, not a server fault: both SDKs validate a tool result against the output schema from
+/// their last `tools/list`, and when the called tool is not on it they list again, without
+/// `_meta`, and log "Tool <name> not listed by server, cannot validate any structured content"
+/// (2.x also forgets every tool a complete listing left out). In handle mode a plain list shows
+/// only the starting tools, so a client that calls a tool by handle without first listing that
+/// handle's menu sees this warning, and its result goes unchecked. Scenarios that do so
+/// deliberately (a new connection per request) may print exactly this; nothing else, and never
+/// a warning on close.
+fn assert_only_unlisted_tool_warnings(summary: &Value) {
+    let unexpected: Vec<String> = warnings(summary)
+        .into_iter()
+        .filter(|line| {
+            !(line.starts_with("Tool invoice.")
+                && line.ends_with(" not listed by server, cannot validate any structured content"))
+        })
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "the SDK printed warnings: {unexpected:#?}\nall of its stderr: {:#?}",
+        summary["stderr"]
+    );
+}
+
+/// The server's WARN and ERROR log lines.
+fn server_problems(server: &Server) -> Vec<String> {
+    server
+        .stderr()
+        .lines()
+        .filter(|line| {
+            line.split_whitespace()
+                .nth(1)
+                .is_some_and(|level| level == "WARN" || level == "ERROR")
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Asserts the server logged no WARN or ERROR line, after giving it a moment to log what the
+/// client's last hang-up caused.
+fn assert_quiet_server_log(server: &Server) {
+    std::thread::sleep(Duration::from_millis(300));
+    let problems = server_problems(server);
+    assert!(
+        problems.is_empty(),
+        "the server logged problems: {problems:#?}"
+    );
+}
+
+/// The steps a model-style agent took: `(invoice, tool, arguments)` with handles as `<A>`, `<B>`.
+fn model_steps(summary: &Value) -> Vec<(String, String, Value)> {
+    summary["steps"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no steps: {summary}"))
+        .iter()
+        .map(|step| {
+            (
+                step["invoice"].as_str().unwrap_or_default().to_string(),
+                step["tool"].as_str().unwrap_or_default().to_string(),
+                step["arguments"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// What the model-style agent must have sent, built from the listed schemas alone: the handle it
+/// holds (none before the mint), `amount`, a placeholder for the required `reason`, and nothing
+/// the schema does not declare (`customer`, `note` and `reference` are optional: left out).
+fn assert_model_lifecycle(summary: &Value) {
+    let placeholder = "as discussed with the customer";
+    let expected = [
+        ("A", "invoice.submit", json!({"amount": 120.5})),
+        ("B", "invoice.submit", json!({"amount": 80})),
+        ("A", "invoice.approve", json!({"handle": "<A>"})),
+        (
+            "B",
+            "invoice.reject",
+            json!({"handle": "<B>", "reason": placeholder}),
+        ),
+        (
+            "B",
+            "invoice.submit",
+            json!({"amount": 80, "handle": "<B>"}),
+        ),
+        ("B", "invoice.approve", json!({"handle": "<B>"})),
+        ("A", "invoice.discharge", json!({"handle": "<A>"})),
+        ("B", "invoice.discharge", json!({"handle": "<B>"})),
+    ]
+    .map(|(invoice, tool, arguments)| (invoice.to_string(), tool.to_string(), arguments));
+    assert_eq!(model_steps(summary), expected, "{summary}");
+    let states: Vec<&Value> = summary["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| &step["state"])
+        .collect();
+    assert_eq!(
+        json!(states),
+        json!([
+            "review",
+            "review",
+            "approved",
+            "draft",
+            "review",
+            "approved",
+            "discharged",
+            "discharged"
+        ])
+    );
+    assert_eq!(
+        summary["final"],
+        json!({"A": "discharged", "B": "discharged"})
+    );
+    let handles = &summary["handles"];
+    assert!(is_invoice_handle(&handles["A"]), "{summary}");
+    assert!(is_invoice_handle(&handles["B"]), "{summary}");
+    assert_ne!(handles["A"], handles["B"]);
+    // The property the agent recognised by its description ("... workflow instance ...") is the
+    // default key, and every listed tool declares it: required except on the starting tool.
+    assert_eq!(summary["handle_property"], "handle");
+    assert_eq!(
+        summary["schemas"],
+        json!({
+            "invoice.approve": "required",
+            "invoice.discharge": "required",
+            "invoice.reject": "required",
+            "invoice.status": "required",
+            "invoice.submit": "optional",
+        })
+    );
 }
 
 /// Scenario 1: No handle flags: the session is the instance. The draft menu, FORBIDDEN for a step
@@ -43,6 +205,7 @@ fn mcp1_session_mode_lifecycle_notifies_on_the_get_stream() {
         menu(&["invoice.status", "invoice.submit"])
     );
     assert_eq!(summary["menus"]["discharged"], menu(&["invoice.status"]));
+    assert_no_sdk_warnings(&summary);
 }
 
 /// Scenario 2: `--state-handle-key`: `invoice.submit` without a handle mints one; reject, submit,
@@ -67,6 +230,7 @@ fn mcp1_handle_mode_mints_and_follows_the_handle() {
         summary["menus"]["draft"],
         menu(&["invoice.status", "invoice.submit"])
     );
+    assert_no_sdk_warnings(&summary);
 }
 
 /// Scenario 3: 2026-07-28 through `mcp.Client`: the same by handle, plus `subscriptions/listen`
@@ -87,6 +251,8 @@ fn mcp2_handle_mode_listen_by_handle() {
         menu(&["invoice.status", "invoice.submit"]),
         "a list without a handle must not be served another instance's menu"
     );
+    // It calls `invoice.approve` right after a list without a handle: see the finding.
+    assert_only_unlisted_tool_warnings(&summary);
 }
 
 /// Scenario 3 against a server started without any handle flag: protocol 2026-07-28 has no
@@ -102,6 +268,7 @@ fn mcp2_on_a_session_mode_server_keeps_state_by_handle() {
         summary["listen_events"],
         json!({"handle": 2, "list": 2, "other": 0})
     );
+    assert_only_unlisted_tool_warnings(&summary);
 }
 
 /// Scenario 4: sessions touch one handle (Alice minted it, Bob listed it, Dave called a tool with
@@ -117,6 +284,8 @@ fn mcp1_sessions_sharing_a_handle_are_all_notified() {
         summary["list_changed"],
         json!({"alice": 3, "bob": 2, "dave": 2, "carol": 0})
     );
+    // Erin's session ended with a DELETE: no "Session termination failed".
+    assert_no_sdk_warnings(&summary);
 }
 
 /// Scenario 5a: `--stateless` with 1.x clients: no `Mcp-Session-Id`, a new connection for every
@@ -137,6 +306,8 @@ fn mcp1_stateless_lifecycle_over_separate_connections() {
             "missing": "HANDLE_REQUIRED",
         })
     );
+    // Each call is made on a new connection that never listed the handle: see the finding.
+    assert_only_unlisted_tool_warnings(&summary);
 }
 
 /// Scenario 5b: `--stateless` with 2.x clients (`server/discover`, 2026-07-28), a new `mcp.Client`
@@ -155,4 +326,121 @@ fn mcp2_stateless_lifecycle_over_separate_clients() {
         })
     );
     assert_eq!(summary["race"], json!({"FORBIDDEN": 5, "ok": 1}));
+    // Each call is made by a new client that never listed the handle: see the finding.
+    assert_only_unlisted_tool_warnings(&summary);
+}
+
+/// Scenario 6a: a model-style agent on 2025-11-25 (one session, `_meta` never sent). Every call is
+/// built from the `tools/list` schemas alone; two invoices go through their lifecycles
+/// interleaved (submit A, submit B, approve A, reject B, submit B, approve B, discharge A,
+/// discharge B). A plain list shows the union of the menus of the session's instances plus the
+/// starting tools; each transition of either invoice is announced on the GET stream.
+#[test]
+fn mcp1_model_client_drives_two_invoices_from_the_schemas_alone() {
+    let (_plugins, mut server) = invoice_server(HANDLE_MODE);
+    let summary = run_scenario(Sdk::Mcp1, "model-client", &mut server);
+    assert_eq!(summary["protocol"], "2025-11-25");
+    assert_model_lifecycle(&summary);
+    let menus: Vec<&Value> = summary["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| &step["menu"])
+        .collect();
+    let all_but_status = [
+        "invoice.approve",
+        "invoice.discharge",
+        "invoice.reject",
+        "invoice.status",
+        "invoice.submit",
+    ];
+    let review = [
+        "invoice.approve",
+        "invoice.reject",
+        "invoice.status",
+        "invoice.submit",
+    ];
+    let approved = ["invoice.discharge", "invoice.status", "invoice.submit"];
+    assert_eq!(
+        json!(menus),
+        json!([
+            review,                               // A review
+            review,                               // A, B review
+            all_but_status,                       // A approved, B review
+            approved,                             // A approved, B draft
+            all_but_status,                       // A approved, B review
+            approved,                             // A, B approved
+            approved,                             // A discharged, B approved
+            ["invoice.status", "invoice.submit"], // both discharged: the starting tools
+        ]),
+        "the plain tools/list after each step"
+    );
+    assert_eq!(summary["list_changed"], 8, "one per transition: {summary}");
+    assert_no_sdk_warnings(&summary);
+    assert_quiet_server_log(&server);
+}
+
+/// Scenario 6b: the same agent on 2026-07-28 (`mcp.Client`, no session): it names the handle of
+/// the invoice it acts on in `_meta` of `tools/list` (none before the mint: the starting tools)
+/// and passes it in the arguments, as the schema says. A list naming both handles shows the
+/// union of their menus, without the starting tools.
+#[test]
+fn mcp2_model_client_names_its_handles_in_meta() {
+    let (_plugins, mut server) = invoice_server(HANDLE_MODE);
+    let summary = run_scenario(Sdk::Mcp2, "model-client", &mut server);
+    assert_eq!(summary["protocol"], "2026-07-28");
+    assert_model_lifecycle(&summary);
+    let menus: Vec<&Value> = summary["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| &step["menu of all handles"])
+        .collect();
+    let review = ["invoice.approve", "invoice.reject", "invoice.status"];
+    let approved_review = [
+        "invoice.approve",
+        "invoice.discharge",
+        "invoice.reject",
+        "invoice.status",
+    ];
+    let approved = ["invoice.discharge", "invoice.status"];
+    assert_eq!(
+        json!(menus),
+        json!([
+            review,                                                    // A review (B not held yet)
+            review,                                                    // A, B review
+            approved_review,                                           // A approved, B review
+            ["invoice.discharge", "invoice.status", "invoice.submit"], // A approved, B draft
+            approved_review,                                           // A approved, B review
+            approved,                                                  // A, B approved
+            approved,                                                  // A discharged, B approved
+            ["invoice.status"],                                        // both discharged
+        ]),
+        "tools/list with _meta naming every handle held, after each step"
+    );
+    assert_no_sdk_warnings(&summary);
+    assert_quiet_server_log(&server);
+}
+
+/// Scenario 7: `Client.listen(tools_list_changed=True)` without a handle stays open 30 s: the
+/// server neither ends it nor drops it, the client can still make requests beside it, and when
+/// the client closes it, neither side complains. No `list_changed` arrives: without a handle the
+/// listen covers the catalog, which cannot change while the server runs (no hot reload of
+/// plugins yet).
+#[test]
+fn mcp2_listen_without_a_handle_stays_open_until_the_client_closes_it() {
+    const SECONDS: u32 = 30;
+    let (_plugins, mut server) = invoice_server(HANDLE_MODE);
+    let summary = run_scenario(Sdk::Mcp2, &format!("listen-idle:{SECONDS}"), &mut server);
+    assert_eq!(summary["protocol"], "2026-07-28");
+    assert_eq!(summary["ended_by_server"], Value::Null, "{summary}");
+    assert!(
+        summary["open_seconds"]
+            .as_f64()
+            .is_some_and(|open| open >= f64::from(SECONDS)),
+        "{summary}"
+    );
+    assert_eq!(summary["events"], 0);
+    assert_no_sdk_warnings(&summary);
+    assert_quiet_server_log(&server);
 }

@@ -11,6 +11,9 @@ Usage: python mcp1_client.py SCENARIO URL
                      hears nothing
   stateless          server with --stateless: a lifecycle over a new connection per request,
                      kept by the handle; forged and malformed handles are refused
+  model-client       server with --state-handle-key: a model-style agent builds every call
+                     from the `tools/list` schemas alone and drives two invoices through their
+                     lifecycles, interleaved, in one session and without ever sending `_meta`
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
 
@@ -33,6 +36,9 @@ from turnstile_e2e import (
     MENU,
     START,
     ListChanges,
+    ListedTool,
+    ToolOutcome,
+    drive_two_invoices,
     error_code,
     expect,
     expect_equal,
@@ -330,6 +336,41 @@ def _before(state: str) -> str:
     return {"approved": "review", "discharged": "approved"}[state]
 
 
+# --- 6. a model-style client -------------------------------------------------------------------
+
+
+class SessionAgent:
+    """The model-style agent's view of one 2025-11-25 session: it never sends `_meta` (the
+    session remembers the instances it touched), and hears `list_changed` on the GET stream."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.name = connection.name
+
+    async def list_tools(self, handles: list[str]) -> list[ListedTool]:
+        expect(not handles, f"{self.name}: this agent names no handles in _meta")
+        return [ListedTool(tool.name, tool.inputSchema) for tool in await self.connection.tools()]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
+        result = await self.connection.call(name, arguments)
+        return ToolOutcome(bool(result.isError), result.structuredContent, _text(result))
+
+    async def transitions_seen(self, n: int, why: str) -> int:
+        await self.connection.changes.wait_for(n, why)
+        return self.connection.changes.count
+
+
+async def model_client(url: str) -> dict[str, Any]:
+    async with connect(url, "model") as c:
+        expect_equal(c.protocol, "2025-11-25", "negotiated protocol version")
+        expect(c.session_id is not None, "handle mode over 2025-11-25 keeps the session")
+        summary = await drive_two_invoices(SessionAgent(c), names_handles=False)
+        # Eight transitions, eight notifications; the status questions changed nothing.
+        await c.changes.stays_at(len(summary["steps"]), "invoice.status changes no state", quiet=0.5)
+        summary["list_changed"] = c.changes.count
+        return {"protocol": c.protocol, **summary}
+
+
 if __name__ == "__main__":
     run(
         {
@@ -337,6 +378,7 @@ if __name__ == "__main__":
             "handle-lifecycle": handle_lifecycle,
             "shared-handle": shared_handle,
             "stateless": stateless,
+            "model-client": model_client,
         },
         SDK,
     )

@@ -8,6 +8,12 @@ Usage: python mcp2_client.py SCENARIO URL
   stateless         server with --stateless: a lifecycle over a new `mcp.Client` per request,
                     kept by the handle; forged and malformed handles are refused; independent
                     clients racing for one transition: exactly one wins
+  model-client      server with --state-handle-key: a model-style agent builds every call from
+                    the `tools/list` schemas alone and drives two invoices through their
+                    lifecycles, interleaved, naming the handles it holds in `_meta` of
+                    `tools/list` (no sessions on 2026-07-28)
+  listen-idle[:S]   `Client.listen(tools_list_changed=True)` without a handle stays open S
+                    seconds (default 30) without the server ending it, then the client closes it
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
 
@@ -22,12 +28,15 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import Client
-from mcp.client.subscriptions import Subscription, ToolsListChanged
+from mcp.client.subscriptions import Subscription, SubscriptionLost, ToolsListChanged
 
 from turnstile_e2e import (
     MENU,
     START,
     ListChanges,
+    ListedTool,
+    ToolOutcome,
+    drive_two_invoices,
     error_code,
     expect,
     expect_equal,
@@ -245,5 +254,99 @@ async def stateless(url: str) -> dict[str, Any]:
     return {"handle": handle, "states": states, "clients": clients, "refusals": refusals, "race": race_summary}
 
 
+# --- 6. a model-style client over 2026-07-28 -----------------------------------------------------
+
+
+class HandleAgent:
+    """The model-style agent's view of one `mcp.Client`: no session, so it names the handles it
+    holds in `_meta` of `tools/list`, one handle as a string, several as a list."""
+
+    name = "model"
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def list_tools(self, handles: list[str]) -> list[ListedTool]:
+        meta = None
+        if handles:
+            meta = {"handle": handles[0] if len(handles) == 1 else handles}
+        result = await self.client.list_tools(meta=meta)
+        expect(result.next_cursor is None, "unexpected pagination in tools/list")
+        expect_equal(result.ttl_ms, 0, f"ttlMs of tools/list with _meta {meta}")
+        return [ListedTool(tool.name, tool.input_schema) for tool in result.tools]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
+        result = await self.client.call_tool(name, arguments)
+        return ToolOutcome(bool(result.is_error), result.structured_content, _text(result))
+
+    async def transitions_seen(self, n: int, why: str) -> None:
+        # No session, no GET stream: `list_changed` comes only through `subscriptions/listen`,
+        # which scenario 3 covers.
+        return None
+
+
+async def model_client(url: str) -> dict[str, Any]:
+    async with Client(url) as client:
+        expect_equal(client.protocol_version, MODERN, "protocol version mcp.Client negotiated")
+        summary = await drive_two_invoices(HandleAgent(client), names_handles=True)
+        return {"protocol": client.protocol_version, **summary}
+
+
+# --- 7. an idle listen without a handle --------------------------------------------------------
+
+
+async def listen_idle(url: str, seconds: str = "30") -> dict[str, Any]:
+    """Opens `subscriptions/listen` for `tools_list_changed` without naming a handle, keeps it
+    open `seconds`, checks the server has not ended it, then closes it from the client.
+
+    No event is expected: without a handle the listen covers the catalog (the starting tools),
+    and the plugin catalog cannot change while the server runs (plugins are loaded at start, no
+    hot reload yet), so nothing can make that list change."""
+    duration = float(seconds)
+    ended: str | None = None
+    events = 0
+
+    async def watch(subscription: Subscription) -> None:
+        nonlocal ended, events
+        try:
+            async for _ in subscription:
+                events += 1
+            ended = "ended by the server (graceful close)"
+        except SubscriptionLost as lost:
+            ended = f"lost: {lost}"
+
+    async with Client(url) as client:
+        expect_equal(client.protocol_version, MODERN, "protocol version mcp.Client negotiated")
+        opened = anyio.current_time()
+        async with client.listen(tools_list_changed=True) as subscription:
+            expect(
+                subscription.honored.tools_list_changed is True,
+                f"subscriptions/listen should honor toolsListChanged, got {subscription.honored!r}",
+            )
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(watch, subscription)
+                await anyio.sleep(duration)
+                open_for = round(anyio.current_time() - opened, 1)
+                expect(ended is None, f"the listen without a handle {ended} after {open_for} s")
+                # The client is still usable beside its open listen.
+                await menu(client, START, "beside an open listen")
+                expect(ended is None, f"the listen without a handle {ended} after a tools/list")
+                tasks.cancel_scope.cancel()
+        # Closed from the client's side (leaving `listen`); the client carries on.
+        await menu(client, START, "after closing the listen")
+        # Give the server a moment to notice the closed stream before its log is read.
+        await anyio.sleep(0.5)
+    expect_equal(events, 0, "list_changed events on a listen without a handle (the catalog cannot change)")
+    return {"protocol": MODERN, "open_seconds": open_for, "events": events, "ended_by_server": ended}
+
+
 if __name__ == "__main__":
-    run({"handle-lifecycle": handle_lifecycle, "stateless": stateless}, SDK)
+    run(
+        {
+            "handle-lifecycle": handle_lifecycle,
+            "stateless": stateless,
+            "model-client": model_client,
+            "listen-idle": listen_idle,
+        },
+        SDK,
+    )

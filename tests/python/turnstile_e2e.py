@@ -3,19 +3,30 @@
 Each scenario script prints one JSON summary line on stdout and exits 0, or prints
 `FAILED: <what was expected and what was seen>` on stderr and exits 1. Exit code 2 is a usage
 error. The Rust test `tests/python_clients.rs` runs the scripts and checks both.
+
+The summary carries `stderr`: every line the process wrote to its standard error while the
+scenario ran and its event loop shut down (the SDKs log their warnings there, such as a failed
+session termination on close), so the Rust test can assert that a clean run prints none.
+
+A scenario may take one parameter: `SCENARIO:ARG` calls the scenario function with `(url, ARG)`.
 """
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import re
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import anyio
+import jsonschema
 
 if sys.version_info < (3, 11):  # anyio depends on the backport there
     from exceptiongroup import BaseExceptionGroup
@@ -111,34 +122,77 @@ def error_code(structured: Any) -> Any:
 
 
 def run(
-    scenarios: dict[str, Callable[[str], Awaitable[dict[str, Any]]]],
+    scenarios: dict[str, Callable[..., Awaitable[dict[str, Any]]]],
     sdk: str,
     argv: list[str] | None = None,
 ) -> None:
-    """`script.py SCENARIO URL`: runs one scenario and reports it (see the module docstring)."""
+    """`script.py SCENARIO[:ARG] URL`: runs one scenario and reports it (see the module docstring)."""
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] not in scenarios:
-        print(f"usage: {sys.argv[0]} {{{','.join(scenarios)}}} URL", file=sys.stderr)
+    name, _, parameter = (argv[0] if argv else "").partition(":")
+    if len(argv) != 2 or name not in scenarios:
+        print(f"usage: {sys.argv[0]} {{{','.join(scenarios)}}}[:ARG] URL", file=sys.stderr)
         sys.exit(2)
-    name, url = argv
+    url = argv[1]
+    arguments = (url, parameter) if parameter else (url,)
     started = time.monotonic()
-    try:
-        summary = anyio.run(scenarios[name], url)
-    except Failed as failure:
-        print(f"FAILED: [{sdk} {name}] {failure}", file=sys.stderr)
-        sys.exit(1)
-    except BaseException as error:  # noqa: BLE001 - report anything else as a failure too
-        # A failed expectation inside the SDK's task groups arrives wrapped in exception groups.
-        inner = _first_leaf(error)
-        if isinstance(inner, Failed):
-            print(f"FAILED: [{sdk} {name}] {inner}", file=sys.stderr)
-        else:
-            traceback.print_exception(error, file=sys.stderr)
-            print(f"FAILED: [{sdk} {name}] unexpected {type(inner).__name__}: {inner}", file=sys.stderr)
-        sys.exit(1)
-    summary = {"scenario": name, "sdk": sdk, "ok": True, **summary}
+    with StderrTee() as stderr:
+        try:
+            summary = anyio.run(scenarios[name], *arguments)
+            # Whatever the SDK's objects print when they are collected belongs to the run too.
+            gc.collect()
+        except Failed as failure:
+            print(f"FAILED: [{sdk} {argv[0]}] {failure}", file=sys.stderr)
+            sys.exit(1)
+        except BaseException as error:  # noqa: BLE001 - report anything else as a failure too
+            # A failed expectation inside the SDK's task groups arrives wrapped in exception groups.
+            inner = _first_leaf(error)
+            if isinstance(inner, Failed):
+                print(f"FAILED: [{sdk} {argv[0]}] {inner}", file=sys.stderr)
+            else:
+                traceback.print_exception(error, file=sys.stderr)
+                print(f"FAILED: [{sdk} {argv[0]}] unexpected {type(inner).__name__}: {inner}", file=sys.stderr)
+            sys.exit(1)
+    summary = {"scenario": argv[0], "sdk": sdk, "ok": True, **summary, "stderr": stderr.lines()}
     summary["seconds"] = round(time.monotonic() - started, 2)
     print(json.dumps(summary, sort_keys=True))
+
+
+class StderrTee:
+    """Copies everything written to file descriptor 2 (Python's `sys.stderr`, the `logging`
+    last-resort handler the SDKs' warnings go to, `warnings`, and native code alike) into a
+    buffer while still passing it through to the real stderr as it is written, so a run that is
+    killed still shows how far it got."""
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+        self._saved = -1
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> StderrTee:
+        sys.stderr.flush()
+        read_end, write_end = os.pipe()
+        self._saved = os.dup(2)
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        self._thread = threading.Thread(target=self._pump, args=(read_end,), daemon=True)
+        self._thread.start()
+        return self
+
+    def _pump(self, read_end: int) -> None:
+        with os.fdopen(read_end, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(65536):
+                self._chunks.append(chunk)
+                os.write(self._saved, chunk)
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)  # closes the pipe's last write end: the pump sees its end
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        os.close(self._saved)
+
+    def lines(self) -> list[str]:
+        return b"".join(self._chunks).decode("utf-8", "replace").splitlines()
 
 
 def _first_leaf(error: BaseException) -> BaseException:
@@ -154,3 +208,249 @@ def _leaves(error: BaseException) -> Iterable[BaseException]:
             yield from _leaves(inner)
     else:
         yield error
+
+
+# --- A model-style client ------------------------------------------------------------------------
+#
+# An LLM agent knows nothing of Turnstile: it reads `tools/list` and builds every call from the
+# listed tool's `inputSchema`. These helpers do the same, so a scenario shows that the schemas
+# alone are enough to drive a workflow, handle included.
+
+# How the agent recognises the property that names the workflow instance: by its description, as
+# a model would, not by its name (the key is configurable with `--state-handle-key`).
+HANDLE_DESCRIPTION = "workflow instance"
+# The placeholder an agent writes into a required string property it has nothing better for.
+PLACEHOLDER = "as discussed with the customer"
+# Tools that start a new instance: their handle property is optional (omit it to start one).
+STARTERS = {"invoice.submit"}
+
+# Two invoices driven through their whole lifecycles, interleaved: (invoice, tool, state after).
+TWO_INVOICES = [
+    ("A", "invoice.submit", "review"),
+    ("B", "invoice.submit", "review"),
+    ("A", "invoice.approve", "approved"),
+    ("B", "invoice.reject", "draft"),
+    ("B", "invoice.submit", "review"),
+    ("B", "invoice.approve", "approved"),
+    ("A", "invoice.discharge", "discharged"),
+    ("B", "invoice.discharge", "discharged"),
+]
+AMOUNTS = {"A": 120.5, "B": 80}
+
+
+@dataclass
+class ListedTool:
+    name: str
+    input_schema: dict[str, Any]
+
+
+@dataclass
+class ToolOutcome:
+    is_error: bool
+    structured: Any
+    text: str
+
+
+class ModelTransport(Protocol):
+    """What the model-style agent needs from an SDK."""
+
+    name: str
+
+    async def list_tools(self, handles: list[str]) -> list[ListedTool]:
+        """`tools/list`, naming `handles` in `_meta` (none: a plain list)."""
+        ...
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolOutcome: ...
+
+    async def transitions_seen(self, n: int, why: str) -> int | None:
+        """Waits for the `n`-th `list_changed` where the SDK receives them during a scenario
+        (1.x: the GET stream); returns the count, or None where it does not."""
+        ...
+
+
+def handle_property(tool: ListedTool) -> str | None:
+    """The property of `tool`'s input schema whose description says it names the workflow
+    instance; fails if more than one does."""
+    properties = tool.input_schema.get("properties") or {}
+    named = [
+        name
+        for name, spec in properties.items()
+        if isinstance(spec, dict) and HANDLE_DESCRIPTION in str(spec.get("description", "")).lower()
+    ]
+    expect(len(named) <= 1, f"{tool.name}: several properties name the workflow instance: {named}")
+    return named[0] if named else None
+
+
+def model_arguments(tool: ListedTool, handle: str | None, amount: float | int) -> dict[str, Any]:
+    """The arguments an agent writes for `tool`, from its input schema only: the handle it holds
+    into the handle property, `amount` a number, other required strings a placeholder, and no
+    property the schema does not declare (strict clients drop unknown arguments). Fails where the
+    schema leaves the agent stuck: a handle to pass but no property for it, a required handle it
+    does not hold, a required property it cannot fill."""
+    schema = tool.input_schema
+    properties = schema.get("properties") or {}
+    required = set(schema.get("required") or [])
+    key = handle_property(tool)
+    arguments: dict[str, Any] = {}
+    if handle is not None:
+        expect(
+            key is not None,
+            f"{tool.name} acts on an invoice the agent holds a handle for, but its input schema "
+            f"declares no property naming the workflow instance: {schema}",
+        )
+        arguments[key] = handle
+    else:
+        expect(
+            key not in required,
+            f"{tool.name} requires `{key}` (the workflow instance), but the agent holds no handle "
+            f"for this invoice: {schema}",
+        )
+    for name, spec in properties.items():
+        if name == key:
+            continue
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        if name == "amount":
+            arguments[name] = amount
+        elif name in required:
+            expect(kind == "string", f"{tool.name}: the agent cannot fill required `{name}` of type {kind!r}")
+            arguments[name] = PLACEHOLDER
+    undeclared = set(arguments) - set(properties)
+    expect(not undeclared, f"{tool.name}: the agent would send undeclared {sorted(undeclared)}")
+    # A strict client checks what it sends against the schema it was given.
+    errors = sorted(
+        error.message for error in jsonschema.validators.validator_for(schema)(schema).iter_errors(arguments)
+    )
+    expect(not errors, f"{tool.name}: arguments {arguments} do not match the listed schema: {errors}")
+    return arguments
+
+
+def check_handle_schemas(tools: list[ListedTool], key: str, what: str) -> dict[str, str]:
+    """Every listed tool's schema declares the handle property `key` (recognised by its
+    description), required except on the tools that start an instance. Returns
+    `{tool: "required" | "optional"}`."""
+    seen = {}
+    for tool in tools:
+        found = handle_property(tool)
+        expect_equal(found, key, f"{what}: the property of {tool.name} that names the workflow instance")
+        required = key in (tool.input_schema.get("required") or [])
+        expect_equal(
+            required,
+            tool.name not in STARTERS,
+            f"{what}: `{key}` required in {tool.name}'s schema {tool.input_schema}",
+        )
+        seen[tool.name] = "required" if required else "optional"
+    return seen
+
+
+def pick(tools: list[ListedTool], name: str, what: str) -> ListedTool:
+    for tool in tools:
+        if tool.name == name:
+            return tool
+    raise Failed(f"{what}: the agent wants {name}, which tools/list does not show: {[t.name for t in tools]}")
+
+
+def union_menu(states: Iterable[str], with_start: bool) -> list[str]:
+    names = set(START) if with_start else set()
+    for state in states:
+        names |= set(MENU[state])
+    return sorted(names)
+
+
+@dataclass
+class ModelRun:
+    """What the model-style agent saw and sent, for the summary."""
+
+    handles: dict[str, str] = field(default_factory=dict)
+    states: dict[str, str] = field(default_factory=dict)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    schemas: dict[str, str] = field(default_factory=dict)
+
+    def redact(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """`arguments` with the handles written as `<A>`, `<B>`, so the summary is stable."""
+        names = {handle: f"<{label}>" for label, handle in self.handles.items()}
+        return {key: names.get(value, value) if isinstance(value, str) else value for key, value in arguments.items()}
+
+
+async def drive_two_invoices(agent: ModelTransport, *, names_handles: bool, key: str = "handle") -> dict[str, Any]:
+    """Drives invoices A and B through `TWO_INVOICES` as a model would. Each step lists the tools,
+    picks the one it wants by name and fills its arguments from its schema; then it asks
+    `invoice.status` the same way.
+
+    `names_handles=False` (a session, 2025-11-25): no request ever carries `_meta`; a plain list
+    shows the menus of every instance the session touched plus the starting tools.
+    `names_handles=True` (2026-07-28, no session): the agent names the handle of the invoice it
+    acts on in `tools/list`'s `_meta` and sees exactly that invoice's menu (no handle yet: the
+    starting tools); after each step it lists with all its handles, and sees the union."""
+    run = ModelRun()
+    transitions = 0
+    last_menu: list[str] = []
+
+    async def listing(label: str, what: str) -> list[ListedTool]:
+        nonlocal last_menu
+        held = run.handles.get(label)
+        if names_handles:
+            handles = [held] if held else []
+            wanted = MENU[run.states[label]] if held else START
+        else:
+            handles = []
+            wanted = union_menu(run.states.values(), with_start=True)
+        tools = await agent.list_tools(handles)
+        last_menu = expect_menu([t.name for t in tools], wanted, f"{agent.name}: {what}")
+        run.schemas.update(check_handle_schemas(tools, key, f"{agent.name}: {what}"))
+        return tools
+
+    async def call(label: str, name: str, what: str) -> ToolOutcome:
+        tools = await listing(label, what)
+        held = run.handles.get(label)
+        arguments = model_arguments(pick(tools, name, what), held, AMOUNTS[label])
+        outcome = await agent.call_tool(name, arguments)
+        expect(
+            not outcome.is_error,
+            f"{agent.name}: {what}: {name} {arguments} failed: {outcome.text!r} {outcome.structured!r}",
+        )
+        expect(isinstance(outcome.structured, dict), f"{agent.name}: {name} returned no structuredContent")
+        if held is None:
+            minted = expect_handle(outcome.structured.get("handle"), f"{what}: structuredContent.handle of {name}")
+            expect(minted in outcome.text, f"{what}: the text of {name} should carry {minted}: {outcome.text!r}")
+            expect(minted not in run.handles.values(), f"{what}: {name} minted a handle already held")
+            run.handles[label] = minted
+        else:
+            expect_equal(outcome.structured.get("handle"), held, f"{what}: structuredContent.handle of {name}")
+        run.steps.append({"invoice": label, "tool": name, "arguments": run.redact(arguments)})
+        return outcome
+
+    async def status(label: str, what: str) -> str:
+        outcome = await call(label, "invoice.status", f"invoice.status of {label} {what}")
+        run.steps.pop()  # a status question is not a step of the lifecycle
+        return outcome.structured.get("state")
+
+    for number, (label, tool, after) in enumerate(TWO_INVOICES, start=1):
+        what = f"step {number} ({tool} on invoice {label})"
+        await call(label, tool, what)
+        run.states[label] = after
+        run.steps[-1]["state"] = after
+        seen = await agent.transitions_seen(number, f"after {what}")
+        if seen is not None:
+            transitions = seen
+        expect_equal(await status(label, f"after {what}"), after, f"invoice.status of {label} after {what}")
+        if names_handles:
+            held = [run.handles[name] for name in sorted(run.handles)]
+            tools = await agent.list_tools(held)
+            run.steps[-1]["menu of all handles"] = expect_menu(
+                [t.name for t in tools],
+                union_menu(run.states.values(), with_start=False),
+                f"{agent.name}: _meta naming all handles after {what}",
+            )
+            check_handle_schemas(tools, key, f"_meta naming all handles after {what}")
+        else:
+            # What the plain list showed when the agent asked for the status just now.
+            run.steps[-1]["menu"] = last_menu
+    final = {label: await status(label, "at the end") for label in sorted(run.handles)}
+    return {
+        "handles": run.handles,
+        "final": final,
+        "steps": run.steps,
+        "schemas": dict(sorted(run.schemas.items())),
+        "handle_property": key,
+        "list_changed": transitions if transitions else None,
+    }
