@@ -76,6 +76,19 @@ enum Command {
         /// still change is saved) and the exit code is 1. A second signal exits at once.
         #[arg(long, default_value_t = 30)]
         shutdown_timeout: u64,
+        /// Close an HTTP connection that takes longer than this many seconds to send a request's
+        /// headers; this also closes a keep-alive connection idle that long between requests.
+        /// Open event streams are not affected (rmcp keeps them alive with SSE comments).
+        #[arg(long, default_value_t = 10)]
+        header_timeout: u64,
+        /// Accept at most this many HTTP connections at once; further ones wait in the listen
+        /// backlog until one closes. Default: the open-file limit less 256.
+        #[arg(long)]
+        max_connections: Option<usize>,
+        /// Hold at most this many HTTP sessions; an `initialize` past it gets 503 with
+        /// `Retry-After` and a JSON-RPC error saying so. Default: no cap.
+        #[arg(long)]
+        max_sessions: Option<usize>,
     },
     /// Load every plugin in a directory and report every problem; exit 1 if there is one.
     Check {
@@ -156,6 +169,9 @@ fn main() -> ExitCode {
             state_handle_key,
             stateless,
             shutdown_timeout,
+            header_timeout,
+            max_connections,
+            max_sessions,
         } => commands::serve::run(commands::serve::ServeOptions {
             shutdown_timeout: Duration::from_secs(shutdown_timeout),
             plugins,
@@ -175,6 +191,12 @@ fn main() -> ExitCode {
                 allowed_hosts,
                 allowed_origins,
                 stateless,
+                connections: turnstile::mcp::ConnectionLimits {
+                    max_connections: max_connections
+                        .unwrap_or_else(turnstile::mcp::default_max_connections),
+                    header_timeout: Duration::from_secs(header_timeout),
+                },
+                max_sessions,
             },
             handles: state_handle_key
                 .or_else(|| stateless.then(|| turnstile::mcp::DEFAULT_HANDLE_KEY.to_string()))

@@ -7,19 +7,14 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use axum::{
-    Json, Router,
-    extract::State,
-    middleware,
-    routing::get,
-    serve::{Listener, ListenerExt},
-};
+use axum::{Json, Router, extract::State, middleware, routing::get};
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
 use tokio_util::sync::CancellationToken;
 
 use super::{
+    connections::{self, ConnectionLimits},
     http_layer::{self, McpLayer},
     server::{Shared, TurnstileServer},
 };
@@ -37,6 +32,10 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// No sessions for any protocol revision: each request gets its own handler.
     pub stateless: bool,
+    /// Connection cap and header deadline (see `connections`).
+    pub connections: ConnectionLimits,
+    /// At most this many sessions at once; an `initialize` past it is refused with 503.
+    pub max_sessions: Option<usize>,
 }
 
 impl Default for HttpOptions {
@@ -46,6 +45,8 @@ impl Default for HttpOptions {
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             stateless: false,
+            connections: ConnectionLimits::default(),
+            max_sessions: None,
         }
     }
 }
@@ -99,15 +100,23 @@ pub async fn serve_http(
         .nest_service("/mcp", mcp)
         // Only on `/mcp`: a layer applies to the routes added before it.
         .layer(middleware::from_fn_with_state(
-            McpLayer { sessions },
+            McpLayer {
+                sessions,
+                max_sessions: options.max_sessions,
+                stateless: options.stateless,
+            },
             http_layer::by_the_book,
         ))
         .route("/stats", get(stats))
         .with_state(shared);
     tracing::info!(address = %local, "serving MCP over Streamable HTTP at http://{local}/mcp");
-    axum::serve(without_nagle(listener), app)
-        .with_graceful_shutdown(async move { shutdown.draining.cancelled().await })
-        .await?;
+    connections::serve(
+        listener,
+        app,
+        options.connections.clone(),
+        shutdown.draining,
+    )
+    .await;
     Ok(())
 }
 
@@ -126,20 +135,6 @@ fn allowed_origins(local: SocketAddr, extra: &[String]) -> Vec<String> {
     }
     origins.extend(extra.iter().cloned());
     origins
-}
-
-/// Accepts connections with `TCP_NODELAY` set. A response streamed as SSE ends with a small
-/// write; with Nagle's algorithm on, the kernel holds it back until the client acknowledges the
-/// previous segment, and a keep-alive client delays that ACK by ~40 ms, so every response would
-/// end 40 ms late.
-fn without_nagle(
-    listener: tokio::net::TcpListener,
-) -> impl Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
-    listener.tap_io(|stream| {
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::debug!(%error, "cannot set TCP_NODELAY on an accepted connection");
-        }
-    })
 }
 
 /// What the actors hold, as JSON: for operators and for the leak tests.
@@ -172,19 +167,5 @@ mod tests {
             ),
             ["https://app.example.com:443"]
         );
-    }
-
-    #[tokio::test]
-    async fn accepted_connections_have_nagle_off() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let mut listener = without_nagle(listener);
-        let client = tokio::net::TcpStream::connect(address).await.unwrap();
-        let (accepted, _) = listener.accept().await;
-        assert!(
-            accepted.nodelay().unwrap(),
-            "the server's side has TCP_NODELAY"
-        );
-        drop(client);
     }
 }

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use axum::{
     body::{Body, Bytes},
     extract::{Request, State},
-    http::{HeaderValue, Method, StatusCode, header, response::Parts},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header, response::Parts},
     middleware::Next,
     response::Response,
 };
@@ -33,7 +33,7 @@ use rmcp::transport::{
 };
 use serde_json::Value;
 
-use super::jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection};
+use super::jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY};
 
 /// rmcp's answer when the body it read is not a JSON-RPC message it accepts (its 415).
 const UNREADABLE_BODY_PREFIX: &str = "fail to deserialize";
@@ -43,16 +43,26 @@ const UNREADABLE_BODY_PREFIX: &str = "fail to deserialize";
 const MAX_REJECTION_TEXT: usize = 64 * 1024;
 
 /// What the layer needs besides the request: the sessions rmcp serves, to tell a live session
-/// from an unknown one on `DELETE`.
+/// from an unknown one on `DELETE` and to hold their number under `max_sessions`.
 #[derive(Clone)]
 pub struct McpLayer {
     pub sessions: Arc<LocalSessionManager>,
+    /// `--max-sessions`: a request that would open a session past it gets 503.
+    pub max_sessions: Option<usize>,
+    /// `--stateless`: no request opens a session.
+    pub stateless: bool,
 }
+
+/// How long a client refused for the session cap is told to wait (`Retry-After`, seconds).
+const SESSIONS_FULL_RETRY_AFTER_S: u64 = 5;
 
 /// The middleware (`axum::middleware::from_fn_with_state`).
 pub async fn by_the_book(State(layer): State<McpLayer>, request: Request, next: Next) -> Response {
     match *request.method() {
-        Method::POST => post(request, next).await,
+        Method::POST => match sessions_full(&layer, request.headers()).await {
+            Some(refusal) => refusal,
+            None => post(request, next).await,
+        },
         Method::DELETE => delete(&layer.sessions, request, next).await,
         _ => as_json_rpc(next.run(request).await, &[]).await,
     }
@@ -79,6 +89,41 @@ async fn post(request: Request, next: Next) -> Response {
     }
     let chunks = std::mem::take(&mut *chunks.lock().unwrap_or_else(PoisonError::into_inner));
     as_json_rpc(response, &chunks.concat()).await
+}
+
+/// A 503 when `request` would open a session and `max_sessions` are open already. Only a POST
+/// without `Mcp-Session-Id` on a session revision can open one (an `initialize`), so requests
+/// of live sessions and sessionless 2026-07-28 requests never pay for the count.
+async fn sessions_full(layer: &McpLayer, headers: &HeaderMap) -> Option<Response> {
+    let max = layer.max_sessions?;
+    let sessionless = layer.stateless
+        || headers.contains_key(HEADER_SESSION_ID)
+        || headers
+            .get("mcp-protocol-version")
+            .is_some_and(|version| version == "2026-07-28");
+    if sessionless || layer.sessions.sessions.read().await.len() < max {
+        return None;
+    }
+    tracing::info!(
+        max_sessions = max,
+        "session limit reached; refusing a new session"
+    );
+    let rejection = Rejection {
+        code: SERVER_BUSY,
+        message: format!(
+            "Service Unavailable: this server holds its maximum of {max} sessions; retry in \
+             {SESSIONS_FULL_RETRY_AFTER_S} s, or end a session you no longer use (DELETE)"
+        ),
+        id: Value::Null,
+    };
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(SESSIONS_FULL_RETRY_AFTER_S),
+    );
+    let (parts, _) = response.into_parts();
+    Some(json_response(parts, &rejection))
 }
 
 /// Serves a DELETE: 204 when it ended a live session, 404 when there was none to end.

@@ -18,6 +18,8 @@ pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
 /// JSON-RPC 2.0: the server failed on its side.
 pub const INTERNAL_ERROR: i64 = -32603;
+/// Implementation-defined server error: the server cannot take this request now (a limit).
+pub const SERVER_BUSY: i64 = -32000;
 
 /// A JSON-RPC error to send in answer to a message that could not be served.
 #[derive(Debug, Clone, PartialEq)]

@@ -15,6 +15,7 @@
 //! **Architecture Invariant:** only this module names rmcp types.
 
 mod call_events;
+mod connections;
 mod http;
 mod http_layer;
 mod jsonrpc_errors;
@@ -25,6 +26,7 @@ mod stdio;
 mod target;
 
 pub use self::{
+    connections::{ConnectionLimits, default_max_connections},
     http::{HttpOptions, serve_http},
     server::{Shared, TurnstileServer},
     stdio::serve_stdio,

@@ -1,0 +1,226 @@
+//! Accepting HTTP connections so that a long-running server cannot be locked up by its sockets:
+//! a cap on open connections with back-pressure, a deadline for request headers, `TCP_NODELAY`,
+//! and a drain that lets responses in flight finish.
+//!
+//! `axum::serve` has none of the limits, so this is the accept loop of axum's "serve with hyper"
+//! pattern, with them added:
+//! - **`max_connections`**: a connection holds a permit for its whole life, and the loop takes a
+//!   permit *before* `accept`. At the cap it stops accepting, so new connections wait in the
+//!   kernel's backlog instead of being accepted and starved; an accept error (such as running
+//!   out of file descriptors) backs off instead of spinning.
+//! - **`header_timeout`**: hyper's header read timeout. It runs whenever a connection owes the
+//!   server a request head: from the connection's first byte (before that, a wait for the first
+//!   byte with the same timeout), and again while a keep-alive connection sits between requests. So a slowloris client, and an idle keep-alive socket, are closed
+//!   after it. A response being streamed (an SSE stream, a slow tool call) is not waiting for a
+//!   head and is not affected; rmcp keeps event streams alive with SSE comments.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use axum::Router;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo, TokioTimer},
+    server::{conn::auto, graceful::GracefulShutdown},
+    service::TowerToHyperService,
+};
+use tokio::{net::TcpListener, sync::Semaphore};
+use tokio_util::sync::CancellationToken;
+
+/// How connections are accepted and bounded.
+#[derive(Debug, Clone)]
+pub struct ConnectionLimits {
+    /// Open connections at most; past it, new ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's headers (also: how long a keep-alive
+    /// connection may sit idle between requests).
+    pub header_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_connections: default_max_connections(),
+            header_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The default connection cap: what the process's file-descriptor limit leaves after a reserve
+/// for the store, plugins and logs (at least 64).
+pub fn default_max_connections() -> usize {
+    /// Descriptors kept for everything that is not a client connection.
+    const RESERVE: u64 = 256;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` writes one `rlimit` to the pointer it is given, which is valid.
+    let known = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+    let soft = if known { limit.rlim_cur } else { 1024 };
+    usize::try_from(soft.saturating_sub(RESERVE).max(64)).unwrap_or(usize::MAX)
+}
+
+/// Serves `app` on `listener` until `stop_accepting` is cancelled, then lets every open
+/// connection finish its responses in flight (idle keep-alive connections are closed at once,
+/// open event streams end when the app ends them).
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    stop_accepting: CancellationToken,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    let mut full_logged = false;
+    loop {
+        // Back-pressure: no permit, no accept.
+        let permit = tokio::select! {
+            permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            () = stop_accepting.cancelled() => break,
+        };
+        if permits.available_permits() == 0 && !full_logged {
+            full_logged = true;
+            tracing::warn!(
+                max_connections = limits.max_connections,
+                "connection limit reached; new connections wait until one closes"
+            );
+        } else if permits.available_permits() > limits.max_connections / 10 {
+            full_logged = false;
+        }
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of descriptors, or the peer gave up before the accept: wait a little
+                    // for descriptors to free up rather than spin.
+                    tracing::warn!(%error, "cannot accept a connection; retrying in 100 ms");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = stop_accepting.cancelled() => break,
+        };
+        let timeout = limits.header_timeout;
+        serve_connection(
+            &builder,
+            &graceful,
+            stream,
+            peer,
+            app.clone(),
+            permit,
+            timeout,
+        );
+    }
+    drop(listener);
+    // Idle connections close now; busy ones after their responses.
+    graceful.shutdown().await;
+}
+
+/// Turns Nagle's algorithm off on an accepted connection. The end of an SSE-framed response is a
+/// small write; with Nagle on, the kernel holds it until the client acknowledges the previous
+/// segment, and a keep-alive client delays that ACK by ~40 ms, so every response would end late.
+fn without_nagle(stream: &tokio::net::TcpStream) {
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "cannot set TCP_NODELAY on an accepted connection");
+    }
+}
+
+fn serve_connection(
+    builder: &auto::Builder<TokioExecutor>,
+    graceful: &GracefulShutdown,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    header_timeout: Duration,
+) {
+    without_nagle(&stream);
+    let builder = builder.clone();
+    let watcher = graceful.watcher();
+    tokio::spawn(async move {
+        // hyper's header timeout starts once it knows the protocol, which takes the first
+        // bytes: a socket that never sends any is closed here, after the same timeout.
+        let mut first = [0u8; 1];
+        match tokio::time::timeout(header_timeout, stream.peek(&mut first)).await {
+            Ok(Ok(read)) if read > 0 => {}
+            _ => return drop(permit),
+        }
+        let service = TowerToHyperService::new(app);
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+        if let Err(error) = watcher.watch(connection.into_owned()).await {
+            // A client that hangs up or times out is normal; nothing for the operator.
+            tracing::debug!(%peer, %error, "connection ended");
+        }
+        drop(permit);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_connections_have_nagle_off() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let client = tokio::net::TcpStream::connect(address).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        without_nagle(&accepted);
+        assert!(
+            accepted.nodelay().unwrap(),
+            "the server's side has TCP_NODELAY"
+        );
+        drop(client);
+    }
+
+    /// A client that never finishes its request headers is closed after the header timeout,
+    /// and the cap makes further connections wait instead of being accepted.
+    #[tokio::test]
+    async fn a_slow_header_is_cut_off_and_the_cap_holds() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let limits = ConnectionLimits {
+            max_connections: 1,
+            header_timeout: Duration::from_millis(300),
+        };
+        let stop = CancellationToken::new();
+        let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let server = tokio::spawn(serve(listener, app, limits, stop.clone()));
+
+        let mut slow = tokio::net::TcpStream::connect(address).await.unwrap();
+        slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        // The only permit is taken: a second client is not served while the slow one lives.
+        let mut second = tokio::net::TcpStream::connect(address).await.unwrap();
+        second
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buffer = [0u8; 256];
+        let early =
+            tokio::time::timeout(Duration::from_millis(150), second.read(&mut buffer)).await;
+        assert!(early.is_err(), "served past the connection cap");
+        // The slow one is cut off at the header timeout (hyper answers 408 or closes) ...
+        let cut =
+            tokio::time::timeout(Duration::from_secs(5), slow.read_to_end(&mut Vec::new())).await;
+        assert!(cut.is_ok(), "the slow client was not cut off");
+        // ... which frees the permit for the second.
+        let read = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buffer))
+            .await
+            .expect("the second client is served")
+            .unwrap();
+        assert!(String::from_utf8_lossy(&buffer[..read]).starts_with("HTTP/1.1 200"));
+        stop.cancel();
+        drop((slow, second));
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}

@@ -1,0 +1,130 @@
+//! Limits that keep a long-running server answering (issue "A server you can leave running",
+//! items 2 and 3): sockets that never send a request are closed after the header timeout while
+//! normal clients are served, the connection cap makes clients wait rather than fail, and the
+//! session cap refuses a new session with 503 and `Retry-After`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Client, PluginDir, Server};
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+/// The server's address (`127.0.0.1:PORT`) from its MCP URL.
+fn address(server: &Server) -> String {
+    server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string()
+}
+
+#[tokio::test]
+async fn slowloris_and_idle_sockets_are_closed_while_a_normal_client_is_served() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &["--header-timeout", "2"]);
+    let address = address(&server);
+    let mut sockets = Vec::new();
+    for n in 0..300 {
+        let mut socket = TcpStream::connect(&address).await.expect("connect");
+        if n % 2 == 0 {
+            // Slowloris: a request line and a header, never the blank line that ends them.
+            socket
+                .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                .await
+                .unwrap();
+        }
+        sockets.push(socket);
+    }
+    // Meanwhile, a normal client is served.
+    let client = Client::http(&server.url).await;
+    let result = client.call("invoice.submit", json!({"amount": 10})).await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+
+    // Every one of the 300 is closed by the server within the timeout (plus slack).
+    let started = Instant::now();
+    for mut socket in sockets {
+        let mut buffer = [0u8; 512];
+        let closed = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match socket.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => continue, // a 408 before the close
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "a socket was left open");
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // And the server still serves.
+    assert_eq!(client.invoice_state().await, "review");
+}
+
+#[tokio::test]
+async fn at_the_connection_cap_a_client_waits_instead_of_failing() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(
+        plugins.path(),
+        &["--max-connections", "4", "--header-timeout", "1"],
+    );
+    let address = address(&server);
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(TcpStream::connect(&address).await.expect("connect"));
+    }
+    // All four permits are held by sockets that send nothing; the header timeout frees them,
+    // and the client, queued in the backlog meanwhile, is then served.
+    let client = tokio::time::timeout(Duration::from_secs(15), Client::http(&server.url))
+        .await
+        .expect("served once the idle sockets were closed");
+    let result = client.call("invoice.submit", json!({"amount": 1})).await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    drop(idle);
+}
+
+#[tokio::test]
+async fn past_the_session_cap_a_new_session_gets_503_with_retry_after() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &["--max-sessions", "3"]);
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(Client::http(&server.url).await);
+    }
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "limits-test", "version": "0"}}});
+    let post = || {
+        reqwest::Client::new()
+            .post(&server.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(initialize.to_string())
+            .send()
+    };
+    let refused = post().await.expect("an answer");
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let body: Value = refused.json().await.expect("a JSON-RPC error body");
+    assert_eq!(body["error"]["code"], -32000, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("maximum of 3 sessions"),
+        "{body}"
+    );
+    // The sessions that exist keep working.
+    let result = clients[0]
+        .call("invoice.submit", json!({"amount": 1}))
+        .await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    // One ends (DELETE): a new session is admitted.
+    clients.pop().unwrap().close().await;
+    let admitted = post().await.expect("an answer");
+    assert_eq!(admitted.status(), 200);
+}
