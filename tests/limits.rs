@@ -128,3 +128,62 @@ async fn past_the_session_cap_a_new_session_gets_503_with_retry_after() {
     let admitted = post().await.expect("an answer");
     assert_eq!(admitted.status(), 200);
 }
+
+/// A slow plugin saturates only its own call pool: its excess calls are answered BUSY (after a
+/// short wait for a slot), and another plugin's tool answers meanwhile.
+#[tokio::test]
+async fn a_slow_plugin_saturates_only_its_own_pool() {
+    let plugins = PluginDir::with(&["testkit", "invoice"]);
+    let server = Server::http(plugins.path(), &["--plugin-pool", "4"]);
+    let client = std::sync::Arc::new(Client::http(&server.url).await);
+    let slow: Vec<_> = (0..12)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.call("testkit.slow", json!({"ms": 3000})).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Another plugin is not held up: it answers while all four slots of testkit are taken.
+    let status = client.call("invoice.status", json!({})).await;
+    assert_ne!(status.is_error, Some(true), "{status:?}");
+    let mut busy = 0;
+    let mut ran = 0;
+    for call in slow {
+        let result = call.await.unwrap();
+        if result.is_error == Some(true) {
+            let error = &result.structured_content.as_ref().unwrap()["error"];
+            assert_eq!(error["code"], "BUSY", "{error}");
+            assert!(error["retryAfterMs"].as_u64().is_some(), "{error}");
+            busy += 1;
+        } else {
+            ran += 1;
+        }
+    }
+    assert_eq!(
+        (ran, busy),
+        (4, 8),
+        "the pool runs 4 at once and turns the rest away"
+    );
+}
+
+/// A call that outlived its deadline keeps its instance locked until the plugin returns, so two
+/// calls never overlap on one instance; afterwards the instance takes calls again.
+#[tokio::test]
+async fn an_instance_whose_call_timed_out_is_busy_until_its_plugin_returns() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let server = Server::http(plugins.path(), &["--tool-timeout", "1"]);
+    let client = Client::http(&server.url).await;
+    client.call("testkit.go", json!({})).await;
+    let late = client
+        .call("testkit.reset", json!({"sleep_ms": 2500}))
+        .await;
+    let code = |result: &rmcp::model::CallToolResult| {
+        result.structured_content.as_ref().unwrap()["error"]["code"].clone()
+    };
+    assert_eq!(code(&late), "TOOL_TIMEOUT");
+    let overlapping = client.call("testkit.reset", json!({})).await;
+    assert_eq!(code(&overlapping), "BUSY", "{overlapping:?}");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let after = client.call("testkit.reset", json!({})).await;
+    assert_ne!(after.is_error, Some(true), "{after:?}");
+}

@@ -27,12 +27,47 @@ pub enum InvokeError {
     TimedOut(Duration),
     #[error("the tool's worker thread failed: {0}")]
     Worker(String),
+    /// The plugin is running as many calls as its pool allows (a slow or hung plugin); the
+    /// call did not start. Retrying later may succeed.
+    #[error("the plugin is busy: all {0} of its call slots are taken; retry later")]
+    Busy(usize),
+    /// An earlier call on the same instance outlived its deadline and its plugin has not yet
+    /// returned: two calls never overlap on one instance.
+    #[error(
+        "an earlier call on this instance is still running in its plugin (it outlived its \
+         deadline); retry later"
+    )]
+    InstanceBusy,
     /// The server is shutting down and stopped waiting for the tool (see `shutdown`).
     #[error("the server is shutting down and stopped waiting for the tool")]
     ShuttingDown,
     /// The tool succeeded, but its output breaks the output convention or its `output_schema`.
     #[error("the tool's output does not match its declared output: {}", .0.join("; "))]
     BadOutput(Vec<String>),
+}
+
+/// Held by the thread running an instance's plugin call, so that a call that outlived its
+/// deadline keeps the instance from starting another until the plugin returns.
+#[derive(Debug, Default, Clone)]
+pub struct InstanceLock(Arc<std::sync::atomic::AtomicBool>);
+
+/// The instance's lock, taken; released when dropped (by the plugin's thread).
+pub struct HeldLock(Arc<std::sync::atomic::AtomicBool>);
+
+impl InstanceLock {
+    fn take(&self) -> Option<HeldLock> {
+        use std::sync::atomic::Ordering;
+        self.0
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|_| HeldLock(self.0.clone()))
+    }
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// How long a plugin call may run, and when to stop waiting for it altogether.
@@ -62,13 +97,26 @@ pub async fn run(
     context: CallContext,
     host: Option<Arc<HostCall>>,
     limits: &Limits,
+    instance: Option<&InstanceLock>,
 ) -> Result<PluginOutput, InvokeError> {
     let deadline = limits.timeout;
     let plugin_host = host.clone();
     let checked = tool.clone();
+    // The slot travels with the thread: it is given back when the plugin returns, not when we
+    // stop waiting for it.
+    let held = match instance {
+        Some(lock) => Some(lock.take().ok_or(InvokeError::InstanceBusy)?),
+        None => None,
+    };
+    let Some(slot) = tool.plugin.pool().enter(crate::plugin::QUEUE_WAIT).await else {
+        return Err(InvokeError::Busy(tool.plugin.pool().size()));
+    };
     let running = tokio::task::spawn_blocking(move || {
-        tool.plugin
-            .call_with(tool.name(), &arguments, &context, plugin_host)
+        let output = tool
+            .plugin
+            .call_with(tool.name(), &arguments, &context, plugin_host);
+        drop((slot, held));
+        output
     });
     let waited = tokio::select! {
         waited = tokio::time::timeout(deadline, running) => waited,
@@ -84,6 +132,12 @@ pub async fn run(
             if let Some(host) = host {
                 host.cancel();
             }
+            checked.plugin.pool().count_past_deadline();
+            tracing::warn!(
+                tool = %checked.name(),
+                deadline_s = deadline.as_secs_f64(),
+                "a tool call outlived its deadline; its thread stays busy until the plugin returns"
+            );
             Err(InvokeError::TimedOut(deadline))
         }
         Ok(Err(join)) => Err(InvokeError::Worker(join.to_string())),

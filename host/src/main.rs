@@ -89,6 +89,10 @@ enum Command {
         /// `Retry-After` and a JSON-RPC error saying so. Default: no cap.
         #[arg(long)]
         max_sessions: Option<usize>,
+        /// Run at most this many calls of one plugin at once; a call beyond that is answered
+        /// BUSY (with `retryAfterMs`) at once, so a slow or hung plugin saturates only itself.
+        #[arg(long, default_value_t = turnstile::plugin::DEFAULT_POOL_SIZE)]
+        plugin_pool: usize,
     },
     /// Load every plugin in a directory and report every problem; exit 1 if there is one.
     Check {
@@ -172,7 +176,9 @@ fn main() -> ExitCode {
             header_timeout,
             max_connections,
             max_sessions,
+            plugin_pool,
         } => commands::serve::run(commands::serve::ServeOptions {
+            plugin_pool,
             shutdown_timeout: Duration::from_secs(shutdown_timeout),
             plugins,
             transport: match (stdio, http) {

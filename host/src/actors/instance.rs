@@ -115,6 +115,8 @@ pub struct InstanceActor {
     /// `None` until loaded from the store, and again after anything that makes the in-memory copy
     /// doubtful (a failed or conflicting save): the next message reloads it.
     current: Option<InstanceView>,
+    /// Held by a plugin thread still running a call of this instance past its deadline.
+    plugin_lock: invoke::InstanceLock,
 }
 
 impl InstanceActor {
@@ -124,6 +126,7 @@ impl InstanceActor {
             workflow,
             deps,
             current: None,
+            plugin_lock: invoke::InstanceLock::default(),
         }
     }
 
@@ -229,6 +232,7 @@ impl Handler<Call> for InstanceActor {
         let loading = self.current_or_load();
         let node = self.deps.node.clone();
         let limits = self.deps.limits.clone();
+        let plugin_lock = self.plugin_lock.clone();
         let catalog = self.deps.catalog.clone();
         let store = self.deps.store.clone();
         let workflow = self.workflow.clone();
@@ -246,7 +250,7 @@ impl Handler<Call> for InstanceActor {
             };
             let finished = run_call(
                 &node,
-                &limits,
+                (&limits, &plugin_lock),
                 &catalog,
                 &*store,
                 &workflow,
@@ -289,7 +293,7 @@ impl Handler<Call> for InstanceActor {
 #[allow(clippy::too_many_arguments)] // The call's whole context, passed by value once.
 async fn run_call(
     node: &str,
-    limits: &invoke::Limits,
+    (limits, plugin_lock): (&invoke::Limits, &invoke::InstanceLock),
     catalog: &Catalog,
     store: &dyn StateStore,
     workflow: &Workflow,
@@ -312,6 +316,7 @@ async fn run_call(
         context,
         call.host,
         limits,
+        Some(plugin_lock),
     )
     .await?;
 

@@ -20,14 +20,23 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
+    /// Loads with the default call pool per plugin.
     pub fn load(dir: &Path) -> anyhow::Result<LoadReport> {
+        LoadReport::load_with_pool(dir, plugin::DEFAULT_POOL_SIZE)
+    }
+
+    /// Loads, giving each plugin a pool of `pool_size` concurrent calls (`--plugin-pool`).
+    pub fn load_with_pool(dir: &Path, pool_size: usize) -> anyhow::Result<LoadReport> {
         if !dir.is_dir() {
             anyhow::bail!(
                 "plugin directory {} does not exist or is not a directory",
                 dir.display()
             );
         }
-        let (plugins, load_errors) = plugin::load_dir(dir);
+        let (mut plugins, load_errors) = plugin::load_dir(dir);
+        for plugin in &mut plugins {
+            plugin.set_pool_size(pool_size);
+        }
         let (catalog, catalog_errors) = Catalog::build(plugins);
         Ok(LoadReport {
             catalog,

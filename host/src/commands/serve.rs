@@ -25,6 +25,8 @@ pub struct ServeOptions {
     pub handles: Option<HandleMode>,
     /// How long a shutdown waits for the calls in flight (`--shutdown-timeout`).
     pub shutdown_timeout: Duration,
+    /// How many calls of one plugin may run at once (`--plugin-pool`).
+    pub plugin_pool: usize,
 }
 
 pub enum Transport {
@@ -70,7 +72,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         .on_signals()
         .context("cannot install the signal handlers")?;
     options.actors.abandon_calls = shutdown.deadline.clone();
-    let report = LoadReport::load(&options.plugins)?;
+    let report = LoadReport::load_with_pool(&options.plugins, options.plugin_pool)?;
     // One bad plugin must not take the others down: say what is wrong and serve the rest.
     for problem in report.problems() {
         tracing::error!("plugin not loaded: {problem}");

@@ -203,11 +203,23 @@ pub fn invoke_failure(tool: &str, error: &InvokeError) -> CallToolResult {
         InvokeError::Worker(_) => "INTERNAL",
         InvokeError::BadOutput(_) => "BAD_OUTPUT",
         InvokeError::ShuttingDown => "SHUTTING_DOWN",
+        InvokeError::Busy(_) | InvokeError::InstanceBusy => return busy(tool, error),
     };
     error_result(
         format!("{tool} did not complete and changed nothing: {error}"),
         code,
         json!({ "tool": tool, "message": error.to_string() }),
+    )
+}
+
+/// The plugin's call slots are all taken: nothing ran; the agent may retry after a pause.
+fn busy(tool: &str, error: &InvokeError) -> CallToolResult {
+    /// A hint, not a promise: slots free up as the plugin's calls return.
+    const RETRY_AFTER_MS: u64 = 1000;
+    error_result(
+        format!("{tool} did not run and changed nothing: {error}"),
+        "BUSY",
+        json!({ "tool": tool, "message": error.to_string(), "retryAfterMs": RETRY_AFTER_MS }),
     )
 }
 

@@ -222,6 +222,7 @@ impl TurnstileServer {
             call_context,
             Some(host),
             &self.shared.call_limits,
+            None,
         );
         match self
             .call_events(context)

@@ -17,6 +17,7 @@ use super::{
     error::PluginError,
     library::{CallArgs, Library, error_message},
     manifest,
+    pool::CallPool,
     services::{HostCall, Registered},
 };
 
@@ -36,6 +37,8 @@ struct Inner {
     path: PathBuf,
     manifest: Manifest,
     library: Library,
+    /// The bound on this plugin's concurrent calls (see `pool`).
+    pool: CallPool,
 }
 
 /// What a tool call produced.
@@ -73,8 +76,26 @@ impl LoadedPlugin {
                 path: path.to_owned(),
                 manifest,
                 library,
+                pool: CallPool::default(),
             }),
         })
+    }
+
+    /// Sets how many calls of this plugin may run at once. Only before the handle is shared
+    /// (right after loading); returns whether it took effect.
+    pub fn set_pool_size(&mut self, size: usize) -> bool {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => {
+                inner.pool = CallPool::new(size);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The bound on this plugin's concurrent calls.
+    pub fn pool(&self) -> &CallPool {
+        &self.inner.pool
     }
 
     /// The file the plugin was loaded from.

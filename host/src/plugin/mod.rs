@@ -11,6 +11,7 @@
 //! - `library.rs`: the loading protocol and the only raw-pointer code of the host.
 //! - `manifest.rs`: manifest parsing (with the JSON path of errors) and local checks.
 //! - [`PluginError`] (`error.rs`): every failure, naming the file.
+//! - [`CallPool`] (`pool.rs`): how many calls of one plugin may run at once.
 //! - [`HostCall`] (`services.rs`): the host services a plugin may use during a call (ABI 1.1).
 //!
 //! **Invariant:** a library is never unloaded while a call may run: every [`LoadedPlugin`]
@@ -25,6 +26,7 @@ mod error;
 mod library;
 mod loaded;
 mod manifest;
+mod pool;
 mod services;
 #[cfg(test)]
 mod tests;
@@ -41,6 +43,7 @@ pub use turnstile_plugin_api::{CallContext, LogLevel, Manifest, ToolManifest};
 pub use self::{
     error::PluginError,
     loaded::{LoadedPlugin, PluginOutput},
+    pool::{CallPool, DEFAULT_POOL_SIZE, QUEUE_WAIT},
     services::{CallEvent, HostCall},
 };
 
