@@ -67,6 +67,10 @@ enum Command {
         /// Answer a tool call as timed out (firing nothing) after this many seconds.
         #[arg(long, default_value_t = 60)]
         tool_timeout: u64,
+        /// Answer a tool call whose result is over this many bytes of JSON as an error,
+        /// RESULT_TOO_LARGE (firing nothing). Default 4 MiB.
+        #[arg(long, default_value_t = turnstile::invoke::DEFAULT_MAX_RESULT_BYTES)]
+        max_result_bytes: usize,
         /// Drop an instance from memory after this many seconds without a call (0: never); it is
         /// reloaded from the store on its next call.
         #[arg(long, default_value_t = 600)]
@@ -153,6 +157,7 @@ fn main() -> ExitCode {
             allowed_origins,
             idle_after,
             tool_timeout,
+            max_result_bytes,
             state_handle_key,
             stateless,
             shutdown_timeout,
@@ -182,6 +187,7 @@ fn main() -> ExitCode {
             actors: turnstile::actors::ActorOptions {
                 idle_after: (idle_after > 0).then(|| Duration::from_secs(idle_after)),
                 tool_timeout: Duration::from_secs(tool_timeout),
+                max_result_bytes,
                 ..Default::default()
             },
         }),

@@ -95,6 +95,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     let call_limits = Limits {
         timeout: options.actors.tool_timeout,
         abandon: shutdown.deadline.clone(),
+        max_result_bytes: options.actors.max_result_bytes,
     };
     let runtime = actors::start(catalog.clone(), store.clone(), options.actors)?;
     // Passivated instances, ended sessions and their subscriptions are freed on several

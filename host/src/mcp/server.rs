@@ -174,7 +174,7 @@ impl TurnstileServer {
         for key in keys {
             let Some(workflow) = catalog.workflow(&key.workflow) else {
                 return Err(ErrorData::invalid_params(
-                    format!("no workflow \"{}\" is loaded", key.workflow),
+                    format!("no workflow \"{}\" is loaded", reply::clip(&key.workflow)),
                     None,
                 ));
             };
