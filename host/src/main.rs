@@ -161,36 +161,41 @@ fn main() -> ExitCode {
             state_handle_key,
             stateless,
             shutdown_timeout,
-        } => commands::serve::run(commands::serve::ServeOptions {
-            shutdown_timeout: Duration::from_secs(shutdown_timeout),
-            plugins,
-            transport: match (stdio, http) {
-                (true, _) => commands::serve::Transport::Stdio,
-                (false, address) => commands::serve::Transport::Http(
-                    address.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
-                ),
-            },
-            store: store.unwrap_or_else(|| match stdio {
-                true => "memory:".to_string(),
-                false => commands::serve::default_store(data_dir),
-            }),
-            store_namespace,
-            http: turnstile::mcp::HttpOptions {
-                session_idle_timeout: Duration::from_secs(session_idle_timeout),
-                allowed_hosts,
-                allowed_origins,
-                stateless,
-            },
-            handles: state_handle_key
-                .or_else(|| stateless.then(|| turnstile::mcp::DEFAULT_HANDLE_KEY.to_string()))
-                .map(|key| turnstile::mcp::HandleMode { key }),
-            actors: turnstile::actors::ActorOptions {
-                idle_after: (idle_after > 0).then(|| Duration::from_secs(idle_after)),
-                tool_timeout: Duration::from_secs(tool_timeout),
-                max_result_bytes,
-                ..Default::default()
-            },
-        }),
+        } => {
+            // The default store lives in the data directory; over stdio the default is `memory:`.
+            let data_dir = (store.is_none() && !stdio).then(|| commands::serve::data_dir(data_dir));
+            commands::serve::run(commands::serve::ServeOptions {
+                shutdown_timeout: Duration::from_secs(shutdown_timeout),
+                plugins,
+                transport: match (stdio, http) {
+                    (true, _) => commands::serve::Transport::Stdio,
+                    (false, address) => commands::serve::Transport::Http(
+                        address.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
+                    ),
+                },
+                store: store.unwrap_or_else(|| match &data_dir {
+                    Some(dir) => commands::serve::default_store(dir),
+                    None => "memory:".to_string(),
+                }),
+                data_dir,
+                store_namespace,
+                http: turnstile::mcp::HttpOptions {
+                    session_idle_timeout: Duration::from_secs(session_idle_timeout),
+                    allowed_hosts,
+                    allowed_origins,
+                    stateless,
+                },
+                handles: state_handle_key
+                    .or_else(|| stateless.then(|| turnstile::mcp::DEFAULT_HANDLE_KEY.to_string()))
+                    .map(|key| turnstile::mcp::HandleMode { key }),
+                actors: turnstile::actors::ActorOptions {
+                    idle_after: (idle_after > 0).then(|| Duration::from_secs(idle_after)),
+                    tool_timeout: Duration::from_secs(tool_timeout),
+                    max_result_bytes,
+                    ..Default::default()
+                },
+            })
+        }
         Command::Check { plugins } => commands::check::run(&plugins),
         Command::Machine {
             command: MachineCommand::Run { file },

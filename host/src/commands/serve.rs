@@ -1,6 +1,12 @@
 //! `turnstile serve`: load plugins, open the store, start the actors, serve MCP.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::Arc,
+    time::Duration,
+};
 
 use anyhow::Context;
 
@@ -20,6 +26,9 @@ pub struct ServeOptions {
     pub transport: Transport,
     pub store: String,
     pub store_namespace: String,
+    /// The data directory the default (embedded) store lives in, when it is used: created
+    /// `0700`, or tightened to it, before the store opens.
+    pub data_dir: Option<PathBuf>,
     pub http: HttpOptions,
     pub actors: actors::ActorOptions,
     pub handles: Option<HandleMode>,
@@ -32,9 +41,10 @@ pub enum Transport {
     Http(SocketAddr),
 }
 
-/// `embedded:<data dir>/state.redb`, the store used when none is named.
-pub fn default_store(data_dir: Option<PathBuf>) -> String {
-    let dir = data_dir.unwrap_or_else(|| {
+/// The data directory: `explicit` (`--data-dir`), else `$XDG_DATA_HOME/turnstile`, else
+/// `~/.local/share/turnstile`.
+pub fn data_dir(explicit: Option<PathBuf>) -> PathBuf {
+    explicit.unwrap_or_else(|| {
         std::env::var_os("XDG_DATA_HOME")
             .filter(|dir| !dir.is_empty())
             .map(PathBuf::from)
@@ -43,8 +53,12 @@ pub fn default_store(data_dir: Option<PathBuf>) -> String {
             })
             .unwrap_or_else(|| PathBuf::from("."))
             .join("turnstile")
-    });
-    format!("embedded:{}", dir.join("state.redb").display())
+    })
+}
+
+/// `embedded:<data dir>/state.redb`, the store used when none is named.
+pub fn default_store(data_dir: &Path) -> String {
+    format!("embedded:{}", data_dir.join("state.redb").display())
 }
 
 pub fn run(options: ServeOptions) -> anyhow::Result<ExitCode> {
@@ -83,6 +97,11 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         namespace: options.store_namespace.clone(),
         ..StoreOptions::default()
     };
+    if let Some(dir) = &options.data_dir {
+        // The store holds handles, which are credentials: no other user may list or read it.
+        store::private_data_dir(dir)
+            .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    }
     let store = store::open(&options.store, &store_options)
         .await
         .with_context(|| format!("cannot open the state store {}", options.store))?;
