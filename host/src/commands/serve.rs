@@ -121,6 +121,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     // threads; every few seconds, hand what was freed back to the OS.
     memory::release_free_memory_every(Duration::from_secs(2))
         .context("cannot start the memory-trim thread")?;
+    let readiness = mcp::Readiness::new(store.clone());
     tokio::spawn(relay_changes_from_other_servers(
         store,
         runtime.clone(),
@@ -136,6 +137,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         call_limits,
         shutdown: shutdown.clone(),
         connection_is_session: matches!(options.transport, Transport::Stdio),
+        readiness,
     });
     let drain = shutdown.drain(options.shutdown_timeout);
     match options.transport {
