@@ -63,7 +63,10 @@ async fn without_plugins_it_is_alive_but_not_ready() {
     assert_eq!(status, StatusCode::OK);
     let (status, body) = get_as(&server, "/readyz", "10.1.2.3").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(body["not_ready"]["plugins"], "no plugin is loaded", "{body}");
+    assert_eq!(
+        body["not_ready"]["plugins"], "no plugin is loaded",
+        "{body}"
+    );
     assert!(body["not_ready"].get("store").is_none(), "{body}");
 }
 
@@ -80,9 +83,17 @@ async fn a_huge_tool_name_is_clipped_in_the_error_and_the_log() {
         .expect_err("an unknown tool is a JSON-RPC error");
     let text = error.to_string();
     assert!(text.len() < 1024, "the error is {} bytes", text.len());
-    assert!(text.contains("unknown tool: nnnn") && text.contains('…'), "{text}");
+    assert!(
+        text.contains("unknown tool: nnnn") && text.contains('…'),
+        "{text}"
+    );
     // Still serving, and nothing it logged about the call is long.
-    assert!(client.tool_names().await.contains(&"testkit.echo".to_string()));
+    assert!(
+        client
+            .tool_names()
+            .await
+            .contains(&"testkit.echo".to_string())
+    );
     let log = server.stderr();
     let longest = log.lines().map(str::len).max().unwrap_or(0);
     assert!(longest < 4096, "a log line of {longest} bytes");
