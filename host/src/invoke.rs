@@ -2,7 +2,8 @@
 //! not stall the async threads), with a deadline.
 //!
 //! A successful output is checked against the tool's declared output (`ToolEntry::check_output`)
-//! here, before anything else sees it: a mismatch is an error and fires nothing.
+//! here, before anything else sees it: a mismatch is an error and fires nothing. So is an output
+//! (or a tool error's message) larger than `--max-result-bytes`, checked first.
 //!
 //! A call past its deadline is reported as timed out and fires nothing. Its thread cannot be
 //! interrupted (a C function cannot be cancelled from outside), so it runs on to completion in
@@ -44,6 +45,11 @@ pub enum InvokeError {
     /// The tool succeeded, but its output breaks the output convention or its `output_schema`.
     #[error("the tool's output does not match its declared output: {}", .0.join("; "))]
     BadOutput(Vec<String>),
+    /// The tool answered with more than `--max-result-bytes` of JSON (or of error message).
+    #[error(
+        "the tool's result is {size} bytes, over the limit of {limit} bytes (--max-result-bytes)"
+    )]
+    ResultTooLarge { size: usize, limit: usize },
 }
 
 /// Held by the thread running an instance's plugin call, so that a call that outlived its
@@ -70,13 +76,19 @@ impl Drop for HeldLock {
     }
 }
 
-/// How long a plugin call may run, and when to stop waiting for it altogether.
+/// `--max-result-bytes` when not given: 4 MiB, the same bound rmcp puts on a request body.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 4 << 20;
+
+/// How long a plugin call may run, when to stop waiting for it altogether, and how much it may
+/// answer.
 #[derive(Clone, Debug)]
 pub struct Limits {
     /// `--tool-timeout`: past it the call is answered `TOOL_TIMEOUT`.
     pub timeout: Duration,
     /// Cancelled when a shutdown's deadline passes: calls still running are abandoned.
     pub abandon: CancellationToken,
+    /// `--max-result-bytes`: a larger output is answered `RESULT_TOO_LARGE` and fires nothing.
+    pub max_result_bytes: usize,
 }
 
 impl Limits {
@@ -84,6 +96,7 @@ impl Limits {
         Limits {
             timeout,
             abandon: CancellationToken::new(),
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
         }
     }
 }
@@ -141,12 +154,86 @@ pub async fn run(
             Err(InvokeError::TimedOut(deadline))
         }
         Ok(Err(join)) => Err(InvokeError::Worker(join.to_string())),
-        Ok(Ok(called)) => match called? {
-            PluginOutput::Success(output) => match checked.check_output(&output) {
-                Ok(()) => Ok(PluginOutput::Success(output)),
-                Err(problems) => Err(InvokeError::BadOutput(problems)),
-            },
-            tool_error => Ok(tool_error),
-        },
+        Ok(Ok(called)) => {
+            let output = called?;
+            check_size(&output, limits.max_result_bytes)?;
+            match output {
+                PluginOutput::Success(output) => match checked.check_output(&output) {
+                    Ok(()) => Ok(PluginOutput::Success(output)),
+                    Err(problems) => Err(InvokeError::BadOutput(problems)),
+                },
+                tool_error => Ok(tool_error),
+            }
+        }
+    }
+}
+
+/// Refuses an output whose JSON (or a tool error whose message) is over `limit` bytes. Checked
+/// before the output schema, whose validation of a huge value would cost more than this count.
+fn check_size(output: &PluginOutput, limit: usize) -> Result<(), InvokeError> {
+    let size = match output {
+        PluginOutput::Success(value) => json_size(value),
+        PluginOutput::ToolError(message) => message.len(),
+    };
+    if size > limit {
+        return Err(InvokeError::ResultTooLarge { size, limit });
+    }
+    Ok(())
+}
+
+/// The length of `value` serialized as compact JSON, counted without building the text.
+fn json_size(value: &Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // A `Value` always serializes (its keys are strings), and the counter never fails to write.
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn json_size_is_the_serialized_length() {
+        for value in [
+            json!(null),
+            json!("héllo \"quoted\"\n"),
+            json!({"a": [1, 2.5, true], "b": {"c": "d"}}),
+        ] {
+            assert_eq!(json_size(&value), value.to_string().len(), "{value}");
+        }
+    }
+
+    #[test]
+    fn an_output_over_the_limit_is_refused_with_its_size() {
+        let output = PluginOutput::Success(json!({"text": "x".repeat(100)}));
+        let size = json_size(&json!({"text": "x".repeat(100)}));
+        assert!(
+            check_size(&output, size).is_ok(),
+            "exactly the limit passes"
+        );
+        match check_size(&output, size - 1) {
+            Err(InvokeError::ResultTooLarge { size: got, limit }) => {
+                assert_eq!((got, limit), (size, size - 1));
+            }
+            other => panic!("expected ResultTooLarge, got {other:?}"),
+        }
+        let error = PluginOutput::ToolError("y".repeat(50));
+        assert!(matches!(
+            check_size(&error, 49),
+            Err(InvokeError::ResultTooLarge { size: 50, .. })
+        ));
     }
 }

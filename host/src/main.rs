@@ -67,6 +67,10 @@ enum Command {
         /// Answer a tool call as timed out (firing nothing) after this many seconds.
         #[arg(long, default_value_t = 60)]
         tool_timeout: u64,
+        /// Answer a tool call whose result is over this many bytes of JSON as an error,
+        /// RESULT_TOO_LARGE (firing nothing). Default 4 MiB.
+        #[arg(long, default_value_t = turnstile::invoke::DEFAULT_MAX_RESULT_BYTES)]
+        max_result_bytes: usize,
         /// Drop an instance from memory after this many seconds without a call (0: never); it is
         /// reloaded from the store on its next call.
         #[arg(long, default_value_t = 600)]
@@ -170,6 +174,7 @@ fn main() -> ExitCode {
             allowed_origins,
             idle_after,
             tool_timeout,
+            max_result_bytes,
             state_handle_key,
             stateless,
             shutdown_timeout,
@@ -177,42 +182,48 @@ fn main() -> ExitCode {
             max_connections,
             max_sessions,
             plugin_pool,
-        } => commands::serve::run(commands::serve::ServeOptions {
-            plugin_pool,
-            shutdown_timeout: Duration::from_secs(shutdown_timeout),
-            plugins,
-            transport: match (stdio, http) {
-                (true, _) => commands::serve::Transport::Stdio,
-                (false, address) => commands::serve::Transport::Http(
-                    address.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
-                ),
-            },
-            store: store.unwrap_or_else(|| match stdio {
-                true => "memory:".to_string(),
-                false => commands::serve::default_store(data_dir),
-            }),
-            store_namespace,
-            http: turnstile::mcp::HttpOptions {
-                session_idle_timeout: Duration::from_secs(session_idle_timeout),
-                allowed_hosts,
-                allowed_origins,
-                stateless,
-                connections: turnstile::mcp::ConnectionLimits {
-                    max_connections: max_connections
-                        .unwrap_or_else(turnstile::mcp::default_max_connections),
-                    header_timeout: Duration::from_secs(header_timeout),
+        } => {
+            // The default store lives in the data directory; over stdio the default is `memory:`.
+            let data_dir = (store.is_none() && !stdio).then(|| commands::serve::data_dir(data_dir));
+            commands::serve::run(commands::serve::ServeOptions {
+                plugin_pool,
+                shutdown_timeout: Duration::from_secs(shutdown_timeout),
+                plugins,
+                transport: match (stdio, http) {
+                    (true, _) => commands::serve::Transport::Stdio,
+                    (false, address) => commands::serve::Transport::Http(
+                        address.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
+                    ),
                 },
-                max_sessions,
-            },
-            handles: state_handle_key
-                .or_else(|| stateless.then(|| turnstile::mcp::DEFAULT_HANDLE_KEY.to_string()))
-                .map(|key| turnstile::mcp::HandleMode { key }),
-            actors: turnstile::actors::ActorOptions {
-                idle_after: (idle_after > 0).then(|| Duration::from_secs(idle_after)),
-                tool_timeout: Duration::from_secs(tool_timeout),
-                ..Default::default()
-            },
-        }),
+                store: store.unwrap_or_else(|| match &data_dir {
+                    Some(dir) => commands::serve::default_store(dir),
+                    None => "memory:".to_string(),
+                }),
+                data_dir,
+                store_namespace,
+                http: turnstile::mcp::HttpOptions {
+                    session_idle_timeout: Duration::from_secs(session_idle_timeout),
+                    allowed_hosts,
+                    allowed_origins,
+                    stateless,
+                    connections: turnstile::mcp::ConnectionLimits {
+                        max_connections: max_connections
+                            .unwrap_or_else(turnstile::mcp::default_max_connections),
+                        header_timeout: Duration::from_secs(header_timeout),
+                    },
+                    max_sessions,
+                },
+                handles: state_handle_key
+                    .or_else(|| stateless.then(|| turnstile::mcp::DEFAULT_HANDLE_KEY.to_string()))
+                    .map(|key| turnstile::mcp::HandleMode { key }),
+                actors: turnstile::actors::ActorOptions {
+                    idle_after: (idle_after > 0).then(|| Duration::from_secs(idle_after)),
+                    tool_timeout: Duration::from_secs(tool_timeout),
+                    max_result_bytes,
+                    ..Default::default()
+                },
+            })
+        }
         Command::Check { plugins } => commands::check::run(&plugins),
         Command::Machine {
             command: MachineCommand::Run { file },

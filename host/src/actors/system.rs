@@ -23,6 +23,8 @@ pub struct ActorOptions {
     /// Cancelled when a shutdown's deadline passes: calls still running are abandoned, and
     /// nothing they would still change is saved (see `shutdown`).
     pub abandon_calls: tokio_util::sync::CancellationToken,
+    /// The most bytes of JSON a tool may answer (`--max-result-bytes`, see `invoke`).
+    pub max_result_bytes: usize,
     /// This process's name among the servers sharing a store (random by default).
     pub node: Arc<str>,
 }
@@ -33,6 +35,7 @@ impl Default for ActorOptions {
             idle_after: None,
             tool_timeout: Duration::from_secs(60),
             abandon_calls: tokio_util::sync::CancellationToken::new(),
+            max_result_bytes: crate::invoke::DEFAULT_MAX_RESULT_BYTES,
             node: uuid::Uuid::new_v4().simple().to_string().into(),
         }
     }
@@ -60,6 +63,7 @@ pub fn start(
                     limits: crate::invoke::Limits {
                         timeout: options.tool_timeout,
                         abandon: options.abandon_calls.clone(),
+                        max_result_bytes: options.max_result_bytes,
                     },
                     catalog,
                     store,

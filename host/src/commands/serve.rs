@@ -1,6 +1,12 @@
 //! `turnstile serve`: load plugins, open the store, start the actors, serve MCP.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::Arc,
+    time::Duration,
+};
 
 use anyhow::Context;
 
@@ -20,6 +26,9 @@ pub struct ServeOptions {
     pub transport: Transport,
     pub store: String,
     pub store_namespace: String,
+    /// The data directory the default (embedded) store lives in, when it is used: created
+    /// `0700`, or tightened to it, before the store opens.
+    pub data_dir: Option<PathBuf>,
     pub http: HttpOptions,
     pub actors: actors::ActorOptions,
     pub handles: Option<HandleMode>,
@@ -34,9 +43,10 @@ pub enum Transport {
     Http(SocketAddr),
 }
 
-/// `embedded:<data dir>/state.redb`, the store used when none is named.
-pub fn default_store(data_dir: Option<PathBuf>) -> String {
-    let dir = data_dir.unwrap_or_else(|| {
+/// The data directory: `explicit` (`--data-dir`), else `$XDG_DATA_HOME/turnstile`, else
+/// `~/.local/share/turnstile`.
+pub fn data_dir(explicit: Option<PathBuf>) -> PathBuf {
+    explicit.unwrap_or_else(|| {
         std::env::var_os("XDG_DATA_HOME")
             .filter(|dir| !dir.is_empty())
             .map(PathBuf::from)
@@ -45,8 +55,12 @@ pub fn default_store(data_dir: Option<PathBuf>) -> String {
             })
             .unwrap_or_else(|| PathBuf::from("."))
             .join("turnstile")
-    });
-    format!("embedded:{}", dir.join("state.redb").display())
+    })
+}
+
+/// `embedded:<data dir>/state.redb`, the store used when none is named.
+pub fn default_store(data_dir: &Path) -> String {
+    format!("embedded:{}", data_dir.join("state.redb").display())
 }
 
 pub fn run(options: ServeOptions) -> anyhow::Result<ExitCode> {
@@ -85,6 +99,11 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         namespace: options.store_namespace.clone(),
         ..StoreOptions::default()
     };
+    if let Some(dir) = &options.data_dir {
+        // The store holds handles, which are credentials: no other user may list or read it.
+        store::private_data_dir(dir)
+            .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    }
     let store = store::open(&options.store, &store_options)
         .await
         .with_context(|| format!("cannot open the state store {}", options.store))?;
@@ -97,12 +116,14 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     let call_limits = Limits {
         timeout: options.actors.tool_timeout,
         abandon: shutdown.deadline.clone(),
+        max_result_bytes: options.actors.max_result_bytes,
     };
     let runtime = actors::start(catalog.clone(), store.clone(), options.actors)?;
     // Passivated instances, ended sessions and their subscriptions are freed on several
     // threads; every few seconds, hand what was freed back to the OS.
     memory::release_free_memory_every(Duration::from_secs(2))
         .context("cannot start the memory-trim thread")?;
+    let readiness = mcp::Readiness::new(store.clone());
     tokio::spawn(relay_changes_from_other_servers(
         store,
         runtime.clone(),
@@ -118,6 +139,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         call_limits,
         shutdown: shutdown.clone(),
         connection_is_session: matches!(options.transport, Transport::Stdio),
+        readiness,
     });
     let drain = shutdown.drain(options.shutdown_timeout);
     match options.transport {

@@ -15,6 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     connections::{self, ConnectionLimits},
+    health,
+    host_check::{self, AllowedHosts},
     http_layer::{self, McpLayer},
     server::{Shared, TurnstileServer},
 };
@@ -108,6 +110,13 @@ pub async fn serve_http(
             http_layer::by_the_book,
         ))
         .route("/stats", get(stats))
+        // Every route above refuses a foreign `Host`; the probes below answer any.
+        .layer(middleware::from_fn_with_state(
+            AllowedHosts::loopback_and(&options.allowed_hosts),
+            host_check::refuse_foreign_host,
+        ))
+        .route("/healthz", get(health::alive))
+        .route("/readyz", get(health::ready))
         .with_state(shared);
     tracing::info!(address = %local, "serving MCP over Streamable HTTP at http://{local}/mcp");
     connections::serve(

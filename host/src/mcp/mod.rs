@@ -7,6 +7,8 @@
 //! - `session.rs`: a session's identity, its listener for `list_changed`, and its end.
 //! - `target.rs`: which instance a request is about (session, or handle).
 //! - `stdio.rs`, `http.rs`: serving over stdin/stdout, and Streamable HTTP on axum.
+//! - `host_check.rs`: the `Host` check (403 for a foreign one) on every HTTP route but the probes.
+//! - `health.rs`: `GET /healthz` and `GET /readyz`, for orchestrators' probes.
 //! - `http_layer.rs`: the middleware in front of rmcp's HTTP service that turns its plain-text
 //!   refusals into JSON-RPC errors and answers `DELETE` with 204 / 404.
 //! - `jsonrpc_errors.rs`: what is wrong with input that is not a message (-32700, -32600), for
@@ -16,6 +18,8 @@
 
 mod call_events;
 mod connections;
+mod health;
+mod host_check;
 mod http;
 mod http_layer;
 mod jsonrpc_errors;
@@ -27,6 +31,7 @@ mod target;
 
 pub use self::{
     connections::{ConnectionLimits, default_max_connections},
+    health::Readiness,
     http::{HttpOptions, serve_http},
     server::{Shared, TurnstileServer},
     stdio::serve_stdio,

@@ -4,6 +4,11 @@
 //! results with `isError: true`, a sentence an agent can act on, and a machine-readable
 //! `structuredContent.error` with a stable `code`. Only requests that cannot be routed at all
 //! (an unknown tool name) are JSON-RPC errors.
+//!
+//! A string the client sent (a tool name, a method, a handle) is echoed back or logged only
+//! through [`clip`], so a megabyte of name cannot become a megabyte of error or of log line.
+
+use std::borrow::Cow;
 
 use rmcp::{
     ErrorData,
@@ -46,8 +51,21 @@ pub fn listed_tool(tool: &ToolEntry, description: &str) -> Tool {
     listed
 }
 
+/// The most characters of a client-supplied string that an error message or a log line repeats.
+pub const MAX_ECHO_CHARS: usize = 128;
+
+/// `text` as it may be echoed in an error or a log line: at most [`MAX_ECHO_CHARS`] characters,
+/// then "…" if anything was cut. Borrowed when it is short enough already.
+pub fn clip(text: &str) -> Cow<'_, str> {
+    match text.char_indices().nth(MAX_ECHO_CHARS) {
+        None => Cow::Borrowed(text),
+        Some((end, _)) => Cow::Owned(format!("{}…", &text[..end])),
+    }
+}
+
 /// JSON-RPC -32602: no plugin provides a tool by that name.
 pub fn unknown_tool(name: &str) -> ErrorData {
+    let name = clip(name);
     ErrorData::invalid_params(
         format!("unknown tool: {name}"),
         Some(json!({ "tool": name })),
@@ -61,12 +79,17 @@ pub fn unroutable_request(method: &str, params: Option<&Value>) -> ErrorData {
     if method == "tools/call" {
         let params = params.cloned().unwrap_or(Value::Null);
         if let Err(problem) = serde_json::from_value::<rmcp::model::CallToolRequestParams>(params) {
+            // serde's message may quote the offending value.
             return ErrorData::invalid_params(
-                format!("invalid params for tools/call: {problem}"),
+                format!(
+                    "invalid params for tools/call: {}",
+                    clip(&problem.to_string())
+                ),
                 Some(json!({ "method": method })),
             );
         }
     }
+    let method = clip(method);
     ErrorData::new(
         rmcp::model::ErrorCode::METHOD_NOT_FOUND,
         format!("method not found: {method}"),
@@ -197,6 +220,7 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
 
 /// The tool produced no output. Nothing was fired.
 pub fn invoke_failure(tool: &str, error: &InvokeError) -> CallToolResult {
+    let mut details = json!({ "tool": tool, "message": error.to_string() });
     let code = match error {
         InvokeError::Plugin(error) => return plugin_failure(tool, error),
         InvokeError::TimedOut(_) => "TOOL_TIMEOUT",
@@ -204,11 +228,16 @@ pub fn invoke_failure(tool: &str, error: &InvokeError) -> CallToolResult {
         InvokeError::BadOutput(_) => "BAD_OUTPUT",
         InvokeError::ShuttingDown => "SHUTTING_DOWN",
         InvokeError::Busy(_) | InvokeError::InstanceBusy => return busy(tool, error),
+        InvokeError::ResultTooLarge { size, limit } => {
+            details["size"] = json!(size);
+            details["limit"] = json!(limit);
+            "RESULT_TOO_LARGE"
+        }
     };
     error_result(
         format!("{tool} did not complete and changed nothing: {error}"),
         code,
-        json!({ "tool": tool, "message": error.to_string() }),
+        details,
     )
 }
 
@@ -298,4 +327,48 @@ fn error_result(text: String, code: &str, details: Value) -> CallToolResult {
     let mut result = CallToolResult::structured_error(json!({ "error": error }));
     result.content = vec![ContentBlock::text(text)];
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_keeps_short_strings_and_cuts_long_ones_on_a_character() {
+        assert!(matches!(
+            clip("invoice.submit"),
+            Cow::Borrowed("invoice.submit")
+        ));
+        let exact = "é".repeat(MAX_ECHO_CHARS);
+        assert_eq!(clip(&exact), exact);
+        let long = "é".repeat(1_000_000);
+        let clipped = clip(&long);
+        assert_eq!(clipped.chars().count(), MAX_ECHO_CHARS + 1);
+        assert!(clipped.ends_with("é…"));
+    }
+
+    #[test]
+    fn echoed_names_are_clipped() {
+        let name = "x".repeat(1 << 20);
+        let error = unknown_tool(&name);
+        assert!(error.message.len() < 200, "{}", error.message.len());
+        assert!(error.data.unwrap().to_string().len() < 200);
+        let error = unroutable_request(&name, None);
+        assert!(error.message.len() < 200, "{}", error.message.len());
+    }
+
+    #[test]
+    fn a_too_large_result_names_its_size_and_the_limit() {
+        let error = InvokeError::ResultTooLarge {
+            size: 5000,
+            limit: 1000,
+        };
+        let result = invoke_failure("testkit.echo", &error);
+        let structured = result.structured_content.unwrap();
+        assert_eq!(structured["error"]["code"], "RESULT_TOO_LARGE");
+        assert_eq!(structured["error"]["size"], 5000);
+        assert_eq!(structured["error"]["limit"], 1000);
+        let text = serde_json::to_string(&result.content).unwrap();
+        assert!(text.contains("5000") && text.contains("1000"), "{text}");
+    }
 }

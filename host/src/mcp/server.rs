@@ -45,6 +45,8 @@ pub struct Shared {
     pub shutdown: crate::shutdown::Shutdown,
     /// The transport's connection is one session (stdio), whatever the protocol revision says.
     pub connection_is_session: bool,
+    /// What `/readyz` asks (see `health`).
+    pub readiness: super::health::Readiness,
 }
 
 /// One per MCP session (stdio: one per connection; sessionless HTTP: one per request). rmcp drops
@@ -174,7 +176,7 @@ impl TurnstileServer {
         for key in keys {
             let Some(workflow) = catalog.workflow(&key.workflow) else {
                 return Err(ErrorData::invalid_params(
-                    format!("no workflow \"{}\" is loaded", key.workflow),
+                    format!("no workflow \"{}\" is loaded", reply::clip(&key.workflow)),
                     None,
                 ));
             };

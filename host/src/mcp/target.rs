@@ -9,6 +9,7 @@
 use rmcp::model::{JsonObject, RequestMetaObject, Tool};
 use serde_json::{Value, json};
 
+use super::reply::clip;
 use crate::{
     actors::{InstanceKey, SessionId},
     catalog::{Catalog, ToolEntry, Workflow},
@@ -64,8 +65,9 @@ pub fn resolve(
         Some(Value::String(handle)) => Some(handle),
         Some(other) => {
             return Err(NoTarget::InvalidHandle(format!(
-                "the {} argument must be a string, not {other}",
-                mode.key
+                "the {} argument must be a string, not {}",
+                mode.key,
+                clip(&other.to_string())
             )));
         }
         None => meta
@@ -79,8 +81,9 @@ pub fn resolve(
                 .map_err(|error| NoTarget::InvalidHandle(error.to_string()))?;
             if *key.workflow != *workflow.id {
                 return Err(NoTarget::InvalidHandle(format!(
-                    "{handle} is an instance of workflow {}, and {} belongs to workflow {}",
-                    key.workflow,
+                    "{} is an instance of workflow {}, and {} belongs to workflow {}",
+                    clip(&handle),
+                    clip(&key.workflow),
                     tool.name(),
                     workflow.id
                 )));

@@ -141,6 +141,7 @@ all_stores!(
     list_and_count,
     concurrent_writers_one_key,
     many_keys_in_parallel,
+    answers_a_ping,
 );
 
 fn record(workflow: &str, version: u64, step: &str) -> InstanceRecord {
@@ -354,4 +355,12 @@ async fn many_keys_in_parallel(store: Arc<dyn StateStore>) {
         let rec = store.load(&format!("many/{i:04}")).await.unwrap().unwrap();
         assert_eq!(rec.version, VERSIONS);
     }
+}
+
+async fn answers_a_ping(store: Arc<dyn StateStore>) {
+    store
+        .ping()
+        .await
+        .expect("a reachable store answers a ping");
+    assert_eq!(store.count("").await.unwrap(), 0, "a ping writes nothing");
 }

@@ -111,7 +111,9 @@ impl EmbeddedStore {
     /// mint rates with and without the bound.
     pub const PAGE_CACHE_BYTES: usize = 4 << 20;
 
-    /// Opens (or creates) the store file at `path`, creating missing parent directories.
+    /// Opens (or creates) the store file at `path`, creating missing parent directories. A new
+    /// file is `0600` and a new directory `0700`; an existing file is tightened to `0600` (see
+    /// [`files`]).
     ///
     /// Fails with [`StoreError::Unavailable`] when the directory cannot be created, the file is
     /// not a redb file, or another process (or another `EmbeddedStore`) has it open.
@@ -201,11 +203,10 @@ impl std::fmt::Debug for EmbeddedStore {
 }
 
 fn open_file(path: &PathBuf, name: &str) -> Result<Database, StoreError> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            StoreError::Unavailable(format!("{name}: cannot create {}: {e}", dir.display()))
-        })?;
-    }
+    // Created (or tightened) `0600` before redb writes a byte, in a `0700` directory if it makes one.
+    files::private_file(path).map_err(|e| {
+        StoreError::Unavailable(format!("{name}: cannot create {}: {e}", path.display()))
+    })?;
     let db = redb::Builder::new()
         .set_cache_size(EmbeddedStore::PAGE_CACHE_BYTES)
         .create(path)
@@ -331,6 +332,22 @@ impl StateStore for EmbeddedStore {
         self.name.clone()
     }
 
+    async fn ping(&self) -> Result<(), StoreError> {
+        // Opening the table in a read transaction touches the file's header and root pages.
+        self.read(|_| Ok(())).await?;
+        if self
+            .writer
+            .as_ref()
+            .is_some_and(|(_, thread)| thread.is_finished())
+        {
+            return Err(StoreError::Unavailable(format!(
+                "{}: writer thread stopped",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
     async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
         let key = key.to_owned();
         let name = self.name.clone();
@@ -439,5 +456,6 @@ impl StateStore for EmbeddedStore {
     }
 }
 
+pub mod files;
 #[cfg(test)]
 mod tests;

@@ -80,6 +80,11 @@ impl StateStore for MemoryStore {
         "memory:".to_owned()
     }
 
+    async fn ping(&self) -> Result<(), StoreError> {
+        // In this process: reachable as long as the process is.
+        Ok(())
+    }
+
     async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
         // Copy the text out under the lock, parse it after.
         let stored = self.records().get(key).cloned();

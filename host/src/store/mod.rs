@@ -9,7 +9,8 @@
 //! - `error.rs`: [`StoreError`], the one error type.
 //! - `memory.rs`: [`MemoryStore`], in-process, for tests and throwaway servers.
 //! - `embedded.rs`: [`EmbeddedStore`], one redb file, fsync'd, with group commit
-//!   (`embedded/tests.rs`: its own tests).
+//!   (`embedded/tests.rs`: its own tests; `embedded/files.rs`: its files `0600`, its data
+//!   directory `0700`).
 //! - `redis.rs`: [`RedisStore`], shared by several server processes; CAS in a Lua script.
 //! - `postgres.rs`: [`PostgresStore`], one table; CAS in `UPDATE … WHERE version = $n`.
 //! - `contract.rs` (tests only): the one suite every store must pass.
@@ -38,7 +39,7 @@ mod contract;
 mod outage;
 
 pub use self::{
-    embedded::{BatchStats, EmbeddedStore},
+    embedded::{BatchStats, EmbeddedStore, files::private_dir as private_data_dir},
     error::StoreError,
     memory::MemoryStore,
     postgres::PostgresStore,
@@ -158,6 +159,11 @@ pub trait StateStore: Send + Sync {
 
     /// How many records have a key starting with `prefix` (`""`: all of them).
     async fn count(&self, prefix: &str) -> Result<u64, StoreError>;
+
+    /// Whether the store answers now, for a readiness probe (`/readyz`): one cheap round trip
+    /// (Redis `PING`, PostgreSQL `SELECT 1`, a read transaction on the embedded file), bounded
+    /// like every other operation. Returns `Ok(())` when it answered; reads and writes nothing.
+    async fn ping(&self) -> Result<(), StoreError>;
 }
 
 /// Announced changes: `(origin, key)`.

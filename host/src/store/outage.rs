@@ -124,6 +124,7 @@ async fn redis_killed_and_restarted() {
     assert_fails_fast("save", store.save("k", &v1.next(json!("b")), 1)).await;
     assert_fails_fast("load", store.load("k")).await;
     assert_fails_fast("count", store.count("")).await;
+    assert_fails_fast("ping", store.ping()).await;
     // Still down: every attempt fails, none hangs (reconnects are retried per request).
     assert_fails_fast("save again", store.save("k2", &v1, 0)).await;
 

@@ -294,6 +294,10 @@ impl StateStore for PostgresStore {
         self.name.clone()
     }
 
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.query("ping", "SELECT 1", &[]).await.map(|_| ())
+    }
+
     async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
         let rows = self.query("load", &self.sql.load, &[&key]).await?;
         let Some(row) = rows.first() else {

@@ -268,6 +268,16 @@ impl StateStore for RedisStore {
         self.name.clone()
     }
 
+    async fn ping(&self) -> Result<(), StoreError> {
+        let mut con = self.con.clone();
+        let _: String = self
+            .bounded("ping", async move {
+                redis::cmd("PING").query_async(&mut con).await
+            })
+            .await?;
+        Ok(())
+    }
+
     async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
         let mut con = self.con.clone();
         let rkey = self.record_key(key);

@@ -1,0 +1,165 @@
+//! The `Host` check (DNS-rebinding protection) for every HTTP route but the health probes.
+//!
+//! rmcp checks `Host` on `/mcp` only; this middleware applies the same rule to every route it
+//! wraps: the host part of `Host` (or of the request URI's authority, as HTTP/2 carries it) must
+//! be a loopback name or one given with `--allowed-host`, compared case-insensitively; an allowed
+//! entry with a port matches that port only, one without matches any. Anything else (a foreign,
+//! malformed or missing `Host`) is answered 403 with a short JSON-RPC error body, the shape rmcp's
+//! refusals take on `/mcp` (see `http_layer.rs`), before the route runs.
+//!
+//! It must not wrap `/healthz` and `/readyz`: a probe sends the pod's address as `Host`.
+
+use std::sync::Arc;
+
+use axum::{
+    body::Body,
+    extract::{Request, State},
+    http::{HeaderValue, StatusCode, header, uri::Authority},
+    middleware::Next,
+    response::Response,
+};
+use serde_json::Value;
+
+use super::jsonrpc_errors::Rejection;
+
+/// The `Host` names accepted whatever the options say (rmcp's defaults).
+const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// The hosts a request may name: loopback plus the operator's `--allowed-host` values.
+#[derive(Clone, Debug)]
+pub struct AllowedHosts(Arc<[(String, Option<u16>)]>);
+
+impl AllowedHosts {
+    /// Loopback names and `extra` (`name` or `name:port`).
+    pub fn loopback_and(extra: &[String]) -> AllowedHosts {
+        let entries = LOOPBACK_HOSTS
+            .iter()
+            .map(|host| host.to_string())
+            .chain(extra.iter().cloned())
+            .filter_map(|entry| parse(entry.trim()))
+            .collect();
+        AllowedHosts(entries)
+    }
+
+    /// Whether `host` (a `Host` header value) is one of them.
+    pub fn allows(&self, host: &str) -> bool {
+        let Some((name, port)) = Authority::try_from(host)
+            .ok()
+            .map(|authority| (normalize(authority.host()), authority.port_u16()))
+        else {
+            return false;
+        };
+        self.0.iter().any(|(allowed, allowed_port)| {
+            *allowed == name && allowed_port.is_none_or(|allowed_port| port == Some(allowed_port))
+        })
+    }
+}
+
+/// An allowed entry as (name, port); rmcp takes an entry it cannot parse as an authority as a bare
+/// name, and so does this.
+fn parse(entry: &str) -> Option<(String, Option<u16>)> {
+    if entry.is_empty() {
+        return None;
+    }
+    Some(match Authority::try_from(entry) {
+        Ok(authority) => (normalize(authority.host()), authority.port_u16()),
+        Err(_) => (normalize(entry), None),
+    })
+}
+
+/// Lowercase, IPv6 brackets removed: `[::1]` and `::1` are one host.
+fn normalize(host: &str) -> String {
+    host.trim_matches(['[', ']']).to_ascii_lowercase()
+}
+
+/// The middleware (`axum::middleware::from_fn_with_state`).
+pub async fn refuse_foreign_host(
+    State(allowed): State<AllowedHosts>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = match request.headers().get(header::HOST) {
+        Some(value) => value.to_str().ok(),
+        None => request.uri().authority().map(Authority::as_str),
+    };
+    if host.is_some_and(|host| allowed.allows(host)) {
+        return next.run(request).await;
+    }
+    let rejection =
+        Rejection::invalid_request(Value::Null, "Forbidden: Host header is not allowed");
+    let mut response = Response::new(Body::from(rejection.to_bytes()));
+    *response.status_mut() = StatusCode::FORBIDDEN;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_and_named_hosts_pass_with_any_port_unless_one_is_named() {
+        let allowed = AllowedHosts::loopback_and(&[
+            "Mcp.Example.com".to_string(),
+            "pinned.example:8443".to_string(),
+        ]);
+        for host in [
+            "localhost",
+            "localhost:8080",
+            "LOCALHOST:1",
+            "127.0.0.1:9",
+            "[::1]:8080",
+            "mcp.example.com",
+            "mcp.example.COM:443",
+            "pinned.example:8443",
+        ] {
+            assert!(allowed.allows(host), "{host} is allowed");
+        }
+        for host in [
+            "evil.example",
+            "10.0.0.7:8080",
+            "pinned.example",
+            "pinned.example:80",
+            "localhost.evil.example",
+            "",
+            "not a host",
+        ] {
+            assert!(!allowed.allows(host), "{host} is refused");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_foreign_host_gets_403_json_and_the_route_never_runs() {
+        use axum::{Router, middleware, routing::get};
+        use tower::ServiceExt;
+
+        let app = Router::new()
+            .route("/stats", get(|| async { "ran" }))
+            .layer(middleware::from_fn_with_state(
+                AllowedHosts::loopback_and(&[]),
+                refuse_foreign_host,
+            ));
+        let request = |host: &str| {
+            Request::builder()
+                .uri("/stats")
+                .header(header::HOST, host)
+                .body(Body::empty())
+                .unwrap()
+        };
+        let refused = app.clone().oneshot(request("10.1.2.3:8080")).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+        let body = axum::body::to_bytes(refused.into_body(), 4096)
+            .await
+            .unwrap();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body["error"]["message"],
+            "Forbidden: Host header is not allowed"
+        );
+        let served = app.oneshot(request("localhost:8080")).await.unwrap();
+        assert_eq!(served.status(), StatusCode::OK);
+    }
+}
