@@ -118,6 +118,8 @@ async fn past_the_session_cap_a_new_session_gets_503_with_retry_after() {
             .contains("maximum of 3 sessions"),
         "{body}"
     );
+    // Every session counts, and the operator sees them.
+    assert_eq!(server.stats().await["http_sessions"], 3);
     // The sessions that exist keep working.
     let result = clients[0]
         .call("invoice.submit", json!({"amount": 1}))
@@ -186,4 +188,10 @@ async fn an_instance_whose_call_timed_out_is_busy_until_its_plugin_returns() {
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let after = client.call("testkit.reset", json!({})).await;
     assert_ne!(after.is_error, Some(true), "{after:?}");
+    // The operator sees the late call.
+    let stats = server.stats().await;
+    assert_eq!(
+        stats["plugins"]["testkit"]["calls_past_deadline"], 1,
+        "{stats}"
+    );
 }

@@ -103,13 +103,19 @@ pub async fn serve_http(
         // Only on `/mcp`: a layer applies to the routes added before it.
         .layer(middleware::from_fn_with_state(
             McpLayer {
-                sessions,
+                sessions: sessions.clone(),
                 max_sessions: options.max_sessions,
                 stateless: options.stateless,
             },
             http_layer::by_the_book,
         ))
-        .route("/stats", get(stats))
+        .route(
+            "/stats",
+            get({
+                let sessions = sessions.clone();
+                move |state| stats(state, sessions)
+            }),
+        )
         // Every route above refuses a foreign `Host`; the probes below answer any.
         .layer(middleware::from_fn_with_state(
             AllowedHosts::loopback_and(&options.allowed_hosts),
@@ -147,15 +153,39 @@ fn allowed_origins(local: SocketAddr, extra: &[String]) -> Vec<String> {
 }
 
 /// What the actors hold, as JSON: for operators and for the leak tests.
-async fn stats(State(shared): State<Arc<Shared>>) -> Result<Json<serde_json::Value>, String> {
+/// `http_sessions` counts every session rmcp holds, also those that never sent `initialized`;
+/// `plugins` shows each plugin's call pool and how many of its calls outlived their deadline.
+async fn stats(
+    State(shared): State<Arc<Shared>>,
+    sessions: Arc<LocalSessionManager>,
+) -> Result<Json<serde_json::Value>, String> {
     let (registry, notifier) = shared
         .runtime
         .stats()
         .await
         .map_err(|error| error.to_string())?;
-    Ok(Json(
-        serde_json::json!({ "registry": registry, "notifier": notifier, "memory": crate::memory::stats() }),
-    ))
+    let plugins: serde_json::Map<String, serde_json::Value> = shared
+        .catalog
+        .plugins()
+        .iter()
+        .map(|plugin| {
+            let pool = plugin.pool();
+            let entry = serde_json::json!({
+                "pool_size": pool.size(),
+                "calls_running": pool.busy(),
+                "calls_past_deadline": pool.past_deadline(),
+            });
+            (plugin.manifest().name.clone(), entry)
+        })
+        .collect();
+    let http_sessions = sessions.sessions.read().await.len();
+    Ok(Json(serde_json::json!({
+        "registry": registry,
+        "notifier": notifier,
+        "http_sessions": http_sessions,
+        "plugins": plugins,
+        "memory": crate::memory::stats(),
+    })))
 }
 
 #[cfg(test)]
