@@ -97,6 +97,14 @@ enum Command {
         /// BUSY (with `retryAfterMs`) at once, so a slow or hung plugin saturates only itself.
         #[arg(long, default_value_t = turnstile::plugin::DEFAULT_POOL_SIZE)]
         plugin_pool: usize,
+        /// Require `Authorization: Bearer TOKEN` on every HTTP route but /healthz and /readyz.
+        /// The file holds one `TOKEN` or `NAME TOKEN` per line (`#` comments); it is read again
+        /// on SIGHUP, so tokens rotate without a restart.
+        #[arg(long, env = "TURNSTILE_AUTH_TOKEN_FILE", value_name = "PATH")]
+        auth_token_file: Option<PathBuf>,
+        /// Serve a non-loopback address without authentication (otherwise refused at start).
+        #[arg(long)]
+        allow_unauthenticated: bool,
     },
     /// Load every plugin in a directory and report every problem; exit 1 if there is one.
     Check {
@@ -182,6 +190,8 @@ fn main() -> ExitCode {
             max_connections,
             max_sessions,
             plugin_pool,
+            auth_token_file,
+            allow_unauthenticated,
         } => {
             // The default store lives in the data directory; over stdio the default is `memory:`.
             let data_dir = (store.is_none() && !stdio).then(|| commands::serve::data_dir(data_dir));
@@ -212,6 +222,8 @@ fn main() -> ExitCode {
                         header_timeout: Duration::from_secs(header_timeout),
                     },
                     max_sessions,
+                    auth_token_file,
+                    allow_unauthenticated,
                 },
                 handles: state_handle_key
                     .or_else(|| stateless.then(|| turnstile::mcp::DEFAULT_HANDLE_KEY.to_string()))

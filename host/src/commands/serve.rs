@@ -141,7 +141,10 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         connection_is_session: matches!(options.transport, Transport::Stdio),
         readiness,
     });
-    let drain = shutdown.drain(options.shutdown_timeout);
+    let drain = {
+        let (shutdown, timeout) = (shutdown.clone(), options.shutdown_timeout);
+        async move { shutdown.drain(timeout).await }
+    };
     match options.transport {
         Transport::Stdio => {
             tokio::select! {
@@ -153,9 +156,11 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
             let listener = tokio::net::TcpListener::bind(address)
                 .await
                 .with_context(|| format!("cannot listen on {address}"))?;
-            let (served, in_time) =
-                tokio::join!(mcp::serve_http(shared, listener, options.http), drain);
-            served?;
+            // The drain runs beside the server, which ends only after it; a server that cannot
+            // start returns at once, without waiting for a signal.
+            let drain = tokio::spawn(drain);
+            mcp::serve_http(shared, listener, options.http).await?;
+            let in_time = drain.await.unwrap_or(false);
             tracing::info!(in_time, "shut down");
             Ok(in_time)
         }

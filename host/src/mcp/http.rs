@@ -14,6 +14,7 @@ use rmcp::transport::streamable_http_server::{
 use tokio_util::sync::CancellationToken;
 
 use super::{
+    auth,
     connections::{self, ConnectionLimits},
     health,
     host_check::{self, AllowedHosts},
@@ -38,6 +39,10 @@ pub struct HttpOptions {
     pub connections: ConnectionLimits,
     /// At most this many sessions at once; an `initialize` past it is refused with 503.
     pub max_sessions: Option<usize>,
+    /// `--auth-token-file`: bearer tokens required on every route but the health probes.
+    pub auth_token_file: Option<std::path::PathBuf>,
+    /// `--allow-unauthenticated`: serve a non-loopback address without authentication.
+    pub allow_unauthenticated: bool,
 }
 
 impl Default for HttpOptions {
@@ -49,6 +54,8 @@ impl Default for HttpOptions {
             stateless: false,
             connections: ConnectionLimits::default(),
             max_sessions: None,
+            auth_token_file: None,
+            allow_unauthenticated: false,
         }
     }
 }
@@ -61,6 +68,22 @@ pub async fn serve_http(
     listener: tokio::net::TcpListener,
     options: HttpOptions,
 ) -> anyhow::Result<()> {
+    let tokens = match &options.auth_token_file {
+        Some(file) => {
+            let tokens = auth::Tokens::load(file)?;
+            tokens.reload_on_sighup()?;
+            Some(tokens)
+        }
+        None => None,
+    };
+    let local: SocketAddr = listener.local_addr()?;
+    if tokens.is_none() && !local.ip().is_loopback() && !options.allow_unauthenticated {
+        anyhow::bail!(
+            "refusing to serve {local} without authentication: anyone who can reach it could \
+             drive every workflow. Give --auth-token-file, or --allow-unauthenticated if it is \
+             meant (behind an authenticating proxy, say)"
+        );
+    }
     let shutdown = shared.shutdown.clone();
     // rmcp ends every open event stream when this is cancelled: only after the listens have had
     // their final result (they end on `closing_streams`), a moment later.
@@ -73,7 +96,6 @@ pub async fn serve_http(
             streams.cancel();
         }
     });
-    let local: SocketAddr = listener.local_addr()?;
     let mut allowed_hosts = vec![
         "localhost".to_string(),
         "127.0.0.1".to_string(),
@@ -115,7 +137,13 @@ pub async fn serve_http(
                 let sessions = sessions.clone();
                 move |state| stats(state, sessions)
             }),
-        )
+        );
+    // Every route above needs a token, when tokens are configured.
+    let app = match tokens {
+        Some(tokens) => app.layer(middleware::from_fn_with_state(tokens, auth::require_token)),
+        None => app,
+    };
+    let app = app
         // Every route above refuses a foreign `Host`; the probes below answer any.
         .layer(middleware::from_fn_with_state(
             AllowedHosts::loopback_and(&options.allowed_hosts),

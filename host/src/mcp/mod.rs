@@ -16,6 +16,7 @@
 //!
 //! **Architecture Invariant:** only this module names rmcp types.
 
+mod auth;
 mod call_events;
 mod connections;
 mod health;

@@ -1,0 +1,226 @@
+//! Bearer-token authentication for HTTP (`--auth-token-file`).
+//!
+//! The token file holds one token per line, `TOKEN` or `NAME TOKEN`; blank lines and lines
+//! starting with `#` are skipped. `NAME` is the principal the token stands for (a bare token's
+//! principal is `line-N`, its line number). Tokens are compared in constant time, and the file is
+//! read again on SIGHUP, so tokens can be rotated without a restart (a file that does not parse
+//! keeps the old tokens and logs why).
+//!
+//! Every route but the health probes needs `Authorization: Bearer TOKEN`; a request without one,
+//! or with a token not in the file, gets 401 with `WWW-Authenticate: Bearer` and a JSON-RPC error
+//! body. The principal is put in the request's extensions for what comes after.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, RwLock},
+};
+
+use axum::{
+    body::Body,
+    extract::{Request, State},
+    http::{HeaderValue, StatusCode, header},
+    middleware::Next,
+    response::Response,
+};
+use serde_json::json;
+
+/// Who a request is from, as its token says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal(pub String);
+
+/// Each token with the principal it stands for.
+type TokenList = Vec<(String, Principal)>;
+
+/// The tokens in force, and the file they come from.
+#[derive(Clone)]
+pub struct Tokens {
+    file: PathBuf,
+    /// Swapped whole on reload; a request clones the `Arc` and reads without holding the lock.
+    current: Arc<RwLock<Arc<TokenList>>>,
+}
+
+impl Tokens {
+    /// Reads `file`; an unreadable file, or one with no token, is an error (a server that was
+    /// asked to authenticate must not start open).
+    pub fn load(file: &Path) -> anyhow::Result<Tokens> {
+        let tokens = parse_file(file)?;
+        Ok(Tokens {
+            file: file.to_owned(),
+            current: Arc::new(RwLock::new(Arc::new(tokens))),
+        })
+    }
+
+    /// Reads the file again; on a problem keeps the tokens in force and says why.
+    pub fn reload(&self) {
+        match parse_file(&self.file) {
+            Ok(tokens) => {
+                let count = tokens.len();
+                *self
+                    .current
+                    .write()
+                    .unwrap_or_else(|poison| poison.into_inner()) = Arc::new(tokens);
+                tracing::info!(tokens = count, file = %self.file.display(), "auth tokens reloaded");
+            }
+            Err(error) => {
+                tracing::error!(%error, "auth tokens not reloaded; the previous ones stay in force");
+            }
+        }
+    }
+
+    /// The principal `token` stands for. Every known token is compared, each in constant time,
+    /// so the answer's timing says nothing about which token came close.
+    pub fn principal(&self, token: &str) -> Option<Principal> {
+        let tokens = self
+            .current
+            .read()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .clone();
+        let mut found = None;
+        for (known, principal) in tokens.iter() {
+            if constant_time_eq(known.as_bytes(), token.as_bytes()) && found.is_none() {
+                found = Some(principal.clone());
+            }
+        }
+        found
+    }
+
+    /// Reloads on every SIGHUP.
+    pub fn reload_on_sighup(&self) -> std::io::Result<()> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangups = signal(SignalKind::hangup())?;
+        let tokens = self.clone();
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                tokens.reload();
+            }
+        });
+        Ok(())
+    }
+}
+
+fn parse_file(file: &Path) -> anyhow::Result<TokenList> {
+    let text = std::fs::read_to_string(file).map_err(|error| {
+        anyhow::anyhow!("cannot read the token file {}: {error}", file.display())
+    })?;
+    let mut tokens = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (principal, token) = match words.as_slice() {
+            [token] => (format!("line-{}", index + 1), *token),
+            [name, token] => ((*name).to_string(), *token),
+            _ => anyhow::bail!(
+                "{} line {}: expected `TOKEN` or `NAME TOKEN`",
+                file.display(),
+                index + 1
+            ),
+        };
+        tokens.push((token.to_string(), Principal(principal)));
+    }
+    if tokens.is_empty() {
+        anyhow::bail!("the token file {} holds no token", file.display());
+    }
+    Ok(tokens)
+}
+
+/// Equal bytes, compared without an early exit (the length is not secret).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+/// The middleware (`axum::middleware::from_fn_with_state`): 401 without a known bearer token.
+pub async fn require_token(
+    State(tokens): State<Tokens>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| {
+            value
+                .strip_prefix("Bearer ")
+                .or_else(|| value.strip_prefix("bearer "))
+        })
+        .map(str::trim);
+    match presented.and_then(|token| tokens.principal(token)) {
+        Some(principal) => {
+            request.extensions_mut().insert(principal);
+            next.run(request).await
+        }
+        None => unauthorized(presented.is_some()),
+    }
+}
+
+fn unauthorized(had_token: bool) -> Response {
+    let (challenge, message) = if had_token {
+        (
+            r#"Bearer realm="turnstile", error="invalid_token""#,
+            "Unauthorized: the bearer token is not valid",
+        )
+    } else {
+        (
+            r#"Bearer realm="turnstile""#,
+            "Unauthorized: send Authorization: Bearer <token>",
+        )
+    };
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32001, "message": message}});
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = StatusCode::UNAUTHORIZED;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(challenge),
+    );
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_and_bare_tokens_and_comments() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(&file, "# operators\nalice s3cret\n\nbare-token\n").unwrap();
+        let tokens = Tokens::load(&file).unwrap();
+        assert_eq!(tokens.principal("s3cret"), Some(Principal("alice".into())));
+        assert_eq!(
+            tokens.principal("bare-token"),
+            Some(Principal("line-4".into()))
+        );
+        assert_eq!(tokens.principal("s3cre"), None);
+        assert_eq!(tokens.principal("alice"), None, "a name is not a token");
+    }
+
+    #[test]
+    fn a_bad_file_is_refused_and_a_bad_reload_keeps_the_old_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(&file, "# nothing\n").unwrap();
+        assert!(Tokens::load(&file).is_err(), "no token");
+        std::fs::write(&file, "a b c\n").unwrap();
+        assert!(Tokens::load(&file).is_err(), "three words");
+        std::fs::write(&file, "old\n").unwrap();
+        let tokens = Tokens::load(&file).unwrap();
+        std::fs::write(&file, "x y z\n").unwrap();
+        tokens.reload();
+        assert!(tokens.principal("old").is_some());
+        std::fs::write(&file, "new\n").unwrap();
+        tokens.reload();
+        assert!(tokens.principal("old").is_none());
+        assert!(tokens.principal("new").is_some());
+    }
+}

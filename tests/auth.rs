@@ -1,0 +1,126 @@
+//! Bearer-token authentication (`--auth-token-file`): what a client without a token, with a
+//! wrong one and with a right one sees; token rotation on SIGHUP; and the refusal to serve a
+//! non-loopback address without authentication.
+
+mod common;
+
+use std::{process::Stdio, time::Duration};
+
+use common::{PluginDir, Server, turnstile_bin};
+use serde_json::{Value, json};
+
+fn initialize() -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "auth-test", "version": "0"}}})
+    .to_string()
+}
+
+/// An `initialize` POST with `token` as the bearer token (none if `None`): status and headers.
+async fn post(server: &Server, token: Option<&str>) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .post(&server.url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(initialize());
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.expect("an answer")
+}
+
+#[tokio::test]
+async fn a_request_needs_a_known_bearer_token_and_tokens_rotate_on_sighup() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, "# who may call\nalice s3cret-alice\n").unwrap();
+    let server = Server::http(
+        plugins.path(),
+        &["--auth-token-file", file.to_str().unwrap()],
+    );
+
+    let missing = post(&server, None).await;
+    assert_eq!(missing.status(), 401);
+    assert!(
+        missing.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer"),
+        "{:?}",
+        missing.headers()
+    );
+    let body: Value = missing.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Bearer"),
+        "{body}"
+    );
+
+    let wrong = post(&server, Some("s3cret-alicf")).await;
+    assert_eq!(wrong.status(), 401);
+    assert!(
+        wrong.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .contains("invalid_token")
+    );
+
+    assert_eq!(post(&server, Some("s3cret-alice")).await.status(), 200);
+    // /stats needs the token too; the probes do not.
+    let http = reqwest::Client::new();
+    let stats = format!("{}/stats", server.base());
+    assert_eq!(http.get(&stats).send().await.unwrap().status(), 401);
+    let stats_ok = http
+        .get(&stats)
+        .bearer_auth("s3cret-alice")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stats_ok.status(), 200);
+    let health = format!("{}/healthz", server.base());
+    assert_eq!(http.get(&health).send().await.unwrap().status(), 200);
+
+    // Rotation: a new file, SIGHUP, and only the new token works.
+    std::fs::write(&file, "alice s3cret-alice-2\n").unwrap();
+    server.signal(libc::SIGHUP);
+    let mut rotated = false;
+    for _ in 0..50 {
+        if post(&server, Some("s3cret-alice-2")).await.status() == 200 {
+            rotated = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(rotated, "the new token was not taken up after SIGHUP");
+    assert_eq!(post(&server, Some("s3cret-alice")).await.status(), 401);
+}
+
+#[test]
+fn a_non_loopback_address_without_authentication_is_refused_at_start() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(turnstile_bin())
+        .args([
+            "serve",
+            "--http",
+            "0.0.0.0:0",
+            "--store",
+            "memory:",
+            "--plugins",
+        ])
+        .arg(plugins.path())
+        .arg("--data-dir")
+        .arg(data.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run turnstile");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("without authentication") && stderr.contains("--auth-token-file"),
+        "{stderr}"
+    );
+}
