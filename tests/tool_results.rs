@@ -5,6 +5,8 @@
 mod common;
 
 use common::{Client, PluginDir, Server};
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 fn error_code(result: &rmcp::model::CallToolResult) -> Value {
@@ -275,4 +277,51 @@ async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_t
         ["result"],
         "a call that moves nothing says nothing"
     );
+}
+
+/// A cancelled call: a plugin that notices (`is_cancelled`) stops and fires nothing; one that
+/// completes anyway keeps its transition, since its effect happened.
+#[tokio::test]
+async fn a_cancelled_call_fires_only_if_its_plugin_completed_anyway() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let server = Server::http(plugins.path(), &[]);
+    let client = Client::http(&server.url).await;
+    let menu = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
+        let mut names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
+        names.sort();
+        names
+    };
+    client.call("testkit.go", json!({})).await;
+    // The plugin watches for cancellation: it stops, and the instance stays in `done`.
+    client
+        .call_then_cancel(
+            "testkit.reset",
+            json!({"watch_ms": 5000}),
+            Duration::from_millis(300),
+        )
+        .await;
+    let mut stopped = false;
+    for _ in 0..100 {
+        let stats = server.stats().await;
+        if stats["plugins"]["testkit"]["calls_running"] == 0 {
+            stopped = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(stopped, "the plugin did not stop on cancellation");
+    assert!(menu(client.tools().await).contains(&"testkit.reset".to_string()));
+
+    // The plugin does not watch: it completes, and its transition stands.
+    client
+        .call_then_cancel(
+            "testkit.reset",
+            json!({"sleep_ms": 600}),
+            Duration::from_millis(200),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let names = menu(client.tools().await);
+    assert!(names.contains(&"testkit.go".to_string()), "{names:?}");
+    assert!(!names.contains(&"testkit.reset".to_string()), "{names:?}");
 }

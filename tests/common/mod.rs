@@ -460,6 +460,28 @@ impl Client {
             .unwrap_or_else(|error| panic!("tools/call {name}: {error}"))
     }
 
+    /// Starts a `tools/call` and, after `after`, cancels it (`notifications/cancelled`), as a
+    /// client does when its user gives up.
+    pub async fn call_then_cancel(&self, name: &str, arguments: Value, after: Duration) {
+        let mut params = CallToolRequestParams::new(name.to_string());
+        if let Value::Object(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        let request =
+            rmcp::model::ClientRequest::CallToolRequest(rmcp::model::Request::new(params));
+        let handle = self
+            .service
+            .peer()
+            .send_cancellable_request(request, rmcp::service::PeerRequestOptions::default())
+            .await
+            .expect("send tools/call");
+        tokio::time::sleep(after).await;
+        handle
+            .cancel(Some("the user gave up".to_string()))
+            .await
+            .expect("send notifications/cancelled");
+    }
+
     /// `logging/setLevel`.
     #[allow(deprecated)] // MCP logging, as 2025-11-25 has it.
     pub async fn set_log_level(&self, level: &str) {

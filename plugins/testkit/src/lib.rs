@@ -9,7 +9,8 @@
 //! - workflow `testkit` (`idle` --GO--> `done` --RESET--> `idle`) with `testkit.go` (bound to
 //!   `idle`, fires `GO`; fails with a tool error when its input has `"fail": true`, panics with
 //!   `"panic": true`, and breaks its declared `output_schema` with `"bad_output": true`) and
-//!   `testkit.reset` (bound to `done`, fires `RESET`; sleeps `sleep_ms` first), to check that a
+//!   `testkit.reset` (bound to `done`, fires `RESET`; sleeps `sleep_ms` first, or up to
+//!   `watch_ms` while polling for cancellation), to check that a
 //!   failed, panicked, malformed or abandoned call fires no transition.
 //! - `testkit.content` (ungated): returns an image content block and structured data beside it
 //!   (the `_content` output convention).
@@ -183,9 +184,17 @@ impl Plugin for Testkit {
                 Ok(json!({"reported": count, "services": ctx.host.is_offered()}))
             }
             "testkit.reset" => {
-                // `sleep_ms`: a slow transition, for shutdown tests.
+                // `sleep_ms`: a slow transition, for shutdown tests. `watch_ms`: as slow, but it
+                // stops early with an error once the host says the call was cancelled.
                 let sleep_ms = input.get("sleep_ms").and_then(Value::as_u64).unwrap_or(0);
                 thread::sleep(Duration::from_millis(sleep_ms.min(MAX_SLEEP_MS)));
+                let watch_ms = input.get("watch_ms").and_then(Value::as_u64).unwrap_or(0);
+                for _ in 0..watch_ms.min(MAX_SLEEP_MS) / 10 {
+                    if ctx.host.is_cancelled() {
+                        return Err(ToolError::failed("cancelled before it finished"));
+                    }
+                    thread::sleep(Duration::from_millis(10));
+                }
                 Ok(json!({"event": "RESET", "message": "done -> idle"}))
             }
             other => Err(ToolError::UnknownTool(other.to_owned())),
