@@ -246,3 +246,37 @@ async fn stateless_mode_keeps_state_across_connections_by_handle() {
         .await;
     assert_eq!(error_code(&forged), "UNKNOWN_HANDLE");
 }
+
+/// Minting is one step: a starting call that fails creates nothing and returns no handle, so no
+/// instance is left behind that nobody can name.
+#[tokio::test]
+async fn a_starting_call_that_fails_creates_nothing_and_returns_no_handle() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let server = handle_server(&plugins);
+    let client = Client::http(&server.url).await;
+    let failed = client.call("testkit.go", json!({"fail": true})).await;
+    assert_eq!(error_code(&failed), "TOOL_ERROR");
+    let structured = failed.structured_content.as_ref().unwrap();
+    assert!(structured.get("handle").is_none(), "{structured}");
+    assert!(
+        !text_of(&failed).contains("testkit-"),
+        "{}",
+        text_of(&failed)
+    );
+    // The session touched no instance: only what starts one (and needs no handle) is listed.
+    assert_eq!(
+        client.tool_names().await,
+        names(&[
+            "testkit.content",
+            "testkit.echo",
+            "testkit.go",
+            "testkit.panic",
+            "testkit.report",
+            "testkit.slow"
+        ])
+    );
+    assert_eq!(server.stats().await["registry"]["instances"], 0);
+    // A successful start does create it, with its handle.
+    let started = client.call("testkit.go", json!({})).await;
+    assert!(handle_of(&started).starts_with("testkit-"));
+}

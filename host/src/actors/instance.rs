@@ -34,6 +34,10 @@ pub struct Call {
     pub call_id: String,
     /// Where the plugin's logs and progress go, and whether the client cancelled the call.
     pub host: Option<Arc<HostCall>>,
+    /// The call starts this (handle-keyed) instance: it begins in the machine's initial state
+    /// rather than from the store, and is saved only if the call succeeds (one save: its first
+    /// record). A mint whose call fails leaves nothing behind.
+    pub mint: bool,
 }
 
 /// Create a handle-keyed instance in its initial state and save it, so that its handle is known
@@ -229,7 +233,16 @@ impl Handler<Call> for InstanceActor {
     type Result = AtomicResponse<Self, Result<CallOutcome, InstanceError>>;
 
     fn handle(&mut self, call: Call, _ctx: &mut Self::Context) -> Self::Result {
-        let loading = self.current_or_load();
+        let mint = call.mint;
+        let loading: std::pin::Pin<Box<dyn Future<Output = _>>> = if mint {
+            let fresh = InstanceView {
+                snapshot: self.workflow.machine.initial_snapshot(),
+                version: 0,
+            };
+            Box::pin(std::future::ready(Ok(fresh)))
+        } else {
+            Box::pin(self.current_or_load())
+        };
         let node = self.deps.node.clone();
         let limits = self.deps.limits.clone();
         let plugin_lock = self.plugin_lock.clone();
@@ -266,9 +279,10 @@ impl Handler<Call> for InstanceActor {
                     outcome: Ok(outcome),
                 },
                 // The state is whatever was loaded: a failed step changes nothing, except that a
-                // failed save leaves us unsure what the store holds, so reload next time.
+                // failed save leaves us unsure what the store holds, so reload next time. A
+                // failed mint created nothing: forget it.
                 Err(error) => Finished {
-                    adopt: (!matches!(error, InstanceError::Store(_))).then_some(view),
+                    adopt: (!matches!(error, InstanceError::Store(_)) && !mint).then_some(view),
                     changed: false,
                     outcome: Err(error),
                 },
@@ -321,27 +335,33 @@ async fn run_call(
     .await?;
 
     // A handler error fires nothing; a tool without a transition, or an event the state does
-    // not take, moves nothing.
-    let unchanged = |output| {
+    // not take, moves nothing (but a successful mint still saves its first record).
+    let succeeded = matches!(output, PluginOutput::Success(_));
+    let step = match (&output, &call.tool.manifest.transition) {
+        (PluginOutput::Success(_), Some(event)) => Some(
+            workflow
+                .machine
+                .transition(&view.snapshot, &Event::new(event.as_str())),
+        ),
+        _ => None,
+    };
+    let moved = step.as_ref().is_some_and(|step| step.changed);
+    // Saved: a transition, or the first record of an instance this call started.
+    let saves = moved || (call.mint && succeeded);
+    if !saves {
         let outcome = CallOutcome::Ran {
             output,
             moved: false,
         };
-        Ok((view.clone(), false, outcome))
-    };
-    let event = match (&output, &call.tool.manifest.transition) {
-        (PluginOutput::Success(_), Some(event)) => event,
-        _ => return unchanged(output),
-    };
-    let step = workflow
-        .machine
-        .transition(&view.snapshot, &Event::new(event.as_str()));
-    if !step.changed {
-        return unchanged(output);
+        return Ok((view, false, outcome));
     }
+    let snapshot = match step {
+        Some(step) if step.changed => step.snapshot,
+        _ => view.snapshot.clone(),
+    };
     let record = InstanceRecord {
         workflow: workflow.id.clone(),
-        snapshot: step.snapshot.to_persisted(),
+        snapshot: snapshot.to_persisted(),
         version: view.version + 1,
         updated_at_ms: crate::store::now_ms(),
     };
@@ -357,17 +377,10 @@ async fn run_call(
         tracing::warn!(instance = %key, %error, "could not announce a change to other servers");
     }
     let after = InstanceView {
-        snapshot: step.snapshot,
+        snapshot,
         version: record.version,
     };
-    Ok((
-        after,
-        true,
-        CallOutcome::Ran {
-            output,
-            moved: true,
-        },
-    ))
+    Ok((after, moved, CallOutcome::Ran { output, moved }))
 }
 
 impl Handler<Create> for InstanceActor {

@@ -42,6 +42,14 @@ pub struct SessionEnded {
     pub session: SessionId,
 }
 
+/// Drop `key` from the table: a minted instance whose starting call failed was never created.
+/// Its actor stops once its address is gone.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Forget {
+    pub key: InstanceKey,
+}
+
 /// How many instance actors are live, for operators and leak tests.
 #[derive(Message)]
 #[rtype(result = "RegistryStats")]
@@ -229,6 +237,15 @@ impl Handler<SessionEnded> for Registry {
             }
             .into_actor(self),
         );
+    }
+}
+
+impl Handler<Forget> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, msg: Forget, _ctx: &mut Self::Context) {
+        self.instances.remove(&msg.key);
+        shrink_if_sparse(&mut self.instances);
     }
 }
 

@@ -22,7 +22,8 @@ pub struct Runtime {
 
 impl Runtime {
     /// Runs `tool` on the instance `key` (started or reloaded as needed), serialized with every
-    /// other call on that instance.
+    /// other call on that instance. With `mint`, `key` is a new handle-keyed instance that this
+    /// call starts: it exists (is saved) only if the call succeeds.
     pub async fn call(
         &self,
         key: InstanceKey,
@@ -30,6 +31,7 @@ impl Runtime {
         arguments: Value,
         call_id: String,
         host: Option<Arc<HostCall>>,
+        mint: bool,
     ) -> Result<CallOutcome, InstanceError> {
         let instance = self.resolve(key).await?;
         instance
@@ -38,6 +40,7 @@ impl Runtime {
                 arguments,
                 call_id,
                 host,
+                mint,
             })
             .await
             .map_err(|_| InstanceError::Stopped)?
@@ -100,6 +103,12 @@ impl Runtime {
             session: session.clone(),
             instance,
         });
+    }
+
+    /// A minted instance whose starting call failed: it was never created, so nothing of it
+    /// stays in memory either.
+    pub fn forget(&self, instance: InstanceKey) {
+        self.registry.do_send(registry::Forget { key: instance });
     }
 
     /// `session` is gone: drop its subscriptions and its session-keyed instances.

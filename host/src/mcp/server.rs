@@ -30,7 +30,7 @@ use crate::{
     actors::{CallOutcome, InstanceError, InstanceKey, InstanceView, Owner, Runtime, SessionId},
     catalog::{Catalog, ToolEntry, Workflow},
     gate, invoke,
-    plugin::{CallContext, HostCall},
+    plugin::{CallContext, HostCall, PluginOutput},
 };
 
 /// What every session shares.
@@ -345,27 +345,40 @@ impl ServerHandler for TurnstileServer {
             return Ok(reply::invalid_arguments(tool.name(), &problems).into());
         }
         let name = tool.name().to_string();
-        let key = match target {
-            Target::Existing(key) => key,
-            Target::Mint(key) => {
-                if let Err(error) = self.shared.runtime.create(key.clone()).await {
-                    return Ok(reply::failure(&name, &error).into());
-                }
-                key
-            }
+        // A minted instance is created by the call itself (one message, one save), and only
+        // if the call succeeds.
+        let (key, mint) = match target {
+            Target::Existing(key) => (key, false),
+            Target::Mint(key) => (key, true),
         };
         self.watch(&key, &context);
         let call_id = uuid::Uuid::new_v4().to_string();
         let (host, events) = HostCall::new(context.ct.child_token());
-        let running = self
-            .shared
-            .runtime
-            .call(key.clone(), tool, arguments, call_id, Some(host));
+        let running =
+            self.shared
+                .runtime
+                .call(key.clone(), tool, arguments, call_id, Some(host), mint);
         let answer = self
             .call_events(&context)
             .forward_during(running, events)
             .await;
-        self.settle(&key, &answer);
+        let created = !mint
+            || matches!(
+                answer,
+                Ok(CallOutcome::Ran {
+                    output: PluginOutput::Success(_),
+                    ..
+                })
+            );
+        if created {
+            self.settle(&key, &answer);
+        } else {
+            // The instance was never created: no handle goes out, no subscription or actor stays.
+            self.shared
+                .runtime
+                .unsubscribe(&self.session.id, key.clone());
+            self.shared.runtime.forget(key.clone());
+        }
         let result = match answer {
             Ok(CallOutcome::Forbidden(refusal)) => reply::forbidden(&refusal),
             Ok(CallOutcome::Ran { output, moved }) => {
@@ -381,7 +394,9 @@ impl ServerHandler for TurnstileServer {
             Err(error) => reply::failure(&name, &error),
         };
         let result = match (self.handle_mode(&context), &key.owner) {
-            (Some(mode), Owner::Handle(handle)) => reply::with_handle(result, &mode.key, handle),
+            (Some(mode), Owner::Handle(handle)) if created => {
+                reply::with_handle(result, &mode.key, handle)
+            }
             _ => result,
         };
         Ok(result.into())
