@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Client, PluginDir, Server, names, text_of};
+use common::{Client, PluginDir, Server, error_code, names, text_of};
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
@@ -22,15 +22,6 @@ fn handle_of(result: &CallToolResult) -> String {
         "the text carries the handle too"
     );
     handle
-}
-
-fn error_code(result: &CallToolResult) -> Value {
-    assert_eq!(result.is_error, Some(true), "expected an error: {result:?}");
-    result
-        .structured_content
-        .as_ref()
-        .expect("structuredContent")["error"]["code"]
-        .clone()
 }
 
 fn handle_server(plugins: &PluginDir) -> Server {

@@ -4,19 +4,10 @@
 
 mod common;
 
-use common::{Client, PluginDir, Server};
+use common::{Client, PluginDir, Server, error_code};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-
-fn error_code(result: &rmcp::model::CallToolResult) -> Value {
-    assert_eq!(result.is_error, Some(true), "expected an error: {result:?}");
-    result
-        .structured_content
-        .as_ref()
-        .expect("structuredContent")["error"]["code"]
-        .clone()
-}
 
 #[tokio::test]
 async fn listed_tools_carry_their_title_annotations_and_output_schema() {

@@ -524,6 +524,16 @@ impl Client {
 }
 
 /// The text of a tool result's content, joined.
+/// The `structuredContent.error.code` of a tool error; panics if the result is not an error.
+pub fn error_code(result: &CallToolResult) -> Value {
+    assert_eq!(result.is_error, Some(true), "expected an error: {result:?}");
+    result
+        .structured_content
+        .as_ref()
+        .expect("structuredContent")["error"]["code"]
+        .clone()
+}
+
 pub fn text_of(result: &CallToolResult) -> String {
     result
         .content

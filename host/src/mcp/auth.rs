@@ -15,14 +15,13 @@ use std::{
     sync::{Arc, RwLock},
 };
 
+use super::jsonrpc_errors::{Rejection, UNAUTHORIZED};
 use axum::{
-    body::Body,
     extract::{Request, State},
     http::{HeaderValue, StatusCode, header},
     middleware::Next,
     response::Response,
 };
-use serde_json::json;
 
 /// Who a request is from, as its token says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,17 +170,15 @@ fn unauthorized(had_token: bool) -> Response {
             "Unauthorized: send Authorization: Bearer <token>",
         )
     };
-    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32001, "message": message}});
-    let mut response = Response::new(Body::from(body.to_string()));
-    *response.status_mut() = StatusCode::UNAUTHORIZED;
-    let headers = response.headers_mut();
-    headers.insert(
+    let rejection = Rejection {
+        code: UNAUTHORIZED,
+        message: message.to_string(),
+        id: serde_json::Value::Null,
+    };
+    let mut response = rejection.into_response(StatusCode::UNAUTHORIZED);
+    response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static(challenge),
-    );
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
     );
     response
 }

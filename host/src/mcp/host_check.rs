@@ -12,9 +12,8 @@
 use std::sync::Arc;
 
 use axum::{
-    body::Body,
     extract::{Request, State},
-    http::{HeaderValue, StatusCode, header, uri::Authority},
+    http::{StatusCode, header, uri::Authority},
     middleware::Next,
     response::Response,
 };
@@ -85,19 +84,14 @@ pub async fn refuse_foreign_host(
     if host.is_some_and(|host| allowed.allows(host)) {
         return next.run(request).await;
     }
-    let rejection =
-        Rejection::invalid_request(Value::Null, "Forbidden: Host header is not allowed");
-    let mut response = Response::new(Body::from(rejection.to_bytes()));
-    *response.status_mut() = StatusCode::FORBIDDEN;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    Rejection::invalid_request(Value::Null, "Forbidden: Host header is not allowed")
+        .into_response(StatusCode::FORBIDDEN)
 }
 
 #[cfg(test)]
 mod tests {
+    use axum::body::Body;
+
     use super::*;
 
     #[test]

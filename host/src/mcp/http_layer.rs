@@ -116,14 +116,12 @@ async fn sessions_full(layer: &McpLayer, headers: &HeaderMap) -> Option<Response
         ),
         id: Value::Null,
     };
-    let mut response = Response::new(Body::empty());
-    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let mut response = rejection.into_response(StatusCode::SERVICE_UNAVAILABLE);
     response.headers_mut().insert(
         header::RETRY_AFTER,
         HeaderValue::from(SESSIONS_FULL_RETRY_AFTER_S),
     );
-    let (parts, _) = response.into_parts();
-    Some(json_response(parts, &rejection))
+    Some(response)
 }
 
 /// Serves a DELETE: 204 when it ended a live session, 404 when there was none to end.

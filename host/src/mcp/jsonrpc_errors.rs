@@ -20,6 +20,8 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const INTERNAL_ERROR: i64 = -32603;
 /// Implementation-defined server error: the server cannot take this request now (a limit).
 pub const SERVER_BUSY: i64 = -32000;
+/// Implementation-defined server error: the request carries no valid credentials.
+pub const UNAUTHORIZED: i64 = -32001;
 
 /// A JSON-RPC error to send in answer to a message that could not be served.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +56,19 @@ impl Rejection {
             "id": self.id,
             "error": { "code": self.code, "message": self.message },
         })
+    }
+
+    /// An HTTP response with `status` and this error as its JSON body: how every refusal made
+    /// before rmcp sees a request looks (Host, authentication, the session cap).
+    pub fn into_response(self, status: axum::http::StatusCode) -> axum::response::Response {
+        use axum::http::{HeaderValue, header};
+        let mut response = axum::response::Response::new(axum::body::Body::from(self.to_bytes()));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response
     }
 
     /// [`Self::to_json`] as bytes, for a body or a line.
