@@ -22,7 +22,8 @@
  *    with; it reads a later field only when TURNSTILE_HAS_FIELD says struct_size covers it, and
  *    treats a missing field or a NULL function pointer as "not supported". So a new host runs old
  *    plugins, and a new plugin runs on an old host without the newer features.
- *    Added since 1.0: TurnstileCallContext.host (1.1, host services).
+ *    Added since 1.0: TurnstileCallContext.host (1.1, host services), TurnstileInitParams.config_json
+ *    (1.1, the plugin's configuration).
  *  - Strings from the host are NUL-terminated UTF-8, borrowed for the duration of the call.
  *  - Each side frees only what it allocated. Output buffers are allocated by the plugin and
  *    handed back to its free_buffer by the host.
@@ -88,6 +89,9 @@ typedef struct TurnstileBuffer {
 typedef struct TurnstileInitParams {
     size_t struct_size;        /* host: sizeof(TurnstileInitParams)             */
     uint32_t host_abi_version; /* the ABI version the host speaks (1)           */
+    /* ABI 1.1, read only if TURNSTILE_HAS_FIELD(params, TurnstileInitParams, config_json): the
+     * plugin's configuration as a JSON object, or NULL. May hold secrets: never log it. */
+    const char *config_json;
 } TurnstileInitParams;
 
 /*

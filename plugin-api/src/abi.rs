@@ -31,6 +31,7 @@
 //! | struct | field | since | meaning when absent |
 //! |---|---|---|---|
 //! | [`RawCallContext`] | `host` | 1.1 | no host services: logging, progress and cancellation are no-ops |
+//! | [`RawInitParams`] | `config_json` | 1.1 | no configuration: the plugin's config is `null` |
 //!
 //! Nothing in this module allocates or frees; see each type for who does.
 
@@ -120,6 +121,10 @@ pub struct RawInitParams {
     pub struct_size: usize,
     /// The ABI version the host speaks (equal to [`ABI_VERSION`] today).
     pub host_abi_version: u32,
+    /// Since ABI 1.1 (read it only when `struct_size` covers it, see [`covers`]): the plugin's
+    /// configuration from the server's, as a NUL-terminated JSON object, or NULL when there is
+    /// none. Borrowed for the duration of `init`. It may hold secrets: never log it.
+    pub config_json: *const c_char,
 }
 
 /// The context of one tool call. Allocated, filled and freed by the host; read-only for the

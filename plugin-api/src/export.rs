@@ -109,6 +109,11 @@ pub unsafe fn init<T: Plugin>(
         if params.struct_size < INIT_PARAMS_V1_0_SIZE {
             return Err(internal("init: params.struct_size is too small"));
         }
+        // SAFETY: `params` is valid for `struct_size` bytes; `config_json` is read only where
+        // they cover it, and is then null or NUL-terminated.
+        let config = unsafe { init_config(params)? };
+        // Kept for `plugin_config()`, before the constructor runs so that it can read it.
+        let _ = crate::plugin::CONFIG.set(config);
         if out_instance.is_null() {
             return Err(internal("init: out_instance is null"));
         }
@@ -117,6 +122,31 @@ pub unsafe fn init<T: Plugin>(
         unsafe { *out_instance = Box::into_raw(Box::new(plugin)).cast() };
         Ok(None)
     })
+}
+
+/// The configuration in `params` (ABI 1.1): a JSON object, or `null` when the host passed none
+/// or is older.
+///
+/// # Safety
+///
+/// `params` is valid for reads of `params.struct_size` bytes, and `config_json`, where covered,
+/// is null or NUL-terminated.
+unsafe fn init_config(params: &RawInitParams) -> Result<Value, Failure> {
+    let covered = covers(
+        params.struct_size,
+        std::mem::offset_of!(RawInitParams, config_json),
+        size_of::<*const c_char>(),
+    );
+    if !covered || params.config_json.is_null() {
+        return Ok(Value::Null);
+    }
+    // SAFETY: as the caller guarantees.
+    let text = unsafe { c_str(params.config_json, "init: config_json")? };
+    match serde_json::from_str::<Value>(text) {
+        Ok(config @ Value::Object(_)) => Ok(config),
+        // The message must not echo the text: a configuration may hold secrets.
+        _ => Err(internal("init: config_json is not a JSON object")),
+    }
 }
 
 /// `destroy`: drops the `Box<T>` created by [`init`].

@@ -97,5 +97,5 @@ pub mod plugin;
 pub use crate::{
     abi::ABI_VERSION,
     manifest::{Manifest, ToolAnnotations, ToolManifest},
-    plugin::{CallContext, HostServices, LogLevel, Plugin, ToolError, parse_input},
+    plugin::{CallContext, HostServices, LogLevel, Plugin, ToolError, parse_input, plugin_config},
 };

@@ -52,6 +52,18 @@ pub struct CallContext {
     pub host: HostServices,
 }
 
+/// The configuration the host passed at `init` (ABI 1.1), set once per loaded library.
+pub(crate) static CONFIG: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+
+/// This plugin's configuration from the server's (a JSON object; `null` when the server gave
+/// none or is older than ABI 1.1). One per loaded library: the first `init` sets it. Set before the plugin's constructor runs, so a constructor
+/// given to [`export_plugin!`](crate::export_plugin) can read it. It may hold secrets (API keys):
+/// never log it or return it in a tool's output.
+pub fn plugin_config() -> &'static Value {
+    static NONE: Value = Value::Null;
+    CONFIG.get().unwrap_or(&NONE)
+}
+
 /// A log message's severity, as MCP names them (RFC 5424's levels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LogLevel {

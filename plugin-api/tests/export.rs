@@ -73,6 +73,7 @@ impl Instance {
         let params = RawInitParams {
             struct_size: size_of::<RawInitParams>(),
             host_abi_version: ABI_VERSION,
+            config_json: ptr::null(),
         };
         let mut instance = ptr::null_mut();
         let mut error = RawBuffer::empty();

@@ -40,6 +40,7 @@ fn a_failing_constructor_fails_init_with_its_message() {
     let params = RawInitParams {
         struct_size: size_of::<RawInitParams>(),
         host_abi_version: ABI_VERSION,
+        config_json: ptr::null(),
     };
     let mut instance = ptr::null_mut();
     let mut error = RawBuffer::empty();

@@ -23,7 +23,7 @@ int main(void) {
     SIZE(TurnstileBuffer); OFF(TurnstileBuffer, struct_size); OFF(TurnstileBuffer, data);
     OFF(TurnstileBuffer, len);
     SIZE(TurnstileInitParams); OFF(TurnstileInitParams, struct_size);
-    OFF(TurnstileInitParams, host_abi_version);
+    OFF(TurnstileInitParams, host_abi_version); OFF(TurnstileInitParams, config_json);
     SIZE(TurnstileCallContext); OFF(TurnstileCallContext, struct_size);
     OFF(TurnstileCallContext, call_id); OFF(TurnstileCallContext, handle);
     OFF(TurnstileCallContext, state_json); OFF(TurnstileCallContext, host);
@@ -68,6 +68,7 @@ fn rust_facts() -> String {
         size!("TurnstileInitParams", RawInitParams),
         off!("TurnstileInitParams", RawInitParams, struct_size),
         off!("TurnstileInitParams", RawInitParams, host_abi_version),
+        off!("TurnstileInitParams", RawInitParams, config_json),
         size!("TurnstileCallContext", RawCallContext),
         off!("TurnstileCallContext", RawCallContext, struct_size),
         off!("TurnstileCallContext", RawCallContext, call_id),

@@ -77,7 +77,13 @@ impl Library {
     ///
     /// `path` is used for error messages as given; `file` is the file actually opened (the same,
     /// or a private copy, see [`super::load_private_copy`]).
-    pub(super) fn open(path: &Path, file: &Path) -> Result<(Library, Vec<u8>), PluginError> {
+    /// `config` (a JSON object's text) reaches the plugin's `init` (ABI 1.1); it may hold
+    /// secrets, so it appears in no error or log.
+    pub(super) fn open(
+        path: &Path,
+        file: &Path,
+        config: Option<&CStr>,
+    ) -> Result<(Library, Vec<u8>), PluginError> {
         check_magic(path, file)?;
         let library = dlopen(path, file)?;
 
@@ -102,6 +108,7 @@ impl Library {
         let params = RawInitParams {
             struct_size: size_of::<RawInitParams>(),
             host_abi_version: ABI_VERSION,
+            config_json: config.map_or(ptr::null(), CStr::as_ptr),
         };
         let mut instance = ptr::null_mut();
         let mut error = RawBuffer::empty();

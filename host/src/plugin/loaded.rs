@@ -66,7 +66,23 @@ impl LoadedPlugin {
     /// Loads `file` but names it `path` everywhere (errors, [`LoadedPlugin::path`]); used for
     /// private copies.
     pub(super) fn load_file(path: &Path, file: &Path) -> Result<LoadedPlugin, PluginError> {
-        let (library, manifest) = Library::open(path, file)?;
+        LoadedPlugin::load_file_with(path, file, super::config::from_env(path).as_ref())
+    }
+
+    /// Loads the library at `path` and gives its `init` the configuration `config` (a JSON
+    /// object) instead of what the environment says.
+    pub fn load_with_config(path: &Path, config: &Value) -> Result<LoadedPlugin, PluginError> {
+        LoadedPlugin::load_file_with(path, path, Some(config))
+    }
+
+    fn load_file_with(
+        path: &Path,
+        file: &Path,
+        config: Option<&Value>,
+    ) -> Result<LoadedPlugin, PluginError> {
+        // JSON text holds no raw NUL, so this cannot fail for a JSON value.
+        let config = config.and_then(|config| CString::new(config.to_string()).ok());
+        let (library, manifest) = Library::open(path, file, config.as_deref())?;
         let manifest = manifest::parse(&manifest).map_err(|reason| PluginError::BadManifest {
             path: path.to_owned(),
             reason,

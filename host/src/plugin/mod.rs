@@ -11,6 +11,7 @@
 //! - `library.rs`: the loading protocol and the only raw-pointer code of the host.
 //! - `manifest.rs`: manifest parsing (with the JSON path of errors) and local checks.
 //! - [`PluginError`] (`error.rs`): every failure, naming the file.
+//! - `config.rs`: a plugin's configuration from `TURNSTILE_PLUGIN_<NAME>_*` (ABI 1.1).
 //! - [`CallPool`] (`pool.rs`): how many calls of one plugin may run at once.
 //! - [`HostCall`] (`services.rs`): the host services a plugin may use during a call (ABI 1.1).
 //!
@@ -22,6 +23,7 @@
 //! (and `dlclose` often leaves a library mapped), so a reload must use [`load_private_copy`],
 //! which loads a copy of the file under a unique name.
 
+mod config;
 mod error;
 mod library;
 mod loaded;

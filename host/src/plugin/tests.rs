@@ -151,7 +151,7 @@ fn a_panicking_tool_is_reported_and_the_plugin_stays_usable() {
     assert_eq!(
         out,
         PluginOutput::Success(json!({"input": {"a": [1]}, "call_id": "call-1",
-            "handle": "inv-1", "state": {"p": "c"}}))
+            "handle": "inv-1", "state": {"p": "c"}, "config": null}))
     );
 }
 
@@ -300,4 +300,23 @@ fn plugin_handles_are_send_and_sync() {
     assert_send_sync::<LoadedPlugin>();
     assert_send_sync::<PluginError>();
     let _ = Path::new("");
+}
+
+/// ABI 1.1: the host hands a plugin its configuration at `init`, and the plugin reads it.
+#[test]
+fn a_plugin_gets_its_configuration_at_init() {
+    // A copy under its own name: the dynamic loader shares one mapping (and its statics, the
+    // configuration among them) between loads of one path, and other tests load testkit too.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("libturnstile_plugin_testkit_configured.so");
+    fs::copy(cargo_plugin("testkit"), &path).unwrap();
+    let config = json!({"greeting": "hello", "api_key": "s3cret"});
+    let plugin = LoadedPlugin::load_with_config(&path, &config).unwrap();
+    let PluginOutput::Success(out) = plugin
+        .call("testkit.echo", &json!({}), &ctx(json!(null)))
+        .unwrap()
+    else {
+        panic!("echo failed");
+    };
+    assert_eq!(out["config"], config);
 }

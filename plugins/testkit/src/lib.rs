@@ -4,8 +4,8 @@
 //! - `testkit.panic` (ungated): panics, to check a plugin panic is contained and reported.
 //! - `testkit.slow` (ungated): sleeps `ms` milliseconds, then returns; for concurrency and
 //!   timeout tests.
-//! - `testkit.echo` (ungated): returns its input and the call context, to check what the host
-//!   passes.
+//! - `testkit.echo` (ungated): returns its input, the call context and the plugin's
+//!   configuration, to check what the host passes.
 //! - workflow `testkit` (`idle` --GO--> `done` --RESET--> `idle`) with `testkit.go` (bound to
 //!   `idle`, fires `GO`; fails with a tool error when its input has `"fail": true`, panics with
 //!   `"panic": true`, and breaks its declared `output_schema` with `"bad_output": true`) and
@@ -22,7 +22,7 @@ use std::{thread, time::Duration};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use turnstile_plugin_api::{
-    CallContext, LogLevel, Manifest, Plugin, ToolError, ToolManifest, parse_input,
+    CallContext, LogLevel, Manifest, Plugin, ToolError, ToolManifest, parse_input, plugin_config,
 };
 
 /// The plugin value; stateless.
@@ -154,6 +154,8 @@ impl Plugin for Testkit {
                 "call_id": ctx.call_id,
                 "handle": ctx.handle,
                 "state": ctx.state,
+                // A fixture may show its configuration; a real plugin must not (secrets).
+                "config": plugin_config(),
             })),
             "testkit.go" => {
                 let go: GoInput = parse_input(input)?;
