@@ -25,6 +25,7 @@ pub mod invoke;
 pub mod mcp;
 pub mod memory;
 pub mod plugin;
+pub mod retention;
 pub mod shutdown;
 pub mod statechart;
 pub mod store;

@@ -105,6 +105,10 @@ enum Command {
         /// Serve a non-loopback address without authentication (otherwise refused at start).
         #[arg(long)]
         allow_unauthenticated: bool,
+        /// Delete a handle-keyed instance this many seconds after it reached a final state
+        /// (default 7 days; 0 keeps them). Works on every store.
+        #[arg(long, default_value_t = 604_800)]
+        retain_final: u64,
     },
     /// Load every plugin in a directory and report every problem; exit 1 if there is one.
     Check {
@@ -192,11 +196,13 @@ fn main() -> ExitCode {
             plugin_pool,
             auth_token_file,
             allow_unauthenticated,
+            retain_final,
         } => {
             // The default store lives in the data directory; over stdio the default is `memory:`.
             let data_dir = (store.is_none() && !stdio).then(|| commands::serve::data_dir(data_dir));
             commands::serve::run(commands::serve::ServeOptions {
                 plugin_pool,
+                retain_final: (retain_final > 0).then(|| Duration::from_secs(retain_final)),
                 shutdown_timeout: Duration::from_secs(shutdown_timeout),
                 plugins,
                 transport: match (stdio, http) {

@@ -36,6 +36,9 @@ pub struct ServeOptions {
     pub shutdown_timeout: Duration,
     /// How many calls of one plugin may run at once (`--plugin-pool`).
     pub plugin_pool: usize,
+    /// Delete instances this long after they reached a final state (`--retain-final`; `None`:
+    /// keep them).
+    pub retain_final: Option<Duration>,
 }
 
 pub enum Transport {
@@ -124,6 +127,9 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     memory::release_free_memory_every(Duration::from_secs(2))
         .context("cannot start the memory-trim thread")?;
     let readiness = mcp::Readiness::new(store.clone());
+    if let Some(retain) = options.retain_final {
+        crate::retention::spawn(store.clone(), catalog.clone(), runtime.clone(), retain);
+    }
     tokio::spawn(relay_changes_from_other_servers(
         store,
         runtime.clone(),
