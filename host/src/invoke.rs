@@ -91,16 +91,6 @@ pub struct Limits {
     pub max_result_bytes: usize,
 }
 
-impl Limits {
-    pub fn new(timeout: Duration) -> Limits {
-        Limits {
-            timeout,
-            abandon: CancellationToken::new(),
-            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
-        }
-    }
-}
-
 /// Runs `tool` with `arguments` in `context` within `limits`. `host` receives what the plugin
 /// logs or reports while it runs; past the deadline it is marked cancelled, so a plugin that
 /// polls `is_cancelled` can stop instead of running on unseen.

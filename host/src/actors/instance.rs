@@ -40,8 +40,10 @@ pub struct Call {
     pub mint: bool,
 }
 
-/// Create a handle-keyed instance in its initial state and save it, so that its handle is known
-/// from now on. Fails with a conflict if it exists already.
+/// Test hook: create a handle-keyed instance in its initial state and save it, so that its
+/// handle is known from now on. Fails with a conflict if it exists already. (Serving creates an
+/// instance through its starting call instead: `Call::mint`.)
+#[cfg(test)]
 #[derive(Message)]
 #[rtype(result = "Result<InstanceView, InstanceError>")]
 pub struct Create;
@@ -383,6 +385,7 @@ async fn run_call(
     Ok((after, moved, CallOutcome::Ran { output, moved }))
 }
 
+#[cfg(test)]
 impl Handler<Create> for InstanceActor {
     type Result = AtomicResponse<Self, Result<InstanceView, InstanceError>>;
 

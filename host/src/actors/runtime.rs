@@ -46,9 +46,10 @@ impl Runtime {
             .map_err(|_| InstanceError::Stopped)?
     }
 
-    /// Creates the handle-keyed instance `key` in its initial state, saved, so its handle works
-    /// from now on.
-    pub async fn create(&self, key: InstanceKey) -> Result<InstanceView, InstanceError> {
+    /// Test hook: creates the handle-keyed instance `key` in its initial state, saved. (Serving
+    /// never needs it: a starting call creates its instance itself, see `call`'s `mint`.)
+    #[cfg(test)]
+    pub(crate) async fn create(&self, key: InstanceKey) -> Result<InstanceView, InstanceError> {
         let instance = self.resolve(key).await?;
         instance
             .send(instance::Create)

@@ -22,7 +22,7 @@ use serde_json::Value;
 use super::jsonrpc_errors::Rejection;
 
 /// The `Host` names accepted whatever the options say (rmcp's defaults).
-const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+pub(super) const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 /// The hosts a request may name: loopback plus the operator's `--allowed-host` values.
 #[derive(Clone, Debug)]

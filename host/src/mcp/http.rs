@@ -96,12 +96,12 @@ pub async fn serve_http(
             streams.cancel();
         }
     });
-    let mut allowed_hosts = vec![
-        "localhost".to_string(),
-        "127.0.0.1".to_string(),
-        "::1".to_string(),
-    ];
-    allowed_hosts.extend(options.allowed_hosts.iter().cloned());
+    // rmcp checks `Host` on `/mcp` itself; the same names as `host_check` accepts elsewhere.
+    let allowed_hosts: Vec<String> = host_check::LOOPBACK_HOSTS
+        .iter()
+        .map(ToString::to_string)
+        .chain(options.allowed_hosts.iter().cloned())
+        .collect();
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(allowed_hosts)
         .with_allowed_origins(allowed_origins(local, &options.allowed_origins))

@@ -41,11 +41,6 @@ impl CallPool {
         }
     }
 
-    /// A slot for one call, held until dropped; `None` when all `size` are taken.
-    pub fn try_enter(&self) -> Option<OwnedSemaphorePermit> {
-        self.permits.clone().try_acquire_owned().ok()
-    }
-
     /// A slot for one call, waiting at most `wait` for one to free up.
     pub async fn enter(&self, wait: std::time::Duration) -> Option<OwnedSemaphorePermit> {
         let acquire = self.permits.clone().acquire_owned();
@@ -85,14 +80,15 @@ impl Default for CallPool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn at_most_size_calls_enter_and_a_slot_frees_when_dropped() {
+    #[tokio::test]
+    async fn at_most_size_calls_enter_and_a_slot_frees_when_dropped() {
+        let wait = std::time::Duration::from_millis(20);
         let pool = CallPool::new(2);
-        let first = pool.try_enter().expect("a slot");
-        let _second = pool.try_enter().expect("a slot");
-        assert!(pool.try_enter().is_none(), "the pool is full");
+        let first = pool.enter(wait).await.expect("a slot");
+        let _second = pool.enter(wait).await.expect("a slot");
+        assert!(pool.enter(wait).await.is_none(), "the pool is full");
         assert_eq!(pool.busy(), 2);
         drop(first);
-        assert!(pool.try_enter().is_some());
+        assert!(pool.enter(wait).await.is_some());
     }
 }
