@@ -4,6 +4,7 @@
 //! - `system.rs`: starts the actix system on its own threads (actix actors cannot be started
 //!   from a plain tokio task) and hands back a [`Runtime`].
 //! - `registry.rs`: [`registry::Registry`] finds or starts the instance actor for a key.
+//! - `routes.rs`: the registry's table of live instance actors, which callers read directly.
 //! - `instance.rs`: [`instance::InstanceActor`], one per workflow instance; owns its snapshot and
 //!   serializes every call on it through its mailbox.
 //! - `notifier.rs`: [`notifier::Notifier`] knows which session watches which instance and tells
@@ -18,6 +19,7 @@ mod instance;
 mod key;
 mod notifier;
 mod registry;
+mod routes;
 mod runtime;
 mod system;
 mod tables;

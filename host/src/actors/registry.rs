@@ -1,10 +1,11 @@
 //! [`Registry`]: finds the instance actor for a key, starting one if there is none.
 //!
-//! It owns the table of live instance actors and where they run. It is on the path of every
-//! call, so it does as little as possible: it hands back the actor's address and the caller talks
-//! to the instance directly; it never waits on an instance.
+//! It owns the table of live instance actors ([`Routes`], which callers read directly, so that a
+//! call to a live instance never waits for the registry) and where they run. It is asked only on
+//! a miss: it starts the actor, enters it in the table and hands back its address; the caller
+//! talks to the instance directly. It never waits on an instance.
 //!
-//! It also passivates: an instance nobody has resolved for `idle_after` is dropped from the table.
+//! It also passivates: an instance nobody has used for `idle_after` is dropped from the table.
 //! Dropping the registry's address is all it takes: actix stops an actor once no address to it
 //! is left, after any call still holding one finishes, and a supervised actor whose address is
 //! gone is not restarted. The next call reactivates the instance from the store. Should an old
@@ -16,7 +17,7 @@
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use actix::prelude::*;
@@ -24,6 +25,7 @@ use actix::prelude::*;
 use super::{
     InstanceKey, Owner, SessionId,
     instance::{self, InstanceActor, InstanceDeps},
+    routes::Routes,
     system,
     tables::shrink_if_sparse,
 };
@@ -75,7 +77,8 @@ pub struct Registry {
     /// takes its whole thread down (actix does not catch it), so a dead one is replaced.
     workers: Vec<Arbiter>,
     next_worker: usize,
-    instances: HashMap<InstanceKey, Live>,
+    /// The live instance actors; shared with [`super::Runtime`], written only here.
+    instances: Arc<Routes>,
     /// Every instance a session owns, live or passivated, so that all of them end with it.
     by_session: HashMap<SessionId, HashSet<InstanceKey>>,
     /// `None`: never passivate.
@@ -83,16 +86,12 @@ pub struct Registry {
     passivated: u64,
 }
 
-struct Live {
-    addr: Addr<InstanceActor>,
-    last_used: Instant,
-}
-
 impl Registry {
     pub fn new(
         deps: Arc<InstanceDeps>,
         workers: Vec<Arbiter>,
         idle_after: Option<Duration>,
+        instances: Arc<Routes>,
     ) -> Self {
         assert!(
             !workers.is_empty(),
@@ -102,7 +101,7 @@ impl Registry {
             deps,
             workers,
             next_worker: 0,
-            instances: HashMap::new(),
+            instances,
             by_session: HashMap::new(),
             idle_after,
             passivated: 0,
@@ -114,17 +113,12 @@ impl Registry {
         let Some(idle_after) = self.idle_after else {
             return;
         };
-        let now = Instant::now();
-        let before = self.instances.len();
-        self.instances
-            .retain(|_, live| now.duration_since(live.last_used) < idle_after);
-        let dropped = before - self.instances.len();
+        let dropped = self.instances.drop_idle(idle_after);
         if dropped == 0 {
             return;
         }
         self.passivated += dropped as u64;
         // `by_session` keeps passivated keys: when the session ends, their records go too.
-        shrink_if_sparse(&mut self.instances);
         tracing::debug!(
             dropped,
             live = self.instances.len(),
@@ -178,21 +172,14 @@ impl Handler<Resolve> for Registry {
     type Result = Result<Addr<InstanceActor>, UnknownWorkflow>;
 
     fn handle(&mut self, msg: Resolve, _ctx: &mut Self::Context) -> Self::Result {
-        // An actor whose handler panicked is gone (actix does not restart on panic): start a new
-        // one, which reloads the last saved snapshot.
-        let now = Instant::now();
-        if let Some(live) = self.instances.get_mut(&msg.key)
-            && live.addr.connected()
-        {
-            live.last_used = now;
-            return Ok(live.addr.clone());
+        // Another caller may have missed on the same key just before: its actor is live now.
+        if let Some(addr) = self.instances.live(&msg.key) {
+            return Ok(addr);
         }
+        // Not in memory, or an actor whose handler panicked is gone (actix does not restart on
+        // panic): start a new one, which reloads the last saved snapshot.
         let addr = self.start_instance(&msg.key)?;
-        let live = Live {
-            addr: addr.clone(),
-            last_used: now,
-        };
-        if self.instances.insert(msg.key.clone(), live).is_none()
+        if self.instances.insert(msg.key.clone(), addr.clone())
             && let Owner::Session(session) = &msg.key.owner
         {
             self.by_session
@@ -217,11 +204,10 @@ impl Handler<SessionEnded> for Registry {
             match self.instances.remove(&key) {
                 // The instance deletes its own record (it knows whether it ever saved one), and
                 // stops once its address is gone, after any call still in its mailbox.
-                Some(live) => live.addr.do_send(instance::End),
+                Some(addr) => addr.do_send(instance::End),
                 None => passivated.push(key.store_key()),
             }
         }
-        shrink_if_sparse(&mut self.instances);
         if passivated.is_empty() {
             return;
         }
@@ -245,7 +231,6 @@ impl Handler<Forget> for Registry {
 
     fn handle(&mut self, msg: Forget, _ctx: &mut Self::Context) {
         self.instances.remove(&msg.key);
-        shrink_if_sparse(&mut self.instances);
     }
 }
 
@@ -259,7 +244,7 @@ impl Handler<Stats> for Registry {
                 .by_session
                 .values()
                 .flatten()
-                .filter(|key| self.instances.contains_key(*key))
+                .filter(|key| self.instances.contains(key))
                 .count(),
             passivated: self.passivated,
         })

@@ -10,6 +10,7 @@ use super::{
     instance::{self, CallOutcome, InstanceError, InstanceView},
     notifier::{self, Listener, Notifier, NotifierStats},
     registry::{self, Registry, RegistryStats},
+    routes::Routes,
 };
 use crate::{catalog::ToolEntry, plugin::HostCall};
 
@@ -17,6 +18,8 @@ use crate::{catalog::ToolEntry, plugin::HostCall};
 #[derive(Clone)]
 pub struct Runtime {
     pub(super) registry: Addr<Registry>,
+    /// The registry's table, read directly: a call to a live instance skips the registry.
+    pub(super) routes: Arc<Routes>,
     pub(super) notifier: Addr<Notifier>,
 }
 
@@ -148,6 +151,9 @@ impl Runtime {
         &self,
         key: InstanceKey,
     ) -> Result<Addr<instance::InstanceActor>, InstanceError> {
+        if let Some(live) = self.routes.live(&key) {
+            return Ok(live);
+        }
         self.registry
             .send(registry::Resolve { key })
             .await

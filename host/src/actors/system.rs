@@ -9,7 +9,9 @@ use std::{sync::Arc, thread, time::Duration};
 
 use actix::prelude::*;
 
-use super::{Runtime, instance::InstanceDeps, notifier::Notifier, registry::Registry};
+use super::{
+    Runtime, instance::InstanceDeps, notifier::Notifier, registry::Registry, routes::Routes,
+};
 use crate::{catalog::Catalog, store::StateStore};
 
 /// How the actors behave.
@@ -69,9 +71,15 @@ pub fn start(
                     store,
                     notifier: notifier.clone(),
                 });
-                let registry = Registry::new(deps, arbiters, options.idle_after).start();
+                let routes = Arc::new(Routes::default());
+                let registry =
+                    Registry::new(deps, arbiters, options.idle_after, routes.clone()).start();
                 // The receiver waits in `start`, so this only fails if that thread is gone.
-                let _ = ready_tx.send(Runtime { registry, notifier });
+                let _ = ready_tx.send(Runtime {
+                    registry,
+                    routes,
+                    notifier,
+                });
             });
             system.run()
         })?;
