@@ -1,5 +1,8 @@
 //! Running one plugin tool: on a blocking thread (plugin calls are synchronous C calls and must
-//! not stall the async threads), with a deadline.
+//! not stall the async threads), with a deadline; or, for a tool that declares itself quick
+//! (`quick_ms` in its manifest), on the caller's own thread, which saves the two thread switches
+//! of a hand-off that would cost more than the call itself. A quick call cannot be cut off either,
+//! so one that overruns its budget is logged and its plugin loses the privilege for good.
 //!
 //! A successful output is checked against the tool's declared output (`ToolEntry::check_output`)
 //! here, before anything else sees it: a mismatch is an error and fires nothing. So is an output
@@ -111,6 +114,13 @@ pub async fn run(
         Some(lock) => Some(lock.take().ok_or(InvokeError::InstanceBusy)?),
         None => None,
     };
+    if let Some(budget_ms) = tool.manifest.quick_ms
+        && tool.plugin.pool().trusts_quick_calls()
+    {
+        let output = run_quick(&tool, &arguments, &context, host, budget_ms);
+        drop(held);
+        return check_output(&tool, output?, limits);
+    }
     let Some(slot) = tool.plugin.pool().enter(crate::plugin::QUEUE_WAIT).await else {
         return Err(InvokeError::Busy(tool.plugin.pool().size()));
     };
@@ -144,17 +154,48 @@ pub async fn run(
             Err(InvokeError::TimedOut(deadline))
         }
         Ok(Err(join)) => Err(InvokeError::Worker(join.to_string())),
-        Ok(Ok(called)) => {
-            let output = called?;
-            check_size(&output, limits.max_result_bytes)?;
-            match output {
-                PluginOutput::Success(output) => match checked.check_output(&output) {
-                    Ok(()) => Ok(PluginOutput::Success(output)),
-                    Err(problems) => Err(InvokeError::BadOutput(problems)),
-                },
-                tool_error => Ok(tool_error),
-            }
-        }
+        Ok(Ok(called)) => check_output(&checked, called?, limits),
+    }
+}
+
+/// Runs a quick tool right here, on the caller's thread, and withdraws the privilege from its
+/// plugin if the call took longer than the tool promised.
+fn run_quick(
+    tool: &ToolEntry,
+    arguments: &Value,
+    context: &CallContext,
+    host: Option<Arc<HostCall>>,
+    budget_ms: u32,
+) -> Result<PluginOutput, PluginError> {
+    let started = std::time::Instant::now();
+    let output = tool.plugin.call_with(tool.name(), arguments, context, host);
+    let took = started.elapsed();
+    if took > Duration::from_millis(budget_ms.into()) && tool.plugin.pool().distrust_quick_calls() {
+        tracing::warn!(
+            tool = %tool.name(),
+            plugin = %tool.plugin.path().display(),
+            budget_ms,
+            took_ms = took.as_secs_f64() * 1000.0,
+            "a quick tool overran its budget; this plugin's calls run on worker threads from now on"
+        );
+    }
+    output
+}
+
+/// What a plugin answered, checked before anything sees it: size first, then the declared
+/// output schema.
+fn check_output(
+    tool: &ToolEntry,
+    output: PluginOutput,
+    limits: &Limits,
+) -> Result<PluginOutput, InvokeError> {
+    check_size(&output, limits.max_result_bytes)?;
+    match output {
+        PluginOutput::Success(output) => match tool.check_output(&output) {
+            Ok(()) => Ok(PluginOutput::Success(output)),
+            Err(problems) => Err(InvokeError::BadOutput(problems)),
+        },
+        tool_error => Ok(tool_error),
     }
 }
 

@@ -96,6 +96,6 @@ pub mod plugin;
 
 pub use crate::{
     abi::ABI_VERSION,
-    manifest::{Manifest, ToolAnnotations, ToolManifest},
+    manifest::{MAX_QUICK_MS, Manifest, ToolAnnotations, ToolManifest},
     plugin::{CallContext, HostServices, LogLevel, Plugin, ToolError, parse_input, plugin_config},
 };

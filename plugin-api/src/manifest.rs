@@ -79,7 +79,18 @@ pub struct ToolManifest {
     /// tool error that fires no transition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Value>,
+    /// The tool answers within this many milliseconds (1 to [`MAX_QUICK_MS`]) and does no I/O: the
+    /// host may then run it on the thread that handles the request instead of handing it to a
+    /// worker thread, which saves two thread switches per call. A synchronous call cannot be cut
+    /// off, so a quick call that overruns its budget is logged, and the plugin's later calls all
+    /// go to its worker threads. `None`: the tool may block; it always runs on a worker thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quick_ms: Option<u32>,
 }
+
+/// The largest budget a tool may declare with `quick_ms`: longer calls belong on worker threads,
+/// where they cannot hold up the requests of other clients.
+pub const MAX_QUICK_MS: u32 = 20;
 
 /// MCP tool annotations: hints for clients, never guarantees. Field names as MCP spells them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,6 +152,7 @@ impl ToolManifest {
             title: None,
             annotations: None,
             output_schema: None,
+            quick_ms: None,
         }
     }
 
@@ -159,6 +171,13 @@ impl ToolManifest {
     /// Declares the schema of the tool's structured output (checked by the host).
     pub fn output_schema(mut self, schema: Value) -> ToolManifest {
         self.output_schema = Some(schema);
+        self
+    }
+
+    /// Declares that the tool answers within `budget_ms` milliseconds without blocking, so the
+    /// host may run it on the request's own thread (see [`ToolManifest::quick_ms`]).
+    pub fn quick(mut self, budget_ms: u32) -> ToolManifest {
+        self.quick_ms = Some(budget_ms);
         self
     }
 

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 
 use serde_json::Value;
-use turnstile_plugin_api::Manifest;
+use turnstile_plugin_api::{MAX_QUICK_MS, Manifest};
 
 /// MCP's limit on tool names.
 const MAX_TOOL_NAME: usize = 128;
@@ -83,6 +83,14 @@ fn check(manifest: &Manifest) -> Result<(), String> {
         }
         if tool.transition.as_deref() == Some("") {
             return Err(at("transition must not be empty when given".into()));
+        }
+        if let Some(budget) = tool.quick_ms
+            && !(1..=MAX_QUICK_MS).contains(&budget)
+        {
+            return Err(at(format!(
+                "quick_ms must be 1 to {MAX_QUICK_MS} (milliseconds), not {budget}; a slower tool \
+                 leaves quick_ms out and runs on worker threads"
+            )));
         }
     }
     Ok(())
@@ -175,6 +183,10 @@ mod tests {
             (
                 json!({"name": " ", "version": "1"}),
                 "name: must not be empty",
+            ),
+            (
+                json!({"name": "p", "version": "1", "tools": [{"name": "p.a", "description": "d", "input_schema": {"type": "object"}, "quick_ms": 500}]}),
+                "quick_ms must be 1 to 20",
             ),
         ];
         for (manifest, expected) in cases {

@@ -11,7 +11,7 @@
 
 use std::sync::{
     Arc,
-    atomic::{AtomicU64, Ordering},
+    atomic::{AtomicBool, AtomicU64, Ordering},
 };
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -29,6 +29,9 @@ pub struct CallPool {
     size: usize,
     /// Calls that were still running when their deadline passed (for `/stats`).
     past_deadline: AtomicU64,
+    /// Whether the plugin's quick tools (`quick_ms`) may still run on the caller's thread: false
+    /// once one of them overran its budget.
+    quick_trusted: AtomicBool,
 }
 
 impl CallPool {
@@ -38,7 +41,19 @@ impl CallPool {
             permits: Arc::new(Semaphore::new(size)),
             size,
             past_deadline: AtomicU64::new(0),
+            quick_trusted: AtomicBool::new(true),
         }
+    }
+
+    /// Whether a tool of this plugin that declares itself quick may run on the caller's thread.
+    pub fn trusts_quick_calls(&self) -> bool {
+        self.quick_trusted.load(Ordering::Relaxed)
+    }
+
+    /// A quick call overran its budget: from now on every call of this plugin runs on a worker
+    /// thread. Returns true the first time, so the overrun is logged once.
+    pub fn distrust_quick_calls(&self) -> bool {
+        self.quick_trusted.swap(false, Ordering::Relaxed)
     }
 
     /// A slot for one call, waiting at most `wait` for one to free up.
@@ -90,5 +105,14 @@ mod tests {
         assert_eq!(pool.busy(), 2);
         drop(first);
         assert!(pool.enter(wait).await.is_some());
+    }
+
+    #[test]
+    fn one_overrun_ends_quick_calls_for_good_and_is_reported_once() {
+        let pool = CallPool::new(2);
+        assert!(pool.trusts_quick_calls());
+        assert!(pool.distrust_quick_calls(), "the first overrun is reported");
+        assert!(!pool.distrust_quick_calls(), "later ones are not");
+        assert!(!pool.trusts_quick_calls());
     }
 }

@@ -25,6 +25,10 @@ pub struct Invoice;
 
 turnstile_plugin_api::export_plugin!(Invoice);
 
+/// Every tool here computes its answer from the call alone, in microseconds, without I/O: the
+/// host may run it on the request's own thread (see `ToolManifest::quick_ms`).
+const QUICK_MS: u32 = 2;
+
 /// The workflow machine, XState v5 JSON.
 fn machine() -> Value {
     json!({
@@ -61,7 +65,8 @@ impl Plugin for Invoice {
                 )
                 .compact("Submit the invoice (amount, customer) for review.")
                 .workflow("invoice", ["draft"])
-                .transition("SUBMIT"),
+                .transition("SUBMIT")
+                .quick(QUICK_MS),
             )
             .tool(
                 ToolManifest::new(
@@ -77,7 +82,8 @@ impl Plugin for Invoice {
                 )
                 .compact("Approve the invoice.")
                 .workflow("invoice", ["review"])
-                .transition("APPROVE"),
+                .transition("APPROVE")
+                .quick(QUICK_MS),
             )
             .tool(
                 ToolManifest::new(
@@ -95,7 +101,8 @@ impl Plugin for Invoice {
                 )
                 .compact("Reject the invoice back to draft (reason).")
                 .workflow("invoice", ["review"])
-                .transition("REJECT"),
+                .transition("REJECT")
+                .quick(QUICK_MS),
             )
             .tool(
                 ToolManifest::new(
@@ -112,7 +119,8 @@ impl Plugin for Invoice {
                 )
                 .compact("Pay out the approved invoice.")
                 .workflow("invoice", ["approved"])
-                .transition("DISCHARGE"),
+                .transition("DISCHARGE")
+                .quick(QUICK_MS),
             )
             .tool(
                 ToolManifest::new(
@@ -124,6 +132,7 @@ impl Plugin for Invoice {
                 .compact("Show the invoice's state.")
                 .workflow("invoice", Vec::<String>::new())
                 .title("Invoice status")
+                .quick(QUICK_MS)
                 .annotations(ToolAnnotations {
                     read_only_hint: Some(true),
                     idempotent_hint: Some(true),

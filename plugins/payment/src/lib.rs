@@ -24,6 +24,10 @@ pub struct Payment;
 
 turnstile_plugin_api::export_plugin!(Payment);
 
+/// Every tool here computes its answer from the call alone, in microseconds, without I/O: the
+/// host may run it on the request's own thread (see `ToolManifest::quick_ms`).
+const QUICK_MS: u32 = 2;
+
 /// The workflow machine, XState v5 JSON.
 fn machine() -> Value {
     json!({
@@ -64,7 +68,8 @@ impl Plugin for Payment {
                 )
                 .compact("Authorize (reserve) a card payment: amount, currency.")
                 .workflow("payment", ["new"])
-                .transition("AUTHORIZE"),
+                .transition("AUTHORIZE")
+                .quick(QUICK_MS),
             )
             .tool(
                 ToolManifest::new(
@@ -75,7 +80,8 @@ impl Plugin for Payment {
                 )
                 .compact("Charge the authorized amount.")
                 .workflow("payment", ["authorized"])
-                .transition("CAPTURE"),
+                .transition("CAPTURE")
+                .quick(QUICK_MS),
             )
             .tool(
                 ToolManifest::new(
@@ -91,7 +97,8 @@ impl Plugin for Payment {
                 )
                 .compact("Release the authorization uncharged.")
                 .workflow("payment", ["authorized"])
-                .transition("VOID"),
+                .transition("VOID")
+                .quick(QUICK_MS),
             )
             .tool(
                 ToolManifest::new(
@@ -109,7 +116,8 @@ impl Plugin for Payment {
                 )
                 .compact("Refund the captured payment in full (reason).")
                 .workflow("payment", ["captured"])
-                .transition("REFUND"),
+                .transition("REFUND")
+                .quick(QUICK_MS),
             )
             .tool(
                 ToolManifest::new(
@@ -119,7 +127,8 @@ impl Plugin for Payment {
                     json!({"type": "object", "properties": {}}),
                 )
                 .compact("Show the payment's state.")
-                .workflow("payment", Vec::<String>::new()),
+                .workflow("payment", Vec::<String>::new())
+                .quick(QUICK_MS),
             )
     }
 
