@@ -134,6 +134,17 @@ async fn sessionless_call(
     arguments: Value,
     meta: Value,
 ) -> Vec<Value> {
+    sessionless_exchange(url, id, tool, arguments, meta).await.1
+}
+
+/// [`sessionless_call`], with the response's `Content-Type` (JSON or an SSE stream).
+async fn sessionless_exchange(
+    url: &str,
+    id: u64,
+    tool: &str,
+    arguments: Value,
+    meta: Value,
+) -> (String, Vec<Value>) {
     let mut meta = meta;
     meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
     meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
@@ -153,15 +164,47 @@ async fn sessionless_call(
         .await
         .expect("the server answers");
     assert!(response.status().is_success(), "{}", response.status());
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
     let text = response.text().await.expect("body");
-    match serde_json::from_str::<Value>(&text) {
+    let messages = match serde_json::from_str::<Value>(&text) {
         Ok(single) => vec![single],
         Err(_) => text
             .lines()
             .filter_map(|line| line.strip_prefix("data:"))
             .filter_map(|data| serde_json::from_str(data.trim()).ok())
             .collect(),
-    }
+    };
+    (content_type, messages)
+}
+
+/// A sessionless answer that can carry nothing but its result is plain JSON; one that carries a
+/// `list_changed` before its result is a stream.
+#[tokio::test]
+async fn a_sessionless_answer_is_plain_json_unless_something_precedes_the_result() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &[]);
+    let submit = json!({"amount": 5});
+    let (framing, minted) =
+        sessionless_exchange(&server.url, 1, "invoice.submit", submit, json!({})).await;
+    assert!(framing.starts_with("text/event-stream"), "{framing}");
+    assert_eq!(minted[0]["method"], "notifications/tools/list_changed");
+    let handle = minted[1]["result"]["structuredContent"]["handle"].clone();
+    let (framing, status) = sessionless_exchange(
+        &server.url,
+        2,
+        "invoice.status",
+        json!({"handle": handle}),
+        json!({}),
+    )
+    .await;
+    assert!(framing.starts_with("application/json"), "{framing}");
+    assert_eq!(status.len(), 1, "{status:?}");
+    assert_eq!(status[0]["result"]["structuredContent"]["state"], "review");
 }
 
 /// Protocol 2026-07-28 over HTTP has no session: logs are sent only when the request names a

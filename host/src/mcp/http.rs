@@ -110,7 +110,13 @@ pub async fn serve_http(
         .enforce_origin_validation()
         .with_cancellation_token(streams.child_token())
         // 2026-07-28 requests are always sessionless; this decides for the older revisions.
-        .with_legacy_session_mode(!options.stateless);
+        .with_legacy_session_mode(!options.stateless)
+        // Sessionless requests whose answer is nothing but the result (a listing, a call that
+        // moved nothing and reported no progress) get it as plain JSON; rmcp falls back to an
+        // SSE stream per request as soon as anything precedes the result (a `list_changed`,
+        // a log line, progress). Session mode always streams: rmcp has no per-request choice
+        // there (BENCHMARKS.md measures what the framing costs).
+        .with_json_response(true);
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(options.session_idle_timeout);
     let sessions = Arc::new(sessions);
