@@ -5,32 +5,37 @@
 //! use schemars::JsonSchema;
 //! use serde::Deserialize;
 //! use serde_json::json;
-//! use turnstile_plugin_api::sdk::{Toolkit, Workflow};
+//! use turnstile_plugin_api::sdk::{NoInput, Toolkit, Workflow};
 //!
-//! /// The arguments of `door.open`.
 //! #[derive(Deserialize, JsonSchema)]
-//! struct Open {
-//!     /// Who opens the door (for the log).
-//!     by: Option<String>,
+//! struct Lock {
+//!     /// Who locks the door (for the log).
+//!     by: String,
 //! }
 //!
 //! pub fn toolkit() -> Toolkit {
 //!     let door = Workflow::new(json!({"id": "door", "initial": "closed", "states": {
-//!         "closed": {"on": {"OPEN": "open"}}, "open": {"on": {"CLOSE": "closed"}}}}));
+//!         "closed": {"on": {"OPEN": "open", "LOCK": "locked"}},
+//!         "open": {"on": {"CLOSE": "closed"}},
+//!         "locked": {"on": {"UNLOCK": "closed"}}}}));
 //!     Toolkit::new("door", env!("CARGO_PKG_VERSION"))
 //!         .tool(door.action("door.open")
 //!             .describe("Opens the closed door.")
 //!             .bind_state("closed", "OPEN")
-//!             .handle(|input: Open, ctx| Ok(json!({"door": ctx.handle, "by": input.by}))))
+//!             .handle(|_: NoInput, ctx| Ok(json!({"door": ctx.handle, "message": "Opened."}))))
+//!         .tool(door.action("door.lock")
+//!             .describe("Locks the closed door; give your name.")
+//!             .compact("Lock the door.")
+//!             .bind_state("closed", "LOCK")
+//!             .handle(|input: Lock, _ctx| Ok(json!({"message": format!("Locked by {}.", input.by)}))))
 //! }
 //!
 //! turnstile_plugin_api::export_toolkit!(toolkit);
 //!
-//! #[test]
-//! fn the_declaration_fits_the_machine() {
-//!     toolkit().build().unwrap();
-//! }
-//! # fn main() { toolkit().build().unwrap(); }
+//! // In the plugin's tests: a typo in a state or an event fails here.
+//! # fn main() {
+//! toolkit().build().unwrap();
+//! # }
 //! ```
 //!
 //! # What each piece does
