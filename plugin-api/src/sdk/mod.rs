@@ -54,7 +54,7 @@
 //!   tool's input schema (derive `serde::Deserialize` and `schemars::JsonSchema`; doc comments
 //!   become the properties' descriptions; `Option` fields are optional; [`NoInput`] for none).
 //!   Arguments that do not deserialise never reach the handler: the call fails with `BAD_INPUT`
-//!   naming where (`invalid input at `lines[1].quantity`: …`). Do not deny unknown fields: the
+//!   naming where (``invalid input at `lines[1].quantity`: …``). Do not deny unknown fields: the
 //!   host may add arguments of its own. The handler returns any `Serialize` value (or the
 //!   declared output type) or a [`ToolError`](crate::ToolError); the crate docs' output
 //!   convention applies (`_content` for content blocks).

@@ -85,7 +85,10 @@ impl Toolkit {
         self
     }
 
-    /// Checks the declaration (see the [module docs](self)) and builds the plugin.
+    /// Checks the declaration and builds the plugin. Checked: every bound state exists in its
+    /// machine, every event does something in the states its tool is visible in (or, for a tool
+    /// visible in every state, somewhere), tool names are valid and unique, descriptions are
+    /// given, input and output types are JSON objects, and one id names one machine.
     pub fn build(self) -> Result<ToolkitPlugin, DeclarationError> {
         let mut problems = Vec::new();
         let mut manifest = Manifest::new(&self.name, &self.version);
