@@ -329,7 +329,7 @@ async fn ten_thousand_ended_sessions_leave_nothing_behind() {
     let mut witness = raw.open().await;
     assert!(has(&witness.tool_names(None).await, "invoice.submit"));
     let submitted = witness.call("invoice.submit", json!({"amount": 1})).await;
-    assert_eq!(submitted["status"], "review");
+    assert_eq!(submitted["state"], "review");
     let witness_only = Held {
         instances: 1,
         session_instances: 1,
@@ -352,7 +352,7 @@ async fn ten_thousand_ended_sessions_leave_nothing_behind() {
                 let submitted = session
                     .call("invoice.submit", json!({"amount": i + 1}))
                     .await;
-                assert_eq!(submitted["status"], "review", "session {i}");
+                assert_eq!(submitted["state"], "review", "session {i}");
             }
             let ended = if i % 500 == 0 {
                 Some(RawSession {
@@ -427,7 +427,7 @@ async fn a_passivated_session_instance_comes_back_once_and_leaves_no_record_when
     let raw = Raw::new(&server);
     let mut session = raw.open().await;
     let submitted = session.call("invoice.submit", json!({"amount": 4})).await;
-    assert_eq!(submitted["status"], "review");
+    assert_eq!(submitted["state"], "review");
     // The session stays, its invoice idles out of memory (it is saved).
     wait_until(
         &raw.http,
@@ -500,7 +500,7 @@ async fn a_server_joining_a_shared_store_keeps_the_other_servers_live_sessions()
     let raw = Raw::new(&east);
     let mut session = raw.open().await;
     let submitted = session.call("invoice.submit", json!({"amount": 6})).await;
-    assert_eq!(submitted["status"], "review");
+    assert_eq!(submitted["state"], "review");
 
     // A second server starts on the same store while the session is alive.
     let west = Server::http(plugins.path(), &shared);
@@ -682,7 +682,7 @@ async fn sessions_sharing_a_handle_unsubscribe_when_they_end_and_the_instance_li
     let approved = later
         .call("invoice.approve", json!({"handle": handle}))
         .await;
-    assert_eq!(approved["status"], "approved");
+    assert_eq!(approved["state"], "approved");
     let status = later
         .call("invoice.status", json!({"handle": handle}))
         .await;

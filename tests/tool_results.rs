@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Client, PluginDir, Server, error_code};
+use common::{Client, PluginDir, Server, error_code, text_of};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -39,6 +39,67 @@ async fn listed_tools_carry_their_title_annotations_and_output_schema() {
         .expect("listed");
     let output = status.output_schema.as_ref().expect("outputSchema");
     assert_eq!(output["properties"]["handle"]["type"], "string");
+}
+
+/// A workflow tool reports what it did; where the call left its instance (`state`) is added by
+/// the host, in `structuredContent` and in the text alike: the plugins never name the next state.
+/// A failed call reports nothing of the kind, and a declared output schema lists the property.
+#[tokio::test]
+async fn a_workflow_result_names_the_state_the_call_left_the_instance_in() {
+    let plugins = PluginDir::with(&["invoice", "payment", "testkit"]);
+    let server = Server::http(plugins.path(), &[]);
+    let client = Client::http(&server.url).await;
+    let steps = [
+        ("invoice.submit", json!({"amount": 5}), json!("review")),
+        (
+            "invoice.reject",
+            json!({"reason": "wrong amount"}),
+            json!("draft"),
+        ),
+        ("invoice.submit", json!({"amount": 6}), json!("review")),
+        ("invoice.approve", json!({}), json!("approved")),
+        ("invoice.discharge", json!({}), json!("discharged")),
+        ("invoice.status", json!({}), json!("discharged")),
+        (
+            "payment.authorize",
+            json!({"amount": 9, "currency": "EUR"}),
+            json!("authorized"),
+        ),
+        ("payment.void", json!({}), json!("voided")),
+        ("testkit.go", json!({}), json!("done")),
+    ];
+    for (tool, arguments, state) in steps {
+        let result = client.call(tool, arguments).await;
+        assert_ne!(result.is_error, Some(true), "{tool}: {result:?}");
+        let structured = result
+            .structured_content
+            .clone()
+            .expect("structuredContent");
+        assert_eq!(structured["state"], state, "{tool}: {structured}");
+        let text: Value = serde_json::from_str(&text_of(&result)).expect("the text is the JSON");
+        assert_eq!(text, structured, "{tool}: the text says the same");
+    }
+    assert!(
+        client
+            .call("testkit.reset", json!({}))
+            .await
+            .structured_content
+            .is_some_and(|structured| structured["state"] == "idle")
+    );
+    let failed = client.call("testkit.go", json!({"fail": true})).await;
+    assert_eq!(error_code(&failed), "TOOL_ERROR");
+    assert!(failed.structured_content.unwrap().get("state").is_none());
+
+    let tools = client.tools().await;
+    let go = tools
+        .iter()
+        .find(|t| t.name == "testkit.go")
+        .expect("listed");
+    let output = go.output_schema.as_ref().expect("outputSchema");
+    assert!(output["properties"].get("state").is_some(), "{output:?}");
+    // A tool of no workflow has no state to report.
+    let content = client.call("testkit.content", json!({})).await;
+    assert_eq!(content.structured_content, Some(json!({"width": 1})));
 }
 
 #[tokio::test]

@@ -1,18 +1,30 @@
-//! Turnstile plugin ABI, version 1.
+//! Turnstile plugin ABI, version 1, and the Rust SDK for writing plugins.
 //!
-//! This crate owns the contract between the Turnstile host and a tool plugin (a shared library):
-//! the `#[repr(C)]` structs and function table that cross the boundary ([`abi`]), the JSON
-//! manifest a plugin describes itself with ([`Manifest`]), and for plugins written in Rust a safe
-//! trait ([`Plugin`]) plus a macro ([`export_plugin!`]) that generates the exported symbols. It
-//! must not do I/O or know anything about the host's runtime: the loader and its safe wrapper
-//! live in the host (`host/src/plugin/`). The C header `include/turnstile_plugin.h` declares the
-//! same types for plugins written in C and is checked against this crate by `tests/header.rs`.
+//! The crate has two halves, for two readers:
+//!
+//! - **The ABI contract** ([`abi`], [`manifest`], and the C header
+//!   `include/turnstile_plugin.h`): the `#[repr(C)]` structs and function table that cross the
+//!   boundary, and the JSON manifest a plugin describes itself with. This is all an author of a
+//!   plugin in C (or any other language) reads; `tests/header.rs` checks the header against it.
+//! - **The Rust SDK** ([`sdk`]): declare a workflow and its tools in one chain each, with input
+//!   and output schemas derived from Rust types, dispatch by the SDK, bindings checked against
+//!   the machine by a unit test, and [`export_toolkit!`] for the exported symbols. Start there
+//!   to write a plugin in Rust. Underneath it sits the lower-level [`Plugin`] trait with
+//!   [`export_plugin!`] (one `manifest` and one `call` written by hand), for plugins that build
+//!   their tool list at run time.
+//!
+//! It must not do I/O or know anything about the host's runtime: the loader and its safe
+//! wrapper live in the host (`host/src/plugin/`).
 //!
 //! # Layout
 //!
-//! - [`abi`]: the `#[repr(C)]` types, status codes and symbol names. Start reading here.
+//! - [`abi`]: the `#[repr(C)]` types, status codes and symbol names. Start reading here for the
+//!   contract.
 //! - [`manifest`]: the serde types of the manifest JSON, shared with the host.
-//! - [`plugin`]: the safe [`Plugin`] trait, [`CallContext`] and [`ToolError`].
+//! - [`sdk`]: the typed SDK ([`sdk::Workflow`], [`sdk::Toolkit`], [`export_toolkit!`]). Start
+//!   reading here to write a plugin in Rust.
+//! - [`plugin`]: the safe [`Plugin`] trait, [`CallContext`] and [`ToolError`], which the SDK
+//!   implements for you.
 //! - `export`: the `extern "C"` glue behind [`export_plugin!`] (not public API).
 //!
 //! # How the host talks to a plugin
@@ -46,7 +58,10 @@
 //!   with `"_content": [blocks]`, each block as MCP spells it (`{"type": "image", "data": …,
 //!   "mimeType": …}`): they become the result's content, and the rest of the object, if any,
 //!   its `structuredContent`. When the manifest gives the tool an `output_schema`, the host
-//!   checks the structured part against it first; a mismatch fires nothing.
+//!   checks the structured part against it first; a mismatch fires nothing. For a tool of a
+//!   workflow the host then adds `"state"` (the instance's state value after the call) to an
+//!   object result that has no `state` of its own, and to the published output schema: a tool
+//!   reports what it did, the host where the workflow went.
 //! - any other status: `{"message": "..."}`. For [`abi::Status::TOOL_ERROR`] and
 //!   [`abi::Status::BAD_INPUT`] the host returns an `isError` tool result carrying that message;
 //!   the other statuses are plugin faults the host reports as errors of its own.
@@ -58,32 +73,30 @@
 //!
 //! # Writing a plugin in Rust
 //!
+//! With the SDK (see [`sdk`] for the whole walk-through):
+//!
 //! ```
-//! use serde_json::{Value, json};
-//! use turnstile_plugin_api::{CallContext, Manifest, Plugin, ToolError, ToolManifest};
+//! use schemars::JsonSchema;
+//! use serde::Deserialize;
+//! use serde_json::json;
+//! use turnstile_plugin_api::sdk::{Toolkit, action};
 //!
-//! #[derive(Default)]
-//! struct Hello;
-//!
-//! impl Plugin for Hello {
-//!     fn manifest(&self) -> Manifest {
-//!         Manifest::new("hello", "0.1.0").tool(ToolManifest::new(
-//!             "hello.greet",
-//!             "Greets someone by name.",
-//!             json!({"type": "object", "properties": {"name": {"type": "string"}}}),
-//!         ))
-//!     }
-//!
-//!     fn call(&self, tool: &str, input: Value, _ctx: &CallContext) -> Result<Value, ToolError> {
-//!         match tool {
-//!             "hello.greet" => Ok(json!({"greeting": format!("Hello, {}!", input["name"])})),
-//!             other => Err(ToolError::UnknownTool(other.to_owned())),
-//!         }
-//!     }
+//! #[derive(Deserialize, JsonSchema)]
+//! struct Greet {
+//!     /// Who to greet.
+//!     name: String,
 //! }
 //!
-//! turnstile_plugin_api::export_plugin!(Hello);
-//! # fn main() {}
+//! fn toolkit() -> Toolkit {
+//!     Toolkit::new("hello", "0.1.0").tool(
+//!         action("hello.greet")
+//!             .describe("Greets someone by name.")
+//!             .handle(|input: Greet, _ctx| Ok(json!({"greeting": format!("Hello, {}!", input.name)}))),
+//!     )
+//! }
+//!
+//! turnstile_plugin_api::export_toolkit!(toolkit);
+//! # fn main() { toolkit().build().unwrap(); }
 //! ```
 //!
 //! The crate must be built as a `cdylib`; the host loads `lib<crate_name>.so`.
@@ -93,6 +106,7 @@ pub mod abi;
 pub mod export;
 pub mod manifest;
 pub mod plugin;
+pub mod sdk;
 
 pub use crate::{
     abi::ABI_VERSION,

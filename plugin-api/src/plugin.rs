@@ -240,8 +240,17 @@ impl fmt::Display for ToolError {
 impl std::error::Error for ToolError {}
 
 /// Deserialises a tool's arguments into `T`, turning a mismatch into [`ToolError::BadInput`]
-/// with serde's explanation ("missing field `reason`").
+/// with serde's explanation and where in the arguments it is ("invalid input at
+/// `lines[1].quantity`: invalid type: string \"two\", expected u32"; at the top level just
+/// "invalid input: missing field `reason`").
 pub fn parse_input<T: DeserializeOwned>(input: Value) -> Result<T, ToolError> {
-    serde_json::from_value(input)
-        .map_err(|err| ToolError::bad_input(format!("invalid input: {err}")))
+    serde_path_to_error::deserialize(input).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        if path == "." {
+            ToolError::bad_input(format!("invalid input: {inner}"))
+        } else {
+            ToolError::bad_input(format!("invalid input at `{path}`: {inner}"))
+        }
+    })
 }

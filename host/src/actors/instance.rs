@@ -70,8 +70,12 @@ pub enum CallOutcome {
     /// The gate refused the call; nothing ran and nothing changed.
     Forbidden(Refusal),
     /// The plugin ran. If its transition moved the instance (`moved`), the new state was saved
-    /// before this outcome was produced.
-    Ran { output: PluginOutput, moved: bool },
+    /// before this outcome was produced. `state` is the instance's state value after the call.
+    Ran {
+        output: PluginOutput,
+        moved: bool,
+        state: Value,
+    },
 }
 
 /// The instance as a caller may see it.
@@ -354,6 +358,7 @@ async fn run_call(
         let outcome = CallOutcome::Ran {
             output,
             moved: false,
+            state: view.snapshot.value(),
         };
         return Ok((view, false, outcome));
     }
@@ -382,7 +387,13 @@ async fn run_call(
         snapshot,
         version: record.version,
     };
-    Ok((after, moved, CallOutcome::Ran { output, moved }))
+    let state = after.snapshot.value();
+    let outcome = CallOutcome::Ran {
+        output,
+        moved,
+        state,
+    };
+    Ok((after, moved, outcome))
 }
 
 #[cfg(test)]

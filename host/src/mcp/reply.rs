@@ -46,10 +46,25 @@ pub fn listed_tool(tool: &ToolEntry, description: &str) -> Tool {
     });
     // The catalog admitted only object schemas.
     if let Some(Value::Object(output)) = &manifest.output_schema {
-        listed.output_schema = Some(std::sync::Arc::new(output.clone()));
+        let mut output = output.clone();
+        // A workflow tool's result reports the state it left the instance in (`ran`): say so,
+        // or a strict client would reject the result.
+        if tool.workflow().is_some()
+            && let Value::Object(properties) =
+                output.entry("properties").or_insert_with(|| json!({}))
+        {
+            properties.entry(STATE_KEY).or_insert_with(|| {
+                json!({"description": "The workflow instance's state after the call \
+                    (XState state value)."})
+            });
+        }
+        listed.output_schema = Some(std::sync::Arc::new(output));
     }
     listed
 }
+
+/// Where a workflow tool's result reports the state the call left its instance in.
+pub const STATE_KEY: &str = "state";
 
 /// The most characters of a client-supplied string that an error message or a log line repeats.
 pub const MAX_ECHO_CHARS: usize = 128;
@@ -97,10 +112,18 @@ pub fn unroutable_request(method: &str, params: Option<&Value>) -> ErrorData {
     )
 }
 
-/// The tool ran: its output, or the failure it reported.
-pub fn ran(tool: &str, output: PluginOutput) -> CallToolResult {
+/// The tool ran: its output, or the failure it reported. For a tool of a workflow, `state` is
+/// the instance's state after the call: an object output that has no [`STATE_KEY`] of its own
+/// gains it, so the plugin reports what it did and the host where the workflow went (a plugin
+/// never has to name the next state).
+pub fn ran(tool: &str, output: PluginOutput, state: Option<Value>) -> CallToolResult {
     match output {
-        PluginOutput::Success(output) => success(output),
+        PluginOutput::Success(mut output) => {
+            if let (Value::Object(object), Some(state)) = (&mut output, state) {
+                object.entry(STATE_KEY).or_insert(state);
+            }
+            success(output)
+        }
         PluginOutput::ToolError(message) => tool_error(tool, &message),
     }
 }
@@ -355,6 +378,31 @@ mod tests {
         assert!(error.data.unwrap().to_string().len() < 200);
         let error = unroutable_request(&name, None);
         assert!(error.message.len() < 200, "{}", error.message.len());
+    }
+
+    #[test]
+    fn a_workflow_result_reports_the_state_unless_the_output_has_its_own() {
+        let state = Some(json!({"paying": "card"}));
+        let result = ran(
+            "p.pay",
+            PluginOutput::Success(json!({"ok": true})),
+            state.clone(),
+        );
+        let expected = json!({"ok": true, "state": {"paying": "card"}});
+        assert_eq!(result.structured_content, Some(expected.clone()));
+        let text = serde_json::to_value(&result.content[0]).unwrap();
+        assert_eq!(text["text"], expected.to_string(), "the text says the same");
+
+        let own = ran(
+            "p.status",
+            PluginOutput::Success(json!({"state": "mine"})),
+            state.clone(),
+        );
+        assert_eq!(own.structured_content, Some(json!({"state": "mine"})));
+        let text = ran("p.say", PluginOutput::Success(json!("hi")), state);
+        assert_eq!(text.structured_content, None);
+        let unbound = ran("p.free", PluginOutput::Success(json!({"ok": 1})), None);
+        assert_eq!(unbound.structured_content, Some(json!({"ok": 1})));
     }
 
     #[test]

@@ -231,7 +231,7 @@ impl TurnstileServer {
             .forward_during(running, events)
             .await
         {
-            Ok(output) => reply::ran(&name, output),
+            Ok(output) => reply::ran(&name, output, None),
             Err(error) => reply::invoke_failure(&name, &error),
         }
         .into()
@@ -381,7 +381,11 @@ impl ServerHandler for TurnstileServer {
         }
         let result = match answer {
             Ok(CallOutcome::Forbidden(refusal)) => reply::forbidden(&refusal),
-            Ok(CallOutcome::Ran { output, moved }) => {
+            Ok(CallOutcome::Ran {
+                output,
+                moved,
+                state,
+            }) => {
                 if moved && is_sessionless(&context) {
                     // This request's stream is the only place the caller can hear of the change:
                     // say it there, before the result, every time.
@@ -389,7 +393,7 @@ impl ServerHandler for TurnstileServer {
                         tracing::debug!(%error, "cannot tell the caller its list changed");
                     }
                 }
-                reply::ran(&name, output)
+                reply::ran(&name, output, Some(state))
             }
             Err(error) => reply::failure(&name, &error),
         };

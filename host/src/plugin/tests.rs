@@ -60,7 +60,7 @@ fn loads_the_invoice_plugin_and_calls_it() {
         panic!("{out:?}")
     };
     assert_eq!(out["invoice"], "inv-1");
-    assert_eq!(out["status"], "review");
+    assert_eq!(out["amount"], 12.5);
 
     let out = plugin
         .call("invoice.status", &json!({}), &ctx(json!("review")))

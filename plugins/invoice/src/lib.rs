@@ -7,23 +7,23 @@
 //!
 //! Each gated tool is visible only in its state and fires one event; `invoice.status` is bound to
 //! the workflow but to no state, so it is always visible and reports where the instance stands.
+//! The handlers say what they did; where the invoice went next is the workflow's business, and
+//! the host adds it to every result as `state`.
 //!
 //! The plugin is deliberately stateless: everything it knows about an invoice comes from the
 //! call (arguments, handle, current state). The host persists the workflow state and may run
 //! several processes against one store, so data kept in this process's memory would be missing
 //! after a restart or on another node.
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use turnstile_plugin_api::{
-    CallContext, Manifest, Plugin, ToolAnnotations, ToolError, ToolManifest, parse_input,
+    CallContext, ToolError,
+    sdk::{NoInput, Toolkit, Workflow},
 };
 
-/// The plugin value; no fields, see the crate docs for why.
-#[derive(Default)]
-pub struct Invoice;
-
-turnstile_plugin_api::export_plugin!(Invoice);
+turnstile_plugin_api::export_toolkit!(toolkit);
 
 /// Every tool here computes its answer from the call alone, in microseconds, without I/O: the
 /// host may run it on the request's own thread (see `ToolManifest::quick_ms`).
@@ -43,151 +43,127 @@ fn machine() -> Value {
     })
 }
 
-impl Plugin for Invoice {
-    fn manifest(&self) -> Manifest {
-        Manifest::new("invoice", env!("CARGO_PKG_VERSION"))
-            .workflow(machine())
-            .tool(
-                ToolManifest::new(
-                    "invoice.submit",
+/// The plugin: the invoice workflow and its five tools.
+pub fn toolkit() -> Toolkit {
+    let invoice = Workflow::new(machine());
+    Toolkit::new("invoice", env!("CARGO_PKG_VERSION"))
+        .tool(
+            invoice
+                .action("invoice.submit")
+                .describe(
                     "Submit the draft invoice for review. Give the amount to bill (a positive \
                      number) and optionally the customer's name. Afterwards a reviewer approves \
                      or rejects it; the invoice cannot be paid out before it is approved.",
-                    json!({
-                        "type": "object",
-                        "properties": {
-                            "amount": {"type": "number", "exclusiveMinimum": 0,
-                                "description": "Amount to bill, greater than zero."},
-                            "customer": {"type": "string", "description": "Customer name."}
-                        },
-                        "required": ["amount"]
-                    }),
                 )
                 .compact("Submit the invoice (amount, customer) for review.")
-                .workflow("invoice", ["draft"])
-                .transition("SUBMIT")
-                .quick(QUICK_MS),
-            )
-            .tool(
-                ToolManifest::new(
-                    "invoice.approve",
+                .bind_state("draft", "SUBMIT")
+                .quick(QUICK_MS)
+                .handle(submit),
+        )
+        .tool(
+            invoice
+                .action("invoice.approve")
+                .describe(
                     "Approve the invoice under review, optionally with a note for the record. \
                      An approved invoice can then be discharged (paid out).",
-                    json!({
-                        "type": "object",
-                        "properties": {
-                            "note": {"type": "string", "description": "Reviewer's note."}
-                        }
-                    }),
                 )
                 .compact("Approve the invoice.")
-                .workflow("invoice", ["review"])
-                .transition("APPROVE")
-                .quick(QUICK_MS),
-            )
-            .tool(
-                ToolManifest::new(
-                    "invoice.reject",
+                .bind_state("review", "APPROVE")
+                .quick(QUICK_MS)
+                .handle(|input: Approve, ctx| {
+                    Ok(json!({"invoice": ctx.handle, "note": input.note,
+                        "message": "Invoice approved."}))
+                }),
+        )
+        .tool(
+            invoice
+                .action("invoice.reject")
+                .describe(
                     "Reject the invoice under review and send it back to draft, with the reason \
                      the submitter must address before submitting again.",
-                    json!({
-                        "type": "object",
-                        "properties": {
-                            "reason": {"type": "string", "minLength": 1,
-                                "description": "Why the invoice is rejected."}
-                        },
-                        "required": ["reason"]
-                    }),
                 )
                 .compact("Reject the invoice back to draft (reason).")
-                .workflow("invoice", ["review"])
-                .transition("REJECT")
-                .quick(QUICK_MS),
-            )
-            .tool(
-                ToolManifest::new(
-                    "invoice.discharge",
+                .bind_state("review", "REJECT")
+                .quick(QUICK_MS)
+                .handle(reject),
+        )
+        .tool(
+            invoice
+                .action("invoice.discharge")
+                .describe(
                     "Discharge (pay out) the approved invoice. This is the final step: the \
                      invoice is closed afterwards. Optionally give the payment reference.",
-                    json!({
-                        "type": "object",
-                        "properties": {
-                            "reference": {"type": "string",
-                                "description": "Payment reference, e.g. a bank transfer id."}
-                        }
-                    }),
                 )
                 .compact("Pay out the approved invoice.")
-                .workflow("invoice", ["approved"])
-                .transition("DISCHARGE")
-                .quick(QUICK_MS),
-            )
-            .tool(
-                ToolManifest::new(
-                    "invoice.status",
+                .bind_state("approved", "DISCHARGE")
+                .quick(QUICK_MS)
+                .handle(|input: Discharge, ctx| {
+                    Ok(json!({"invoice": ctx.handle, "reference": input.reference,
+                        "message": "Invoice discharged (paid out)."}))
+                }),
+        )
+        .tool(
+            invoice
+                .action("invoice.status")
+                .describe(
                     "Report the invoice's current workflow state (draft, review, approved or \
                      discharged) and what can happen next. Changes nothing.",
-                    json!({"type": "object", "properties": {}}),
                 )
                 .compact("Show the invoice's state.")
-                .workflow("invoice", Vec::<String>::new())
                 .title("Invoice status")
+                .read_only()
+                .output::<Status>()
                 .quick(QUICK_MS)
-                .annotations(ToolAnnotations {
-                    read_only_hint: Some(true),
-                    idempotent_hint: Some(true),
-                    ..ToolAnnotations::default()
-                })
-                .output_schema(json!({
-                    "type": "object",
-                    "properties": {
-                        "invoice": {"type": "string"},
-                        "state": {"description": "The XState state value"},
-                        "next": {"type": "string"},
-                        "message": {"type": "string"}
-                    },
-                    "required": ["state", "next", "message"]
-                })),
-            )
-    }
-
-    fn call(&self, tool: &str, input: Value, ctx: &CallContext) -> Result<Value, ToolError> {
-        match tool {
-            "invoice.submit" => submit(parse_input(input)?, ctx),
-            "invoice.approve" => approve(parse_input(input)?, ctx),
-            "invoice.reject" => reject(parse_input(input)?, ctx),
-            "invoice.discharge" => discharge(parse_input(input)?, ctx),
-            "invoice.status" => Ok(status(ctx)),
-            other => Err(ToolError::UnknownTool(other.to_owned())),
-        }
-    }
+                .handle(|_: NoInput, ctx| Ok(status(ctx))),
+        )
 }
 
-// Input structs tolerate unknown fields on purpose: the host adds its own properties (such as
-// the instance handle) to every gated tool's schema.
-
-#[derive(Deserialize)]
-struct SubmitInput {
+/// The arguments of `invoice.submit`.
+#[derive(Deserialize, JsonSchema)]
+struct Submit {
+    /// Amount to bill, greater than zero.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     amount: f64,
+    /// Customer name.
     customer: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct ApproveInput {
+/// The arguments of `invoice.approve`.
+#[derive(Deserialize, JsonSchema)]
+struct Approve {
+    /// Reviewer's note.
     note: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct RejectInput {
+/// The arguments of `invoice.reject`.
+#[derive(Deserialize, JsonSchema)]
+struct Reject {
+    /// Why the invoice is rejected.
+    #[schemars(length(min = 1))]
     reason: String,
 }
 
-#[derive(Deserialize)]
-struct DischargeInput {
+/// The arguments of `invoice.discharge`.
+#[derive(Deserialize, JsonSchema)]
+struct Discharge {
+    /// Payment reference, e.g. a bank transfer id.
     reference: Option<String>,
 }
 
-fn submit(input: SubmitInput, ctx: &CallContext) -> Result<Value, ToolError> {
+/// The result of `invoice.status`.
+#[derive(Serialize, JsonSchema)]
+struct Status {
+    /// The XState state value.
+    state: Value,
+    /// What can happen next, in words.
+    next: String,
+    message: String,
+    /// The invoice's handle.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    invoice: String,
+}
+
+fn submit(input: Submit, ctx: &CallContext) -> Result<Value, ToolError> {
     // The host checks the schema too; this keeps the plugin safe when called without it.
     if !(input.amount.is_finite() && input.amount > 0.0) {
         return Err(ToolError::bad_input(
@@ -197,52 +173,25 @@ fn submit(input: SubmitInput, ctx: &CallContext) -> Result<Value, ToolError> {
     let customer = input.customer.as_deref().unwrap_or("(no customer given)");
     Ok(json!({
         "invoice": ctx.handle,
-        "event": "SUBMIT",
-        "status": "review",
         "amount": input.amount,
         "customer": input.customer,
-        "message": format!(
-            "Invoice of {:.2} for {customer} submitted for review. Next: approve or reject it.",
-            input.amount
-        ),
+        "message": format!("Invoice of {:.2} for {customer} submitted for review.", input.amount),
     }))
 }
 
-fn approve(input: ApproveInput, ctx: &CallContext) -> Result<Value, ToolError> {
-    Ok(json!({
-        "invoice": ctx.handle,
-        "event": "APPROVE",
-        "status": "approved",
-        "note": input.note,
-        "message": "Invoice approved. Next: discharge (pay out) it.",
-    }))
-}
-
-fn reject(input: RejectInput, ctx: &CallContext) -> Result<Value, ToolError> {
+fn reject(input: Reject, ctx: &CallContext) -> Result<Value, ToolError> {
     let reason = input.reason.trim();
     if reason.is_empty() {
         return Err(ToolError::bad_input("reason must not be empty"));
     }
     Ok(json!({
         "invoice": ctx.handle,
-        "event": "REJECT",
-        "status": "draft",
         "reason": reason,
-        "message": format!("Invoice rejected and back in draft: {reason}. Fix it and submit again."),
+        "message": format!("Invoice rejected: {reason}. Fix it and submit it again."),
     }))
 }
 
-fn discharge(input: DischargeInput, ctx: &CallContext) -> Result<Value, ToolError> {
-    Ok(json!({
-        "invoice": ctx.handle,
-        "event": "DISCHARGE",
-        "status": "discharged",
-        "reference": input.reference,
-        "message": "Invoice discharged (paid out). The workflow is complete.",
-    }))
-}
-
-fn status(ctx: &CallContext) -> Value {
+fn status(ctx: &CallContext) -> Status {
     let next = match ctx.state.as_str() {
         Some("draft") => "submit it for review",
         Some("review") => "approve or reject it",
@@ -250,17 +199,23 @@ fn status(ctx: &CallContext) -> Value {
         Some("discharged") => "nothing: the invoice is closed",
         _ => "unknown",
     };
-    json!({
-        "invoice": ctx.handle,
-        "state": ctx.state,
-        "next": next,
-        "message": format!("Invoice is in state {}; next step: {next}.", ctx.state),
-    })
+    Status {
+        state: ctx.state.clone(),
+        next: next.to_owned(),
+        message: format!("Invoice is in state {}; next step: {next}.", ctx.state),
+        invoice: ctx.handle.clone(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use turnstile_plugin_api::{Plugin, sdk::ToolkitPlugin};
+
     use super::*;
+
+    fn plugin() -> ToolkitPlugin {
+        toolkit().build().expect("every binding fits the machine")
+    }
 
     fn ctx(state: &str) -> CallContext {
         CallContext {
@@ -272,55 +227,25 @@ mod tests {
     }
 
     #[test]
-    fn submit_reports_what_happened() {
-        let out = Invoice
-            .call(
-                "invoice.submit",
-                json!({"amount": 120.5, "customer": "ACME"}),
-                &ctx("draft"),
-            )
-            .unwrap();
-        assert_eq!(out["status"], "review");
-        assert_eq!(out["amount"], 120.5);
-        assert!(out["message"].as_str().unwrap().contains("120.50 for ACME"));
-    }
-
-    #[test]
-    fn bad_inputs_are_rejected() {
-        for input in [json!({}), json!({"amount": 0}), json!({"amount": "1"})] {
-            let err = Invoice
-                .call("invoice.submit", input, &ctx("draft"))
-                .unwrap_err();
-            assert!(matches!(err, ToolError::BadInput(_)), "{err:?}");
-        }
-        let err = Invoice.call("invoice.reject", json!({"reason": " "}), &ctx("review"));
-        assert!(matches!(err, Err(ToolError::BadInput(_))));
-    }
-
-    #[test]
     fn manifest_binds_every_transition_of_the_machine() {
-        let manifest = Invoice.manifest();
+        let manifest = plugin().manifest();
         let bound: Vec<_> = manifest
             .tools
             .iter()
-            .map(|t| (t.name.as_str(), t.states.clone(), t.transition.as_deref()))
+            .map(|t| (t.name.as_str(), t.states.join(","), t.transition.as_deref()))
             .collect();
         assert_eq!(
             bound,
             [
-                ("invoice.submit", vec!["draft".to_owned()], Some("SUBMIT")),
-                (
-                    "invoice.approve",
-                    vec!["review".to_owned()],
-                    Some("APPROVE")
-                ),
-                ("invoice.reject", vec!["review".to_owned()], Some("REJECT")),
+                ("invoice.submit", "draft".to_owned(), Some("SUBMIT")),
+                ("invoice.approve", "review".to_owned(), Some("APPROVE")),
+                ("invoice.reject", "review".to_owned(), Some("REJECT")),
                 (
                     "invoice.discharge",
-                    vec!["approved".to_owned()],
+                    "approved".to_owned(),
                     Some("DISCHARGE")
                 ),
-                ("invoice.status", vec![], None),
+                ("invoice.status", String::new(), None),
             ]
         );
         assert!(
@@ -333,11 +258,70 @@ mod tests {
     }
 
     #[test]
+    fn schemas_are_what_a_model_reads() {
+        let manifest = plugin().manifest();
+        let schema = |name: &str| {
+            let tool = manifest.tools.iter().find(|t| t.name == name).unwrap();
+            (tool.input_schema.clone(), tool.output_schema.clone())
+        };
+        assert_eq!(
+            schema("invoice.submit").0,
+            json!({
+                "type": "object",
+                "properties": {
+                    "amount": {"type": "number", "exclusiveMinimum": 0,
+                        "description": "Amount to bill, greater than zero."},
+                    "customer": {"type": "string", "description": "Customer name."}
+                },
+                "required": ["amount"]
+            })
+        );
+        assert_eq!(
+            schema("invoice.reject").0["properties"]["reason"],
+            json!({"type": "string", "minLength": 1, "description": "Why the invoice is rejected."})
+        );
+        let (input, output) = schema("invoice.status");
+        assert_eq!(input, json!({"type": "object", "properties": {}}));
+        assert_eq!(
+            output.unwrap()["required"],
+            json!(["state", "next", "message"])
+        );
+    }
+
+    #[test]
+    fn submit_reports_what_happened() {
+        let out = plugin()
+            .call(
+                "invoice.submit",
+                json!({"amount": 120.5, "customer": "ACME"}),
+                &ctx("draft"),
+            )
+            .unwrap();
+        assert_eq!(out["amount"], 120.5);
+        assert!(out["message"].as_str().unwrap().contains("120.50 for ACME"));
+        assert!(out.get("state").is_none(), "the host reports the state");
+    }
+
+    #[test]
+    fn bad_inputs_are_rejected() {
+        let plugin = plugin();
+        for input in [json!({}), json!({"amount": 0}), json!({"amount": "1"})] {
+            let err = plugin
+                .call("invoice.submit", input, &ctx("draft"))
+                .unwrap_err();
+            assert!(matches!(err, ToolError::BadInput(_)), "{err:?}");
+        }
+        let err = plugin.call("invoice.reject", json!({"reason": " "}), &ctx("review"));
+        assert!(matches!(err, Err(ToolError::BadInput(_))));
+    }
+
+    #[test]
     fn status_reads_the_context() {
-        let out = Invoice
+        let out = plugin()
             .call("invoice.status", json!({}), &ctx("approved"))
             .unwrap();
         assert_eq!(out["state"], "approved");
         assert_eq!(out["next"], "discharge (pay out) it");
+        assert_eq!(out["invoice"], "h");
     }
 }

@@ -12,17 +12,18 @@
 //!
 //! Like the invoice plugin it is stateless: it talks to no payment provider (this is an
 //! example) and keeps nothing in memory, because the host may run several processes against
-//! one store. References it returns are derived from the call id.
+//! one store. References it returns are derived from the call id. The host adds the state each
+//! call left the payment in to its result.
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use turnstile_plugin_api::{CallContext, Manifest, Plugin, ToolError, ToolManifest, parse_input};
+use turnstile_plugin_api::{
+    CallContext, ToolError,
+    sdk::{NoInput, Toolkit, Workflow},
+};
 
-/// The plugin value; stateless, see the crate docs.
-#[derive(Default)]
-pub struct Payment;
-
-turnstile_plugin_api::export_plugin!(Payment);
+turnstile_plugin_api::export_toolkit!(toolkit);
 
 /// Every tool here computes its answer from the call alone, in microseconds, without I/O: the
 /// host may run it on the request's own thread (see `ToolManifest::quick_ms`).
@@ -43,160 +44,122 @@ fn machine() -> Value {
     })
 }
 
-impl Plugin for Payment {
-    fn manifest(&self) -> Manifest {
-        Manifest::new("payment", env!("CARGO_PKG_VERSION"))
-            .workflow(machine())
-            .tool(
-                ToolManifest::new(
-                    "payment.authorize",
+/// The plugin: the payment workflow and its five tools.
+pub fn toolkit() -> Toolkit {
+    let payment = Workflow::new(machine());
+    Toolkit::new("payment", env!("CARGO_PKG_VERSION"))
+        .tool(
+            payment
+                .action("payment.authorize")
+                .describe(
                     "Authorize a card payment: reserve `amount` (a positive number) in \
                      `currency` (ISO 4217 code such as EUR) on the customer's card. Nothing is \
                      charged yet; afterwards either capture the payment or void it.",
-                    json!({
-                        "type": "object",
-                        "properties": {
-                            "amount": {"type": "number", "exclusiveMinimum": 0,
-                                "description": "Amount to reserve, greater than zero."},
-                            "currency": {"type": "string", "pattern": "^[A-Z]{3}$",
-                                "description": "ISO 4217 currency code, e.g. EUR."},
-                            "description": {"type": "string",
-                                "description": "What the payment is for."}
-                        },
-                        "required": ["amount", "currency"]
-                    }),
                 )
                 .compact("Authorize (reserve) a card payment: amount, currency.")
-                .workflow("payment", ["new"])
-                .transition("AUTHORIZE")
-                .quick(QUICK_MS),
-            )
-            .tool(
-                ToolManifest::new(
-                    "payment.capture",
+                .bind_state("new", "AUTHORIZE")
+                .quick(QUICK_MS)
+                .handle(authorize),
+        )
+        .tool(
+            payment
+                .action("payment.capture")
+                .describe(
                     "Capture the authorized payment: actually charge the reserved amount. After \
                      a capture the payment can only be refunded.",
-                    json!({"type": "object", "properties": {}}),
                 )
                 .compact("Charge the authorized amount.")
-                .workflow("payment", ["authorized"])
-                .transition("CAPTURE")
-                .quick(QUICK_MS),
-            )
-            .tool(
-                ToolManifest::new(
-                    "payment.void",
+                .bind_state("authorized", "CAPTURE")
+                .quick(QUICK_MS)
+                .handle(|_: NoInput, ctx| {
+                    Ok(json!({"payment": ctx.handle,
+                        "message": "Payment captured: the reserved amount was charged."}))
+                }),
+        )
+        .tool(
+            payment
+                .action("payment.void")
+                .describe(
                     "Void the authorization: release the reserved amount without charging \
                      anything. Final: the payment is closed afterwards.",
-                    json!({
-                        "type": "object",
-                        "properties": {
-                            "reason": {"type": "string", "description": "Why it is voided."}
-                        }
-                    }),
                 )
                 .compact("Release the authorization uncharged.")
-                .workflow("payment", ["authorized"])
-                .transition("VOID")
-                .quick(QUICK_MS),
-            )
-            .tool(
-                ToolManifest::new(
-                    "payment.refund",
+                .bind_state("authorized", "VOID")
+                .quick(QUICK_MS)
+                .handle(|input: Void, ctx| {
+                    Ok(json!({"payment": ctx.handle, "reason": input.reason,
+                        "message": "Authorization voided: nothing was charged."}))
+                }),
+        )
+        .tool(
+            payment
+                .action("payment.refund")
+                .describe(
                     "Refund the captured payment in full, giving the reason. Final: the payment \
                      is closed afterwards. Partial refunds are not supported.",
-                    json!({
-                        "type": "object",
-                        "properties": {
-                            "reason": {"type": "string", "minLength": 1,
-                                "description": "Why the money is returned."}
-                        },
-                        "required": ["reason"]
-                    }),
                 )
                 .compact("Refund the captured payment in full (reason).")
-                .workflow("payment", ["captured"])
-                .transition("REFUND")
-                .quick(QUICK_MS),
-            )
-            .tool(
-                ToolManifest::new(
-                    "payment.status",
+                .bind_state("captured", "REFUND")
+                .quick(QUICK_MS)
+                .handle(refund),
+        )
+        .tool(
+            payment
+                .action("payment.status")
+                .describe(
                     "Report the payment's current state (new, authorized, captured, refunded or \
                      voided) and what can happen next. Changes nothing.",
-                    json!({"type": "object", "properties": {}}),
                 )
                 .compact("Show the payment's state.")
-                .workflow("payment", Vec::<String>::new())
-                .quick(QUICK_MS),
-            )
-    }
-
-    fn call(&self, tool: &str, input: Value, ctx: &CallContext) -> Result<Value, ToolError> {
-        match tool {
-            "payment.authorize" => authorize(parse_input(input)?, ctx),
-            "payment.capture" => Ok(step(
-                ctx,
-                "CAPTURE",
-                "captured",
-                "Payment captured: the \
-                 reserved amount was charged. Next: refund it if needed.",
-            )),
-            "payment.void" => {
-                let VoidInput { reason } = parse_input(input)?;
-                let mut out = step(
-                    ctx,
-                    "VOID",
-                    "voided",
-                    "Authorization voided: nothing was \
-                     charged. The payment is closed.",
-                );
-                out["reason"] = json!(reason);
-                Ok(out)
-            }
-            "payment.refund" => {
-                let RefundInput { reason } = parse_input(input)?;
-                let reason = reason.trim();
-                if reason.is_empty() {
-                    return Err(ToolError::bad_input("reason must not be empty"));
-                }
-                let mut out = step(
-                    ctx,
-                    "REFUND",
-                    "refunded",
-                    "Payment refunded in full. The \
-                     payment is closed.",
-                );
-                out["reason"] = json!(reason);
-                out["refund"] = json!(format!("re_{}", ctx.call_id));
-                Ok(out)
-            }
-            "payment.status" => Ok(status(ctx)),
-            other => Err(ToolError::UnknownTool(other.to_owned())),
-        }
-    }
+                .read_only()
+                .output::<Status>()
+                .quick(QUICK_MS)
+                .handle(|_: NoInput, ctx| Ok(status(ctx))),
+        )
 }
 
-// Input structs tolerate unknown fields: the host adds properties of its own (the handle).
-
-#[derive(Deserialize)]
-struct AuthorizeInput {
+/// The arguments of `payment.authorize`.
+#[derive(Deserialize, JsonSchema)]
+struct Authorize {
+    /// Amount to reserve, greater than zero.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     amount: f64,
+    /// ISO 4217 currency code, e.g. EUR.
+    #[schemars(pattern(r"^[A-Z]{3}$"))]
     currency: String,
+    /// What the payment is for.
     description: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct VoidInput {
+/// The arguments of `payment.void`.
+#[derive(Deserialize, JsonSchema)]
+struct Void {
+    /// Why it is voided.
     reason: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct RefundInput {
+/// The arguments of `payment.refund`.
+#[derive(Deserialize, JsonSchema)]
+struct Refund {
+    /// Why the money is returned.
+    #[schemars(length(min = 1))]
     reason: String,
 }
 
-fn authorize(input: AuthorizeInput, ctx: &CallContext) -> Result<Value, ToolError> {
+/// The result of `payment.status`.
+#[derive(Serialize, JsonSchema)]
+struct Status {
+    /// The XState state value.
+    state: Value,
+    /// What can happen next, in words.
+    next: String,
+    message: String,
+    /// The payment's handle.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    payment: String,
+}
+
+fn authorize(input: Authorize, ctx: &CallContext) -> Result<Value, ToolError> {
     if !(input.amount.is_finite() && input.amount > 0.0) {
         return Err(ToolError::bad_input(
             "amount must be a number greater than 0",
@@ -212,25 +175,28 @@ fn authorize(input: AuthorizeInput, ctx: &CallContext) -> Result<Value, ToolErro
     }
     Ok(json!({
         "payment": ctx.handle,
-        "event": "AUTHORIZE",
-        "status": "authorized",
         "amount": input.amount,
         "currency": input.currency,
         "description": input.description,
         "authorization": format!("auth_{}", ctx.call_id),
-        "message": format!(
-            "Authorized {:.2} {} on the card. Next: capture to charge it, or void to release it.",
-            input.amount, input.currency
-        ),
+        "message": format!("Authorized {:.2} {} on the card.", input.amount, input.currency),
     }))
 }
 
-/// The output of a transition tool without inputs of its own.
-fn step(ctx: &CallContext, event: &str, status: &str, message: &str) -> Value {
-    json!({"payment": ctx.handle, "event": event, "status": status, "message": message})
+fn refund(input: Refund, ctx: &CallContext) -> Result<Value, ToolError> {
+    let reason = input.reason.trim();
+    if reason.is_empty() {
+        return Err(ToolError::bad_input("reason must not be empty"));
+    }
+    Ok(json!({
+        "payment": ctx.handle,
+        "reason": reason,
+        "refund": format!("re_{}", ctx.call_id),
+        "message": "Payment refunded in full.",
+    }))
 }
 
-fn status(ctx: &CallContext) -> Value {
+fn status(ctx: &CallContext) -> Status {
     let next = match ctx.state.as_str() {
         Some("new") => "authorize it",
         Some("authorized") => "capture or void it",
@@ -238,17 +204,23 @@ fn status(ctx: &CallContext) -> Value {
         Some("refunded" | "voided") => "nothing: the payment is closed",
         _ => "unknown",
     };
-    json!({
-        "payment": ctx.handle,
-        "state": ctx.state,
-        "next": next,
-        "message": format!("Payment is in state {}; next step: {next}.", ctx.state),
-    })
+    Status {
+        state: ctx.state.clone(),
+        next: next.to_owned(),
+        message: format!("Payment is in state {}; next step: {next}.", ctx.state),
+        payment: ctx.handle.clone(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use turnstile_plugin_api::{Plugin, sdk::ToolkitPlugin};
+
     use super::*;
+
+    fn plugin() -> ToolkitPlugin {
+        toolkit().build().expect("every binding fits the machine")
+    }
 
     fn ctx(state: &str) -> CallContext {
         CallContext {
@@ -260,42 +232,8 @@ mod tests {
     }
 
     #[test]
-    fn authorize_validates_and_reports() {
-        let out = Payment
-            .call(
-                "payment.authorize",
-                json!({"amount": 10, "currency": "EUR"}),
-                &ctx("new"),
-            )
-            .unwrap();
-        assert_eq!(out["status"], "authorized");
-        assert_eq!(out["authorization"], "auth_c1");
-        for bad in [
-            json!({"amount": 10, "currency": "eur"}),
-            json!({"amount": -1, "currency": "EUR"}),
-        ] {
-            let err = Payment
-                .call("payment.authorize", bad, &ctx("new"))
-                .unwrap_err();
-            assert!(matches!(err, ToolError::BadInput(_)), "{err:?}");
-        }
-    }
-
-    #[test]
-    fn refund_needs_a_reason() {
-        let err = Payment
-            .call("payment.refund", json!({}), &ctx("captured"))
-            .unwrap_err();
-        assert!(matches!(err, ToolError::BadInput(_)));
-        let out = Payment
-            .call("payment.refund", json!({"reason": "dup"}), &ctx("captured"))
-            .unwrap();
-        assert_eq!(out["status"], "refunded");
-    }
-
-    #[test]
     fn manifest_binds_every_transition_of_the_machine() {
-        let manifest = Payment.manifest();
+        let manifest = plugin().manifest();
         let bound: Vec<_> = manifest
             .tools
             .iter()
@@ -320,5 +258,69 @@ mod tests {
             .collect();
         assert_eq!(bound, expected);
         assert_eq!(manifest.workflows, [machine()]);
+    }
+
+    #[test]
+    fn the_authorize_schema_carries_its_constraints() {
+        let manifest = plugin().manifest();
+        assert_eq!(
+            manifest.tools[0].input_schema,
+            json!({
+                "type": "object",
+                "properties": {
+                    "amount": {"type": "number", "exclusiveMinimum": 0,
+                        "description": "Amount to reserve, greater than zero."},
+                    "currency": {"type": "string", "pattern": "^[A-Z]{3}$",
+                        "description": "ISO 4217 currency code, e.g. EUR."},
+                    "description": {"type": "string", "description": "What the payment is for."}
+                },
+                "required": ["amount", "currency"]
+            })
+        );
+    }
+
+    #[test]
+    fn authorize_validates_and_reports() {
+        let plugin = plugin();
+        let out = plugin
+            .call(
+                "payment.authorize",
+                json!({"amount": 10, "currency": "EUR"}),
+                &ctx("new"),
+            )
+            .unwrap();
+        assert_eq!(out["authorization"], "auth_c1");
+        for bad in [
+            json!({"amount": 10, "currency": "eur"}),
+            json!({"amount": -1, "currency": "EUR"}),
+            json!({"amount": 10}),
+        ] {
+            let err = plugin
+                .call("payment.authorize", bad, &ctx("new"))
+                .unwrap_err();
+            assert!(matches!(err, ToolError::BadInput(_)), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn refund_needs_a_reason() {
+        let plugin = plugin();
+        let err = plugin
+            .call("payment.refund", json!({}), &ctx("captured"))
+            .unwrap_err();
+        assert!(matches!(err, ToolError::BadInput(_)));
+        let out = plugin
+            .call("payment.refund", json!({"reason": "dup"}), &ctx("captured"))
+            .unwrap();
+        assert_eq!(out["refund"], "re_c1");
+    }
+
+    #[test]
+    fn status_reads_the_context() {
+        let out = plugin()
+            .call("payment.status", json!({}), &ctx("authorized"))
+            .unwrap();
+        assert_eq!(out["state"], "authorized");
+        assert_eq!(out["next"], "capture or void it");
     }
 }

@@ -1,0 +1,363 @@
+//! [`Toolkit`]: a plugin's workflows and tools, checked against each other and turned into a
+//! [`Plugin`] that dispatches calls to the tools' handlers.
+//!
+//! [`Toolkit::build`] is where a declaration is checked: every bound state exists in its
+//! machine, every event can be taken from the states the tool is visible in, names are unique
+//! and valid, schemas are objects. It runs when the plugin is loaded (a failure refuses the
+//! load with the list of problems) and in the plugin's unit tests, so a typo fails `cargo test`
+//! rather than a deployment. The host checks the manifest again at load; this is the early copy
+//! of those checks, plus the per-state event check the host does not make.
+
+use std::{collections::HashMap, fmt};
+
+use serde_json::Value;
+
+use super::{
+    schema,
+    tool::{Handler, Tool},
+    workflow::Workflow,
+};
+use crate::{CallContext, Manifest, Plugin, ToolError};
+
+/// A plugin's declaration: name, version, workflows and tools. See the [module docs](super).
+#[must_use = "a toolkit does nothing until `build` checks it"]
+pub struct Toolkit {
+    name: String,
+    version: String,
+    workflows: Vec<Workflow>,
+    tools: Vec<Tool>,
+}
+
+/// A checked [`Toolkit`]: a [`Plugin`] whose `call` runs the handler of the tool called.
+pub struct ToolkitPlugin {
+    manifest: Manifest,
+    handlers: HashMap<String, Handler>,
+}
+
+/// What [`Toolkit::build`] found wrong, every problem at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeclarationError {
+    /// The plugin's name.
+    pub plugin: String,
+    /// One sentence per problem, each naming the tool or workflow it is about.
+    pub problems: Vec<String>,
+}
+
+impl fmt::Display for DeclarationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "plugin {} declares tools that do not fit its workflows: {}",
+            self.plugin,
+            self.problems.join("; ")
+        )
+    }
+}
+
+impl std::error::Error for DeclarationError {}
+
+impl Toolkit {
+    /// A toolkit with no tools yet. `version` is free-form; `env!("CARGO_PKG_VERSION")` is usual.
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Toolkit {
+        Toolkit {
+            name: name.into(),
+            version: version.into(),
+            workflows: Vec::new(),
+            tools: Vec::new(),
+        }
+    }
+
+    /// Adds a workflow. Needed only for a workflow none of the tools belongs to: a tool brings
+    /// its own workflow into the manifest.
+    pub fn workflow(mut self, workflow: &Workflow) -> Toolkit {
+        self.workflows.push(workflow.clone());
+        self
+    }
+
+    /// Adds a tool (and its workflow, the first time one of its tools is added).
+    pub fn tool(mut self, tool: Tool) -> Toolkit {
+        if let Some(workflow) = &tool.workflow
+            && !self.workflows.iter().any(|known| known.same(workflow))
+        {
+            self.workflows.push(workflow.clone());
+        }
+        self.tools.push(tool);
+        self
+    }
+
+    /// Checks the declaration and builds the plugin. Checked: every bound state exists in its
+    /// machine, every event does something in the states its tool is visible in (or, for a tool
+    /// visible in every state, somewhere), tool names are valid and unique, descriptions are
+    /// given, input and output types are JSON objects, and one id names one machine.
+    pub fn build(self) -> Result<ToolkitPlugin, DeclarationError> {
+        let mut problems = Vec::new();
+        let mut manifest = Manifest::new(&self.name, &self.version);
+        for (index, workflow) in self.workflows.iter().enumerate() {
+            if let Err(problem) = workflow.outline() {
+                problems.push(format!("workflow #{}: {problem}", index + 1));
+                continue;
+            }
+            let first = self.workflows.iter().position(|w| w.id() == workflow.id());
+            match first {
+                Some(first) if first < index => {
+                    if self.workflows[first].machine() != workflow.machine() {
+                        problems.push(format!(
+                            "two different machines have the id \"{}\"",
+                            workflow.id()
+                        ));
+                    }
+                }
+                _ => manifest.workflows.push(workflow.machine().clone()),
+            }
+        }
+        let mut handlers = HashMap::with_capacity(self.tools.len());
+        for tool in self.tools {
+            problems.extend(check_tool(&tool));
+            let name = tool.manifest.name.clone();
+            if handlers.insert(name.clone(), tool.handler).is_some() {
+                problems.push(format!("tool {name} is declared twice"));
+            }
+            manifest.tools.push(tool.manifest);
+        }
+        if problems.is_empty() {
+            Ok(ToolkitPlugin { manifest, handlers })
+        } else {
+            Err(DeclarationError {
+                plugin: self.name,
+                problems,
+            })
+        }
+    }
+}
+
+/// The problems of one tool on its own and against its workflow's machine.
+fn check_tool(tool: &Tool) -> Vec<String> {
+    let manifest = &tool.manifest;
+    let name = &manifest.name;
+    let mut problems = Vec::new();
+    if !is_valid_tool_name(name) {
+        problems.push(format!(
+            "tool name {name:?} is not 1 to 128 characters of A-Z a-z 0-9 _ - ."
+        ));
+    }
+    if manifest.description.trim().is_empty() {
+        problems.push(format!("tool {name} has no description (call .describe)"));
+    }
+    if !schema::is_object_schema(&manifest.input_schema) {
+        problems.push(format!(
+            "tool {name}: its input type must be a struct (a JSON object), not {}",
+            manifest.input_schema
+        ));
+    }
+    if let Some(output) = &manifest.output_schema
+        && !schema::is_object_schema(output)
+    {
+        problems.push(format!(
+            "tool {name}: its output type must be a struct (a JSON object), not {output}"
+        ));
+    }
+    let Some(workflow) = &tool.workflow else {
+        return problems;
+    };
+    let Ok(machine) = workflow.outline() else {
+        // Reported once, with the workflow.
+        return problems;
+    };
+    let id = workflow.id();
+    for state in &manifest.states {
+        if !machine.has_state(state) {
+            problems.push(format!(
+                "tool {name}: workflow \"{id}\" has no state \"{state}\""
+            ));
+        }
+    }
+    if let Some(event) = &manifest.transition {
+        if !machine.accepts_event(event) {
+            problems.push(format!(
+                "tool {name}: no state of workflow \"{id}\" takes event \"{event}\""
+            ));
+        }
+        for state in &manifest.states {
+            if machine.has_state(state)
+                && machine.accepts_event(event)
+                && !machine.accepts_event_in(state, event)
+            {
+                problems.push(format!(
+                    "tool {name}: event \"{event}\" does nothing in state \"{state}\" of \
+                     workflow \"{id}\""
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// MCP's rule for tool names.
+fn is_valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+impl fmt::Debug for ToolkitPlugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolkitPlugin")
+            .field("manifest", &self.manifest)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolkitPlugin {
+    /// The names of the tools, in declaration order.
+    pub fn tool_names(&self) -> impl Iterator<Item = &str> {
+        self.manifest.tools.iter().map(|tool| tool.name.as_str())
+    }
+}
+
+impl Plugin for ToolkitPlugin {
+    fn manifest(&self) -> Manifest {
+        self.manifest.clone()
+    }
+
+    fn call(&self, tool: &str, input: Value, ctx: &CallContext) -> Result<Value, ToolError> {
+        match self.handlers.get(tool) {
+            Some(handler) => handler(input, ctx),
+            None => Err(ToolError::UnknownTool(tool.to_owned())),
+        }
+    }
+}
+
+/// Exports a toolkit as the library's plugin: `export_toolkit!(toolkit)` with
+/// `fn toolkit() -> Toolkit`. The toolkit is declared and checked when the host loads the
+/// library (after [`plugin_config`](crate::plugin_config) is set, so the declaration may read
+/// it); a [`DeclarationError`] refuses the load with its problems. Use it once per `cdylib`.
+#[macro_export]
+macro_rules! export_toolkit {
+    ($declare:path) => {
+        $crate::export_plugin!($crate::sdk::ToolkitPlugin, || {
+            $crate::sdk::Toolkit::build($declare()).map_err(|error| error.to_string())
+        });
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::sdk::{NoInput, action};
+
+    fn door() -> Workflow {
+        Workflow::new(json!({
+            "id": "door", "initial": "closed",
+            "states": {
+                "closed": {"on": {"OPEN": "open", "LOCK": "locked"}},
+                "open": {"on": {"CLOSE": "closed"}},
+                "locked": {"on": {"UNLOCK": "closed"}}
+            }
+        }))
+    }
+
+    fn toolkit(state: &str, event: &str) -> Toolkit {
+        let door = door();
+        Toolkit::new("door", "1")
+            .tool(
+                door.action("door.open")
+                    .describe("Opens the door.")
+                    .bind_state(state, event)
+                    .handle(|_: NoInput, ctx| Ok(json!({"door": ctx.handle}))),
+            )
+            .tool(
+                door.action("door.status")
+                    .describe("Where the door stands.")
+                    .read_only()
+                    .handle(|_: NoInput, ctx| Ok(json!({"was": ctx.state}))),
+            )
+            .tool(
+                action("door.version")
+                    .describe("The plugin's version.")
+                    .handle(|_: NoInput, _| Ok("1")),
+            )
+    }
+
+    #[test]
+    fn a_toolkit_builds_the_manifest_and_dispatches_by_name() {
+        let plugin = toolkit("closed", "OPEN").build().unwrap();
+        let manifest = plugin.manifest();
+        assert_eq!(manifest.workflows, [door().machine().clone()]);
+        let open = &manifest.tools[0];
+        assert_eq!(
+            (
+                open.workflow.as_deref(),
+                open.states.as_slice(),
+                open.transition.as_deref()
+            ),
+            (Some("door"), ["closed".to_owned()].as_slice(), Some("OPEN"))
+        );
+        assert_eq!(manifest.tools[1].workflow.as_deref(), Some("door"));
+        assert!(manifest.tools[1].states.is_empty());
+        assert_eq!(manifest.tools[2].workflow, None);
+        let ctx = CallContext {
+            handle: "h1".into(),
+            ..CallContext::default()
+        };
+        assert_eq!(
+            plugin.call("door.open", json!({}), &ctx),
+            Ok(json!({"door": "h1"}))
+        );
+        assert_eq!(
+            plugin.call("door.kick", json!({}), &ctx),
+            Err(ToolError::UnknownTool("door.kick".into()))
+        );
+    }
+
+    #[test]
+    fn a_typo_in_a_state_or_an_event_fails_the_build() {
+        let problems = |state, event| toolkit(state, event).build().err().unwrap().problems;
+        assert_eq!(
+            problems("closd", "OPEN"),
+            ["tool door.open: workflow \"door\" has no state \"closd\""]
+        );
+        assert_eq!(
+            problems("closed", "OPNE"),
+            ["tool door.open: no state of workflow \"door\" takes event \"OPNE\""]
+        );
+        assert_eq!(
+            problems("open", "OPEN"),
+            ["tool door.open: event \"OPEN\" does nothing in state \"open\" of workflow \"door\""]
+        );
+    }
+
+    #[test]
+    fn duplicate_names_bad_machines_and_missing_descriptions_are_named() {
+        let broken = Workflow::new(json!({"states": {}}));
+        let error = Toolkit::new("p", "1")
+            .tool(action("a").describe("A.").handle(|_: NoInput, _| Ok(1)))
+            .tool(
+                action("a")
+                    .describe("A again.")
+                    .handle(|_: NoInput, _| Ok(2)),
+            )
+            .tool(action("b c").handle(|_: NoInput, _| Ok(3)))
+            .tool(
+                broken
+                    .action("d")
+                    .describe("D.")
+                    .handle(|_: String, _| Ok(4)),
+            )
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            error.problems,
+            [
+                "workflow #1: a workflow machine needs a string \"id\"",
+                "tool a is declared twice",
+                "tool name \"b c\" is not 1 to 128 characters of A-Z a-z 0-9 _ - .",
+                "tool b c has no description (call .describe)",
+                "tool d: its input type must be a struct (a JSON object), not {\"type\":\"string\"}",
+            ]
+        );
+        assert!(error.to_string().starts_with("plugin p declares"));
+    }
+}
