@@ -79,6 +79,18 @@ impl Plugin for Testkit {
                     "required": ["ms"]
                 }),
             ))
+            .tool(
+                ToolManifest::new(
+                    "testkit.quick_slow",
+                    "Test fixture: declares itself quick (1 ms) but sleeps `ms` milliseconds.",
+                    json!({
+                        "type": "object",
+                        "properties": {"ms": {"type": "integer", "minimum": 0, "maximum": MAX_SLEEP_MS}},
+                        "required": ["ms"]
+                    }),
+                )
+                .quick(1),
+            )
             .tool(ToolManifest::new(
                 "testkit.echo",
                 "Test fixture: returns its input and the call context.",
@@ -139,7 +151,7 @@ impl Plugin for Testkit {
     fn call(&self, tool: &str, input: Value, ctx: &CallContext) -> Result<Value, ToolError> {
         match tool {
             "testkit.panic" => panic!("testkit.panic was called"),
-            "testkit.slow" => {
+            "testkit.slow" | "testkit.quick_slow" => {
                 let SlowInput { ms } = parse_input(input)?;
                 if ms > MAX_SLEEP_MS {
                     return Err(ToolError::bad_input(format!(
