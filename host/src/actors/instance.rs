@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::{InstanceKey, Owner, notifier};
 use crate::{
-    catalog::{Catalog, ToolEntry, Workflow},
+    catalog::{Catalog, LiveCatalog, ToolEntry, Workflow},
     gate::{self, Refusal},
     invoke::{self, InvokeError},
     plugin::{CallContext, HostCall, PluginOutput},
@@ -109,7 +109,8 @@ pub struct InstanceDeps {
     pub node: Arc<str>,
     /// How long a plugin call may take, and when a shutdown stops waiting for it.
     pub limits: invoke::Limits,
-    pub catalog: Arc<Catalog>,
+    /// The catalog being served; a plugin reload replaces it (see [`InstanceActor::follow_catalog`]).
+    pub catalog: Arc<LiveCatalog>,
     pub store: Arc<dyn StateStore>,
     pub notifier: Addr<notifier::Notifier>,
 }
@@ -133,6 +134,27 @@ impl InstanceActor {
             deps,
             current: None,
             plugin_lock: invoke::InstanceLock::default(),
+        }
+    }
+
+    /// After a plugin reload, moves this instance onto the catalog's machine when
+    /// [`Catalog::follow`] says so (else it keeps the machine it runs on). An instance not loaded
+    /// yet takes the catalog's machine and is restored into it when it loads.
+    fn follow_catalog(&mut self) {
+        let catalog = self.deps.catalog.current();
+        match &self.current {
+            Some(view) => {
+                if let Some((workflow, snapshot)) = catalog.follow(&self.workflow, &view.snapshot) {
+                    let version = view.version;
+                    self.workflow = workflow;
+                    self.current = Some(InstanceView { snapshot, version });
+                }
+            }
+            None => {
+                if let Some(latest) = catalog.workflow(&self.key.workflow) {
+                    self.workflow = latest.clone();
+                }
+            }
         }
     }
 
@@ -235,6 +257,7 @@ impl Handler<Call> for InstanceActor {
     type Result = AtomicResponse<Self, Result<CallOutcome, InstanceError>>;
 
     fn handle(&mut self, call: Call, _ctx: &mut Self::Context) -> Self::Result {
+        self.follow_catalog();
         let mint = call.mint;
         let loading: std::pin::Pin<Box<dyn Future<Output = _>>> = if mint {
             let fresh = InstanceView {
@@ -248,7 +271,7 @@ impl Handler<Call> for InstanceActor {
         let node = self.deps.node.clone();
         let limits = self.deps.limits.clone();
         let plugin_lock = self.plugin_lock.clone();
-        let catalog = self.deps.catalog.clone();
+        let catalog = self.deps.catalog.current();
         let store = self.deps.store.clone();
         let workflow = self.workflow.clone();
         let key = self.key.clone();
@@ -437,6 +460,7 @@ impl Handler<View> for InstanceActor {
     type Result = AtomicResponse<Self, Result<InstanceView, InstanceError>>;
 
     fn handle(&mut self, _: View, _ctx: &mut Self::Context) -> Self::Result {
+        self.follow_catalog();
         AtomicResponse::new(Box::pin(self.current_or_load().into_actor(self).map(
             |loaded, actor, _ctx| {
                 if let Ok(view) = &loaded {

@@ -139,6 +139,7 @@ impl Registry {
         let workflow = self
             .deps
             .catalog
+            .current()
             .workflow(&key.workflow)
             .cloned()
             .ok_or_else(|| UnknownWorkflow(key.workflow.to_string()))?;

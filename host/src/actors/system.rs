@@ -10,7 +10,7 @@ use std::{sync::Arc, thread, time::Duration};
 use actix::prelude::*;
 
 use super::{Runtime, instance::InstanceDeps, notifier::Notifier, registry::Registry};
-use crate::{catalog::Catalog, store::StateStore};
+use crate::{catalog::LiveCatalog, store::StateStore};
 
 /// How the actors behave.
 #[derive(Debug, Clone)]
@@ -44,7 +44,7 @@ impl Default for ActorOptions {
 /// Starts the actor system and returns the handle to it. The system runs until the process
 /// exits.
 pub fn start(
-    catalog: Arc<Catalog>,
+    catalog: Arc<LiveCatalog>,
     store: Arc<dyn StateStore>,
     options: ActorOptions,
 ) -> std::io::Result<Runtime> {

@@ -12,6 +12,8 @@
 //! - `manifest.rs`: manifest parsing (with the JSON path of errors) and local checks.
 //! - [`PluginError`] (`error.rs`): every failure, naming the file.
 //! - `config.rs`: a plugin's configuration from `TURNSTILE_PLUGIN_<NAME>_*` (ABI 1.1).
+//! - [`directory::Directory`] (`directory.rs`): the plugin directory while serving: which files
+//!   settled in a new version or vanished, and a watcher that says when to look.
 //! - [`CallPool`] (`pool.rs`): how many calls of one plugin may run at once.
 //! - [`HostCall`] (`services.rs`): the host services a plugin may use during a call (ABI 1.1).
 //!
@@ -26,6 +28,7 @@
 //! an operator may replace or rewrite it at any time.
 
 mod config;
+pub mod directory;
 mod error;
 mod library;
 mod loaded;
@@ -87,8 +90,7 @@ pub fn library_files(dir: &Path) -> (Vec<PathBuf>, Vec<PluginError>) {
             Ok(entry) => {
                 let path = entry.path();
                 // `fs::metadata` follows symlinks, so a symlinked plugin counts as a file.
-                if is_library_name(&path) && fs::metadata(&path).is_ok_and(|meta| meta.is_file())
-                {
+                if is_library_name(&path) && fs::metadata(&path).is_ok_and(|meta| meta.is_file()) {
                     files.push(path);
                 }
             }
