@@ -7,6 +7,7 @@ use serde_json::json;
 use super::{ActorOptions, InstanceError, InstanceKey, SessionId, start};
 use crate::{
     catalog::{Catalog, LiveCatalog},
+    statechart::Machine,
     store::{InstanceRecord, MemoryStore, StateStore},
 };
 
@@ -28,7 +29,7 @@ async fn an_instance_that_dies_fails_its_caller_and_comes_back_from_its_last_sav
     assert_eq!(created.version, 1);
 
     // Another writer moves the instance on in the store; the actor's copy is now stale.
-    let machine = invoice();
+    let machine = Machine::from_json(&invoice()).expect("the invoice machine is valid");
     let moved = machine.transition(
         &machine.initial_snapshot(),
         &crate::statechart::Event::new("SUBMIT"),
