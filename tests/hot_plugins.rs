@@ -226,3 +226,45 @@ async fn a_change_to_a_gated_tool_is_announced_only_to_instances_in_its_state() 
         .clone();
     assert_eq!(served, json!("v1"));
 }
+
+/// The rule for machines that change (README): an instance whose state the new machine has
+/// continues on it; one whose state vanished keeps its version, with that version's tools (and
+/// code), until it leaves that state. Nobody is stranded.
+#[tokio::test]
+async fn after_a_state_is_renamed_instances_in_it_finish_on_their_version() {
+    let plugins = PluginDir::with(&[]);
+    let library = plugins.path().join("libpingpong.so");
+    compile_c_fixture("pingpong", &library, &[]);
+    let server = Server::http(plugins.path(), &[]);
+    let (left, right) = (
+        Client::http(&server.url).await,
+        Client::http(&server.url).await,
+    );
+    assert_eq!(left.tool_names().await, ["pingpong.ping"]);
+    let moved = right.call("pingpong.ping", json!({})).await;
+    assert_ne!(moved.is_error, Some(true), "{moved:?}");
+    right.changes.wait_for(1).await;
+
+    let staging = tempfile::tempdir().expect("temp dir");
+    let renamed = staging.path().join("libpingpong.so");
+    compile_c_fixture("pingpong", &renamed, &[r#"BUILD="v2""#, r#"RIGHT="far""#]);
+    fs::rename(&renamed, &library).expect("rename the new version in");
+    left.changes.wait_for(1).await;
+    right.changes.wait_for(2).await;
+
+    let build = |result: rmcp::model::CallToolResult| {
+        assert_ne!(result.is_error, Some(true), "{result:?}");
+        result.structured_content.expect("structured output")["build"].clone()
+    };
+    // "right" is gone from the new machine: that instance keeps the old one and its tools.
+    assert_eq!(right.tool_names().await, ["pingpong.pong"]);
+    assert_eq!(build(right.call("pingpong.pong", json!({})).await), "v1");
+    // Back in "left", which the new machine has: from now on it runs the new version.
+    assert_eq!(build(right.call("pingpong.ping", json!({})).await), "v2");
+    assert_eq!(right.tool_names().await, ["pingpong.pong"]);
+    assert_eq!(build(right.call("pingpong.pong", json!({})).await), "v2");
+
+    // "left" exists in both: that instance moved to the new version at once.
+    assert_eq!(build(left.call("pingpong.ping", json!({})).await), "v2");
+    assert_eq!(build(left.call("pingpong.pong", json!({})).await), "v2");
+}

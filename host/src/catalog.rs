@@ -38,8 +38,26 @@ pub struct Workflow {
     /// The machine's definition as the plugin gave it (XState JSON).
     pub definition: Value,
     pub machine: Arc<Machine>,
-    /// Names of the tools whose `workflow` is this one, in catalog order.
-    pub tools: Vec<String>,
+    /// The tools whose `workflow` is this one, in catalog order. An instance that keeps running
+    /// on this version after a plugin reload (see [`Catalog::follow`]) keeps these tools, and
+    /// with them the plugin that runs them.
+    pub tools: Vec<Arc<ToolEntry>>,
+}
+
+impl Workflow {
+    /// This version's tool named `name`.
+    pub fn tool(&self, name: &str) -> Option<&Arc<ToolEntry>> {
+        self.tools.iter().find(|tool| tool.name() == name)
+    }
+}
+
+impl fmt::Debug for Workflow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Workflow")
+            .field("id", &self.id)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One tool, ready to be listed, gated and called.
@@ -353,7 +371,14 @@ impl Catalog {
             );
         }
         for (manifest, validator, output_validator) in admitted.tools {
-            if let Some(workflow) = manifest
+            let entry = Arc::new(ToolEntry {
+                manifest,
+                plugin: plugin.clone(),
+                validator,
+                output_validator,
+            });
+            if let Some(workflow) = entry
+                .manifest
                 .workflow
                 .as_ref()
                 .and_then(|id| self.workflows.get_mut(id))
@@ -361,17 +386,9 @@ impl Catalog {
                 Arc::get_mut(workflow)
                     .expect("only the catalog holds its workflows while it is being built")
                     .tools
-                    .push(manifest.name.clone());
+                    .push(entry.clone());
             }
-            self.tools.insert(
-                manifest.name.clone(),
-                Arc::new(ToolEntry {
-                    manifest,
-                    plugin: plugin.clone(),
-                    validator,
-                    output_validator,
-                }),
-            );
+            self.tools.insert(entry.manifest.name.clone(), entry);
         }
         self.plugins.push(plugin);
     }

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::{InstanceKey, Owner, notifier};
 use crate::{
-    catalog::{Catalog, LiveCatalog, ToolEntry, Workflow},
+    catalog::{LiveCatalog, ToolEntry, Workflow},
     gate::{self, Refusal},
     invoke::{self, InvokeError},
     plugin::{CallContext, HostCall, PluginOutput},
@@ -80,6 +80,9 @@ pub struct InstanceView {
     pub snapshot: Snapshot,
     /// How many transitions have been saved (0: never saved, still in its initial state).
     pub version: u64,
+    /// The machine and tools the instance runs on: the catalog's, or an older version it keeps
+    /// after a plugin reload (see `Catalog::follow`). Its menu comes from these.
+    pub workflow: Arc<Workflow>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +97,18 @@ pub enum InstanceError {
     },
     #[error(transparent)]
     Tool(#[from] InvokeError),
+    /// The stored state does not exist in the machine served now, and the machine version the
+    /// instance ran on is not loaded (e.g. the instance was passivated, or the server restarted,
+    /// after a plugin reload renamed its state). Nothing is changed; the record stays as it is.
+    #[error(
+        "the stored state of {key} does not exist in workflow \"{workflow}\" as loaded now, and \
+         the machine version it ran on is no longer loaded: {reason}"
+    )]
+    VersionUnavailable {
+        key: String,
+        workflow: String,
+        reason: String,
+    },
     #[error("the instance stopped while handling the call; it restarts from its last saved state")]
     Stopped,
     #[error("no loaded plugin defines workflow \"{0}\"")]
@@ -146,8 +161,12 @@ impl InstanceActor {
             Some(view) => {
                 if let Some((workflow, snapshot)) = catalog.follow(&self.workflow, &view.snapshot) {
                     let version = view.version;
-                    self.workflow = workflow;
-                    self.current = Some(InstanceView { snapshot, version });
+                    self.workflow = workflow.clone();
+                    self.current = Some(InstanceView {
+                        snapshot,
+                        version,
+                        workflow,
+                    });
                 }
             }
             None => {
@@ -187,7 +206,7 @@ impl InstanceActor {
 async fn load(
     store: &dyn StateStore,
     key: &InstanceKey,
-    workflow: &Workflow,
+    workflow: &Arc<Workflow>,
 ) -> Result<InstanceView, InstanceError> {
     match load_record(store, &key.store_key(), workflow).await? {
         Some(view) => Ok(view),
@@ -195,6 +214,7 @@ async fn load(
             Owner::Session(_) => Ok(InstanceView {
                 snapshot: workflow.machine.initial_snapshot(),
                 version: 0,
+                workflow: workflow.clone(),
             }),
             Owner::Handle(handle) => Err(InstanceError::UnknownHandle(handle.to_string())),
         },
@@ -204,7 +224,7 @@ async fn load(
 async fn load_record(
     store: &dyn StateStore,
     key: &str,
-    workflow: &Workflow,
+    workflow: &Arc<Workflow>,
 ) -> Result<Option<InstanceView>, InstanceError> {
     let corrupt = |reason: String| InstanceError::Corrupt {
         key: key.to_string(),
@@ -221,10 +241,15 @@ async fn load_record(
             let snapshot = workflow
                 .machine
                 .restore(&record.snapshot)
-                .map_err(|error| corrupt(error.to_string()))?;
+                .map_err(|error| InstanceError::VersionUnavailable {
+                    key: key.to_string(),
+                    workflow: workflow.id.clone(),
+                    reason: error.to_string(),
+                })?;
             Ok(Some(InstanceView {
                 snapshot,
                 version: record.version,
+                workflow: workflow.clone(),
             }))
         }
     }
@@ -263,6 +288,7 @@ impl Handler<Call> for InstanceActor {
             let fresh = InstanceView {
                 snapshot: self.workflow.machine.initial_snapshot(),
                 version: 0,
+                workflow: self.workflow.clone(),
             };
             Box::pin(std::future::ready(Ok(fresh)))
         } else {
@@ -271,7 +297,6 @@ impl Handler<Call> for InstanceActor {
         let node = self.deps.node.clone();
         let limits = self.deps.limits.clone();
         let plugin_lock = self.plugin_lock.clone();
-        let catalog = self.deps.catalog.current();
         let store = self.deps.store.clone();
         let workflow = self.workflow.clone();
         let key = self.key.clone();
@@ -289,7 +314,6 @@ impl Handler<Call> for InstanceActor {
             let finished = run_call(
                 &node,
                 (&limits, &plugin_lock),
-                &catalog,
                 &*store,
                 &workflow,
                 &key,
@@ -333,14 +357,19 @@ impl Handler<Call> for InstanceActor {
 async fn run_call(
     node: &str,
     (limits, plugin_lock): (&invoke::Limits, &invoke::InstanceLock),
-    catalog: &Catalog,
     store: &dyn StateStore,
     workflow: &Workflow,
     key: &InstanceKey,
     view: InstanceView,
     call: Call,
 ) -> Result<(InstanceView, bool, CallOutcome), InstanceError> {
-    if let Some(refusal) = gate::refusal(catalog, workflow, &call.tool, &view.snapshot) {
+    // The instance's own version of the tool: the catalog's, or the one of the older machine
+    // version the instance still runs on (see `Catalog::follow`).
+    let tool = workflow
+        .tool(call.tool.name())
+        .unwrap_or(&call.tool)
+        .clone();
+    if let Some(refusal) = gate::refusal(workflow, &tool, &view.snapshot) {
         return Ok((view, false, CallOutcome::Forbidden(refusal)));
     }
     let context = CallContext {
@@ -350,7 +379,7 @@ async fn run_call(
         ..CallContext::default()
     };
     let output = invoke::run(
-        call.tool.clone(),
+        tool.clone(),
         call.arguments,
         context,
         call.host,
@@ -362,7 +391,7 @@ async fn run_call(
     // A handler error fires nothing; a tool without a transition, or an event the state does
     // not take, moves nothing (but a successful mint still saves its first record).
     let succeeded = matches!(output, PluginOutput::Success(_));
-    let step = match (&output, &call.tool.manifest.transition) {
+    let step = match (&output, &tool.manifest.transition) {
         (PluginOutput::Success(_), Some(event)) => Some(
             workflow
                 .machine
@@ -404,6 +433,7 @@ async fn run_call(
     let after = InstanceView {
         snapshot,
         version: record.version,
+        workflow: view.workflow.clone(),
     };
     Ok((after, moved, CallOutcome::Ran { output, moved }))
 }
@@ -418,6 +448,7 @@ impl Handler<Create> for InstanceActor {
         let view = InstanceView {
             snapshot: self.workflow.machine.initial_snapshot(),
             version: 1,
+            workflow: self.workflow.clone(),
         };
         let record = InstanceRecord::first(self.workflow.id.clone(), view.snapshot.to_persisted());
         let work = async move {

@@ -149,8 +149,8 @@ impl TurnstileServer {
         for workflow in catalog.workflows() {
             let key = InstanceKey::for_session(&self.session.id, &workflow.id);
             let view = self.view(&key, context).await?;
-            for tool in gate::menu(catalog, workflow, &view.snapshot) {
-                tools.push(Self::listed(None, &tool, workflow, &view.snapshot));
+            for tool in gate::menu(&view.workflow, &view.snapshot) {
+                tools.push(Self::listed(None, &tool, &view.workflow, &view.snapshot));
             }
         }
         Ok(())
@@ -176,16 +176,21 @@ impl TurnstileServer {
         };
         let mut seen = std::collections::HashSet::new();
         for key in keys {
-            let Some(workflow) = catalog.workflow(&key.workflow) else {
+            if catalog.workflow(&key.workflow).is_none() {
                 return Err(ErrorData::invalid_params(
                     format!("no workflow \"{}\" is loaded", reply::clip(&key.workflow)),
                     None,
                 ));
-            };
+            }
             let view = self.view(&key, context).await?;
-            for tool in gate::menu(catalog, workflow, &view.snapshot) {
+            for tool in gate::menu(&view.workflow, &view.snapshot) {
                 if seen.insert(tool.name().to_string()) {
-                    tools.push(Self::listed(Some(mode), &tool, workflow, &view.snapshot));
+                    tools.push(Self::listed(
+                        Some(mode),
+                        &tool,
+                        &view.workflow,
+                        &view.snapshot,
+                    ));
                 }
             }
         }
@@ -194,7 +199,7 @@ impl TurnstileServer {
             // state (always visible; their schema says they need a handle).
             for workflow in catalog.workflows() {
                 let initial = workflow.machine.initial_snapshot();
-                for tool in gate::menu(catalog, workflow, &initial) {
+                for tool in gate::menu(workflow, &initial) {
                     let starts_or_ungated =
                         gate::starts_instance(&tool, workflow) || !tool.is_gated();
                     if starts_or_ungated && seen.insert(tool.name().to_string()) {
@@ -327,7 +332,6 @@ impl ServerHandler for TurnstileServer {
         };
         // The handle is the host's argument, not the plugin's: take it out before the schema check.
         let target = match target::resolve(
-            &catalog,
             self.handle_mode(&context),
             &self.session.id,
             &tool,
