@@ -268,3 +268,30 @@ async fn after_a_state_is_renamed_instances_in_it_finish_on_their_version() {
     assert_eq!(build(left.call("pingpong.ping", json!({})).await), "v2");
     assert_eq!(build(left.call("pingpong.pong", json!({})).await), "v2");
 }
+
+/// SIGHUP rescans the directory and tries again what was refused: here a library whose tools
+/// clashed with one that has since been removed.
+#[tokio::test]
+async fn sighup_retries_a_library_refused_for_a_clash_that_is_gone() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &[]);
+    let session = Client::http(&server.url).await;
+    let original = plugins.path().join("libturnstile_plugin_invoice.so");
+    deploy(&original, plugins.path(), "libinvoice_copy.so");
+    let line = server.wait_for_log("libinvoice_copy.so");
+    assert!(line.contains("already"), "{line}");
+
+    fs::remove_file(&original).expect("remove the original");
+    session.changes.wait_for(1).await;
+    assert!(session.tool_names().await.is_empty());
+    server.signal(libc::SIGHUP);
+    session.changes.wait_for(2).await;
+    assert!(
+        session
+            .tool_names()
+            .await
+            .iter()
+            .any(|name| name == "invoice.submit"),
+        "the copy serves the invoice tools now"
+    );
+}

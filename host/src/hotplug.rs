@@ -259,13 +259,15 @@ pub fn start(
     let watcher = plugin::directory::watch(directory.path(), move || {
         // Fails only once the loop is gone, at exit.
         let _ = on_change.send(Wake::Changed);
-    })
-    .with_context(|| {
-        format!(
-            "cannot watch the plugin directory {}",
-            directory.path().display()
-        )
-    })?;
+    });
+    // Without a watcher (inotify limits, say), SIGHUP still rescans: serve rather than fail.
+    let watcher = match watcher {
+        Ok(watcher) => Some(watcher),
+        Err(error) => {
+            tracing::warn!(dir = %directory.path().display(), %error, "cannot watch the plugin directory; send SIGHUP to load changes");
+            None
+        }
+    };
     let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("cannot listen for SIGHUP")?;
     tokio::spawn(async move {

@@ -94,7 +94,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         .context("cannot install the signal handlers")?;
     options.actors.abandon_calls = shutdown.deadline.clone();
     // Stamped before loading, so that a file changed during the load is loaded again.
-    let mut plugin_dir = Directory::new(&options.plugins);
+    let mut plugin_dir = Directory::new(&options.plugins, hotplug::SETTLE);
     plugin_dir.assume_handled();
     let report = LoadReport::load_with_pool(&options.plugins, options.plugin_pool)?;
     let refused = report.refused_files();

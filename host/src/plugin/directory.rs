@@ -2,9 +2,9 @@
 //!
 //! It owns what the last look at the directory saw (each library's [`Stamp`]: size,
 //! modification time and, on Unix, device and inode) and the stamp at which each file was last
-//! handled (loaded or refused). A file is *settled* when two looks, a settle time apart, saw the
-//! same stamp; only settled files are reported, so a copy still in progress is not loaded
-//! half-way. [`watch`] wakes the caller when the directory changes.
+//! handled (loaded or refused). A file is *settled* once its stamp has stayed the same for the
+//! settle time (seen by two looks at least that far apart); only settled files are reported, so
+//! a copy still in progress is not loaded half-way. [`watch`] wakes the caller when the directory changes.
 //!
 //! It does not load anything (the caller does, and reports back with [`Directory::handled`]),
 //! and knows nothing of catalogs.
@@ -13,7 +13,7 @@ use std::{
     collections::BTreeMap,
     fs,
     path::{Path, PathBuf},
-    time::SystemTime,
+    time::{Duration, Instant, SystemTime},
 };
 
 use super::{PluginError, library_files};
@@ -69,15 +69,19 @@ pub struct Look {
 /// The plugin directory, as last seen and as last handled.
 pub struct Directory {
     dir: PathBuf,
-    seen: BTreeMap<PathBuf, Stamp>,
+    settle: Duration,
+    /// Each file's stamp at the last look, and since when it has had that stamp.
+    seen: BTreeMap<PathBuf, (Stamp, Instant)>,
     handled: BTreeMap<PathBuf, Stamp>,
 }
 
 impl Directory {
-    /// A directory of which nothing was seen or handled yet.
-    pub fn new(dir: &Path) -> Self {
+    /// A directory of which nothing was seen or handled yet, whose files are settled once
+    /// unchanged for `settle`.
+    pub fn new(dir: &Path, settle: Duration) -> Self {
         Directory {
             dir: dir.to_owned(),
+            settle,
             seen: BTreeMap::new(),
             handled: BTreeMap::new(),
         }
@@ -91,22 +95,42 @@ impl Directory {
     /// (Stamped before the start-up load, so a file changed during it is handled again.)
     pub fn assume_handled(&mut self) {
         let (files, _) = library_files(&self.dir);
-        self.seen = stamps(files);
-        self.handled = self.seen.clone();
+        self.handled = stamps(files);
+        let now = Instant::now();
+        self.seen = self
+            .handled
+            .iter()
+            .map(|(path, stamp)| (path.clone(), (*stamp, now)))
+            .collect();
     }
 
     /// Looks at the directory: which files settled in a new version, which vanished.
     pub fn look(&mut self) -> Look {
         let (files, errors) = library_files(&self.dir);
+        if !errors.is_empty() {
+            // A directory that cannot be read (gone, permissions) says nothing about its files:
+            // report no change rather than every library vanished.
+            return Look {
+                errors,
+                ..Look::default()
+            };
+        }
         let now = stamps(files);
-        let mut look = Look {
-            errors,
-            ..Look::default()
-        };
+        let mut look = Look::default();
+        let mut seen = BTreeMap::new();
         for (path, stamp) in &now {
-            if self.seen.get(path) != Some(stamp) {
+            // Unchanged since an earlier look at least the settle time ago.
+            let (since, settled) = match self.seen.get(path) {
+                Some((seen, since)) if seen == stamp => (*since, since.elapsed() >= self.settle),
+                _ => (Instant::now(), false),
+            };
+            seen.insert(path.clone(), (*stamp, since));
+            if self.handled.get(path) == Some(stamp) {
+                continue;
+            }
+            if !settled {
                 look.unsettled = true;
-            } else if self.handled.get(path) != Some(stamp) {
+            } else {
                 look.changes.push(FileChange::Ready {
                     path: path.clone(),
                     stamp: *stamp,
@@ -119,7 +143,7 @@ impl Directory {
                     .push(FileChange::Vanished { path: path.clone() });
             }
         }
-        self.seen = now;
+        self.seen = seen;
         look
     }
 
@@ -176,7 +200,7 @@ mod tests {
     #[test]
     fn a_file_is_reported_once_two_looks_agree_and_again_only_when_it_changes() {
         let dir = tempfile::tempdir().unwrap();
-        let mut directory = Directory::new(dir.path());
+        let mut directory = Directory::new(dir.path(), Duration::ZERO);
         directory.assume_handled();
         let file = dir.path().join("a.so");
         fs::write(&file, b"partial").unwrap();
@@ -210,11 +234,38 @@ mod tests {
     }
 
     #[test]
+    fn a_file_is_not_settled_before_the_settle_time_even_if_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut directory = Directory::new(dir.path(), Duration::from_secs(3600));
+        directory.assume_handled();
+        fs::write(dir.path().join("a.so"), b"x").unwrap();
+        for _ in 0..3 {
+            let look = directory.look();
+            assert!(look.unsettled && look.changes.is_empty(), "{look:?}");
+        }
+    }
+
+    #[test]
+    fn an_unreadable_directory_reports_no_change() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("a.so"), b"x").unwrap();
+        let mut directory = Directory::new(dir.path(), Duration::ZERO);
+        directory.assume_handled();
+        fs::remove_file(dir.path().join("a.so")).unwrap();
+        fs::remove_dir(dir.path()).unwrap();
+        let look = directory.look();
+        assert!(
+            look.changes.is_empty() && !look.errors.is_empty(),
+            "{look:?}"
+        );
+    }
+
+    #[test]
     fn files_present_at_start_are_not_reported() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("a.so"), b"x").unwrap();
         fs::write(dir.path().join("notes.txt"), b"x").unwrap();
-        let mut directory = Directory::new(dir.path());
+        let mut directory = Directory::new(dir.path(), Duration::ZERO);
         directory.assume_handled();
         let look = directory.look();
         assert!(!look.unsettled && look.changes.is_empty(), "{look:?}");
