@@ -212,7 +212,7 @@ mod tests {
         assert!(look.unsettled && look.changes.is_empty(), "{look:?}");
         let look = directory.look();
         assert!(!look.unsettled);
-        assert_eq!(ready(&look), [file.clone()]);
+        assert_eq!(ready(&look), std::slice::from_ref(&file));
         let FileChange::Ready { stamp, .. } = look.changes[0].clone() else {
             unreachable!()
         };
@@ -224,7 +224,7 @@ mod tests {
         fs::write(&staged, b"partial, and more").unwrap();
         fs::rename(&staged, &file).unwrap();
         assert!(directory.look().unsettled);
-        assert_eq!(ready(&directory.look()), [file.clone()]);
+        assert_eq!(ready(&directory.look()), std::slice::from_ref(&file));
 
         fs::remove_file(&file).unwrap();
         let look = directory.look();
