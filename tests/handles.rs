@@ -262,6 +262,7 @@ async fn a_starting_call_that_fails_creates_nothing_and_returns_no_handle() {
             "testkit.echo",
             "testkit.go",
             "testkit.panic",
+            "testkit.quick_slow",
             "testkit.report",
             "testkit.slow"
         ])

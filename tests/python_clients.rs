@@ -425,8 +425,8 @@ fn mcp2_model_client_names_its_handles_in_meta() {
 /// Scenario 7: `Client.listen(tools_list_changed=True)` without a handle stays open 30 s: the
 /// server neither ends it nor drops it, the client can still make requests beside it, and when
 /// the client closes it, neither side complains. No `list_changed` arrives: without a handle the
-/// listen covers the catalog, which cannot change while the server runs (no hot reload of
-/// plugins yet).
+/// listen covers the catalog, and nothing changes the plugin directory during this test
+/// (`hot_plugins.rs` shows such a listen hearing of a plugin dropped in).
 #[test]
 fn mcp2_listen_without_a_handle_stays_open_until_the_client_closes_it() {
     const SECONDS: u32 = 30;

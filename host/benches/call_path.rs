@@ -19,7 +19,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use turnstile::{
     actors::{self, ActorOptions, CallOutcome, InstanceKey, Runtime},
-    catalog::{Catalog, ToolEntry},
+    catalog::{Catalog, LiveCatalog, ToolEntry},
     plugin::{self, PluginOutput},
     store::{self, StoreOptions},
 };
@@ -37,7 +37,7 @@ fn invoice_library() -> PathBuf {
 
 struct Bench {
     runtime: Runtime,
-    catalog: Arc<Catalog>,
+    catalog: Arc<LiveCatalog>,
     _data: Option<tempfile::TempDir>,
 }
 
@@ -46,7 +46,7 @@ impl Bench {
         let plugin = plugin::load_private_copy(&invoice_library()).expect("the invoice plugin");
         let (catalog, errors) = Catalog::build(vec![plugin]);
         assert!(errors.is_empty(), "{errors:?}");
-        let catalog = Arc::new(catalog);
+        let catalog = Arc::new(LiveCatalog::new(catalog));
         let data = (store == "embedded").then(|| tempfile::tempdir().expect("a temporary dir"));
         let url = match &data {
             Some(dir) => format!("embedded:{}", dir.path().join("state.redb").display()),
@@ -65,7 +65,11 @@ impl Bench {
     }
 
     fn tool(&self, name: &str) -> Arc<ToolEntry> {
-        self.catalog.tool(name).expect("an invoice tool").clone()
+        self.catalog
+            .current()
+            .tool(name)
+            .expect("an invoice tool")
+            .clone()
     }
 
     async fn call(&self, key: &InstanceKey, tool: &Arc<ToolEntry>, arguments: Value, mint: bool) {

@@ -2,28 +2,62 @@
 //! other.
 //!
 //! It owns the answer to "which tool is this name, which plugin runs it, which machine gates it".
-//! It is built once at start-up and shared read-only (`Arc<Catalog>`); it never runs a tool and
-//! never touches instance state.
+//! A catalog is never changed once built: a plugin reload builds a new one and swaps it into the
+//! [`LiveCatalog`] (`live.rs`); [`CatalogChange`] (`change.rs`) says whose menus that changes.
+//! Each machine carries a version, the hash of its canonical JSON (`version.rs`). It never runs a
+//! tool and never touches instance state.
 //!
 //! A plugin is admitted whole or not at all: if one of its machines fails to parse, or one of its
 //! tools names a state or event its machine does not have, the whole plugin is refused with every
 //! problem listed, and the other plugins are still served.
 
+mod change;
+mod live;
+mod version;
+
 use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
 
 use serde_json::Value;
 
+pub use self::{
+    change::{Affected, CatalogChange},
+    live::LiveCatalog,
+    version::{canonical, machine_version},
+};
+
 use crate::{
     plugin::{LoadedPlugin, ToolManifest},
-    statechart::Machine,
+    statechart::{Machine, Snapshot},
 };
 
 /// One workflow machine and the tools bound to it.
 pub struct Workflow {
     pub id: String,
+    /// The machine's version: [`machine_version`] of its definition.
+    pub version: String,
+    /// The machine's definition as the plugin gave it (XState JSON).
+    pub definition: Value,
     pub machine: Arc<Machine>,
-    /// Names of the tools whose `workflow` is this one, in catalog order.
-    pub tools: Vec<String>,
+    /// The tools whose `workflow` is this one, in catalog order. An instance that keeps running
+    /// on this version after a plugin reload (see [`Catalog::follow`]) keeps these tools, and
+    /// with them the plugin that runs them.
+    pub tools: Vec<Arc<ToolEntry>>,
+}
+
+impl Workflow {
+    /// This version's tool named `name`.
+    pub fn tool(&self, name: &str) -> Option<&Arc<ToolEntry>> {
+        self.tools.iter().find(|tool| tool.name() == name)
+    }
+}
+
+impl fmt::Debug for Workflow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Workflow")
+            .field("id", &self.id)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One tool, ready to be listed, gated and called.
@@ -161,14 +195,18 @@ impl Catalog {
         (catalog, errors)
     }
 
-    /// A catalog of machines alone, for tests of the layers below the plugins.
+    /// A catalog of machines alone (given as XState JSON), for tests of the layers below the
+    /// plugins.
     #[cfg(test)]
-    pub fn with_machines(machines: Vec<Machine>) -> Catalog {
+    pub fn with_machines(definitions: Vec<Value>) -> Catalog {
         let mut catalog = Catalog::default();
-        for machine in machines {
+        for definition in definitions {
+            let machine = Machine::from_json(&definition).expect("a test machine is valid");
             let id = machine.id().to_string();
             let workflow = Workflow {
                 id: id.clone(),
+                version: machine_version(&definition),
+                definition,
                 machine: Arc::new(machine),
                 tools: Vec::new(),
             };
@@ -197,6 +235,24 @@ impl Catalog {
         &self.plugins
     }
 
+    /// The machine an instance running on `running`, in `snapshot`, should run on now that this
+    /// catalog is served; `None`: stay. The rule (README, "Replacing a plugin"): an instance
+    /// whose current state exists in this catalog's machine continues on it (its snapshot
+    /// restored into it); one whose state vanished keeps the machine it runs on, with that
+    /// machine's states, until it reaches a final state.
+    pub fn follow(
+        &self,
+        running: &Arc<Workflow>,
+        snapshot: &Snapshot,
+    ) -> Option<(Arc<Workflow>, Snapshot)> {
+        let latest = self.workflow(&running.id)?;
+        if Arc::ptr_eq(latest, running) {
+            return None;
+        }
+        let moved = latest.machine.restore(&snapshot.to_persisted()).ok()?;
+        Some((latest.clone(), moved))
+    }
+
     /// Everything a plugin would add, or every reason it cannot be added.
     fn check_plugin(&self, plugin: &LoadedPlugin) -> Result<Admitted, Vec<String>> {
         let manifest = plugin.manifest();
@@ -211,7 +267,7 @@ impl Catalog {
                             "workflows[{index}]: workflow \"{id}\" is already defined"
                         ));
                     } else {
-                        machines.insert(id, Arc::new(machine));
+                        machines.insert(id, (definition.clone(), Arc::new(machine)));
                     }
                 }
                 Err(error) => problems.push(format!("workflows[{index}] (machine): {error}")),
@@ -256,6 +312,7 @@ impl Catalog {
                 None => None,
                 Some(id) => match machines
                     .get(id)
+                    .map(|(_, machine)| machine)
                     .or_else(|| self.workflows.get(id).map(|w| &w.machine))
                 {
                     Some(machine) => Some(machine.clone()),
@@ -301,18 +358,27 @@ impl Catalog {
     }
 
     fn admit(&mut self, plugin: Arc<LoadedPlugin>, admitted: Admitted) {
-        for (id, machine) in admitted.machines {
+        for (id, (definition, machine)) in admitted.machines {
             self.workflows.insert(
                 id.clone(),
                 Arc::new(Workflow {
                     id,
+                    version: machine_version(&definition),
+                    definition,
                     machine,
                     tools: Vec::new(),
                 }),
             );
         }
         for (manifest, validator, output_validator) in admitted.tools {
-            if let Some(workflow) = manifest
+            let entry = Arc::new(ToolEntry {
+                manifest,
+                plugin: plugin.clone(),
+                validator,
+                output_validator,
+            });
+            if let Some(workflow) = entry
+                .manifest
                 .workflow
                 .as_ref()
                 .and_then(|id| self.workflows.get_mut(id))
@@ -320,17 +386,9 @@ impl Catalog {
                 Arc::get_mut(workflow)
                     .expect("only the catalog holds its workflows while it is being built")
                     .tools
-                    .push(manifest.name.clone());
+                    .push(entry.clone());
             }
-            self.tools.insert(
-                manifest.name.clone(),
-                Arc::new(ToolEntry {
-                    manifest,
-                    plugin: plugin.clone(),
-                    validator,
-                    output_validator,
-                }),
-            );
+            self.tools.insert(entry.manifest.name.clone(), entry);
         }
         self.plugins.push(plugin);
     }
@@ -338,7 +396,8 @@ impl Catalog {
 
 /// What a checked plugin adds.
 struct Admitted {
-    machines: BTreeMap<String, Arc<Machine>>,
+    /// Each machine with its definition.
+    machines: BTreeMap<String, (Value, Arc<Machine>)>,
     /// Each tool with its compiled input and output schemas.
     tools: Vec<(
         ToolManifest,

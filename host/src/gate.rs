@@ -1,6 +1,6 @@
 //! The gate: which tools an instance in a given state may see and call.
 //!
-//! Pure decisions over a [`Catalog`] and a [`Snapshot`]; no I/O, no actors, no MCP types. The
+//! Pure decisions over a [`Workflow`] (its machine and tools) and a [`Snapshot`]; no I/O, no actors, no MCP types. The
 //! instance actor asks it before running a tool, and the MCP layer asks it to build
 //! `tools/list`, so listing and calling can never disagree.
 
@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::{
-    catalog::{Catalog, ToolEntry, Workflow},
+    catalog::{ToolEntry, Workflow},
     statechart::Snapshot,
 };
 
@@ -26,12 +26,12 @@ pub fn is_visible(tool: &ToolEntry, snapshot: &Snapshot) -> bool {
             .any(|state| snapshot.matches(state))
 }
 
-/// The tools of `workflow` visible in `snapshot`, in catalog order.
-pub fn menu(catalog: &Catalog, workflow: &Workflow, snapshot: &Snapshot) -> Vec<Arc<ToolEntry>> {
+/// The tools of `workflow` visible in `snapshot`, in catalog order. (The workflow's own tools:
+/// an instance still running on an older version of the machine sees that version's tools.)
+pub fn menu(workflow: &Workflow, snapshot: &Snapshot) -> Vec<Arc<ToolEntry>> {
     workflow
         .tools
         .iter()
-        .filter_map(|name| catalog.tool(name))
         .filter(|tool| is_visible(tool, snapshot))
         .cloned()
         .collect()
@@ -55,11 +55,10 @@ pub fn starts_instance(tool: &ToolEntry, workflow: &Workflow) -> bool {
 }
 
 /// The names of the tools that start a new instance of `workflow`.
-pub fn starters(catalog: &Catalog, workflow: &Workflow) -> Vec<String> {
+pub fn starters(workflow: &Workflow) -> Vec<String> {
     workflow
         .tools
         .iter()
-        .filter_map(|name| catalog.tool(name))
         .filter(|tool| starts_instance(tool, workflow))
         .map(|tool| tool.name().to_string())
         .collect()
@@ -77,21 +76,17 @@ pub struct Refusal {
 }
 
 /// Checks a call of `tool` on an instance of `workflow` in `snapshot`: `None` when it may run,
-/// else why not.
-pub fn refusal(
-    catalog: &Catalog,
-    workflow: &Workflow,
-    tool: &ToolEntry,
-    snapshot: &Snapshot,
-) -> Option<Refusal> {
-    if is_visible(tool, snapshot) {
+/// else why not. A tool that is not one of `workflow`'s (the instance runs an older version of
+/// the machine, which did not have it) is refused like one outside its states.
+pub fn refusal(workflow: &Workflow, tool: &ToolEntry, snapshot: &Snapshot) -> Option<Refusal> {
+    if workflow.tool(tool.name()).is_some() && is_visible(tool, snapshot) {
         return None;
     }
     Some(Refusal {
         tool: tool.name().to_string(),
         workflow: workflow.id.clone(),
         state: snapshot.value(),
-        allowed: menu(catalog, workflow, snapshot)
+        allowed: menu(workflow, snapshot)
             .iter()
             .map(|tool| tool.name().to_string())
             .collect(),

@@ -13,6 +13,7 @@
 //! - [`plugin`]: loading plugin libraries and calling them through the C ABI.
 //! - [`store`]: where instance snapshots are saved, with compare-and-set versions.
 //! - [`commands`]: the `turnstile` subcommands.
+//! - [`hotplug`]: the plugin directory's changes, applied to the catalog while serving.
 //! - [`memory`]: the allocator, and giving freed memory back to the OS.
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map and its invariants.
@@ -21,6 +22,7 @@ pub mod actors;
 pub mod catalog;
 pub mod commands;
 pub mod gate;
+pub mod hotplug;
 pub mod invoke;
 pub mod mcp;
 pub mod memory;

@@ -13,7 +13,7 @@ use std::{sync::Arc, time::Duration};
 
 use crate::{
     actors::{InstanceKey, Runtime},
-    catalog::Catalog,
+    catalog::{Catalog, LiveCatalog},
     statechart::Status,
     store::{StateStore, StoreError, now_ms},
 };
@@ -69,7 +69,7 @@ pub async fn sweep_once(
 /// process runs.
 pub fn spawn(
     store: Arc<dyn StateStore>,
-    catalog: Arc<Catalog>,
+    catalog: Arc<LiveCatalog>,
     runtime: Runtime,
     retain: Duration,
 ) {
@@ -79,7 +79,7 @@ pub fn spawn(
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            match sweep_once(&*store, &catalog, retain, now_ms()).await {
+            match sweep_once(&*store, &catalog.current(), retain, now_ms()).await {
                 Ok(deleted) if deleted.is_empty() => {}
                 Ok(deleted) => {
                     tracing::info!(

@@ -70,17 +70,8 @@ impl PluginDir {
     /// Compiles `tests/fixtures/<name>.c` against the real plugin header into `lib<name>.so` here
     /// (gcc is on every machine that builds the C example plugin).
     pub fn add_c_fixture(&self, name: &str) -> PathBuf {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let output = self.dir.path().join(format!("lib{name}.so"));
-        let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-shared", "-fPIC", "-o"])
-            .arg(&output)
-            .arg("-I")
-            .arg(root.join("plugin-api/include"))
-            .arg(root.join(format!("tests/fixtures/{name}.c")))
-            .status()
-            .expect("run the C compiler");
-        assert!(status.success(), "compiling tests/fixtures/{name}.c failed");
+        compile_c_fixture(name, &output, &[]);
         output
     }
 
@@ -90,6 +81,22 @@ impl PluginDir {
         std::fs::write(&path, contents).expect("write file");
         path
     }
+}
+
+/// Compiles `tests/fixtures/<name>.c` against the real plugin header into `output`, with the
+/// given preprocessor definitions (`-D` arguments, e.g. `BUILD="v2"`).
+pub fn compile_c_fixture(name: &str, output: &Path, defines: &[&str]) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(output)
+        .arg("-I")
+        .arg(root.join("plugin-api/include"))
+        .args(defines.iter().map(|define| format!("-D{define}")))
+        .arg(root.join(format!("tests/fixtures/{name}.c")))
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "compiling tests/fixtures/{name}.c failed");
 }
 
 /// A running `turnstile serve --http` process; killed on drop.
@@ -169,6 +176,23 @@ impl Server {
     /// Everything the server wrote to stderr so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until the server's stderr holds `needle` (it writes it at most 10 s from now);
+    /// returns the line.
+    pub fn wait_for_log(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(line) = self.stderr().lines().find(|line| line.contains(needle)) {
+                return line.to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server never logged {needle:?}; stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The address without path, e.g. `http://127.0.0.1:4242`.
@@ -255,6 +279,11 @@ impl ListChanges {
         self.count.load(Ordering::SeqCst)
     }
 
+    fn record(&self) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
     /// Waits until at least `n` notifications have arrived; panics after 10 s.
     pub async fn wait_for(&self, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -296,8 +325,7 @@ impl ClientHandler for Recorder {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.changes.count.fetch_add(1, Ordering::SeqCst);
-        self.changes.changed.notify_waiters();
+        self.changes.record();
     }
 
     #[allow(deprecated)] // MCP logging, as 2025-11-25 has it.
@@ -357,6 +385,27 @@ impl Client {
         let (changes, events) = (recorder.changes.clone(), recorder.events.clone());
         let transport = StreamableHttpClientTransport::from_uri(url.to_string());
         let service = recorder.serve(transport).await.expect("connect over HTTP");
+        Client {
+            service,
+            changes,
+            events,
+        }
+    }
+
+    /// Connects over Streamable HTTP with protocol 2026-07-28's lifecycle: `server/discover`,
+    /// no session (each request carries its own protocol metadata).
+    pub async fn http_sessionless(url: &str) -> Client {
+        use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+        let recorder = recorder_speaking(ProtocolVersion::V_2026_07_28);
+        let (changes, events) = (recorder.changes.clone(), recorder.events.clone());
+        let transport = StreamableHttpClientTransport::from_uri(url.to_string());
+        let lifecycle = ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        };
+        let service = recorder
+            .serve_with_lifecycle(transport, lifecycle)
+            .await
+            .expect("discover over HTTP");
         Client {
             service,
             changes,
@@ -516,6 +565,33 @@ impl Client {
             .structured_content
             .expect("invoice.status has structured content");
         structured["state"].clone()
+    }
+
+    /// Opens a `subscriptions/listen` (protocol 2026-07-28) for `list_changed`, naming no
+    /// handle, and counts what arrives on it for as long as the client lives.
+    pub async fn listen(&self) -> Arc<ListChanges> {
+        let filter = rmcp::model::SubscriptionFilter::builder()
+            .tools_list_changed()
+            .build();
+        let mut subscription = self
+            .service
+            .peer()
+            .listen(filter)
+            .await
+            .expect("subscriptions/listen");
+        let changes = Arc::new(ListChanges::default());
+        let counting = changes.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(notification)) = subscription.next().await {
+                if matches!(
+                    notification,
+                    rmcp::model::ServerNotification::ToolListChangedNotification(_)
+                ) {
+                    counting.record();
+                }
+            }
+        });
+        changes
     }
 
     pub async fn close(self) {

@@ -300,8 +300,8 @@ async def listen_idle(url: str, seconds: str = "30") -> dict[str, Any]:
     open `seconds`, checks the server has not ended it, then closes it from the client.
 
     No event is expected: without a handle the listen covers the catalog (the starting tools),
-    and the plugin catalog cannot change while the server runs (plugins are loaded at start, no
-    hot reload yet), so nothing can make that list change."""
+    and nothing changes the plugin directory during this scenario, so nothing can make that list
+    change."""
     duration = float(seconds)
     ended: str | None = None
     events = 0

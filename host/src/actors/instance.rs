@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::{InstanceKey, Owner, notifier};
 use crate::{
-    catalog::{Catalog, ToolEntry, Workflow},
+    catalog::{LiveCatalog, ToolEntry, Workflow},
     gate::{self, Refusal},
     invoke::{self, InvokeError},
     plugin::{CallContext, HostCall, PluginOutput},
@@ -84,6 +84,9 @@ pub struct InstanceView {
     pub snapshot: Snapshot,
     /// How many transitions have been saved (0: never saved, still in its initial state).
     pub version: u64,
+    /// The machine and tools the instance runs on: the catalog's, or an older version it keeps
+    /// after a plugin reload (see `Catalog::follow`). Its menu comes from these.
+    pub workflow: Arc<Workflow>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +101,18 @@ pub enum InstanceError {
     },
     #[error(transparent)]
     Tool(#[from] InvokeError),
+    /// The stored state does not exist in the machine served now, and the machine version the
+    /// instance ran on is not loaded (e.g. the instance was passivated, or the server restarted,
+    /// after a plugin reload renamed its state). Nothing is changed; the record stays as it is.
+    #[error(
+        "the stored state of {key} does not exist in workflow \"{workflow}\" as loaded now, and \
+         the machine version it ran on is no longer loaded: {reason}"
+    )]
+    VersionUnavailable {
+        key: String,
+        workflow: String,
+        reason: String,
+    },
     #[error("the instance stopped while handling the call; it restarts from its last saved state")]
     Stopped,
     #[error("no loaded plugin defines workflow \"{0}\"")]
@@ -113,7 +128,8 @@ pub struct InstanceDeps {
     pub node: Arc<str>,
     /// How long a plugin call may take, and when a shutdown stops waiting for it.
     pub limits: invoke::Limits,
-    pub catalog: Arc<Catalog>,
+    /// The catalog being served; a plugin reload replaces it (see [`InstanceActor::follow_catalog`]).
+    pub catalog: Arc<LiveCatalog>,
     pub store: Arc<dyn StateStore>,
     pub notifier: Addr<notifier::Notifier>,
 }
@@ -137,6 +153,31 @@ impl InstanceActor {
             deps,
             current: None,
             plugin_lock: invoke::InstanceLock::default(),
+        }
+    }
+
+    /// After a plugin reload, moves this instance onto the catalog's machine when
+    /// [`Catalog::follow`] says so (else it keeps the machine it runs on). An instance not loaded
+    /// yet takes the catalog's machine and is restored into it when it loads.
+    fn follow_catalog(&mut self) {
+        let catalog = self.deps.catalog.current();
+        match &self.current {
+            Some(view) => {
+                if let Some((workflow, snapshot)) = catalog.follow(&self.workflow, &view.snapshot) {
+                    let version = view.version;
+                    self.workflow = workflow.clone();
+                    self.current = Some(InstanceView {
+                        snapshot,
+                        version,
+                        workflow,
+                    });
+                }
+            }
+            None => {
+                if let Some(latest) = catalog.workflow(&self.key.workflow) {
+                    self.workflow = latest.clone();
+                }
+            }
         }
     }
 
@@ -169,7 +210,7 @@ impl InstanceActor {
 async fn load(
     store: &dyn StateStore,
     key: &InstanceKey,
-    workflow: &Workflow,
+    workflow: &Arc<Workflow>,
 ) -> Result<InstanceView, InstanceError> {
     match load_record(store, &key.store_key(), workflow).await? {
         Some(view) => Ok(view),
@@ -177,6 +218,7 @@ async fn load(
             Owner::Session(_) => Ok(InstanceView {
                 snapshot: workflow.machine.initial_snapshot(),
                 version: 0,
+                workflow: workflow.clone(),
             }),
             Owner::Handle(handle) => Err(InstanceError::UnknownHandle(handle.to_string())),
         },
@@ -186,7 +228,7 @@ async fn load(
 async fn load_record(
     store: &dyn StateStore,
     key: &str,
-    workflow: &Workflow,
+    workflow: &Arc<Workflow>,
 ) -> Result<Option<InstanceView>, InstanceError> {
     let corrupt = |reason: String| InstanceError::Corrupt {
         key: key.to_string(),
@@ -203,10 +245,15 @@ async fn load_record(
             let snapshot = workflow
                 .machine
                 .restore(&record.snapshot)
-                .map_err(|error| corrupt(error.to_string()))?;
+                .map_err(|error| InstanceError::VersionUnavailable {
+                    key: key.to_string(),
+                    workflow: workflow.id.clone(),
+                    reason: error.to_string(),
+                })?;
             Ok(Some(InstanceView {
                 snapshot,
                 version: record.version,
+                workflow: workflow.clone(),
             }))
         }
     }
@@ -239,11 +286,13 @@ impl Handler<Call> for InstanceActor {
     type Result = AtomicResponse<Self, Result<CallOutcome, InstanceError>>;
 
     fn handle(&mut self, call: Call, _ctx: &mut Self::Context) -> Self::Result {
+        self.follow_catalog();
         let mint = call.mint;
         let loading: std::pin::Pin<Box<dyn Future<Output = _>>> = if mint {
             let fresh = InstanceView {
                 snapshot: self.workflow.machine.initial_snapshot(),
                 version: 0,
+                workflow: self.workflow.clone(),
             };
             Box::pin(std::future::ready(Ok(fresh)))
         } else {
@@ -252,7 +301,6 @@ impl Handler<Call> for InstanceActor {
         let node = self.deps.node.clone();
         let limits = self.deps.limits.clone();
         let plugin_lock = self.plugin_lock.clone();
-        let catalog = self.deps.catalog.clone();
         let store = self.deps.store.clone();
         let workflow = self.workflow.clone();
         let key = self.key.clone();
@@ -270,7 +318,6 @@ impl Handler<Call> for InstanceActor {
             let finished = run_call(
                 &node,
                 (&limits, &plugin_lock),
-                &catalog,
                 &*store,
                 &workflow,
                 &key,
@@ -314,14 +361,19 @@ impl Handler<Call> for InstanceActor {
 async fn run_call(
     node: &str,
     (limits, plugin_lock): (&invoke::Limits, &invoke::InstanceLock),
-    catalog: &Catalog,
     store: &dyn StateStore,
     workflow: &Workflow,
     key: &InstanceKey,
     view: InstanceView,
     call: Call,
 ) -> Result<(InstanceView, bool, CallOutcome), InstanceError> {
-    if let Some(refusal) = gate::refusal(catalog, workflow, &call.tool, &view.snapshot) {
+    // The instance's own version of the tool: the catalog's, or the one of the older machine
+    // version the instance still runs on (see `Catalog::follow`).
+    let tool = workflow
+        .tool(call.tool.name())
+        .unwrap_or(&call.tool)
+        .clone();
+    if let Some(refusal) = gate::refusal(workflow, &tool, &view.snapshot) {
         return Ok((view, false, CallOutcome::Forbidden(refusal)));
     }
     let context = CallContext {
@@ -331,7 +383,7 @@ async fn run_call(
         ..CallContext::default()
     };
     let output = invoke::run(
-        call.tool.clone(),
+        tool.clone(),
         call.arguments,
         context,
         call.host,
@@ -343,7 +395,7 @@ async fn run_call(
     // A handler error fires nothing; a tool without a transition, or an event the state does
     // not take, moves nothing (but a successful mint still saves its first record).
     let succeeded = matches!(output, PluginOutput::Success(_));
-    let step = match (&output, &call.tool.manifest.transition) {
+    let step = match (&output, &tool.manifest.transition) {
         (PluginOutput::Success(_), Some(event)) => Some(
             workflow
                 .machine
@@ -386,6 +438,7 @@ async fn run_call(
     let after = InstanceView {
         snapshot,
         version: record.version,
+        workflow: view.workflow.clone(),
     };
     let state = after.snapshot.value();
     let outcome = CallOutcome::Ran {
@@ -406,6 +459,7 @@ impl Handler<Create> for InstanceActor {
         let view = InstanceView {
             snapshot: self.workflow.machine.initial_snapshot(),
             version: 1,
+            workflow: self.workflow.clone(),
         };
         let record = InstanceRecord::first(self.workflow.id.clone(), view.snapshot.to_persisted());
         let work = async move {
@@ -448,6 +502,7 @@ impl Handler<View> for InstanceActor {
     type Result = AtomicResponse<Self, Result<InstanceView, InstanceError>>;
 
     fn handle(&mut self, _: View, _ctx: &mut Self::Context) -> Self::Result {
+        self.follow_catalog();
         AtomicResponse::new(Box::pin(self.current_or_load().into_actor(self).map(
             |loaded, actor, _ctx| {
                 if let Ok(view) = &loaded {

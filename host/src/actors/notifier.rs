@@ -1,6 +1,10 @@
 //! [`Notifier`]: who watches which instance, and telling them when its menu changes.
 //!
 //! It owns the subscription table (instance → sessions, session → listener) and nothing else.
+//! When the plugin catalog changes, it tells every client, or the watchers of the instances
+//! whose menus changed (which ones is decided outside, see `Runtime::catalog_changed`); clients
+//! that watch no instance yet (a fresh session, a listen stream without a handle) are known to
+//! it by [`Join`].
 //! A session is subscribed to every instance it touches; when an instance changes state, each
 //! subscribed session gets exactly one `tools/list_changed`, and no other session gets any. A
 //! session that ends is dropped from every subscription, so nothing is left behind.
@@ -31,6 +35,31 @@ pub struct Subscribe {
     pub session: SessionId,
     pub listener: Arc<dyn Listener>,
     pub instance: InstanceKey,
+}
+
+/// `session` is a client that hears about the catalog changing, whether or not it watches an
+/// instance (a session from its `initialized`, a listen stream from its start).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Join {
+    pub session: SessionId,
+    pub listener: Arc<dyn Listener>,
+}
+
+/// The instances of these workflows that some session watches.
+#[derive(Message)]
+#[rtype(result = "Vec<InstanceKey>")]
+pub struct Watched {
+    pub workflows: Vec<String>,
+}
+
+/// The catalog changed: tell every client (`everyone`), or the watchers of `instances`, once
+/// each.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CatalogChanged {
+    pub everyone: bool,
+    pub instances: Vec<InstanceKey>,
 }
 
 /// `session` touched `instance` by mistake (it does not exist): stop watching it.
@@ -79,6 +108,8 @@ pub struct Notifier {
 struct Session {
     listener: Arc<dyn Listener>,
     watching: HashSet<InstanceKey>,
+    /// Joined (see [`Join`]): kept until it ends, even while it watches nothing.
+    joined: bool,
 }
 
 impl Actor for Notifier {
@@ -95,6 +126,7 @@ impl Handler<Subscribe> for Notifier {
             .or_insert_with(|| Session {
                 listener: msg.listener,
                 watching: HashSet::new(),
+                joined: false,
             });
         if session.watching.insert(msg.instance.clone()) {
             self.watchers
@@ -111,7 +143,7 @@ impl Handler<Unsubscribe> for Notifier {
     fn handle(&mut self, msg: Unsubscribe, _ctx: &mut Self::Context) {
         if let Some(session) = self.sessions.get_mut(&msg.session) {
             session.watching.remove(&msg.instance);
-            if session.watching.is_empty() {
+            if session.watching.is_empty() && !session.joined {
                 self.sessions.remove(&msg.session);
             }
         }
@@ -120,6 +152,55 @@ impl Handler<Unsubscribe> for Notifier {
             if watchers.is_empty() {
                 self.watchers.remove(&msg.instance);
             }
+        }
+    }
+}
+
+impl Handler<Join> for Notifier {
+    type Result = ();
+
+    fn handle(&mut self, msg: Join, _ctx: &mut Self::Context) {
+        self.sessions
+            .entry(msg.session)
+            .or_insert_with(|| Session {
+                listener: msg.listener,
+                watching: HashSet::new(),
+                joined: true,
+            })
+            .joined = true;
+    }
+}
+
+impl Handler<Watched> for Notifier {
+    type Result = MessageResult<Watched>;
+
+    fn handle(&mut self, msg: Watched, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(
+            self.watchers
+                .keys()
+                .filter(|key| msg.workflows.iter().any(|id| **id == *key.workflow))
+                .cloned()
+                .collect(),
+        )
+    }
+}
+
+impl Handler<CatalogChanged> for Notifier {
+    type Result = ();
+
+    fn handle(&mut self, msg: CatalogChanged, ctx: &mut Self::Context) {
+        let sessions: HashSet<SessionId> = if msg.everyone {
+            self.sessions.keys().cloned().collect()
+        } else {
+            msg.instances
+                .iter()
+                .filter_map(|instance| self.watchers.get(instance))
+                .flatten()
+                .cloned()
+                .collect()
+        };
+        for session in sessions {
+            self.tell(&session, ctx);
         }
     }
 }
@@ -140,19 +221,7 @@ impl Handler<InstanceChanged> for Notifier {
             return;
         };
         for session_id in watchers {
-            let Some(session) = self.sessions.get(session_id) else {
-                continue;
-            };
-            let sending = session.listener.tools_changed();
-            let session_id = session_id.clone();
-            // Each send runs on its own, so one slow session cannot delay the others; a session
-            // whose transport is gone is forgotten.
-            ctx.spawn(sending.into_actor(self).map(move |sent, notifier, _ctx| {
-                if let Err(error) = sent {
-                    tracing::debug!(session = %session_id, %error, "session gone; unsubscribing");
-                    notifier.forget(&session_id);
-                }
-            }));
+            self.tell(session_id, ctx);
         }
     }
 }
@@ -170,6 +239,23 @@ impl Handler<Stats> for Notifier {
 }
 
 impl Notifier {
+    /// Sends `session` one `list_changed`.
+    fn tell(&self, session_id: &SessionId, ctx: &mut Context<Self>) {
+        let Some(session) = self.sessions.get(session_id) else {
+            return;
+        };
+        let sending = session.listener.tools_changed();
+        let session_id = session_id.clone();
+        // Each send runs on its own, so one slow session cannot delay the others; a session
+        // whose transport is gone is forgotten.
+        ctx.spawn(sending.into_actor(self).map(move |sent, notifier, _ctx| {
+            if let Err(error) = sent {
+                tracing::debug!(session = %session_id, %error, "session gone; unsubscribing");
+                notifier.forget(&session_id);
+            }
+        }));
+    }
+
     fn forget(&mut self, session_id: &SessionId) {
         let Some(session) = self.sessions.remove(session_id) else {
             return;

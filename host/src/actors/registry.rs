@@ -133,6 +133,7 @@ impl Registry {
         let workflow = self
             .deps
             .catalog
+            .current()
             .workflow(&key.workflow)
             .cloned()
             .ok_or_else(|| UnknownWorkflow(key.workflow.to_string()))?;

@@ -12,7 +12,10 @@ use super::{
     registry::{self, Registry, RegistryStats},
     routes::Routes,
 };
-use crate::{catalog::ToolEntry, plugin::HostCall};
+use crate::{
+    catalog::{Affected, CatalogChange, ToolEntry},
+    plugin::HostCall,
+};
 
 /// Cheap to clone; every method may be called from any tokio task.
 #[derive(Clone)]
@@ -92,6 +95,53 @@ impl Runtime {
             listener,
             instance,
         });
+    }
+
+    /// `session` hears about catalog changes from now on, even while it watches no instance
+    /// (see [`Runtime::catalog_changed`]). Idempotent.
+    pub fn join(&self, session: &SessionId, listener: Arc<dyn Listener>) {
+        self.notifier.do_send(notifier::Join {
+            session: session.clone(),
+            listener,
+        });
+    }
+
+    /// The plugin catalog was replaced: sends `list_changed` to every client whose menu
+    /// `change` concerns, once each: everyone, or the watchers of the instances of a changed
+    /// workflow whose state the change concerns (their state is read for that, after the new
+    /// catalog is in place).
+    pub async fn catalog_changed(&self, change: CatalogChange) {
+        if change.everyone {
+            self.notifier.do_send(notifier::CatalogChanged {
+                everyone: true,
+                instances: Vec::new(),
+            });
+            return;
+        }
+        let workflows = change.workflows.keys().cloned().collect();
+        let Ok(watched) = self.notifier.send(notifier::Watched { workflows }).await else {
+            return;
+        };
+        let mut instances = Vec::new();
+        for key in watched {
+            let concerned = match change.workflows.get(&*key.workflow) {
+                None => false,
+                Some(Affected::All) => true,
+                Some(Affected::InStates(_)) => self
+                    .view(key.clone())
+                    .await
+                    .is_ok_and(|view| change.concerns(&key.workflow, &view.snapshot)),
+            };
+            if concerned {
+                instances.push(key);
+            }
+        }
+        if !instances.is_empty() {
+            self.notifier.do_send(notifier::CatalogChanged {
+                everyone: false,
+                instances,
+            });
+        }
     }
 
     /// Another server process changed `instance` (announced through the shared store): tell

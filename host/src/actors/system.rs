@@ -12,7 +12,7 @@ use actix::prelude::*;
 use super::{
     Runtime, instance::InstanceDeps, notifier::Notifier, registry::Registry, routes::Routes,
 };
-use crate::{catalog::Catalog, store::StateStore};
+use crate::{catalog::LiveCatalog, store::StateStore};
 
 /// How the actors behave.
 #[derive(Debug, Clone)]
@@ -46,7 +46,7 @@ impl Default for ActorOptions {
 /// Starts the actor system and returns the handle to it. The system runs until the process
 /// exits.
 pub fn start(
-    catalog: Arc<Catalog>,
+    catalog: Arc<LiveCatalog>,
     store: Arc<dyn StateStore>,
     options: ActorOptions,
 ) -> std::io::Result<Runtime> {

@@ -6,23 +6,22 @@ use serde_json::json;
 
 use super::{ActorOptions, InstanceError, InstanceKey, SessionId, start};
 use crate::{
-    catalog::Catalog,
+    catalog::{Catalog, LiveCatalog},
     statechart::Machine,
     store::{InstanceRecord, MemoryStore, StateStore},
 };
 
-fn invoice() -> Machine {
-    Machine::from_json(&json!({"id":"invoice","initial":"draft","states":{
+fn invoice() -> serde_json::Value {
+    json!({"id":"invoice","initial":"draft","states":{
         "draft":{"on":{"SUBMIT":"review"}},
         "review":{"on":{"APPROVE":"approved","REJECT":"draft"}},
         "approved":{"on":{"DISCHARGE":"discharged"}},
-        "discharged":{"type":"final"}}}))
-    .expect("the invoice machine is valid")
+        "discharged":{"type":"final"}}})
 }
 
 #[tokio::test]
 async fn an_instance_that_dies_fails_its_caller_and_comes_back_from_its_last_saved_state() {
-    let catalog = Arc::new(Catalog::with_machines(vec![invoice()]));
+    let catalog = Arc::new(LiveCatalog::new(Catalog::with_machines(vec![invoice()])));
     let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
     let runtime = start(catalog, store.clone(), ActorOptions::default()).expect("actors start");
     let key = InstanceKey::mint("invoice");
@@ -30,7 +29,7 @@ async fn an_instance_that_dies_fails_its_caller_and_comes_back_from_its_last_sav
     assert_eq!(created.version, 1);
 
     // Another writer moves the instance on in the store; the actor's copy is now stale.
-    let machine = invoice();
+    let machine = Machine::from_json(&invoice()).expect("the invoice machine is valid");
     let moved = machine.transition(
         &machine.initial_snapshot(),
         &crate::statechart::Event::new("SUBMIT"),
@@ -65,7 +64,7 @@ async fn an_instance_that_dies_fails_its_caller_and_comes_back_from_its_last_sav
 
 #[tokio::test]
 async fn an_unknown_handle_is_an_error_and_creates_nothing() {
-    let catalog = Arc::new(Catalog::with_machines(vec![invoice()]));
+    let catalog = Arc::new(LiveCatalog::new(Catalog::with_machines(vec![invoice()])));
     let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
     let runtime = start(catalog, store.clone(), ActorOptions::default()).expect("actors start");
     let key = InstanceKey::mint("invoice");
@@ -79,7 +78,7 @@ async fn an_unknown_handle_is_an_error_and_creates_nothing() {
 
 #[tokio::test]
 async fn idle_instances_are_passivated_and_come_back_on_their_next_call() {
-    let catalog = Arc::new(Catalog::with_machines(vec![invoice()]));
+    let catalog = Arc::new(LiveCatalog::new(Catalog::with_machines(vec![invoice()])));
     let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
     let options = ActorOptions {
         idle_after: Some(std::time::Duration::from_millis(200)),
@@ -112,7 +111,7 @@ async fn idle_instances_are_passivated_and_come_back_on_their_next_call() {
 
 #[tokio::test]
 async fn an_ended_session_leaves_no_instances_behind() {
-    let catalog = Arc::new(Catalog::with_machines(vec![invoice()]));
+    let catalog = Arc::new(LiveCatalog::new(Catalog::with_machines(vec![invoice()])));
     let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
     let runtime = start(catalog, store.clone(), ActorOptions::default()).expect("actors start");
     let session = SessionId::new();

@@ -14,7 +14,6 @@ pub fn run(plugins: &Path, format: DiagramFormat) -> anyhow::Result<ExitCode> {
         let tools: Vec<(String, Vec<String>)> = workflow
             .tools
             .iter()
-            .filter_map(|name| report.catalog.tool(name))
             .map(|tool| (tool.name().to_string(), tool.manifest.states.clone()))
             .collect();
         println!("{}", diagram::render(&workflow.machine, &tools, format));

@@ -45,6 +45,15 @@ impl LoadReport {
         })
     }
 
+    /// The files that were refused (did not load, or did not fit the catalog).
+    pub fn refused_files(&self) -> Vec<std::path::PathBuf> {
+        self.load_errors
+            .iter()
+            .map(|error| error.path().to_path_buf())
+            .chain(self.catalog_errors.iter().map(|error| error.plugin.clone()))
+            .collect()
+    }
+
     /// Every problem, one line each.
     pub fn problems(&self) -> Vec<String> {
         self.load_errors

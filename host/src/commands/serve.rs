@@ -1,4 +1,5 @@
-//! `turnstile serve`: load plugins, open the store, start the actors, serve MCP.
+//! `turnstile serve`: load plugins, open the store, start the actors, watch the plugin
+//! directory, serve MCP.
 
 use std::{
     net::SocketAddr,
@@ -14,9 +15,12 @@ use super::LoadReport;
 use crate::{
     actors,
     actors::{InstanceKey, SESSION_PREFIX},
+    catalog::LiveCatalog,
+    hotplug,
     invoke::Limits,
     mcp::{self, HandleMode, HttpOptions, Shared},
     memory,
+    plugin::directory::Directory,
     shutdown::Shutdown,
     store::{self, StateStore, StoreOptions},
 };
@@ -89,7 +93,11 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         .on_signals()
         .context("cannot install the signal handlers")?;
     options.actors.abandon_calls = shutdown.deadline.clone();
+    // Stamped before loading, so that a file changed during the load is loaded again.
+    let mut plugin_dir = Directory::new(&options.plugins, hotplug::SETTLE);
+    plugin_dir.assume_handled();
     let report = LoadReport::load_with_pool(&options.plugins, options.plugin_pool)?;
+    let refused = report.refused_files();
     // One bad plugin must not take the others down: say what is wrong and serve the rest.
     for problem in report.problems() {
         tracing::error!("plugin not loaded: {problem}");
@@ -97,7 +105,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     for plugin in report.catalog.plugins() {
         tracing::info!(plugin = %plugin.manifest().name, path = %plugin.path().display(), "plugin loaded");
     }
-    let catalog = Arc::new(report.catalog);
+    let catalog = Arc::new(LiveCatalog::new(report.catalog));
     let store_options = StoreOptions {
         namespace: options.store_namespace.clone(),
         ..StoreOptions::default()
@@ -122,6 +130,13 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         max_result_bytes: options.actors.max_result_bytes,
     };
     let runtime = actors::start(catalog.clone(), store.clone(), options.actors)?;
+    hotplug::start(
+        plugin_dir,
+        catalog.clone(),
+        refused,
+        options.plugin_pool,
+        runtime.clone(),
+    )?;
     // Passivated instances, ended sessions and their subscriptions are freed on several
     // threads; every few seconds, hand what was freed back to the OS.
     memory::release_free_memory_every(Duration::from_secs(2))

@@ -73,7 +73,7 @@ pub async fn alive() -> Json<Value> {
 /// check that failed.
 pub async fn ready(State(shared): State<Arc<Shared>>) -> (StatusCode, Json<Value>) {
     let store_up = shared.readiness.store_problem().await.is_none();
-    verdict(store_up, shared.catalog.plugins().len())
+    verdict(store_up, shared.catalog.current().plugins().len())
 }
 
 fn verdict(store_up: bool, plugins: usize) -> (StatusCode, Json<Value>) {

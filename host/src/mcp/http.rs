@@ -200,6 +200,7 @@ async fn stats(
         .map_err(|error| error.to_string())?;
     let plugins: serde_json::Map<String, serde_json::Value> = shared
         .catalog
+        .current()
         .plugins()
         .iter()
         .map(|plugin| {

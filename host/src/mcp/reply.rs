@@ -231,6 +231,7 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
         InstanceError::Store(_) => "STORE_UNAVAILABLE",
         InstanceError::UnknownHandle(_) => "UNKNOWN_HANDLE",
         InstanceError::Corrupt { .. } => "STATE_CORRUPT",
+        InstanceError::VersionUnavailable { .. } => "VERSION_UNAVAILABLE",
         InstanceError::Tool(error) => return invoke_failure(tool, error),
         InstanceError::Stopped | InstanceError::UnknownWorkflow(_) => "INTERNAL",
     };

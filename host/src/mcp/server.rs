@@ -1,6 +1,7 @@
 //! [`TurnstileServer`]: rmcp's `ServerHandler` for one session.
 //!
-//! `tools/list` asks the caller's workflow instances for their state and the gate for their
+//! Every request reads the catalog being served once ([`LiveCatalog::current`]), so a plugin
+//! reload never changes the catalog under a request. `tools/list` asks the caller's workflow instances for their state and the gate for their
 //! menus; `tools/call` resolves the tool, finds the instance (see [`super::target`]), checks the
 //! arguments and hands the call to the instance's actor. Every request that touches an instance
 //! subscribes the session to it.
@@ -16,7 +17,7 @@ use rmcp::{
         JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
         SubscriptionFilter, Tool,
     },
-    service::{RequestContext, SubscriptionContext},
+    service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 use serde_json::Value;
 
@@ -28,14 +29,15 @@ use super::{
 };
 use crate::{
     actors::{CallOutcome, InstanceError, InstanceKey, InstanceView, Owner, Runtime, SessionId},
-    catalog::{Catalog, ToolEntry, Workflow},
+    catalog::{LiveCatalog, ToolEntry, Workflow},
     gate, invoke,
     plugin::{CallContext, HostCall, PluginOutput},
 };
 
 /// What every session shares.
 pub struct Shared {
-    pub catalog: Arc<Catalog>,
+    /// The catalog being served: a request takes [`LiveCatalog::current`] once and keeps it.
+    pub catalog: Arc<LiveCatalog>,
     pub runtime: Runtime,
     /// `Some`: instances are named by handles the client carries (DESIGN behaviours 5–7).
     pub handles: Option<HandleMode>,
@@ -143,12 +145,12 @@ impl TurnstileServer {
         context: &RequestContext<RoleServer>,
         tools: &mut Vec<Tool>,
     ) -> Result<(), ErrorData> {
-        let catalog = &self.shared.catalog;
+        let catalog = &*self.shared.catalog.current();
         for workflow in catalog.workflows() {
             let key = InstanceKey::for_session(&self.session.id, &workflow.id);
             let view = self.view(&key, context).await?;
-            for tool in gate::menu(catalog, workflow, &view.snapshot) {
-                tools.push(Self::listed(None, &tool, workflow, &view.snapshot));
+            for tool in gate::menu(&view.workflow, &view.snapshot) {
+                tools.push(Self::listed(None, &tool, &view.workflow, &view.snapshot));
             }
         }
         Ok(())
@@ -162,7 +164,7 @@ impl TurnstileServer {
         context: &RequestContext<RoleServer>,
         tools: &mut Vec<Tool>,
     ) -> Result<(), ErrorData> {
-        let catalog = &self.shared.catalog;
+        let catalog = &*self.shared.catalog.current();
         let named = mode
             .handles_in(&context.meta)
             .map_err(|error| ErrorData::invalid_params(error, None))?;
@@ -174,16 +176,21 @@ impl TurnstileServer {
         };
         let mut seen = std::collections::HashSet::new();
         for key in keys {
-            let Some(workflow) = catalog.workflow(&key.workflow) else {
+            if catalog.workflow(&key.workflow).is_none() {
                 return Err(ErrorData::invalid_params(
                     format!("no workflow \"{}\" is loaded", reply::clip(&key.workflow)),
                     None,
                 ));
-            };
+            }
             let view = self.view(&key, context).await?;
-            for tool in gate::menu(catalog, workflow, &view.snapshot) {
+            for tool in gate::menu(&view.workflow, &view.snapshot) {
                 if seen.insert(tool.name().to_string()) {
-                    tools.push(Self::listed(Some(mode), &tool, workflow, &view.snapshot));
+                    tools.push(Self::listed(
+                        Some(mode),
+                        &tool,
+                        &view.workflow,
+                        &view.snapshot,
+                    ));
                 }
             }
         }
@@ -192,7 +199,7 @@ impl TurnstileServer {
             // state (always visible; their schema says they need a handle).
             for workflow in catalog.workflows() {
                 let initial = workflow.machine.initial_snapshot();
-                for tool in gate::menu(catalog, workflow, &initial) {
+                for tool in gate::menu(workflow, &initial) {
                     let starts_or_ungated =
                         gate::starts_instance(&tool, workflow) || !tool.is_gated();
                     if starts_or_ungated && seen.insert(tool.name().to_string()) {
@@ -286,9 +293,8 @@ impl ServerHandler for TurnstileServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let mut tools: Vec<Tool> = self
-            .shared
-            .catalog
+        let catalog = self.shared.catalog.current();
+        let mut tools: Vec<Tool> = catalog
             .tools()
             .filter(|tool| tool.workflow().is_none())
             .map(|tool| reply::listed_tool(tool, &tool.manifest.description))
@@ -311,15 +317,12 @@ impl ServerHandler for TurnstileServer {
     ) -> Result<CallToolResponse, ErrorData> {
         // A shutdown waits for this call to deliver its result.
         let _in_flight = self.shared.shutdown.call_started();
-        let Some(tool) = self.shared.catalog.tool(&request.name).cloned() else {
+        let catalog = self.shared.catalog.current();
+        let Some(tool) = catalog.tool(&request.name).cloned() else {
             return Err(reply::unknown_tool(&request.name));
         };
         let mut arguments: JsonObject = request.arguments.unwrap_or_default();
-        let Some(workflow) = tool
-            .workflow()
-            .and_then(|id| self.shared.catalog.workflow(id))
-            .cloned()
-        else {
+        let Some(workflow) = tool.workflow().and_then(|id| catalog.workflow(id)).cloned() else {
             if let Err(problems) = tool.check_arguments(&Value::Object(arguments.clone())) {
                 return Ok(reply::invalid_arguments(tool.name(), &problems).into());
             }
@@ -329,7 +332,6 @@ impl ServerHandler for TurnstileServer {
         };
         // The handle is the host's argument, not the plugin's: take it out before the schema check.
         let target = match target::resolve(
-            &self.shared.catalog,
             self.handle_mode(&context),
             &self.session.id,
             &tool,
@@ -406,6 +408,15 @@ impl ServerHandler for TurnstileServer {
         Ok(result.into())
     }
 
+    /// From its start, a session hears about the plugin catalog changing, before it has touched
+    /// any instance.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        tracing::debug!(session = %self.session.id, "client initialized");
+        self.shared
+            .runtime
+            .join(&self.session.id, self.session.listener(&context.peer));
+    }
+
     // rmcp marks MCP logging deprecated (SEP-2577, a future revision); the revisions Turnstile
     // serves still have it, and the plugins' logs reach the client through it.
     #[allow(deprecated)]
@@ -463,7 +474,9 @@ impl ServerHandler for TurnstileServer {
             }
         }
         let listener_id = SessionId::new();
-        let listener = Arc::new(SinkListener::new(context.sink().clone()));
+        let listener: Arc<SinkListener> = Arc::new(SinkListener::new(context.sink().clone()));
+        // Every open listen hears about the plugin catalog changing.
+        self.shared.runtime.join(&listener_id, listener.clone());
         for key in keys {
             self.shared
                 .runtime

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::reply::clip;
 use crate::{
     actors::{InstanceKey, SessionId},
-    catalog::{Catalog, ToolEntry, Workflow},
+    catalog::{ToolEntry, Workflow},
     gate,
 };
 
@@ -47,7 +47,6 @@ pub enum NoTarget {
 /// Finds the instance for a call of `tool` (bound to `workflow`). In handle mode the handle is
 /// removed from `arguments`, since it is the host's argument and not the plugin's.
 pub fn resolve(
-    catalog: &Catalog,
     handles: Option<&HandleMode>,
     session: &SessionId,
     tool: &ToolEntry,
@@ -95,7 +94,7 @@ pub fn resolve(
         }
         None => Err(NoTarget::HandleRequired {
             key: mode.key.clone(),
-            starters: gate::starters(catalog, workflow),
+            starters: gate::starters(workflow),
         }),
     }
 }

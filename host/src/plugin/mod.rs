@@ -12,6 +12,8 @@
 //! - `manifest.rs`: manifest parsing (with the JSON path of errors) and local checks.
 //! - [`PluginError`] (`error.rs`): every failure, naming the file.
 //! - `config.rs`: a plugin's configuration from `TURNSTILE_PLUGIN_<NAME>_*` (ABI 1.1).
+//! - [`directory::Directory`] (`directory.rs`): the plugin directory while serving: which files
+//!   settled in a new version or vanished, and a watcher that says when to look.
 //! - [`CallPool`] (`pool.rs`): how many calls of one plugin may run at once.
 //! - [`HostCall`] (`services.rs`): the host services a plugin may use during a call (ABI 1.1).
 //!
@@ -19,11 +21,14 @@
 //! clone holds an `Arc` to it, and `call` borrows one. The instance is destroyed, then the
 //! library unloaded, when the last clone drops.
 //!
-//! Reloading a changed file: glibc's `dlopen` of a path that is still loaded returns the old code
-//! (and `dlclose` often leaves a library mapped), so a reload must use [`load_private_copy`],
-//! which loads a copy of the file under a unique name.
+//! Every load, at start too, goes through [`load_private_copy`], which loads a copy of the file
+//! under a unique name: glibc's `dlopen` of a path that is still loaded returns the old code (and
+//! `dlclose` often leaves a library mapped), and rewriting a file that is mapped can crash the
+//! process (SIGBUS). With a private copy, the file in the plugin directory is never mapped, so
+//! an operator may replace or rewrite it at any time.
 
 mod config;
+pub mod directory;
 mod error;
 mod library;
 mod loaded;
@@ -50,10 +55,25 @@ pub use self::{
 };
 
 /// Loads every shared library (by the platform suffix: `.so`, `.dylib` or `.dll`) in `dir`,
-/// non-recursively, in file-name order. Returns what loaded and one error per file that did not;
-/// a file with the suffix that is not a loadable plugin is an error, files with other suffixes
-/// and directories are ignored. An unreadable `dir` is a single error.
+/// non-recursively, in file-name order, each from a private copy (see [`load_private_copy`]).
+/// Returns what loaded and one error per file that did not; a file with the suffix that is not
+/// a loadable plugin is an error, files with other suffixes and directories are ignored. An
+/// unreadable `dir` is a single error.
 pub fn load_dir(dir: &Path) -> (Vec<LoadedPlugin>, Vec<PluginError>) {
+    let (files, mut errors) = library_files(dir);
+    let mut plugins = Vec::new();
+    for file in files {
+        match load_private_copy(&file) {
+            Ok(plugin) => plugins.push(plugin),
+            Err(err) => errors.push(err),
+        }
+    }
+    (plugins, errors)
+}
+
+/// The shared libraries in `dir` (by the platform suffix), non-recursively, in file-name order,
+/// and the errors met reading the directory. A symlink to a file counts as a file.
+pub fn library_files(dir: &Path) -> (Vec<PathBuf>, Vec<PluginError>) {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(source) => {
@@ -69,14 +89,8 @@ pub fn load_dir(dir: &Path) -> (Vec<LoadedPlugin>, Vec<PluginError>) {
         match entry {
             Ok(entry) => {
                 let path = entry.path();
-                let is_library_name =
-                    path.file_name()
-                        .and_then(|name| name.to_str())
-                        .is_some_and(|name| {
-                            name.ends_with(DLL_SUFFIX) && name.len() > DLL_SUFFIX.len()
-                        });
                 // `fs::metadata` follows symlinks, so a symlinked plugin counts as a file.
-                if is_library_name && fs::metadata(&path).is_ok_and(|meta| meta.is_file()) {
+                if is_library_name(&path) && fs::metadata(&path).is_ok_and(|meta| meta.is_file()) {
                     files.push(path);
                 }
             }
@@ -84,14 +98,14 @@ pub fn load_dir(dir: &Path) -> (Vec<LoadedPlugin>, Vec<PluginError>) {
         }
     }
     files.sort();
-    let mut plugins = Vec::new();
-    for file in files {
-        match LoadedPlugin::load(&file) {
-            Ok(plugin) => plugins.push(plugin),
-            Err(err) => errors.push(err),
-        }
-    }
-    (plugins, errors)
+    (files, errors)
+}
+
+/// Whether `path`'s file name ends with the platform's library suffix (and is more than it).
+pub fn is_library_name(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.ends_with(DLL_SUFFIX) && name.len() > DLL_SUFFIX.len())
 }
 
 /// Loads a private copy of the library at `path`, copied into the system temp directory under a

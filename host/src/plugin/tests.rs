@@ -294,6 +294,29 @@ fn private_copies_are_independent_and_named_after_the_original() {
     );
 }
 
+/// Every load maps a private copy: rewriting the file in the plugin directory in place (which
+/// would corrupt a mapped library's code) leaves the loaded plugin working.
+#[test]
+fn load_dir_maps_private_copies_so_rewriting_the_file_is_harmless() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("invoice.so");
+    fs::copy(cargo_plugin("invoice"), &file).unwrap();
+    let (plugins, errors) = load_dir(dir.path());
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(plugins[0].path(), file);
+    // In place: same inode, new bytes, as `cp` over an existing file does.
+    fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&file)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &[0u8; 4096]))
+        .unwrap();
+    let out = plugins[0]
+        .call("invoice.status", &json!({}), &ctx(json!("draft")))
+        .unwrap();
+    assert!(matches!(out, PluginOutput::Success(_)), "{out:?}");
+}
+
 #[test]
 fn plugin_handles_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync + 'static>() {}
