@@ -81,10 +81,17 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         shutdown_timeout: u64,
         /// Close an HTTP connection that takes longer than this many seconds to send a request's
-        /// headers; this also closes a keep-alive connection idle that long between requests.
-        /// Open event streams are not affected (rmcp keeps them alive with SSE comments).
+        /// headers (or, once opened, its first byte).
         #[arg(long, default_value_t = 10)]
         header_timeout: u64,
+        /// Close an HTTP keep-alive connection idle (no request in flight) for this many
+        /// seconds. Open event streams are not idle: they get SSE comments meanwhile.
+        #[arg(long, default_value_t = 60)]
+        keepalive_timeout: u64,
+        /// End an HTTP session whose client sent `initialize` but not `notifications/initialized`
+        /// within this many seconds; it then no longer counts against --max-sessions.
+        #[arg(long, default_value_t = 10)]
+        handshake_timeout: u64,
         /// Accept at most this many HTTP connections at once; further ones wait in the listen
         /// backlog until one closes. Default: the open-file limit less 256.
         #[arg(long)]
@@ -191,6 +198,8 @@ fn main() -> ExitCode {
             stateless,
             shutdown_timeout,
             header_timeout,
+            keepalive_timeout,
+            handshake_timeout,
             max_connections,
             max_sessions,
             plugin_pool,
@@ -226,7 +235,9 @@ fn main() -> ExitCode {
                         max_connections: max_connections
                             .unwrap_or_else(turnstile::mcp::default_max_connections),
                         header_timeout: Duration::from_secs(header_timeout),
+                        keepalive_timeout: Duration::from_secs(keepalive_timeout),
                     },
+                    handshake_timeout: Duration::from_secs(handshake_timeout),
                     max_sessions,
                     auth_token_file,
                     allow_unauthenticated,

@@ -16,9 +16,11 @@ use tokio_util::sync::CancellationToken;
 use super::{
     auth,
     connections::{self, ConnectionLimits},
+    handshake::Handshakes,
     health,
     host_check::{self, AllowedHosts},
     http_layer::{self, McpLayer},
+    idle,
     server::{Shared, TurnstileServer},
 };
 
@@ -35,8 +37,11 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// No sessions for any protocol revision: each request gets its own handler.
     pub stateless: bool,
-    /// Connection cap and header deadline (see `connections`).
+    /// Connection cap, header deadline and keep-alive timeout (see `connections`).
     pub connections: ConnectionLimits,
+    /// A session whose client has not sent `notifications/initialized` this long after its
+    /// `initialize` is ended (see `handshake`).
+    pub handshake_timeout: Duration,
     /// At most this many sessions at once; an `initialize` past it is refused with 503.
     pub max_sessions: Option<usize>,
     /// `--auth-token-file`: bearer tokens required on every route but the health probes.
@@ -53,6 +58,7 @@ impl Default for HttpOptions {
             allowed_origins: Vec::new(),
             stateless: false,
             connections: ConnectionLimits::default(),
+            handshake_timeout: Duration::from_secs(10),
             max_sessions: None,
             auth_token_file: None,
             allow_unauthenticated: false,
@@ -109,11 +115,17 @@ pub async fn serve_http(
         // the MCP spec requires refusing a foreign `Origin`, and without this rmcp checks none.
         .enforce_origin_validation()
         .with_cancellation_token(streams.child_token())
+        // Event streams are not idle connections: comments on them, well within the keep-alive
+        // timeout, keep proxies and clients from taking them for dead.
+        .with_sse_keep_alive(Some(idle::sse_keepalive_interval(
+            options.connections.keepalive_timeout,
+        )))
         // 2026-07-28 requests are always sessionless; this decides for the older revisions.
         .with_legacy_session_mode(!options.stateless);
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(options.session_idle_timeout);
     let sessions = Arc::new(sessions);
+    let handshakes = Handshakes::new(sessions.clone(), options.handshake_timeout);
     let factory_shared = shared.clone();
     let mcp = StreamableHttpService::new(
         move || Ok(TurnstileServer::new(factory_shared.clone())),
@@ -128,6 +140,7 @@ pub async fn serve_http(
                 sessions: sessions.clone(),
                 max_sessions: options.max_sessions,
                 stateless: options.stateless,
+                handshakes: handshakes.clone(),
             },
             http_layer::by_the_book,
         ))
@@ -135,7 +148,7 @@ pub async fn serve_http(
             "/stats",
             get({
                 let sessions = sessions.clone();
-                move |state| stats(state, sessions)
+                move |state| stats(state, sessions, handshakes)
             }),
         );
     // Every route above needs a token, when tokens are configured.
@@ -181,11 +194,13 @@ fn allowed_origins(local: SocketAddr, extra: &[String]) -> Vec<String> {
 }
 
 /// What the actors hold, as JSON: for operators and for the leak tests.
-/// `http_sessions` counts every session rmcp holds, also those that never sent `initialized`;
+/// `http_sessions` counts every session rmcp holds, also those that have not sent `initialized`
+/// (`http_sessions_in_handshake` of them, ended after `--handshake-timeout`);
 /// `plugins` shows each plugin's call pool and how many of its calls outlived their deadline.
 async fn stats(
     State(shared): State<Arc<Shared>>,
     sessions: Arc<LocalSessionManager>,
+    handshakes: Arc<Handshakes>,
 ) -> Result<Json<serde_json::Value>, String> {
     let (registry, notifier) = shared
         .runtime
@@ -211,6 +226,7 @@ async fn stats(
         "registry": registry,
         "notifier": notifier,
         "http_sessions": http_sessions,
+        "http_sessions_in_handshake": handshakes.pending(),
         "plugins": plugins,
         "memory": crate::memory::stats(),
     })))
