@@ -116,6 +116,10 @@ enum Command {
         /// (default 7 days; 0 keeps them). Works on every store.
         #[arg(long, default_value_t = 604_800)]
         retain_final: u64,
+        /// Delete a handle-keyed instance, in whatever state, this many seconds after its last
+        /// transition (default 0: never). Works on every store.
+        #[arg(long, default_value_t = 0)]
+        instance_ttl: u64,
     },
     /// Load every plugin in a directory and report every problem; exit 1 if there is one.
     Check {
@@ -206,12 +210,14 @@ fn main() -> ExitCode {
             auth_token_file,
             allow_unauthenticated,
             retain_final,
+            instance_ttl,
         } => {
             // The default store lives in the data directory; over stdio the default is `memory:`.
             let data_dir = (store.is_none() && !stdio).then(|| commands::serve::data_dir(data_dir));
             commands::serve::run(commands::serve::ServeOptions {
                 plugin_pool,
                 retain_final: (retain_final > 0).then(|| Duration::from_secs(retain_final)),
+                instance_ttl: (instance_ttl > 0).then(|| Duration::from_secs(instance_ttl)),
                 shutdown_timeout: Duration::from_secs(shutdown_timeout),
                 plugins,
                 transport: match (stdio, http) {
