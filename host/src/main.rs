@@ -112,6 +112,36 @@ enum Command {
         /// Serve a non-loopback address without authentication (otherwise refused at start).
         #[arg(long)]
         allow_unauthenticated: bool,
+        /// OAuth 2.1 resource-server mode: accept access tokens (JWTs) from this authorization
+        /// server, whose signing keys are found through its metadata; tokens must name it as
+        /// `iss`. Needs --public-url.
+        #[arg(
+            long,
+            env = "TURNSTILE_OAUTH_ISSUER",
+            value_name = "URL",
+            requires = "public_url"
+        )]
+        oauth_issuer: Option<String>,
+        /// The JWK set that signs access tokens, when not from --oauth-issuer's metadata.
+        /// Needs --public-url.
+        #[arg(
+            long,
+            env = "TURNSTILE_OAUTH_JWKS",
+            value_name = "URL",
+            requires = "public_url"
+        )]
+        oauth_jwks: Option<String>,
+        /// This server's canonical URL as clients reach it (e.g. `https://mcp.example.com/mcp`):
+        /// OAuth access tokens must name it as their audience, and the protected-resource
+        /// metadata names it.
+        #[arg(long, env = "TURNSTILE_PUBLIC_URL", value_name = "URL")]
+        public_url: Option<String>,
+        /// Serve HTTPS with this PEM certificate chain (needs --tls-key); re-read on SIGHUP.
+        #[arg(long, value_name = "PEM", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The PEM private key of --tls-cert; re-read on SIGHUP.
+        #[arg(long, value_name = "PEM", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
         /// Delete a handle-keyed instance this many seconds after it reached a final state
         /// (default 7 days; 0 keeps them). Works on every store.
         #[arg(long, default_value_t = 604_800)]
@@ -209,6 +239,11 @@ fn main() -> ExitCode {
             plugin_pool,
             auth_token_file,
             allow_unauthenticated,
+            oauth_issuer,
+            oauth_jwks,
+            public_url,
+            tls_cert,
+            tls_key,
             retain_final,
             instance_ttl,
         } => {
@@ -247,6 +282,17 @@ fn main() -> ExitCode {
                     max_sessions,
                     auth_token_file,
                     allow_unauthenticated,
+                    oauth: (oauth_issuer.is_some() || oauth_jwks.is_some()).then(|| {
+                        turnstile::mcp::OAuthOptions {
+                            issuer: oauth_issuer,
+                            jwks: oauth_jwks,
+                            // clap makes --public-url required with either OAuth flag.
+                            public_url: public_url.unwrap_or_default(),
+                        }
+                    }),
+                    tls: tls_cert
+                        .zip(tls_key)
+                        .map(|(cert, key)| turnstile::mcp::TlsFiles { cert, key }),
                 },
                 handles: state_handle_key
                     .or_else(|| stateless.then(|| turnstile::mcp::DEFAULT_HANDLE_KEY.to_string()))

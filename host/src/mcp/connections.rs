@@ -24,7 +24,7 @@ use hyper_util::{
 use tokio::{net::TcpListener, sync::Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::idle::Activity;
+use super::{idle::Activity, tls::Tls};
 
 /// How connections are accepted and bounded.
 #[derive(Debug, Clone)]
@@ -71,6 +71,7 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
+    tls: Option<Tls>,
     stop_accepting: CancellationToken,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -108,15 +109,32 @@ pub async fn serve(
             },
             () = stop_accepting.cancelled() => break,
         };
-        serve_connection(
-            &builder,
-            &graceful,
-            stream,
+        let connection = Connection {
+            builder: builder.clone(),
+            watcher: graceful.watcher(),
             peer,
-            app.clone(),
+            app: app.clone(),
             permit,
-            &limits,
-        );
+            activity: Activity::new(limits.header_timeout, limits.keepalive_timeout),
+        };
+        without_nagle(&stream);
+        let tls = tls.as_ref().map(Tls::acceptor);
+        let handshake_timeout = limits.header_timeout;
+        tokio::spawn(async move {
+            match tls {
+                None => connection.serve(stream).await,
+                // The TLS handshake is part of sending a request: the header timeout bounds it.
+                Some(acceptor) => {
+                    match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => connection.serve(stream).await,
+                        Ok(Err(error)) => {
+                            tracing::debug!(%peer, %error, "TLS handshake failed");
+                        }
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                }
+            }
+        });
     }
     drop(listener);
     // Idle connections close now; busy ones after their responses.
@@ -132,22 +150,33 @@ fn without_nagle(stream: &tokio::net::TcpStream) {
     }
 }
 
-fn serve_connection(
-    builder: &auto::Builder<TokioExecutor>,
-    graceful: &GracefulShutdown,
-    stream: tokio::net::TcpStream,
+/// One accepted connection and what serving it needs; its permit is released when it ends.
+struct Connection {
+    builder: auto::Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
     peer: SocketAddr,
     app: Router,
     permit: tokio::sync::OwnedSemaphorePermit,
-    limits: &ConnectionLimits,
-) {
-    without_nagle(&stream);
-    let builder = builder.clone();
-    let watcher = graceful.watcher();
-    let activity = Activity::new(limits.header_timeout, limits.keepalive_timeout);
-    tokio::spawn(async move {
+    activity: Arc<Activity>,
+}
+
+impl Connection {
+    /// Serves HTTP on `io` (the TCP stream, or TLS over it) until the client leaves, the drain
+    /// closes it, or it stays idle past its deadline.
+    async fn serve<IO>(self, io: IO)
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            builder,
+            watcher,
+            peer,
+            app,
+            permit,
+            activity,
+        } = self;
         let service = TowerToHyperService::new(activity.clone().wrap(app));
-        let io = TokioIo::new(activity.watch(stream));
+        let io = TokioIo::new(activity.watch(io));
         let connection = builder.serve_connection_with_upgrades(io, service);
         tokio::select! {
             served = watcher.watch(connection.into_owned()) => {
@@ -160,7 +189,7 @@ fn serve_connection(
             () = activity.expired() => tracing::debug!(%peer, "closed an idle connection"),
         }
         drop(permit);
-    });
+    }
 }
 
 #[cfg(test)]
@@ -195,7 +224,7 @@ mod tests {
         };
         let stop = CancellationToken::new();
         let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
-        let server = tokio::spawn(serve(listener, app, limits, stop.clone()));
+        let server = tokio::spawn(serve(listener, app, limits, None, stop.clone()));
 
         let mut slow = tokio::net::TcpStream::connect(address).await.unwrap();
         slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
@@ -258,7 +287,7 @@ mod tests {
                 "/stream",
                 axum::routing::get(move || async move { ticks() }),
             );
-        let server = tokio::spawn(serve(listener, app, limits, stop.clone()));
+        let server = tokio::spawn(serve(listener, app, limits, None, stop.clone()));
 
         let mut idle = tokio::net::TcpStream::connect(address).await.unwrap();
         idle.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -14,14 +14,16 @@ use rmcp::transport::streamable_http_server::{
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    auth,
+    auth::{self, Authenticator},
     connections::{self, ConnectionLimits},
     handshake::Handshakes,
     health,
     host_check::{self, AllowedHosts},
     http_layer::{self, McpLayer},
     idle,
+    oauth::{OAuth, OAuthOptions},
     server::{Shared, TurnstileServer},
+    tls::Tls,
 };
 
 /// How the HTTP endpoint behaves.
@@ -48,6 +50,17 @@ pub struct HttpOptions {
     pub auth_token_file: Option<std::path::PathBuf>,
     /// `--allow-unauthenticated`: serve a non-loopback address without authentication.
     pub allow_unauthenticated: bool,
+    /// OAuth resource-server mode (`--oauth-issuer` / `--oauth-jwks`, `--public-url`).
+    pub oauth: Option<OAuthOptions>,
+    /// `--tls-cert` and `--tls-key`: serve HTTPS.
+    pub tls: Option<TlsFiles>,
+}
+
+/// The PEM files of the certificate chain and its private key.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
 }
 
 impl Default for HttpOptions {
@@ -62,6 +75,8 @@ impl Default for HttpOptions {
             max_sessions: None,
             auth_token_file: None,
             allow_unauthenticated: false,
+            oauth: None,
+            tls: None,
         }
     }
 }
@@ -82,12 +97,25 @@ pub async fn serve_http(
         }
         None => None,
     };
+    let oauth = match &options.oauth {
+        Some(oauth) => Some(Arc::new(OAuth::start(oauth).await?)),
+        None => None,
+    };
+    let tls = match &options.tls {
+        Some(files) => {
+            let tls = Tls::load(&files.cert, &files.key)?;
+            tls.reload_on_sighup()?;
+            Some(tls)
+        }
+        None => None,
+    };
     let local: SocketAddr = listener.local_addr()?;
-    if tokens.is_none() && !local.ip().is_loopback() && !options.allow_unauthenticated {
+    let authenticated = tokens.is_some() || oauth.is_some();
+    if !authenticated && !local.ip().is_loopback() && !options.allow_unauthenticated {
         anyhow::bail!(
             "refusing to serve {local} without authentication: anyone who can reach it could \
-             drive every workflow. Give --auth-token-file, or --allow-unauthenticated if it is \
-             meant (behind an authenticating proxy, say)"
+             drive every workflow. Give --auth-token-file or --oauth-issuer, or \
+             --allow-unauthenticated if it is meant (behind an authenticating proxy, say)"
         );
     }
     let shutdown = shared.shutdown.clone();
@@ -151,9 +179,34 @@ pub async fn serve_http(
                 move |state| stats(state, sessions, handshakes)
             }),
         );
-    // Every route above needs a token, when tokens are configured.
-    let app = match tokens {
-        Some(tokens) => app.layer(middleware::from_fn_with_state(tokens, auth::require_token)),
+    // Every route above needs a token, when authentication is configured.
+    let app = if authenticated {
+        app.layer(middleware::from_fn_with_state(
+            Authenticator {
+                tokens,
+                oauth: oauth.clone(),
+            },
+            auth::require_token,
+        ))
+    } else {
+        app
+    };
+    // Where to get a token is public (RFC 9728): at the root and under the resource's path.
+    let app = match oauth {
+        Some(oauth) => {
+            let metadata = Json(oauth.metadata());
+            app.route(
+                "/.well-known/oauth-protected-resource",
+                get({
+                    let metadata = metadata.clone();
+                    move || async move { metadata }
+                }),
+            )
+            .route(
+                "/.well-known/oauth-protected-resource/mcp",
+                get(move || async move { metadata }),
+            )
+        }
         None => app,
     };
     let app = app
@@ -165,11 +218,13 @@ pub async fn serve_http(
         .route("/healthz", get(health::alive))
         .route("/readyz", get(health::ready))
         .with_state(shared);
-    tracing::info!(address = %local, "serving MCP over Streamable HTTP at http://{local}/mcp");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(address = %local, "serving MCP over Streamable HTTP at {scheme}://{local}/mcp");
     connections::serve(
         listener,
         app,
         options.connections.clone(),
+        tls,
         shutdown.draining,
     )
     .await;

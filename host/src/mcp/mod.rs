@@ -30,16 +30,19 @@ mod http;
 mod http_layer;
 mod idle;
 mod jsonrpc_errors;
+mod oauth;
 mod reply;
 mod server;
 mod session;
 mod stdio;
 mod target;
+mod tls;
 
 pub use self::{
     connections::{ConnectionLimits, default_max_connections},
     health::Readiness,
-    http::{HttpOptions, serve_http},
+    http::{HttpOptions, TlsFiles, serve_http},
+    oauth::OAuthOptions,
     server::{Shared, TurnstileServer},
     stdio::serve_stdio,
     target::{DEFAULT_HANDLE_KEY, HandleMode},
