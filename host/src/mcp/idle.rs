@@ -18,6 +18,10 @@
 //! response body is dropped), and [`Activity::expired`] resolves when the deadline of the
 //! current wait passes; the accept loop then drops the connection.
 //!
+//! Over HTTP/2 any frame that arrives with no request in flight (a client's PING, say) counts as
+//! the start of a head, so an HTTP/2 connection that only pings is closed after the header
+//! timeout. MCP clients speak HTTP/1.1 in practice; a finer rule would need hyper's frames.
+//!
 //! It must not add work per byte beyond one uncontended lock on a read that returned data.
 
 use std::{
