@@ -6,6 +6,11 @@
 
 mod common;
 
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
 use axum::{Json, Router, routing::get};
 use common::{Client, PluginDir, Server};
 use jsonwebtoken::{
@@ -24,6 +29,8 @@ struct Issuer {
     key: EncodingKey,
     /// A key the issuer does not publish.
     stranger: EncodingKey,
+    /// The JWK set it serves; a test may add a key to it (rotation).
+    jwks: Arc<Mutex<JwkSet>>,
 }
 
 fn p256_key() -> EncodingKey {
@@ -38,7 +45,7 @@ impl Issuer {
         let key = p256_key();
         let mut jwk = Jwk::from_encoding_key(&key, Algorithm::ES256).unwrap();
         jwk.common.key_id = Some("key-1".to_string());
-        let jwks = JwkSet { keys: vec![jwk] };
+        let jwks = Arc::new(Mutex::new(JwkSet { keys: vec![jwk] }));
         let metadata = json!({
             "issuer": url,
             "jwks_uri": format!("{url}/jwks"),
@@ -50,13 +57,27 @@ impl Issuer {
                 "/.well-known/oauth-authorization-server",
                 get(move || async move { Json(metadata) }),
             )
-            .route("/jwks", get(move || async move { Json(jwks) }));
+            .route(
+                "/jwks",
+                get({
+                    let jwks = jwks.clone();
+                    move || async move { Json(jwks.lock().unwrap().clone()) }
+                }),
+            );
         tokio::spawn(async move { axum::serve(listener, app).await });
         Issuer {
             url,
             key,
             stranger: p256_key(),
+            jwks,
         }
+    }
+
+    /// Starts publishing `key` under `kid`, as an issuer rotating its keys does.
+    fn publish(&self, key: &EncodingKey, kid: &str) {
+        let mut jwk = Jwk::from_encoding_key(key, Algorithm::ES256).unwrap();
+        jwk.common.key_id = Some(kid.to_string());
+        self.jwks.lock().unwrap().keys.push(jwk);
     }
 
     fn now() -> u64 {
@@ -245,4 +266,30 @@ fn an_issuer_that_cannot_be_read_stops_the_start_with_a_clear_error() {
         stderr.contains("cannot read the metadata of the OAuth issuer"),
         "{stderr}"
     );
+}
+
+/// Key rotation: a token signed with a key the issuer started publishing after the server
+/// fetched its keys is accepted once the server fetches them again (on the unknown `kid`, at
+/// most every 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_key_is_fetched_when_a_token_names_it() {
+    let issuer = Issuer::start().await;
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = server(&issuer, &plugins);
+    let rotated = p256_key();
+    issuer.publish(&rotated, "key-2");
+    let token = issuer.sign_with(&issuer.claims("bob"), &rotated, "key-2");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = initialize(&server, Some(&token)).await.status();
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 401);
+        assert!(
+            Instant::now() < deadline,
+            "the rotated key was never fetched"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
