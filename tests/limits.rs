@@ -218,3 +218,149 @@ async fn a_quick_tool_that_overruns_its_budget_loses_the_privilege_once() {
         "logged once: {log}"
     );
 }
+
+/// The raw `initialize` a client sends to open a session.
+fn initialize_body() -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "limits-test", "version": "0"}}})
+    .to_string()
+}
+
+/// POSTs `initialize` and returns the new session's id (the handshake left unfinished).
+async fn open_session(server: &Server) -> String {
+    let answer = reqwest::Client::new()
+        .post(&server.url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(initialize_body())
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(answer.status(), 200);
+    answer.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Reads from `socket` until the server closes it; `false` if it is still open after `within`.
+async fn closed_within(socket: &mut TcpStream, within: Duration) -> bool {
+    let mut buffer = [0u8; 4096];
+    tokio::time::timeout(within, async {
+        loop {
+            match socket.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// `--keepalive-timeout`: a keep-alive connection with nothing in flight is closed after it
+/// (not after the much longer header timeout), while a session's GET event stream on another
+/// connection stays open and carries SSE comments.
+#[tokio::test]
+async fn idle_keepalive_connections_close_while_an_event_stream_stays_open() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(
+        plugins.path(),
+        &["--keepalive-timeout", "2", "--header-timeout", "60"],
+    );
+    let address = address(&server);
+    // A GET stream of a session that finished its handshake.
+    let session = open_session(&server).await;
+    let initialized = reqwest::Client::new()
+        .post(&server.url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("Mcp-Session-Id", &session)
+        .header("Mcp-Protocol-Version", "2025-11-25")
+        .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(initialized.status(), 202);
+    let mut stream = TcpStream::connect(&address).await.unwrap();
+    stream
+        .write_all(
+            format!(
+                "GET /mcp HTTP/1.1\r\nHost: {address}\r\nAccept: text/event-stream\r\n\
+                 Mcp-Session-Id: {session}\r\nMcp-Protocol-Version: 2025-11-25\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // A keep-alive connection that made one request and then sits idle.
+    let mut idle = TcpStream::connect(&address).await.unwrap();
+    idle.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {address}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    assert!(
+        closed_within(&mut idle, Duration::from_secs(20)).await,
+        "the idle keep-alive connection was not closed (the header timeout is 60 s)"
+    );
+    // Meanwhile, and for a while after, the event stream is open and gets SSE comments.
+    let mut received = String::new();
+    let mut buffer = [0u8; 4096];
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        match tokio::time::timeout(Duration::from_secs(3), stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => panic!("the event stream was closed: {received}"),
+            Ok(Ok(read)) => received.push_str(&String::from_utf8_lossy(&buffer[..read])),
+            Err(_) => panic!("nothing on the event stream for 3 s: {received}"),
+        }
+    }
+    assert!(received.starts_with("HTTP/1.1 200"), "{received}");
+    let comments = received
+        .split("\r\n")
+        .flat_map(|chunk| chunk.lines())
+        .filter(|line| line.starts_with(':'))
+        .count();
+    assert!(comments >= 2, "no SSE keep-alive comments: {received}");
+}
+
+/// `--handshake-timeout`: sessions that sent `initialize` but never `notifications/initialized`
+/// are ended and stop counting against `--max-sessions`; a session that finished its handshake
+/// is kept.
+#[tokio::test]
+async fn sessions_that_never_finish_their_handshake_stop_counting() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(
+        plugins.path(),
+        &["--handshake-timeout", "1", "--max-sessions", "3"],
+    );
+    let client = Client::http(&server.url).await;
+    open_session(&server).await;
+    open_session(&server).await;
+    let stats = server.stats().await;
+    assert_eq!(stats["http_sessions"], 3, "{stats}");
+    assert_eq!(stats["http_sessions_in_handshake"], 2, "{stats}");
+    let refused = reqwest::Client::new()
+        .post(&server.url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(initialize_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 503, "the cap counts unfinished sessions");
+
+    let mut ended = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if server.stats().await["http_sessions"] == 1 {
+            ended = true;
+            break;
+        }
+    }
+    assert!(ended, "{}", server.stats().await);
+    assert_eq!(server.stats().await["http_sessions_in_handshake"], 0);
+    // Room again for new sessions; the one that finished its handshake still works.
+    open_session(&server).await;
+    let result = client.call("invoice.submit", json!({"amount": 3})).await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+}

@@ -1,5 +1,7 @@
 //! Retention (`--retain-final`): an instance in a final state is deleted once the retention
 //! period has passed, on the embedded store, Redis and PostgreSQL; one still running is kept.
+//! And `--instance-ttl`: any instance idle (no transition) that long is deleted, on every store,
+//! while one that keeps moving is kept.
 
 mod common;
 mod durability_support;
@@ -81,4 +83,94 @@ async fn on_postgres() {
     let url = durability_support::postgres_url();
     durability_support::require_reachable(&url);
     finished_instances_go_after_the_retention_period(Some(url)).await;
+}
+
+/// With a 1 s `--instance-ttl` (and no final-state retention), an invoice left in review is
+/// deleted while another that keeps moving (reject, submit, ...) is kept until it stops.
+async fn idle_instances_go_after_the_ttl(store: Option<String>) {
+    let plugins = PluginDir::with(&["invoice"]);
+    let namespace = format!("ttl{}", uuid::Uuid::new_v4().simple());
+    let mut flags = vec![
+        "--state-handle-key",
+        "--retain-final",
+        "0",
+        "--instance-ttl",
+        "1",
+    ];
+    if let Some(store) = &store {
+        flags.extend(["--store", store, "--store-namespace", &namespace]);
+    }
+    let server = Server::http(plugins.path(), &flags);
+    let client = Client::http(&server.url).await;
+    let handle_of = |result: rmcp::model::CallToolResult| -> String {
+        result.structured_content.unwrap()["handle"]
+            .as_str()
+            .expect("a handle")
+            .to_string()
+    };
+    let idle = handle_of(client.call("invoice.submit", json!({"amount": 5})).await);
+    let moving = handle_of(client.call("invoice.submit", json!({"amount": 6})).await);
+    // Keep `moving` moving for 4 s (several TTLs), one transition every 250 ms.
+    let mut idle_gone = false;
+    for step in 0..16 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let tool = if step % 2 == 0 {
+            "invoice.reject"
+        } else {
+            "invoice.submit"
+        };
+        let moved = client
+            .call(
+                tool,
+                json!({"handle": moving, "reason": "ttl test", "amount": 6}),
+            )
+            .await;
+        assert_ne!(
+            moved.is_error,
+            Some(true),
+            "a moving instance was deleted: {moved:?}"
+        );
+        let status = client.call("invoice.status", json!({"handle": idle})).await;
+        if status.is_error == Some(true) {
+            assert_eq!(error_code(&status), "UNKNOWN_HANDLE", "{status:?}");
+            idle_gone = true;
+        }
+    }
+    assert!(idle_gone, "the idle instance outlived its TTL");
+    // Once it stops moving, it goes too.
+    let mut gone = false;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let status = client
+            .call("invoice.status", json!({"handle": moving}))
+            .await;
+        if status.is_error == Some(true) {
+            assert_eq!(error_code(&status), "UNKNOWN_HANDLE", "{status:?}");
+            gone = true;
+            break;
+        }
+    }
+    assert!(
+        gone,
+        "the instance outlived its TTL after it stopped moving"
+    );
+}
+
+#[tokio::test]
+async fn ttl_on_the_embedded_store() {
+    idle_instances_go_after_the_ttl(None).await;
+}
+
+#[tokio::test]
+async fn ttl_on_redis() {
+    let url = durability_support::redis_url();
+    durability_support::require_reachable(&url);
+    idle_instances_go_after_the_ttl(Some(url)).await;
+}
+
+#[tokio::test]
+async fn ttl_on_postgres() {
+    let url = durability_support::postgres_url();
+    durability_support::require_reachable(&url);
+    idle_instances_go_after_the_ttl(Some(url)).await;
 }

@@ -81,10 +81,17 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         shutdown_timeout: u64,
         /// Close an HTTP connection that takes longer than this many seconds to send a request's
-        /// headers; this also closes a keep-alive connection idle that long between requests.
-        /// Open event streams are not affected (rmcp keeps them alive with SSE comments).
+        /// headers (or, once opened, its first byte).
         #[arg(long, default_value_t = 10)]
         header_timeout: u64,
+        /// Close an HTTP keep-alive connection idle (no request in flight) for this many
+        /// seconds. Open event streams are not idle: they get SSE comments meanwhile.
+        #[arg(long, default_value_t = 60)]
+        keepalive_timeout: u64,
+        /// End an HTTP session whose client sent `initialize` but not `notifications/initialized`
+        /// within this many seconds; it then no longer counts against --max-sessions.
+        #[arg(long, default_value_t = 10)]
+        handshake_timeout: u64,
         /// Accept at most this many HTTP connections at once; further ones wait in the listen
         /// backlog until one closes. Default: the open-file limit less 256.
         #[arg(long)]
@@ -105,10 +112,44 @@ enum Command {
         /// Serve a non-loopback address without authentication (otherwise refused at start).
         #[arg(long)]
         allow_unauthenticated: bool,
+        /// OAuth 2.1 resource-server mode: accept access tokens (JWTs) from this authorization
+        /// server, whose signing keys are found through its metadata; tokens must name it as
+        /// `iss`. Needs --public-url.
+        #[arg(
+            long,
+            env = "TURNSTILE_OAUTH_ISSUER",
+            value_name = "URL",
+            requires = "public_url"
+        )]
+        oauth_issuer: Option<String>,
+        /// The JWK set that signs access tokens, when not from --oauth-issuer's metadata.
+        /// Needs --public-url.
+        #[arg(
+            long,
+            env = "TURNSTILE_OAUTH_JWKS",
+            value_name = "URL",
+            requires = "public_url"
+        )]
+        oauth_jwks: Option<String>,
+        /// This server's canonical URL as clients reach it (e.g. `https://mcp.example.com/mcp`):
+        /// OAuth access tokens must name it as their audience, and the protected-resource
+        /// metadata names it.
+        #[arg(long, env = "TURNSTILE_PUBLIC_URL", value_name = "URL")]
+        public_url: Option<String>,
+        /// Serve HTTPS with this PEM certificate chain (needs --tls-key); re-read on SIGHUP.
+        #[arg(long, value_name = "PEM", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The PEM private key of --tls-cert; re-read on SIGHUP.
+        #[arg(long, value_name = "PEM", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
         /// Delete a handle-keyed instance this many seconds after it reached a final state
         /// (default 7 days; 0 keeps them). Works on every store.
         #[arg(long, default_value_t = 604_800)]
         retain_final: u64,
+        /// Delete a handle-keyed instance, in whatever state, this many seconds after its last
+        /// transition (default 0: never). Works on every store.
+        #[arg(long, default_value_t = 0)]
+        instance_ttl: u64,
     },
     /// Load every plugin in a directory and report every problem; exit 1 if there is one.
     Check {
@@ -191,18 +232,27 @@ fn main() -> ExitCode {
             stateless,
             shutdown_timeout,
             header_timeout,
+            keepalive_timeout,
+            handshake_timeout,
             max_connections,
             max_sessions,
             plugin_pool,
             auth_token_file,
             allow_unauthenticated,
+            oauth_issuer,
+            oauth_jwks,
+            public_url,
+            tls_cert,
+            tls_key,
             retain_final,
+            instance_ttl,
         } => {
             // The default store lives in the data directory; over stdio the default is `memory:`.
             let data_dir = (store.is_none() && !stdio).then(|| commands::serve::data_dir(data_dir));
             commands::serve::run(commands::serve::ServeOptions {
                 plugin_pool,
                 retain_final: (retain_final > 0).then(|| Duration::from_secs(retain_final)),
+                instance_ttl: (instance_ttl > 0).then(|| Duration::from_secs(instance_ttl)),
                 shutdown_timeout: Duration::from_secs(shutdown_timeout),
                 plugins,
                 transport: match (stdio, http) {
@@ -226,10 +276,23 @@ fn main() -> ExitCode {
                         max_connections: max_connections
                             .unwrap_or_else(turnstile::mcp::default_max_connections),
                         header_timeout: Duration::from_secs(header_timeout),
+                        keepalive_timeout: Duration::from_secs(keepalive_timeout),
                     },
+                    handshake_timeout: Duration::from_secs(handshake_timeout),
                     max_sessions,
                     auth_token_file,
                     allow_unauthenticated,
+                    oauth: (oauth_issuer.is_some() || oauth_jwks.is_some()).then(|| {
+                        turnstile::mcp::OAuthOptions {
+                            issuer: oauth_issuer,
+                            jwks: oauth_jwks,
+                            // clap makes --public-url required with either OAuth flag.
+                            public_url: public_url.unwrap_or_default(),
+                        }
+                    }),
+                    tls: tls_cert
+                        .zip(tls_key)
+                        .map(|(cert, key)| turnstile::mcp::TlsFiles { cert, key }),
                 },
                 handles: state_handle_key
                     .or_else(|| stateless.then(|| turnstile::mcp::DEFAULT_HANDLE_KEY.to_string()))

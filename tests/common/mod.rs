@@ -141,7 +141,7 @@ impl Server {
         // Keep draining stderr for the life of the server, so it never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in reader.lines().map_while(Result::ok) {
-                if let Some(start) = line.find("http://")
+                if let Some(start) = line.find("http://").or_else(|| line.find("https://"))
                     && line.contains("/mcp")
                 {
                     let url: String = line[start..].split_whitespace().next().unwrap().to_string();
@@ -406,6 +406,25 @@ impl Client {
             .serve_with_lifecycle(transport, lifecycle)
             .await
             .expect("discover over HTTP");
+        Client {
+            service,
+            changes,
+            events,
+        }
+    }
+
+    /// Connects over Streamable HTTP through `http` (an HTTPS client trusting a test
+    /// certificate, say), sending `bearer` as `Authorization: Bearer` when given.
+    pub async fn http_through(url: &str, http: reqwest::Client, bearer: Option<&str>) -> Client {
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        let recorder = recorder();
+        let (changes, events) = (recorder.changes.clone(), recorder.events.clone());
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
+        if let Some(bearer) = bearer {
+            config = config.auth_header(bearer);
+        }
+        let transport = StreamableHttpClientTransport::with_client(http, config);
+        let service = recorder.serve(transport).await.expect("connect over HTTP");
         Client {
             service,
             changes,

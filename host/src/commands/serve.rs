@@ -43,6 +43,9 @@ pub struct ServeOptions {
     /// Delete instances this long after they reached a final state (`--retain-final`; `None`:
     /// keep them).
     pub retain_final: Option<Duration>,
+    /// Delete any instance this long after its last transition (`--instance-ttl`; `None`: keep
+    /// them).
+    pub instance_ttl: Option<Duration>,
 }
 
 pub enum Transport {
@@ -142,8 +145,12 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     memory::release_free_memory_every(Duration::from_secs(2))
         .context("cannot start the memory-trim thread")?;
     let readiness = mcp::Readiness::new(store.clone());
-    if let Some(retain) = options.retain_final {
-        crate::retention::spawn(store.clone(), catalog.clone(), runtime.clone(), retain);
+    let retention = crate::retention::Retention {
+        final_state: options.retain_final,
+        idle: options.instance_ttl,
+    };
+    if retention.deletes_anything() {
+        crate::retention::spawn(store.clone(), catalog.clone(), runtime.clone(), retention);
     }
     tokio::spawn(relay_changes_from_other_servers(
         store,

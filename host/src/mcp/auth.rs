@@ -1,4 +1,5 @@
-//! Bearer-token authentication for HTTP (`--auth-token-file`).
+//! Bearer-token authentication for HTTP: static tokens (`--auth-token-file`) and OAuth access
+//! tokens (`oauth.rs`), both giving a request one [`Principal`].
 //!
 //! The token file holds one token per line, `TOKEN` or `NAME TOKEN`; blank lines and lines
 //! starting with `#` are skipped. `NAME` is the principal the token stands for (a bare token's
@@ -6,16 +7,21 @@
 //! read again on SIGHUP, so tokens can be rotated without a restart (a file that does not parse
 //! keeps the old tokens and logs why).
 //!
-//! Every route but the health probes needs `Authorization: Bearer TOKEN`; a request without one,
-//! or with a token not in the file, gets 401 with `WWW-Authenticate: Bearer` and a JSON-RPC error
-//! body. The principal is put in the request's extensions for what comes after.
+//! Every route but the health probes and the OAuth metadata needs `Authorization: Bearer TOKEN`;
+//! a request without one, or with a token that is neither in the file nor a valid access token,
+//! gets 401 with `WWW-Authenticate: Bearer` (naming the protected-resource metadata when OAuth is
+//! on, as the MCP authorization spec asks) and a JSON-RPC error body. The principal is put in the
+//! request's extensions for what comes after.
 
 use std::{
     path::{Path, PathBuf},
     sync::{Arc, RwLock},
 };
 
-use super::jsonrpc_errors::{Rejection, UNAUTHORIZED};
+use super::{
+    jsonrpc_errors::{Rejection, UNAUTHORIZED},
+    oauth::{OAuth, Refused},
+};
 use axum::{
     extract::{Request, State},
     http::{HeaderValue, StatusCode, header},
@@ -23,9 +29,35 @@ use axum::{
     response::Response,
 };
 
-/// Who a request is from, as its token says.
+/// Who a request is from, as its token says: the token's name in the token file, or the `sub`
+/// of an OAuth access token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal(pub String);
+
+/// Every way a request may prove who it is from; at least one is set.
+#[derive(Clone)]
+pub struct Authenticator {
+    pub tokens: Option<Tokens>,
+    pub oauth: Option<Arc<OAuth>>,
+}
+
+impl Authenticator {
+    /// The principal `token` stands for: a static token first (a cheap comparison), then an
+    /// OAuth access token.
+    async fn principal(&self, token: &str) -> Result<Principal, Refused> {
+        if let Some(principal) = self
+            .tokens
+            .as_ref()
+            .and_then(|tokens| tokens.principal(token))
+        {
+            return Ok(principal);
+        }
+        match &self.oauth {
+            Some(oauth) => oauth.verify(token).await,
+            None => Err(Refused("the bearer token is not valid".to_string())),
+        }
+    }
+}
 
 /// Each token with the principal it stands for.
 type TokenList = Vec<(String, Principal)>;
@@ -133,9 +165,9 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 
-/// The middleware (`axum::middleware::from_fn_with_state`): 401 without a known bearer token.
+/// The middleware (`axum::middleware::from_fn_with_state`): 401 without a valid bearer token.
 pub async fn require_token(
-    State(tokens): State<Tokens>,
+    State(authenticator): State<Authenticator>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -149,37 +181,55 @@ pub async fn require_token(
                 .or_else(|| value.strip_prefix("bearer "))
         })
         .map(str::trim);
-    match presented.and_then(|token| tokens.principal(token)) {
-        Some(principal) => {
+    let metadata = authenticator
+        .oauth
+        .as_ref()
+        .map(|oauth| oauth.metadata_url());
+    let Some(token) = presented else {
+        return unauthorized(None, metadata);
+    };
+    match authenticator.principal(token).await {
+        Ok(principal) => {
             request.extensions_mut().insert(principal);
             next.run(request).await
         }
-        None => unauthorized(presented.is_some()),
+        Err(refused) => unauthorized(Some(&refused), metadata),
     }
 }
 
-fn unauthorized(had_token: bool) -> Response {
-    let (challenge, message) = if had_token {
-        (
-            r#"Bearer realm="turnstile", error="invalid_token""#,
-            "Unauthorized: the bearer token is not valid",
-        )
-    } else {
-        (
-            r#"Bearer realm="turnstile""#,
-            "Unauthorized: send Authorization: Bearer <token>",
-        )
+/// The 401: `WWW-Authenticate: Bearer` with `error="invalid_token"` and a description when a
+/// token was refused, and `resource_metadata` when OAuth says where to get one (RFC 6750 section
+/// 3, RFC 9728 section 5.1).
+fn unauthorized(refused: Option<&Refused>, resource_metadata: Option<&str>) -> Response {
+    let mut challenge = String::from(r#"Bearer realm="turnstile""#);
+    let message = match refused {
+        Some(Refused(reason)) => {
+            // A description is a quoted string: no quotes or backslashes inside.
+            let description: String = reason
+                .chars()
+                .filter(|c| *c != '"' && *c != '\\' && !c.is_control())
+                .collect();
+            challenge.push_str(&format!(
+                r#", error="invalid_token", error_description="{description}""#
+            ));
+            format!("Unauthorized: {reason}")
+        }
+        None => "Unauthorized: send Authorization: Bearer <token>".to_string(),
     };
+    if let Some(url) = resource_metadata {
+        challenge.push_str(&format!(r#", resource_metadata="{url}""#));
+    }
     let rejection = Rejection {
         code: UNAUTHORIZED,
-        message: message.to_string(),
+        message,
         id: serde_json::Value::Null,
     };
     let mut response = rejection.into_response(StatusCode::UNAUTHORIZED);
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static(challenge),
-    );
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
     response
 }
 

@@ -8,11 +8,10 @@
 //!   permit *before* `accept`. At the cap it stops accepting, so new connections wait in the
 //!   kernel's backlog instead of being accepted and starved; an accept error (such as running
 //!   out of file descriptors) backs off instead of spinning.
-//! - **`header_timeout`**: hyper's header read timeout. It runs whenever a connection owes the
-//!   server a request head: from the connection's first byte (before that, a wait for the first
-//!   byte with the same timeout), and again while a keep-alive connection sits between requests. So a slowloris client, and an idle keep-alive socket, are closed
-//!   after it. A response being streamed (an SSE stream, a slow tool call) is not waiting for a
-//!   head and is not affected; rmcp keeps event streams alive with SSE comments.
+//! - **`header_timeout`** and **`keepalive_timeout`**: a connection that waits for a request
+//!   head longer than the first (a slowloris client, a socket that never sends), or sits idle
+//!   between requests longer than the second, is closed. A connection with a request in flight
+//!   (a slow tool call, an open SSE stream) is never idle; `idle.rs` keeps the clocks.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -25,14 +24,19 @@ use hyper_util::{
 use tokio::{net::TcpListener, sync::Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::{idle::Activity, tls::Tls};
+
 /// How connections are accepted and bounded.
 #[derive(Debug, Clone)]
 pub struct ConnectionLimits {
     /// Open connections at most; past it, new ones wait in the listen backlog.
     pub max_connections: usize,
-    /// How long a client may take to send a request's headers (also: how long a keep-alive
-    /// connection may sit idle between requests).
+    /// How long a client may take to send a request's headers (and a new connection its first
+    /// byte).
     pub header_timeout: Duration,
+    /// How long a keep-alive connection may sit idle, with no request in flight, between
+    /// requests.
+    pub keepalive_timeout: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -40,6 +44,7 @@ impl Default for ConnectionLimits {
         ConnectionLimits {
             max_connections: default_max_connections(),
             header_timeout: Duration::from_secs(10),
+            keepalive_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -66,15 +71,15 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
+    tls: Option<Tls>,
     stop_accepting: CancellationToken,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+    // No hyper header read timeout: it would also end idle keep-alive connections at the header
+    // timeout. `idle::Activity` keeps both clocks.
+    builder.http1().timer(TokioTimer::new());
     let mut full_logged = false;
     loop {
         // Back-pressure: no permit, no accept.
@@ -104,16 +109,32 @@ pub async fn serve(
             },
             () = stop_accepting.cancelled() => break,
         };
-        let timeout = limits.header_timeout;
-        serve_connection(
-            &builder,
-            &graceful,
-            stream,
+        let connection = Connection {
+            builder: builder.clone(),
+            watcher: graceful.watcher(),
             peer,
-            app.clone(),
+            app: app.clone(),
             permit,
-            timeout,
-        );
+            activity: Activity::new(limits.header_timeout, limits.keepalive_timeout),
+        };
+        without_nagle(&stream);
+        let tls = tls.as_ref().map(Tls::acceptor);
+        let handshake_timeout = limits.header_timeout;
+        tokio::spawn(async move {
+            match tls {
+                None => connection.serve(stream).await,
+                // The TLS handshake is part of sending a request: the header timeout bounds it.
+                Some(acceptor) => {
+                    match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => connection.serve(stream).await,
+                        Ok(Err(error)) => {
+                            tracing::debug!(%peer, %error, "TLS handshake failed");
+                        }
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                }
+            }
+        });
     }
     drop(listener);
     // Idle connections close now; busy ones after their responses.
@@ -129,34 +150,46 @@ fn without_nagle(stream: &tokio::net::TcpStream) {
     }
 }
 
-fn serve_connection(
-    builder: &auto::Builder<TokioExecutor>,
-    graceful: &GracefulShutdown,
-    stream: tokio::net::TcpStream,
+/// One accepted connection and what serving it needs; its permit is released when it ends.
+struct Connection {
+    builder: auto::Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
     peer: SocketAddr,
     app: Router,
     permit: tokio::sync::OwnedSemaphorePermit,
-    header_timeout: Duration,
-) {
-    without_nagle(&stream);
-    let builder = builder.clone();
-    let watcher = graceful.watcher();
-    tokio::spawn(async move {
-        // hyper's header timeout starts once it knows the protocol, which takes the first
-        // bytes: a socket that never sends any is closed here, after the same timeout.
-        let mut first = [0u8; 1];
-        match tokio::time::timeout(header_timeout, stream.peek(&mut first)).await {
-            Ok(Ok(read)) if read > 0 => {}
-            _ => return drop(permit),
-        }
-        let service = TowerToHyperService::new(app);
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-        if let Err(error) = watcher.watch(connection.into_owned()).await {
-            // A client that hangs up or times out is normal; nothing for the operator.
-            tracing::debug!(%peer, %error, "connection ended");
+    activity: Arc<Activity>,
+}
+
+impl Connection {
+    /// Serves HTTP on `io` (the TCP stream, or TLS over it) until the client leaves, the drain
+    /// closes it, or it stays idle past its deadline.
+    async fn serve<IO>(self, io: IO)
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            builder,
+            watcher,
+            peer,
+            app,
+            permit,
+            activity,
+        } = self;
+        let service = TowerToHyperService::new(activity.clone().wrap(app));
+        let io = TokioIo::new(activity.watch(io));
+        let connection = builder.serve_connection_with_upgrades(io, service);
+        tokio::select! {
+            served = watcher.watch(connection.into_owned()) => {
+                if let Err(error) = served {
+                    // A client that hangs up is normal; nothing for the operator.
+                    tracing::debug!(%peer, %error, "connection ended");
+                }
+            }
+            // Dropping the connection closes its socket; nothing was in flight on it.
+            () = activity.expired() => tracing::debug!(%peer, "closed an idle connection"),
         }
         drop(permit);
-    });
+    }
 }
 
 #[cfg(test)]
@@ -187,10 +220,11 @@ mod tests {
         let limits = ConnectionLimits {
             max_connections: 1,
             header_timeout: Duration::from_millis(300),
+            keepalive_timeout: Duration::from_secs(60),
         };
         let stop = CancellationToken::new();
         let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
-        let server = tokio::spawn(serve(listener, app, limits, stop.clone()));
+        let server = tokio::spawn(serve(listener, app, limits, None, stop.clone()));
 
         let mut slow = tokio::net::TcpStream::connect(address).await.unwrap();
         slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
@@ -222,5 +256,65 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    /// An idle keep-alive connection is closed after the keep-alive timeout, long before the
+    /// header timeout would; one streaming a response stays open however long it streams.
+    #[tokio::test]
+    async fn idle_keepalive_connections_close_and_streams_stay_open() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let limits = ConnectionLimits {
+            max_connections: 8,
+            header_timeout: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_millis(300),
+        };
+        let stop = CancellationToken::new();
+        let ticks = || {
+            let ticks = futures_util::stream::unfold((), |()| async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Some((
+                    Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"tick\n")),
+                    (),
+                ))
+            });
+            axum::body::Body::from_stream(ticks)
+        };
+        let app = Router::new()
+            .route("/", axum::routing::get(|| async { "ok" }))
+            .route(
+                "/stream",
+                axum::routing::get(move || async move { ticks() }),
+            );
+        let server = tokio::spawn(serve(listener, app, limits, None, stop.clone()));
+
+        let mut idle = tokio::net::TcpStream::connect(address).await.unwrap();
+        idle.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut streaming = tokio::net::TcpStream::connect(address).await.unwrap();
+        streaming
+            .write_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        // The idle one: its response, then the close, well before the 30 s header timeout.
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), idle.read_to_end(&mut answer))
+            .await
+            .expect("the idle keep-alive connection was closed")
+            .unwrap();
+        assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"));
+        // The streaming one is still receiving, several keep-alive timeouts later.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let mut buffer = vec![0u8; 64 * 1024];
+        let read = tokio::time::timeout(Duration::from_secs(5), streaming.read(&mut buffer))
+            .await
+            .expect("the stream goes on")
+            .unwrap();
+        assert!(read > 0, "the streaming connection was closed");
+        stop.cancel();
+        drop((idle, streaming));
+        server.abort();
     }
 }

@@ -14,12 +14,16 @@ use rmcp::transport::streamable_http_server::{
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    auth,
+    auth::{self, Authenticator},
     connections::{self, ConnectionLimits},
+    handshake::Handshakes,
     health,
     host_check::{self, AllowedHosts},
     http_layer::{self, McpLayer},
+    idle,
+    oauth::{OAuth, OAuthOptions},
     server::{Shared, TurnstileServer},
+    tls::Tls,
 };
 
 /// How the HTTP endpoint behaves.
@@ -35,14 +39,28 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// No sessions for any protocol revision: each request gets its own handler.
     pub stateless: bool,
-    /// Connection cap and header deadline (see `connections`).
+    /// Connection cap, header deadline and keep-alive timeout (see `connections`).
     pub connections: ConnectionLimits,
+    /// A session whose client has not sent `notifications/initialized` this long after its
+    /// `initialize` is ended (see `handshake`).
+    pub handshake_timeout: Duration,
     /// At most this many sessions at once; an `initialize` past it is refused with 503.
     pub max_sessions: Option<usize>,
     /// `--auth-token-file`: bearer tokens required on every route but the health probes.
     pub auth_token_file: Option<std::path::PathBuf>,
     /// `--allow-unauthenticated`: serve a non-loopback address without authentication.
     pub allow_unauthenticated: bool,
+    /// OAuth resource-server mode (`--oauth-issuer` / `--oauth-jwks`, `--public-url`).
+    pub oauth: Option<OAuthOptions>,
+    /// `--tls-cert` and `--tls-key`: serve HTTPS.
+    pub tls: Option<TlsFiles>,
+}
+
+/// The PEM files of the certificate chain and its private key.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
 }
 
 impl Default for HttpOptions {
@@ -53,9 +71,12 @@ impl Default for HttpOptions {
             allowed_origins: Vec::new(),
             stateless: false,
             connections: ConnectionLimits::default(),
+            handshake_timeout: Duration::from_secs(10),
             max_sessions: None,
             auth_token_file: None,
             allow_unauthenticated: false,
+            oauth: None,
+            tls: None,
         }
     }
 }
@@ -76,12 +97,25 @@ pub async fn serve_http(
         }
         None => None,
     };
+    let oauth = match &options.oauth {
+        Some(oauth) => Some(Arc::new(OAuth::start(oauth).await?)),
+        None => None,
+    };
+    let tls = match &options.tls {
+        Some(files) => {
+            let tls = Tls::load(&files.cert, &files.key)?;
+            tls.reload_on_sighup()?;
+            Some(tls)
+        }
+        None => None,
+    };
     let local: SocketAddr = listener.local_addr()?;
-    if tokens.is_none() && !local.ip().is_loopback() && !options.allow_unauthenticated {
+    let authenticated = tokens.is_some() || oauth.is_some();
+    if !authenticated && !local.ip().is_loopback() && !options.allow_unauthenticated {
         anyhow::bail!(
             "refusing to serve {local} without authentication: anyone who can reach it could \
-             drive every workflow. Give --auth-token-file, or --allow-unauthenticated if it is \
-             meant (behind an authenticating proxy, say)"
+             drive every workflow. Give --auth-token-file or --oauth-issuer, or \
+             --allow-unauthenticated if it is meant (behind an authenticating proxy, say)"
         );
     }
     let shutdown = shared.shutdown.clone();
@@ -109,6 +143,11 @@ pub async fn serve_http(
         // the MCP spec requires refusing a foreign `Origin`, and without this rmcp checks none.
         .enforce_origin_validation()
         .with_cancellation_token(streams.child_token())
+        // Event streams are not idle connections: comments on them, well within the keep-alive
+        // timeout, keep proxies and clients from taking them for dead.
+        .with_sse_keep_alive(Some(idle::sse_keepalive_interval(
+            options.connections.keepalive_timeout,
+        )))
         // 2026-07-28 requests are always sessionless; this decides for the older revisions.
         .with_legacy_session_mode(!options.stateless)
         // Sessionless requests whose answer is nothing but the result (a listing, a call that
@@ -120,6 +159,7 @@ pub async fn serve_http(
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(options.session_idle_timeout);
     let sessions = Arc::new(sessions);
+    let handshakes = Handshakes::new(sessions.clone(), options.handshake_timeout);
     let factory_shared = shared.clone();
     let mcp = StreamableHttpService::new(
         move || Ok(TurnstileServer::new(factory_shared.clone())),
@@ -134,6 +174,7 @@ pub async fn serve_http(
                 sessions: sessions.clone(),
                 max_sessions: options.max_sessions,
                 stateless: options.stateless,
+                handshakes: handshakes.clone(),
             },
             http_layer::by_the_book,
         ))
@@ -141,12 +182,37 @@ pub async fn serve_http(
             "/stats",
             get({
                 let sessions = sessions.clone();
-                move |state| stats(state, sessions)
+                move |state| stats(state, sessions, handshakes)
             }),
         );
-    // Every route above needs a token, when tokens are configured.
-    let app = match tokens {
-        Some(tokens) => app.layer(middleware::from_fn_with_state(tokens, auth::require_token)),
+    // Every route above needs a token, when authentication is configured.
+    let app = if authenticated {
+        app.layer(middleware::from_fn_with_state(
+            Authenticator {
+                tokens,
+                oauth: oauth.clone(),
+            },
+            auth::require_token,
+        ))
+    } else {
+        app
+    };
+    // Where to get a token is public (RFC 9728): at the root and under the resource's path.
+    let app = match oauth {
+        Some(oauth) => {
+            let metadata = Json(oauth.metadata());
+            app.route(
+                "/.well-known/oauth-protected-resource",
+                get({
+                    let metadata = metadata.clone();
+                    move || async move { metadata }
+                }),
+            )
+            .route(
+                "/.well-known/oauth-protected-resource/mcp",
+                get(move || async move { metadata }),
+            )
+        }
         None => app,
     };
     let app = app
@@ -158,11 +224,13 @@ pub async fn serve_http(
         .route("/healthz", get(health::alive))
         .route("/readyz", get(health::ready))
         .with_state(shared);
-    tracing::info!(address = %local, "serving MCP over Streamable HTTP at http://{local}/mcp");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(address = %local, "serving MCP over Streamable HTTP at {scheme}://{local}/mcp");
     connections::serve(
         listener,
         app,
         options.connections.clone(),
+        tls,
         shutdown.draining,
     )
     .await;
@@ -187,11 +255,13 @@ fn allowed_origins(local: SocketAddr, extra: &[String]) -> Vec<String> {
 }
 
 /// What the actors hold, as JSON: for operators and for the leak tests.
-/// `http_sessions` counts every session rmcp holds, also those that never sent `initialized`;
+/// `http_sessions` counts every session rmcp holds, also those that have not sent `initialized`
+/// (`http_sessions_in_handshake` of them, ended after `--handshake-timeout`);
 /// `plugins` shows each plugin's call pool and how many of its calls outlived their deadline.
 async fn stats(
     State(shared): State<Arc<Shared>>,
     sessions: Arc<LocalSessionManager>,
+    handshakes: Arc<Handshakes>,
 ) -> Result<Json<serde_json::Value>, String> {
     let (registry, notifier) = shared
         .runtime
@@ -218,6 +288,7 @@ async fn stats(
         "registry": registry,
         "notifier": notifier,
         "http_sessions": http_sessions,
+        "http_sessions_in_handshake": handshakes.pending(),
         "plugins": plugins,
         "memory": crate::memory::stats(),
     })))

@@ -33,7 +33,10 @@ use rmcp::transport::{
 };
 use serde_json::Value;
 
-use super::jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY};
+use super::{
+    handshake::{Handshakes, is_initialized_notification},
+    jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
+};
 
 /// rmcp's answer when the body it read is not a JSON-RPC message it accepts (its 415).
 const UNREADABLE_BODY_PREFIX: &str = "fail to deserialize";
@@ -51,6 +54,8 @@ pub struct McpLayer {
     pub max_sessions: Option<usize>,
     /// `--stateless`: no request opens a session.
     pub stateless: bool,
+    /// Sessions that have not finished their handshake, ended after `--handshake-timeout`.
+    pub handshakes: Arc<Handshakes>,
 }
 
 /// How long a client refused for the session cap is told to wait (`Retry-After`, seconds).
@@ -61,15 +66,21 @@ pub async fn by_the_book(State(layer): State<McpLayer>, request: Request, next: 
     match *request.method() {
         Method::POST => match sessions_full(&layer, request.headers()).await {
             Some(refusal) => refusal,
-            None => post(request, next).await,
+            None => post(&layer.handshakes, request, next).await,
         },
         Method::DELETE => delete(&layer.sessions, request, next).await,
         _ => as_json_rpc(next.run(request).await, &[]).await,
     }
 }
 
-/// Serves a POST, keeping handles on the body's chunks in case rmcp refuses it.
-async fn post(request: Request, next: Next) -> Response {
+/// Serves a POST, keeping handles on the body's chunks in case rmcp refuses it (or, on a session
+/// still in its handshake, to see whether it is the `notifications/initialized` that ends it).
+async fn post(handshakes: &Arc<Handshakes>, request: Request, next: Next) -> Response {
+    let session = request
+        .headers()
+        .get(HEADER_SESSION_ID)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
     let (parts, body) = request.into_parts();
     let chunks: Arc<Mutex<Vec<Bytes>>> = Arc::default();
     let recorder = chunks.clone();
@@ -85,10 +96,43 @@ async fn post(request: Request, next: Next) -> Response {
     }));
     let response = next.run(Request::from_parts(parts, body)).await;
     if !is_plain_rejection(&response) {
+        follow_handshake(handshakes, session.as_deref(), &response, &chunks);
         return response;
     }
     let chunks = std::mem::take(&mut *chunks.lock().unwrap_or_else(PoisonError::into_inner));
     as_json_rpc(response, &chunks.concat()).await
+}
+
+/// Tells `handshakes` about a session that `response` opened (an `initialize` answered with a
+/// new `Mcp-Session-Id`) or one whose handshake the request finished. The body is looked at only
+/// for a session still in its handshake, answered 202 (how rmcp accepts a notification).
+fn follow_handshake(
+    handshakes: &Arc<Handshakes>,
+    session: Option<&str>,
+    response: &Response,
+    chunks: &Mutex<Vec<Bytes>>,
+) {
+    match session {
+        None => {
+            if let Some(opened) = response
+                .headers()
+                .get(HEADER_SESSION_ID)
+                .and_then(|value| value.to_str().ok())
+            {
+                handshakes.begun(SessionId::from(opened));
+            }
+        }
+        Some(id) if response.status() == StatusCode::ACCEPTED && handshakes.is_pending(id) => {
+            let body = chunks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .concat();
+            if is_initialized_notification(&body) {
+                handshakes.finished(id);
+            }
+        }
+        Some(_) => {}
+    }
 }
 
 /// A 503 when `request` would open a session and `max_sessions` are open already. Only a POST

@@ -7,6 +7,10 @@
 //! - `session.rs`: a session's identity, its listener for `list_changed`, and its end.
 //! - `target.rs`: which instance a request is about (session, or handle).
 //! - `stdio.rs`, `http.rs`: serving over stdin/stdout, and Streamable HTTP on axum.
+//! - `connections.rs`: the accept loop (connection cap, back-pressure); `idle.rs`: when a
+//!   connection is idle and for how long it may stay so (header and keep-alive timeouts).
+//! - `handshake.rs`: sessions that sent `initialize` but not `notifications/initialized`, ended
+//!   after `--handshake-timeout`.
 //! - `host_check.rs`: the `Host` check (403 for a foreign one) on every HTTP route but the probes.
 //! - `health.rs`: `GET /healthz` and `GET /readyz`, for orchestrators' probes.
 //! - `http_layer.rs`: the middleware in front of rmcp's HTTP service that turns its plain-text
@@ -19,21 +23,26 @@
 mod auth;
 mod call_events;
 mod connections;
+mod handshake;
 mod health;
 mod host_check;
 mod http;
 mod http_layer;
+mod idle;
 mod jsonrpc_errors;
+mod oauth;
 mod reply;
 mod server;
 mod session;
 mod stdio;
 mod target;
+mod tls;
 
 pub use self::{
     connections::{ConnectionLimits, default_max_connections},
     health::Readiness,
-    http::{HttpOptions, serve_http},
+    http::{HttpOptions, TlsFiles, serve_http},
+    oauth::OAuthOptions,
     server::{Shared, TurnstileServer},
     stdio::serve_stdio,
     target::{DEFAULT_HANDLE_KEY, HandleMode},

@@ -1,0 +1,109 @@
+//! Sessions whose handshake is not finished: opened by `initialize`, not yet confirmed by the
+//! client's `notifications/initialized`.
+//!
+//! rmcp keeps such a session for the whole session idle timeout, and each one holds memory and a
+//! place under `--max-sessions`; a client (or an attacker) that sends only `initialize` could fill
+//! the server with them. So every new session is noted here when rmcp answers its `initialize`,
+//! and ended `--handshake-timeout` later unless its `notifications/initialized` came first.
+//!
+//! `http_layer.rs` reports both events; this module owns the set of pending sessions and the
+//! timers. It must not look at a session after its handshake: a finished session costs nothing
+//! here.
+
+use std::{sync::Arc, time::Duration};
+
+use dashmap::DashSet;
+use rmcp::transport::streamable_http_server::session::{
+    SessionId, SessionManager, local::LocalSessionManager,
+};
+
+/// The sessions still waiting for their client's `notifications/initialized`.
+pub struct Handshakes {
+    pending: DashSet<SessionId>,
+    timeout: Duration,
+    sessions: Arc<LocalSessionManager>,
+}
+
+impl Handshakes {
+    pub fn new(sessions: Arc<LocalSessionManager>, timeout: Duration) -> Arc<Handshakes> {
+        Arc::new(Handshakes {
+            pending: DashSet::new(),
+            timeout,
+            sessions,
+        })
+    }
+
+    /// rmcp opened session `id` for an `initialize`: it has `timeout` to finish its handshake.
+    pub fn begun(self: &Arc<Self>, id: SessionId) {
+        self.pending.insert(id.clone());
+        let handshakes = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(handshakes.timeout).await;
+            if handshakes.pending.remove(&id).is_some() {
+                tracing::debug!(session = %id, "ending a session that never finished its handshake");
+                if let Err(error) = handshakes.sessions.close_session(&id).await {
+                    tracing::debug!(session = %id, %error, "could not end an unfinished session");
+                }
+            }
+        });
+    }
+
+    /// Whether session `id` has not finished its handshake yet.
+    pub fn is_pending(&self, id: &str) -> bool {
+        !self.pending.is_empty() && self.pending.contains(id)
+    }
+
+    /// The client of session `id` sent `notifications/initialized`.
+    pub fn finished(&self, id: &str) {
+        self.pending.remove(id);
+    }
+
+    /// How many sessions are waiting for their handshake to finish.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+/// Whether `body` is the `notifications/initialized` message.
+pub fn is_initialized_notification(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        method: Option<&'a str>,
+    }
+    serde_json::from_slice::<Message<'_>>(body)
+        .is_ok_and(|message| message.method == Some("notifications/initialized"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_initialized_notification_finishes_a_handshake() {
+        assert!(is_initialized_notification(
+            br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#
+        ));
+        assert!(!is_initialized_notification(
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#
+        ));
+        assert!(!is_initialized_notification(b"not json"));
+    }
+
+    #[tokio::test]
+    async fn an_unfinished_handshake_ends_its_session_and_a_finished_one_is_kept() {
+        let sessions = Arc::new(LocalSessionManager::default());
+        let handshakes = Handshakes::new(sessions.clone(), Duration::from_millis(100));
+        let (lagging, _lagging_transport) = sessions.create_session().await.unwrap();
+        let (prompt, _prompt_transport) = sessions.create_session().await.unwrap();
+        handshakes.begun(lagging.clone());
+        handshakes.begun(prompt.clone());
+        assert_eq!(handshakes.pending(), 2);
+        handshakes.finished(&prompt);
+        assert!(!handshakes.is_pending(&prompt));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(!sessions.has_session(&lagging).await.unwrap());
+        assert!(sessions.has_session(&prompt).await.unwrap());
+        assert_eq!(handshakes.pending(), 0);
+    }
+}

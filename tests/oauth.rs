@@ -1,0 +1,295 @@
+//! OAuth 2.1 resource-server mode: access tokens (JWTs) from a test authorization server, whose
+//! keys are generated here and served with its metadata by a small HTTP server in the test. A
+//! valid token opens a session a real MCP client completes; expired, wrong-audience,
+//! wrong-issuer and unknown-key tokens get 401 with a `WWW-Authenticate` that says why and where
+//! the protected-resource metadata is; the metadata answers as RFC 9728 says.
+
+mod common;
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use axum::{Json, Router, routing::get};
+use common::{Client, PluginDir, Server};
+use jsonwebtoken::{
+    Algorithm, EncodingKey, Header, encode,
+    jwk::{Jwk, JwkSet},
+};
+use serde_json::{Value, json};
+
+/// The resource the server says it is, and tokens must name.
+const PUBLIC_URL: &str = "https://mcp.example.test/mcp";
+const METADATA_URL: &str = "https://mcp.example.test/.well-known/oauth-protected-resource/mcp";
+
+/// An authorization server: a P-256 signing key, its JWKS and RFC 8414 metadata over HTTP.
+struct Issuer {
+    url: String,
+    key: EncodingKey,
+    /// A key the issuer does not publish.
+    stranger: EncodingKey,
+    /// The JWK set it serves; a test may add a key to it (rotation).
+    jwks: Arc<Mutex<JwkSet>>,
+}
+
+fn p256_key() -> EncodingKey {
+    let pair = rcgen::KeyPair::generate().expect("a P-256 key");
+    EncodingKey::from_ec_der(&pair.serialize_der())
+}
+
+impl Issuer {
+    async fn start() -> Issuer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let key = p256_key();
+        let mut jwk = Jwk::from_encoding_key(&key, Algorithm::ES256).unwrap();
+        jwk.common.key_id = Some("key-1".to_string());
+        let jwks = Arc::new(Mutex::new(JwkSet { keys: vec![jwk] }));
+        let metadata = json!({
+            "issuer": url,
+            "jwks_uri": format!("{url}/jwks"),
+            "authorization_endpoint": format!("{url}/authorize"),
+            "token_endpoint": format!("{url}/token"),
+        });
+        let app = Router::new()
+            .route(
+                "/.well-known/oauth-authorization-server",
+                get(move || async move { Json(metadata) }),
+            )
+            .route(
+                "/jwks",
+                get({
+                    let jwks = jwks.clone();
+                    move || async move { Json(jwks.lock().unwrap().clone()) }
+                }),
+            );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Issuer {
+            url,
+            key,
+            stranger: p256_key(),
+            jwks,
+        }
+    }
+
+    /// Starts publishing `key` under `kid`, as an issuer rotating its keys does.
+    fn publish(&self, key: &EncodingKey, kid: &str) {
+        let mut jwk = Jwk::from_encoding_key(key, Algorithm::ES256).unwrap();
+        jwk.common.key_id = Some(kid.to_string());
+        self.jwks.lock().unwrap().keys.push(jwk);
+    }
+
+    fn now() -> u64 {
+        jsonwebtoken::get_current_timestamp()
+    }
+
+    /// Valid claims for this server; tests change one thing at a time.
+    fn claims(&self, sub: &str) -> Value {
+        json!({"iss": self.url, "sub": sub, "aud": PUBLIC_URL,
+               "iat": Self::now(), "exp": Self::now() + 600})
+    }
+
+    fn sign(&self, claims: &Value) -> String {
+        self.sign_with(claims, &self.key, "key-1")
+    }
+
+    fn sign_with(&self, claims: &Value, key: &EncodingKey, kid: &str) -> String {
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some(kid.to_string());
+        encode(&header, claims, key).unwrap()
+    }
+}
+
+/// A server in OAuth mode trusting `issuer`.
+fn server(issuer: &Issuer, plugins: &PluginDir) -> Server {
+    Server::http(
+        plugins.path(),
+        &["--oauth-issuer", &issuer.url, "--public-url", PUBLIC_URL],
+    )
+}
+
+/// An `initialize` POST with `token` as bearer token.
+async fn initialize(server: &Server, token: Option<&str>) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .post(&server.url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "oauth-test", "version": "0"}}})
+            .to_string(),
+        );
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.expect("an answer")
+}
+
+fn challenge(response: &reqwest::Response) -> String {
+    response.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_token_is_accepted_and_a_real_client_completes_a_session() {
+    let issuer = Issuer::start().await;
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = server(&issuer, &plugins);
+    let token = issuer.sign(&issuer.claims("alice"));
+    assert_eq!(initialize(&server, Some(&token)).await.status(), 200);
+    let client = Client::http_through(&server.url, reqwest::Client::new(), Some(&token)).await;
+    let result = client.call("invoice.submit", json!({"amount": 12})).await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    assert_eq!(client.invoice_state().await, "review");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tokens_get_401_saying_why_and_where_the_metadata_is() {
+    let issuer = Issuer::start().await;
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = server(&issuer, &plugins);
+
+    let missing = initialize(&server, None).await;
+    assert_eq!(missing.status(), 401);
+    let header = challenge(&missing);
+    assert!(header.starts_with("Bearer "), "{header}");
+    assert!(
+        header.contains(&format!(r#"resource_metadata="{METADATA_URL}""#)),
+        "{header}"
+    );
+    assert!(!header.contains("invalid_token"), "{header}");
+
+    let mut expired = issuer.claims("alice");
+    expired["exp"] = json!(Issuer::now() - 3600);
+    let mut wrong_audience = issuer.claims("alice");
+    wrong_audience["aud"] = json!("https://other.example.test/mcp");
+    let mut wrong_issuer = issuer.claims("alice");
+    wrong_issuer["iss"] = json!("https://evil.example.test");
+    let mut not_yet = issuer.claims("alice");
+    not_yet["nbf"] = json!(Issuer::now() + 3600);
+    let cases = [
+        ("expired", issuer.sign(&expired), "expired"),
+        ("wrong audience", issuer.sign(&wrong_audience), "aud"),
+        ("wrong issuer", issuer.sign(&wrong_issuer), "issuer"),
+        ("not valid yet", issuer.sign(&not_yet), "not valid yet"),
+        (
+            "unknown key",
+            issuer.sign_with(&issuer.claims("alice"), &issuer.stranger, "key-9"),
+            "key",
+        ),
+        (
+            "known kid, wrong key",
+            issuer.sign_with(&issuer.claims("alice"), &issuer.stranger, "key-1"),
+            "signature",
+        ),
+        ("not a JWT", "s3cret".to_string(), "not a JWT"),
+    ];
+    for (case, token, reason) in cases {
+        let refused = initialize(&server, Some(&token)).await;
+        assert_eq!(refused.status(), 401, "{case}");
+        let header = challenge(&refused);
+        assert!(header.starts_with("Bearer "), "{case}: {header}");
+        assert!(
+            header.contains(r#"error="invalid_token""#),
+            "{case}: {header}"
+        );
+        assert!(
+            header.contains(&format!(r#"resource_metadata="{METADATA_URL}""#)),
+            "{case}: {header}"
+        );
+        let body: Value = refused.json().await.unwrap();
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(reason), "{case}: {message}");
+    }
+    // The server kept serving throughout.
+    let token = issuer.sign(&issuer.claims("alice"));
+    assert_eq!(initialize(&server, Some(&token)).await.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_protected_resource_metadata_answers_without_a_token() {
+    let issuer = Issuer::start().await;
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = server(&issuer, &plugins);
+    for path in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+    ] {
+        let answer = reqwest::get(format!("{}{path}", server.base()))
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "{path}");
+        assert!(
+            answer.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json")
+        );
+        let metadata: Value = answer.json().await.unwrap();
+        assert_eq!(metadata["resource"], PUBLIC_URL, "{metadata}");
+        assert_eq!(metadata["authorization_servers"], json!([issuer.url]));
+        assert_eq!(metadata["bearer_methods_supported"], json!(["header"]));
+    }
+    // /stats is not public.
+    let stats = reqwest::get(format!("{}/stats", server.base()))
+        .await
+        .unwrap();
+    assert_eq!(stats.status(), 401);
+}
+
+#[test]
+fn an_issuer_that_cannot_be_read_stops_the_start_with_a_clear_error() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(common::turnstile_bin())
+        .args(["serve", "--http", "127.0.0.1:0", "--store", "memory:"])
+        .args([
+            "--oauth-issuer",
+            "http://127.0.0.1:9/",
+            "--public-url",
+            PUBLIC_URL,
+        ])
+        .arg("--plugins")
+        .arg(plugins.path())
+        .arg("--data-dir")
+        .arg(data.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run turnstile");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot read the metadata of the OAuth issuer"),
+        "{stderr}"
+    );
+}
+
+/// Key rotation: a token signed with a key the issuer started publishing after the server
+/// fetched its keys is accepted once the server fetches them again (on the unknown `kid`, at
+/// most every 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_key_is_fetched_when_a_token_names_it() {
+    let issuer = Issuer::start().await;
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = server(&issuer, &plugins);
+    let rotated = p256_key();
+    issuer.publish(&rotated, "key-2");
+    let token = issuer.sign_with(&issuer.claims("bob"), &rotated, "key-2");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = initialize(&server, Some(&token)).await.status();
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 401);
+        assert!(
+            Instant::now() < deadline,
+            "the rotated key was never fetched"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
