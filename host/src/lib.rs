@@ -14,6 +14,8 @@
 //! - [`store`]: where instance snapshots are saved, with compare-and-set versions.
 //! - [`commands`]: the `turnstile` subcommands.
 //! - [`memory`]: the allocator, and giving freed memory back to the OS.
+//! - [`load`]: `turnstile load`, a load tester and contract checker for any MCP server (a
+//!   client: it uses none of the modules above).
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map and its invariants.
 
@@ -22,6 +24,7 @@ pub mod catalog;
 pub mod commands;
 pub mod gate;
 pub mod invoke;
+pub mod load;
 pub mod mcp;
 pub mod memory;
 pub mod plugin;
