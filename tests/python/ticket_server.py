@@ -16,6 +16,7 @@ Usage: python ticket_server.py MODE, MODE being
 Prints its endpoint (`http://127.0.0.1:PORT/mcp`) on stdout once it listens.
 """
 
+import logging
 import socket
 import sys
 import weakref
@@ -150,6 +151,11 @@ async def call_tool(name: str, arguments: dict) -> types.CallToolResult:
 
 
 def main() -> None:
+    # mcp 1.30 logs a traceback (ERROR "Error in standalone SSE writer") each time a session with
+    # an open GET stream ends, and a WARNING for each call of a tool the caller's menu lacks
+    # (which a load tester's probes are): neither is a fault of this server or of its client.
+    logging.getLogger("mcp.server.streamable_http").setLevel(logging.CRITICAL)
+    logging.getLogger("mcp.server.lowlevel.server").setLevel(logging.ERROR)
     manager = StreamableHTTPSessionManager(app=server, stateless=False)
 
     @asynccontextmanager

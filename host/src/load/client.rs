@@ -228,11 +228,9 @@ impl Session {
         Ok(answer)
     }
 
-    /// Ends the session (`DELETE`) and its event stream.
+    /// Ends the session (`DELETE`), then its event stream: the server closes the stream as part
+    /// of ending the session, where a client hanging up first can look like a failure to it.
     pub async fn close(mut self) {
-        if let Some(stream) = self.stream.take() {
-            stream.abort();
-        }
         if let Some(id) = self.id.take() {
             // Best effort: a server that already forgot the session answers 404, which is fine.
             let _ = self
@@ -244,6 +242,9 @@ impl Session {
                 .timeout(self.endpoint.timeout)
                 .send()
                 .await;
+        }
+        if let Some(stream) = self.stream.take() {
+            stream.abort();
         }
     }
 
