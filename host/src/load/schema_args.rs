@@ -187,9 +187,12 @@ fn bound(schema: &Map<String, Value>, key: &str) -> Option<f64> {
     schema.get(key).and_then(Value::as_f64)
 }
 
-/// The interval a number must lie in: `(low, low_inclusive)`, `(high, high_inclusive)`. Reads
-/// both the draft-6+ form (`exclusiveMinimum: 3`) and the draft-4 one (`exclusiveMinimum: true`).
-fn number_range(schema: &Map<String, Value>) -> (Option<(f64, bool)>, Option<(f64, bool)>) {
+/// One end of the interval a number must lie in: the bound, and whether it is allowed itself.
+type Edge = Option<(f64, bool)>;
+
+/// The interval a number must lie in, low end then high end. Reads both the draft-6+ form
+/// (`exclusiveMinimum: 3`) and the draft-4 one (`exclusiveMinimum: true`).
+fn number_range(schema: &Map<String, Value>) -> (Edge, Edge) {
     let edge = |inclusive: &str, exclusive: &str| match (
         bound(schema, inclusive),
         schema.get(exclusive),
