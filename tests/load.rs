@@ -1,6 +1,6 @@
 //! `turnstile load` end to end: the real binary loading real servers, read through its `--json`
 //! report and exit code, as a user's CI would. Against Turnstile (session mode, handle mode on
-//! both protocol lines, a race, a scenario) and against an independent server written with the
+//! both protocol lines, a race, a scenario, over stdio) and against an independent server written with the
 //! Python SDK (`tests/python/ticket_server.py`) it completes with a report and no violation;
 //! against that server in a mode that breaks the gating contract it names the violation and
 //! exits 1; in open loop (`--rate`) its latencies include the time calls waited to start.
@@ -191,6 +191,39 @@ fn a_race_on_one_turnstile_instance_has_one_winner_each_time() {
         first["notification_delay_ms"]["count"].as_u64().unwrap() >= 12 * 6,
         "{first:#}"
     );
+}
+
+#[test]
+fn walks_a_stdio_server_one_process_per_session() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let output = Command::new(turnstile_bin())
+        .args([
+            "load",
+            "--stdio",
+            "--sessions",
+            "2",
+            "--iterations",
+            "3",
+            "--warmup",
+            "0",
+        ])
+        .arg("--json")
+        .arg("--")
+        .arg(turnstile_bin())
+        .args(["serve", "--stdio", "--plugins"])
+        .arg(plugins.path())
+        .output()
+        .expect("run turnstile load --stdio");
+    let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    let run = Run {
+        code: output.status.code().unwrap(),
+        report,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    assert_clean(&run);
+    // Session mode: every walk ends the instance, so every walk had a process of its own.
+    assert_eq!(run.first()["iterations"], 6);
+    assert_eq!(run.first()["setup_ms"]["count"], 6);
 }
 
 fn scenario_file(dir: &Path, text: &str) -> String {

@@ -1,5 +1,5 @@
-//! `turnstile load URL`: load any MCP server over Streamable HTTP and check the gating contract
-//! while doing it (see `crate::load`). Exit code 0: no violation; 1: violations; 2: usage or
+//! `turnstile load URL` (or `--stdio -- COMMAND…`): load any MCP server and check the gating
+//! contract while doing it (see `crate::load`). Exit code 0: no violation; 1: violations; 2: usage or
 //! connection errors.
 
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
@@ -10,7 +10,15 @@ use crate::load::{self, LoadError, LoadOptions, Mode, Protocol, Scenario, Settin
 #[derive(clap::Args, Debug)]
 pub struct LoadArgs {
     /// The server's Streamable HTTP endpoint, e.g. `http://127.0.0.1:8080/mcp`.
-    pub url: String,
+    #[arg(required_unless_present = "stdio", conflicts_with = "stdio")]
+    pub url: Option<String>,
+    /// Load a stdio server instead: every session starts the command given after `--` (one
+    /// process per session), e.g. `--stdio -- turnstile serve --stdio --plugins DIR`.
+    #[arg(long, requires = "command", conflicts_with = "compare")]
+    pub stdio: bool,
+    /// The stdio server's command and arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
     /// Concurrent clients, each with its own session over shared keep-alive connections.
     #[arg(long, default_value_t = 16)]
     pub sessions: usize,
@@ -130,6 +138,9 @@ fn share(flag: &str, value: f64) -> Result<f64, String> {
 }
 
 fn options(args: LoadArgs) -> Result<Parsed, String> {
+    if !args.stdio && !args.command.is_empty() {
+        return Err("a command after -- is for --stdio".into());
+    }
     if args.sessions == 0 {
         return Err("--sessions 0: at least one client is needed".into());
     }
@@ -159,7 +170,11 @@ fn options(args: LoadArgs) -> Result<Parsed, String> {
     Ok(Parsed {
         json: args.json,
         load: LoadOptions {
-            url: args.url,
+            url: match &args.url {
+                Some(url) => url.clone(),
+                None => format!("stdio: {}", args.command.join(" ")),
+            },
+            stdio: args.stdio.then(|| args.command.clone()),
             compare: args.compare,
             protocol: args.protocol,
             mode,

@@ -4,7 +4,7 @@
 //! session's GET stream or on a POST's own SSE response.
 //!
 //! Owns the wire: headers, the handshake of each protocol revision, SSE framing, the session's
-//! event stream. It decides nothing about the contract (see `contract.rs`) and keeps no
+//! event stream (and, with `--stdio`, a server process per session: `stdio.rs`). It decides nothing about the contract (see `contract.rs`) and keeps no
 //! statistics beyond the notifications it counted.
 
 use std::{
@@ -19,7 +19,7 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use tokio::{sync::Notify, task::JoinHandle};
 
-use super::sse::SseParser;
+use super::{sse::SseParser, stdio::StdioLink};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const PROTOCOL_HEADER: &str = "mcp-protocol-version";
@@ -91,10 +91,12 @@ impl ClientError {
     }
 }
 
-/// Where the clients connect, and how: one keep-alive connection pool shared by every session.
+/// Where the clients connect, and how: one keep-alive connection pool shared by every session,
+/// or, over stdio, the command that starts one server process per session.
 pub struct Endpoint {
     http: reqwest::Client,
     url: String,
+    stdio: Option<Vec<String>>,
     protocol: Protocol,
     timeout: Duration,
 }
@@ -110,9 +112,22 @@ impl Endpoint {
         Ok(Endpoint {
             http,
             url: url.to_string(),
+            stdio: None,
             protocol,
             timeout,
         })
+    }
+
+    /// Over stdio: every session starts `command` and talks to it on its stdin and stdout.
+    pub fn stdio(
+        command: Vec<String>,
+        protocol: Protocol,
+        timeout: Duration,
+    ) -> Result<Endpoint, ClientError> {
+        let mut endpoint =
+            Endpoint::new(&format!("stdio: {}", command.join(" ")), protocol, timeout)?;
+        endpoint.stdio = Some(command);
+        Ok(endpoint)
     }
 
     pub fn protocol(&self) -> Protocol {
@@ -129,7 +144,7 @@ pub struct Notices {
 }
 
 impl Notices {
-    fn record(&self) {
+    pub(super) fn record(&self) {
         // A std Mutex: held for one store, never across an await.
         *self
             .last
@@ -166,6 +181,8 @@ impl Notices {
 /// GET event stream), a run of independent requests on 2026-07-28.
 pub struct Session {
     endpoint: Arc<Endpoint>,
+    /// The server process of this session, over stdio.
+    stdio: Option<StdioLink>,
     id: Option<HeaderValue>,
     next_request: u64,
     notices: Arc<Notices>,
@@ -177,11 +194,17 @@ impl Session {
     /// 2025 revisions (returning only once the stream is open, so that no notification can
     /// precede it); nothing to do on 2026-07-28.
     pub async fn open(endpoint: Arc<Endpoint>) -> Result<Session, ClientError> {
+        let notices: Arc<Notices> = Arc::default();
+        let stdio = match &endpoint.stdio {
+            Some(command) => Some(StdioLink::spawn(command, notices.clone())?),
+            None => None,
+        };
         let mut session = Session {
             endpoint,
+            stdio,
             id: None,
             next_request: 0,
-            notices: Arc::default(),
+            notices,
             stream: None,
         };
         if !session.endpoint.protocol.has_sessions() {
@@ -231,6 +254,10 @@ impl Session {
     /// Ends the session (`DELETE`), then its event stream: the server closes the stream as part
     /// of ending the session, where a client hanging up first can look like a failure to it.
     pub async fn close(mut self) {
+        if let Some(link) = self.stdio.take() {
+            link.close().await;
+            return;
+        }
         if let Some(id) = self.id.take() {
             // Best effort: a server that already forgot the session answers 404, which is fine.
             let _ = self
@@ -288,6 +315,10 @@ impl Session {
             add_sessionless_meta(&mut params, self.endpoint.protocol);
         }
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        if let Some(link) = &mut self.stdio {
+            let answer = link.request(id, &body, self.endpoint.timeout).await?;
+            return Ok((answer, HeaderMap::new()));
+        }
         let response = self.post(method, name, &body).await?;
         let headers = response.headers().clone();
         let is_sse = is_event_stream(&headers);
@@ -320,6 +351,9 @@ impl Session {
 
     async fn notify(&mut self, method: &str, params: Value) -> Result<(), ClientError> {
         let body = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        if let Some(link) = &mut self.stdio {
+            return link.send(&body).await;
+        }
         self.post(method, None, &body).await.map(drop)
     }
 
@@ -437,6 +471,6 @@ fn is_event_stream(headers: &HeaderMap) -> bool {
         .is_some_and(|value| value.starts_with("text/event-stream"))
 }
 
-fn is_list_changed(message: &Value) -> bool {
+pub(super) fn is_list_changed(message: &Value) -> bool {
     message.get("method").and_then(Value::as_str) == Some(LIST_CHANGED)
 }

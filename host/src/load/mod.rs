@@ -3,7 +3,8 @@
 //!
 //! Layout:
 //! - `client.rs`: one MCP client on the wire (handshake per protocol revision, SSE, the
-//!   session's event stream), over one shared keep-alive connection pool; `sse.rs` its framing.
+//!   session's event stream), over one shared keep-alive connection pool; `sse.rs` its framing;
+//!   `stdio.rs` the same over a server process's stdin and stdout (`--stdio`).
 //! - `tools.rs`: `tools/list` and `tools/call`, and what an answer means (refused or not).
 //! - `schema_args.rs`: arguments made from a tool's input schema, valid or not.
 //! - `contract.rs`: the contract's judgements and the tally of violations.
@@ -30,6 +31,7 @@ mod schema_args;
 mod server_cpu;
 mod sse;
 mod stats;
+mod stdio;
 mod tools;
 mod walker;
 
@@ -48,8 +50,10 @@ use tokio::time::Instant;
 
 /// What a load run does.
 pub struct LoadOptions {
-    /// The endpoint, e.g. `http://127.0.0.1:8080/mcp`.
+    /// The endpoint, e.g. `http://127.0.0.1:8080/mcp`; a label with `stdio`.
     pub url: String,
+    /// Over stdio: the server command each session starts (`--stdio -- COMMAND…`).
+    pub stdio: Option<Vec<String>>,
     /// A second endpoint to run the same load against, interleaved (`--compare`).
     pub compare: Option<String>,
     pub protocol: Protocol,

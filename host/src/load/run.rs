@@ -34,6 +34,8 @@ pub enum LoadError {
 /// One target's accumulated results over every round.
 struct Target {
     url: String,
+    /// Over stdio, the server command (then `url` is only a label).
+    stdio: Option<Vec<String>>,
     pid: Option<u32>,
     stats: Arc<Stats>,
     violations: Arc<Violations>,
@@ -43,11 +45,12 @@ struct Target {
 /// Runs the load and returns what it measured.
 pub async fn run(options: &LoadOptions) -> Result<Summary, LoadError> {
     let mut targets = vec![Target::new(&options.url, options.server_pid)];
+    targets[0].stdio = options.stdio.clone();
     if let Some(url) = &options.compare {
         targets.push(Target::new(url, options.compare_pid));
     }
     for target in &targets {
-        preflight(&target.url, options).await?;
+        preflight(target, options).await?;
     }
     let rounds = if targets.len() > 1 {
         options.rounds.max(1)
@@ -82,37 +85,49 @@ impl Target {
     fn new(url: &str, pid: Option<u32>) -> Target {
         Target {
             url: url.to_string(),
+            stdio: None,
             pid,
             stats: Arc::default(),
             violations: Arc::default(),
             server_cpu: Duration::ZERO,
         }
     }
+
+    fn endpoint(&self, options: &LoadOptions) -> Result<Endpoint, LoadError> {
+        let endpoint = match &self.stdio {
+            Some(command) => {
+                Endpoint::stdio(command.clone(), options.protocol, options.request_timeout)
+            }
+            None => Endpoint::new(&self.url, options.protocol, options.request_timeout),
+        };
+        endpoint.map_err(|error| LoadError::Connect {
+            url: self.url.clone(),
+            error: error.to_string(),
+        })
+    }
 }
 
 /// One session and one `tools/list` before anything else: a target that cannot do that much
 /// is a usage or connection problem, not a load result.
-async fn preflight(url: &str, options: &LoadOptions) -> Result<(), LoadError> {
+async fn preflight(target: &Target, options: &LoadOptions) -> Result<(), LoadError> {
+    let url = &target.url;
     let failed = |error: String| LoadError::Connect {
         url: url.to_string(),
         error,
     };
-    if !url.starts_with("http://") {
+    if target.stdio.is_none() && !url.starts_with("http://") {
         return Err(LoadError::Usage(format!(
             "{url}: only http:// endpoints are supported (put a TLS-terminating proxy in front)"
         )));
     }
-    let endpoint = Arc::new(
-        Endpoint::new(url, options.protocol, options.request_timeout)
-            .map_err(|e| failed(e.to_string()))?,
-    );
+    let endpoint = Arc::new(target.endpoint(options)?);
     let mut session = Session::open(endpoint)
         .await
         .map_err(|e: ClientError| failed(e.to_string()))?;
     let listed = tools::list(&mut session, None).await;
     session.close().await;
     listed.map_err(|e| failed(e.to_string()))?;
-    if let Some(pid) = options.server_pid {
+    if let Some(pid) = target.pid {
         server_cpu::cpu_time(pid)
             .map_err(|e| LoadError::Usage(format!("--server-pid {pid}: {e}")))?;
     }
@@ -125,13 +140,7 @@ async fn run_round(
     duration: Option<Duration>,
     progress: &Progress,
 ) -> Result<(), LoadError> {
-    let endpoint =
-        Endpoint::new(&target.url, options.protocol, options.request_timeout).map_err(|e| {
-            LoadError::Connect {
-                url: target.url.clone(),
-                error: e.to_string(),
-            }
-        })?;
+    let endpoint = target.endpoint(options)?;
     let shared = Arc::new(Shared {
         endpoint: Arc::new(endpoint),
         stats: target.stats.clone(),
