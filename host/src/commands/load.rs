@@ -59,8 +59,8 @@ pub struct LoadArgs {
     /// Calls in one walk at most.
     #[arg(long, default_value_t = 32)]
     pub step_limit: usize,
-    /// Run the calls of this JSON file instead of walking (format: `turnstile load --help-scenario`
-    /// is not needed: see README.md, "Load testing").
+    /// Run the steps of this JSON file instead of walking (its format is in README.md, "Load
+    /// testing", and in the docs of `host/src/load/scenario.rs`).
     #[arg(long, value_name = "FILE", conflicts_with = "race")]
     pub scenario: Option<PathBuf>,
     /// All clients call the same listed tool on one instance at once: exactly one may win.

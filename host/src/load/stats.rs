@@ -3,6 +3,7 @@
 //! of one target; only what happens while `measuring` is on counts (not the warm-up).
 
 use std::{
+    borrow::Cow,
     collections::BTreeMap,
     sync::{
         Mutex,
@@ -68,11 +69,15 @@ fn record(histogram: &Mutex<Histogram<u64>>, value: Duration) {
     histogram.saturating_record(micros(value));
 }
 
-fn bump(map: &Mutex<BTreeMap<String, u64>>, kind: String) {
-    *map.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .entry(kind)
-        .or_default() += 1;
+fn bump(map: &Mutex<BTreeMap<String, u64>>, kind: Cow<'_, str>) {
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    // Allocates a key only the first time a kind is seen.
+    match map.get_mut(kind.as_ref()) {
+        Some(count) => *count += 1,
+        None => {
+            map.insert(kind.into_owned(), 1);
+        }
+    }
 }
 
 impl Stats {
@@ -94,7 +99,7 @@ impl Stats {
     }
 
     /// A `tools/call` that got an answer, `latency` after it should have started.
-    pub fn call(&self, latency: Duration, outcome_kind: String) {
+    pub fn call(&self, latency: Duration, outcome_kind: Cow<'_, str>) {
         if self.is_measuring() {
             self.calls.fetch_add(1, Ordering::Relaxed);
             record(&self.call_latency, latency);
@@ -136,7 +141,7 @@ impl Stats {
     /// Something that should not have happened to a well-formed request (a transport failure, an
     /// error the server answered to valid arguments); counted whether measuring or not.
     pub fn error(&self, kind: String) {
-        bump(&self.errors, kind);
+        bump(&self.errors, kind.into());
     }
 
     pub fn error_count(&self) -> u64 {

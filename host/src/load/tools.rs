@@ -4,6 +4,8 @@
 //! A refusal is an `isError` result whose `structuredContent.error.code` is `FORBIDDEN`
 //! (DESIGN.md, behaviour 2); this is the one place that reads it so.
 
+use std::borrow::Cow;
+
 use serde_json::{Value, json};
 
 use super::client::{ClientError, Session};
@@ -101,14 +103,15 @@ impl Outcome {
         })
     }
 
-    /// A short, stable name, for counting outcomes by kind.
-    pub fn kind(&self) -> String {
+    /// A short, stable name, for counting outcomes by kind (borrowed in the common cases: this
+    /// runs for every call).
+    pub fn kind(&self) -> Cow<'static, str> {
         match self {
             Outcome::Ok { .. } => "ok".into(),
             Outcome::Refused => "refused (FORBIDDEN)".into(),
-            Outcome::ToolError { code: Some(code) } => format!("tool error {code}"),
+            Outcome::ToolError { code: Some(code) } => format!("tool error {code}").into(),
             Outcome::ToolError { code: None } => "tool error (no code)".into(),
-            Outcome::RpcError { code, .. } => format!("JSON-RPC error {code}"),
+            Outcome::RpcError { code, .. } => format!("JSON-RPC error {code}").into(),
         }
     }
 }
