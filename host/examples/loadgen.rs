@@ -1,5 +1,5 @@
-//! Load generator for Turnstile: acknowledged transitions per second and call latency per store
-//! and concurrency, and memory per instance.
+//! Benchmarks of Turnstile across stores: acknowledged transitions per second and call latency
+//! per store and concurrency (measured by `turnstile load`), and memory per instance.
 //!
 //! Build the server and plugins first, in the same profile:
 //!
@@ -9,15 +9,16 @@
 //!     --stores memory:,embedded,redis://127.0.0.1:6379,postgres://postgres@127.0.0.1:5432/test \
 //!     --concurrency 1,16,64 --duration 10 --rounds 2
 //! cargo run --release --example loadgen -- instances --count 100000 --store memory:
-//! cargo run --release --example loadgen -- throughput --url http://127.0.0.1:8080/mcp
 //! ```
 //!
-//! `throughput`: every worker has its own MCP session and its own invoice instance (handle mode),
-//! and drives it through reject/submit cycles for the duration, one call at a time; a call counts
-//! when it is acknowledged (a successful result: the transition is saved). One server per store
-//! runs for the whole measurement, and the (store, concurrency) points are measured round-robin,
-//! `--rounds` times, so that the machine's noise hits every store alike; each point reports its
-//! best round. Ratios are against the first store at the same concurrency.
+//! `throughput` starts one server per store and runs `turnstile load` against each, with the
+//! scenario `invoice_cycle.json` beside this file: every client has its own session and its own
+//! invoice instance (handle mode) and drives it through reject/submit cycles, one call at a
+//! time, so every acknowledged call is one saved transition. The (store, concurrency) points are
+//! measured round-robin, `--rounds` times, so that the machine's noise hits every store alike;
+//! each point reports its best round. Ratios are against the first store at the same
+//! concurrency. For one server already running, use `turnstile load` directly:
+//! `turnstile load URL --scenario host/examples/invoice_cycle.json --handle-key handle`.
 //!
 //! `instances`: mints `--count` instances (each one `invoice.submit` without a handle: a create
 //! and a transition) and reports the server's resident memory before and after, per instance;
@@ -28,13 +29,14 @@
 //! Servers it starts are `target/<profile>/turnstile` with the invoice plugin from the same
 //! directory, in handle mode, with a private data directory; they are killed at the end.
 //! Redis/PostgreSQL data goes to the default namespace (`turnstile:` keys, table
-//! `turnstile_instances`) and is left there: one record per worker, one per minted instance.
+//! `turnstile_instances`) and is left there: one record per client, one per minted instance.
 
 use std::{
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+        atomic::{AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -52,7 +54,7 @@ type Session = RunningService<RoleClient, ClientConfig>;
 fn usage() -> ! {
     eprintln!(
         "usage:\n  loadgen throughput [--stores S1,S2,..] [--concurrency 1,16,64] [--duration SECS] \
-         [--warmup SECS] [--rounds N] [--url URL]\n  loadgen instances [--count K] [--store S] \
+         [--warmup SECS] [--rounds N]\n  loadgen instances [--count K] [--store S] \
          [--concurrency C] [--idle-after SECS] [--url URL --pid PID]\n\
          stores: memory:, embedded (a private data dir), redis://…, postgres://…"
     );
@@ -104,15 +106,23 @@ struct Server {
 }
 
 impl Server {
-    fn start(store: &str, extra: &[&str]) -> Server {
+    /// `target/<profile>/`, where this example's own directory is `target/<profile>/examples/`.
+    fn profile_dir() -> PathBuf {
         let exe = std::env::current_exe().expect("current exe");
-        // target/<profile>/examples/loadgen → target/<profile>/
-        let profile_dir = exe
-            .parent()
+        exe.parent()
             .and_then(|examples| examples.parent())
             .expect("target/<profile>/examples")
-            .to_path_buf();
-        let binary = profile_dir.join("turnstile");
+            .to_path_buf()
+    }
+
+    /// The `turnstile` binary of the same profile.
+    fn binary() -> PathBuf {
+        Self::profile_dir().join("turnstile")
+    }
+
+    fn start(store: &str, extra: &[&str]) -> Server {
+        let profile_dir = Self::profile_dir();
+        let binary = Self::binary();
         let plugin = profile_dir.join("libturnstile_plugin_invoice.so");
         for path in [&binary, &plugin] {
             assert!(
@@ -216,103 +226,73 @@ async fn mint(session: &Session) -> Result<String, String> {
         .ok_or_else(|| format!("no handle in {result:?}"))
 }
 
+/// One (store, concurrency) point: what `turnstile load --json` reported for it.
 struct Point {
-    acked: u64,
+    calls_per_second: f64,
+    p50: f64,
+    p90: f64,
+    p99: f64,
+    max: f64,
     errors: u64,
-    seconds: f64,
-    /// Latencies of acknowledged calls, microseconds, sorted.
-    latencies: Vec<u64>,
+    violations: u64,
 }
 
-impl Point {
-    fn rate(&self) -> f64 {
-        self.acked as f64 / self.seconds
-    }
-
-    fn percentile_ms(&self, p: f64) -> f64 {
-        if self.latencies.is_empty() {
-            return f64::NAN;
-        }
-        let at = ((self.latencies.len() as f64 * p).ceil() as usize).clamp(1, self.latencies.len());
-        self.latencies[at - 1] as f64 / 1000.0
-    }
-}
-
-/// `workers` sessions, each driving its own instance through reject/submit cycles.
-async fn measure(url: &str, workers: usize, warmup: Duration, duration: Duration) -> Point {
-    let mut sessions = Vec::new();
-    for _ in 0..workers {
-        let session = connect(url).await;
-        let handle = mint(&session).await.expect("mint");
-        sessions.push((session, handle));
-    }
-    let measuring = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = Vec::new();
-    for (session, handle) in sessions {
-        let measuring = measuring.clone();
-        let stop = stop.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut in_review = true;
-            let (mut acked, mut errors, mut latencies) = (0u64, 0u64, Vec::new());
-            while !stop.load(Ordering::Relaxed) {
-                let (tool, arguments) = if in_review {
-                    (
-                        "invoice.reject",
-                        json!({"handle": handle, "reason": "load"}),
-                    )
-                } else {
-                    ("invoice.submit", json!({"handle": handle, "amount": 10}))
-                };
-                let started = Instant::now();
-                let result = call(&session, tool, arguments).await;
-                let took = started.elapsed().as_micros() as u64;
-                let counted = measuring.load(Ordering::Relaxed);
-                match result {
-                    Ok(result) if result.is_error != Some(true) => {
-                        in_review = !in_review;
-                        if counted {
-                            acked += 1;
-                            latencies.push(took);
-                        }
-                    }
-                    Ok(result) => {
-                        errors += 1;
-                        eprintln!("{tool}: {result:?}");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    Err(error) => {
-                        errors += 1;
-                        eprintln!("{tool}: {error}");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                }
-            }
-            let _ = session.cancel().await;
-            (acked, errors, latencies)
-        }));
-    }
-    tokio::time::sleep(warmup).await;
-    measuring.store(true, Ordering::SeqCst);
-    let started = Instant::now();
-    tokio::time::sleep(duration).await;
-    measuring.store(false, Ordering::SeqCst);
-    let seconds = started.elapsed().as_secs_f64();
-    stop.store(true, Ordering::SeqCst);
-    let mut point = Point {
-        acked: 0,
-        errors: 0,
-        seconds,
-        latencies: Vec::new(),
+/// Runs `turnstile load` (the binary beside the server's) for one point.
+fn measure(
+    binary: &Path,
+    url: &str,
+    pid: u32,
+    workers: usize,
+    warmup: f64,
+    duration: f64,
+) -> Point {
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/invoice_cycle.json");
+    let output = Command::new(binary)
+        .arg("load")
+        .arg(url)
+        .arg("--scenario")
+        .arg(&scenario)
+        .args(["--handle-key", "handle", "--json", "--sessions"])
+        .arg(workers.to_string())
+        .arg("--duration")
+        .arg(duration.to_string())
+        .arg("--warmup")
+        .arg(warmup.to_string())
+        .arg("--server-pid")
+        .arg(pid.to_string())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run turnstile load");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "turnstile load printed no report ({error}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    });
+    let run = &report["runs"][0];
+    let latency = &run["call_latency_ms"];
+    let number = |value: &Value| value.as_f64().unwrap_or(f64::NAN);
+    let sum = |map: &Value| -> u64 {
+        map.as_object()
+            .into_iter()
+            .flatten()
+            .map(|(_, count)| {
+                count
+                    .as_u64()
+                    .or_else(|| count["count"].as_u64())
+                    .unwrap_or(0)
+            })
+            .sum()
     };
-    for task in tasks {
-        let (acked, errors, latencies) = task.await.expect("worker");
-        point.acked += acked;
-        point.errors += errors;
-        point.latencies.extend(latencies);
+    Point {
+        calls_per_second: number(&run["calls_per_second"]),
+        p50: number(&latency["p50"]),
+        p90: number(&latency["p90"]),
+        p99: number(&latency["p99"]),
+        max: number(&latency["max"]),
+        errors: sum(&run["errors"]),
+        violations: sum(&run["violations"]),
     }
-    point.latencies.sort_unstable();
-    point
 }
 
 async fn throughput(args: &Args) {
@@ -321,46 +301,38 @@ async fn throughput(args: &Args) {
         .iter()
         .map(|c| c.parse().unwrap_or_else(|_| usage()))
         .collect();
-    let duration = Duration::from_secs_f64(args.number("--duration", 10.0));
-    let warmup = Duration::from_secs_f64(args.number("--warmup", 1.0));
+    let duration: f64 = args.number("--duration", 10.0);
+    let warmup: f64 = args.number("--warmup", 1.0);
     let rounds: usize = args.number("--rounds", 1);
-    let (targets, _servers): (Vec<(String, String)>, Vec<Server>) = match args.value("--url") {
-        Some(url) => (vec![(url.clone(), url)], Vec::new()),
-        None => {
-            let mut targets = Vec::new();
-            let mut servers = Vec::new();
-            for store in args.list("--stores", "memory:,embedded") {
-                // Never passivate: every instance stays live for the whole run.
-                let server = Server::start(&store, &["--idle-after", "0"]);
-                targets.push((store, server.url.clone()));
-                servers.push(server);
-            }
-            (targets, servers)
-        }
-    };
+    let mut servers = Vec::new();
+    for store in args.list("--stores", "memory:,embedded") {
+        // Never passivate: every instance stays live for the whole run.
+        servers.push((store.clone(), Server::start(&store, &["--idle-after", "0"])));
+    }
+    let binary = Server::binary();
     println!(
-        "throughput: {} s per point after {} s warm-up, {rounds} round(s), best round reported",
-        duration.as_secs_f64(),
-        warmup.as_secs_f64()
+        "throughput: {duration} s per point after {warmup} s warm-up, {rounds} round(s), best round \
+         reported"
     );
-    let mut best: Vec<Vec<Option<Point>>> = targets
+    let mut best: Vec<Vec<Option<Point>>> = servers
         .iter()
         .map(|_| concurrency.iter().map(|_| None).collect())
         .collect();
     for round in 0..rounds {
         for (ci, &workers) in concurrency.iter().enumerate() {
-            for (ti, (name, url)) in targets.iter().enumerate() {
-                let point = measure(url, workers, warmup, duration).await;
+            for (ti, (name, server)) in servers.iter().enumerate() {
+                let pid = server.child.id();
+                let point = measure(&binary, &server.url, pid, workers, warmup, duration);
                 println!(
                     "round {round} {name:<45} c={workers:<3} {:>9.0} acked/s  p50 {:>7.2} ms  \
-                     p99 {:>7.2} ms  errors {}",
-                    point.rate(),
-                    point.percentile_ms(0.5),
-                    point.percentile_ms(0.99),
-                    point.errors
+                     p99 {:>7.2} ms  errors {}  violations {}",
+                    point.calls_per_second, point.p50, point.p99, point.errors, point.violations
                 );
                 let slot = &mut best[ti][ci];
-                if slot.as_ref().is_none_or(|b| b.rate() < point.rate()) {
+                if slot
+                    .as_ref()
+                    .is_none_or(|b| b.calls_per_second < point.calls_per_second)
+                {
                     *slot = Some(point);
                 }
             }
@@ -369,21 +341,21 @@ async fn throughput(args: &Args) {
     println!();
     println!(
         "| store | concurrency | acked transitions/s | vs {} | p50 ms | p90 ms | p99 ms | max ms | errors |",
-        targets[0].0
+        servers[0].0
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (ci, &workers) in concurrency.iter().enumerate() {
-        let reference = best[0][ci].as_ref().unwrap().rate();
-        for (ti, (name, _)) in targets.iter().enumerate() {
+        let reference = best[0][ci].as_ref().unwrap().calls_per_second;
+        for (ti, (name, _)) in servers.iter().enumerate() {
             let point = best[ti][ci].as_ref().unwrap();
             println!(
                 "| {name} | {workers} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
-                point.rate(),
-                point.rate() / reference,
-                point.percentile_ms(0.5),
-                point.percentile_ms(0.9),
-                point.percentile_ms(0.99),
-                point.percentile_ms(1.0),
+                point.calls_per_second,
+                point.calls_per_second / reference,
+                point.p50,
+                point.p90,
+                point.p99,
+                point.max,
                 point.errors
             );
         }

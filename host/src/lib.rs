@@ -15,6 +15,8 @@
 //! - [`commands`]: the `turnstile` subcommands.
 //! - [`hotplug`]: the plugin directory's changes, applied to the catalog while serving.
 //! - [`memory`]: the allocator, and giving freed memory back to the OS.
+//! - [`load`]: `turnstile load`, a load tester and contract checker for any MCP server (a
+//!   client: it uses none of the modules above).
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map and its invariants.
 
@@ -24,6 +26,7 @@ pub mod commands;
 pub mod gate;
 pub mod hotplug;
 pub mod invoke;
+pub mod load;
 pub mod mcp;
 pub mod memory;
 pub mod plugin;

@@ -1,4 +1,4 @@
-//! The `turnstile` command line: `serve`, `check`, `machine run`, `graph`.
+//! The `turnstile` command line: `serve`, `check`, `machine run`, `graph`, `load`.
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
@@ -161,6 +161,9 @@ enum Command {
         #[command(subcommand)]
         command: MachineCommand,
     },
+    /// Load any MCP server over Streamable HTTP and check the gating contract meanwhile; exit 1
+    /// on a violation, 2 on a usage or connection error.
+    Load(commands::load::LoadArgs),
     /// Draw each workflow, with the tools visible in each state.
     Graph {
         #[arg(long, env = "TURNSTILE_PLUGINS")]
@@ -306,6 +309,7 @@ fn main() -> ExitCode {
             })
         }
         Command::Check { plugins } => commands::check::run(&plugins),
+        Command::Load(args) => commands::load::run(args),
         Command::Machine {
             command: MachineCommand::Run { file },
         } => commands::machine::run(&file, std::io::stdin().lock(), std::io::stdout().lock()),

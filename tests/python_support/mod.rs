@@ -113,6 +113,19 @@ fn venvs() -> &'static Path {
     }
 }
 
+/// The Python interpreter of the SDK's virtual environment (made first if needed), and the path
+/// of a file in `tests/python/`: for tests that run Python programs other than the client
+/// scenarios (such as `ticket_server.py`, an independent MCP server).
+#[allow(dead_code)] // Each test file that includes this module uses a different part of it.
+pub fn python(sdk: Sdk) -> PathBuf {
+    venvs().join(sdk.venv()).join("bin/python")
+}
+
+#[allow(dead_code)]
+pub fn python_file(name: &str) -> PathBuf {
+    python_dir().join(name)
+}
+
 /// Runs `tests/python/<script> SCENARIO URL` with the SDK's virtual environment against
 /// `server`, and returns the JSON summary it printed. Panics, with the script's stderr and the
 /// server's log, if the script fails an expectation, crashes or times out, or if the server is
