@@ -82,6 +82,7 @@ impl Bench {
                 String::new(),
                 None,
                 mint,
+                None,
             )
             .await
             .expect("the call runs");

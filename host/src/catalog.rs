@@ -42,9 +42,27 @@ pub struct Workflow {
     /// on this version after a plugin reload (see [`Catalog::follow`]) keeps these tools, and
     /// with them the plugin that runs them.
     pub tools: Vec<Arc<ToolEntry>>,
+    /// Restored from the machine definition kept in the state store ([`Workflow::archived`]):
+    /// no loaded plugin brings this version any more, so its tools cannot run.
+    pub archived: bool,
 }
 
 impl Workflow {
+    /// A machine version no loaded plugin brings, rebuilt from the definition the state store
+    /// kept, so that an instance pinned to it can still be read. It has no tools: calls on it
+    /// are refused (`VERSION_UNAVAILABLE`) until the instance can move to a loaded version.
+    pub fn archived(definition: Value) -> Result<Workflow, String> {
+        let machine = Machine::from_json(&definition).map_err(|error| error.to_string())?;
+        Ok(Workflow {
+            id: machine.id().to_string(),
+            version: machine_version(&definition),
+            definition,
+            machine: Arc::new(machine),
+            tools: Vec::new(),
+            archived: true,
+        })
+    }
+
     /// This version's tool named `name`.
     pub fn tool(&self, name: &str) -> Option<&Arc<ToolEntry>> {
         self.tools.iter().find(|tool| tool.name() == name)
@@ -209,6 +227,7 @@ impl Catalog {
                 definition,
                 machine: Arc::new(machine),
                 tools: Vec::new(),
+                archived: false,
             };
             catalog.workflows.insert(id, Arc::new(workflow));
         }
@@ -367,6 +386,7 @@ impl Catalog {
                     definition,
                     machine,
                     tools: Vec::new(),
+                    archived: false,
                 }),
             );
         }

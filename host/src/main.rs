@@ -150,6 +150,10 @@ enum Command {
         /// transition (default 0: never). Works on every store.
         #[arg(long, default_value_t = 0)]
         instance_ttl: u64,
+        /// A tools/call retried with the same `_meta.idempotencyKey` on the same instance
+        /// within this many seconds gets the first call's result instead of running again.
+        #[arg(long, value_name = "SECS", default_value_t = 600)]
+        idempotency_window: u64,
     },
     /// Load every plugin in a directory and report every problem; exit 1 if there is one.
     Check {
@@ -249,6 +253,7 @@ fn main() -> ExitCode {
             tls_key,
             retain_final,
             instance_ttl,
+            idempotency_window,
         } => {
             // The default store lives in the data directory; over stdio the default is `memory:`.
             let data_dir = (store.is_none() && !stdio).then(|| commands::serve::data_dir(data_dir));
@@ -304,6 +309,7 @@ fn main() -> ExitCode {
                     idle_after: (idle_after > 0).then(|| Duration::from_secs(idle_after)),
                     tool_timeout: Duration::from_secs(tool_timeout),
                     max_result_bytes,
+                    idempotency_window: Duration::from_secs(idempotency_window),
                     ..Default::default()
                 },
             })

@@ -9,19 +9,27 @@
 //! It must not decide visibility itself (that is `gate`), build client-facing messages (that is
 //! `mcp`), or talk to sessions (that is the notifier).
 
-use std::sync::Arc;
+use std::{
+    collections::HashSet,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use actix::prelude::*;
 use serde_json::Value;
 
-use super::{InstanceKey, Owner, notifier};
+use super::{
+    InstanceKey, Owner,
+    idempotency::{self, Lookup},
+    notifier,
+};
 use crate::{
     catalog::{LiveCatalog, ToolEntry, Workflow},
     gate::{self, Refusal},
     invoke::{self, InvokeError},
     plugin::{CallContext, HostCall, PluginOutput},
     statechart::{Event, Snapshot},
-    store::{InstanceRecord, StateStore, StoreError},
+    store::{CURRENT_FORMAT, IdempotencyEntry, InstanceRecord, StateStore, StoreError},
 };
 
 /// Run `tool` on this instance, if the gate lets it.
@@ -38,6 +46,9 @@ pub struct Call {
     /// rather than from the store, and is saved only if the call succeeds (one save: its first
     /// record). A mint whose call fails leaves nothing behind.
     pub mint: bool,
+    /// The client's idempotency key (`_meta.idempotencyKey`), already checked by `mcp`: a call
+    /// that repeats one seen within the window gets the first call's result and runs nothing.
+    pub idempotency_key: Option<String>,
 }
 
 /// Test hook: create a handle-keyed instance in its initial state and save it, so that its
@@ -87,6 +98,20 @@ pub struct InstanceView {
     /// The machine and tools the instance runs on: the catalog's, or an older version it keeps
     /// after a plugin reload (see `Catalog::follow`). Its menu comes from these.
     pub workflow: Arc<Workflow>,
+    /// The results of recent calls that carried an idempotency key, as last saved.
+    pub idempotency: Vec<IdempotencyEntry>,
+}
+
+impl InstanceView {
+    /// An instance of `workflow` in `snapshot` that has saved `version` times.
+    fn new(workflow: Arc<Workflow>, snapshot: Snapshot, version: u64) -> Self {
+        InstanceView {
+            snapshot,
+            version,
+            workflow,
+            idempotency: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +138,13 @@ pub enum InstanceError {
         workflow: String,
         reason: String,
     },
+    /// The idempotency key was used, within the window, for a call of another tool or with other
+    /// arguments. Nothing ran.
+    #[error(
+        "idempotency key {key:?} was already used on this instance for a different call \
+         (another tool or other arguments)"
+    )]
+    IdempotencyConflict { key: String },
     #[error("the instance stopped while handling the call; it restarts from its last saved state")]
     Stopped,
     #[error("no loaded plugin defines workflow \"{0}\"")]
@@ -132,6 +164,34 @@ pub struct InstanceDeps {
     pub catalog: Arc<LiveCatalog>,
     pub store: Arc<dyn StateStore>,
     pub notifier: Addr<notifier::Notifier>,
+    /// How long an idempotency key is honoured (`--idempotency-window`).
+    pub idempotency_window: Duration,
+    /// The machine versions this process has put in the store (`StateStore::save_machine`),
+    /// so each is saved once, before the first record that names it.
+    pub saved_machines: Mutex<HashSet<String>>,
+}
+
+impl InstanceDeps {
+    /// Makes sure the store keeps `workflow`'s machine definition, so a record naming its
+    /// version can be restored after the plugin that brings it is gone.
+    async fn keep_machine(&self, workflow: &Workflow) -> Result<(), StoreError> {
+        let key = format!("{}@{}", workflow.id, workflow.version);
+        if workflow.archived || self.machines().contains(&key) {
+            return Ok(());
+        }
+        self.store
+            .save_machine(&workflow.id, &workflow.version, &workflow.definition)
+            .await?;
+        self.machines().insert(key);
+        Ok(())
+    }
+
+    fn machines(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        // Lookups and inserts only: a panic cannot leave the set inconsistent.
+        self.saved_machines
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 pub struct InstanceActor {
@@ -164,12 +224,11 @@ impl InstanceActor {
         match &self.current {
             Some(view) => {
                 if let Some((workflow, snapshot)) = catalog.follow(&self.workflow, &view.snapshot) {
-                    let version = view.version;
                     self.workflow = workflow.clone();
                     self.current = Some(InstanceView {
                         snapshot,
-                        version,
                         workflow,
+                        ..view.clone()
                     });
                 }
             }
@@ -192,13 +251,13 @@ impl InstanceActor {
         } else {
             self.current.clone()
         };
-        let store = self.deps.store.clone();
+        let deps = self.deps.clone();
         let workflow = self.workflow.clone();
         let key = self.key.clone();
         async move {
             match current {
                 Some(view) => Ok(view),
-                None => load(&*store, &key, &workflow).await,
+                None => load(&deps, &key, &workflow).await,
             }
         }
     }
@@ -208,25 +267,29 @@ impl InstanceActor {
 /// state; a handle-keyed one must exist (handles are saved when minted), so a missing one is an
 /// unknown handle rather than a silent new instance.
 async fn load(
-    store: &dyn StateStore,
+    deps: &InstanceDeps,
     key: &InstanceKey,
     workflow: &Arc<Workflow>,
 ) -> Result<InstanceView, InstanceError> {
-    match load_record(store, &key.store_key(), workflow).await? {
+    match load_record(deps, &key.store_key(), workflow).await? {
         Some(view) => Ok(view),
         None => match &key.owner {
-            Owner::Session(_) => Ok(InstanceView {
-                snapshot: workflow.machine.initial_snapshot(),
-                version: 0,
-                workflow: workflow.clone(),
-            }),
+            Owner::Session(_) => Ok(InstanceView::new(
+                workflow.clone(),
+                workflow.machine.initial_snapshot(),
+                0,
+            )),
             Owner::Handle(handle) => Err(InstanceError::UnknownHandle(handle.to_string())),
         },
     }
 }
 
+/// The stored record as a view, on the machine it should run on: `workflow` (the catalog's)
+/// when the record names no other version (format 1) or its state exists in `workflow` (the
+/// rule of `Catalog::follow`); else the version it names, as a loaded plugin still brings it,
+/// or else as the store kept its definition ([`Workflow::archived`]: readable, not callable).
 async fn load_record(
-    store: &dyn StateStore,
+    deps: &InstanceDeps,
     key: &str,
     workflow: &Arc<Workflow>,
 ) -> Result<Option<InstanceView>, InstanceError> {
@@ -235,28 +298,58 @@ async fn load_record(
         workflow: workflow.id.clone(),
         reason,
     };
-    match store.load(key).await? {
-        None => Ok(None),
-        Some(record) if record.workflow != workflow.id => Err(corrupt(format!(
-            "it was stored by workflow \"{}\"",
-            record.workflow
-        ))),
-        Some(record) => {
-            let snapshot = workflow
+    let unavailable = |reason: String| InstanceError::VersionUnavailable {
+        key: key.to_string(),
+        workflow: workflow.id.clone(),
+        reason,
+    };
+    let record = match deps.store.load(key).await? {
+        None => return Ok(None),
+        Some(record) if record.workflow != workflow.id => {
+            return Err(corrupt(format!(
+                "it was stored by workflow \"{}\"",
+                record.workflow
+            )));
+        }
+        Some(record) => record,
+    };
+    let restored = workflow.machine.restore(&record.snapshot);
+    let (running, snapshot) = match (restored, record.machine.as_deref()) {
+        (Ok(snapshot), _) => (workflow.clone(), snapshot),
+        (Err(error), None) => return Err(unavailable(error.to_string())),
+        (Err(_), Some(version)) if version == workflow.version => {
+            return Err(corrupt("its snapshot does not fit the machine it names".into()));
+        }
+        (Err(_), Some(version)) => {
+            let pinned = match deps.catalog.loaded_version(&workflow.id, version) {
+                Some(loaded) => loaded,
+                None => {
+                    let definition = deps
+                        .store
+                        .load_machine(&workflow.id, version)
+                        .await?
+                        .ok_or_else(|| {
+                            unavailable(format!(
+                                "its state is not in the machine served now, and machine \
+                                 version {version} is neither loaded nor kept in the store"
+                            ))
+                        })?;
+                    Arc::new(Workflow::archived(definition).map_err(corrupt)?)
+                }
+            };
+            let snapshot = pinned
                 .machine
                 .restore(&record.snapshot)
-                .map_err(|error| InstanceError::VersionUnavailable {
-                    key: key.to_string(),
-                    workflow: workflow.id.clone(),
-                    reason: error.to_string(),
-                })?;
-            Ok(Some(InstanceView {
-                snapshot,
-                version: record.version,
-                workflow: workflow.clone(),
-            }))
+                .map_err(|error| corrupt(error.to_string()))?;
+            (pinned, snapshot)
         }
-    }
+    };
+    Ok(Some(InstanceView {
+        snapshot,
+        version: record.version,
+        workflow: running,
+        idempotency: record.idempotency,
+    }))
 }
 
 impl Actor for InstanceActor {
@@ -289,20 +382,17 @@ impl Handler<Call> for InstanceActor {
         self.follow_catalog();
         let mint = call.mint;
         let loading: std::pin::Pin<Box<dyn Future<Output = _>>> = if mint {
-            let fresh = InstanceView {
-                snapshot: self.workflow.machine.initial_snapshot(),
-                version: 0,
-                workflow: self.workflow.clone(),
-            };
+            let fresh = InstanceView::new(
+                self.workflow.clone(),
+                self.workflow.machine.initial_snapshot(),
+                0,
+            );
             Box::pin(std::future::ready(Ok(fresh)))
         } else {
             Box::pin(self.current_or_load())
         };
-        let node = self.deps.node.clone();
-        let limits = self.deps.limits.clone();
+        let deps = self.deps.clone();
         let plugin_lock = self.plugin_lock.clone();
-        let store = self.deps.store.clone();
-        let workflow = self.workflow.clone();
         let key = self.key.clone();
         let work = async move {
             let view = match loading.await {
@@ -315,16 +405,7 @@ impl Handler<Call> for InstanceActor {
                     };
                 }
             };
-            let finished = run_call(
-                &node,
-                (&limits, &plugin_lock),
-                &*store,
-                &workflow,
-                &key,
-                view.clone(),
-                call,
-            )
-            .await;
+            let finished = run_call(&deps, &plugin_lock, &key, view.clone(), call).await;
             match finished {
                 Ok((after, changed, outcome)) => Finished {
                     adopt: Some(after),
@@ -343,6 +424,10 @@ impl Handler<Call> for InstanceActor {
         };
         AtomicResponse::new(Box::pin(work.into_actor(self).map(
             |finished, actor, _ctx| {
+                if let Some(view) = &finished.adopt {
+                    // The machine the load found the instance on (a pinned version, maybe).
+                    actor.workflow = view.workflow.clone();
+                }
                 actor.current = finished.adopt;
                 if finished.changed {
                     actor.deps.notifier.do_send(notifier::InstanceChanged {
@@ -355,25 +440,68 @@ impl Handler<Call> for InstanceActor {
     }
 }
 
-/// Gate, plugin, transition, save: the straight line of one call. Returns the view after the
-/// call, whether the state changed, and the outcome.
-#[allow(clippy::too_many_arguments)] // The call's whole context, passed by value once.
+/// Idempotency, gate, plugin, transition, save: the straight line of one call. Returns the
+/// view after the call, whether the state changed, and the outcome.
 async fn run_call(
-    node: &str,
-    (limits, plugin_lock): (&invoke::Limits, &invoke::InstanceLock),
-    store: &dyn StateStore,
-    workflow: &Workflow,
+    deps: &InstanceDeps,
+    plugin_lock: &invoke::InstanceLock,
     key: &InstanceKey,
     view: InstanceView,
     call: Call,
 ) -> Result<(InstanceView, bool, CallOutcome), InstanceError> {
+    let (node, limits, store) = (&*deps.node, &deps.limits, &*deps.store);
+    let workflow = view.workflow.clone();
+    // A retry of a call already answered gets that answer: nothing runs, nothing fires.
+    let now = crate::store::now_ms();
+    let idempotent = call.idempotency_key.as_ref().map(|idempotency_key| {
+        (
+            idempotency_key.clone(),
+            idempotency::digest(&call.arguments),
+        )
+    });
+    if let Some((idempotency_key, arguments)) = &idempotent {
+        match idempotency::lookup(
+            &view.idempotency,
+            idempotency_key,
+            call.tool.name(),
+            arguments,
+            deps.idempotency_window,
+            now,
+        ) {
+            Lookup::Miss => {}
+            Lookup::Replay(entry) => {
+                let outcome = CallOutcome::Ran {
+                    output: PluginOutput::Success(entry.output.clone()),
+                    moved: entry.moved,
+                    state: entry.state.clone(),
+                };
+                return Ok((view, false, outcome));
+            }
+            Lookup::Conflict => {
+                return Err(InstanceError::IdempotencyConflict {
+                    key: idempotency_key.clone(),
+                });
+            }
+        }
+    }
     // The instance's own version of the tool: the catalog's, or the one of the older machine
-    // version the instance still runs on (see `Catalog::follow`).
+    // version the instance still runs on (see `Catalog::follow`). A version restored from the
+    // store alone has no tools to run.
+    if workflow.archived {
+        return Err(InstanceError::VersionUnavailable {
+            key: key.to_string(),
+            workflow: workflow.id.clone(),
+            reason: format!(
+                "it runs on machine version {}, whose plugin is no longer loaded",
+                workflow.version
+            ),
+        });
+    }
     let tool = workflow
         .tool(call.tool.name())
         .unwrap_or(&call.tool)
         .clone();
-    if let Some(refusal) = gate::refusal(workflow, &tool, &view.snapshot) {
+    if let Some(refusal) = gate::refusal(&workflow, &tool, &view.snapshot) {
         return Ok((view, false, CallOutcome::Forbidden(refusal)));
     }
     let context = CallContext {
@@ -404,8 +532,10 @@ async fn run_call(
         _ => None,
     };
     let moved = step.as_ref().is_some_and(|step| step.changed);
-    // Saved: a transition, or the first record of an instance this call started.
-    let saves = moved || (call.mint && succeeded);
+    // Saved: a transition, the first record of an instance this call started, or the result of
+    // a successful call a retry may repeat. A failed call that fired nothing stores nothing.
+    let remembered = idempotent.is_some() && succeeded;
+    let saves = moved || (call.mint && succeeded) || remembered;
     if !saves {
         let outcome = CallOutcome::Ran {
             output,
@@ -418,17 +548,41 @@ async fn run_call(
         Some(step) if step.changed => step.snapshot,
         _ => view.snapshot.clone(),
     };
+    let state = snapshot.value();
+    let entry = match (idempotent, &output) {
+        (Some((idempotency_key, arguments)), PluginOutput::Success(output)) => {
+            Some(IdempotencyEntry {
+                key: idempotency_key,
+                tool: call.tool.name().to_string(),
+                arguments,
+                at_ms: now,
+                output: output.clone(),
+                moved,
+                state: state.clone(),
+            })
+        }
+        _ => None,
+    };
     let record = InstanceRecord {
+        format: CURRENT_FORMAT,
         workflow: workflow.id.clone(),
         snapshot: snapshot.to_persisted(),
         version: view.version + 1,
         updated_at_ms: crate::store::now_ms(),
+        machine: Some(workflow.version.clone()),
+        idempotency: idempotency::remember(
+            &view.idempotency,
+            entry,
+            deps.idempotency_window,
+            now,
+        ),
     };
     // Past a shutdown's deadline the caller is told SHUTTING_DOWN: save nothing it was not told.
     if limits.abandon.is_cancelled() {
         return Err(InstanceError::Tool(InvokeError::ShuttingDown));
     }
     let store_key = key.store_key();
+    deps.keep_machine(&workflow).await?;
     store.save(&store_key, &record, view.version).await?;
     // Other processes sharing the store notify their own sessions. The transition is saved
     // already, so a failed announcement costs them a notification, not a state.
@@ -439,8 +593,8 @@ async fn run_call(
         snapshot,
         version: record.version,
         workflow: view.workflow.clone(),
+        idempotency: record.idempotency,
     };
-    let state = after.snapshot.value();
     let outcome = CallOutcome::Ran {
         output,
         moved,
@@ -456,11 +610,11 @@ impl Handler<Create> for InstanceActor {
     fn handle(&mut self, _: Create, _ctx: &mut Self::Context) -> Self::Result {
         let store = self.deps.store.clone();
         let key = self.key.store_key();
-        let view = InstanceView {
-            snapshot: self.workflow.machine.initial_snapshot(),
-            version: 1,
-            workflow: self.workflow.clone(),
-        };
+        let view = InstanceView::new(
+            self.workflow.clone(),
+            self.workflow.machine.initial_snapshot(),
+            1,
+        );
         let record = InstanceRecord::first(self.workflow.id.clone(), view.snapshot.to_persisted());
         let work = async move {
             store.save(&key, &record, 0).await?;

@@ -9,12 +9,14 @@
 //!   serializes every call on it through its mailbox.
 //! - `notifier.rs`: [`notifier::Notifier`] knows which session watches which instance and tells
 //!   exactly those sessions when an instance's menu changes.
+//! - `idempotency.rs`: what a call retried with the same idempotency key gets (pure decisions).
 //! - `tables.rs`: gives the actors' tables their capacity back after a burst.
 //!
 //! **Architecture Invariant:** nothing outside this module names an actix type; callers use
 //! [`Runtime`]'s async methods. Nothing inside it names an rmcp type: sessions are reached
 //! through the [`notifier::Listener`] trait.
 
+mod idempotency;
 mod instance;
 mod key;
 mod notifier;

@@ -38,6 +38,7 @@ impl Runtime {
         call_id: String,
         host: Option<Arc<HostCall>>,
         mint: bool,
+        idempotency_key: Option<String>,
     ) -> Result<CallOutcome, InstanceError> {
         let instance = self.resolve(key).await?;
         instance
@@ -47,6 +48,7 @@ impl Runtime {
                 call_id,
                 host,
                 mint,
+                idempotency_key,
             })
             .await
             .map_err(|_| InstanceError::Stopped)?

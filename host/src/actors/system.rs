@@ -29,6 +29,8 @@ pub struct ActorOptions {
     pub max_result_bytes: usize,
     /// This process's name among the servers sharing a store (random by default).
     pub node: Arc<str>,
+    /// How long a call's idempotency key is honoured (`--idempotency-window`, default 600 s).
+    pub idempotency_window: Duration,
 }
 
 impl Default for ActorOptions {
@@ -39,6 +41,7 @@ impl Default for ActorOptions {
             abandon_calls: tokio_util::sync::CancellationToken::new(),
             max_result_bytes: crate::invoke::DEFAULT_MAX_RESULT_BYTES,
             node: uuid::Uuid::new_v4().simple().to_string().into(),
+            idempotency_window: Duration::from_secs(600),
         }
     }
 }
@@ -70,6 +73,8 @@ pub fn start(
                     catalog,
                     store,
                     notifier: notifier.clone(),
+                    idempotency_window: options.idempotency_window,
+                    saved_machines: Default::default(),
                 });
                 let routes = Arc::new(Routes::default());
                 let registry =

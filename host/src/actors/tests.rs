@@ -35,10 +35,9 @@ async fn an_instance_that_dies_fails_its_caller_and_comes_back_from_its_last_sav
         &crate::statechart::Event::new("SUBMIT"),
     );
     let record = InstanceRecord {
-        workflow: "invoice".into(),
-        snapshot: moved.snapshot.to_persisted(),
         version: 2,
         updated_at_ms: 0,
+        ..InstanceRecord::first("invoice", moved.snapshot.to_persisted())
     };
     store
         .save(&key.store_key(), &record, 1)

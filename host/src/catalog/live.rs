@@ -6,22 +6,48 @@
 //! it in. A call in flight holds its tool's `Arc<ToolEntry>`, and through it the plugin that
 //! runs it, so the old library stays loaded until the last such call returns.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use arc_swap::ArcSwap;
 
-use super::Catalog;
+use super::{Catalog, Workflow};
 
 /// The catalog as of now. `Send + Sync`; shared as `Arc<LiveCatalog>`.
 pub struct LiveCatalog {
     current: ArcSwap<Catalog>,
+    /// The workflows of replaced catalogs, as long as an instance still runs on one (the rule
+    /// in [`Catalog::follow`]). Weak: a version nobody runs any more is released with its
+    /// plugin. An instance activated again after passivation finds its version here.
+    retired: Mutex<Vec<Weak<Workflow>>>,
 }
 
 impl LiveCatalog {
     pub fn new(catalog: Catalog) -> Self {
         LiveCatalog {
             current: ArcSwap::from_pointee(catalog),
+            retired: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Machine `version` of workflow `id` as a loaded plugin brings it: the catalog's, or a
+    /// replaced one some instance still runs on. `None`: no loaded plugin brings it.
+    pub fn loaded_version(&self, id: &str, version: &str) -> Option<Arc<Workflow>> {
+        if let Some(workflow) = self.current().workflow(id)
+            && workflow.version == version
+        {
+            return Some(workflow.clone());
+        }
+        self.retired()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|workflow| workflow.id == id && workflow.version == version)
+    }
+
+    fn retired(&self) -> std::sync::MutexGuard<'_, Vec<Weak<Workflow>>> {
+        // Pushes and scans only: a panic cannot leave the list inconsistent.
+        self.retired
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The catalog being served right now. Cheap (no lock, no copy): take it once per request.
@@ -31,7 +57,11 @@ impl LiveCatalog {
 
     /// Serves `catalog` from now on; returns the one it replaces.
     pub fn replace(&self, catalog: Catalog) -> Arc<Catalog> {
-        self.current.swap(Arc::new(catalog))
+        let old = self.current.swap(Arc::new(catalog));
+        let mut retired = self.retired();
+        retired.retain(|workflow| workflow.strong_count() > 0);
+        retired.extend(old.workflows().map(Arc::downgrade));
+        old
     }
 }
 

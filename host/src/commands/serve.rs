@@ -126,6 +126,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     if !store.is_shared() {
         forget_ended_sessions(&*store).await;
     }
+    migrate_records(&*store, &catalog.current()).await;
     let node = options.actors.node.clone();
     let call_limits = Limits {
         timeout: options.actors.tool_timeout,
@@ -197,6 +198,16 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
 
 /// Session-keyed instances end with their session, and no session survives a restart: whatever a
 /// crash left under `session/` is deleted, so it cannot pile up.
+/// Rewrites the format-1 records the store holds in the current format (see `store::migrate`).
+/// A store that fails meanwhile is not fatal: format-1 records stay readable, and the next
+/// start finishes the job.
+async fn migrate_records(store: &dyn StateStore, catalog: &crate::catalog::Catalog) {
+    let machine_of = |id: &str| catalog.workflow(id).map(|w| w.version.clone());
+    if let Err(error) = store::migrate(store, machine_of).await {
+        tracing::warn!(%error, "the record format migration stopped; it resumes on the next start");
+    }
+}
+
 async fn forget_ended_sessions(store: &dyn StateStore) {
     let mut removed = 0u64;
     loop {

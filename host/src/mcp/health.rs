@@ -127,6 +127,21 @@ mod tests {
         async fn count(&self, _: &str) -> Result<u64, StoreError> {
             Err(self.down())
         }
+        async fn save_machine(
+            &self,
+            _: &str,
+            _: &str,
+            _: &serde_json::Value,
+        ) -> Result<(), StoreError> {
+            Err(self.down())
+        }
+        async fn load_machine(
+            &self,
+            _: &str,
+            _: &str,
+        ) -> Result<Option<serde_json::Value>, StoreError> {
+            Err(self.down())
+        }
         async fn ping(&self) -> Result<(), StoreError> {
             Err(self.down())
         }

@@ -87,6 +87,40 @@ pub fn unknown_tool(name: &str) -> ErrorData {
     )
 }
 
+/// The longest idempotency key accepted, in characters.
+pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 128;
+
+/// JSON-RPC -32602: `_meta.idempotencyKey` is not a string of 1 to
+/// [`MAX_IDEMPOTENCY_KEY_CHARS`] characters. Nothing ran.
+pub fn invalid_idempotency_key(key: &Value) -> ErrorData {
+    let problem = match key {
+        Value::String(text) if text.is_empty() => "is empty".to_owned(),
+        Value::String(text) => format!(
+            "is {} characters long",
+            text.chars().count()
+        ),
+        other => format!("is not a string but {}", json_kind(other)),
+    };
+    ErrorData::invalid_params(
+        format!(
+            "_meta.idempotencyKey {problem}: it must be a string of 1 to \
+             {MAX_IDEMPOTENCY_KEY_CHARS} characters"
+        ),
+        Some(json!({ "field": "_meta.idempotencyKey" })),
+    )
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// JSON-RPC error for a request rmcp could not route: `tools/call` with malformed params
 /// (-32602, naming the problem), or a method this server does not serve (-32601, naming it; on
 /// 2026-07-28 that includes the methods the revision removed, such as `initialize`).
@@ -228,6 +262,17 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
                 json!({ "tool": tool, "message": error.to_string() }),
             );
         }
+        InstanceError::IdempotencyConflict { .. } => {
+            return error_result(
+                format!(
+                    "{tool} did not run: {error}. Use a new key for a new call; a retry must \
+                     repeat the first call exactly."
+                ),
+                "IDEMPOTENCY_CONFLICT",
+                json!({ "tool": tool, "message": error.to_string() }),
+            );
+        }
+        InstanceError::Store(StoreError::UnsupportedFormat { .. }) => "VERSION_UNAVAILABLE",
         InstanceError::Store(_) => "STORE_UNAVAILABLE",
         InstanceError::UnknownHandle(_) => "UNKNOWN_HANDLE",
         InstanceError::Corrupt { .. } => "STATE_CORRUPT",

@@ -346,6 +346,15 @@ impl ServerHandler for TurnstileServer {
         if let Err(problems) = tool.check_arguments(&arguments) {
             return Ok(reply::invalid_arguments(tool.name(), &problems).into());
         }
+        let idempotency_key = match context.meta.get("idempotencyKey") {
+            None => None,
+            Some(Value::String(key))
+                if !key.is_empty() && key.chars().count() <= reply::MAX_IDEMPOTENCY_KEY_CHARS =>
+            {
+                Some(key.clone())
+            }
+            Some(bad) => return Err(reply::invalid_idempotency_key(bad)),
+        };
         let name = tool.name().to_string();
         // A minted instance is created by the call itself (one message, one save), and only
         // if the call succeeds.
@@ -359,7 +368,15 @@ impl ServerHandler for TurnstileServer {
         let running =
             self.shared
                 .runtime
-                .call(key.clone(), tool, arguments, call_id, Some(host), mint);
+                .call(
+                    key.clone(),
+                    tool,
+                    arguments,
+                    call_id,
+                    Some(host),
+                    mint,
+                    idempotency_key,
+                );
         let answer = self
             .call_events(&context)
             .forward_during(running, events)

@@ -142,14 +142,29 @@ all_stores!(
     concurrent_writers_one_key,
     many_keys_in_parallel,
     answers_a_ping,
+    keeps_machines_by_version,
+    writes_only_the_current_format,
+    migrates_records_of_the_current_format_to_nothing,
 );
 
 fn record(workflow: &str, version: u64, step: &str) -> InstanceRecord {
     InstanceRecord {
-        workflow: workflow.to_owned(),
-        snapshot: json!({"value": {"review": step}, "context": {"n": version, "note": "ünïcødé ✓"}}),
         version,
         updated_at_ms: 1_700_000_000_000 + version,
+        machine: Some(format!("machine-{step}")),
+        idempotency: vec![super::IdempotencyEntry {
+            key: format!("retry-{version}"),
+            tool: "invoice.submit".into(),
+            arguments: "digest".into(),
+            at_ms: 1_700_000_000_000,
+            output: json!({"ok": true, "note": "ünïcødé"}),
+            moved: true,
+            state: json!({"review": step}),
+        }],
+        ..InstanceRecord::first(
+            workflow,
+            json!({"value": {"review": step}, "context": {"n": version, "note": "ünïcødé ✓"}}),
+        )
     }
 }
 
@@ -363,4 +378,41 @@ async fn answers_a_ping(store: Arc<dyn StateStore>) {
         .await
         .expect("a reachable store answers a ping");
     assert_eq!(store.count("").await.unwrap(), 0, "a ping writes nothing");
+}
+
+async fn keeps_machines_by_version(store: Arc<dyn StateStore>) {
+    let machine = json!({"id": "m", "initial": "a", "states": {"a": {}}});
+    assert_eq!(store.load_machine("m", "v1").await.unwrap(), None);
+    store.save_machine("m", "v1", &machine).await.unwrap();
+    // A version names one definition: saving again keeps the first.
+    store
+        .save_machine("m", "v1", &json!({"something": "else"}))
+        .await
+        .unwrap();
+    assert_eq!(store.load_machine("m", "v1").await.unwrap(), Some(machine));
+    assert_eq!(store.load_machine("m", "v2").await.unwrap(), None);
+    assert_eq!(store.load_machine("n", "v1").await.unwrap(), None);
+    assert_eq!(store.count("").await.unwrap(), 0, "machines are not instances");
+}
+
+async fn writes_only_the_current_format(store: Arc<dyn StateStore>) {
+    let old = InstanceRecord {
+        format: 1,
+        ..record("invoice", 1, "draft")
+    };
+    assert!(matches!(
+        store.save("k", &old, 0).await,
+        Err(StoreError::Invalid { .. })
+    ));
+    assert_eq!(store.load("k").await.unwrap(), None);
+}
+
+async fn migrates_records_of_the_current_format_to_nothing(store: Arc<dyn StateStore>) {
+    let rec = record("invoice", 1, "draft");
+    store.save("k", &rec, 0).await.unwrap();
+    let report = super::migrate(&*store, |_| Some("unused".into()))
+        .await
+        .unwrap();
+    assert_eq!((report.migrated, report.current), (0, 1));
+    assert_eq!(store.load("k").await.unwrap(), Some(rec));
 }

@@ -30,7 +30,8 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable, Table, TableDe
 use tokio::sync::oneshot;
 
 use super::{
-    InstanceRecord, StateStore, StoreError, check_key, check_save, conflict, versions_match,
+    InstanceRecord, StateStore, StoreError, check_key, check_save, conflict, format, machine_key,
+    versions_match,
 };
 
 /// Key: instance key. Value: (version, updated_at_ms, workflow, snapshot as JSON text). The
@@ -38,6 +39,14 @@ use super::{
 /// The `_v1` suffix leaves room for a later layout beside this one.
 const INSTANCES: TableDefinition<&str, (u64, u64, &str, &str)> =
     TableDefinition::new("instances_v1");
+
+/// Key: instance key. Value: (record format, [`format::Extras`] as JSON text), written in the
+/// same transaction as the record's row in [`INSTANCES`]. A record with no row here was
+/// written by format-1 code, which knew only [`INSTANCES`].
+const FORMATS: TableDefinition<&str, (u64, &str)> = TableDefinition::new("instance_formats_v1");
+
+/// Key: `workflow@version`. Value: the machine's definition as JSON text.
+const MACHINES: TableDefinition<&str, &str> = TableDefinition::new("machines_v1");
 
 /// Most ops committed in one transaction. Bounds the latency one batch adds to the next and
 /// the memory a transaction holds; large enough that the fsync, not the batch size, limits
@@ -53,6 +62,14 @@ enum Op {
         updated_at_ms: u64,
         workflow: String,
         snapshot_json: String,
+        format: u64,
+        extras_json: String,
+        reply: oneshot::Sender<Result<bool, StoreError>>,
+    },
+    /// Keep a machine definition unless one is kept under that key already.
+    SaveMachine {
+        key: String,
+        definition_json: String,
         reply: oneshot::Sender<Result<bool, StoreError>>,
     },
     Delete {
@@ -65,13 +82,15 @@ enum Op {
 impl Op {
     fn key(&self) -> &str {
         match self {
-            Op::Save { key, .. } | Op::Delete { key, .. } => key,
+            Op::Save { key, .. } | Op::SaveMachine { key, .. } | Op::Delete { key, .. } => key,
         }
     }
 
     fn answer(self, result: Result<bool, StoreError>) {
         let reply = match self {
-            Op::Save { reply, .. } | Op::Delete { reply, .. } => reply,
+            Op::Save { reply, .. } | Op::SaveMachine { reply, .. } | Op::Delete { reply, .. } => {
+                reply
+            }
         };
         // The caller may have given up (its future was dropped); nobody is left to tell.
         let _ = reply.send(result);
@@ -211,9 +230,12 @@ fn open_file(path: &PathBuf, name: &str) -> Result<Database, StoreError> {
         .set_cache_size(EmbeddedStore::PAGE_CACHE_BYTES)
         .create(path)
         .map_err(|e| storage(name, e))?;
-    // Create the table once, so read transactions never meet a missing table.
+    // Create the tables once, so read transactions never meet a missing table (a file written
+    // by format-1 code has only the first).
     let txn = db.begin_write().map_err(|e| storage(name, e))?;
     txn.open_table(INSTANCES).map_err(|e| storage(name, e))?;
+    txn.open_table(FORMATS).map_err(|e| storage(name, e))?;
+    txn.open_table(MACHINES).map_err(|e| storage(name, e))?;
     txn.commit().map_err(|e| storage(name, e))?;
     Ok(db)
 }
@@ -264,13 +286,19 @@ fn commit_batch(
     txn.set_durability(Durability::Immediate)?;
     let mut changed = false;
     let results = {
-        let mut table = txn.open_table(INSTANCES)?;
+        let mut tables = Tables {
+            instances: txn.open_table(INSTANCES)?,
+            formats: txn.open_table(FORMATS)?,
+            machines: txn.open_table(MACHINES)?,
+        };
         let mut results = Vec::with_capacity(batch.len());
         for op in batch {
-            let result = apply(&mut table, op)?;
+            let result = apply(&mut tables, op)?;
             changed |= matches!(
                 (op, &result),
-                (Op::Save { .. }, Ok(_)) | (Op::Delete { .. }, Ok(true))
+                (Op::Save { .. }, Ok(_))
+                    | (Op::SaveMachine { .. }, Ok(true))
+                    | (Op::Delete { .. }, Ok(true))
             );
             results.push(result);
         }
@@ -286,24 +314,46 @@ fn commit_batch(
     Ok(results)
 }
 
-fn apply(
-    table: &mut Table<&str, (u64, u64, &str, &str)>,
-    op: &Op,
-) -> Result<Result<bool, StoreError>, redb::Error> {
+/// The tables one write transaction has open.
+struct Tables<'txn> {
+    instances: Table<'txn, &'static str, (u64, u64, &'static str, &'static str)>,
+    formats: Table<'txn, &'static str, (u64, &'static str)>,
+    machines: Table<'txn, &'static str, &'static str>,
+}
+
+fn apply(tables: &mut Tables<'_>, op: &Op) -> Result<Result<bool, StoreError>, redb::Error> {
     let key = op.key();
-    let current = table.get(key)?.map(|guard| guard.value().0);
+    if let Op::SaveMachine {
+        definition_json, ..
+    } = op
+    {
+        // A version names one definition: the first one kept stays.
+        if tables.machines.get(key)?.is_some() {
+            return Ok(Ok(false));
+        }
+        tables.machines.insert(key, definition_json.as_str())?;
+        return Ok(Ok(true));
+    }
+    let current = tables.instances.get(key)?.map(|guard| guard.value().0);
     match op {
+        Op::SaveMachine { .. } => unreachable!("answered above"),
         Op::Save {
             expected,
             version,
             updated_at_ms,
             workflow,
             snapshot_json,
+            format,
+            extras_json,
             ..
         } => {
             if !versions_match(current, *expected) {
                 return Ok(Err(conflict(key, *expected, current)));
             }
+            tables
+                .formats
+                .insert(key, (*format, extras_json.as_str()))?;
+            let table = &mut tables.instances;
             table.insert(
                 key,
                 (
@@ -321,7 +371,8 @@ fn apply(
             {
                 return Ok(Err(conflict(key, *expected, current)));
             }
-            Ok(Ok(table.remove(key)?.is_some()))
+            tables.formats.remove(key)?;
+            Ok(Ok(tables.instances.remove(key)?.is_some()))
         }
     }
 }
@@ -351,9 +402,22 @@ impl StateStore for EmbeddedStore {
     async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
         let key = key.to_owned();
         let name = self.name.clone();
-        self.read(move |table| {
+        let db = Arc::clone(&self.db);
+        let read = tokio::task::spawn_blocking(move || {
+            // One read transaction for both tables: the row and its format are one snapshot.
+            let txn = db.begin_read().map_err(|e| storage(&name, e))?;
+            let table = txn.open_table(INSTANCES).map_err(|e| storage(&name, e))?;
+            let formats = txn.open_table(FORMATS).map_err(|e| storage(&name, e))?;
             let Some(guard) = table.get(key.as_str()).map_err(|e| storage(&name, e))? else {
                 return Ok(None);
+            };
+            let format_guard = formats.get(key.as_str()).map_err(|e| storage(&name, e))?;
+            let (format, extras) = match &format_guard {
+                Some(guard) => {
+                    let (format, extras) = guard.value();
+                    format::decode(&key, Some(format), Some(extras))?
+                }
+                None => format::decode(&key, None, None)?,
             };
             let (version, updated_at_ms, workflow, snapshot_json) = guard.value();
             let snapshot =
@@ -361,14 +425,17 @@ impl StateStore for EmbeddedStore {
                     key: key.clone(),
                     reason: format!("snapshot is not JSON: {e}"),
                 })?;
-            Ok(Some(InstanceRecord {
-                workflow: workflow.to_owned(),
+            Ok(Some(InstanceRecord::assemble(
+                format,
+                extras,
+                workflow.to_owned(),
                 snapshot,
                 version,
                 updated_at_ms,
-            }))
-        })
-        .await
+            )))
+        });
+        read.await
+            .map_err(|e| StoreError::Unavailable(format!("{}: read task failed: {e}", self.name)))?
     }
 
     async fn save(
@@ -388,9 +455,51 @@ impl StateStore for EmbeddedStore {
             updated_at_ms: record.updated_at_ms,
             workflow: record.workflow.clone(),
             snapshot_json,
+            format: record.format.into(),
+            extras_json: format::encode(&record.extras()),
             reply,
         };
         self.write(op, answer).await.map(|_| ())
+    }
+
+    async fn save_machine(
+        &self,
+        workflow: &str,
+        version: &str,
+        definition: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let op = Op::SaveMachine {
+            key: machine_key(workflow, version),
+            definition_json: definition.to_string(),
+            reply,
+        };
+        self.write(op, answer).await.map(|_| ())
+    }
+
+    async fn load_machine(
+        &self,
+        workflow: &str,
+        version: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let key = machine_key(workflow, version);
+        let name = self.name.clone();
+        let db = Arc::clone(&self.db);
+        let read = tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(|e| storage(&name, e))?;
+            let table = txn.open_table(MACHINES).map_err(|e| storage(&name, e))?;
+            let Some(guard) = table.get(key.as_str()).map_err(|e| storage(&name, e))? else {
+                return Ok(None);
+            };
+            serde_json::from_str(guard.value())
+                .map(Some)
+                .map_err(|e| StoreError::Corrupt {
+                    key: key.clone(),
+                    reason: format!("machine is not JSON: {e}"),
+                })
+        });
+        read.await
+            .map_err(|e| StoreError::Unavailable(format!("{}: read task failed: {e}", self.name)))?
     }
 
     async fn delete(&self, key: &str, expected: Option<u64>) -> Result<bool, StoreError> {

@@ -50,6 +50,20 @@ pub enum StoreError {
         reason: String,
     },
 
+    /// The record was written in a format newer than this build reads (a newer server wrote
+    /// it). It is neither read nor overwritten here.
+    #[error(
+        "record {key:?} is in format {format}, newer than this server reads (up to {}): \
+         upgrade the server to use it",
+        super::CURRENT_FORMAT
+    )]
+    UnsupportedFormat {
+        /// The record's key.
+        key: String,
+        /// The format number found.
+        format: u64,
+    },
+
     /// The store URL or options are wrong (unknown scheme, bad namespace, unparsable URL).
     #[error("state store configuration: {0}")]
     Config(String),

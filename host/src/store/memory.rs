@@ -16,7 +16,10 @@ use std::{
 
 use async_trait::async_trait;
 
-use super::{InstanceRecord, StateStore, StoreError, check_save, conflict, versions_match};
+use super::{
+    InstanceRecord, StateStore, StoreError, check_save, conflict, format, machine_key,
+    versions_match,
+};
 
 /// In-memory store. Cloning is not offered: share it as `Arc<dyn StateStore>`.
 #[derive(Debug, Default)]
@@ -24,11 +27,16 @@ pub struct MemoryStore {
     // A std Mutex, not a tokio one: no await happens while it is held, and every critical
     // section is a map lookup. A BTreeMap so listing by prefix is a range scan in key order.
     records: Mutex<BTreeMap<String, StoredRecord>>,
+    /// Machine definitions by `workflow@version`, as JSON text.
+    machines: Mutex<BTreeMap<String, Box<str>>>,
 }
 
 /// An [`InstanceRecord`] as this store holds it: the snapshot as compact JSON text.
 #[derive(Debug, Clone)]
 struct StoredRecord {
+    format: u32,
+    /// [`format::Extras`] as JSON text.
+    extras: Box<str>,
     workflow: Box<str>,
     snapshot: Box<str>,
     version: u64,
@@ -38,6 +46,8 @@ struct StoredRecord {
 impl StoredRecord {
     fn new(record: &InstanceRecord) -> Self {
         Self {
+            format: record.format,
+            extras: format::encode(&record.extras()).into_boxed_str(),
             workflow: record.workflow.as_str().into(),
             snapshot: record.snapshot.to_string().into_boxed_str(),
             version: record.version,
@@ -46,16 +56,19 @@ impl StoredRecord {
     }
 
     fn to_record(&self, key: &str) -> Result<InstanceRecord, StoreError> {
-        Ok(InstanceRecord {
-            workflow: self.workflow.to_string(),
+        let (format, extras) = format::decode(key, Some(self.format.into()), Some(&self.extras))?;
+        Ok(InstanceRecord::assemble(
+            format,
+            extras,
+            self.workflow.to_string(),
             // The text was written from a `Value` by `new`, so this fails only on a bug.
-            snapshot: serde_json::from_str(&self.snapshot).map_err(|e| StoreError::Corrupt {
+            serde_json::from_str(&self.snapshot).map_err(|e| StoreError::Corrupt {
                 key: key.to_owned(),
                 reason: format!("snapshot is not JSON: {e}"),
             })?,
-            version: self.version,
-            updated_at_ms: self.updated_at_ms,
-        })
+            self.version,
+            self.updated_at_ms,
+        ))
     }
 }
 
@@ -118,6 +131,41 @@ impl StateStore for MemoryStore {
             return Err(conflict(key, expected, current));
         }
         Ok(records.remove(key).is_some())
+    }
+
+    async fn save_machine(
+        &self,
+        workflow: &str,
+        version: &str,
+        definition: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let text = definition.to_string().into_boxed_str();
+        self.machines
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .entry(machine_key(workflow, version))
+            .or_insert(text);
+        Ok(())
+    }
+
+    async fn load_machine(
+        &self,
+        workflow: &str,
+        version: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let text = self
+            .machines
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(&machine_key(workflow, version))
+            .cloned();
+        text.map(|text| {
+            serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+                key: machine_key(workflow, version),
+                reason: format!("machine is not JSON: {e}"),
+            })
+        })
+        .transpose()
     }
 
     async fn list_keys(

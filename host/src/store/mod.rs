@@ -7,6 +7,8 @@
 //! # Layout
 //!
 //! - `error.rs`: [`StoreError`], the one error type.
+//! - `format.rs`: the record format number and the fields added since format 1.
+//! - `migrate.rs`: [`migrate`], rewriting format-1 records as the current format on start.
 //! - `memory.rs`: [`MemoryStore`], in-process, for tests and throwaway servers.
 //! - `embedded.rs`: [`EmbeddedStore`], one redb file, fsync'd, with group commit
 //!   (`embedded/tests.rs`: its own tests; `embedded/files.rs`: its files `0600`, its data
@@ -15,6 +17,32 @@
 //! - `postgres.rs`: [`PostgresStore`], one table; CAS in `UPDATE … WHERE version = $n`.
 //! - `contract.rs` (tests only): the one suite every store must pass.
 //! - `outage.rs` (tests only): servers killed, stalled and restarted under the remote stores.
+//!
+//! # The record format
+//!
+//! A stored [`InstanceRecord`] carries a format number ([`CURRENT_FORMAT`], now 2):
+//!
+//! - **Format 1** (what servers before the number existed wrote): workflow id, snapshot,
+//!   version, time. No format number is stored. Such a record is read as running the machine
+//!   version the catalog serves now for its workflow (the only one those servers knew), with no
+//!   idempotency entries.
+//! - **Format 2** adds, as optional fields, the machine version the instance runs (`machine`)
+//!   and its recent idempotency entries. Each store keeps the number and the added fields
+//!   ([`format::Extras`], as JSON text) beside the format-1 columns, so format-1 code that
+//!   still runs during a rolling deploy reads format-2 records unchanged.
+//! - **A newer format** than this build knows is refused with [`StoreError::UnsupportedFormat`]
+//!   for that instance only: never read as something else, never overwritten.
+//!
+//! Every save writes the current format. **Migration** ([`migrate`], run by `serve` on
+//! start): every format-1 record is rewritten as format 2 with the compare-and-set save
+//! (`expected` = the version read, so a record another server moves meanwhile is left to that
+//! server), its machine version being the catalog's; a record that cannot be parsed is logged and
+//! left alone, never deleted. Format-1 records are readable without it, so a server that
+//! cannot migrate still serves.
+//!
+//! Machine definitions are stored too ([`StateStore::save_machine`]), by workflow and version,
+//! so an instance pinned to an old machine can be restored after the plugin that brought the
+//! machine is gone.
 //!
 //! **Architecture Invariant:** a save that returns `Ok` is stored as durably as the backend
 //! promises (on disk for the embedded store, acknowledged by the server for Redis/PostgreSQL);
@@ -29,7 +57,9 @@ use serde::{Deserialize, Serialize};
 
 mod embedded;
 mod error;
+mod format;
 mod memory;
+mod migrate;
 mod postgres;
 mod redis;
 
@@ -41,7 +71,9 @@ mod outage;
 pub use self::{
     embedded::{BatchStats, EmbeddedStore, files::private_dir as private_data_dir},
     error::StoreError,
+    format::{CURRENT_FORMAT, IdempotencyEntry},
     memory::MemoryStore,
+    migrate::{MigrationReport, migrate},
     postgres::PostgresStore,
     redis::{ChangedStream, RedisStore},
 };
@@ -49,6 +81,10 @@ pub use self::{
 /// One workflow instance as stored: what an instance actor needs to come back to life.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InstanceRecord {
+    /// The record format (see the module docs): what the store found when loading, and always
+    /// [`CURRENT_FORMAT`] when saving.
+    #[serde(default = "format_1")]
+    pub format: u32,
     /// Id of the workflow definition this instance runs.
     pub workflow: String,
     /// The engine's snapshot, opaque to the store.
@@ -57,27 +93,72 @@ pub struct InstanceRecord {
     pub version: u64,
     /// When this version was written, in unix milliseconds (informational; never compared).
     pub updated_at_ms: u64,
+    /// The machine version the instance runs on (`None` in a format-1 record: the one served
+    /// now).
+    #[serde(default)]
+    pub machine: Option<String>,
+    /// Results of recent calls that carried an idempotency key, oldest first.
+    #[serde(default)]
+    pub idempotency: Vec<IdempotencyEntry>,
+}
+
+fn format_1() -> u32 {
+    1
 }
 
 impl InstanceRecord {
     /// A record for a new instance (version 1, stamped now): save it with `expected = 0`.
     pub fn first(workflow: impl Into<String>, snapshot: serde_json::Value) -> Self {
         Self {
+            format: CURRENT_FORMAT,
             workflow: workflow.into(),
             snapshot,
             version: 1,
             updated_at_ms: now_ms(),
+            machine: None,
+            idempotency: Vec::new(),
         }
     }
 
-    /// The record that follows `self` with a new snapshot: save it with
-    /// `expected = self.version`.
+    /// The record that follows `self` with a new snapshot, in the current format, keeping its
+    /// machine version and idempotency entries: save it with `expected = self.version`.
     pub fn next(&self, snapshot: serde_json::Value) -> Self {
         Self {
+            format: CURRENT_FORMAT,
             workflow: self.workflow.clone(),
             snapshot,
             version: self.version + 1,
             updated_at_ms: now_ms(),
+            machine: self.machine.clone(),
+            idempotency: self.idempotency.clone(),
+        }
+    }
+
+    /// The fields added since format 1, as a store keeps them.
+    fn extras(&self) -> format::Extras {
+        format::Extras {
+            machine: self.machine.clone(),
+            idempotency: self.idempotency.clone(),
+        }
+    }
+
+    /// A record of `format` with `extras` and the format-1 fields.
+    fn assemble(
+        format: u32,
+        extras: format::Extras,
+        workflow: String,
+        snapshot: serde_json::Value,
+        version: u64,
+        updated_at_ms: u64,
+    ) -> Self {
+        Self {
+            format,
+            workflow,
+            snapshot,
+            version,
+            updated_at_ms,
+            machine: extras.machine,
+            idempotency: extras.idempotency,
         }
     }
 }
@@ -159,6 +240,23 @@ pub trait StateStore: Send + Sync {
 
     /// How many records have a key starting with `prefix` (`""`: all of them).
     async fn count(&self, prefix: &str) -> Result<u64, StoreError>;
+
+    /// Keeps the definition of `workflow`'s machine `version` (a hash of `definition`, so a
+    /// version names one definition forever: saving it again changes nothing). Saved before any
+    /// record names the version, so a pinned instance can be restored after its plugin is gone.
+    async fn save_machine(
+        &self,
+        workflow: &str,
+        version: &str,
+        definition: &serde_json::Value,
+    ) -> Result<(), StoreError>;
+
+    /// The definition saved by [`StateStore::save_machine`]; `Ok(None)` when none was.
+    async fn load_machine(
+        &self,
+        workflow: &str,
+        version: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError>;
 
     /// Whether the store answers now, for a readiness probe (`/readyz`): one cheap round trip
     /// (Redis `PING`, PostgreSQL `SELECT 1`, a read transaction on the embedded file), bounded
@@ -259,6 +357,15 @@ pub const MAX_KEY_LEN: usize = 1024;
 /// The checks every store makes before a save, so all stores reject the same requests.
 fn check_save(key: &str, record: &InstanceRecord, expected: u64) -> Result<(), StoreError> {
     check_key(key)?;
+    if record.format != CURRENT_FORMAT {
+        return Err(invalid(
+            key,
+            format!(
+                "record.format is {} but only format {CURRENT_FORMAT} is written",
+                record.format
+            ),
+        ));
+    }
     if expected.checked_add(1) != Some(record.version) {
         return Err(invalid(
             key,
@@ -270,6 +377,11 @@ fn check_save(key: &str, record: &InstanceRecord, expected: u64) -> Result<(), S
         ));
     }
     Ok(())
+}
+
+/// The key a store files machine `version` of `workflow` under.
+fn machine_key(workflow: &str, version: &str) -> String {
+    format!("{workflow}@{version}")
 }
 
 fn check_key(key: &str) -> Result<(), StoreError> {

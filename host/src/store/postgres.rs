@@ -7,8 +7,12 @@
 //!
 //! The table is `{namespace}_instances`:
 //! `key text COLLATE "C" PRIMARY KEY, workflow text, snapshot jsonb, version bigint,
-//! updated_at timestamptz`. The "C" collation makes the primary key's order byte order (what
+//! updated_at timestamptz, format integer, extras text`. `format` and `extras` (record format 2;
+//! see `format.rs`) are NULL in a row written by format-1 code. The "C" collation makes the primary key's order byte order (what
 //! `list_keys` promises) and lets `LIKE 'prefix%'` use the index.
+//!
+//! Machine definitions live in `{namespace}_machines` (`workflow, version, definition jsonb`),
+//! written once per version.
 //!
 //! Compare-and-set is one statement: `INSERT … ON CONFLICT DO NOTHING` for version 1,
 //! `UPDATE … WHERE key = $1 AND version = $n` after that. PostgreSQL's row lock makes the check
@@ -28,13 +32,15 @@ use deadpool_postgres::{
 
 use super::{
     InstanceRecord, StateStore, StoreError, StoreOptions, chain, check_key, check_save, conflict,
-    invalid, redact,
+    format, invalid, redact,
 };
 
 /// Every statement, with the table name filled in once at connect time (the namespace is
 /// validated to `[a-z0-9_]`, so interpolating it is safe).
 struct Sql {
     load: String,
+    save_machine: String,
+    load_machine: String,
     insert: String,
     update: String,
     version: String,
@@ -45,20 +51,29 @@ struct Sql {
 }
 
 impl Sql {
-    fn new(t: &str) -> Self {
+    fn new(t: &str, machines: &str) -> Self {
         Self {
             load: format!(
                 "SELECT workflow, snapshot, version, \
-                 (EXTRACT(EPOCH FROM updated_at) * 1000)::bigint FROM {t} WHERE key = $1"
+                 (EXTRACT(EPOCH FROM updated_at) * 1000)::bigint, format, extras \
+                 FROM {t} WHERE key = $1"
+            ),
+            save_machine: format!(
+                "INSERT INTO {machines} (workflow, version, definition) VALUES ($1, $2, $3) \
+                 ON CONFLICT DO NOTHING"
+            ),
+            load_machine: format!(
+                "SELECT definition FROM {machines} WHERE workflow = $1 AND version = $2"
             ),
             insert: format!(
-                "INSERT INTO {t} (key, workflow, snapshot, version, updated_at) \
-                 VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000)) \
+                "INSERT INTO {t} (key, workflow, snapshot, version, updated_at, format, extras) \
+                 VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000), $6, $7) \
                  ON CONFLICT (key) DO NOTHING"
             ),
             update: format!(
                 "UPDATE {t} SET workflow = $2, snapshot = $3, version = $4, \
-                 updated_at = to_timestamp($5::float8 / 1000) WHERE key = $1 AND version = $6"
+                 updated_at = to_timestamp($5::float8 / 1000), format = $7, extras = $8 \
+                 WHERE key = $1 AND version = $6"
             ),
             version: format!("SELECT version FROM {t} WHERE key = $1"),
             delete: format!("DELETE FROM {t} WHERE key = $1"),
@@ -76,6 +91,7 @@ pub struct PostgresStore {
     name: String,
     pool: Pool,
     table: String,
+    machines: String,
     op_timeout: Duration,
     sql: Sql,
 }
@@ -112,11 +128,13 @@ impl PostgresStore {
             .build()
             .map_err(|e| StoreError::Config(format!("{name}: pool: {e}")))?;
         let table = format!("{}_instances", options.namespace);
+        let machines = format!("{}_machines", options.namespace);
         let store = Self {
             name,
             pool,
-            sql: Sql::new(&table),
+            sql: Sql::new(&table, &machines),
             table,
+            machines,
             op_timeout: options.op_timeout,
         };
         store.migrate().await?;
@@ -135,7 +153,16 @@ impl PostgresStore {
                  version bigint NOT NULL CHECK (version > 0)
              );
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS
-                 updated_at timestamptz NOT NULL DEFAULT now();"
+                 updated_at timestamptz NOT NULL DEFAULT now();
+             ALTER TABLE {t} ADD COLUMN IF NOT EXISTS format integer;
+             ALTER TABLE {t} ADD COLUMN IF NOT EXISTS extras text;
+             CREATE TABLE IF NOT EXISTS {m} (
+                 workflow text NOT NULL,
+                 version text NOT NULL,
+                 definition jsonb NOT NULL,
+                 PRIMARY KEY (workflow, version)
+             );",
+            m = self.machines
         );
         self.bounded("migrate", async {
             let mut client = self.pool.get().await.map_err(|e| self.down("connect", e))?;
@@ -234,7 +261,7 @@ impl PostgresStore {
     /// Drops this store's table. For tests: a namespace per test keeps parallel runs apart.
     #[cfg(test)]
     pub(super) async fn destroy_namespace(&self) -> Result<(), StoreError> {
-        let sql = format!("DROP TABLE IF EXISTS {}", self.table);
+        let sql = format!("DROP TABLE IF EXISTS {}, {}", self.table, self.machines);
         self.bounded("drop table", async {
             let client = self.pool.get().await.map_err(|e| self.down("drop", e))?;
             client
@@ -304,13 +331,19 @@ impl StateStore for PostgresStore {
             return Ok(None);
         };
         let updated_at: i64 = column(key, row, 3)?;
-        Ok(Some(InstanceRecord {
-            workflow: column(key, row, 0)?,
-            snapshot: column(key, row, 1)?,
-            version: version_from(key, column(key, row, 2)?)?,
+        let format: Option<i32> = column(key, row, 4)?;
+        let extras: Option<String> = column(key, row, 5)?;
+        let (format, extras) =
+            format::decode(key, format.map(|f| f as u64), extras.as_deref())?;
+        Ok(Some(InstanceRecord::assemble(
+            format,
+            extras,
+            column(key, row, 0)?,
+            column(key, row, 1)?,
+            version_from(key, column(key, row, 2)?)?,
             // Before 1970 only if someone edited the row by hand; 0 says "unknown".
-            updated_at_ms: u64::try_from(updated_at).unwrap_or(0),
-        }))
+            u64::try_from(updated_at).unwrap_or(0),
+        )))
     }
 
     async fn save(
@@ -323,24 +356,31 @@ impl StateStore for PostgresStore {
         let version = pg_version(key, record.version)?;
         // f64 holds every millisecond timestamp up to the year 287,000 exactly.
         let updated_at = record.updated_at_ms as f64;
+        let format = i32::try_from(record.format)
+            .map_err(|_| invalid(key, format!("format {} too large", record.format)))?;
+        let extras = format::encode(&record.extras());
         let changed = if expected == 0 {
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
                 &key,
                 &record.workflow,
                 &record.snapshot,
                 &version,
                 &updated_at,
+                &format,
+                &extras,
             ];
             self.execute("save", &self.sql.insert, &params).await?
         } else {
             let expected = pg_version(key, expected)?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
                 &key,
                 &record.workflow,
                 &record.snapshot,
                 &version,
                 &updated_at,
                 &expected,
+                &format,
+                &extras,
             ];
             self.execute("save", &self.sql.update, &params).await?
         };
@@ -348,6 +388,33 @@ impl StateStore for PostgresStore {
             return Ok(());
         }
         Err(conflict(key, expected, self.current_version(key).await?))
+    }
+
+    async fn save_machine(
+        &self,
+        workflow: &str,
+        version: &str,
+        definition: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "save machine",
+            &self.sql.save_machine,
+            &[&workflow, &version, definition],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn load_machine(
+        &self,
+        workflow: &str,
+        version: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let rows = self
+            .query("load machine", &self.sql.load_machine, &[&workflow, &version])
+            .await?;
+        let key = super::machine_key(workflow, version);
+        rows.first().map(|row| column(&key, row, 0)).transpose()
     }
 
     async fn delete(&self, key: &str, expected: Option<u64>) -> Result<bool, StoreError> {
@@ -430,6 +497,48 @@ mod tests {
         let new = InstanceRecord::first("invoice", json!(null));
         store.save("new", &new, 0).await.unwrap();
         assert_eq!(store.load("new").await.unwrap(), Some(new));
+        store.destroy_namespace().await.unwrap();
+    }
+
+    /// Rows written by format-1 code (the table without `format` and `extras`) are read and
+    /// migrated.
+    #[tokio::test]
+    async fn format_1_records_are_migrated() {
+        let url = postgres_url();
+        let options = unique_options();
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL at {url}: {e}"));
+        tokio::spawn(conn);
+        let table = format!("{}_instances", options.namespace);
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE {table} (key text COLLATE \"C\" PRIMARY KEY, workflow text NOT NULL, \
+                 snapshot jsonb NOT NULL, version bigint NOT NULL CHECK (version > 0), \
+                 updated_at timestamptz NOT NULL DEFAULT now());
+                 INSERT INTO {table} VALUES
+                   ('old', 'invoice', '{{\"value\":\"draft\"}}', 3, to_timestamp(1600000000));"
+            ))
+            .await
+            .unwrap();
+        let store = PostgresStore::connect(&url, &options).await.unwrap();
+        // jsonb cannot hold a broken snapshot; a broken format-2 extras column stands in for the
+        // damaged record.
+        client
+            .batch_execute(&format!(
+                "INSERT INTO {table} VALUES ('broken', 'invoice', 'null', 1, now(), 2, '{{oops')"
+            ))
+            .await
+            .unwrap();
+        crate::store::migrate::check_format_1_migration(&store).await;
+        client
+            .batch_execute(&format!("UPDATE {table} SET format = 3 WHERE key = 'old'"))
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.load("old").await,
+            Err(crate::store::StoreError::UnsupportedFormat { format: 3, .. })
+        ));
         store.destroy_namespace().await.unwrap();
     }
 }

@@ -7,7 +7,9 @@
 //!
 //! Layout, with `ns` the configured namespace:
 //! - `ns:i:<key>`: a hash with fields `v` (version, decimal), `w` (workflow), `s` (snapshot JSON),
-//!   `t` (updated_at_ms);
+//!   `t` (updated_at_ms), and since record format 2 `f` (format, decimal) and `x` (the format's
+//!   added fields as JSON; see `format.rs`). A hash without `f` was written by format-1 code;
+//! - `ns:m:<workflow>@<version>`: a machine definition (JSON), written once;
 //! - `ns:index`: a sorted set of every key, all scores 0, so listing by prefix is a lexical range
 //!   (`ZRANGEBYLEX`) instead of a `SCAN` over the keyspace;
 //! - `ns:changed`: pub/sub channel carrying the key of an instance that changed.
@@ -29,11 +31,11 @@ use redis::{
 
 use super::{
     InstanceRecord, StateStore, StoreError, StoreOptions, chain, check_key, check_save, conflict,
-    redact,
+    format, machine_key, redact,
 };
 
 /// CAS save. KEYS: record hash, index. ARGV: expected, version, workflow, snapshot,
-/// updated_at_ms, key. Returns "ok", or the stored version ("none" when absent) on conflict.
+/// updated_at_ms, key, format, extras. Returns "ok", or the stored version ("none" when absent) on conflict.
 /// Versions are compared as decimal strings: Lua numbers are doubles and would round above 2^53.
 const SAVE_LUA: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'v')
@@ -42,7 +44,8 @@ if cur then
 elseif ARGV[1] ~= '0' then
   return 'none'
 end
-redis.call('HSET', KEYS[1], 'v', ARGV[2], 'w', ARGV[3], 's', ARGV[4], 't', ARGV[5])
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'w', ARGV[3], 's', ARGV[4], 't', ARGV[5],
+  'f', ARGV[7], 'x', ARGV[8])
 redis.call('ZADD', KEYS[2], 0, ARGV[6])
 return 'ok'
 ";
@@ -127,6 +130,10 @@ impl RedisStore {
 
     fn record_key(&self, key: &str) -> String {
         format!("{}:i:{key}", self.namespace)
+    }
+
+    fn machine_key(&self, workflow: &str, version: &str) -> String {
+        format!("{}:m:{}", self.namespace, machine_key(workflow, version))
     }
 
     fn index_key(&self) -> String {
@@ -285,7 +292,7 @@ impl StateStore for RedisStore {
             .bounded("load", async move {
                 redis::cmd("HMGET")
                     .arg(rkey)
-                    .arg(&["v", "w", "s", "t"])
+                    .arg(&["v", "w", "s", "t", "f", "x"])
                     .query_async(&mut con)
                     .await
             })
@@ -295,16 +302,24 @@ impl StateStore for RedisStore {
             reason,
         };
         match fields.as_slice() {
-            [None, None, None, None] => Ok(None),
-            [Some(v), Some(w), Some(s), Some(t)] => Ok(Some(InstanceRecord {
-                workflow: w.clone(),
-                snapshot: serde_json::from_str(s)
-                    .map_err(|e| corrupt(format!("snapshot is not JSON: {e}")))?,
-                version: v.parse().map_err(|_| corrupt(format!("version {v:?}")))?,
-                updated_at_ms: t
-                    .parse()
-                    .map_err(|_| corrupt(format!("updated_at {t:?}")))?,
-            })),
+            [None, None, None, None, _, _] => Ok(None),
+            [Some(v), Some(w), Some(s), Some(t), f, x] => {
+                let format = f
+                    .as_deref()
+                    .map(|f| f.parse().map_err(|_| corrupt(format!("format {f:?}"))))
+                    .transpose()?;
+                let (format, extras) = format::decode(key, format, x.as_deref())?;
+                Ok(Some(InstanceRecord::assemble(
+                    format,
+                    extras,
+                    w.clone(),
+                    serde_json::from_str(s)
+                        .map_err(|e| corrupt(format!("snapshot is not JSON: {e}")))?,
+                    v.parse().map_err(|_| corrupt(format!("version {v:?}")))?,
+                    t.parse()
+                        .map_err(|_| corrupt(format!("updated_at {t:?}")))?,
+                )))
+            }
             _ => Err(corrupt(format!("hash fields missing: {fields:?}"))),
         }
     }
@@ -325,7 +340,9 @@ impl StateStore for RedisStore {
             .arg(&record.workflow)
             .arg(record.snapshot.to_string())
             .arg(record.updated_at_ms)
-            .arg(key);
+            .arg(key)
+            .arg(record.format)
+            .arg(format::encode(&record.extras()));
         let answer: String = self
             .bounded(
                 "save",
@@ -336,6 +353,47 @@ impl StateStore for RedisStore {
             return Ok(());
         }
         Err(conflict(key, expected, parse_current(key, &answer)?))
+    }
+
+    async fn save_machine(
+        &self,
+        workflow: &str,
+        version: &str,
+        definition: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let mut con = self.con.clone();
+        let mkey = self.machine_key(workflow, version);
+        let text = definition.to_string();
+        // NX: a version names one definition; the first one kept stays.
+        self.bounded("save machine", async move {
+            redis::cmd("SET")
+                .arg(mkey)
+                .arg(text)
+                .arg("NX")
+                .query_async::<Option<String>>(&mut con)
+                .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn load_machine(
+        &self,
+        workflow: &str,
+        version: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let mut con = self.con.clone();
+        let mkey = self.machine_key(workflow, version);
+        let text: Option<String> = self
+            .bounded("load machine", async move { con.get(mkey).await })
+            .await?;
+        text.map(|text| {
+            serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+                key: machine_key(workflow, version),
+                reason: format!("machine is not JSON: {e}"),
+            })
+        })
+        .transpose()
     }
 
     async fn delete(&self, key: &str, expected: Option<u64>) -> Result<bool, StoreError> {
@@ -429,6 +487,46 @@ mod tests {
             .unwrap();
         store.save("k", &v1.next(json!(2)), 1).await.unwrap();
         assert!(store.delete("k", Some(2)).await.unwrap());
+        store.destroy_namespace().await.unwrap();
+    }
+
+    /// Hashes written by format-1 code (no `f`, no `x`) are read and migrated.
+    #[tokio::test]
+    async fn format_1_records_are_migrated() {
+        let store = RedisStore::connect(
+            &super::super::contract::redis_url(),
+            &super::super::contract::unique_options(),
+        )
+        .await
+        .unwrap();
+        let mut con = store.con.clone();
+        for (key, snapshot) in [("old", r#"{"value":"draft"}"#), ("broken", "{not json")] {
+            let version = if key == "old" { "3" } else { "1" };
+            redis::cmd("HSET")
+                .arg(store.record_key(key))
+                .arg(&["v", version, "w", "invoice", "s", snapshot, "t", "1600000000000"])
+                .query_async::<()>(&mut con)
+                .await
+                .unwrap();
+            redis::cmd("ZADD")
+                .arg(store.index_key())
+                .arg(0)
+                .arg(key)
+                .query_async::<()>(&mut con)
+                .await
+                .unwrap();
+        }
+        crate::store::migrate::check_format_1_migration(&store).await;
+        redis::cmd("HSET")
+            .arg(store.record_key("old"))
+            .arg(&["f", "3"])
+            .query_async::<()>(&mut con)
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.load("old").await,
+            Err(crate::store::StoreError::UnsupportedFormat { format: 3, .. })
+        ));
         store.destroy_namespace().await.unwrap();
     }
 }

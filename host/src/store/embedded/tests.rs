@@ -79,3 +79,58 @@ async fn group_commit_isolates_conflicts() {
         "expected batching, got {commits} commits for 100 saves"
     );
 }
+
+/// A file written by format-1 code (one table, no format numbers) is read and migrated; a
+/// record in a newer format is refused and left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn format_1_records_are_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.redb");
+    {
+        // The layout format-1 code wrote: `instances_v1` alone.
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(super::INSTANCES).unwrap();
+            table
+                .insert(
+                    "old",
+                    (3, 1_600_000_000_000, "invoice", r#"{"value":"draft"}"#),
+                )
+                .unwrap();
+            table
+                .insert("broken", (1, 1_600_000_000_000, "invoice", "{not json"))
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = EmbeddedStore::open(&path).await.unwrap();
+    crate::store::migrate::check_format_1_migration(&store).await;
+    drop(store);
+
+    {
+        // A newer server wrote format 3 under "future".
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(super::INSTANCES).unwrap();
+            table
+                .insert("future", (1, 0, "invoice", r#"{"value":"draft"}"#))
+                .unwrap();
+            let mut formats = txn.open_table(super::FORMATS).unwrap();
+            formats.insert("future", (3, r#"{"new":1}"#)).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = EmbeddedStore::open(&path).await.unwrap();
+    assert!(matches!(
+        store.load("future").await,
+        Err(StoreError::UnsupportedFormat { format: 3, .. })
+    ));
+    let report = crate::store::migrate(&store, |_| None).await.unwrap();
+    assert_eq!(report.skipped, 2);
+    assert!(matches!(
+        store.load("future").await,
+        Err(StoreError::UnsupportedFormat { .. })
+    ));
+}
