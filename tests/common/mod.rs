@@ -514,6 +514,18 @@ impl Client {
         arguments: Value,
         meta: Value,
     ) -> CallToolResult {
+        self.try_call_with_meta(name, arguments, meta)
+            .await
+            .unwrap_or_else(|error| panic!("tools/call {name}: {error}"))
+    }
+
+    /// Like `call_with_meta`, returning a JSON-RPC error instead of panicking on one.
+    pub async fn try_call_with_meta(
+        &self,
+        name: &str,
+        arguments: Value,
+        meta: Value,
+    ) -> Result<CallToolResult, ServiceError> {
         let mut params = CallToolRequestParams::new(name.to_string());
         if let Value::Object(arguments) = arguments {
             params = params.with_arguments(arguments);
@@ -522,10 +534,7 @@ impl Client {
             panic!("_meta must be an object")
         };
         params.meta = Some(RequestMetaObject::from(meta));
-        self.service
-            .call_tool(params)
-            .await
-            .unwrap_or_else(|error| panic!("tools/call {name}: {error}"))
+        self.service.call_tool(params).await
     }
 
     /// Starts a `tools/call` and, after `after`, cancels it (`notifications/cancelled`), as a

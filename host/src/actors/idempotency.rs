@@ -136,8 +136,9 @@ mod tests {
     #[test]
     fn remembering_drops_old_and_excess_entries() {
         let old = entry("old", 1_000);
-        let recent: Vec<IdempotencyEntry> =
-            (0..MAX_ENTRIES as u64).map(|n| entry(&format!("k{n}"), 50_000 + n)).collect();
+        let recent: Vec<IdempotencyEntry> = (0..MAX_ENTRIES as u64)
+            .map(|n| entry(&format!("k{n}"), 50_000 + n))
+            .collect();
         let mut entries = vec![old];
         entries.extend(recent);
         let kept = remember(&entries, Some(entry("new", 60_000)), WINDOW, 60_000);
@@ -145,6 +146,9 @@ mod tests {
         assert_eq!(kept.last().unwrap().key, "new");
         assert!(kept.iter().all(|e| e.key != "old" && e.key != "k0"));
         let pruned = remember(&kept, None, WINDOW, 70_000);
-        assert_eq!(pruned.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["new"]);
+        assert_eq!(
+            pruned.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+            ["new"]
+        );
     }
 }

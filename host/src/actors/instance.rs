@@ -318,7 +318,9 @@ async fn load_record(
         (Ok(snapshot), _) => (workflow.clone(), snapshot),
         (Err(error), None) => return Err(unavailable(error.to_string())),
         (Err(_), Some(version)) if version == workflow.version => {
-            return Err(corrupt("its snapshot does not fit the machine it names".into()));
+            return Err(corrupt(
+                "its snapshot does not fit the machine it names".into(),
+            ));
         }
         (Err(_), Some(version)) => {
             let pinned = match deps.catalog.loaded_version(&workflow.id, version) {
@@ -570,12 +572,7 @@ async fn run_call(
         version: view.version + 1,
         updated_at_ms: crate::store::now_ms(),
         machine: Some(workflow.version.clone()),
-        idempotency: idempotency::remember(
-            &view.idempotency,
-            entry,
-            deps.idempotency_window,
-            now,
-        ),
+        idempotency: idempotency::remember(&view.idempotency, entry, deps.idempotency_window, now),
     };
     // Past a shutdown's deadline the caller is told SHUTTING_DOWN: save nothing it was not told.
     if limits.abandon.is_cancelled() {

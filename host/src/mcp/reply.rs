@@ -95,10 +95,7 @@ pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 128;
 pub fn invalid_idempotency_key(key: &Value) -> ErrorData {
     let problem = match key {
         Value::String(text) if text.is_empty() => "is empty".to_owned(),
-        Value::String(text) => format!(
-            "is {} characters long",
-            text.chars().count()
-        ),
+        Value::String(text) => format!("is {} characters long", text.chars().count()),
         other => format!("is not a string but {}", json_kind(other)),
     };
     ErrorData::invalid_params(

@@ -365,18 +365,15 @@ impl ServerHandler for TurnstileServer {
         self.watch(&key, &context);
         let call_id = uuid::Uuid::new_v4().to_string();
         let (host, events) = HostCall::new(context.ct.child_token());
-        let running =
-            self.shared
-                .runtime
-                .call(
-                    key.clone(),
-                    tool,
-                    arguments,
-                    call_id,
-                    Some(host),
-                    mint,
-                    idempotency_key,
-                );
+        let running = self.shared.runtime.call(
+            key.clone(),
+            tool,
+            arguments,
+            call_id,
+            Some(host),
+            mint,
+            idempotency_key,
+        );
         let answer = self
             .call_events(&context)
             .forward_during(running, events)

@@ -392,7 +392,11 @@ async fn keeps_machines_by_version(store: Arc<dyn StateStore>) {
     assert_eq!(store.load_machine("m", "v1").await.unwrap(), Some(machine));
     assert_eq!(store.load_machine("m", "v2").await.unwrap(), None);
     assert_eq!(store.load_machine("n", "v1").await.unwrap(), None);
-    assert_eq!(store.count("").await.unwrap(), 0, "machines are not instances");
+    assert_eq!(
+        store.count("").await.unwrap(),
+        0,
+        "machines are not instances"
+    );
 }
 
 async fn writes_only_the_current_format(store: Arc<dyn StateStore>) {

@@ -333,8 +333,7 @@ impl StateStore for PostgresStore {
         let updated_at: i64 = column(key, row, 3)?;
         let format: Option<i32> = column(key, row, 4)?;
         let extras: Option<String> = column(key, row, 5)?;
-        let (format, extras) =
-            format::decode(key, format.map(|f| f as u64), extras.as_deref())?;
+        let (format, extras) = format::decode(key, format.map(|f| f as u64), extras.as_deref())?;
         Ok(Some(InstanceRecord::assemble(
             format,
             extras,
@@ -411,7 +410,11 @@ impl StateStore for PostgresStore {
         version: &str,
     ) -> Result<Option<serde_json::Value>, StoreError> {
         let rows = self
-            .query("load machine", &self.sql.load_machine, &[&workflow, &version])
+            .query(
+                "load machine",
+                &self.sql.load_machine,
+                &[&workflow, &version],
+            )
             .await?;
         let key = super::machine_key(workflow, version);
         rows.first().map(|row| column(&key, row, 0)).transpose()

@@ -504,7 +504,16 @@ mod tests {
             let version = if key == "old" { "3" } else { "1" };
             redis::cmd("HSET")
                 .arg(store.record_key(key))
-                .arg(&["v", version, "w", "invoice", "s", snapshot, "t", "1600000000000"])
+                .arg(&[
+                    "v",
+                    version,
+                    "w",
+                    "invoice",
+                    "s",
+                    snapshot,
+                    "t",
+                    "1600000000000",
+                ])
                 .query_async::<()>(&mut con)
                 .await
                 .unwrap();

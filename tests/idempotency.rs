@@ -1,0 +1,201 @@
+//! Safe retries (issue 11): a `tools/call` carrying `_meta.idempotencyKey` that is retried with
+//! the same key on the same instance gets the first call's result, without running the plugin or
+//! firing anything again, on the embedded store, Redis and PostgreSQL, also after the instance
+//! was passivated or the server restarted. A different key runs; a key reused for another call
+//! is refused; a malformed key is a JSON-RPC error.
+
+mod common;
+mod durability_support;
+
+use std::time::Duration;
+
+use common::{Client, PluginDir, Server, error_code};
+use rmcp::{ServiceError, model::CallToolResult};
+use serde_json::{Value, json};
+
+fn handle_of(result: &CallToolResult) -> String {
+    result.structured_content.as_ref().expect("structured")["handle"]
+        .as_str()
+        .expect("a handle")
+        .to_string()
+}
+
+fn key(key: &str) -> Value {
+    json!({ "idempotencyKey": key })
+}
+
+async fn state_of(client: &Client, handle: &str) -> Value {
+    let status = client
+        .call("invoice.status", json!({ "handle": handle }))
+        .await;
+    status.structured_content.expect("structured")["state"].clone()
+}
+
+/// Starts a server on `store` (`None`: the embedded store in `data`), sharing `namespace`.
+fn start(plugins: &PluginDir, data: &std::path::Path, store: Option<&str>, ns: &str) -> Server {
+    let mut flags = vec!["--state-handle-key", "--idle-after", "1"];
+    if let Some(store) = store {
+        flags.extend(["--store", store, "--store-namespace", ns]);
+    }
+    Server::http_in(plugins.path(), data, &flags)
+}
+
+async fn retries_get_the_first_result(store: Option<String>) {
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().expect("temp dir");
+    let namespace = format!("idem{}", uuid::Uuid::new_v4().simple());
+    let server = start(&plugins, data.path(), store.as_deref(), &namespace);
+    let client = Client::http(&server.url).await;
+
+    let handle = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
+    let approve = json!({ "handle": handle, "note": "looks right" });
+    let first = client
+        .call_with_meta("invoice.approve", approve.clone(), key("approve-1"))
+        .await;
+    assert_ne!(first.is_error, Some(true), "{first:?}");
+    assert_eq!(
+        first.structured_content.as_ref().unwrap()["state"],
+        "approved"
+    );
+
+    // The response was lost; the client retries. Without the key this would be FORBIDDEN.
+    let retry = client
+        .call_with_meta("invoice.approve", approve.clone(), key("approve-1"))
+        .await;
+    assert_eq!(retry, first, "a retry gets the first result");
+    assert_eq!(state_of(&client, &handle).await, "approved", "moved once");
+
+    // A different key is a new call: it runs, and the gate refuses it in `approved`.
+    let other = client
+        .call_with_meta("invoice.approve", approve.clone(), key("approve-2"))
+        .await;
+    assert_eq!(error_code(&other), "FORBIDDEN");
+    // A call that fired nothing and failed stored nothing: the same key still refuses.
+    let other_again = client
+        .call_with_meta("invoice.approve", approve.clone(), key("approve-2"))
+        .await;
+    assert_eq!(error_code(&other_again), "FORBIDDEN");
+
+    // The key reused for other arguments, or another tool: refused, nothing runs.
+    let changed = client
+        .call_with_meta(
+            "invoice.approve",
+            json!({ "handle": handle, "note": "something else" }),
+            key("approve-1"),
+        )
+        .await;
+    assert_eq!(error_code(&changed), "IDEMPOTENCY_CONFLICT");
+    let other_tool = client
+        .call_with_meta(
+            "invoice.discharge",
+            json!({ "handle": handle }),
+            key("approve-1"),
+        )
+        .await;
+    assert_eq!(error_code(&other_tool), "IDEMPOTENCY_CONFLICT");
+    assert_eq!(state_of(&client, &handle).await, "approved");
+
+    // Passivated (`--idle-after 1`): the instance comes back from the store with its keys.
+    let mut passivated = false;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let stats = server.stats().await;
+        if stats["registry"]["instances"].as_u64() == Some(0) {
+            passivated = true;
+            break;
+        }
+    }
+    assert!(passivated, "the instance was never passivated");
+    let after_passivation = client
+        .call_with_meta("invoice.approve", approve.clone(), key("approve-1"))
+        .await;
+    assert_eq!(after_passivation, first);
+
+    // Restarted: a new process on the same store honours the key too.
+    client.close().await;
+    drop(server);
+    let server = start(&plugins, data.path(), store.as_deref(), &namespace);
+    let client = Client::http(&server.url).await;
+    let after_restart = client
+        .call_with_meta("invoice.approve", approve.clone(), key("approve-1"))
+        .await;
+    assert_eq!(after_restart, first);
+    let discharged = client
+        .call_with_meta(
+            "invoice.discharge",
+            json!({ "handle": handle }),
+            key("discharge-1"),
+        )
+        .await;
+    assert_eq!(
+        discharged.structured_content.as_ref().unwrap()["state"],
+        "discharged"
+    );
+    let discharged_again = client
+        .call_with_meta(
+            "invoice.discharge",
+            json!({ "handle": handle }),
+            key("discharge-1"),
+        )
+        .await;
+    assert_eq!(discharged_again, discharged);
+}
+
+#[tokio::test]
+async fn on_the_embedded_store() {
+    retries_get_the_first_result(None).await;
+}
+
+#[tokio::test]
+async fn on_redis() {
+    let url = durability_support::redis_url();
+    durability_support::require_reachable(&url);
+    retries_get_the_first_result(Some(url)).await;
+}
+
+#[tokio::test]
+async fn on_postgres() {
+    let url = durability_support::postgres_url();
+    durability_support::require_reachable(&url);
+    retries_get_the_first_result(Some(url)).await;
+}
+
+/// A key that is not a string of 1 to 128 characters is a JSON-RPC -32602 naming the field,
+/// and nothing runs.
+#[tokio::test]
+async fn a_malformed_key_is_invalid_params() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &["--state-handle-key"]);
+    let client = Client::http(&server.url).await;
+    let handle = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
+    for bad in [
+        json!(42),
+        json!(""),
+        json!("k".repeat(129)),
+        json!({"k": 1}),
+    ] {
+        let answer = client
+            .try_call_with_meta(
+                "invoice.approve",
+                json!({ "handle": handle }),
+                json!({ "idempotencyKey": bad }),
+            )
+            .await;
+        match answer {
+            Err(ServiceError::McpError(error)) => {
+                assert_eq!(error.code.0, -32602, "{error:?}");
+                assert!(error.message.contains("idempotencyKey"), "{error:?}");
+            }
+            other => panic!("expected -32602 for key {bad}, got {other:?}"),
+        }
+    }
+    assert_eq!(state_of(&client, &handle).await, "review", "nothing ran");
+    let longest = client
+        .call_with_meta(
+            "invoice.approve",
+            json!({ "handle": handle }),
+            json!({ "idempotencyKey": "k".repeat(128) }),
+        )
+        .await;
+    assert_ne!(longest.is_error, Some(true), "{longest:?}");
+}
