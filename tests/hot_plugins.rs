@@ -295,3 +295,58 @@ async fn sighup_retries_a_library_refused_for_a_clash_that_is_gone() {
         "the copy serves the invoice tools now"
     );
 }
+
+/// A pinned instance survives a restart after the library that brought its machine is gone:
+/// the store kept the machine, so its state is still readable (its menu lists), calls on it say
+/// `VERSION_UNAVAILABLE` and change nothing, and once a library bringing that machine is back
+/// it carries on where it was.
+#[tokio::test]
+async fn a_pinned_instance_survives_a_restart_after_its_library_is_gone() {
+    let plugins = PluginDir::with(&[]);
+    let data = tempfile::tempdir().expect("temp dir");
+    let library = plugins.path().join("libpingpong.so");
+    compile_c_fixture("pingpong", &library, &[]);
+    let server = Server::http_in(plugins.path(), data.path(), &["--state-handle-key"]);
+    let client = Client::http(&server.url).await;
+    let minted = client.call("pingpong.ping", json!({})).await;
+    assert_ne!(minted.is_error, Some(true), "{minted:?}");
+    let handle = minted.structured_content.expect("structured")["handle"]
+        .as_str()
+        .expect("a handle")
+        .to_string();
+    client.close().await;
+    drop(server);
+
+    // While the server is down, v1 is replaced by v2, whose machine has no state "right".
+    let staging = tempfile::tempdir().expect("temp dir");
+    let v2 = staging.path().join("libpingpong.so");
+    compile_c_fixture("pingpong", &v2, &[r#"BUILD="v2""#, r#"RIGHT="far""#]);
+    fs::rename(&v2, &library).expect("rename v2 in");
+    let server = Server::http_in(plugins.path(), data.path(), &["--state-handle-key"]);
+    let client = Client::http(&server.url).await;
+    let meta = json!({ "handle": handle });
+    assert_eq!(
+        client.tool_names_with_meta(meta.clone()).await,
+        Vec::<String>::new(),
+        "the instance is readable, and no loaded tool is in its state"
+    );
+    let refused = client
+        .call("pingpong.pong", json!({ "handle": handle }))
+        .await;
+    assert_eq!(common::error_code(&refused), "VERSION_UNAVAILABLE");
+
+    // v1 is deployed again: the instance goes on from "right" on it.
+    let v1 = staging.path().join("libpingpong-v1.so");
+    compile_c_fixture("pingpong", &v1, &[]);
+    fs::rename(&v1, &library).expect("rename v1 back in");
+    client.changes.wait_for(1).await;
+    assert_eq!(
+        client.tool_names_with_meta(meta.clone()).await,
+        ["pingpong.pong"]
+    );
+    let pong = client
+        .call("pingpong.pong", json!({ "handle": handle }))
+        .await;
+    assert_ne!(pong.is_error, Some(true), "{pong:?}");
+    assert_eq!(pong.structured_content.expect("structured")["build"], "v1");
+}
