@@ -1,0 +1,236 @@
+//! The stored record format (issue 11 item 11, issue 12 item 4): records written in format 1 (as
+//! servers before the format number wrote them) are served by a new server and rewritten as
+//! format 2 when it starts, on the embedded store, Redis and PostgreSQL; a record that cannot be
+//! parsed is logged and left alone, never deleted.
+//!
+//! Each test makes a real record with a server, stops it, puts the record back in the old shape
+//! with the backend's own client (removing what format 2 added) and adds a damaged one, then
+//! starts a server on the same store.
+
+mod common;
+mod durability_support;
+
+use std::path::Path;
+
+use common::{Client, PluginDir, Server};
+use deadpool_postgres::tokio_postgres;
+use redb::{ReadableDatabase, TableDefinition};
+use serde_json::json;
+
+/// The embedded store's tables, as `host/src/store/embedded.rs` defines them: format 1 knew
+/// only the first.
+const INSTANCES: TableDefinition<&str, (u64, u64, &str, &str)> =
+    TableDefinition::new("instances_v1");
+const FORMATS: TableDefinition<&str, (u64, &str)> = TableDefinition::new("instance_formats_v1");
+
+/// The store key of a damaged record; its handle is well-formed.
+const BROKEN: &str = "handle/invoice-00000000000000000000000000000000";
+
+fn start(plugins: &PluginDir, data: &Path, store: Option<&str>, ns: &str) -> Server {
+    let mut flags = vec!["--state-handle-key"];
+    if let Some(store) = store {
+        flags.extend(["--store", store, "--store-namespace", ns]);
+    }
+    Server::http_in(plugins.path(), data, &flags)
+}
+
+/// A server makes an invoice in review; returns its handle.
+async fn make_instance(server: &Server) -> String {
+    let client = Client::http(&server.url).await;
+    let minted = client.call("invoice.submit", json!({"amount": 5})).await;
+    let handle = minted.structured_content.expect("structured")["handle"]
+        .as_str()
+        .expect("a handle")
+        .to_string();
+    client.close().await;
+    handle
+}
+
+/// A server started on the downgraded store migrates (logging one count) and serves the
+/// instance as it was.
+async fn check_served_after_migration(server: &Server, handle: &str) {
+    let line = server.wait_for_log("migrated format-1 instance records");
+    assert!(
+        line.contains("migrated=1") && line.contains("skipped=1"),
+        "{line}"
+    );
+    assert!(
+        server.stderr().contains(BROKEN),
+        "the damaged record is named in the log"
+    );
+    let client = Client::http(&server.url).await;
+    assert_eq!(
+        client
+            .tool_names_with_meta(json!({ "handle": handle }))
+            .await,
+        ["invoice.approve", "invoice.reject", "invoice.status"]
+    );
+    let approved = client
+        .call("invoice.approve", json!({ "handle": handle }))
+        .await;
+    assert_eq!(approved.structured_content.unwrap()["state"], "approved");
+    client.close().await;
+}
+
+#[tokio::test]
+async fn on_the_embedded_store() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = start(&plugins, data.path(), None, "");
+    let handle = make_instance(&server).await;
+    drop(server);
+
+    let file = data.path().join("state.redb");
+    let key = format!("handle/{handle}");
+    {
+        let db = redb::Database::create(&file).expect("open the store file");
+        let txn = db.begin_write().unwrap();
+        {
+            let mut formats = txn.open_table(FORMATS).unwrap();
+            assert!(formats.remove(key.as_str()).unwrap().is_some());
+            let mut instances = txn.open_table(INSTANCES).unwrap();
+            instances
+                .insert(BROKEN, (1, 0, "invoice", "{not json"))
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+
+    let server = start(&plugins, data.path(), None, "");
+    check_served_after_migration(&server, &handle).await;
+    drop(server);
+    let db = redb::Database::create(&file).expect("open the store file");
+    let txn = db.begin_read().unwrap();
+    let formats = txn.open_table(FORMATS).unwrap();
+    assert_eq!(formats.get(key.as_str()).unwrap().unwrap().value().0, 2);
+    let instances = txn.open_table(INSTANCES).unwrap();
+    assert!(
+        instances.get(BROKEN).unwrap().is_some(),
+        "the damaged record is left alone"
+    );
+}
+
+#[tokio::test]
+async fn on_redis() {
+    let url = durability_support::redis_url();
+    durability_support::require_reachable(&url);
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().expect("temp dir");
+    let ns = format!("fmt{}", uuid::Uuid::new_v4().simple());
+    let server = start(&plugins, data.path(), Some(&url), &ns);
+    let handle = make_instance(&server).await;
+    drop(server);
+
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let record = format!("{ns}:i:handle/{handle}");
+    let removed: u64 = redis::cmd("HDEL")
+        .arg(&record)
+        .arg(&["f", "x"])
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(removed, 2, "format 2 wrote f and x");
+    redis::cmd("HSET")
+        .arg(format!("{ns}:i:{BROKEN}"))
+        .arg(&["v", "1", "w", "invoice", "s", "{not json", "t", "0"])
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+    redis::cmd("ZADD")
+        .arg(format!("{ns}:index"))
+        .arg(0)
+        .arg(BROKEN)
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+
+    let server = start(&plugins, data.path(), Some(&url), &ns);
+    check_served_after_migration(&server, &handle).await;
+    let format: Option<String> = redis::cmd("HGET")
+        .arg(&record)
+        .arg("f")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(format.as_deref(), Some("2"));
+    let broken: u64 = redis::cmd("EXISTS")
+        .arg(format!("{ns}:i:{BROKEN}"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(broken, 1, "the damaged record is left alone");
+    drop(server);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{ns}:*"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    if !keys.is_empty() {
+        redis::cmd("DEL")
+            .arg(keys)
+            .query_async::<()>(&mut con)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn on_postgres() {
+    let url = durability_support::postgres_url();
+    durability_support::require_reachable(&url);
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().expect("temp dir");
+    let ns = format!("fmt{}", uuid::Uuid::new_v4().simple());
+    let server = start(&plugins, data.path(), Some(&url), &ns);
+    let handle = make_instance(&server).await;
+    drop(server);
+
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let table = format!("{ns}_instances");
+    let key = format!("handle/{handle}");
+    // Format-1 code wrote neither column: NULL in both. jsonb cannot hold a snapshot that is
+    // not JSON, so the damaged record has damaged format-2 fields instead.
+    let downgraded = client
+        .execute(
+            &format!("UPDATE {table} SET format = NULL, extras = NULL WHERE key = $1"),
+            &[&key],
+        )
+        .await
+        .unwrap();
+    assert_eq!(downgraded, 1);
+    client
+        .execute(
+            &format!(
+                "INSERT INTO {table} (key, workflow, snapshot, version, format, extras) \
+                 VALUES ($1, 'invoice', 'null', 1, 2, '{{oops')"
+            ),
+            &[&BROKEN],
+        )
+        .await
+        .unwrap();
+
+    let server = start(&plugins, data.path(), Some(&url), &ns);
+    check_served_after_migration(&server, &handle).await;
+    let row = client
+        .query_one(
+            &format!("SELECT format FROM {table} WHERE key = $1"),
+            &[&key],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, Option<i32>>(0), Some(2));
+    let broken = client
+        .query(&format!("SELECT 1 FROM {table} WHERE key = $1"), &[&BROKEN])
+        .await
+        .unwrap();
+    assert_eq!(broken.len(), 1, "the damaged record is left alone");
+    drop(server);
+    client
+        .batch_execute(&format!("DROP TABLE {table}, {ns}_machines"))
+        .await
+        .unwrap();
+}
