@@ -29,7 +29,10 @@ pub struct Runtime {
 impl Runtime {
     /// Runs `tool` on the instance `key` (started or reloaded as needed), serialized with every
     /// other call on that instance. With `mint`, `key` is a new handle-keyed instance that this
-    /// call starts: it exists (is saved) only if the call succeeds.
+    /// call starts: it exists (is saved) only if the call succeeds. With `idempotency_key`, a
+    /// call that repeats one the instance answered within the idempotency window gets that
+    /// answer and runs nothing.
+    #[allow(clippy::too_many_arguments)] // One call's whole request, each part named.
     pub async fn call(
         &self,
         key: InstanceKey,
