@@ -1,8 +1,10 @@
 //! [`Config`]: the runtime part of a snapshot, and XState's helpers that complete or seed one.
 
-use std::borrow::Cow;
+use std::{borrow::Cow, sync::Arc};
 
-use super::tree::{Kind, NodeId, Tree, array_index};
+use serde_json::Value;
+
+use super::tree::{Kind, NodeId, TimerId, Tree, array_index};
 
 /// XState's `historyValue`: history node → the states it remembers, sorted by history node.
 pub(super) type HistoryValue = Vec<(NodeId, Vec<NodeId>)>;
@@ -16,6 +18,25 @@ pub(super) struct Config {
     pub(super) nodes: Vec<NodeId>,
     pub(super) history: HistoryValue,
     pub(super) done: bool,
+    /// XState's `context`; shared until an assignment changes it.
+    pub(super) context: Arc<Value>,
+    /// Running `after` timers, in the order they were started (which breaks deadline ties).
+    pub(super) timers: Vec<Pending>,
+}
+
+/// A running timer: which `after` entry, and when it falls due (unix ms, or whatever clock the
+/// caller passes as `now`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Pending {
+    pub(super) timer: TimerId,
+    pub(super) deadline: u64,
+}
+
+impl Config {
+    /// The index in `timers` of the timer that falls due first (ties: started first).
+    pub(super) fn next_timer(&self) -> Option<usize> {
+        (0..self.timers.len()).min_by_key(|&i| (self.timers[i].deadline, i))
+    }
 }
 
 pub(super) fn add(set: &mut Vec<NodeId>, n: NodeId) {

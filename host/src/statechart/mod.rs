@@ -85,6 +85,8 @@ mod entry_exit;
 mod error;
 mod event;
 mod guards;
+pub mod lint;
+mod logic;
 mod parse;
 mod snapshot;
 mod tree;
@@ -99,10 +101,12 @@ use self::{
     tree::{ROOT, Tree, matches_descriptor},
 };
 pub use self::{
-    error::{EventError, MachineError},
+    engine::MAX_MICROSTEPS,
+    error::{EventError, MachineError, TransitionLoop},
     event::Event,
-    guards::{Guards, NoGuards},
-    snapshot::{Snapshot, Status},
+    guards::{Guards, Known, NoGuards},
+    logic::EventReads,
+    snapshot::{PERSISTED_FORMAT, Snapshot, Status},
 };
 
 /// A parsed and validated machine. Immutable, `Send + Sync`, cheap to share in an `Arc`.
@@ -110,6 +114,7 @@ pub use self::{
 pub struct Machine {
     tree: Arc<Tree>,
     guards: Arc<dyn Guards + Send + Sync>,
+    /// The initial configuration, computed at load with the clock at 0.
     initial: Config,
 }
 
@@ -122,7 +127,7 @@ impl fmt::Debug for Machine {
     }
 }
 
-/// The result of [`Machine::transition`].
+/// The result of [`Machine::transition`] and [`Machine::step`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Step {
     /// The state after the event (the same state when nothing was enabled).
@@ -131,8 +136,35 @@ pub struct Step {
     pub changed: bool,
 }
 
+/// One timer fired by [`Machine::fire_due`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct FiredTimer {
+    /// The timer's event (`xstate.after.<delay>.<state id>`).
+    pub event: String,
+    /// When it fell due; the step ran with this as its `now`.
+    pub deadline: u64,
+    /// Whether a transition was taken, or the eventless loop that stopped the step (the
+    /// instance then stays as it was before this timer, which is dropped).
+    pub outcome: Result<bool, TransitionLoop>,
+}
+
+/// The result of [`Machine::fire_due`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fired {
+    pub snapshot: Snapshot,
+    /// The timers that fell due, in the order they fired.
+    pub timers: Vec<FiredTimer>,
+}
+
+impl Fired {
+    /// Whether any fired timer took a transition.
+    pub fn changed(&self) -> bool {
+        self.timers.iter().any(|t| t.outcome == Ok(true))
+    }
+}
+
 impl Machine {
-    /// Parses a machine that uses no guards.
+    /// Parses a machine that uses no named guards (built-in guards need no implementation).
     pub fn from_json(def: &Value) -> Result<Machine, MachineError> {
         Machine::from_json_with_guards(def, Arc::new(NoGuards))
     }
@@ -143,13 +175,7 @@ impl Machine {
         guards: Arc<dyn Guards + Send + Sync>,
     ) -> Result<Machine, MachineError> {
         let tree = parse::parse(def, &*guards)?;
-        let engine = Engine {
-            tree: &tree,
-            guards: &*guards,
-        };
-        let initial = engine.initial().map_err(|_| {
-            MachineError::new("", "the initial state does not settle (eventless loop)")
-        })?;
+        let initial = start(&tree, &*guards, Arc::new(tree.context.clone()))?;
         Ok(Machine {
             tree: Arc::new(tree),
             guards,
@@ -162,9 +188,39 @@ impl Machine {
         &self.tree.machine_id
     }
 
-    /// The state a new instance starts in (computed once, at load).
+    /// The state a new instance starts in (computed once, at load), its timers counted from
+    /// time 0: use [`Machine::initial_snapshot_at`] for a machine with `after`.
     pub fn initial_snapshot(&self) -> Snapshot {
         self.snapshot(self.initial.clone())
+    }
+
+    /// The state a new instance created at `now` starts in.
+    pub fn initial_snapshot_at(&self, now: u64) -> Snapshot {
+        let mut cfg = self.initial.clone();
+        for p in &mut cfg.timers {
+            p.deadline = p.deadline.saturating_add(now);
+        }
+        self.snapshot(cfg)
+    }
+
+    /// The initial state with `context` in place of the machine's own (entry assignments of the
+    /// initial states then run over it), created at `now`.
+    pub fn initial_snapshot_with(
+        &self,
+        context: Value,
+        now: u64,
+    ) -> Result<Snapshot, MachineError> {
+        if !context.is_object() {
+            return Err(MachineError::new(
+                "context",
+                "the context must be a JSON object",
+            ));
+        }
+        let mut cfg = start(&self.tree, &*self.guards, Arc::new(context))?;
+        for p in &mut cfg.timers {
+            p.deadline = p.deadline.saturating_add(now);
+        }
+        Ok(self.snapshot(cfg))
     }
 
     fn snapshot(&self, cfg: Config) -> Snapshot {
@@ -174,41 +230,133 @@ impl Machine {
         }
     }
 
-    /// XState's macrostep for one external event. Pure; never panics. A snapshot made by another
-    /// `Machine` value is carried over through its persisted form (unchanged if it does not fit).
+    /// `from`'s configuration for this machine: borrowed when it was made by this machine,
+    /// otherwise carried over through its persisted form (`None` if it does not fit).
+    fn config_of<'s>(&self, from: &'s Snapshot) -> Option<std::borrow::Cow<'s, Config>> {
+        if Arc::ptr_eq(&from.tree, &self.tree) {
+            return Some(std::borrow::Cow::Borrowed(&from.cfg));
+        }
+        snapshot::restore_config(&self.tree, &from.to_persisted(), &self.initial.context, 0)
+            .ok()
+            .map(std::borrow::Cow::Owned)
+    }
+
+    /// XState's macrostep for one external event, with timers started by it counted from time
+    /// 0 and an eventless loop answered by the unchanged snapshot. Kept for callers of machines
+    /// without `after`; [`Machine::step`] says more. Pure; never panics.
     pub fn transition(&self, from: &Snapshot, event: &Event) -> Step {
+        self.step(from, event, 0).unwrap_or_else(|_| Step {
+            snapshot: from.clone(),
+            changed: false,
+        })
+    }
+
+    /// XState's macrostep for one external event at time `now` (unix ms, or any clock the
+    /// caller keeps to): timers of states it enters fall due `delay` after `now`. A snapshot made
+    /// by another `Machine` value is carried over through its persisted form (unchanged if it
+    /// does not fit). Pure; never panics.
+    ///
+    /// A macrostep of more than [`MAX_MICROSTEPS`] microsteps is stopped: the error, and the
+    /// instance keeps `from` (XState's actor fails the same way with this `maxIterations`).
+    pub fn step(&self, from: &Snapshot, event: &Event, now: u64) -> Result<Step, TransitionLoop> {
         let unchanged = || Step {
             snapshot: from.clone(),
             changed: false,
         };
-        let owned;
-        let cfg = if Arc::ptr_eq(&from.tree, &self.tree) {
-            &from.cfg
-        } else {
-            match snapshot::restore_config(&self.tree, &from.to_persisted()) {
-                Ok(c) => {
-                    owned = c;
-                    &owned
-                }
-                Err(_) => return unchanged(),
-            }
+        let Some(cfg) = self.config_of(from) else {
+            return Ok(unchanged());
         };
-        let ty = event.event_type();
-        if cfg.done || ty == "xstate.init" || ty == "xstate.stop" || ty.starts_with("xstate.error")
-        {
-            return unchanged();
+        if ignores(&cfg, event.event_type()) {
+            return Ok(unchanged());
         }
-        let engine = Engine {
+        let engine = self.engine(now);
+        let (next, changed) = engine
+            .macrostep(cfg.into_owned(), event, VecDeque::new(), false)
+            .map_err(|_| TransitionLoop)?;
+        Ok(Step {
+            snapshot: self.snapshot(next),
+            changed,
+        })
+    }
+
+    fn engine(&self, now: u64) -> Engine<'_> {
+        Engine {
             tree: &self.tree,
             guards: &*self.guards,
-        };
-        match engine.macrostep(cfg.clone(), event, VecDeque::new(), false) {
-            Ok((next, changed)) => Step {
-                snapshot: self.snapshot(next),
-                changed,
-            },
-            Err(_) => unchanged(),
+            now,
         }
+    }
+
+    /// Fires every timer of `from` due at `now`, each once, in deadline order (ties: the one
+    /// started first). Each fires as its own event, at its own deadline: a timer it starts counts
+    /// from that deadline, and fires in the same call if that too is due. A timer whose step
+    /// loops is dropped and the instance stays as it was before it.
+    pub fn fire_due(&self, from: &Snapshot, now: u64) -> Fired {
+        let mut cfg = match self.config_of(from) {
+            Some(c) => c.into_owned(),
+            None => {
+                return Fired {
+                    snapshot: from.clone(),
+                    timers: Vec::new(),
+                };
+            }
+        };
+        let mut timers = Vec::new();
+        while let Some(i) = cfg.next_timer().filter(|&i| cfg.timers[i].deadline <= now) {
+            let due = cfg.timers.remove(i);
+            let event = Event::new(self.tree.timer(due.timer).event.clone());
+            let outcome = match self.engine(due.deadline).macrostep(
+                cfg.clone(),
+                &event,
+                VecDeque::new(),
+                false,
+            ) {
+                Ok((next, changed)) => {
+                    cfg = next;
+                    Ok(changed)
+                }
+                Err(_) => Err(TransitionLoop),
+            };
+            timers.push(FiredTimer {
+                event: event.event_type().to_string(),
+                deadline: due.deadline,
+                outcome,
+            });
+        }
+        Fired {
+            snapshot: self.snapshot(cfg),
+            timers,
+        }
+    }
+
+    /// Whether an event of type `event_type` may take a transition from `snapshot`, knowing
+    /// `known` of it: the question the server asks to list a tool (nothing known yet) and to
+    /// refuse a call before its plugin runs (the input known).
+    ///
+    /// It follows XState's transition selection (every active state, deepest first, wildcards,
+    /// candidate order): a guard that reads only what is known (`context`, `params`,
+    /// `event.type`, and `event.input` when given) is evaluated; one that reads more (named
+    /// guards see the whole event) counts as possibly true. So `false` means no transition can
+    /// be taken whatever the rest of the event turns out to be. With [`Known::Everything`] this
+    /// is exactly whether [`Machine::step`] would take a transition.
+    pub fn may_take(&self, snapshot: &Snapshot, event_type: &str, known: Known<'_>) -> bool {
+        let Some(cfg) = self.config_of(snapshot) else {
+            return false;
+        };
+        if ignores(&cfg, event_type) {
+            return false;
+        }
+        if let Known::Everything(event) = known {
+            return !self.engine(0).select_transitions(&cfg, event).is_empty();
+        }
+        let all = config::all_state_nodes(&self.tree, &cfg.nodes);
+        all.iter().any(|&n| {
+            self.tree.candidates(n, event_type).any(|t| {
+                self.tree.transition(t).guard.as_ref().is_none_or(|g| {
+                    guards::decide(&*self.guards, g, &cfg.context, event_type, known) != Some(false)
+                })
+            })
+        })
     }
 
     /// Whether `snapshot` has the same active states and status as [`Machine::initial_snapshot`].
@@ -246,9 +394,45 @@ impl Machine {
     }
 
     /// Rebuilds a snapshot from [`Snapshot::to_persisted`], refusing states that do not exist.
+    /// A record from before context and timers (format 1) gets the initial context and the
+    /// timers of its active states counted from time 0; [`Machine::restore_at`] counts them
+    /// from the time of the restore instead.
     pub fn restore(&self, persisted: &Value) -> Result<Snapshot, MachineError> {
-        snapshot::restore_config(&self.tree, persisted).map(|cfg| self.snapshot(cfg))
+        self.restore_at(persisted, 0)
     }
+
+    /// [`Machine::restore`], starting at `now` the timers a format-1 record does not have.
+    pub fn restore_at(&self, persisted: &Value, now: u64) -> Result<Snapshot, MachineError> {
+        snapshot::restore_config(&self.tree, persisted, &self.initial.context, now)
+            .map(|cfg| self.snapshot(cfg))
+    }
+}
+
+/// Runs the initial step; an initial state that loops is refused at load.
+fn start(tree: &Tree, guards: &dyn Guards, context: Arc<Value>) -> Result<Config, MachineError> {
+    let engine = Engine {
+        tree,
+        guards,
+        now: 0,
+    };
+    engine.initial(context).map_err(|_| {
+        MachineError::new(
+            "",
+            format!(
+                "the initial state does not settle: more than {MAX_MICROSTEPS} eventless \
+                 microsteps"
+            ),
+        )
+    })
+}
+
+/// Events that change nothing: any once the machine is done (an XState actor stops and drops
+/// them), and XState's control events sent from outside.
+fn ignores(cfg: &Config, event_type: &str) -> bool {
+    cfg.done
+        || event_type == "xstate.init"
+        || event_type == "xstate.stop"
+        || event_type.starts_with("xstate.error")
 }
 
 #[cfg(test)]
