@@ -26,13 +26,48 @@ pub(super) struct Config {
 
 /// A running timer: which `after` entry, and when it falls due (unix ms, or whatever clock the
 /// caller passes as `now`).
+///
+/// `detached` follows XState's scheduler, which keeps one handle per timer id: starting a timer
+/// whose id is already running (a state entered again without being left, e.g. through a
+/// history target) replaces the handle and leaves the older timer running, and a timer that
+/// fires drops the handle. A detached timer still fires, but leaving the state no longer
+/// cancels it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Pending {
     pub(super) timer: TimerId,
     pub(super) deadline: u64,
+    pub(super) detached: bool,
 }
 
 impl Config {
+    /// XState's `scheduler.schedule`: a new timer holds the handle; others with its id detach.
+    pub(super) fn start_timer(&mut self, timer: TimerId, deadline: u64) {
+        self.detach(timer);
+        self.timers.push(Pending {
+            timer,
+            deadline,
+            detached: false,
+        });
+    }
+
+    /// XState's `scheduler.cancel`: stops the timer holding the handle, if any.
+    pub(super) fn cancel_timer(&mut self, timer: TimerId) {
+        if let Some(i) = self
+            .timers
+            .iter()
+            .position(|p| p.timer == timer && !p.detached)
+        {
+            self.timers.remove(i);
+        }
+    }
+
+    /// Drops the handle of `timer` (what firing does before its event is processed).
+    pub(super) fn detach(&mut self, timer: TimerId) {
+        for p in self.timers.iter_mut().filter(|p| p.timer == timer) {
+            p.detached = true;
+        }
+    }
+
     /// The index in `timers` of the timer that falls due first (ties: started first).
     pub(super) fn next_timer(&self) -> Option<usize> {
         (0..self.timers.len()).min_by_key(|&i| (self.timers[i].deadline, i))

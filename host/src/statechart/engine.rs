@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use super::{
     config::{
-        ActiveChildren, Config, HistoryValue, Pending, all_state_nodes, first_active_child,
+        ActiveChildren, Config, HistoryValue, all_state_nodes, first_active_child,
         initial_state_nodes,
     },
     event::Event,
@@ -235,7 +235,14 @@ impl Engine<'_> {
         let mut set = cur.nodes.clone();
         let mut history: Option<HistoryValue> = None;
         let mut context = Arc::clone(&cur.context);
-        let mut timers = cur.timers.clone();
+        // Only `timers` of this scratch configuration is used: the timer operations live there.
+        let mut clock = Config {
+            nodes: Vec::new(),
+            history: Vec::new(),
+            done: false,
+            context: Arc::clone(&cur.context),
+            timers: cur.timers.clone(),
+        };
         let mut assigned = false;
         if !is_initial {
             let mut exit = self.compute_exit_set(filtered, &set, &cur.history);
@@ -264,7 +271,7 @@ impl Engine<'_> {
                 }
             }
             for &x in &exit {
-                assigned |= self.exit_state(x, &mut context, &mut timers, event);
+                assigned |= self.exit_state(x, &mut context, &mut clock, event);
             }
             set.retain(|s| !exit.contains(s));
         }
@@ -285,10 +292,7 @@ impl Engine<'_> {
             assigned |= self.run_assigns(&node.entry, &mut context, event);
             for &timer in &node.after {
                 let delay = self.tree.timer(timer).delay_ms;
-                timers.push(Pending {
-                    timer,
-                    deadline: self.now.saturating_add(delay),
-                });
+                clock.start_timer(timer, self.now.saturating_add(delay));
             }
             if node.kind != Kind::Final {
                 continue;
@@ -323,7 +327,7 @@ impl Engine<'_> {
             // exit action when the machine is done, and that sorted array becomes `_nodes`.
             set.sort_unstable_by(|a, b| b.cmp(a));
             for &x in &set {
-                assigned |= self.exit_state(x, &mut context, &mut timers, event);
+                assigned |= self.exit_state(x, &mut context, &mut clock, event);
             }
         }
         let same_nodes = set.len() == cur.nodes.len() && cur.nodes.iter().all(|n| set.contains(n));
@@ -335,7 +339,7 @@ impl Engine<'_> {
                 history: cur.history.clone(),
                 done: cur.done || done,
                 context,
-                timers,
+                timers: clock.timers,
             };
             return (next, assigned || done);
         }
@@ -344,7 +348,7 @@ impl Engine<'_> {
             history: hv,
             done,
             context,
-            timers,
+            timers: clock.timers,
         };
         (next, true)
     }
@@ -354,13 +358,13 @@ impl Engine<'_> {
         &self,
         x: NodeId,
         context: &mut Arc<Value>,
-        timers: &mut Vec<Pending>,
+        clock: &mut Config,
         event: &Event,
     ) -> bool {
         let node = self.tree.node(x);
         let assigned = self.run_assigns(&node.exit, context, event);
-        if !node.after.is_empty() {
-            timers.retain(|p| self.tree.timer(p.timer).node != x);
+        for &timer in &node.after {
+            clock.cancel_timer(timer);
         }
         assigned
     }

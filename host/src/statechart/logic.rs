@@ -8,6 +8,12 @@
 //! `if (guard(...))` sees them), and a number with no fractional part is stored as an integer
 //! (JavaScript has one number type, and `JSON.stringify(3.0)` is `3`).
 //!
+//! Known differences from json-logic-js (pinned by a test below, so an upgrade that changes them
+//! is noticed): datalogic coerces `null` to `0` in `==`/`!=` (`{"==": [0, null]}` is true; in
+//! JavaScript `0 == null` is false) and in arithmetic (`{"+": [null, 1]}` is 1; JavaScript's is
+//! `NaN`, printed `null`). Rules that read a field which may be missing should give it a default
+//! (`{"var": ["event.input.amount", 0]}`); the differential test generates only such rules.
+//!
 //! This module also answers which parts of the event a rule reads (see [`EventReads`]), which is
 //! what lets the server decide a guard before the whole event is known.
 
@@ -263,6 +269,17 @@ mod tests {
         for v in [json!([]), json!({}), json!("0"), json!(-1), json!(true)] {
             assert!(js_truthy(&v), "{v}");
         }
+    }
+
+    #[test]
+    fn null_coercion_differs_from_json_logic_js() {
+        let eval = |r: Value| Rule::compile(&r).unwrap().eval(&json!({}));
+        // json-logic-js: false and null; see the module doc.
+        assert_eq!(eval(json!({"==": [0, null]})), Some(json!(true)));
+        assert_eq!(eval(json!({"+": [null, 1]})), Some(json!(1)));
+        // Where both agree.
+        assert_eq!(eval(json!({"==": [null, null]})), Some(json!(true)));
+        assert_eq!(eval(json!({"<": [null, 1]})), Some(json!(true)));
     }
 
     #[test]

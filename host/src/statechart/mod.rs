@@ -2,43 +2,81 @@
 //! with XState's exact semantics.
 //!
 //! **What it owns:** the meaning of a workflow definition. Given a machine and a snapshot, it
-//! says which snapshot an event leads to ([`Machine::transition`]), whether a state is active
-//! ([`Snapshot::matches`]), and refuses at load ([`Machine::from_json`]) any machine it could not
-//! run exactly as XState would. It also renders machines as diagrams ([`diagram`]).
+//! says which snapshot an event leads to ([`Machine::step`]), which timers fall due
+//! ([`Machine::fire_due`]), whether an event could take a transition before all of it is known
+//! ([`Machine::may_take`]), whether a state is active ([`Snapshot::matches`]), and refuses at
+//! load ([`Machine::from_json`]) any machine it could not run exactly as XState would. It also
+//! renders machines as diagrams ([`diagram`]) and finds graph problems ([`lint`]).
 //!
 //! **What it must not do:** I/O, async, locking, actors, clocks, or logging. Everything here is
-//! pure and deterministic; a step never panics and always returns. Persistence, concurrency and
-//! notifications belong to the caller.
+//! pure and deterministic; a step never panics and always returns. Time comes in as a `now`
+//! argument; persistence, concurrency, waking instances and notifications belong to the caller.
 //!
 //! # Layout
 //! - `tree`: the parsed node tree (flat vectors, document-order indices).
-//! - `parse`: JSON → tree, with every refusal; `cycles`: refusal of endless eventless loops.
+//! - `parse`: JSON → tree, with every refusal; `logic`: JSON Logic rules; `guards`: guard
+//!   evaluation, complete or with part of the event known.
 //! - `engine`, `entry_exit`: the step algorithm, a port of XState's `stateUtils` (read it
 //!   beside XState); `config`: the runtime configuration and XState's helpers around it.
-//! - `snapshot`: [`Snapshot`], state values, persistence; `event`, `guards`, `error`.
-//! - `diagram`: Mermaid / Graphviz rendering.
+//! - `snapshot`: [`Snapshot`], state values, persistence; `event`, `error`.
+//! - `diagram`: Mermaid / Graphviz rendering; `lint` and `cycles`: `turnstile check` warnings.
 //!
 //! # Semantics
 //! Supported exactly as XState v5 (checked by `tests/xstate_differential.rs` against the npm
 //! package pinned in `tests/xstate/package.json`): `id`, `initial` (string or `{target}`),
-//! `states`, `on` (string, `{target, reenter, guard, description}`, or an array of candidates,
-//! first enabled wins), compound, parallel and `final` states, `onDone` and
+//! `states`, `on` (string, `{target, reenter, guard, actions, description}`, or an array of
+//! candidates, first enabled wins), compound, parallel and `final` states, `onDone` and
 //! `xstate.done.state.*` events, targets as sibling paths, `.child` paths, `#id` (and
 //! `#id.path`), multiple targets into parallel regions, `always`, wildcards (`*`, `prefix.*` —
-//! which, as in XState, also match `prefix` itself and internal done events), self-transitions
-//! and `reenter`, targetless transitions, shallow and deep history (with default `target`),
-//! named guards. Transition selection, conflict resolution between parallel regions (including
-//! XState's region order, which follows the order states were entered) and the eventless loop
-//! are ported line by line.
+//! which, as in XState, also match `prefix` itself, internal done events and timer events),
+//! self-transitions and `reenter`, targetless transitions, shallow and deep history (with
+//! default `target`). Transition selection, conflict resolution between parallel regions
+//! (including XState's region order, which follows the order states were entered) and the
+//! eventless loop are ported line by line.
+//!
+//! **Context.** `context` (a JSON object; `{}` when absent) is part of the snapshot. An instance
+//! may start with another one ([`Machine::initial_snapshot_with`]).
+//!
+//! **Events** carry what guards and assignments read: a tool call fires
+//! `{"type", "input", "output"}` ([`Event::with_call`]); an event given as a JSON object is seen
+//! whole, as in XState.
+//!
+//! **Actions.** `{"type": "xstate.assign", "params": {"<key>": <JSON Logic>, ...}}` on
+//! transitions (`actions`), `entry` and `exit`, one or a list: each rule is evaluated over
+//! `{context, event}` as they were before the action, then the keys are set (XState's
+//! `assign({key: ({context, event}) => ...})`). Actions run in XState's order: exits (deepest
+//! first), transition actions, entries (document order); each sees what the previous left. When
+//! the machine reaches a top-level final state, every active state's `exit` runs too, as in
+//! XState. Other actions are refused: tools carry the effects.
+//!
+//! **Guards**: a name (`"isLarge"` or `{type, params}`) implemented by [`Guards`]; the built-in
+//! `{"type": "jsonLogic", "params": {"rule": <JSON Logic>}}` over `{context, event, params}`
+//! (JavaScript truthiness, as XState reads a guard's result); and
+//! `{"type": "xstate.and" | "xstate.or", "guards": [...]}`, `{"type": "xstate.not", "guards":
+//! [g]}`. Other `xstate.` names are reserved.
+//!
+//! **Timers.** `after: {"1000": ..., "<name>": ...}` with whole milliseconds or names from the
+//! machine-level `delays` map. As in XState, entering a state starts its timers (event
+//! `xstate.after.<delay>.<state id>`), leaving cancels them, re-entering restarts them; a state
+//! entered again without being left (a history target) starts a second timer and the first can
+//! no longer be cancelled, as XState's scheduler does. A snapshot holds its running timers as
+//! absolute deadlines: [`Machine::step`] takes the `now` new timers count from,
+//! [`Snapshot::next_deadline`] says when to wake, [`Machine::fire_due`] fires what is due, each
+//! once, in deadline order, each at its own deadline.
+//!
+//! **Eventless loops** are not refused at load (XState runs them; a guard or an unchanged
+//! snapshot usually ends them). A macrostep of more than [`MAX_MICROSTEPS`] microsteps is stopped
+//! with [`TransitionLoop`] and the instance keeps its state, as XState's actor fails with
+//! `maxIterations: 1000`. An initial state that loops is refused at load. `turnstile check` warns
+//! about cycles no guard can break ([`lint`]).
 //!
 //! Once a machine is `done`, events change nothing (an XState actor stops and drops them).
 //! Events named `xstate.init`, `xstate.stop` or `xstate.error*` are XState control events; sent
 //! from outside they change nothing here.
 //!
-//! Persisted form ([`Snapshot::to_persisted`]): `{"value", "status", "historyValue", "nodes"}`,
-//! where `historyValue` has XState's shape and `nodes` lists the active state ids in the order
-//! XState keeps them (which decides region order). [`Machine::restore`] also accepts just
-//! `{"value", "status"}`.
+//! Persisted form ([`Snapshot::to_persisted`]): `{"format", "value", "status", "historyValue",
+//! "nodes", "context", "timers"}`, versioned by [`PERSISTED_FORMAT`]; records written before
+//! context and timers (no `format`) still restore ([`Machine::restore_at`]).
 //!
 //! `changed` in [`Step`]: true when at least one transition (targetless ones included) was
 //! enabled and taken while processing the event, counting the eventless and done-event
@@ -47,19 +85,17 @@
 //! transition was enabled. A targetless or self transition counts even though the value stays.
 //!
 //! # Refused at load (each with its JSON path)
-//! - Unknown targets, initial states or history targets; `initial` on a state without children.
+//! - Unknown targets, initial states, history targets or delays; `initial` on a state without
+//!   children.
 //! - Compound states without `initial`: XState v5 throws on them too (it does not default to
 //!   the first child), so Turnstile matches it.
-//! - Guards with no implementation (see [`Guards`]).
-//! - What Turnstile cannot run: `after` (no timers), `invoke`, non-empty `context`, and non-empty
-//!   `entry`/`exit`/`actions`. Turnstile runs no actions; silently skipping one would make a
-//!   pasted machine lie about what it does, so they are refused rather than ignored (empty ones,
-//!   common in exports, are accepted). `description`, `meta`, `tags`, `output` and the root's
-//!   `version` are accepted and ignored.
+//! - Named guards with no implementation (see [`Guards`]); JSON Logic with an operator
+//!   json-logic-js does not have.
+//! - What Turnstile cannot run: `invoke`, actions other than `xstate.assign`, a non-object
+//!   `context`. `description`, `meta`, `tags`, `output` and the root's `version` are accepted and
+//!   ignored.
 //! - XState v4 leftovers: `cond`, `internal`, `in`, `""` event keys, `null` transitions,
 //!   `onEntry`/`onExit`, `activities`, `strict`, ...
-//! - Eventless loops (`always` or done-event handlers that may cycle; see `cycles`),
-//!   conservatively: even when guards would break the cycle. XState would hang on a real one.
 //!
 //! # Where Turnstile is stricter than XState, or differs
 //! - Unknown keys are refused (XState ignores them, so a typo like `intial` would go unnoticed).
@@ -67,11 +103,13 @@
 //!   later duplicate win); a history default `target` must lie inside the history's parent;
 //!   multiple targets must lie in distinct regions of a parallel state; parallel states need a
 //!   region. XState accepts these and then behaves in ways no workflow wants.
-//! - XState's `and`/`or`/`not` guards have no JSON form (see [`Guards`]).
+//! - A bare string inside an `after` array is refused (XState reads it as a transition with no
+//!   target).
 //! - State keys that look like array indices (`"0"`, `"1"`) are ordered first by JavaScript
 //!   objects; Turnstile keeps document order for every key.
 //! - After `done`, and for `xstate.init`/`xstate.stop`/`xstate.error*` events, nothing changes.
-//! - A guard's only inputs are the event and its params (there is no context).
+//! - JSON Logic runs on `datalogic-rs`, which differs from json-logic-js on `null` in `==` and
+//!   arithmetic (see `logic`): give fields that may be missing a default.
 //!
 //! Document order matters (region order, candidate order), so the host must build
 //! `serde_json` with its `preserve_order` feature; without it, object keys arrive sorted.
@@ -135,6 +173,9 @@ pub struct Step {
     /// See "`changed`" in the module doc.
     pub changed: bool,
 }
+
+/// Most timers [`Machine::fire_due`] fires in one call.
+pub const MAX_TIMERS_PER_CALL: usize = 1000;
 
 /// One timer fired by [`Machine::fire_due`].
 #[derive(Clone, Debug, PartialEq)]
@@ -291,6 +332,10 @@ impl Machine {
     /// started first). Each fires as its own event, at its own deadline: a timer it starts counts
     /// from that deadline, and fires in the same call if that too is due. A timer whose step
     /// loops is dropped and the instance stays as it was before it.
+    ///
+    /// At most [`MAX_TIMERS_PER_CALL`] timers fire in one call, so that a state re-entering
+    /// itself after 0 ms (which never lets time pass) cannot hang the caller; the rest stay due
+    /// for the next call ([`Snapshot::next_deadline`] says so).
     pub fn fire_due(&self, from: &Snapshot, now: u64) -> Fired {
         let mut cfg = match self.config_of(from) {
             Some(c) => c.into_owned(),
@@ -302,20 +347,28 @@ impl Machine {
             }
         };
         let mut timers = Vec::new();
-        while let Some(i) = cfg.next_timer().filter(|&i| cfg.timers[i].deadline <= now) {
+        while timers.len() < MAX_TIMERS_PER_CALL
+            && let Some(i) = cfg.next_timer().filter(|&i| cfg.timers[i].deadline <= now)
+        {
             let due = cfg.timers.remove(i);
+            cfg.detach(due.timer);
             let event = Event::new(self.tree.timer(due.timer).event.clone());
-            let outcome = match self.engine(due.deadline).macrostep(
-                cfg.clone(),
-                &event,
-                VecDeque::new(),
-                false,
-            ) {
-                Ok((next, changed)) => {
-                    cfg = next;
-                    Ok(changed)
+            // A detached timer may outlive its machine (XState's stopped actor drops its event).
+            let outcome = if ignores(&cfg, event.event_type()) {
+                Ok(false)
+            } else {
+                match self.engine(due.deadline).macrostep(
+                    cfg.clone(),
+                    &event,
+                    VecDeque::new(),
+                    false,
+                ) {
+                    Ok((next, changed)) => {
+                        cfg = next;
+                        Ok(changed)
+                    }
+                    Err(_) => Err(TransitionLoop),
                 }
-                Err(_) => Err(TransitionLoop),
             };
             timers.push(FiredTimer {
                 event: event.event_type().to_string(),
@@ -435,5 +488,7 @@ fn ignores(cfg: &Config, event_type: &str) -> bool {
         || event_type.starts_with("xstate.error")
 }
 
+#[cfg(test)]
+mod data_tests;
 #[cfg(test)]
 mod tests;

@@ -118,7 +118,8 @@ impl Snapshot {
     ///   order);
     /// - `context`;
     /// - `timers`: `[{"event": "xstate.after.<delay>.<state id>", "deadline": <ms>}]` in the
-    ///   order they were started (which breaks deadline ties).
+    ///   order they were started (which breaks deadline ties); `"detached": true` marks a timer
+    ///   leaving its state no longer cancels (see XState's scheduler in `config`).
     pub fn to_persisted(&self) -> Value {
         let history: Map<String, Value> = self
             .cfg
@@ -142,7 +143,14 @@ impl Snapshot {
             .cfg
             .timers
             .iter()
-            .map(|p| json!({"event": self.tree.timer(p.timer).event, "deadline": p.deadline}))
+            .map(|p| {
+                let mut t =
+                    json!({"event": self.tree.timer(p.timer).event, "deadline": p.deadline});
+                if p.detached {
+                    t["detached"] = json!(true);
+                }
+                t
+            })
             .collect();
         json!({
             "format": PERSISTED_FORMAT,
@@ -289,6 +297,7 @@ pub(super) fn restore_config(
                 .map(|&timer| Pending {
                     timer,
                     deadline: now.saturating_add(tree.timer(timer).delay_ms),
+                    detached: false,
                 })
                 .collect()
         }
@@ -332,16 +341,19 @@ fn restore_timers(
                     "a timer is {\"event\", \"deadline\"}",
                 ));
             };
+            let detached = item.get("detached").and_then(Value::as_bool) == Some(true);
+            // A detached timer may outlive its state; one that is not belongs to an active one.
             let timer = tree
                 .timers
                 .iter()
-                .position(|t| t.event == event && active.contains(&t.node))
+                .position(|t| t.event == event && (detached || active.contains(&t.node)))
                 .ok_or_else(|| {
                     MachineError::new(&at, format!("no active state has the timer \"{event}\""))
                 })?;
             Ok(Pending {
                 timer: timer as TimerId,
                 deadline,
+                detached,
             })
         })
         .collect()

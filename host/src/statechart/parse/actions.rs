@@ -246,6 +246,18 @@ impl Parser<'_> {
                         )
                     })?,
             };
+            if let Some(i) = config
+                .as_array()
+                .and_then(|items| items.iter().position(Value::is_string))
+            {
+                // XState spreads each item of an `after` array into an object, so a bare
+                // string there becomes a transition with no target: refuse rather than run it.
+                return Err(MachineError::new(
+                    format!("{key_at}[{i}]"),
+                    "in an `after` array, write {\"target\": ...}: XState reads a bare string \
+                     there as a transition with no target",
+                ));
+            }
             let event = format!("xstate.after.{key}.{}", self.tree.node(n).id);
             let ts = self.transitions(n, &event, config, &key_at)?;
             for &t in &ts {

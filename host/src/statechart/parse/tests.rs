@@ -156,6 +156,12 @@ fn delayed_transitions() {
         refusal(def),
         "delays.soon: a delay is a whole number of milliseconds"
     );
+    let def = with_a(json!({"after":{"10":["b"]}}));
+    assert_eq!(
+        refusal(def),
+        "states.a.after.10[0]: in an `after` array, write {\"target\": ...}: XState reads a bare \
+         string there as a transition with no target"
+    );
     let ok = json!({"delays":{"soon":5},"initial":"a","states":{"a":{"after":{"soon":"b","1000":"b"}},"b":{}}});
     assert!(Machine::from_json(&ok).is_ok());
 }
