@@ -354,4 +354,23 @@ mod tests {
         assert!(out.contains("note_0 [shape=note, label=\"Always visible: help\"];"));
         assert!(out.trim_end().ends_with('}'));
     }
+
+    #[test]
+    fn edges_show_guards_and_delays() {
+        let m = Machine::from_json(&json!({"id":"g","initial":"a","delays":{"deadline":500},
+            "states":{"a":{"after":{"100":"b","deadline":"c"},"on":{"GO":[
+                {"target":"b","guard":{"type":"xstate.and","guards":[
+                    {"type":"jsonLogic","params":{"rule":{">":[{"var":"context.n"},1]}}},
+                    {"type":"xstate.not","guards":[
+                        {"type":"jsonLogic","params":{"rule":{"var":"event.input.x"}}}]}]}}]}},
+                "b":{},"c":{}}}))
+        .unwrap();
+        let out = render(&m, &[], DiagramFormat::Mermaid);
+        assert!(out.contains("after 100 ms"), "{out}");
+        assert!(out.contains("after deadline (500 ms)"), "{out}");
+        assert!(
+            out.contains("GO [({'>':[{'var':'context.n'},1]} and not {'var':'event.input.x'})]"),
+            "{out}"
+        );
+    }
 }
