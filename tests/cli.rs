@@ -147,6 +147,19 @@ fn check_warns_about_each_graph_problem_and_fails_with_strict() {
     );
 }
 
+#[test]
+fn check_refuses_bad_json_logic_naming_its_path() {
+    let plugins = PluginDir::with(&[]);
+    plugins.add_c_fixture("bad_guard");
+    let dir = plugins.path().to_str().unwrap();
+    let (code, stdout, _) = run(&["check", "--plugins", dir], "");
+    assert_eq!(code, 1, "stdout: {stdout}");
+    assert!(
+        stdout.contains("states.open.on.CLOSE.guard.params.rule: bad JSON Logic: unknown operator \"bogus\""),
+        "names the path and the problem: {stdout}"
+    );
+}
+
 /// The invoice of issue 13, with context, a guard over the call's input, an assignment and a
 /// review deadline.
 const GUARDED: &str = r#"{"id":"invoice","initial":"draft","context":{"amount":0},

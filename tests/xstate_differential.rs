@@ -70,7 +70,8 @@ fn harness_dir() -> PathBuf {
 }
 
 fn ensure_node_modules(dir: &Path) {
-    if dir.join("node_modules").join("xstate").exists() {
+    let modules = dir.join("node_modules");
+    if modules.join("xstate").exists() && modules.join("json-logic-js").exists() {
         return;
     }
     let status = Command::new("npm")
