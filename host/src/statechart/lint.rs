@@ -94,7 +94,7 @@ pub fn check(machine: &Machine, tools: &[ToolBinding<'_>]) -> Vec<Warning> {
     for &n in states.iter().filter(|&&n| reachable[usize::from(n)]) {
         let node = tree.node(n);
         if has_final && node.kind != Kind::Final {
-            let from = reach(tree, &config_closure(tree, &[n]));
+            let from = reach(tree, &with_other_regions(tree, &reachable, n));
             if !states
                 .iter()
                 .any(|&f| tree.node(f).kind == Kind::Final && from[usize::from(f)])
@@ -155,6 +155,20 @@ fn config_closure(tree: &Tree, nodes: &[NodeId]) -> Vec<NodeId> {
     for &n in nodes {
         out.extend(initial_state_nodes(tree, n));
         out.extend(tree.proper_ancestors(n, None));
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The states that may be active with `n`: its closure, and in every parallel state above it,
+/// any reachable state of the other regions (they move independently).
+fn with_other_regions(tree: &Tree, reachable: &[bool], n: NodeId) -> Vec<NodeId> {
+    let mut out = config_closure(tree, &[n]);
+    for a in tree.proper_ancestors(n, None) {
+        if tree.node(a).kind == Kind::Parallel {
+            out.extend((a + 1..tree.node(a).subtree_end).filter(|&m| reachable[usize::from(m)]));
+        }
     }
     out.sort_unstable();
     out.dedup();
@@ -250,6 +264,20 @@ mod tests {
                 ("submit", &["draft"], Some("SUBMIT")),
                 ("approve", &["review"], Some("APPROVE")),
             ],
+        );
+        assert!(w.is_empty(), "{w:?}");
+    }
+
+    #[test]
+    fn a_region_finishes_through_its_sibling() {
+        // "a2" has no transition of its own, but the other region ends the parallel state.
+        let w = warnings(
+            json!({"initial":"p","states":{
+                "p":{"type":"parallel","onDone":"end","states":{
+                    "a":{"initial":"a1","states":{"a1":{"on":{"A":"a2"}},"a2":{"type":"final"}}},
+                    "b":{"initial":"b1","states":{"b1":{"on":{"B":"b2"}},"b2":{"type":"final"}}}}},
+                "end":{"type":"final"}}}),
+            &[("a", &["p.a.a1"], Some("A")), ("b", &["p.b.b1"], Some("B"))],
         );
         assert!(w.is_empty(), "{w:?}");
     }
