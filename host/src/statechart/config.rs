@@ -40,37 +40,37 @@ pub(super) struct Pending {
 }
 
 impl Config {
-    /// XState's `scheduler.schedule`: a new timer holds the handle; others with its id detach.
-    pub(super) fn start_timer(&mut self, timer: TimerId, deadline: u64) {
-        self.detach(timer);
-        self.timers.push(Pending {
-            timer,
-            deadline,
-            detached: false,
-        });
-    }
-
-    /// XState's `scheduler.cancel`: stops the timer holding the handle, if any.
-    pub(super) fn cancel_timer(&mut self, timer: TimerId) {
-        if let Some(i) = self
-            .timers
-            .iter()
-            .position(|p| p.timer == timer && !p.detached)
-        {
-            self.timers.remove(i);
-        }
-    }
-
     /// Drops the handle of `timer` (what firing does before its event is processed).
     pub(super) fn detach(&mut self, timer: TimerId) {
-        for p in self.timers.iter_mut().filter(|p| p.timer == timer) {
-            p.detached = true;
-        }
+        detach(&mut self.timers, timer);
     }
 
     /// The index in `timers` of the timer that falls due first (ties: started first).
     pub(super) fn next_timer(&self) -> Option<usize> {
         (0..self.timers.len()).min_by_key(|&i| (self.timers[i].deadline, i))
+    }
+}
+
+/// XState's `scheduler.schedule`: a new timer holds the handle; others with its id detach.
+pub(super) fn start_timer(timers: &mut Vec<Pending>, timer: TimerId, deadline: u64) {
+    detach(timers, timer);
+    timers.push(Pending {
+        timer,
+        deadline,
+        detached: false,
+    });
+}
+
+/// XState's `scheduler.cancel`: stops the timer holding the handle, if any.
+pub(super) fn cancel_timer(timers: &mut Vec<Pending>, timer: TimerId) {
+    if let Some(i) = timers.iter().position(|p| p.timer == timer && !p.detached) {
+        timers.remove(i);
+    }
+}
+
+fn detach(timers: &mut [Pending], timer: TimerId) {
+    for p in timers.iter_mut().filter(|p| p.timer == timer) {
+        p.detached = true;
     }
 }
 

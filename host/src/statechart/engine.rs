@@ -15,8 +15,8 @@ use serde_json::{Map, Value, json};
 
 use super::{
     config::{
-        ActiveChildren, Config, HistoryValue, all_state_nodes, first_active_child,
-        initial_state_nodes,
+        ActiveChildren, Config, HistoryValue, Pending, all_state_nodes, cancel_timer,
+        first_active_child, initial_state_nodes, start_timer,
     },
     event::Event,
     guards::{self, Guards},
@@ -235,14 +235,7 @@ impl Engine<'_> {
         let mut set = cur.nodes.clone();
         let mut history: Option<HistoryValue> = None;
         let mut context = Arc::clone(&cur.context);
-        // Only `timers` of this scratch configuration is used: the timer operations live there.
-        let mut clock = Config {
-            nodes: Vec::new(),
-            history: Vec::new(),
-            done: false,
-            context: Arc::clone(&cur.context),
-            timers: cur.timers.clone(),
-        };
+        let mut timers = cur.timers.clone();
         let mut assigned = false;
         if !is_initial {
             let mut exit = self.compute_exit_set(filtered, &set, &cur.history);
@@ -271,7 +264,7 @@ impl Engine<'_> {
                 }
             }
             for &x in &exit {
-                assigned |= self.exit_state(x, &mut context, &mut clock, event);
+                assigned |= self.exit_state(x, &mut context, &mut timers, event);
             }
             set.retain(|s| !exit.contains(s));
         }
@@ -292,7 +285,7 @@ impl Engine<'_> {
             assigned |= self.run_assigns(&node.entry, &mut context, event);
             for &timer in &node.after {
                 let delay = self.tree.timer(timer).delay_ms;
-                clock.start_timer(timer, self.now.saturating_add(delay));
+                start_timer(&mut timers, timer, self.now.saturating_add(delay));
             }
             if node.kind != Kind::Final {
                 continue;
@@ -327,7 +320,7 @@ impl Engine<'_> {
             // exit action when the machine is done, and that sorted array becomes `_nodes`.
             set.sort_unstable_by(|a, b| b.cmp(a));
             for &x in &set {
-                assigned |= self.exit_state(x, &mut context, &mut clock, event);
+                assigned |= self.exit_state(x, &mut context, &mut timers, event);
             }
         }
         let same_nodes = set.len() == cur.nodes.len() && cur.nodes.iter().all(|n| set.contains(n));
@@ -339,7 +332,7 @@ impl Engine<'_> {
                 history: cur.history.clone(),
                 done: cur.done || done,
                 context,
-                timers: clock.timers,
+                timers,
             };
             return (next, assigned || done);
         }
@@ -348,7 +341,7 @@ impl Engine<'_> {
             history: hv,
             done,
             context,
-            timers: clock.timers,
+            timers,
         };
         (next, true)
     }
@@ -358,13 +351,13 @@ impl Engine<'_> {
         &self,
         x: NodeId,
         context: &mut Arc<Value>,
-        clock: &mut Config,
+        timers: &mut Vec<Pending>,
         event: &Event,
     ) -> bool {
         let node = self.tree.node(x);
         let assigned = self.run_assigns(&node.exit, context, event);
         for &timer in &node.after {
-            clock.cancel_timer(timer);
+            cancel_timer(timers, timer);
         }
         assigned
     }
