@@ -1,8 +1,11 @@
 //! [`Config`]: the runtime part of a snapshot, and XState's helpers that complete or seed one.
 
-use std::{borrow::Cow, sync::Arc};
+use std::{
+    borrow::Cow,
+    sync::{Arc, OnceLock},
+};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::tree::{Kind, NodeId, TimerId, Tree, array_index};
 
@@ -10,7 +13,7 @@ use super::tree::{Kind, NodeId, TimerId, Tree, array_index};
 pub(super) type HistoryValue = Vec<(NodeId, Vec<NodeId>)>;
 
 /// The runtime part of a snapshot.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(super) struct Config {
     /// XState's `_nodes`: every active state (root included), in XState's insertion order,
     /// which decides the key order of parallel state values and so the order in which regions
@@ -18,10 +21,46 @@ pub(super) struct Config {
     pub(super) nodes: Vec<NodeId>,
     pub(super) history: HistoryValue,
     pub(super) done: bool,
-    /// XState's `context`; shared until an assignment changes it.
-    pub(super) context: Arc<Value>,
+    pub(super) context: Context,
     /// Running `after` timers, in the order they were started (which breaks deadline ties).
     pub(super) timers: Vec<Pending>,
+}
+
+/// XState's `context`, shared until an assignment changes it. The empty context of a machine
+/// without one (the common case) is no allocation and costs nothing to copy.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Context(Option<Arc<Value>>);
+
+impl Context {
+    pub(super) fn new(value: Value) -> Context {
+        if value.as_object().is_some_and(Map::is_empty) {
+            Context(None)
+        } else {
+            Context(Some(Arc::new(value)))
+        }
+    }
+
+    pub(super) fn get(&self) -> &Value {
+        static EMPTY: OnceLock<Value> = OnceLock::new();
+        match &self.0 {
+            Some(v) => v,
+            None => EMPTY.get_or_init(|| Value::Object(Map::new())),
+        }
+    }
+
+    /// The context to change, copied first if it is shared.
+    pub(super) fn make_mut(&mut self) -> &mut Value {
+        Arc::make_mut(
+            self.0
+                .get_or_insert_with(|| Arc::new(Value::Object(Map::new()))),
+        )
+    }
+}
+
+impl PartialEq for Context {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
 }
 
 /// A running timer: which `after` entry, and when it falls due (unix ms, or whatever clock the

@@ -9,13 +9,13 @@
 //! which stops the eventless loop), [`Engine::microstep`] says whether its result is a new
 //! snapshot: one is new when the active states or history changed, or an assignment ran.
 
-use std::{collections::VecDeque, sync::Arc};
+use std::collections::VecDeque;
 
 use serde_json::{Map, Value, json};
 
 use super::{
     config::{
-        ActiveChildren, Config, HistoryValue, Pending, all_state_nodes, cancel_timer,
+        ActiveChildren, Config, Context, HistoryValue, Pending, all_state_nodes, cancel_timer,
         first_active_child, initial_state_nodes, start_timer,
     },
     event::Event,
@@ -41,7 +41,7 @@ pub(super) struct Engine<'a> {
 
 impl Engine<'_> {
     /// XState's `getInitialSnapshot`: the initial microstep, then a macrostep on `xstate.init`.
-    pub(super) fn initial(&self, context: Arc<Value>) -> Result<Config, Runaway> {
+    pub(super) fn initial(&self, context: Context) -> Result<Config, Runaway> {
         let pre = Config {
             nodes: vec![ROOT],
             history: Vec::new(),
@@ -139,7 +139,7 @@ impl Engine<'_> {
     pub(super) fn select_transitions(&self, cfg: &Config, event: &Event) -> Vec<TransId> {
         let mut out = Vec::new();
         let all = all_state_nodes(self.tree, &cfg.nodes);
-        self.transition_node(ROOT, &all, &cfg.context, event, &mut out);
+        self.transition_node(ROOT, &all, cfg.context.get(), event, &mut out);
         out
     }
 
@@ -180,7 +180,7 @@ impl Engine<'_> {
             let mut s = Some(atomic);
             'chain: while let Some(n) = s {
                 for &t in &self.tree.node(n).always {
-                    if self.guard_passes(self.tree.transition(t), &cfg.context, event) {
+                    if self.guard_passes(self.tree.transition(t), cfg.context.get(), event) {
                         if !enabled.contains(&t) {
                             enabled.push(t);
                         }
@@ -234,8 +234,10 @@ impl Engine<'_> {
     ) -> (Config, bool) {
         let mut set = cur.nodes.clone();
         let mut history: Option<HistoryValue> = None;
-        let mut context = Arc::clone(&cur.context);
+        let mut context = cur.context.clone();
         let mut timers = cur.timers.clone();
+        // Machines without entry/exit assignments or timers (most) skip that work per state.
+        let state_effects = self.tree.has_state_actions || !self.tree.timers.is_empty();
         let mut assigned = false;
         if !is_initial {
             let mut exit = self.compute_exit_set(filtered, &set, &cur.history);
@@ -263,8 +265,10 @@ impl Engine<'_> {
                     }
                 }
             }
-            for &x in &exit {
-                assigned |= self.exit_state(x, &mut context, &mut timers, event);
+            if state_effects {
+                for &x in &exit {
+                    assigned |= self.exit_state(x, &mut context, &mut timers, event);
+                }
             }
             set.retain(|s| !exit.contains(s));
         }
@@ -282,10 +286,12 @@ impl Engine<'_> {
                 set.push(s);
             }
             let node = self.tree.node(s);
-            assigned |= self.run_assigns(&node.entry, &mut context, event);
-            for &timer in &node.after {
-                let delay = self.tree.timer(timer).delay_ms;
-                start_timer(&mut timers, timer, self.now.saturating_add(delay));
+            if state_effects {
+                assigned |= self.run_assigns(&node.entry, &mut context, event);
+                for &timer in &node.after {
+                    let delay = self.tree.timer(timer).delay_ms;
+                    start_timer(&mut timers, timer, self.now.saturating_add(delay));
+                }
             }
             if node.kind != Kind::Final {
                 continue;
@@ -319,8 +325,10 @@ impl Engine<'_> {
             // XState sorts `nextStateNodes` in place (descending document order) to run every
             // exit action when the machine is done, and that sorted array becomes `_nodes`.
             set.sort_unstable_by(|a, b| b.cmp(a));
-            for &x in &set {
-                assigned |= self.exit_state(x, &mut context, &mut timers, event);
+            if state_effects {
+                for &x in &set {
+                    assigned |= self.exit_state(x, &mut context, &mut timers, event);
+                }
             }
         }
         let same_nodes = set.len() == cur.nodes.len() && cur.nodes.iter().all(|n| set.contains(n));
@@ -350,7 +358,7 @@ impl Engine<'_> {
     fn exit_state(
         &self,
         x: NodeId,
-        context: &mut Arc<Value>,
+        context: &mut Context,
         timers: &mut Vec<Pending>,
         event: &Event,
     ) -> bool {
@@ -364,15 +372,15 @@ impl Engine<'_> {
 
     /// Runs `xstate.assign` actions in order, each seeing the context the previous one left.
     /// Returns whether any ran.
-    fn run_assigns(&self, actions: &[Assign], context: &mut Arc<Value>, event: &Event) -> bool {
+    fn run_assigns(&self, actions: &[Assign], context: &mut Context, event: &Event) -> bool {
         for action in actions {
-            let data = json!({"context": &**context, "event": event.to_json()});
+            let data = json!({"context": context.get(), "event": event.to_json()});
             let updates: Vec<(String, Value)> = action
                 .keys
                 .iter()
                 .map(|(key, rule)| (key.clone(), rule.eval(&data).unwrap_or(Value::Null)))
                 .collect();
-            let ctx = Arc::make_mut(context);
+            let ctx = context.make_mut();
             if !ctx.is_object() {
                 *ctx = Value::Object(Map::new());
             }

@@ -134,7 +134,7 @@ use std::{collections::VecDeque, fmt, sync::Arc};
 use serde_json::Value;
 
 use self::{
-    config::Config,
+    config::{Config, Context},
     engine::Engine,
     tree::{ROOT, Tree, matches_descriptor},
 };
@@ -216,7 +216,7 @@ impl Machine {
         guards: Arc<dyn Guards + Send + Sync>,
     ) -> Result<Machine, MachineError> {
         let tree = parse::parse(def, &*guards)?;
-        let initial = start(&tree, &*guards, Arc::new(tree.context.clone()))?;
+        let initial = start(&tree, &*guards, Context::new(tree.context.clone()))?;
         Ok(Machine {
             tree: Arc::new(tree),
             guards,
@@ -257,7 +257,7 @@ impl Machine {
                 "the context must be a JSON object",
             ));
         }
-        let mut cfg = start(&self.tree, &*self.guards, Arc::new(context))?;
+        let mut cfg = start(&self.tree, &*self.guards, Context::new(context))?;
         for p in &mut cfg.timers {
             p.deadline = p.deadline.saturating_add(now);
         }
@@ -406,7 +406,8 @@ impl Machine {
         all.iter().any(|&n| {
             self.tree.candidates(n, event_type).any(|t| {
                 self.tree.transition(t).guard.as_ref().is_none_or(|g| {
-                    guards::decide(&*self.guards, g, &cfg.context, event_type, known) != Some(false)
+                    guards::decide(&*self.guards, g, cfg.context.get(), event_type, known)
+                        != Some(false)
                 })
             })
         })
@@ -462,7 +463,7 @@ impl Machine {
 }
 
 /// Runs the initial step; an initial state that loops is refused at load.
-fn start(tree: &Tree, guards: &dyn Guards, context: Arc<Value>) -> Result<Config, MachineError> {
+fn start(tree: &Tree, guards: &dyn Guards, context: Context) -> Result<Config, MachineError> {
     let engine = Engine {
         tree,
         guards,

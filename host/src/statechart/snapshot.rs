@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::{
-    config::{ActiveChildren, Config, HistoryValue, Pending, all_state_nodes, first_active_child},
+    config::{
+        ActiveChildren, Config, Context, HistoryValue, Pending, all_state_nodes, first_active_child,
+    },
     error::MachineError,
     tree::{Kind, NodeId, ROOT, TimerId, Tree},
 };
@@ -52,7 +54,7 @@ impl fmt::Debug for Snapshot {
         f.debug_struct("Snapshot")
             .field("value", &self.value())
             .field("status", &self.status())
-            .field("context", &self.cfg.context)
+            .field("context", self.cfg.context.get())
             .finish()
     }
 }
@@ -87,7 +89,7 @@ impl Snapshot {
 
     /// XState's `snapshot.context`: always an object (`{}` for a machine without context).
     pub fn context(&self) -> &Value {
-        &self.cfg.context
+        self.cfg.context.get()
     }
 
     /// When the first running timer falls due (in the clock the caller passed as `now`), if any
@@ -158,7 +160,7 @@ impl Snapshot {
             "status": self.status(),
             "historyValue": history,
             "nodes": nodes,
-            "context": &*self.cfg.context,
+            "context": self.cfg.context.get(),
             "timers": timers,
         })
     }
@@ -201,7 +203,7 @@ fn value_of(tree: &Tree, all: &[NodeId], node: NodeId) -> Value {
 pub(super) fn restore_config(
     tree: &Tree,
     persisted: &Value,
-    default_context: &Arc<Value>,
+    default_context: &Context,
     now: u64,
 ) -> Result<Config, MachineError> {
     let obj = persisted
@@ -280,8 +282,8 @@ pub(super) fn restore_config(
         history.sort_by_key(|(h, _)| *h);
     }
     let context = match obj.get("context") {
-        None => Arc::clone(default_context),
-        Some(c @ Value::Object(_)) => Arc::new(c.clone()),
+        None => default_context.clone(),
+        Some(c @ Value::Object(_)) => Context::new(c.clone()),
         Some(_) => return Err(MachineError::new("context", "must be an object")),
     };
     let all = all_state_nodes(tree, &nodes).into_owned();
