@@ -155,7 +155,9 @@ fn check_refuses_bad_json_logic_naming_its_path() {
     let (code, stdout, _) = run(&["check", "--plugins", dir], "");
     assert_eq!(code, 1, "stdout: {stdout}");
     assert!(
-        stdout.contains("states.open.on.CLOSE.guard.params.rule: bad JSON Logic: unknown operator \"bogus\""),
+        stdout.contains(
+            "states.open.on.CLOSE.guard.params.rule: bad JSON Logic: unknown operator \"bogus\""
+        ),
         "names the path and the problem: {stdout}"
     );
 }
