@@ -36,6 +36,7 @@ fn loads_the_invoice_plugin_and_calls_it() {
         [
             "invoice.submit",
             "invoice.approve",
+            "invoice.second_approve",
             "invoice.reject",
             "invoice.discharge",
             "invoice.status"
@@ -115,8 +116,9 @@ fn every_example_plugin_binds_its_tools_to_its_machine() {
             for state in &tool.states {
                 let on = &machine["states"][state]["on"];
                 let event = tool.transition.as_deref().unwrap();
+                // A target, a transition object, or a list of guarded candidates.
                 assert!(
-                    on[event].is_string(),
+                    !on[event].is_null(),
                     "{}: {state} does not handle {event}",
                     tool.name
                 );
