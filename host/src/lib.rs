@@ -15,6 +15,7 @@
 //! - [`commands`]: the `turnstile` subcommands.
 //! - [`hotplug`]: the plugin directory's changes, applied to the catalog while serving.
 //! - [`memory`]: the allocator, and giving freed memory back to the OS.
+//! - [`metrics`]: what the server counts, and the Prometheus text of `GET /metrics`.
 //! - [`load`]: `turnstile load`, a load tester and contract checker for any MCP server (a
 //!   client: it uses none of the modules above).
 //!
@@ -29,6 +30,7 @@ pub mod invoke;
 pub mod load;
 pub mod mcp;
 pub mod memory;
+pub mod metrics;
 pub mod plugin;
 pub mod retention;
 pub mod shutdown;

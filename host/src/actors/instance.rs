@@ -429,11 +429,14 @@ async fn run_call(
         return Err(InstanceError::Tool(InvokeError::ShuttingDown));
     }
     let store_key = key.store_key();
-    store.save(&store_key, &record, view.version).await?;
+    crate::metrics::timed_save(store.save(&store_key, &record, view.version)).await?;
     // Other processes sharing the store notify their own sessions. The transition is saved
     // already, so a failed announcement costs them a notification, not a state.
     if let Err(error) = store.announce_change(node, &store_key).await {
         tracing::warn!(instance = %key, %error, "could not announce a change to other servers");
+    }
+    if moved && let Some(event) = &tool.manifest.transition {
+        crate::metrics::transition_saved(&workflow.id, event);
     }
     let after = InstanceView {
         snapshot,
