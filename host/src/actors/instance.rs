@@ -143,6 +143,9 @@ pub struct InstanceActor {
     current: Option<InstanceView>,
     /// Held by a plugin thread still running a call of this instance past its deadline.
     plugin_lock: invoke::InstanceLock,
+    /// Its owner ended ([`End`]): the actor stops, and a restart is only actix's supervisor
+    /// seeing an address still held elsewhere, not a fault.
+    ended: bool,
 }
 
 impl InstanceActor {
@@ -153,6 +156,7 @@ impl InstanceActor {
             deps,
             current: None,
             plugin_lock: invoke::InstanceLock::default(),
+            ended: false,
         }
     }
 
@@ -270,7 +274,11 @@ impl Actor for InstanceActor {
 impl Supervised for InstanceActor {
     /// A restarted actor forgets its copy and reloads the last saved snapshot.
     fn restarting(&mut self, _ctx: &mut Self::Context) {
-        tracing::warn!(instance = %self.key, "instance restarting");
+        if self.ended {
+            tracing::debug!(instance = %self.key, "ended instance stops once its last address is dropped");
+        } else {
+            tracing::warn!(instance = %self.key, "instance restarting");
+        }
         self.current = None;
     }
 }
@@ -496,6 +504,7 @@ impl Handler<End> for InstanceActor {
         };
         AtomicResponse::new(Box::pin(work.into_actor(self).map(|(), actor, ctx| {
             actor.current = None;
+            actor.ended = true;
             ctx.stop();
         })))
     }
