@@ -22,10 +22,12 @@ use rmcp::{
     ErrorData, model::CallToolResponse,
     transport::streamable_http_server::session::local::LocalSessionManager,
 };
+use sha2::{Digest, Sha256};
 use tracing::field;
 
 use super::{handshake::Handshakes, server::Shared};
 use crate::{
+    actors::InstanceKey,
     catalog::LiveCatalog,
     metrics::{self, Gauges, PluginPool},
 };
@@ -69,14 +71,36 @@ impl CallRecord {
         self.span.clone()
     }
 
+    /// Records in the current call's span which instance the call is about, as
+    /// `<workflow>#<digest>`: a handle and a session id are credentials, so the span (which a
+    /// log line or an exporter may carry anywhere) holds a digest of the instance's key, the
+    /// same for every call on that instance, and not the key itself.
+    pub fn record_instance(key: &InstanceKey) {
+        let span = tracing::Span::current();
+        if span.is_disabled() {
+            return;
+        }
+        let digest = Sha256::digest(key.store_key().as_bytes());
+        let short: String = digest[..6]
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        span.record("instance", format!("{}#{short}", key.workflow));
+    }
+
     /// The call was answered with `answer`: count it, close its span, and pass the answer on.
     pub fn finish(
         self,
         answer: Result<CallToolResponse, ErrorData>,
     ) -> Result<CallToolResponse, ErrorData> {
         let outcome = outcome(&answer);
+        let took = self.started.elapsed();
         self.span.record("outcome", outcome);
-        metrics::call_answered(&self.tool, outcome, self.started.elapsed());
+        // A line per call only for those who ask (`RUST_LOG=info,turnstile::call=debug`).
+        self.span.in_scope(|| {
+            tracing::debug!(target: "turnstile::call", took_ms = took.as_secs_f64() * 1e3, "call answered");
+        });
+        metrics::call_answered(&self.tool, outcome, took);
         answer
     }
 }

@@ -306,7 +306,7 @@ impl TurnstileServer {
             Target::Existing(key) => (key, false),
             Target::Mint(key) => (key, true),
         };
-        tracing::Span::current().record("instance", tracing::field::display(&key));
+        CallRecord::record_instance(&key);
         self.watch(&key, &context);
         let call_id = uuid::Uuid::new_v4().to_string();
         let (host, events) = HostCall::new(context.ct.child_token());
