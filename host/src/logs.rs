@@ -9,9 +9,8 @@
 //! rmcp's own events are its internals: it logs every session's `peer_info`, every notification
 //! received, and normal client behaviour (a client closing a stream before its answer, every
 //! JSON-RPC error answer) at INFO, WARN and ERROR. They are shown only when `RUST_LOG` enables
-//! debug for their target (`RUST_LOG=info,rmcp=debug`), whatever their own level. The listen
-//! test in `tests/sessions.rs`, the protocol-error tests and `tests/metrics.rs` fail if they
-//! reach the default log.
+//! debug for their target (`RUST_LOG=info,rmcp=debug`), whatever their own level.
+//! `tests/metrics.rs` and the Python-client tests fail if any of them reaches the default log.
 //!
 //! It must not decide what is logged where events happen; it only routes and filters.
 
