@@ -73,11 +73,15 @@ fn machine_run_prints_one_json_line_per_event() {
     assert_eq!(
         lines,
         vec![
-            json!({"value": "draft", "status": "active"}),
-            json!({"event": "SUBMIT", "value": "review", "status": "active", "changed": true}),
-            json!({"event": "APPROVE", "value": "approved", "status": "active", "changed": true}),
-            json!({"event": "SUBMIT", "value": "approved", "status": "active", "changed": false}),
-            json!({"event": "DISCHARGE", "value": "discharged", "status": "done", "changed": true}),
+            json!({"value": "draft", "status": "active", "context": {}}),
+            json!({"event": "SUBMIT", "value": "review", "status": "active", "context": {},
+                "changed": true}),
+            json!({"event": "APPROVE", "value": "approved", "status": "active", "context": {},
+                "changed": true}),
+            json!({"event": "SUBMIT", "value": "approved", "status": "active", "context": {},
+                "changed": false}),
+            json!({"event": "DISCHARGE", "value": "discharged", "status": "done", "context": {},
+                "changed": true}),
         ]
     );
 }
@@ -100,4 +104,154 @@ fn machine_run_refuses_a_bad_machine_naming_the_path() {
         "names the path: {stderr}"
     );
     assert!(stderr.contains("aproved"), "names the bad target: {stderr}");
+}
+
+#[test]
+fn check_reports_nothing_for_the_example_plugins() {
+    let plugins = PluginDir::with(&["invoice", "payment", "migration"]);
+    let dir = plugins.path().to_str().unwrap();
+    let (code, stdout, stderr) = run(&["check", "--strict", "--plugins", dir], "");
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(!stdout.contains("warn"), "stdout: {stdout}");
+    assert!(!stdout.contains("error"), "stdout: {stdout}");
+}
+
+#[test]
+fn check_warns_about_each_graph_problem_and_fails_with_strict() {
+    let plugins = PluginDir::with(&[]);
+    plugins.add_c_fixture("graph_problems");
+    let dir = plugins.path().to_str().unwrap();
+    let (code, stdout, _) = run(&["check", "--plugins", dir], "");
+    assert_eq!(code, 0, "warnings alone pass: {stdout}");
+    for expected in [
+        "warn  workflow \"flow\": state \"island\" is unreachable from the initial state",
+        "warn  workflow \"flow\": no final state can be reached from state \"middle\"",
+        "warn  workflow \"flow\": no final state can be reached from state \"loop\"",
+        "warn  workflow \"flow\": state \"parked\" lists no tool and no timer or eventless \
+         transition leaves it (an agent there is stuck)",
+        "warn  workflow \"flow\": tool \"flow.ghost\" is never listed (its states are \
+         unreachable)",
+        "warn  workflow \"flow\": event \"LOST\" is fired by no tool and no timer",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+    assert!(!stdout.contains("\"start\""), "start is fine: {stdout}");
+    let (code, stdout, _) = run(&["check", "--strict", "--plugins", dir], "");
+    assert_eq!(code, 1, "--strict makes them errors: {stdout}");
+    assert!(
+        stdout.contains("error workflow \"flow\": state \"island\""),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn check_refuses_bad_json_logic_naming_its_path() {
+    let plugins = PluginDir::with(&[]);
+    plugins.add_c_fixture("bad_guard");
+    let dir = plugins.path().to_str().unwrap();
+    let (code, stdout, _) = run(&["check", "--plugins", dir], "");
+    assert_eq!(code, 1, "stdout: {stdout}");
+    assert!(
+        stdout.contains(
+            "states.open.on.CLOSE.guard.params.rule: bad JSON Logic: unknown operator \"bogus\""
+        ),
+        "names the path and the problem: {stdout}"
+    );
+}
+
+/// The invoice of issue 13, with context, a guard over the call's input, an assignment and a
+/// review deadline.
+const GUARDED: &str = r#"{"id":"invoice","initial":"draft","context":{"amount":0},
+  "delays":{"deadline":100},
+  "states":{
+    "draft":{"on":{"SUBMIT":{"target":"review","actions":{"type":"xstate.assign",
+      "params":{"amount":{"var":["event.input.amount",0]}}}}}},
+    "review":{"after":{"deadline":"draft"},"on":{"APPROVE":[
+      {"target":"second","guard":{"type":"jsonLogic","params":{"rule":{">":[{"var":"context.amount"},10000]}}}},
+      {"target":"approved"}]}},
+    "second":{"on":{"APPROVE":"approved"}},
+    "approved":{"type":"final"},
+    "spin":{"always":{"actions":{"type":"xstate.assign","params":{"n":1}}}}},
+  "on":{"SPIN":".spin"}}"#;
+
+#[test]
+fn machine_run_shows_context_guards_timers_and_loops() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("guarded.json");
+    std::fs::write(&file, GUARDED).unwrap();
+    let input = [
+        r#"{"type":"SUBMIT","input":{"amount":20000}}"#,
+        r#"{"advance":60}"#,
+        r#"{"advance":40}"#,
+        r#"{"type":"SUBMIT","input":{"amount":20000}}"#,
+        r#""APPROVE""#,
+        r#"not json"#,
+        r#""SPIN""#,
+    ]
+    .join("\n");
+    let (code, stdout, stderr) = run(
+        &[
+            "machine",
+            "run",
+            "--context",
+            r#"{"amount":5,"note":"x"}"#,
+            file.to_str().unwrap(),
+        ],
+        &input,
+    );
+    assert_eq!(
+        code, 1,
+        "a bad line makes the exit status 1; stderr: {stderr}"
+    );
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines.len(),
+        8,
+        "the initial line and one per input line: {stdout}"
+    );
+    assert_eq!(
+        lines[0],
+        json!({"value": "draft", "status": "active",
+        "context": {"amount": 5, "note": "x"}})
+    );
+    assert_eq!(
+        lines[1],
+        json!({"event": "SUBMIT", "value": "review", "status": "active",
+        "context": {"amount": 20000, "note": "x"},
+        "timers": [{"event": "xstate.after.deadline.invoice.review", "deadline": 100}],
+        "changed": true})
+    );
+    assert_eq!(lines[2]["fired"], json!([]));
+    assert_eq!(lines[2]["value"], json!("review"));
+    assert_eq!(
+        lines[3],
+        json!({"advance": 40, "now": 100,
+        "fired": ["xstate.after.deadline.invoice.review"], "value": "draft", "status": "active",
+        "context": {"amount": 20000, "note": "x"}, "changed": true})
+    );
+    assert_eq!(
+        lines[5]["value"],
+        json!("second"),
+        "over 10,000 needs a second approval"
+    );
+    assert_eq!(lines[6]["line"], json!(6), "numbered from 1");
+    assert!(
+        lines[6]["error"].as_str().unwrap().contains("not JSON"),
+        "{}",
+        lines[6]
+    );
+    assert_eq!(lines[7]["event"], json!("SPIN"));
+    assert!(
+        lines[7]["error"].as_str().unwrap().contains("looped"),
+        "the loop is refused: {}",
+        lines[7]
+    );
+    assert_eq!(lines[7]["value"], json!("second"), "and changes nothing");
+    assert_eq!(lines[7]["changed"], json!(false));
 }

@@ -39,3 +39,43 @@ async fn menus_follow_nested_and_parallel_states() {
     assert_eq!(error["code"], "FORBIDDEN");
     assert_eq!(error["state"], "cancelled");
 }
+
+/// A guard over the workflow's context decides the menu: the invoice keeps the submitted amount
+/// (an assignment from the call's input), and one over 10,000 needs a second approval, which its
+/// menu says; one of 200 does not. Each step is a transition its session hears about.
+#[tokio::test]
+async fn a_guard_over_the_submitted_amount_decides_the_next_menu() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &[]);
+    let large = Client::http(&server.url).await;
+    let small = Client::http(&server.url).await;
+    for (client, amount) in [(&large, 20_000), (&small, 200)] {
+        let submitted = client
+            .call("invoice.submit", json!({"amount": amount}))
+            .await;
+        assert_ne!(submitted.is_error, Some(true), "{submitted:?}");
+        let approved = client.call("invoice.approve", json!({})).await;
+        assert_ne!(approved.is_error, Some(true), "{approved:?}");
+    }
+    assert_eq!(
+        large.tool_names().await,
+        names(&["invoice.reject", "invoice.second_approve", "invoice.status"]),
+        "20,000 waits for a second approval"
+    );
+    let early = large.call("invoice.discharge", json!({})).await;
+    assert_eq!(common::error_code(&early), "FORBIDDEN");
+    assert_eq!(
+        small.tool_names().await,
+        names(&["invoice.discharge", "invoice.status"]),
+        "200 is approved at once"
+    );
+    let second = large.call("invoice.second_approve", json!({})).await;
+    assert_eq!(
+        second.structured_content.as_ref().unwrap()["state"],
+        "approved"
+    );
+    assert_eq!(
+        large.tool_names().await,
+        names(&["invoice.discharge", "invoice.status"])
+    );
+}

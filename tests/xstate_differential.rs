@@ -2,10 +2,12 @@
 //!
 //! Every case (hand-written ones for each construct, plus seeded random machines) runs through
 //! `tests/xstate/harness.mjs` (the npm `xstate` pinned in `tests/xstate/package.json`) and
-//! through `turnstile::statechart`; the initial value/status and, per event, value, status and
-//! `changed` must agree exactly, including the key order of state values. Needs `node` and
-//! `npm`; runs `npm ci` when `tests/xstate/node_modules` is missing, and fails (never skips)
-//! when it cannot.
+//! through `turnstile::statechart`; the initial value/status/context and, per event, value,
+//! status, context and `changed` must agree exactly, including the key order of state values.
+//! Time is simulated: `{"advance": MS}` events move both clocks and must fire the same timers;
+//! an eventless loop must stop both at the same step (XState's `maxIterations` is Turnstile's
+//! bound). Needs `node` and `npm`; runs `npm ci` when `tests/xstate/node_modules` is missing,
+//! and fails (never skips) when it cannot.
 
 use std::{
     io::Write,
@@ -15,17 +17,19 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use turnstile::statechart::{Event, Guards, Machine, MachineError, Status};
+use turnstile::statechart::{Event, Guards, Machine, MachineError, Snapshot, Status};
 
 #[path = "xstate/cases.rs"]
 mod cases;
 #[path = "xstate/generate.rs"]
 mod generate;
 
-/// One machine and the events sent to it.
+/// One machine, the context it starts with (if not its own) and the events sent to it
+/// (`{"advance": MS}` moves the clock).
 pub struct Case {
     pub name: String,
     pub machine: Value,
+    pub context: Option<Value>,
     pub events: Vec<Value>,
 }
 
@@ -66,7 +70,8 @@ fn harness_dir() -> PathBuf {
 }
 
 fn ensure_node_modules(dir: &Path) {
-    if dir.join("node_modules").join("xstate").exists() {
+    let modules = dir.join("node_modules");
+    if modules.join("xstate").exists() && modules.join("json-logic-js").exists() {
         return;
     }
     let status = Command::new("npm")
@@ -83,7 +88,10 @@ fn run_xstate(cases: &[&Case]) -> Vec<Value> {
     ensure_node_modules(&dir);
     let input: Vec<Value> = cases
         .iter()
-        .map(|c| json!({"machine": c.machine, "events": c.events}))
+        .map(|c| match &c.context {
+            Some(ctx) => json!({"machine": c.machine, "context": ctx, "events": c.events}),
+            None => json!({"machine": c.machine, "events": c.events}),
+        })
         .collect();
     let mut child = Command::new("node")
         .arg("harness.mjs")
@@ -106,25 +114,51 @@ fn run_xstate(cases: &[&Case]) -> Vec<Value> {
     serde_json::from_slice(&out.stdout).expect("harness prints JSON")
 }
 
-/// Runs a case through Turnstile, in the harness's output shape.
-fn run_turnstile(case: &Case) -> Result<Value, MachineError> {
-    let machine = Machine::from_json_with_guards(&case.machine, Arc::new(TestGuards))?;
-    let status = |s: Status| match s {
+/// A snapshot in the harness's output shape.
+fn view(snap: &Snapshot) -> Value {
+    let status = match snap.status() {
         Status::Active => "active",
         Status::Done => "done",
     };
-    let mut snap = machine.initial_snapshot();
-    let initial = json!({"value": snap.value(), "status": status(snap.status())});
+    json!({"value": snap.value(), "status": status, "context": snap.context()})
+}
+
+/// Runs a case through Turnstile, in the harness's output shape.
+fn run_turnstile(case: &Case) -> Result<Value, MachineError> {
+    let machine = Machine::from_json_with_guards(&case.machine, Arc::new(TestGuards))?;
+    let mut snap = match &case.context {
+        Some(ctx) => machine.initial_snapshot_with(ctx.clone(), 0)?,
+        None => machine.initial_snapshot(),
+    };
+    let mut now = 0u64;
+    let initial = view(&snap);
     let mut steps = Vec::new();
     for e in &case.events {
-        let event = Event::from_json(e).expect("test events are valid");
-        let step = machine.transition(&snap, &event);
-        snap = step.snapshot;
-        steps.push(json!({
-            "value": snap.value(),
-            "status": status(snap.status()),
-            "changed": step.changed,
-        }));
+        let step = if let Some(ms) = e.get("advance").and_then(Value::as_u64) {
+            now += ms;
+            let fired = machine.fire_due(&snap, now);
+            if fired.timers.iter().any(|t| t.outcome.is_err()) {
+                steps.push(json!({"loop": true}));
+                break;
+            }
+            let events: Vec<&str> = fired.timers.iter().map(|t| t.event.as_str()).collect();
+            let mut v = view(&fired.snapshot);
+            v["changed"] = json!(fired.changed());
+            v["fired"] = json!(events);
+            snap = fired.snapshot;
+            v
+        } else {
+            let event = Event::from_json(e).expect("test events are valid");
+            let Ok(step) = machine.step(&snap, &event, now) else {
+                steps.push(json!({"loop": true}));
+                break;
+            };
+            snap = step.snapshot;
+            let mut v = view(&snap);
+            v["changed"] = json!(step.changed);
+            v
+        };
+        steps.push(step);
         // Persistence must round-trip at every step, and the next event is applied to the
         // restored snapshot, so XState's agreement also covers what was persisted.
         let persisted: Value =
@@ -136,8 +170,17 @@ fn run_turnstile(case: &Case) -> Result<Value, MachineError> {
     Ok(json!({"initial": initial, "steps": steps}))
 }
 
-/// Compares a batch; returns (accepted, refused, disagreements).
-fn compare(cases: &[Case]) -> (usize, Vec<String>, Vec<String>) {
+/// What comparing a batch found.
+struct Comparison {
+    accepted: usize,
+    refused: Vec<String>,
+    disagreements: Vec<String>,
+    /// Accepted cases that ended in an eventless loop (on both sides, when they agree).
+    loops: usize,
+}
+
+/// Compares a batch.
+fn compare(cases: &[Case]) -> Comparison {
     let results: Vec<(usize, Result<Value, MachineError>)> = cases
         .iter()
         .enumerate()
@@ -153,10 +196,12 @@ fn compare(cases: &[Case]) -> (usize, Vec<String>, Vec<String>) {
     let js = run_xstate(&batch);
     assert_eq!(js.len(), batch.len(), "harness answered every case");
     let mut disagreements = Vec::new();
+    let mut loops = 0;
     for ((i, ours), theirs) in accepted.iter().zip(js) {
         let ours = ours.as_ref().expect("accepted");
         // String comparison also checks key order (region order) of state values.
         let (a, b) = (ours.to_string(), theirs.to_string());
+        loops += usize::from(a.contains("{\"loop\":true}"));
         if a != b {
             let c = &cases[*i];
             disagreements.push(format!(
@@ -167,7 +212,12 @@ fn compare(cases: &[Case]) -> (usize, Vec<String>, Vec<String>) {
             ));
         }
     }
-    (accepted.len(), refused, disagreements)
+    Comparison {
+        accepted: accepted.len(),
+        refused,
+        disagreements,
+        loops,
+    }
 }
 
 fn report(disagreements: &[String]) -> String {
@@ -182,7 +232,12 @@ fn report(disagreements: &[String]) -> String {
 #[test]
 fn hand_written_cases_agree_with_xstate() {
     let cases = cases::all();
-    let (accepted, refused, disagreements) = compare(&cases);
+    let Comparison {
+        accepted,
+        refused,
+        disagreements,
+        ..
+    } = compare(&cases);
     assert!(
         refused.is_empty(),
         "refused hand-written cases: {refused:#?}"
@@ -197,7 +252,12 @@ fn generated_machines_agree_with_xstate() {
     let cases: Vec<Case> = generated_seeds()
         .map(|s| generate::case(s, accept))
         .collect();
-    let (accepted, refused, disagreements) = compare(&cases);
+    let Comparison {
+        accepted,
+        refused,
+        disagreements,
+        loops,
+    } = compare(&cases);
     let steps: usize = cases.iter().map(|c| c.events.len()).sum();
     eprintln!(
         "generated: {} machines, {accepted} accepted, {} refused, {steps} events",
@@ -220,6 +280,15 @@ fn generated_machines_agree_with_xstate() {
         "\"#",
         "\".s",
         "\"target\":[\"#",
+        "\"jsonLogic\"",
+        "\"xstate.and\"",
+        "\"xstate.or\"",
+        "\"xstate.not\"",
+        "\"xstate.assign\"",
+        "\"entry\"",
+        "\"after\"",
+        "\"short\"",
+        "\"context\"",
     ] {
         let n = cases
             .iter()
@@ -231,6 +300,14 @@ fn generated_machines_agree_with_xstate() {
             "too few generated machines with {needle}"
         );
     }
+    let advances = cases
+        .iter()
+        .flat_map(|c| &c.events)
+        .filter(|e| e.get("advance").is_some())
+        .count();
+    eprintln!("  advance events: {advances}");
+    assert!(advances >= steps / 20, "too few advance events");
+    eprintln!("  cases ending in an eventless loop: {loops}");
     // The generator retries until Turnstile accepts a machine; refusals must stay rare.
     assert!(
         refused.len() * 100 <= cases.len(),

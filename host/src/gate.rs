@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::{
     catalog::{ToolEntry, Workflow},
-    statechart::Snapshot,
+    statechart::{Known, Snapshot},
 };
 
 /// Whether `tool` is on the menu of an instance in `snapshot`: ungated tools always are; a gated
@@ -26,13 +26,28 @@ pub fn is_visible(tool: &ToolEntry, snapshot: &Snapshot) -> bool {
             .any(|state| snapshot.matches(state))
 }
 
-/// The tools of `workflow` visible in `snapshot`, in catalog order. (The workflow's own tools:
-/// an instance still running on an older version of the machine sees that version's tools.)
+/// Whether `tool`'s event could still move an instance in `snapshot`, knowing `known` of the
+/// call: a tool that fires no event always may; one whose event no transition could take (every
+/// candidate's guard is false on what is known, e.g. "amount over 10,000" on the context) may not.
+/// Guards that read what is not known yet count as possibly true (see `Machine::may_take`).
+fn may_fire(workflow: &Workflow, tool: &ToolEntry, snapshot: &Snapshot, known: Known<'_>) -> bool {
+    tool.manifest
+        .transition
+        .as_deref()
+        .is_none_or(|event| workflow.machine.may_take(snapshot, event, known))
+}
+
+/// The tools of `workflow` an agent should be offered in `snapshot`, in catalog order: visible in
+/// the state, and, for a tool that fires an event, with a transition its guards may still allow.
+/// (The workflow's own tools: an instance still running on an older version of the machine sees
+/// that version's tools.)
 pub fn menu(workflow: &Workflow, snapshot: &Snapshot) -> Vec<Arc<ToolEntry>> {
     workflow
         .tools
         .iter()
-        .filter(|tool| is_visible(tool, snapshot))
+        .filter(|tool| {
+            is_visible(tool, snapshot) && may_fire(workflow, tool, snapshot, Known::TypeOnly)
+        })
         .cloned()
         .collect()
 }
@@ -75,11 +90,20 @@ pub struct Refusal {
     pub allowed: Vec<String>,
 }
 
-/// Checks a call of `tool` on an instance of `workflow` in `snapshot`: `None` when it may run,
-/// else why not. A tool that is not one of `workflow`'s (the instance runs an older version of
+/// Checks a call of `tool` with `arguments` on an instance of `workflow` in `snapshot`: `None`
+/// when it may run, else why not (outside its states, or no transition its guards allow for
+/// these arguments: the plugin never runs for a call that could not move the instance). A tool that is not one of `workflow`'s (the instance runs an older version of
 /// the machine, which did not have it) is refused like one outside its states.
-pub fn refusal(workflow: &Workflow, tool: &ToolEntry, snapshot: &Snapshot) -> Option<Refusal> {
-    if workflow.tool(tool.name()).is_some() && is_visible(tool, snapshot) {
+pub fn refusal(
+    workflow: &Workflow,
+    tool: &ToolEntry,
+    snapshot: &Snapshot,
+    arguments: &Value,
+) -> Option<Refusal> {
+    if workflow.tool(tool.name()).is_some()
+        && is_visible(tool, snapshot)
+        && may_fire(workflow, tool, snapshot, Known::Input(arguments))
+    {
         return None;
     }
     Some(Refusal {

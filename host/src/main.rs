@@ -162,9 +162,13 @@ enum Command {
         instance_ttl: u64,
     },
     /// Load every plugin in a directory and report every problem; exit 1 if there is one.
+    /// Workflow graph problems (unreachable states, stuck states, ...) are warnings.
     Check {
         #[arg(long, env = "TURNSTILE_PLUGINS")]
         plugins: PathBuf,
+        /// Treat workflow graph warnings as errors.
+        #[arg(long)]
+        strict: bool,
     },
     /// Debug a machine: print its initial snapshot, then step it with events read from stdin.
     Machine {
@@ -185,8 +189,14 @@ enum Command {
 
 #[derive(Subcommand)]
 enum MachineCommand {
-    /// Reads events as JSON lines (`"SUBMIT"` or `{"type":"SUBMIT"}`), prints one line per event.
-    Run { file: PathBuf },
+    /// Reads events as JSON lines (`"SUBMIT"` or `{"type":"SUBMIT","input":{..}}`) and
+    /// `{"advance": MS}` clock moves, prints one line per input line.
+    Run {
+        file: PathBuf,
+        /// The instance's initial context (a JSON object) instead of the machine's.
+        #[arg(long)]
+        context: Option<String>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -289,11 +299,16 @@ fn main() -> ExitCode {
                 },
             })
         }
-        Command::Check { plugins } => commands::check::run(&plugins),
+        Command::Check { plugins, strict } => commands::check::run(&plugins, strict),
         Command::Load(args) => commands::load::run(args),
         Command::Machine {
-            command: MachineCommand::Run { file },
-        } => commands::machine::run(&file, std::io::stdin().lock(), std::io::stdout().lock()),
+            command: MachineCommand::Run { file, context },
+        } => commands::machine::run(
+            &file,
+            context.as_deref(),
+            std::io::stdin().lock(),
+            std::io::stdout().lock(),
+        ),
         Command::Graph { plugins, format } => commands::graph::run(
             &plugins,
             match format {

@@ -8,11 +8,197 @@ fn case(name: &str, machine: Value, events: Value) -> Case {
     Case {
         name: name.to_string(),
         machine,
+        context: None,
         events: events.as_array().cloned().unwrap_or_default(),
     }
 }
 
+/// A case whose instance starts with `context` instead of the machine's own.
+fn case_with_context(name: &str, machine: Value, context: Value, events: Value) -> Case {
+    Case {
+        context: Some(context),
+        ..case(name, machine, events)
+    }
+}
+
+fn assign(params: Value) -> Value {
+    json!({"type": "xstate.assign", "params": params})
+}
+
+fn logic(rule: Value) -> Value {
+    json!({"type": "jsonLogic", "params": {"rule": rule}})
+}
+
 pub fn all() -> Vec<Case> {
+    let mut cases = classic();
+    cases.extend(guards_and_context());
+    cases.extend(timers_and_loops());
+    cases
+}
+
+/// Guards over the event and context, combinators, and assignments in XState's order.
+fn guards_and_context() -> Vec<Case> {
+    let big = logic(json!({">": [{"var": ["event.input.amount", 0]}, 10000]}));
+    vec![
+        case(
+            "second approval above an amount (jsonLogic over event.input)",
+            json!({"id":"inv","initial":"draft","context":{"approvals":0},"states":{
+                "draft":{"on":{"SUBMIT":[{"target":"review2","guard":big},{"target":"review"}]}},
+                "review2":{"on":{"APPROVE":{"target":"review","actions":assign(json!({"approvals":{"+":[{"var":"context.approvals"},1]}}))}}},
+                "review":{"on":{"APPROVE":{"target":"approved","actions":assign(json!({"approvals":{"+":[{"var":"context.approvals"},1]}}))}}},
+                "approved":{"type":"final"}}}),
+            json!([
+                {"type":"SUBMIT","input":{"amount":20000}}, "APPROVE", "APPROVE",
+            ]),
+        ),
+        case(
+            "small invoice takes one approval; guards read event.output",
+            json!({"id":"inv","initial":"draft","context":{"approvals":0},"states":{
+                "draft":{"on":{"SUBMIT":[{"target":"review2","guard":big},{"target":"review"}]}},
+                "review2":{"on":{"APPROVE":"review"}},
+                "review":{"on":{"APPROVE":[
+                    {"target":"approved","guard":logic(json!({"==":[{"var":"event.output.ok"},true]}))},
+                    {"target":"draft"}]}},
+                "approved":{"type":"final"}}}),
+            json!([
+                {"type":"SUBMIT","input":{"amount":200}},
+                {"type":"APPROVE","output":{"ok":false}},
+                {"type":"SUBMIT","input":{"amount":200},"output":{}},
+                {"type":"APPROVE","input":{},"output":{"ok":true}},
+            ]),
+        ),
+        case(
+            "xstate.and / or / not, nested, with params",
+            json!({"initial":"a","context":{"n":2},"states":{
+                "a":{"on":{"GO":[
+                    {"target":"both","guard":{"type":"xstate.and","guards":[
+                        logic(json!({">":[{"var":"context.n"},1]})),
+                        {"type":"xstate.not","guards":["payloadFlag"]}]}},
+                    {"target":"either","guard":{"type":"xstate.or","guards":[
+                        "isFalse",
+                        {"type":"jsonLogic","params":{"rule":{"===":[{"var":"params.want"},{"var":"event.kind"}]},"want":"k1"}}]}},
+                    {"target":"none","guard":{"type":"xstate.or","guards":[]}},
+                    {"target":"all","guard":{"type":"xstate.and","guards":[]}}]}},
+                "both":{"on":{"BACK":"a"}},"either":{"on":{"BACK":"a"}},
+                "none":{},"all":{"on":{"BACK":"a"}}}}),
+            json!([
+                "GO", "BACK", {"type":"GO","flag":true}, "BACK",
+                {"type":"GO","flag":true,"kind":"k1"}, "BACK",
+            ]),
+        ),
+        case(
+            "assignment order: exit, transition, entry; each sees the last",
+            json!({"initial":"a","context":{"log":"","n":0},"states":{
+                "a":{"initial":"a1","exit":assign(json!({"log":{"cat":[{"var":"context.log"},"xa "]}})),
+                    "states":{"a1":{"exit":[assign(json!({"log":{"cat":[{"var":"context.log"},"xa1 "]}})),
+                                            assign(json!({"n":{"+":[{"var":"context.n"},1]}}))]}},
+                    "on":{"GO":{"target":"b","actions":[
+                        assign(json!({"log":{"cat":[{"var":"context.log"},"t"]},"n":{"*":[{"var":"context.n"},10]}})),
+                        assign(json!({"log":{"cat":[{"var":"context.log"}," ",{"var":"event.input.tag"}," "]}}))]}}},
+                "b":{"entry":assign(json!({"log":{"cat":[{"var":"context.log"},"eb"]},"n":{"+":[{"var":"context.n"},2]}})),
+                    "on":{"STAY":{"actions":assign(json!({"n":{"-":[{"var":"context.n"},1]}}))},
+                          "DONE":"end"}},
+                "end":{"type":"final","entry":assign(json!({"log":{"cat":[{"var":"context.log"}," end"]}}))}},
+                "exit":assign(json!({"log":{"cat":[{"var":"context.log"}," bye"]}}))}),
+            json!([{"type":"GO","input":{"tag":"x"}}, "STAY", "STAY", "DONE", "STAY"]),
+        ),
+        case_with_context(
+            "a given context replaces the machine's; entry assignments run over it",
+            json!({"initial":"a","context":{"n":1},"states":{
+                "a":{"entry":assign(json!({"n":{"+":[{"var":"context.n"},100]}})),
+                    "always":{"target":"big","guard":logic(json!({">":[{"var":"context.n"},150]}))}},
+                "big":{}}}),
+            json!({"n": 60, "extra": [1, {"k": "v"}]}),
+            json!(["X"]),
+        ),
+        case(
+            "guards see the context as assigned by earlier microsteps",
+            json!({"initial":"count","context":{"n":0},"states":{
+                "count":{"always":[
+                    {"target":"done","guard":logic(json!({">=":[{"var":"context.n"},5]}))},
+                    {"actions":assign(json!({"n":{"+":[{"var":"context.n"},1]}})),
+                     "guard":logic(json!({"var":"context.go"}))}],
+                    "on":{"START":{"actions":assign(json!({"go":true}))}}},
+                "done":{"on":{"AGAIN":{"target":"count","actions":assign(json!({"n":0}))}}}}}),
+            json!(["START", "AGAIN", "NOTHING"]),
+        ),
+    ]
+}
+
+/// `after` timers on the simulated clock, and eventless loops stopped at the bound.
+fn timers_and_loops() -> Vec<Case> {
+    vec![
+        case(
+            "review deadline: back to draft after a delay, restarted on re-entry",
+            json!({"id":"r","initial":"draft","states":{
+                "draft":{"on":{"SUBMIT":"review"}},
+                "review":{"after":{"100":"draft"},"on":{"APPROVE":"approved","POKE":{"target":"review","reenter":true},"NOTE":{}}},
+                "approved":{"type":"final"}}}),
+            json!([
+                {"advance":1000}, "SUBMIT", {"advance":60}, "POKE", {"advance":60}, "NOTE",
+                {"advance":40}, {"advance":5}, "SUBMIT", {"advance":99}, "APPROVE", {"advance":500},
+            ]),
+        ),
+        case(
+            "chained timers count from the firing deadline; ties fire in start order",
+            json!({"id":"c","delays":{"short":10,"long":35},"initial":"p","states":{
+                "p":{"type":"parallel","states":{
+                    "x":{"initial":"x1","states":{
+                        "x1":{"after":{"short":"x2"}},"x2":{"after":{"short":"x3"}},
+                        "x3":{"after":{"15":"x1"}}}},
+                    "y":{"initial":"y1","states":{
+                        "y1":{"after":{"20":"y2","long":"y3"}},"y2":{"after":{"10":"y1"}},"y3":{}}}}}}}),
+            json!([{"advance":25}, {"advance":9}, {"advance":1}, {"advance":100}, {"advance":3}]),
+        ),
+        case(
+            "leaving a state cancels its timers; wildcards see timer events",
+            json!({"id":"w","initial":"a","states":{
+                "a":{"initial":"a1","after":{"50":"b"},"states":{
+                    "a1":{"after":{"20":"a2"}},"a2":{"on":{"*":{"target":"a1"}}}}},
+                "b":{"after":{"0":"a"},"on":{"STOP":"c"}},
+                "c":{}}}),
+            json!([{"advance":20}, {"advance":19}, {"advance":11}, {"advance":0}, "GO", {"advance":30}, {"advance":20}]),
+        ),
+        case(
+            "guarded timer transitions and timers with assignments",
+            json!({"id":"g","initial":"wait","context":{"ticks":0},"states":{
+                "wait":{"after":{"10":[
+                    {"target":"over","guard":logic(json!({">=":[{"var":"context.ticks"},3]}))},
+                    {"target":"wait","reenter":true,"actions":assign(json!({"ticks":{"+":[{"var":"context.ticks"},1]}}))}]}},
+                "over":{"type":"final"}}}),
+            json!([{"advance":25}, {"advance":100}]),
+        ),
+        case(
+            "an eventless loop that settles under the bound",
+            json!({"initial":"a","context":{"n":0},"states":{
+                "a":{"on":{"GO":"spin"}},
+                "spin":{"always":[{"target":"a","guard":logic(json!({">=":[{"var":"context.n"},900]}))},
+                    {"target":"spin2","actions":assign(json!({"n":{"+":[{"var":"context.n"},1]}}))}]},
+                "spin2":{"always":"spin"}}}),
+            json!(["GO"]),
+        ),
+        case(
+            "an eventless loop past the bound is stopped",
+            json!({"initial":"a","context":{"n":0},"states":{
+                "a":{"on":{"GO":"spin","SAFE":"b"}},
+                "b":{},
+                "spin":{"always":{"actions":assign(json!({"n":{"+":[{"var":"context.n"},1]}}))}}}}),
+            json!(["SAFE", "GO", "GO"]),
+        ),
+        case(
+            "a cycle between states without assignments is stopped too",
+            json!({"initial":"a","states":{"a":{"on":{"GO":"b"}},"b":{"always":"c"},"c":{"always":"b"}}}),
+            json!(["GO"]),
+        ),
+        case(
+            "a timer whose transition loops",
+            json!({"initial":"a","states":{"a":{"after":{"5":"b"}},"b":{"always":"c"},"c":{"always":"b"}}}),
+            json!([{"advance":4}, {"advance":1}]),
+        ),
+    ]
+}
+
+fn classic() -> Vec<Case> {
     vec![
         case(
             "invoice",

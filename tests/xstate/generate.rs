@@ -4,6 +4,13 @@
 //! with `on` (strings, objects, candidate arrays, targetless, `reenter`, guards), wildcards,
 //! `always`, `onDone`, explicit ids and every target form. Events come from a small alphabet so
 //! that transitions actually fire, some carrying the payloads the test guards read.
+//!
+//! Some machines also use what statecharts gained with context: a `context`, `xstate.assign`
+//! actions on transitions, `entry` and `exit`, `jsonLogic` guards and the `xstate.and/or/not`
+//! combinators, `after` timers (numeric and named delays) with `{"advance": MS}` events, and
+//! eventless transitions that assign (some settle, some loop until the bound). Rules stay within
+//! what json-logic-js and datalogic agree on by construction: numbers are integers, event fields
+//! are read with a default, and arithmetic only meets numbers.
 
 use serde_json::{Map, Value, json};
 
@@ -39,6 +46,14 @@ impl Rng {
 
 const EVENTS: &[&str] = &["A", "B", "C", "D", "x.a", "x.b", "x"];
 const DESCRIPTORS: &[&str] = &["A", "B", "C", "D", "x.a", "x.b", "x", "x.*", "*"];
+
+/// Which of the newer constructs a machine uses.
+#[derive(Clone, Copy)]
+struct Features {
+    context: bool,
+    logic: bool,
+    timers: bool,
+}
 
 /// A generated node before transitions are attached.
 struct Info {
@@ -77,27 +92,114 @@ fn candidate_case(seed: u64, attempt: u64) -> Case {
         },
         parent: None,
     });
+    let features = Features {
+        context: rng.chance(40),
+        logic: rng.chance(40),
+        timers: rng.chance(35),
+    };
     let mut counter = 0;
     let mut root = build(&mut rng, &mut infos, 0, 0, &mut counter, &machine_id);
     root.insert("id".into(), json!(machine_id));
-    add_transitions(&mut rng, &infos, &mut root, 0);
+    // Rules read `context.n` and `context.b`: they exist whenever a rule may run (datalogic
+    // and json-logic-js differ on `null` in `==` and arithmetic; see statechart/logic.rs).
+    if features.context || features.logic {
+        root.insert(
+            "context".into(),
+            json!({"n": rng.below(4), "b": rng.chance(50)}),
+        );
+    }
+    if features.timers {
+        root.insert("delays".into(), json!({"short": 15}));
+    }
+    add_transitions(&mut rng, &infos, &mut root, 0, features);
     let machine = Value::Object(root);
     let len = 6 + rng.below(14);
-    let events = (0..len).map(|_| event(&mut rng)).collect();
+    let events = (0..len).map(|_| event(&mut rng, features)).collect();
     Case {
         name: format!("generated seed {seed} (attempt {attempt})"),
         machine,
+        context: None,
         events,
     }
 }
 
-fn event(rng: &mut Rng) -> Value {
+fn event(rng: &mut Rng, features: Features) -> Value {
+    if features.timers && rng.chance(30) {
+        return json!({"advance": *rng.pick(&[0, 1, 5, 9, 10, 15, 20, 40])});
+    }
     let ty = *rng.pick(EVENTS);
+    if (features.logic || features.context) && rng.chance(40) {
+        let mut e = json!({"type": ty, "input": {"v": rng.below(5)}});
+        if rng.chance(50) {
+            e["output"] = json!({"ok": rng.chance(50)});
+        }
+        return e;
+    }
     match rng.below(4) {
         0 => json!({"type": ty, "flag": true}),
         1 => json!({"type": ty, "kind": "k1"}),
         _ => json!(ty),
     }
+}
+
+/// A number-valued rule: context and event numbers (read with a default), literals, sums.
+fn num_rule(rng: &mut Rng, depth: usize) -> Value {
+    match rng.below(if depth > 1 { 3 } else { 6 }) {
+        0 => json!({"var": "context.n"}),
+        1 => json!({"var": ["event.input.v", 0]}),
+        2 => json!(rng.below(5)),
+        3 => json!({"+": [num_rule(rng, depth + 1), num_rule(rng, depth + 1)]}),
+        4 => json!({"-": [num_rule(rng, depth + 1), num_rule(rng, depth + 1)]}),
+        _ => {
+            json!({"if": [bool_rule(rng, depth + 1), num_rule(rng, depth + 1), num_rule(rng, depth + 1)]})
+        }
+    }
+}
+
+/// A rule used for its truthiness: comparisons of numbers, context and output flags, logic.
+fn bool_rule(rng: &mut Rng, depth: usize) -> Value {
+    const OPS: &[&str] = &["<", ">", "<=", ">=", "==", "===", "!=", "!=="];
+    match rng.below(if depth > 1 { 3 } else { 7 }) {
+        0 | 1 => {
+            let op = *rng.pick(OPS);
+            json!({op: [num_rule(rng, depth + 1), num_rule(rng, depth + 1)]})
+        }
+        2 => json!({"var": *rng.pick(&["context.b", "event.output.ok"])}),
+        3 => json!({"!": [bool_rule(rng, depth + 1)]}),
+        4 => json!({"and": [bool_rule(rng, depth + 1), bool_rule(rng, depth + 1)]}),
+        5 => json!({"or": [bool_rule(rng, depth + 1), bool_rule(rng, depth + 1)]}),
+        _ => json!({"!!": [num_rule(rng, depth + 1)]}),
+    }
+}
+
+/// A `jsonLogic` guard, sometimes inside a combinator with a test guard.
+fn logic_guard(rng: &mut Rng, depth: usize) -> Value {
+    let leaf = |rng: &mut Rng| json!({"type": "jsonLogic", "params": {"rule": bool_rule(rng, 0)}});
+    if depth > 0 || rng.chance(60) {
+        return leaf(rng);
+    }
+    let other = if rng.chance(50) {
+        json!(*rng.pick(&["isTrue", "isFalse", "payloadFlag"]))
+    } else {
+        logic_guard(rng, depth + 1)
+    };
+    match rng.below(3) {
+        0 => json!({"type": "xstate.and", "guards": [leaf(rng), other]}),
+        1 => json!({"type": "xstate.or", "guards": [other, leaf(rng)]}),
+        _ => json!({"type": "xstate.not", "guards": [leaf(rng)]}),
+    }
+}
+
+/// An `xstate.assign` action setting `n` and/or `b`.
+fn assign_action(rng: &mut Rng) -> Value {
+    let mut params = Map::new();
+    if rng.chance(70) {
+        params.insert("n".into(), num_rule(rng, 0));
+    }
+    if params.is_empty() || rng.chance(40) {
+        params.insert("b".into(), bool_rule(rng, 1));
+    }
+    json!({"type": "xstate.assign", "params": params})
 }
 
 /// Builds the children of `infos[me]` (whose kind is already chosen) and returns its object.
@@ -194,8 +296,15 @@ fn build(
     obj
 }
 
-/// Attaches `on`, `always` and `onDone` to `obj` (node `me`) and, recursively, its children.
-fn add_transitions(rng: &mut Rng, infos: &[Info], obj: &mut Map<String, Value>, me: usize) {
+/// Attaches `on`, `always`, `onDone`, `after`, `entry` and `exit` to `obj` (node `me`) and,
+/// recursively, its children.
+fn add_transitions(
+    rng: &mut Rng,
+    infos: &[Info],
+    obj: &mut Map<String, Value>,
+    me: usize,
+    f: Features,
+) {
     let kind = infos[me].kind;
     if kind == "history" {
         return;
@@ -204,15 +313,39 @@ fn add_transitions(rng: &mut Rng, infos: &[Info], obj: &mut Map<String, Value>, 
         let mut on = Map::new();
         for _ in 0..1 + rng.below(3) {
             let d = *rng.pick(DESCRIPTORS);
-            on.insert(d.to_string(), transition_config(rng, infos, me, false));
+            on.insert(d.to_string(), transition_config(rng, infos, me, false, f));
         }
         obj.insert("on".into(), Value::Object(on));
     }
     if rng.chance(10) {
-        obj.insert("always".into(), transition_config(rng, infos, me, true));
+        obj.insert("always".into(), transition_config(rng, infos, me, true, f));
     }
     if (kind == "compound" || kind == "parallel") && me != 0 && rng.chance(35) {
-        obj.insert("onDone".into(), transition_config(rng, infos, me, false));
+        obj.insert("onDone".into(), transition_config(rng, infos, me, false, f));
+    }
+    if f.timers && me != 0 && rng.chance(30) {
+        let mut after = Map::new();
+        for _ in 0..1 + rng.below(2) {
+            // No 0: a state that re-enters itself after 0 ms never lets time pass.
+            let delay = *rng.pick(&["5", "10", "20", "short"]);
+            let mut config = transition_config(rng, infos, me, false, f);
+            // XState reads a bare string inside an `after` array as a targetless transition;
+            // Turnstile refuses it, so write the object form there.
+            if let Value::Array(items) = &mut config {
+                for item in items.iter_mut().filter(|i| i.is_string()) {
+                    *item = json!({"target": item.take()});
+                }
+            }
+            after.insert(delay.into(), config);
+        }
+        obj.insert("after".into(), Value::Object(after));
+    }
+    if f.context {
+        for key in ["entry", "exit"] {
+            if rng.chance(15) {
+                obj.insert(key.into(), assign_action(rng));
+            }
+        }
     }
     let children: Vec<usize> = (0..infos.len())
         .filter(|&i| infos[i].parent == Some(me))
@@ -221,16 +354,22 @@ fn add_transitions(rng: &mut Rng, infos: &[Info], obj: &mut Map<String, Value>, 
         for c in children {
             let key = infos[c].path.last().cloned().unwrap_or_default();
             if let Some(Value::Object(cobj)) = states.get_mut(&key) {
-                add_transitions(rng, infos, cobj, c);
+                add_transitions(rng, infos, cobj, c, f);
             }
         }
     }
 }
 
-fn transition_config(rng: &mut Rng, infos: &[Info], me: usize, eventless: bool) -> Value {
+fn transition_config(
+    rng: &mut Rng,
+    infos: &[Info],
+    me: usize,
+    eventless: bool,
+    f: Features,
+) -> Value {
     let n = if rng.chance(30) { 2 + rng.below(2) } else { 1 };
     let mut items: Vec<Value> = (0..n)
-        .map(|_| candidate(rng, infos, me, eventless))
+        .map(|_| candidate(rng, infos, me, eventless, f))
         .collect();
     if n == 1 && !rng.chance(30) {
         items.pop().unwrap_or(Value::Null)
@@ -239,7 +378,7 @@ fn transition_config(rng: &mut Rng, infos: &[Info], me: usize, eventless: bool) 
     }
 }
 
-fn candidate(rng: &mut Rng, infos: &[Info], me: usize, eventless: bool) -> Value {
+fn candidate(rng: &mut Rng, infos: &[Info], me: usize, eventless: bool, f: Features) -> Value {
     let targetless = rng.chance(if eventless { 10 } else { 15 });
     let target = if targetless {
         None
@@ -251,6 +390,7 @@ fn candidate(rng: &mut Rng, infos: &[Info], me: usize, eventless: bool) -> Value
         Some(json!(target_string(rng, infos, me)))
     };
     let guard = match rng.below(if eventless { 4 } else { 8 }) {
+        _ if f.logic && rng.chance(40) => Some(logic_guard(rng, 0)),
         0 => Some(json!("payloadFlag")),
         1 => Some(json!("isFalse")),
         2 => Some(json!({"type": "paramIs", "params": {"kind": "k1"}})),
@@ -258,12 +398,16 @@ fn candidate(rng: &mut Rng, infos: &[Info], me: usize, eventless: bool) -> Value
         _ => None,
     };
     let reenter = rng.chance(20);
-    if let (Some(t @ Value::String(_)), None, false) = (&target, &guard, reenter)
+    let actions = (f.context && rng.chance(30)).then(|| assign_action(rng));
+    if let (Some(t @ Value::String(_)), None, false, None) = (&target, &guard, reenter, &actions)
         && rng.chance(50)
     {
         return t.clone();
     }
     let mut o = Map::new();
+    if let Some(a) = actions {
+        o.insert("actions".into(), a);
+    }
     if let Some(t) = target {
         o.insert("target".into(), t);
     }

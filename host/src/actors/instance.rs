@@ -20,7 +20,7 @@ use crate::{
     gate::{self, Refusal},
     invoke::{self, InvokeError},
     plugin::{CallContext, HostCall, PluginOutput},
-    statechart::{Event, Snapshot},
+    statechart::{Event, Snapshot, TransitionLoop},
     store::{InstanceRecord, StateStore, StoreError},
 };
 
@@ -76,6 +76,10 @@ pub enum CallOutcome {
         moved: bool,
         state: Value,
     },
+    /// The plugin ran, but its event started an eventless loop (over the engine's microstep
+    /// limit): nothing was saved and the instance keeps `state`. `output` is what the plugin
+    /// answered, which the caller still gets to see.
+    Looped { output: Value, state: Value },
 }
 
 /// The instance as a caller may see it.
@@ -298,7 +302,10 @@ impl Handler<Call> for InstanceActor {
         let mint = call.mint;
         let loading: std::pin::Pin<Box<dyn Future<Output = _>>> = if mint {
             let fresh = InstanceView {
-                snapshot: self.workflow.machine.initial_snapshot(),
+                snapshot: self
+                    .workflow
+                    .machine
+                    .initial_snapshot_at(crate::store::now_ms()),
                 version: 0,
                 workflow: self.workflow.clone(),
             };
@@ -381,9 +388,15 @@ async fn run_call(
         .tool(call.tool.name())
         .unwrap_or(&call.tool)
         .clone();
-    if let Some(refusal) = gate::refusal(workflow, &tool, &view.snapshot) {
+    if let Some(refusal) = gate::refusal(workflow, &tool, &view.snapshot, &call.arguments) {
         return Ok((view, false, CallOutcome::Forbidden(refusal)));
     }
+    // The event carries the call's arguments: guards and assignments read them.
+    let input = tool
+        .manifest
+        .transition
+        .is_some()
+        .then(|| call.arguments.clone());
     let context = CallContext {
         call_id: call.call_id,
         handle: key.handle(),
@@ -404,11 +417,23 @@ async fn run_call(
     // not take, moves nothing (but a successful mint still saves its first record).
     let succeeded = matches!(output, PluginOutput::Success(_));
     let step = match (&output, &tool.manifest.transition) {
-        (PluginOutput::Success(_), Some(event)) => Some(
-            workflow
+        (PluginOutput::Success(structured), Some(event)) => {
+            let event = Event::with_call(event.as_str(), input, Some(structured.clone()));
+            match workflow
                 .machine
-                .transition(&view.snapshot, &Event::new(event.as_str())),
-        ),
+                .step(&view.snapshot, &event, crate::store::now_ms())
+            {
+                Ok(step) => Some(step),
+                Err(TransitionLoop) => {
+                    tracing::warn!(instance = %key, tool = %tool.name(), "an eventless loop stopped a transition; the instance keeps its state");
+                    let PluginOutput::Success(output) = output else {
+                        unreachable!("matched as a success above")
+                    };
+                    let state = view.snapshot.value();
+                    return Ok((view, false, CallOutcome::Looped { output, state }));
+                }
+            }
+        }
         _ => None,
     };
     let moved = step.as_ref().is_some_and(|step| step.changed);

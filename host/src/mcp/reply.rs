@@ -206,6 +206,21 @@ pub fn forbidden(refusal: &Refusal) -> CallToolResult {
     )
 }
 
+/// The plugin ran, but the event it fired started an eventless loop in the machine (more
+/// microsteps than the engine allows): nothing was saved, the instance keeps its state, and the
+/// caller still sees what the plugin answered.
+pub fn transition_loop(tool: &str, output: Value, state: Value) -> CallToolResult {
+    error_result(
+        format!(
+            "{tool} ran, but its event started a loop of eventless transitions in the workflow \
+             that never settles; the workflow stays in {state} and nothing was saved. The \
+             plugin's answer is in structuredContent.error.output."
+        ),
+        "TRANSITION_LOOP",
+        json!({"tool": tool, "state": state, "output": output}),
+    )
+}
+
 /// The arguments do not match the tool's input schema. Nothing ran.
 pub fn invalid_arguments(tool: &str, problems: &[String]) -> CallToolResult {
     error_result(

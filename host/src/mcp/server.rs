@@ -337,6 +337,9 @@ impl TurnstileServer {
         }
         let result = match answer {
             Ok(CallOutcome::Forbidden(refusal)) => reply::forbidden(&refusal),
+            Ok(CallOutcome::Looped { output, state }) => {
+                reply::transition_loop(&name, output, state)
+            }
             Ok(CallOutcome::Ran {
                 output,
                 moved,

@@ -198,13 +198,20 @@ impl LoadedPlugin {
         status: Status,
         bytes: &[u8],
     ) -> Result<PluginOutput, PluginError> {
+        // The common case, a JSON answer, borrows; an error names the plugin and the tool.
+        if status == Status::OK {
+            return serde_json::from_slice(bytes)
+                .map(PluginOutput::Success)
+                .map_err(|err| PluginError::BadResponse {
+                    path: self.inner.path.clone(),
+                    tool: tool.to_owned(),
+                    reason: format!("output is not JSON: {err}"),
+                });
+        }
         let path = self.inner.path.clone();
         let tool = tool.to_owned();
         let bad_response = |path, tool, reason| PluginError::BadResponse { path, tool, reason };
         match status {
-            Status::OK => serde_json::from_slice(bytes)
-                .map(PluginOutput::Success)
-                .map_err(|err| bad_response(path, tool, format!("output is not JSON: {err}"))),
             Status::TOOL_ERROR | Status::BAD_INPUT => match message(bytes) {
                 Some(message) => Ok(PluginOutput::ToolError(message)),
                 None => Err(bad_response(path, tool, error_message(status, bytes))),

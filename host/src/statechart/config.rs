@@ -1,14 +1,19 @@
 //! [`Config`]: the runtime part of a snapshot, and XState's helpers that complete or seed one.
 
-use std::borrow::Cow;
+use std::{
+    borrow::Cow,
+    sync::{Arc, OnceLock},
+};
 
-use super::tree::{Kind, NodeId, Tree, array_index};
+use serde_json::{Map, Value};
+
+use super::tree::{Kind, NodeId, TimerId, Tree, array_index};
 
 /// XState's `historyValue`: history node → the states it remembers, sorted by history node.
 pub(super) type HistoryValue = Vec<(NodeId, Vec<NodeId>)>;
 
 /// The runtime part of a snapshot.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(super) struct Config {
     /// XState's `_nodes`: every active state (root included), in XState's insertion order,
     /// which decides the key order of parallel state values and so the order in which regions
@@ -16,6 +21,96 @@ pub(super) struct Config {
     pub(super) nodes: Vec<NodeId>,
     pub(super) history: HistoryValue,
     pub(super) done: bool,
+    pub(super) context: Context,
+    /// Running `after` timers, in the order they were started (which breaks deadline ties).
+    pub(super) timers: Vec<Pending>,
+}
+
+/// XState's `context`, shared until an assignment changes it. The empty context of a machine
+/// without one (the common case) is no allocation and costs nothing to copy.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Context(Option<Arc<Value>>);
+
+impl Context {
+    pub(super) fn new(value: Value) -> Context {
+        if value.as_object().is_some_and(Map::is_empty) {
+            Context(None)
+        } else {
+            Context(Some(Arc::new(value)))
+        }
+    }
+
+    pub(super) fn get(&self) -> &Value {
+        static EMPTY: OnceLock<Value> = OnceLock::new();
+        match &self.0 {
+            Some(v) => v,
+            None => EMPTY.get_or_init(|| Value::Object(Map::new())),
+        }
+    }
+
+    /// The context to change, copied first if it is shared.
+    pub(super) fn make_mut(&mut self) -> &mut Value {
+        Arc::make_mut(
+            self.0
+                .get_or_insert_with(|| Arc::new(Value::Object(Map::new()))),
+        )
+    }
+}
+
+impl PartialEq for Context {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+/// A running timer: which `after` entry, and when it falls due (unix ms, or whatever clock the
+/// caller passes as `now`).
+///
+/// `detached` follows XState's scheduler, which keeps one handle per timer id: starting a timer
+/// whose id is already running (a state entered again without being left, e.g. through a
+/// history target) replaces the handle and leaves the older timer running, and a timer that
+/// fires drops the handle. A detached timer still fires, but leaving the state no longer
+/// cancels it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Pending {
+    pub(super) timer: TimerId,
+    pub(super) deadline: u64,
+    pub(super) detached: bool,
+}
+
+impl Config {
+    /// Drops the handle of `timer` (what firing does before its event is processed).
+    pub(super) fn detach(&mut self, timer: TimerId) {
+        detach(&mut self.timers, timer);
+    }
+
+    /// The index in `timers` of the timer that falls due first (ties: started first).
+    pub(super) fn next_timer(&self) -> Option<usize> {
+        (0..self.timers.len()).min_by_key(|&i| (self.timers[i].deadline, i))
+    }
+}
+
+/// XState's `scheduler.schedule`: a new timer holds the handle; others with its id detach.
+pub(super) fn start_timer(timers: &mut Vec<Pending>, timer: TimerId, deadline: u64) {
+    detach(timers, timer);
+    timers.push(Pending {
+        timer,
+        deadline,
+        detached: false,
+    });
+}
+
+/// XState's `scheduler.cancel`: stops the timer holding the handle, if any.
+pub(super) fn cancel_timer(timers: &mut Vec<Pending>, timer: TimerId) {
+    if let Some(i) = timers.iter().position(|p| p.timer == timer && !p.detached) {
+        timers.remove(i);
+    }
+}
+
+fn detach(timers: &mut [Pending], timer: TimerId) {
+    for p in timers.iter_mut().filter(|p| p.timer == timer) {
+        p.detached = true;
+    }
 }
 
 pub(super) fn add(set: &mut Vec<NodeId>, n: NodeId) {

@@ -1,29 +1,34 @@
-//! Load-time refusal of machines whose automatic transitions could loop forever.
+//! Eventless cycles that provably never settle, for a `turnstile check` warning.
 //!
 //! XState runs eventless (`always`) transitions and the handlers of its internal
-//! `xstate.done.state.*` events inside one macrostep, until nothing more is enabled; a cycle among
-//! them never ends (XState's default `maxIterations` is infinite). Turnstile refuses such machines
-//! at load instead of hanging a workflow instance.
+//! `xstate.done.state.*` events inside one macrostep, until nothing more is enabled; Turnstile
+//! stops a macrostep after [`super::MAX_MICROSTEPS`] microsteps (the event is refused, the
+//! instance keeps its state). Machines are not refused for cycles XState would run: a guard or
+//! an unchanged snapshot often breaks them. This module only finds cycles no guard can break.
 //!
-//! The check is conservative: it builds a graph whose nodes are the automatic transitions that
-//! have targets (targetless ones cannot change the configuration) and adds an edge t → u when
-//! taking t may make u enabled, i.e. u's source is entered by t or is an ancestor of a state t
-//! enters (for `always`), or t may enter a final state whose done event u handles (done events
-//! are raised for the parent and completed parallel ancestors; u may be anywhere).
-//! Guards are ignored, so a cycle that guards would always break is still refused. One pattern
-//! XState provably stops is allowed: an `always` transition from a state to its own descendants
-//! that re-enters no history or final state (the second firing yields an identical snapshot, which
-//! ends XState's eventless loop).
+//! It builds a graph whose nodes are the automatic transitions without a guard that have
+//! targets, and adds an edge t → u when taking t may make u enabled, i.e. u's source is entered
+//! by t or is an ancestor of a state t enters (for `always`), or t may enter a final state whose
+//! done event u handles. One pattern XState provably stops is left out: an `always` transition
+//! from a state to its own descendants that re-enters no history or final state (the second
+//! firing yields an identical snapshot). Entry is over-approximated (history may restore
+//! anything), so a reported cycle is one that *may* run forever; an unguarded targetless
+//! `always` with assignments always does, since every assignment makes a new snapshot.
 
 use super::{
     config::initial_state_nodes,
-    error::MachineError,
-    tree::{Kind, NodeId, Transition, Tree, matches_descriptor},
+    tree::{Kind, NodeId, TransId, Transition, Tree, matches_descriptor},
 };
 
-/// Refuses `tree` if its automatic transitions may cycle. `trans_paths` are the JSON paths of
-/// the transitions, for the error.
-pub(super) fn check(tree: &Tree, trans_paths: &[String]) -> Result<(), MachineError> {
+/// An unguarded eventless transition that may loop forever, by its index.
+pub(super) fn unconditional_cycle(tree: &Tree) -> Option<TransId> {
+    let assigning_loop = (0..tree.transitions.len()).find(|&i| {
+        let t = &tree.transitions[i];
+        t.event.is_empty() && t.guard.is_none() && t.targets.is_none() && !t.actions.is_empty()
+    });
+    if let Some(i) = assigning_loop {
+        return TransId::try_from(i).ok();
+    }
     let done_events: Vec<String> = tree
         .nodes
         .iter()
@@ -42,11 +47,11 @@ pub(super) fn check(tree: &Tree, trans_paths: &[String]) -> Result<(), MachineEr
     let auto: Vec<usize> = (0..tree.transitions.len())
         .filter(|&i| {
             let t = &tree.transitions[i];
-            t.targets.is_some() && (t.event.is_empty() || is_done_handler(t))
+            t.targets.is_some() && t.guard.is_none() && (t.event.is_empty() || is_done_handler(t))
         })
         .collect();
     if auto.is_empty() {
-        return Ok(());
+        return None;
     }
     let edges: Vec<Vec<usize>> = auto
         .iter()
@@ -86,14 +91,7 @@ pub(super) fn check(tree: &Tree, trans_paths: &[String]) -> Result<(), MachineEr
                         colour[w] = 1;
                         stack.push((w, 0));
                     }
-                    1 => {
-                        let ti = auto[w];
-                        return Err(MachineError::new(
-                            &trans_paths[ti],
-                            "eventless transitions (`always` or done-event handlers) may loop \
-                             forever: this transition is part of a cycle",
-                        ));
-                    }
+                    1 => return TransId::try_from(auto[w]).ok(),
                     _ => {}
                 }
             } else {
@@ -101,11 +99,11 @@ pub(super) fn check(tree: &Tree, trans_paths: &[String]) -> Result<(), MachineEr
             }
         }
     }
-    Ok(())
+    None
 }
 
 /// Over-approximates the states taking `t` may enter, and the done events it may raise.
-fn entered_states(tree: &Tree, t: &Transition) -> (Vec<NodeId>, Vec<String>) {
+pub(super) fn entered_states(tree: &Tree, t: &Transition) -> (Vec<NodeId>, Vec<String>) {
     let mut targets: Vec<NodeId> = Vec::new();
     let mut entered: Vec<NodeId> = Vec::new();
     for &x in t.targets.iter().flatten() {

@@ -10,7 +10,7 @@ use std::fmt::Write;
 
 use super::{
     Machine,
-    tree::{Kind, NodeId, ROOT, Transition, Tree},
+    tree::{Guard, Kind, NodeId, ROOT, Transition, Tree},
 };
 
 /// Output format of [`render`].
@@ -75,6 +75,32 @@ fn clean(s: &str) -> String {
         .collect()
 }
 
+/// Longest JSON Logic rule shown whole on an edge.
+const MAX_RULE_CHARS: usize = 60;
+
+/// A guard as one line: its name, its rule, or its combinator over the inner guards.
+fn describe_guard(g: &Guard) -> String {
+    let join = |gs: &[Guard], op: &str| {
+        let parts: Vec<String> = gs.iter().map(describe_guard).collect();
+        format!("({})", parts.join(op))
+    };
+    match g {
+        Guard::Named { name, .. } => name.clone(),
+        Guard::JsonLogic { rule, .. } => {
+            let text = rule.source.to_string();
+            if text.chars().count() > MAX_RULE_CHARS {
+                let cut: String = text.chars().take(MAX_RULE_CHARS).collect();
+                format!("{cut}...")
+            } else {
+                text
+            }
+        }
+        Guard::And(gs) => join(gs, " and "),
+        Guard::Or(gs) => join(gs, " or "),
+        Guard::Not(inner) => format!("not {}", describe_guard(inner)),
+    }
+}
+
 impl Renderer<'_> {
     fn label(&self, n: NodeId) -> String {
         let node = self.tree.node(n);
@@ -88,13 +114,25 @@ impl Renderer<'_> {
     fn edge_label(&self, t: &Transition) -> String {
         let mut label = if t.event.is_empty() {
             "always".to_string()
+        } else if let Some(delay) = &t.delay {
+            let ms = self
+                .tree
+                .timers
+                .iter()
+                .find(|d| d.event == t.event)
+                .map_or(0, |d| d.delay_ms);
+            if delay.bytes().all(|b| b.is_ascii_digit()) {
+                format!("after {ms} ms")
+            } else {
+                format!("after {} ({ms} ms)", clean(delay))
+            }
         } else if t.event.starts_with("xstate.done.state.") {
             "done".to_string()
         } else {
             clean(&t.event)
         };
         if let Some(g) = &t.guard {
-            let _ = write!(label, " [{}]", clean(&g.name));
+            let _ = write!(label, " [{}]", clean(&describe_guard(g)));
         }
         if t.targets.is_none() {
             label.push_str(" (no target)");
@@ -315,5 +353,24 @@ mod tests {
         assert!(out.contains("style=dashed;"));
         assert!(out.contains("note_0 [shape=note, label=\"Always visible: help\"];"));
         assert!(out.trim_end().ends_with('}'));
+    }
+
+    #[test]
+    fn edges_show_guards_and_delays() {
+        let m = Machine::from_json(&json!({"id":"g","initial":"a","delays":{"deadline":500},
+            "states":{"a":{"after":{"100":"b","deadline":"c"},"on":{"GO":[
+                {"target":"b","guard":{"type":"xstate.and","guards":[
+                    {"type":"jsonLogic","params":{"rule":{">":[{"var":"context.n"},1]}}},
+                    {"type":"xstate.not","guards":[
+                        {"type":"jsonLogic","params":{"rule":{"var":"event.input.x"}}}]}]}}]}},
+                "b":{},"c":{}}}))
+        .unwrap();
+        let out = render(&m, &[], DiagramFormat::Mermaid);
+        assert!(out.contains("after 100 ms"), "{out}");
+        assert!(out.contains("after deadline (500 ms)"), "{out}");
+        assert!(
+            out.contains("GO [({'>':[{'var':'context.n'},1]} and not {'var':'event.input.x'})]"),
+            "{out}"
+        );
     }
 }

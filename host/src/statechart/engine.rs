@@ -1,56 +1,66 @@
 //! The step algorithm: a line-by-line port of XState v5's `stateUtils` (`transitionNode`,
-//! `selectTransitions`, `selectEventlessTransitions`, `microstep`, `macrostep`), without actions
-//! or context. Exit and entry sets are in `entry_exit`.
+//! `selectTransitions`, `selectEventlessTransitions`, `microstep`, `macrostep`), with the part of
+//! its actions Turnstile runs: `xstate.assign` on transitions, `entry` and `exit`, and the timers
+//! of `after` (XState's delayed `raise` on entry and `cancel` on exit). Exit and entry sets are in
+//! `entry_exit`.
 //!
 //! Function names and comments follow XState's so the two can be read side by side. Where XState
 //! relies on object identity (`microstep` returning the *same* snapshot when nothing changed,
-//! which stops the eventless loop), [`Engine::microstep`] returns `None`.
+//! which stops the eventless loop), [`Engine::microstep`] says whether its result is a new
+//! snapshot: one is new when the active states or history changed, or an assignment ran.
 
 use std::collections::VecDeque;
 
+use serde_json::{Map, Value, json};
+
 use super::{
     config::{
-        ActiveChildren, Config, HistoryValue, all_state_nodes, first_active_child,
-        initial_state_nodes,
+        ActiveChildren, Config, Context, HistoryValue, Pending, all_state_nodes, cancel_timer,
+        first_active_child, initial_state_nodes, start_timer,
     },
     event::Event,
-    guards::Guards,
-    tree::{Kind, NodeId, ROOT, TransId, Transition, Tree},
+    guards::{self, Guards},
+    tree::{Assign, Kind, NodeId, ROOT, TransId, Transition, Tree},
 };
 
-/// Bound on microsteps in one macrostep. Load-time cycle refusal makes this unreachable; it
-/// only guarantees a step always returns.
-const MAX_MICROSTEPS: usize = 10_000;
+/// XState's `maxIterations` for Turnstile: a macrostep that has taken this many microsteps
+/// after its first one without settling is stopped (the differential test gives XState the
+/// same bound).
+pub const MAX_MICROSTEPS: usize = 1000;
 
-/// The macrostep ran past [`MAX_MICROSTEPS`].
+/// The macrostep ran past [`MAX_MICROSTEPS`]: an eventless loop.
 #[derive(Debug)]
 pub(super) struct Runaway;
 
 pub(super) struct Engine<'a> {
     pub(super) tree: &'a Tree,
     pub(super) guards: &'a dyn Guards,
+    /// The time timers started by this step count from.
+    pub(super) now: u64,
 }
 
 impl Engine<'_> {
     /// XState's `getInitialSnapshot`: the initial microstep, then a macrostep on `xstate.init`.
-    pub(super) fn initial(&self) -> Result<Config, Runaway> {
+    pub(super) fn initial(&self, context: Context) -> Result<Config, Runaway> {
         let pre = Config {
             nodes: vec![ROOT],
             history: Vec::new(),
             done: false,
+            context,
+            timers: Vec::new(),
         };
         let init = Transition {
             source: ROOT,
             targets: Some(self.initial_state_nodes()),
             reenter: true,
             guard: None,
+            actions: Vec::new(),
+            delay: None,
             event: String::new(),
         };
         let event = Event::new("xstate.init");
         let mut queue = VecDeque::new();
-        let cfg = self
-            .microstep_filtered(&[&init], &pre, &mut queue, true)
-            .unwrap_or(pre);
+        let (cfg, _) = self.microstep_filtered(&[&init], &pre, &mut queue, true, &event);
         self.macrostep(cfg, &event, queue, true).map(|(c, _)| c)
     }
 
@@ -71,7 +81,7 @@ impl Engine<'_> {
         if !is_init {
             let ts = self.select_transitions(&cfg, event);
             taken |= !ts.is_empty();
-            if let Some(next) = self.microstep(&ts, &cfg, &mut queue) {
+            if let Some((next, _)) = self.microstep(&ts, &cfg, &mut queue, event) {
                 cfg = next;
             }
         }
@@ -83,9 +93,8 @@ impl Engine<'_> {
             if iterations > MAX_MICROSTEPS {
                 return Err(Runaway);
             }
-            let current = owned_event.as_ref().unwrap_or(event);
             let mut enabled = if should_select_eventless {
-                self.select_eventless_transitions(&cfg, current)
+                self.select_eventless_transitions(&cfg, owned_event.as_ref().unwrap_or(event))
             } else {
                 Vec::new()
             };
@@ -98,61 +107,69 @@ impl Engine<'_> {
                 owned_event = Some(next_event);
             }
             taken |= !enabled.is_empty();
-            match self.microstep(&enabled, &cfg, &mut queue) {
-                Some(next) => {
+            let current = owned_event.as_ref().unwrap_or(event);
+            // XState: `shouldSelectEventlessTransitions = nextSnapshot !== previousState`,
+            // where `previousState` is only set when eventless transitions were selected.
+            should_select_eventless = match self.microstep(&enabled, &cfg, &mut queue, current) {
+                Some((next, new)) => {
                     cfg = next;
-                    should_select_eventless = true;
+                    new || !from_eventless
                 }
-                // XState: `shouldSelectEventlessTransitions = nextSnapshot !== previousState`,
-                // where `previousState` is only set when eventless transitions were selected.
-                None => should_select_eventless = !from_eventless,
-            }
+                None => !from_eventless,
+            };
         }
         Ok((cfg, taken))
     }
 
-    fn guard_passes(&self, t: &Transition, event: &Event) -> bool {
+    fn guard_passes(&self, t: &Transition, context: &Value, event: &Event) -> bool {
         match &t.guard {
             None => true,
-            Some(g) => self.guards.eval(&g.name, g.params.as_ref(), event),
+            Some(g) => guards::passes(self.guards, g, context, event),
         }
     }
 
     /// `StateNode.next`: the first candidate whose guard passes.
-    fn next(&self, node: NodeId, event: &Event) -> Option<TransId> {
+    fn next(&self, node: NodeId, context: &Value, event: &Event) -> Option<TransId> {
         self.tree
             .candidates(node, event.event_type())
-            .find(|&t| self.guard_passes(self.tree.transition(t), event))
+            .find(|&t| self.guard_passes(self.tree.transition(t), context, event))
     }
 
     /// XState's `selectTransitions` → `transitionNode(root, snapshot.value)`.
     pub(super) fn select_transitions(&self, cfg: &Config, event: &Event) -> Vec<TransId> {
         let mut out = Vec::new();
         let all = all_state_nodes(self.tree, &cfg.nodes);
-        self.transition_node(ROOT, &all, event, &mut out);
+        self.transition_node(ROOT, &all, cfg.context.get(), event, &mut out);
         out
     }
 
     /// `transitionNode` walks the state *value*, which `getValueFromAdj` builds from the active
     /// children in `_nodes` order; a compound node whose first active child is atomic shows only
     /// that child.
-    fn transition_node(&self, node: NodeId, all: &[NodeId], event: &Event, out: &mut Vec<TransId>) {
+    fn transition_node(
+        &self,
+        node: NodeId,
+        all: &[NodeId],
+        context: &Value,
+        event: &Event,
+        out: &mut Vec<TransId>,
+    ) {
         let before = out.len();
         let first = first_active_child(self.tree, all, node);
         match first {
             Some(c)
                 if self.tree.node(node).kind == Kind::Compound && self.tree.node(c).is_atomic() =>
             {
-                out.extend(self.next(c, event));
+                out.extend(self.next(c, context, event));
             }
             _ => {
                 for k in ActiveChildren::new(self.tree, all, node) {
-                    self.transition_node(k, all, event, out);
+                    self.transition_node(k, all, context, event, out);
                 }
             }
         }
         if out.len() == before {
-            out.extend(self.next(node, event));
+            out.extend(self.next(node, context, event));
         }
     }
 
@@ -163,7 +180,7 @@ impl Engine<'_> {
             let mut s = Some(atomic);
             'chain: while let Some(n) = s {
                 for &t in &self.tree.node(n).always {
-                    if self.guard_passes(self.tree.transition(t), event) {
+                    if self.guard_passes(self.tree.transition(t), cfg.context.get(), event) {
                         if !enabled.contains(&t) {
                             enabled.push(t);
                         }
@@ -180,23 +197,31 @@ impl Engine<'_> {
     }
 
     /// XState's `microstep` for candidate transitions: removes conflicts, then exits and enters.
-    /// `None` means "the same snapshot" (nothing enabled, or nothing changed).
+    /// `None` when nothing is enabled; otherwise the next configuration and whether XState
+    /// would see a new snapshot (see the module doc).
     fn microstep(
         &self,
         transitions: &[TransId],
         cur: &Config,
         queue: &mut VecDeque<Event>,
-    ) -> Option<Config> {
+        event: &Event,
+    ) -> Option<(Config, bool)> {
         if transitions.is_empty() {
             return None;
         }
         let tree = self.tree;
         if let [only] = transitions {
-            return self.microstep_filtered(&[tree.transition(*only)], cur, queue, false);
+            return Some(self.microstep_filtered(
+                &[tree.transition(*only)],
+                cur,
+                queue,
+                false,
+                event,
+            ));
         }
         let filtered = self.remove_conflicting_transitions(transitions, cur);
         let refs: Vec<&Transition> = filtered.iter().map(|&t| tree.transition(t)).collect();
-        self.microstep_filtered(&refs, cur, queue, false)
+        Some(self.microstep_filtered(&refs, cur, queue, false, event))
     }
 
     fn microstep_filtered(
@@ -205,9 +230,15 @@ impl Engine<'_> {
         cur: &Config,
         queue: &mut VecDeque<Event>,
         is_initial: bool,
-    ) -> Option<Config> {
+        event: &Event,
+    ) -> (Config, bool) {
         let mut set = cur.nodes.clone();
         let mut history: Option<HistoryValue> = None;
+        let mut context = cur.context.clone();
+        let mut timers = cur.timers.clone();
+        // Machines without entry/exit assignments or timers (most) skip that work per state.
+        let state_effects = self.tree.has_state_actions || !self.tree.timers.is_empty();
+        let mut assigned = false;
         if !is_initial {
             let mut exit = self.compute_exit_set(filtered, &set, &cur.history);
             exit.sort_unstable_by(|a, b| b.cmp(a));
@@ -234,7 +265,15 @@ impl Engine<'_> {
                     }
                 }
             }
+            if state_effects {
+                for &x in &exit {
+                    assigned |= self.exit_state(x, &mut context, &mut timers, event);
+                }
+            }
             set.retain(|s| !exit.contains(s));
+        }
+        for t in filtered {
+            assigned |= self.run_assigns(&t.actions, &mut context, event);
         }
         let history_changed = history.is_some();
         let hv = history.unwrap_or_else(|| cur.history.clone());
@@ -246,10 +285,18 @@ impl Engine<'_> {
             if !set.contains(&s) {
                 set.push(s);
             }
-            if self.tree.node(s).kind != Kind::Final {
+            let node = self.tree.node(s);
+            if state_effects {
+                assigned |= self.run_assigns(&node.entry, &mut context, event);
+                for &timer in &node.after {
+                    let delay = self.tree.timer(timer).delay_ms;
+                    start_timer(&mut timers, timer, self.now.saturating_add(delay));
+                }
+            }
+            if node.kind != Kind::Final {
                 continue;
             }
-            let parent = self.tree.node(s).parent;
+            let parent = node.parent;
             let parent_kind = parent.map(|p| self.tree.node(p).kind);
             let mut marker = if parent_kind == Some(Kind::Parallel) {
                 parent
@@ -274,26 +321,74 @@ impl Engine<'_> {
                 done = true;
             }
         }
+        if done {
+            // XState sorts `nextStateNodes` in place (descending document order) to run every
+            // exit action when the machine is done, and that sorted array becomes `_nodes`.
+            set.sort_unstable_by(|a, b| b.cmp(a));
+            if state_effects {
+                for &x in &set {
+                    assigned |= self.exit_state(x, &mut context, &mut timers, event);
+                }
+            }
+        }
         let same_nodes = set.len() == cur.nodes.len() && cur.nodes.iter().all(|n| set.contains(n));
         if !history_changed && same_nodes {
-            // XState returns the current snapshot (keeping its `_nodes` order), cloned only if
-            // the status became done.
-            return done.then(|| Config {
+            // XState returns the current snapshot (keeping its `_nodes` order); it is a new
+            // snapshot only if an assignment ran or the status became done.
+            let next = Config {
                 nodes: cur.nodes.clone(),
                 history: cur.history.clone(),
-                done: true,
-            });
+                done: cur.done || done,
+                context,
+                timers,
+            };
+            return (next, assigned || done);
         }
-        if done {
-            // XState sorts `nextStateNodes` in place (descending document order) to run exit
-            // actions when the machine is done, and that sorted array becomes `_nodes`.
-            set.sort_unstable_by(|a, b| b.cmp(a));
-        }
-        Some(Config {
+        let next = Config {
             nodes: set,
             history: hv,
             done,
-        })
+            context,
+            timers,
+        };
+        (next, true)
+    }
+
+    /// A state's exit: its `exit` assignments, then the cancellation of its timers.
+    fn exit_state(
+        &self,
+        x: NodeId,
+        context: &mut Context,
+        timers: &mut Vec<Pending>,
+        event: &Event,
+    ) -> bool {
+        let node = self.tree.node(x);
+        let assigned = self.run_assigns(&node.exit, context, event);
+        for &timer in &node.after {
+            cancel_timer(timers, timer);
+        }
+        assigned
+    }
+
+    /// Runs `xstate.assign` actions in order, each seeing the context the previous one left.
+    /// Returns whether any ran.
+    fn run_assigns(&self, actions: &[Assign], context: &mut Context, event: &Event) -> bool {
+        for action in actions {
+            let data = json!({"context": context.get(), "event": event.to_json()});
+            let updates: Vec<(String, Value)> = action
+                .keys
+                .iter()
+                .map(|(key, rule)| (key.clone(), rule.eval(&data).unwrap_or(Value::Null)))
+                .collect();
+            let ctx = context.make_mut();
+            if !ctx.is_object() {
+                *ctx = Value::Object(Map::new());
+            }
+            if let Value::Object(map) = ctx {
+                map.extend(updates);
+            }
+        }
+        !actions.is_empty()
     }
 
     fn done_event(&self, node: NodeId) -> Event {

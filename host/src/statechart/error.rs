@@ -31,6 +31,15 @@ impl MachineError {
     }
 }
 
+/// A step stopped after [`super::MAX_MICROSTEPS`] eventless microsteps without settling (an
+/// eventless loop). The instance keeps the snapshot it had before the event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "eventless transitions looped: more than {} microsteps without settling",
+    super::MAX_MICROSTEPS
+)]
+pub struct TransitionLoop;
+
 /// An event that is neither a string nor an object with a string `type`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid event: {0}")]

@@ -4,10 +4,11 @@ use serde_json::Value;
 
 use super::error::EventError;
 
-/// An event: its type and an optional JSON payload that guards may read.
+/// An event: its type and an optional JSON payload that guards and assignments may read.
 ///
-/// Turnstile machines have no context, so the payload only matters to guards
-/// ([`super::Guards::eval`]).
+/// Guards and assignments see the event as a JSON object ([`Event::to_json`]): `{"type"}` for a
+/// bare event, the object itself when one was given. An event fired by a tool call carries the
+/// call ([`Event::with_call`]): `{"type", "input", "output"}`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Event {
     event_type: String,
@@ -29,6 +30,29 @@ impl Event {
         Event {
             event_type: event_type.into(),
             payload,
+        }
+    }
+
+    /// The event a tool call fires: `input` is the call's arguments, `output` the plugin's
+    /// structured output; either may be unknown yet (absent from the object, as `undefined` is
+    /// absent from a JavaScript event).
+    pub fn with_call(
+        event_type: impl Into<String>,
+        input: Option<Value>,
+        output: Option<Value>,
+    ) -> Self {
+        let event_type = event_type.into();
+        let mut object = serde_json::Map::new();
+        object.insert("type".into(), Value::String(event_type.clone()));
+        if let Some(input) = input {
+            object.insert("input".into(), input);
+        }
+        if let Some(output) = output {
+            object.insert("output".into(), output);
+        }
+        Event {
+            event_type,
+            payload: Value::Object(object),
         }
     }
 
@@ -57,6 +81,24 @@ impl Event {
         &self.payload
     }
 
+    /// The call's arguments, for an event fired by a tool call.
+    pub fn input(&self) -> Option<&Value> {
+        self.field("input")
+    }
+
+    /// The plugin's structured output, for an event fired by a tool call.
+    pub fn output(&self) -> Option<&Value> {
+        self.field("output")
+    }
+
+    /// The event as guards and assignments see it (XState's event object).
+    pub fn to_json(&self) -> Value {
+        match &self.payload {
+            Value::Object(_) => self.payload.clone(),
+            _ => serde_json::json!({ "type": self.event_type }),
+        }
+    }
+
     /// A field of an object payload (`event.<name>` in XState terms).
     pub fn field(&self, name: &str) -> Option<&Value> {
         self.payload.as_object().and_then(|m| m.get(name))
@@ -80,5 +122,16 @@ mod tests {
         assert_eq!(e.field("flag"), Some(&json!(true)));
         assert!(Event::from_json(&json!({"flag": true})).is_err());
         assert!(Event::from_json(&json!(3)).is_err());
+    }
+
+    #[test]
+    fn a_call_event_carries_input_and_output() {
+        let e = Event::with_call("PAY", Some(json!({"amount": 3})), None);
+        assert_eq!(e.to_json(), json!({"type": "PAY", "input": {"amount": 3}}));
+        assert_eq!(e.input(), Some(&json!({"amount": 3})));
+        assert_eq!(e.output(), None);
+        assert_eq!(Event::new("GO").to_json(), json!({"type": "GO"}));
+        let parsed = Event::from_json(&json!({"type": "GO", "output": 1})).unwrap();
+        assert_eq!(parsed.output(), Some(&json!(1)));
     }
 }

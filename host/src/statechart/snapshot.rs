@@ -7,10 +7,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::{
-    config::{ActiveChildren, Config, HistoryValue, all_state_nodes, first_active_child},
+    config::{
+        ActiveChildren, Config, Context, HistoryValue, Pending, all_state_nodes, first_active_child,
+    },
     error::MachineError,
-    tree::{Kind, NodeId, ROOT, Tree},
+    tree::{Kind, NodeId, ROOT, TimerId, Tree},
 };
+
+/// The version of [`Snapshot::to_persisted`]'s layout, written as `"format"`. Records without
+/// it are format 1 (before context and timers) and still restore.
+pub const PERSISTED_FORMAT: u64 = 2;
 
 /// XState's snapshot `status`, limited to what a Turnstile machine can reach.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,8 +30,8 @@ pub enum Status {
 
 /// An immutable machine state. Cheap to clone (one small vector and an `Arc`).
 ///
-/// Equality compares the set of active states, the history memory and the status (not the
-/// internal order XState keeps the active states in).
+/// Equality compares the set of active states, the history memory, the status, the context and
+/// the running timers (not the internal order XState keeps the active states in).
 #[derive(Clone)]
 pub struct Snapshot {
     pub(super) tree: Arc<Tree>,
@@ -38,6 +44,8 @@ impl PartialEq for Snapshot {
             && self.cfg.done == other.cfg.done
             && self.cfg.history == other.cfg.history
             && same_set(&self.cfg.nodes, &other.cfg.nodes)
+            && self.cfg.context == other.cfg.context
+            && self.cfg.timers == other.cfg.timers
     }
 }
 
@@ -46,6 +54,7 @@ impl fmt::Debug for Snapshot {
         f.debug_struct("Snapshot")
             .field("value", &self.value())
             .field("status", &self.status())
+            .field("context", self.cfg.context.get())
             .finish()
     }
 }
@@ -78,9 +87,41 @@ impl Snapshot {
             .is_some_and(|n| all_state_nodes(&self.tree, &self.cfg.nodes).contains(&n))
     }
 
-    /// Everything [`super::Machine::restore`] needs: `value` and `status` as above, XState's
-    /// `historyValue` shape (`{"<history id>": [{"id": "<state id>"}]}`) and `nodes`, the active
-    /// state ids in the order XState keeps them (which decides region order).
+    /// XState's `snapshot.context`: always an object (`{}` for a machine without context).
+    pub fn context(&self) -> &Value {
+        self.cfg.context.get()
+    }
+
+    /// When the first running timer falls due (in the clock the caller passed as `now`), if any
+    /// state with `after` is active. The caller wakes the instance then and calls
+    /// [`super::Machine::fire_due`].
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.cfg.next_timer().map(|i| self.cfg.timers[i].deadline)
+    }
+
+    /// The running timers as (event type, deadline), in the order they will fire.
+    pub fn timers(&self) -> Vec<(String, u64)> {
+        let mut order: Vec<usize> = (0..self.cfg.timers.len()).collect();
+        order.sort_by_key(|&i| (self.cfg.timers[i].deadline, i));
+        order
+            .into_iter()
+            .map(|i| {
+                let p = self.cfg.timers[i];
+                (self.tree.timer(p.timer).event.clone(), p.deadline)
+            })
+            .collect()
+    }
+
+    /// Everything [`super::Machine::restore`] needs, as a JSON object:
+    /// - `format`: [`PERSISTED_FORMAT`];
+    /// - `value` and `status` as above;
+    /// - `historyValue` in XState's shape (`{"<history id>": [{"id": "<state id>"}]}`);
+    /// - `nodes`: the active state ids in the order XState keeps them (which decides region
+    ///   order);
+    /// - `context`;
+    /// - `timers`: `[{"event": "xstate.after.<delay>.<state id>", "deadline": <ms>}]` in the
+    ///   order they were started (which breaks deadline ties); `"detached": true` marks a timer
+    ///   leaving its state no longer cancels (see XState's scheduler in `config`).
     pub fn to_persisted(&self) -> Value {
         let history: Map<String, Value> = self
             .cfg
@@ -100,11 +141,27 @@ impl Snapshot {
             .iter()
             .map(|&n| self.tree.node(n).id.as_str())
             .collect();
+        let timers: Vec<Value> = self
+            .cfg
+            .timers
+            .iter()
+            .map(|p| {
+                let mut t =
+                    json!({"event": self.tree.timer(p.timer).event, "deadline": p.deadline});
+                if p.detached {
+                    t["detached"] = json!(true);
+                }
+                t
+            })
+            .collect();
         json!({
+            "format": PERSISTED_FORMAT,
             "value": self.value(),
             "status": self.status(),
             "historyValue": history,
             "nodes": nodes,
+            "context": self.cfg.context.get(),
+            "timers": timers,
         })
     }
 
@@ -140,11 +197,30 @@ fn value_of(tree: &Tree, all: &[NodeId], node: NodeId) -> Value {
 }
 
 /// Rebuilds a configuration from [`Snapshot::to_persisted`] output, refusing states that do
-/// not exist or a value that is not a complete configuration.
-pub(super) fn restore_config(tree: &Tree, persisted: &Value) -> Result<Config, MachineError> {
+/// not exist or a value that is not a complete configuration. A record without `context`
+/// (format 1) gets `default_context`; one without `timers` gets the timers of its active states
+/// started at `now`, so that a state left only by a timer still leaves.
+pub(super) fn restore_config(
+    tree: &Tree,
+    persisted: &Value,
+    default_context: &Context,
+    now: u64,
+) -> Result<Config, MachineError> {
     let obj = persisted
         .as_object()
         .ok_or_else(|| MachineError::new("", "a persisted snapshot is a JSON object"))?;
+    match obj.get("format") {
+        None => {}
+        Some(f)
+            if f.as_u64()
+                .is_some_and(|f| (1..=PERSISTED_FORMAT).contains(&f)) => {}
+        Some(f) => {
+            return Err(MachineError::new(
+                "format",
+                format!("unknown snapshot format {f} (this Turnstile writes {PERSISTED_FORMAT})"),
+            ));
+        }
+    }
     let done = match obj.get("status").and_then(Value::as_str) {
         Some("active") => false,
         Some("done") => true,
@@ -205,10 +281,35 @@ pub(super) fn restore_config(tree: &Tree, persisted: &Value) -> Result<Config, M
         }
         history.sort_by_key(|(h, _)| *h);
     }
+    let context = match obj.get("context") {
+        None => default_context.clone(),
+        Some(c @ Value::Object(_)) => Context::new(c.clone()),
+        Some(_) => return Err(MachineError::new("context", "must be an object")),
+    };
+    let all = all_state_nodes(tree, &nodes).into_owned();
+    let timers = match obj.get("timers") {
+        Some(list) => restore_timers(tree, list, &all)?,
+        None if done => Vec::new(),
+        None => {
+            let mut active = all.clone();
+            active.sort_unstable();
+            active
+                .iter()
+                .flat_map(|&n| tree.node(n).after.iter())
+                .map(|&timer| Pending {
+                    timer,
+                    deadline: now.saturating_add(tree.timer(timer).delay_ms),
+                    detached: false,
+                })
+                .collect()
+        }
+    };
     let cfg = Config {
         nodes,
         history,
         done,
+        context,
+        timers,
     };
     let rebuilt = value_of(tree, &all_state_nodes(tree, &cfg.nodes), ROOT);
     if rebuilt != *value {
@@ -218,6 +319,46 @@ pub(super) fn restore_config(tree: &Tree, persisted: &Value) -> Result<Config, M
         ));
     }
     Ok(cfg)
+}
+
+/// The persisted `timers`: each must be the timer of an active state.
+fn restore_timers(
+    tree: &Tree,
+    list: &Value,
+    active: &[NodeId],
+) -> Result<Vec<Pending>, MachineError> {
+    let items = list
+        .as_array()
+        .ok_or_else(|| MachineError::new("timers", "must be an array"))?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let at = format!("timers[{i}]");
+            let event = item.get("event").and_then(Value::as_str);
+            let deadline = item.get("deadline").and_then(Value::as_u64);
+            let (Some(event), Some(deadline)) = (event, deadline) else {
+                return Err(MachineError::new(
+                    at,
+                    "a timer is {\"event\", \"deadline\"}",
+                ));
+            };
+            let detached = item.get("detached").and_then(Value::as_bool) == Some(true);
+            // A detached timer may outlive its state; one that is not belongs to an active one.
+            let timer = tree
+                .timers
+                .iter()
+                .position(|t| t.event == event && (detached || active.contains(&t.node)))
+                .ok_or_else(|| {
+                    MachineError::new(&at, format!("no active state has the timer \"{event}\""))
+                })?;
+            Ok(Pending {
+                timer: timer as TimerId,
+                deadline,
+                detached,
+            })
+        })
+        .collect()
 }
 
 /// Collects the states `value` names under `node`, checking it is a complete configuration.

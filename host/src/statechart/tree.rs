@@ -11,6 +11,8 @@
 
 use serde_json::Value;
 
+use super::logic::{EventReads, Rule};
+
 /// Index of a state node in [`Tree::nodes`]. `u16` keeps configurations compact; the parser
 /// refuses machines with more nodes than fit.
 pub(super) type NodeId = u16;
@@ -34,11 +36,58 @@ pub(super) enum Kind {
     },
 }
 
-/// A named guard as written in the machine (`"isLarge"` or `{type: "isLarge", params}`).
+/// Index of a delayed transition's timer in [`Tree::timers`].
+pub(super) type TimerId = u32;
+
+/// A guard as written in the machine, resolved at load.
 #[derive(Clone, Debug)]
-pub(super) struct GuardRef {
-    pub(super) name: String,
-    pub(super) params: Option<Value>,
+pub(super) enum Guard {
+    /// A guard implemented by the caller's [`super::Guards`] (`"isLarge"` or
+    /// `{type: "isLarge", params}`).
+    Named { name: String, params: Option<Value> },
+    /// The built-in `{"type": "jsonLogic", "params": {"rule": ...}}`; `params` is the whole
+    /// params object, which the rule sees as `params`.
+    JsonLogic { rule: Rule, params: Value },
+    /// `xstate.and`: every guard passes.
+    And(Vec<Guard>),
+    /// `xstate.or`: some guard passes.
+    Or(Vec<Guard>),
+    /// `xstate.not`: the guard fails.
+    Not(Box<Guard>),
+}
+
+impl Guard {
+    /// How much of the event deciding this guard needs. A named guard sees the whole event.
+    pub(super) fn reads(&self) -> EventReads {
+        match self {
+            Guard::Named { .. } => EventReads::Everything,
+            Guard::JsonLogic { rule, .. } => rule.reads,
+            Guard::And(gs) | Guard::Or(gs) => gs
+                .iter()
+                .map(Guard::reads)
+                .max()
+                .unwrap_or(EventReads::Type),
+            Guard::Not(g) => g.reads(),
+        }
+    }
+}
+
+/// `{"type": "xstate.assign", "params": {"<key>": <rule>, ...}}`: every rule is evaluated over
+/// `{context, event}` as they were before the action, then the keys are set (XState's
+/// `assign({key: fn, ...})`).
+#[derive(Clone, Debug)]
+pub(super) struct Assign {
+    pub(super) keys: Vec<(String, Rule)>,
+}
+
+/// One `after` entry: the timer a state starts when entered and cancels when left. Its
+/// transitions are ordinary `on` candidates for [`TimerDef::event`].
+#[derive(Clone, Debug)]
+pub(super) struct TimerDef {
+    pub(super) node: NodeId,
+    /// XState's `xstate.after.<delay>.<state id>`.
+    pub(super) event: String,
+    pub(super) delay_ms: u64,
 }
 
 /// One transition candidate, as XState's `formatTransition` builds it.
@@ -48,7 +97,11 @@ pub(super) struct Transition {
     /// `None` is a targetless transition (XState's `target: undefined`).
     pub(super) targets: Option<Vec<NodeId>>,
     pub(super) reenter: bool,
-    pub(super) guard: Option<GuardRef>,
+    pub(super) guard: Option<Guard>,
+    /// `xstate.assign` actions, run in order when the transition is taken.
+    pub(super) actions: Vec<Assign>,
+    /// For an `after` transition, the delay as written (`"1000"` or a `delays` name).
+    pub(super) delay: Option<String>,
     /// The event descriptor (`"SUBMIT"`, `"*"`, `"a.*"`, `"xstate.done.state.<id>"`), or `""`
     /// for `always`.
     pub(super) event: String,
@@ -81,6 +134,11 @@ pub(super) struct Node {
     /// Indexes into `on` of the wildcard descriptors, longest first (XState's candidate order).
     pub(super) wildcards: Vec<usize>,
     pub(super) always: Vec<TransId>,
+    /// `entry` and `exit` assignments, in order.
+    pub(super) entry: Vec<Assign>,
+    pub(super) exit: Vec<Assign>,
+    /// The timers of this state's `after`, in XState's scheduling order.
+    pub(super) after: Vec<TimerId>,
 }
 
 impl Node {
@@ -100,6 +158,13 @@ pub(super) struct Tree {
     pub(super) machine_id: String,
     pub(super) nodes: Vec<Node>,
     pub(super) transitions: Vec<Transition>,
+    /// The machine's initial `context` (an object; `{}` when none is given, as in XState).
+    pub(super) context: Value,
+    pub(super) timers: Vec<TimerDef>,
+    /// Per transition: its JSON path in the definition, for warnings.
+    pub(super) transition_paths: Vec<String>,
+    /// Whether any state has `entry`/`exit` assignments (transitions carry their own).
+    pub(super) has_state_actions: bool,
 }
 
 impl Tree {
@@ -109,6 +174,10 @@ impl Tree {
 
     pub(super) fn transition(&self, id: TransId) -> &Transition {
         &self.transitions[id as usize]
+    }
+
+    pub(super) fn timer(&self, id: TimerId) -> &TimerDef {
+        &self.timers[id as usize]
     }
 
     /// XState's `isDescendant(child, parent)`: strict. `None` stands for "above the root" (a

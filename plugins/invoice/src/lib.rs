@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! draft --SUBMIT--> review --APPROVE--> approved --DISCHARGE--> discharged (final)
-//!                     \--REJECT--> draft
+//!                     |  \--APPROVE [amount > 10,000]--> second_approval --APPROVE_AGAIN--> approved
+//!                     \--REJECT--> draft   (REJECT from second_approval too)
 //! ```
 //!
 //! Each gated tool is visible only in its state and fires one event; `invoice.status` is bound to
@@ -29,21 +30,39 @@ turnstile_plugin_api::export_toolkit!(toolkit);
 /// host may run it on the request's own thread (see `ToolManifest::quick_ms`).
 const QUICK_MS: u32 = 2;
 
-/// The workflow machine, XState v5 JSON.
+/// Invoices above this amount need a second approval.
+const SECOND_APPROVAL_ABOVE: f64 = 10_000.0;
+
+/// The workflow machine, XState v5 JSON. The context keeps the submitted amount (assigned from
+/// the `invoice.submit` call's input), and a guard over it sends a large invoice to a second
+/// approval: the agent's menu then offers `invoice.second_approve` instead of the payout.
 fn machine() -> Value {
     json!({
         "id": "invoice",
         "initial": "draft",
+        "context": {"amount": 0},
         "states": {
-            "draft": {"on": {"SUBMIT": "review"}},
-            "review": {"on": {"APPROVE": "approved", "REJECT": "draft"}},
+            "draft": {"on": {"SUBMIT": {
+                "target": "review",
+                "actions": [{"type": "xstate.assign",
+                    "params": {"amount": {"var": "event.input.amount"}}}]
+            }}},
+            "review": {"on": {
+                "APPROVE": [
+                    {"target": "second_approval", "guard": {"type": "jsonLogic", "params": {
+                        "rule": {">": [{"var": "context.amount"}, SECOND_APPROVAL_ABOVE]}}}},
+                    {"target": "approved"}
+                ],
+                "REJECT": "draft"
+            }},
+            "second_approval": {"on": {"APPROVE_AGAIN": "approved", "REJECT": "draft"}},
             "approved": {"on": {"DISCHARGE": "discharged"}},
             "discharged": {"type": "final"}
         }
     })
 }
 
-/// The plugin: the invoice workflow and its five tools.
+/// The plugin: the invoice workflow and its six tools.
 pub fn toolkit() -> Toolkit {
     let invoice = Workflow::new(machine());
     Toolkit::new("invoice", env!("CARGO_PKG_VERSION"))
@@ -65,7 +84,8 @@ pub fn toolkit() -> Toolkit {
                 .action("invoice.approve")
                 .describe(
                     "Approve the invoice under review, optionally with a note for the record. \
-                     An approved invoice can then be discharged (paid out).",
+                     An approved invoice can then be discharged (paid out); one over 10,000 \
+                     needs a second approval first.",
                 )
                 .compact("Approve the invoice.")
                 .bind_state("review", "APPROVE")
@@ -77,6 +97,21 @@ pub fn toolkit() -> Toolkit {
         )
         .tool(
             invoice
+                .action("invoice.second_approve")
+                .describe(
+                    "Give the second approval an invoice over 10,000 needs, optionally with a \
+                     note. Afterwards it can be discharged (paid out).",
+                )
+                .compact("Second approval of a large invoice.")
+                .bind_state("second_approval", "APPROVE_AGAIN")
+                .quick(QUICK_MS)
+                .handle(|input: Approve, ctx| {
+                    Ok(json!({"invoice": ctx.handle, "note": input.note,
+                        "message": "Invoice approved a second time."}))
+                }),
+        )
+        .tool(
+            invoice
                 .action("invoice.reject")
                 .describe(
                     "Reject the invoice under review and send it back to draft, with the reason \
@@ -84,6 +119,7 @@ pub fn toolkit() -> Toolkit {
                 )
                 .compact("Reject the invoice back to draft (reason).")
                 .bind_state("review", "REJECT")
+                .bind_state("second_approval", "REJECT")
                 .quick(QUICK_MS)
                 .handle(reject),
         )
@@ -195,6 +231,7 @@ fn status(ctx: &CallContext) -> Status {
     let next = match ctx.state.as_str() {
         Some("draft") => "submit it for review",
         Some("review") => "approve or reject it",
+        Some("second_approval") => "give it its second approval, or reject it",
         Some("approved") => "discharge (pay out) it",
         Some("discharged") => "nothing: the invoice is closed",
         _ => "unknown",
@@ -239,7 +276,16 @@ mod tests {
             [
                 ("invoice.submit", "draft".to_owned(), Some("SUBMIT")),
                 ("invoice.approve", "review".to_owned(), Some("APPROVE")),
-                ("invoice.reject", "review".to_owned(), Some("REJECT")),
+                (
+                    "invoice.second_approve",
+                    "second_approval".to_owned(),
+                    Some("APPROVE_AGAIN")
+                ),
+                (
+                    "invoice.reject",
+                    "review,second_approval".to_owned(),
+                    Some("REJECT")
+                ),
                 (
                     "invoice.discharge",
                     "approved".to_owned(),

@@ -5,6 +5,7 @@
 //! and transitions, whose targets may point anywhere in the machine. Every refusal carries the
 //! JSON path of the offending key.
 
+mod actions;
 mod transition;
 
 use serde_json::{Map, Value};
@@ -52,17 +53,22 @@ pub(super) fn parse(def: &Value, guards: &dyn Guards) -> Result<Tree, MachineErr
             machine_id,
             nodes: Vec::new(),
             transitions: Vec::new(),
+            context: actions::context(root)?,
+            timers: Vec::new(),
+            transition_paths: Vec::new(),
+            has_state_actions: false,
         },
         raw: Vec::new(),
         trans_paths: Vec::new(),
         guards,
+        delays: actions::delays(root)?,
     };
     p.build_node(root, None, String::new(), String::new())?;
     for n in 0..p.tree.nodes.len() {
         let n = n as NodeId;
         p.resolve_node(n)?;
     }
-    super::cycles::check(&p.tree, &p.trans_paths)?;
+    p.tree.transition_paths = p.trans_paths;
     Ok(p.tree)
 }
 
@@ -73,6 +79,8 @@ pub(super) struct Parser<'a> {
     /// Per transition: its JSON path, for cycle errors.
     pub(super) trans_paths: Vec<String>,
     pub(super) guards: &'a dyn Guards,
+    /// The machine-level `delays` map: name → milliseconds.
+    pub(super) delays: Vec<(String, u64)>,
 }
 
 pub(super) fn join(base: &str, key: &str) -> String {
@@ -153,6 +161,9 @@ impl<'a> Parser<'a> {
             index_children: false,
             wildcards: Vec::new(),
             always: Vec::new(),
+            entry: Vec::new(),
+            exit: Vec::new(),
+            after: Vec::new(),
         });
         self.raw.push((cfg, jpath.clone()));
         if let Some(states) = states {
@@ -191,32 +202,18 @@ impl<'a> Parser<'a> {
 
     /// Refuses keys that ask for something Turnstile cannot run, v4 leftovers and unknown keys.
     fn check_keys(&self, cfg: &Obj, jpath: &str, is_root: bool) -> Result<(), MachineError> {
-        for (k, v) in cfg {
+        for k in cfg.keys() {
             let at = join(jpath, k);
             let refuse = |reason: &str| Err(MachineError::new(&at, reason));
             match k.as_str() {
                 "id" | "type" | "states" | "on" | "always" | "onDone" | "description" | "meta"
                 | "tags" | "initial" | "history" | "target" | "output" => {}
-                "version" if is_root => {}
-                "context" if is_root && is_empty_value(v) => {}
-                "context" => {
-                    return refuse(
-                        "machine context is not supported (Turnstile guards see only the event)",
-                    );
+                "version" | "context" | "delays" if is_root => {}
+                "context" | "delays" => {
+                    return refuse(&format!("`{k}` belongs on the machine's root"));
                 }
-                "entry" | "exit" if is_empty_value(v) => {}
-                "entry" | "exit" => {
-                    return refuse(
-                        "entry/exit actions are not supported: Turnstile runs no actions (tools \
-                         carry the effects)",
-                    );
-                }
+                "entry" | "exit" | "after" => {}
                 "invoke" => return refuse("invoked actors are not supported"),
-                "after" => {
-                    return refuse(
-                        "delayed transitions (`after`) are not supported: Turnstile has no timers",
-                    );
-                }
                 other => {
                     if let Some((_, why)) = V4_KEYS.iter().find(|(key, _)| *key == other) {
                         return refuse(why);
@@ -297,11 +294,13 @@ impl<'a> Parser<'a> {
         let (cfg, jpath) = self.raw[usize::from(n)].clone();
         let kind = self.tree.node(n).kind;
         if let Kind::History { .. } = kind {
-            for k in ["on", "always", "onDone", "initial"] {
+            for k in [
+                "on", "always", "onDone", "initial", "after", "entry", "exit",
+            ] {
                 if cfg.contains_key(k) {
                     return Err(MachineError::new(
                         join(&jpath, k),
-                        "a history state cannot have transitions or an initial state",
+                        "a history state cannot have transitions, actions or an initial state",
                     ));
                 }
             }
@@ -353,6 +352,21 @@ impl<'a> Parser<'a> {
         if let Some(t) = cfg.get("always") {
             let ts = self.transitions(n, "", t, &join(&jpath, "always"))?;
             self.tree.nodes[usize::from(n)].always = ts;
+        }
+        // After `on` and `onDone`, as XState's `formatTransitions` adds them.
+        if let Some(after) = cfg.get("after") {
+            self.resolve_after(n, after, &join(&jpath, "after"))?;
+        }
+        for key in ["entry", "exit"] {
+            let Some(v) = cfg.get(key) else { continue };
+            let list = self.actions(v, &join(&jpath, key))?;
+            self.tree.has_state_actions |= !list.is_empty();
+            let node = &mut self.tree.nodes[usize::from(n)];
+            if key == "entry" {
+                node.entry = list;
+            } else {
+                node.exit = list;
+            }
         }
         let node = &mut self.tree.nodes[usize::from(n)];
         let mut wild: Vec<usize> = (0..node.on.len())

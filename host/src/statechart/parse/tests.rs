@@ -145,11 +145,25 @@ fn guard_without_implementation() {
 
 #[test]
 fn delayed_transitions() {
-    let def = with_a(json!({"after":{"1000":"b"}}));
+    let def = with_a(json!({"after":{"soon":"b"}}));
     assert_eq!(
         refusal(def),
-        "states.a.after: delayed transitions (`after`) are not supported: Turnstile has no timers"
+        "states.a.after.soon: unknown delay \"soon\": write whole milliseconds or a name from \
+         the machine's `delays`"
     );
+    let def = json!({"delays":{"soon":"1s"},"initial":"a","states":{"a":{}}});
+    assert_eq!(
+        refusal(def),
+        "delays.soon: a delay is a whole number of milliseconds"
+    );
+    let def = with_a(json!({"after":{"10":["b"]}}));
+    assert_eq!(
+        refusal(def),
+        "states.a.after.10[0]: in an `after` array, write {\"target\": ...}: XState reads a bare \
+         string there as a transition with no target"
+    );
+    let ok = json!({"delays":{"soon":5},"initial":"a","states":{"a":{"after":{"soon":"b","1000":"b"}},"b":{}}});
+    assert!(Machine::from_json(&ok).is_ok());
 }
 
 #[test]
@@ -157,48 +171,84 @@ fn actions_entry_exit_invoke_context() {
     let def = with_a(json!({"entry":["notify"]}));
     assert_eq!(
         refusal(def),
-        "states.a.entry: entry/exit actions are not supported: Turnstile runs no actions (tools \
-         carry the effects)"
+        "states.a.entry[0]: only {\"type\": \"xstate.assign\", \"params\": {...}} actions are \
+         supported (tools carry the effects)"
     );
     let def = with_a(json!({"on":{"GO":{"target":"b","actions":"notify"}}}));
     assert_eq!(
         refusal(def),
-        "states.a.on.GO.actions: transition actions are not supported: Turnstile runs no actions"
+        "states.a.on.GO.actions: only {\"type\": \"xstate.assign\", \"params\": {...}} actions \
+         are supported (tools carry the effects)"
+    );
+    let def = with_a(json!({"exit":{"type":"xstate.assign","params":{"n":{"plus":[1]}}}}));
+    assert_eq!(
+        refusal(def),
+        "states.a.exit.params.n: bad JSON Logic: unknown operator \"plus\""
     );
     let def = with_a(json!({"invoke":{"src":"fetch"}}));
     assert_eq!(
         refusal(def),
         "states.a.invoke: invoked actors are not supported"
     );
-    let def = json!({"context":{"n":1},"initial":"a","states":{"a":{}}});
+    let def = json!({"context":[1],"initial":"a","states":{"a":{}}});
     assert_eq!(
         refusal(def),
-        "context: machine context is not supported (Turnstile guards see only the event)"
+        "context: `context` must be a JSON object (assignments set its keys)"
     );
     // Empty ones are harmless and common in exported machines.
-    let ok = json!({"context":{},"initial":"a","states":{"a":{"entry":[],"exit":[],
-        "on":{"GO":{"target":"a","actions":[]}}}}});
+    let ok = json!({"context":{"n":1},"initial":"a","states":{"a":{"entry":[],"exit":[],
+        "on":{"GO":{"target":"a","actions":[{"type":"xstate.assign","params":{"n":1}}]}}}}});
     assert!(Machine::from_json(&ok).is_ok());
 }
 
 #[test]
-fn eventless_cycle() {
-    let def = json!({"initial":"a","states":{"a":{"always":"b"},"b":{"always":"a"}}});
+fn guard_refusals() {
+    let def = with_a(
+        json!({"on":{"GO":{"target":"b","guard":{"type":"jsonLogic","params":{"rule":{"bogus":[]}}}}}}),
+    );
     assert_eq!(
         refusal(def),
-        "states.a.always: eventless transitions (`always` or done-event handlers) may loop \
-         forever: this transition is part of a cycle"
+        "states.a.on.GO.guard.params.rule: bad JSON Logic: unknown operator \"bogus\""
+    );
+    let def = with_a(
+        json!({"on":{"GO":{"target":"b","guard":{"type":"xstate.and","guards":["isLarge","isSmall"]}}}}),
+    );
+    assert_eq!(
+        refusal(def),
+        "states.a.on.GO.guard.guards[1]: guard \"isSmall\" has no implementation"
+    );
+    let def = with_a(
+        json!({"on":{"GO":{"target":"b","guard":{"type":"xstate.not","guards":["isLarge","isLarge"]}}}}),
+    );
+    assert_eq!(
+        refusal(def),
+        "states.a.on.GO.guard.guards: xstate.not takes exactly one guard"
+    );
+    let def = with_a(json!({"on":{"GO":{"target":"b","guard":"xstate.every"}}}));
+    assert_eq!(
+        refusal(def),
+        "states.a.on.GO.guard: \"xstate.every\" is reserved: the built-in guards are xstate.and, \
+         xstate.or and xstate.not"
+    );
+    let def = with_a(json!({"on":{"GO":{"target":"b","guard":{"type":"jsonLogic"}}}}));
+    assert_eq!(
+        refusal(def),
+        "states.a.on.GO.guard.params: the jsonLogic guard needs {\"params\": {\"rule\": <JSON \
+         Logic>}}"
     );
 }
 
 #[test]
-fn done_event_cycle() {
-    let def = json!({"initial":"p","states":{"p":{"initial":"f","onDone":{"target":"p","reenter":true},
-        "states":{"f":{"type":"final"}}}}});
+fn eventless_cycles_are_not_refused() {
+    // XState runs these (the guard or an unchanged snapshot ends them); only a cycle in the
+    // initial step, which XState's actor fails on at start, is refused.
+    let def = json!({"initial":"a","states":{"a":{"on":{"GO":"b"}},
+        "b":{"always":{"target":"c","guard":"isLarge"}},"c":{"always":"b"}}});
+    assert!(Machine::from_json_with_guards(&def, Arc::new(OneGuard)).is_ok());
+    let def = json!({"initial":"a","states":{"a":{"always":"b"},"b":{"always":"a"}}});
     assert_eq!(
         refusal(def),
-        "states.p.onDone: eventless transitions (`always` or done-event handlers) may loop \
-         forever: this transition is part of a cycle"
+        "(root): the initial state does not settle: more than 1000 eventless microsteps"
     );
 }
 
@@ -254,7 +304,7 @@ fn history_refusals() {
     let def = json!({"initial":"a","states":{"a":{},"h":{"type":"history","on":{"X":"a"}}}});
     assert_eq!(
         refusal(def),
-        "states.h.on: a history state cannot have transitions or an initial state"
+        "states.h.on: a history state cannot have transitions, actions or an initial state"
     );
 }
 

@@ -4,9 +4,9 @@ use serde_json::Value;
 
 use super::super::{
     error::MachineError,
-    tree::{GuardRef, Kind, NodeId, TransId, Transition},
+    tree::{Kind, NodeId, TransId, Transition},
 };
-use super::{Parser, is_empty_value, join};
+use super::{Parser, join};
 
 impl Parser<'_> {
     /// XState's `toTransitionConfigArray` + `formatTransition` for one `on`/`onDone`/`always`
@@ -38,7 +38,7 @@ impl Parser<'_> {
         Ok(out)
     }
 
-    fn transition(
+    pub(super) fn transition(
         &self,
         source: NodeId,
         event: &str,
@@ -50,6 +50,8 @@ impl Parser<'_> {
             targets: None,
             reenter: false,
             guard: None,
+            actions: Vec::new(),
+            delay: None,
             event: event.to_string(),
         };
         let obj = match cfg {
@@ -81,12 +83,7 @@ impl Parser<'_> {
                     _ => return refuse("`reenter` must be a boolean".into()),
                 },
                 "guard" => t.guard = Some(self.guard(v, &join(at, k))?),
-                "actions" if is_empty_value(v) => {}
-                "actions" => {
-                    return refuse(
-                        "transition actions are not supported: Turnstile runs no actions".into(),
-                    );
-                }
+                "actions" => t.actions = self.actions(v, &join(at, k))?,
                 "cond" => return refuse("`cond` is XState v4; use `guard`".into()),
                 "internal" => return refuse("`internal` is XState v4; use `reenter`".into()),
                 "in" => return refuse("`in` is XState v4 and is not supported".into()),
@@ -98,38 +95,6 @@ impl Parser<'_> {
             t.targets = self.resolve_targets(source, &names, at)?;
         }
         Ok(t)
-    }
-
-    fn guard(&self, v: &Value, at: &str) -> Result<GuardRef, MachineError> {
-        let (name, params) = match v {
-            Value::String(s) => (s.clone(), None),
-            Value::Object(o) => {
-                if let Some(k) = o.keys().find(|k| !matches!(k.as_str(), "type" | "params")) {
-                    return Err(MachineError::new(
-                        join(at, k),
-                        format!("unsupported guard key \"{k}\""),
-                    ));
-                }
-                let name = o
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| MachineError::new(at, "a guard object needs a string `type`"))?;
-                (name.to_string(), o.get("params").cloned())
-            }
-            _ => {
-                return Err(MachineError::new(
-                    at,
-                    "a guard is a name or {\"type\": name, \"params\": ...}",
-                ));
-            }
-        };
-        if !self.guards.contains(&name) {
-            return Err(MachineError::new(
-                at,
-                format!("guard \"{name}\" has no implementation"),
-            ));
-        }
-        Ok(GuardRef { name, params })
     }
 
     /// XState's `resolveTarget`: `#id[.path]`, `.child.path` (relative to the source), or a
