@@ -15,6 +15,8 @@
 //! - [`commands`]: the `turnstile` subcommands.
 //! - [`hotplug`]: the plugin directory's changes, applied to the catalog while serving.
 //! - [`memory`]: the allocator, and giving freed memory back to the OS.
+//! - [`metrics`]: what the server counts, and the Prometheus text of `GET /metrics`.
+//! - [`logs`]: the log's format (`--log-format`) and filters (`RUST_LOG`, rmcp at debug only).
 //! - [`load`]: `turnstile load`, a load tester and contract checker for any MCP server (a
 //!   client: it uses none of the modules above).
 //!
@@ -27,8 +29,10 @@ pub mod gate;
 pub mod hotplug;
 pub mod invoke;
 pub mod load;
+pub mod logs;
 pub mod mcp;
 pub mod memory;
+pub mod metrics;
 pub mod plugin;
 pub mod retention;
 pub mod shutdown;

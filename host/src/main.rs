@@ -14,6 +14,16 @@ use turnstile::commands;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines (on stderr) are written: `text`, or `json` (one object per line) for log
+    /// shippers. Which lines: `RUST_LOG`, default `info`.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t,
+        env = "TURNSTILE_LOG_FORMAT"
+    )]
+    log_format: turnstile::logs::LogFormat,
 }
 
 #[derive(Subcommand)]
@@ -199,38 +209,9 @@ enum GraphFormat {
     Dot,
 }
 
-/// rmcp 3.11 logs normal client behaviour as if it were the operator's problem, and offers no
-/// way to quiet just these events, so they are dropped here, matched by their call sites in
-/// rmcp's `service.rs` (the listen test in `tests/sessions.rs` and the protocol-error tests fail
-/// if an rmcp upgrade moves them):
-/// - line 1578, ERROR "fail to response message", and line 1866, ERROR "failed to send pending
-///   response during drain": the client closed the stream before its answer, as every client
-///   does when it ends a `subscriptions/listen` or hangs up on a call;
-/// - line 1685, WARN "response error": every JSON-RPC error answer, i.e. every unknown tool or
-///   malformed request a client sends. The client is told; the operator need not be.
-fn is_client_behaviour_noise(event: &tracing::Metadata<'_>) -> bool {
-    const CALL_SITES: [u32; 3] = [1578, 1685, 1866];
-    event.target() == "rmcp::service"
-        && event
-            .file()
-            .is_some_and(|file| file.ends_with("service.rs"))
-        && event.line().is_some_and(|line| CALL_SITES.contains(&line))
-}
-
 fn main() -> ExitCode {
-    // Logs go to stderr: on stdio, stdout is the protocol.
-    use tracing_subscriber::{Layer, layer::SubscriberExt, util::SubscriberInitExt};
-    let stderr = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_filter(tracing_subscriber::filter::filter_fn(|event| {
-            !is_client_behaviour_noise(event)
-        }));
-    tracing_subscriber::registry().with(stderr).init();
     let cli = Cli::parse();
+    turnstile::logs::init(cli.log_format);
     let outcome = match cli.command {
         Command::Serve {
             plugins,

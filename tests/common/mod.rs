@@ -122,13 +122,36 @@ impl Server {
 
     /// Like `http`, with the data directory given by the test.
     pub fn http_in(plugins: &Path, data: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(turnstile_bin())
+        Server::spawn_logging(plugins, data, extra, Some("info,turnstile=debug"))
+    }
+
+    /// Like `http`, logging as an operator's server does: `rust_log` as `RUST_LOG`, or with
+    /// `None`, no `RUST_LOG` at all (the default level).
+    pub fn http_logging(plugins: &Path, extra: &[&str], rust_log: Option<&str>) -> Server {
+        let data = tempfile::tempdir().expect("temp dir");
+        let mut server = Server::spawn_logging(plugins, data.path(), extra, rust_log);
+        server._data = Some(data);
+        server
+    }
+
+    fn spawn_logging(
+        plugins: &Path,
+        data: &Path,
+        extra: &[&str],
+        rust_log: Option<&str>,
+    ) -> Server {
+        let mut command = Command::new(turnstile_bin());
+        command
             .args(["serve", "--http", "127.0.0.1:0", "--plugins"])
             .arg(plugins)
             .arg("--data-dir")
             .arg(data)
             .args(extra)
-            .env("RUST_LOG", "info,turnstile=debug")
+            .env_remove("RUST_LOG");
+        if let Some(rust_log) = rust_log {
+            command.env("RUST_LOG", rust_log);
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -141,10 +164,11 @@ impl Server {
         // Keep draining stderr for the life of the server, so it never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in reader.lines().map_while(Result::ok) {
+                // The URL ends at `/mcp`, in a text line and in a JSON one (`--log-format json`).
                 if let Some(start) = line.find("http://").or_else(|| line.find("https://"))
-                    && line.contains("/mcp")
+                    && let Some(length) = line[start..].find("/mcp")
                 {
-                    let url: String = line[start..].split_whitespace().next().unwrap().to_string();
+                    let url = line[start..start + length + "/mcp".len()].to_string();
                     let _ = url_tx.send(url);
                 }
                 let mut log = log.lock().unwrap();

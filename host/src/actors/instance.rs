@@ -207,6 +207,9 @@ pub struct InstanceActor {
     current: Option<InstanceView>,
     /// Held by a plugin thread still running a call of this instance past its deadline.
     plugin_lock: invoke::InstanceLock,
+    /// Its owner ended ([`End`]): the actor stops, and a restart is only actix's supervisor
+    /// seeing an address still held elsewhere, not a fault.
+    ended: bool,
 }
 
 impl InstanceActor {
@@ -217,6 +220,7 @@ impl InstanceActor {
             deps,
             current: None,
             plugin_lock: invoke::InstanceLock::default(),
+            ended: false,
         }
     }
 
@@ -369,7 +373,11 @@ impl Actor for InstanceActor {
 impl Supervised for InstanceActor {
     /// A restarted actor forgets its copy and reloads the last saved snapshot.
     fn restarting(&mut self, _ctx: &mut Self::Context) {
-        tracing::warn!(instance = %self.key, "instance restarting");
+        if self.ended {
+            tracing::debug!(instance = %self.key, "ended instance stops once its last address is dropped");
+        } else {
+            tracing::warn!(instance = %self.key, "instance restarting");
+        }
         self.current = None;
     }
 }
@@ -604,11 +612,14 @@ async fn run_call(
     }
     let store_key = key.store_key();
     deps.keep_machine(&workflow).await?;
-    store.save(&store_key, &record, view.version).await?;
+    crate::metrics::timed_save(store.save(&store_key, &record, view.version)).await?;
     // Other processes sharing the store notify their own sessions. The transition is saved
     // already, so a failed announcement costs them a notification, not a state.
     if let Err(error) = store.announce_change(node, &store_key).await {
         tracing::warn!(instance = %key, %error, "could not announce a change to other servers");
+    }
+    if moved && let Some(event) = &tool.manifest.transition {
+        crate::metrics::transition_saved(&workflow.id, event);
     }
     let after = InstanceView {
         snapshot,
@@ -668,6 +679,7 @@ impl Handler<End> for InstanceActor {
         };
         AtomicResponse::new(Box::pin(work.into_actor(self).map(|(), actor, ctx| {
             actor.current = None;
+            actor.ended = true;
             ctx.stop();
         })))
     }

@@ -21,6 +21,7 @@ use std::{
 use actix::prelude::*;
 
 use super::{InstanceKey, SessionId, tables::shrink_if_sparse};
+use crate::metrics::{self, Cause};
 
 /// A session that can be told its tool list changed.
 pub trait Listener: Send + Sync + 'static {
@@ -200,7 +201,7 @@ impl Handler<CatalogChanged> for Notifier {
                 .collect()
         };
         for session in sessions {
-            self.tell(&session, ctx);
+            self.tell(&session, Cause::Catalog, ctx);
         }
     }
 }
@@ -221,7 +222,7 @@ impl Handler<InstanceChanged> for Notifier {
             return;
         };
         for session_id in watchers {
-            self.tell(session_id, ctx);
+            self.tell(session_id, Cause::Transition, ctx);
         }
     }
 }
@@ -239,8 +240,8 @@ impl Handler<Stats> for Notifier {
 }
 
 impl Notifier {
-    /// Sends `session` one `list_changed`.
-    fn tell(&self, session_id: &SessionId, ctx: &mut Context<Self>) {
+    /// Sends `session` one `list_changed`, counted under `cause` once it is sent.
+    fn tell(&self, session_id: &SessionId, cause: Cause, ctx: &mut Context<Self>) {
         let Some(session) = self.sessions.get(session_id) else {
             return;
         };
@@ -249,9 +250,12 @@ impl Notifier {
         // Each send runs on its own, so one slow session cannot delay the others; a session
         // whose transport is gone is forgotten.
         ctx.spawn(sending.into_actor(self).map(move |sent, notifier, _ctx| {
-            if let Err(error) = sent {
-                tracing::debug!(session = %session_id, %error, "session gone; unsubscribing");
-                notifier.forget(&session_id);
+            match sent {
+                Ok(()) => metrics::list_changed_sent(cause),
+                Err(error) => {
+                    tracing::debug!(session = %session_id, %error, "session gone; unsubscribing");
+                    notifier.forget(&session_id);
+                }
             }
         }));
     }

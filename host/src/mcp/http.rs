@@ -20,7 +20,7 @@ use super::{
     health,
     host_check::{self, AllowedHosts},
     http_layer::{self, McpLayer},
-    idle,
+    idle, metrics,
     oauth::{OAuth, OAuthOptions},
     server::{Shared, TurnstileServer},
     tls::Tls,
@@ -166,6 +166,8 @@ pub async fn serve_http(
         sessions.clone(),
         config,
     );
+    // Events are counted from here on, for `/metrics` (over stdio nothing is counted).
+    crate::metrics::install();
     let app = Router::new()
         .nest_service("/mcp", mcp)
         // Only on `/mcp`: a layer applies to the routes added before it.
@@ -181,8 +183,15 @@ pub async fn serve_http(
         .route(
             "/stats",
             get({
-                let sessions = sessions.clone();
+                let (sessions, handshakes) = (sessions.clone(), handshakes.clone());
                 move |state| stats(state, sessions, handshakes)
+            }),
+        )
+        .route(
+            "/metrics",
+            get({
+                let sessions = sessions.clone();
+                move |state| metrics::serve(state, sessions, handshakes)
             }),
         );
     // Every route above needs a token, when authentication is configured.

@@ -13,6 +13,7 @@
 //!   after `--handshake-timeout`.
 //! - `host_check.rs`: the `Host` check (403 for a foreign one) on every HTTP route but the probes.
 //! - `health.rs`: `GET /healthz` and `GET /readyz`, for orchestrators' probes.
+//! - `metrics.rs`: each call's span and count, and `GET /metrics` (Prometheus text).
 //! - `http_layer.rs`: the middleware in front of rmcp's HTTP service that turns its plain-text
 //!   refusals into JSON-RPC errors and answers `DELETE` with 204 / 404.
 //! - `jsonrpc_errors.rs`: what is wrong with input that is not a message (-32700, -32600), for
@@ -30,6 +31,7 @@ mod http;
 mod http_layer;
 mod idle;
 mod jsonrpc_errors;
+mod metrics;
 mod oauth;
 mod reply;
 mod server;

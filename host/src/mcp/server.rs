@@ -20,9 +20,11 @@ use rmcp::{
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::{
     call_events::{self, CallEvents},
+    metrics::CallRecord,
     reply,
     session::{SessionScope, SinkListener},
     target::{self, HandleMode, Target},
@@ -30,7 +32,7 @@ use super::{
 use crate::{
     actors::{CallOutcome, InstanceError, InstanceKey, InstanceView, Owner, Runtime, SessionId},
     catalog::{LiveCatalog, ToolEntry, Workflow},
-    gate, invoke,
+    gate, invoke, metrics,
     plugin::{CallContext, HostCall, PluginOutput},
 };
 
@@ -259,6 +261,126 @@ impl TurnstileServer {
             min_level,
         }
     }
+
+    /// `tools/call`: DESIGN behaviours 2 to 6, in the order a call meets them.
+    async fn answer_call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        // A shutdown waits for this call to deliver its result.
+        let _in_flight = self.shared.shutdown.call_started();
+        let catalog = self.shared.catalog.current();
+        let Some(tool) = catalog.tool(&request.name).cloned() else {
+            return Err(reply::unknown_tool(&request.name));
+        };
+        let mut arguments: JsonObject = request.arguments.unwrap_or_default();
+        let Some(workflow) = tool.workflow().and_then(|id| catalog.workflow(id)).cloned() else {
+            if let Err(problems) = tool.check_arguments(&Value::Object(arguments.clone())) {
+                return Ok(reply::invalid_arguments(tool.name(), &problems).into());
+            }
+            return Ok(self
+                .call_unbound(tool, Value::Object(arguments), &context)
+                .await);
+        };
+        // The handle is the host's argument, not the plugin's: take it out before the schema check.
+        let target = match target::resolve(
+            self.handle_mode(&context),
+            &self.session.id,
+            &tool,
+            &workflow,
+            &mut arguments,
+            &context.meta,
+        ) {
+            Ok(target) => target,
+            Err(no_target) => return Ok(reply::no_target(tool.name(), &no_target).into()),
+        };
+        let arguments = Value::Object(arguments);
+        if let Err(problems) = tool.check_arguments(&arguments) {
+            return Ok(reply::invalid_arguments(tool.name(), &problems).into());
+        }
+        let idempotency_key = match context.meta.get("idempotencyKey") {
+            None => None,
+            Some(Value::String(key))
+                if !key.is_empty() && key.chars().count() <= reply::MAX_IDEMPOTENCY_KEY_CHARS =>
+            {
+                Some(key.clone())
+            }
+            Some(bad) => return Err(reply::invalid_idempotency_key(bad)),
+        };
+        let name = tool.name().to_string();
+        // A minted instance is created by the call itself (one message, one save), and only
+        // if the call succeeds.
+        let (key, mint) = match target {
+            Target::Existing(key) => (key, false),
+            Target::Mint(key) => (key, true),
+        };
+        CallRecord::record_instance(&key);
+        self.watch(&key, &context);
+        let call_id = uuid::Uuid::new_v4().to_string();
+        let (host, events) = HostCall::new(context.ct.child_token());
+        let running = self.shared.runtime.call(
+            key.clone(),
+            tool,
+            arguments,
+            call_id,
+            Some(host),
+            mint,
+            idempotency_key,
+        );
+        let answer = self
+            .call_events(&context)
+            .forward_during(running, events)
+            .await;
+        let created = !mint
+            || matches!(
+                answer,
+                Ok(CallOutcome::Ran {
+                    output: PluginOutput::Success(_),
+                    ..
+                })
+            );
+        if created {
+            self.settle(&key, &answer);
+        } else {
+            // The instance was never created: no handle goes out, no subscription or actor stays.
+            self.shared
+                .runtime
+                .unsubscribe(&self.session.id, key.clone());
+            self.shared.runtime.forget(key.clone());
+        }
+        let result = match answer {
+            Ok(CallOutcome::Forbidden(refusal)) => reply::forbidden(&refusal),
+            Ok(CallOutcome::Looped { output, state }) => {
+                reply::transition_loop(&name, output, state)
+            }
+            Ok(CallOutcome::Ran {
+                output,
+                moved,
+                state,
+            }) => {
+                if moved && is_sessionless(&context) {
+                    // This request's stream is the only place the caller can hear of the change:
+                    // say it there, before the result, every time.
+                    match context.peer.notify_tool_list_changed().await {
+                        Ok(()) => metrics::list_changed_sent(metrics::Cause::Transition),
+                        Err(error) => {
+                            tracing::debug!(%error, "cannot tell the caller its list changed")
+                        }
+                    }
+                }
+                reply::ran(&name, output, Some(state))
+            }
+            Err(error) => reply::failure(&name, &error),
+        };
+        let result = match (self.handle_mode(&context), &key.owner) {
+            (Some(mode), Owner::Handle(handle)) if created => {
+                reply::with_handle(result, &mode.key, handle)
+            }
+            _ => result,
+        };
+        Ok(result.into())
+    }
 }
 
 /// Whether `context` is an HTTP request without a session (protocol 2026-07-28, or a server
@@ -315,114 +437,9 @@ impl ServerHandler for TurnstileServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        // A shutdown waits for this call to deliver its result.
-        let _in_flight = self.shared.shutdown.call_started();
-        let catalog = self.shared.catalog.current();
-        let Some(tool) = catalog.tool(&request.name).cloned() else {
-            return Err(reply::unknown_tool(&request.name));
-        };
-        let mut arguments: JsonObject = request.arguments.unwrap_or_default();
-        let Some(workflow) = tool.workflow().and_then(|id| catalog.workflow(id)).cloned() else {
-            if let Err(problems) = tool.check_arguments(&Value::Object(arguments.clone())) {
-                return Ok(reply::invalid_arguments(tool.name(), &problems).into());
-            }
-            return Ok(self
-                .call_unbound(tool, Value::Object(arguments), &context)
-                .await);
-        };
-        // The handle is the host's argument, not the plugin's: take it out before the schema check.
-        let target = match target::resolve(
-            self.handle_mode(&context),
-            &self.session.id,
-            &tool,
-            &workflow,
-            &mut arguments,
-            &context.meta,
-        ) {
-            Ok(target) => target,
-            Err(no_target) => return Ok(reply::no_target(tool.name(), &no_target).into()),
-        };
-        let arguments = Value::Object(arguments);
-        if let Err(problems) = tool.check_arguments(&arguments) {
-            return Ok(reply::invalid_arguments(tool.name(), &problems).into());
-        }
-        let idempotency_key = match context.meta.get("idempotencyKey") {
-            None => None,
-            Some(Value::String(key))
-                if !key.is_empty() && key.chars().count() <= reply::MAX_IDEMPOTENCY_KEY_CHARS =>
-            {
-                Some(key.clone())
-            }
-            Some(bad) => return Err(reply::invalid_idempotency_key(bad)),
-        };
-        let name = tool.name().to_string();
-        // A minted instance is created by the call itself (one message, one save), and only
-        // if the call succeeds.
-        let (key, mint) = match target {
-            Target::Existing(key) => (key, false),
-            Target::Mint(key) => (key, true),
-        };
-        self.watch(&key, &context);
-        let call_id = uuid::Uuid::new_v4().to_string();
-        let (host, events) = HostCall::new(context.ct.child_token());
-        let running = self.shared.runtime.call(
-            key.clone(),
-            tool,
-            arguments,
-            call_id,
-            Some(host),
-            mint,
-            idempotency_key,
-        );
-        let answer = self
-            .call_events(&context)
-            .forward_during(running, events)
-            .await;
-        let created = !mint
-            || matches!(
-                answer,
-                Ok(CallOutcome::Ran {
-                    output: PluginOutput::Success(_),
-                    ..
-                })
-            );
-        if created {
-            self.settle(&key, &answer);
-        } else {
-            // The instance was never created: no handle goes out, no subscription or actor stays.
-            self.shared
-                .runtime
-                .unsubscribe(&self.session.id, key.clone());
-            self.shared.runtime.forget(key.clone());
-        }
-        let result = match answer {
-            Ok(CallOutcome::Forbidden(refusal)) => reply::forbidden(&refusal),
-            Ok(CallOutcome::Looped { output, state }) => {
-                reply::transition_loop(&name, output, state)
-            }
-            Ok(CallOutcome::Ran {
-                output,
-                moved,
-                state,
-            }) => {
-                if moved && is_sessionless(&context) {
-                    // This request's stream is the only place the caller can hear of the change:
-                    // say it there, before the result, every time.
-                    if let Err(error) = context.peer.notify_tool_list_changed().await {
-                        tracing::debug!(%error, "cannot tell the caller its list changed");
-                    }
-                }
-                reply::ran(&name, output, Some(state))
-            }
-            Err(error) => reply::failure(&name, &error),
-        };
-        let result = match (self.handle_mode(&context), &key.owner) {
-            (Some(mode), Owner::Handle(handle)) if created => {
-                reply::with_handle(result, &mode.key, handle)
-            }
-            _ => result,
-        };
-        Ok(result.into())
+        let record = CallRecord::start(&self.shared.catalog, &request.name);
+        let answer = self.answer_call(request, context).instrument(record.span());
+        record.finish(answer.await)
     }
 
     /// From its start, a session hears about the plugin catalog changing, before it has touched

@@ -1,0 +1,206 @@
+//! What the MCP layer reports of its calls, and `GET /metrics`.
+//!
+//! [`CallRecord`] follows one `tools/call` from the handler's start to its answer: it opens the
+//! call's `tracing` span (tool, instance, outcome: what an OpenTelemetry layer would export) and,
+//! once answered, counts the call under its tool and outcome (see `crate::metrics`). The outcome
+//! is read back from the answer itself, so it is what the client saw.
+//!
+//! [`serve`] answers a scrape: it reads what the actors, the plugin pools and rmcp's session
+//! table hold at that moment (the numbers `/stats` shows) and renders them with the recorded
+//! metrics. It sits behind the same `Host` check and authentication as `/stats`.
+//!
+//! It must not build client-visible results (that is `reply`) or name metric series itself.
+
+use std::{sync::Arc, time::Instant};
+
+use axum::{
+    extract::State,
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use rmcp::{
+    ErrorData, model::CallToolResponse,
+    transport::streamable_http_server::session::local::LocalSessionManager,
+};
+use sha2::{Digest, Sha256};
+use tracing::field;
+
+use super::{handshake::Handshakes, server::Shared};
+use crate::{
+    actors::InstanceKey,
+    catalog::LiveCatalog,
+    metrics::{self, Gauges, PluginPool},
+};
+
+/// The content type of the Prometheus text exposition format.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// One `tools/call` being answered.
+pub struct CallRecord {
+    /// A catalog name, or [`metrics::UNKNOWN_TOOL`]: never the raw name a client sent.
+    tool: String,
+    span: tracing::Span,
+    started: Instant,
+}
+
+impl CallRecord {
+    /// Starts the record of a call of `requested`, as named by the client.
+    pub fn start(catalog: &LiveCatalog, requested: &str) -> CallRecord {
+        let tool = match catalog.current().tool(requested) {
+            Some(tool) => tool.name().to_string(),
+            None => metrics::UNKNOWN_TOOL.to_string(),
+        };
+        // INFO, so that it is there for an exporting layer and gives context to a warning logged
+        // during the call; the log prints spans only around events, so it adds no line of its own.
+        let span = tracing::info_span!(
+            target: "turnstile::call",
+            "call",
+            tool = %tool,
+            instance = field::Empty,
+            outcome = field::Empty,
+        );
+        CallRecord {
+            tool,
+            span,
+            started: Instant::now(),
+        }
+    }
+
+    /// The span the call runs in; the handler records the instance in it once known.
+    pub fn span(&self) -> tracing::Span {
+        self.span.clone()
+    }
+
+    /// Records in the current call's span which instance the call is about, as
+    /// `<workflow>#<digest>`: a handle and a session id are credentials, so the span (which a
+    /// log line or an exporter may carry anywhere) holds a digest of the instance's key, the
+    /// same for every call on that instance, and not the key itself.
+    pub fn record_instance(key: &InstanceKey) {
+        let span = tracing::Span::current();
+        if span.is_disabled() {
+            return;
+        }
+        let digest = Sha256::digest(key.store_key().as_bytes());
+        let short: String = digest[..6]
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        span.record("instance", format!("{}#{short}", key.workflow));
+    }
+
+    /// The call was answered with `answer`: count it, close its span, and pass the answer on.
+    pub fn finish(
+        self,
+        answer: Result<CallToolResponse, ErrorData>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let outcome = outcome(&answer);
+        let took = self.started.elapsed();
+        self.span.record("outcome", outcome);
+        // A line per call only for those who ask (`RUST_LOG=info,turnstile::call=debug`).
+        self.span.in_scope(|| {
+            tracing::debug!(target: "turnstile::call", took_ms = took.as_secs_f64() * 1e3, "call answered");
+        });
+        metrics::call_answered(&self.tool, outcome, took);
+        answer
+    }
+}
+
+/// The `outcome` label of an answer: [`metrics::OK`], the error code of an `isError` result, or
+/// the JSON-RPC error's name. Error results are built only by `reply`, from a fixed set of codes;
+/// anything that does not look like one is counted as `ERROR`, so the set stays bounded.
+fn outcome(answer: &Result<CallToolResponse, ErrorData>) -> &str {
+    match answer {
+        Ok(CallToolResponse::Complete(result)) if result.is_error != Some(true) => metrics::OK,
+        Ok(CallToolResponse::Complete(result)) => result
+            .structured_content
+            .as_ref()
+            .and_then(|structured| structured["error"]["code"].as_str())
+            .filter(|code| is_error_code(code))
+            .unwrap_or("ERROR"),
+        Ok(CallToolResponse::InputRequired(_)) => "INPUT_REQUIRED",
+        Ok(CallToolResponse::Task(_)) => "TASK",
+        // A kind of answer newer than this code: Turnstile builds none of them.
+        Ok(_) => "ERROR",
+        Err(error) if error.code == rmcp::model::ErrorCode::INVALID_PARAMS => "INVALID_PARAMS",
+        Err(_) => "JSONRPC_ERROR",
+    }
+}
+
+/// Whether `code` has the shape of the host's error codes (`SCREAMING_SNAKE_CASE`, short).
+fn is_error_code(code: &str) -> bool {
+    (1..=32).contains(&code.len()) && code.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+}
+
+/// `GET /metrics`: the Prometheus text exposition.
+pub async fn serve(
+    State(shared): State<Arc<Shared>>,
+    sessions: Arc<LocalSessionManager>,
+    handshakes: Arc<Handshakes>,
+) -> Response {
+    let (registry, notifier) = match shared.runtime.stats().await {
+        Ok(stats) => stats,
+        Err(error) => {
+            // The actors are gone (a shutdown past its deadline): no numbers to give.
+            return (StatusCode::SERVICE_UNAVAILABLE, error.to_string()).into_response();
+        }
+    };
+    let plugins = shared
+        .catalog
+        .current()
+        .plugins()
+        .iter()
+        .map(|plugin| {
+            let pool = plugin.pool();
+            PluginPool {
+                plugin: plugin.manifest().name.clone(),
+                size: pool.size(),
+                running: pool.busy(),
+                past_deadline: pool.past_deadline(),
+            }
+        })
+        .collect();
+    let gauges = Gauges {
+        registry,
+        notifier,
+        http_sessions: sessions.sessions.read().await.len(),
+        http_sessions_in_handshake: handshakes.pending(),
+        plugins,
+    };
+    (
+        [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
+        metrics::render(&gauges),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::CallToolResult;
+    use serde_json::json;
+
+    use super::*;
+
+    fn complete(result: CallToolResult) -> Result<CallToolResponse, ErrorData> {
+        Ok(CallToolResponse::Complete(result))
+    }
+
+    #[test]
+    fn the_outcome_is_ok_or_the_results_error_code() {
+        assert_eq!(outcome(&complete(CallToolResult::success(vec![]))), "ok");
+        let forbidden = CallToolResult::structured_error(json!({"error": {"code": "FORBIDDEN"}}));
+        assert_eq!(outcome(&complete(forbidden)), "FORBIDDEN");
+        assert_eq!(
+            outcome(&Err(ErrorData::invalid_params("unknown tool: x", None))),
+            "INVALID_PARAMS"
+        );
+    }
+
+    #[test]
+    fn an_error_result_without_a_code_of_ours_counts_as_error() {
+        let odd =
+            CallToolResult::structured_error(json!({"error": {"code": "made up by a plugin"}}));
+        assert_eq!(outcome(&complete(odd)), "ERROR");
+        let bare = CallToolResult::error(vec![]);
+        assert_eq!(outcome(&complete(bare)), "ERROR");
+    }
+}

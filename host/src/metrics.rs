@@ -1,0 +1,380 @@
+//! Metrics for operators: what the server counts, under which names, and the Prometheus text
+//! `GET /metrics` serves.
+//!
+//! Events are counted where they happen, through the `metrics` facade: a call answered (the MCP
+//! handler), a transition saved and how long the save took (the instance actor), a `list_changed`
+//! sent (the notifier, and the MCP handler for a sessionless caller). Until [`install`] runs,
+//! recording is a no-op, so stdio, `check` and the unit tests pay nothing. Numbers that something
+//! already holds for `/stats` (the actors' tables, the plugin pools, the HTTP sessions) are not
+//! counted a second time: they are read when scraped ([`Gauges`]) and rendered beside the
+//! recorded ones, into a recorder of their own made for that scrape, so a plugin that is gone
+//! leaves no stale series behind.
+//!
+//! Every label value comes from a bounded set: tool, workflow and event names from the catalog
+//! (a tool no plugin provides is counted as [`UNKNOWN_TOOL`]), outcomes and causes from the
+//! host's own codes. A client can therefore not grow the number of series.
+//!
+//! It must not know where a number comes from (HTTP, rmcp, actix): callers hand it plain values.
+
+use std::{
+    future::Future,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use metrics::{
+    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::{
+    actors::{NotifierStats, RegistryStats},
+    store::StoreError,
+};
+
+/// `turnstile_calls_total{tool, outcome}`: `tools/call` requests answered.
+pub const CALLS: &str = "turnstile_calls_total";
+/// `turnstile_call_duration_seconds{tool}`: from the request reaching the handler to its answer.
+pub const CALL_DURATION: &str = "turnstile_call_duration_seconds";
+/// `turnstile_transitions_total{workflow, event}`: transitions saved.
+pub const TRANSITIONS: &str = "turnstile_transitions_total";
+/// `turnstile_store_save_duration_seconds{outcome}`: compare-and-set saves of an instance.
+pub const STORE_SAVE_DURATION: &str = "turnstile_store_save_duration_seconds";
+/// `turnstile_list_changed_sent_total{cause}`: `notifications/tools/list_changed` sent.
+pub const LIST_CHANGED_SENT: &str = "turnstile_list_changed_sent_total";
+
+/// The `tool` label of a call whose name no loaded plugin provides. Parentheses cannot occur in
+/// an MCP tool name, so it never collides with a real tool.
+pub const UNKNOWN_TOOL: &str = "(unknown)";
+
+/// The `outcome` label of a call that succeeded; any other outcome is an error code.
+pub const OK: &str = "ok";
+
+/// Call latency buckets, in seconds: from a quick tool answered in-process to the default
+/// `--tool-timeout`.
+const CALL_BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// Store save buckets, in seconds: from the embedded store's fsync to a remote store under load.
+const SAVE_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+/// How often recorded latencies are folded into their histograms between scrapes: the exporter
+/// keeps raw samples until then, so without it an unscraped server would grow.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Why a `list_changed` was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// An instance the session watches moved (here or on another server sharing the store).
+    Transition,
+    /// The plugin catalog changed the session's menu.
+    Catalog,
+}
+
+impl Cause {
+    fn label(self) -> &'static str {
+        match self {
+            Cause::Transition => "transition",
+            Cause::Catalog => "catalog",
+        }
+    }
+}
+
+/// Installs the process-wide recorder (once; later calls return the same handle), and starts
+/// the thread that keeps its histograms small.
+pub fn install() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(CALL_DURATION.into()), &CALL_BUCKETS)
+            .and_then(|builder| {
+                builder.set_buckets_for_metric(
+                    Matcher::Full(STORE_SAVE_DURATION.into()),
+                    &SAVE_BUCKETS,
+                )
+            })
+            // The bucket lists above are constants, and not empty.
+            .expect("non-empty bucket lists")
+            .build_recorder();
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            // Only an embedding program that brought its own recorder gets here: its recorder
+            // receives the events, and `/metrics` shows the scrape-time numbers only.
+            tracing::debug!("a metrics recorder was installed already; /metrics shows gauges only");
+        }
+        describe_recorded();
+        let upkeep = handle.clone();
+        let started = std::thread::Builder::new()
+            .name("metrics-upkeep".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(UPKEEP_EVERY);
+                    upkeep.run_upkeep();
+                }
+            });
+        if let Err(error) = started {
+            // Scrapes fold the samples too; only a server nobody scrapes keeps them longer.
+            tracing::debug!(%error, "cannot start the metrics upkeep thread");
+        }
+        handle
+    })
+}
+
+/// The `# HELP` lines of the metrics recorded as things happen.
+fn describe_recorded() {
+    describe_counter!(
+        CALLS,
+        "tools/call requests answered, by tool (a catalog name, or \"(unknown)\") and outcome \
+         (\"ok\", or the error code of the result: FORBIDDEN, TOOL_ERROR, BUSY, ...)"
+    );
+    describe_histogram!(
+        CALL_DURATION,
+        Unit::Seconds,
+        "Time from a tools/call reaching the handler to its answer, by tool"
+    );
+    describe_counter!(
+        TRANSITIONS,
+        "Transitions saved, by workflow and the event that fired them"
+    );
+    describe_histogram!(
+        STORE_SAVE_DURATION,
+        Unit::Seconds,
+        "Time of one compare-and-set save of an instance, by outcome (ok, conflict, error)"
+    );
+    describe_counter!(
+        LIST_CHANGED_SENT,
+        "notifications/tools/list_changed sent, by cause (transition, catalog)"
+    );
+}
+
+/// A `tools/call` was answered. `tool` is a catalog name or [`UNKNOWN_TOOL`]; `outcome` is
+/// [`OK`] or the result's error code.
+pub fn call_answered(tool: &str, outcome: &str, took: Duration) {
+    counter!(CALLS, "tool" => tool.to_owned(), "outcome" => outcome.to_owned()).increment(1);
+    histogram!(CALL_DURATION, "tool" => tool.to_owned()).record(took);
+}
+
+/// A transition of an instance of `workflow`, fired by `event`, was saved.
+pub fn transition_saved(workflow: &str, event: &str) {
+    counter!(TRANSITIONS, "workflow" => workflow.to_owned(), "event" => event.to_owned())
+        .increment(1);
+}
+
+/// A `list_changed` reached a session's transport.
+pub fn list_changed_sent(cause: Cause) {
+    counter!(LIST_CHANGED_SENT, "cause" => cause.label()).increment(1);
+}
+
+/// Runs a store save, recording how long it took and how it ended.
+pub async fn timed_save<T>(
+    save: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let started = Instant::now();
+    let saved = save.await;
+    let outcome = match &saved {
+        Ok(_) => "ok",
+        Err(StoreError::Conflict { .. }) => "conflict",
+        Err(_) => "error",
+    };
+    histogram!(STORE_SAVE_DURATION, "outcome" => outcome).record(started.elapsed());
+    saved
+}
+
+/// What the server holds at the moment of a scrape, read from where it is kept.
+#[derive(Debug, Clone, Default)]
+pub struct Gauges {
+    pub registry: RegistryStats,
+    pub notifier: NotifierStats,
+    /// HTTP sessions rmcp holds, handshakes included.
+    pub http_sessions: usize,
+    /// Of those, sessions that have not sent `notifications/initialized` yet.
+    pub http_sessions_in_handshake: usize,
+    pub plugins: Vec<PluginPool>,
+}
+
+/// One plugin's call pool (see `--plugin-pool`).
+#[derive(Debug, Clone)]
+pub struct PluginPool {
+    pub plugin: String,
+    pub size: usize,
+    pub running: usize,
+    pub past_deadline: u64,
+}
+
+/// The body of `GET /metrics`: every recorded metric, then `gauges` and the build's identity.
+/// An empty string before [`install`].
+pub fn render(gauges: &Gauges) -> String {
+    let scrape = PrometheusBuilder::new().build_recorder();
+    metrics::with_local_recorder(&scrape, || record_gauges(gauges));
+    let mut text = install().render();
+    text.push_str(&scrape.handle().render());
+    text
+}
+
+/// Sets the scrape-time metrics on the current (local) recorder.
+fn record_gauges(gauges: &Gauges) {
+    describe_gauge!(
+        "turnstile_build_info",
+        "Always 1; the version label says which turnstile is running"
+    );
+    gauge!("turnstile_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+
+    describe_gauge!(
+        "turnstile_sessions",
+        "HTTP sessions held (2025-06-18 and 2025-11-25 clients), handshakes included"
+    );
+    gauge!("turnstile_sessions").set(gauges.http_sessions as f64);
+    describe_gauge!(
+        "turnstile_sessions_in_handshake",
+        "HTTP sessions that sent initialize but not notifications/initialized yet"
+    );
+    gauge!("turnstile_sessions_in_handshake").set(gauges.http_sessions_in_handshake as f64);
+    describe_gauge!(
+        "turnstile_subscribers",
+        "Sessions and listen streams that hear list_changed"
+    );
+    gauge!("turnstile_subscribers").set(gauges.notifier.sessions as f64);
+    describe_gauge!(
+        "turnstile_subscriptions",
+        "(subscriber, instance) pairs: who hears of which instance's transitions"
+    );
+    gauge!("turnstile_subscriptions").set(gauges.notifier.subscriptions as f64);
+    describe_gauge!(
+        "turnstile_watched_instances",
+        "Instances with at least one subscriber"
+    );
+    gauge!("turnstile_watched_instances").set(gauges.notifier.watched_instances as f64);
+
+    describe_gauge!(
+        "turnstile_instances_live",
+        "Instance actors in memory, by owner (session-keyed or handle-keyed)"
+    );
+    let registry = &gauges.registry;
+    gauge!("turnstile_instances_live", "owner" => "session").set(registry.session_instances as f64);
+    gauge!("turnstile_instances_live", "owner" => "handle").set(
+        registry
+            .instances
+            .saturating_sub(registry.session_instances) as f64,
+    );
+    describe_counter!(
+        "turnstile_instances_passivated_total",
+        "Instances dropped from memory for idleness (--idle-after) since start"
+    );
+    counter!("turnstile_instances_passivated_total").absolute(registry.passivated);
+
+    describe_gauge!(
+        "turnstile_plugin_pool_size",
+        "How many calls of the plugin may run at once (--plugin-pool)"
+    );
+    describe_gauge!(
+        "turnstile_plugin_calls_running",
+        "Calls of the plugin running now; at the pool size, further calls are answered BUSY"
+    );
+    describe_counter!(
+        "turnstile_plugin_calls_past_deadline_total",
+        "Calls of the plugin that outlived --tool-timeout since it was loaded"
+    );
+    for pool in &gauges.plugins {
+        let plugin = pool.plugin.clone();
+        gauge!("turnstile_plugin_pool_size", "plugin" => plugin.clone()).set(pool.size as f64);
+        gauge!("turnstile_plugin_calls_running", "plugin" => plugin.clone())
+            .set(pool.running as f64);
+        counter!("turnstile_plugin_calls_past_deadline_total", "plugin" => plugin)
+            .absolute(pool.past_deadline);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Renders what `record` records into a recorder of its own.
+    fn rendered(record: impl FnOnce()) -> String {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        metrics::with_local_recorder(&recorder, record);
+        recorder.handle().render()
+    }
+
+    #[test]
+    fn a_call_counts_once_under_its_tool_and_outcome() {
+        let text = rendered(|| {
+            call_answered("invoice.submit", OK, Duration::from_millis(3));
+            call_answered("invoice.submit", "FORBIDDEN", Duration::from_millis(1));
+            call_answered("invoice.submit", OK, Duration::from_millis(2));
+        });
+        assert!(
+            text.contains(r#"turnstile_calls_total{tool="invoice.submit",outcome="ok"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"turnstile_calls_total{tool="invoice.submit",outcome="FORBIDDEN"} 1"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn gauges_render_what_they_are_given_and_nothing_of_a_plugin_not_named() {
+        let gauges = Gauges {
+            registry: RegistryStats {
+                instances: 5,
+                session_instances: 2,
+                passivated: 7,
+            },
+            http_sessions: 3,
+            plugins: vec![PluginPool {
+                plugin: "invoice".into(),
+                size: 64,
+                running: 1,
+                past_deadline: 0,
+            }],
+            ..Gauges::default()
+        };
+        let text = rendered(|| record_gauges(&gauges));
+        for line in [
+            r#"turnstile_instances_live{owner="handle"} 3"#,
+            r#"turnstile_instances_live{owner="session"} 2"#,
+            "turnstile_instances_passivated_total 7",
+            "turnstile_sessions 3",
+            r#"turnstile_plugin_pool_size{plugin="invoice"} 64"#,
+            concat!(
+                r#"turnstile_build_info{version=""#,
+                env!("CARGO_PKG_VERSION"),
+                r#""} 1"#
+            ),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
+        }
+        assert!(!text.contains("payment"), "{text}");
+    }
+
+    #[test]
+    fn a_save_is_timed_under_its_outcome() {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(STORE_SAVE_DURATION.into()), &SAVE_BUCKETS)
+            .unwrap()
+            .build_recorder();
+        // `with_local_recorder` takes a closure, not a future: time saves that are ready.
+        let save = |result: Result<(), StoreError>| {
+            futures_util::FutureExt::now_or_never(timed_save(std::future::ready(result)))
+                .expect("a ready future")
+        };
+        metrics::with_local_recorder(&recorder, || {
+            save(Ok(())).expect("saved");
+            save(Err(StoreError::Unavailable("down".into()))).expect_err("failed");
+            save(Err(StoreError::Unavailable("down".into()))).expect_err("failed");
+        });
+        let text = recorder.handle().render();
+        assert!(
+            text.contains(r#"turnstile_store_save_duration_seconds_count{outcome="ok"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"turnstile_store_save_duration_seconds_count{outcome="error"} 2"#),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,409 @@
+//! What an operator watching a running server sees: `GET /metrics`, read with a Prometheus text
+//! parser, and the server's log at the default level and as JSON.
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use common::{Client, PluginDir, Server, error_code};
+use serde_json::{Value, json};
+
+/// One series: its labels, sorted.
+type Labels = BTreeMap<String, String>;
+
+/// One `GET /metrics`, parsed.
+struct Scrape(prometheus_parse::Scrape);
+
+impl Scrape {
+    /// Scrapes `server` (loopback: no token needed) and parses the body.
+    async fn of(server: &Server) -> Scrape {
+        let response = reqwest::get(format!("{}/metrics", server.base()))
+            .await
+            .expect("GET /metrics");
+        assert_eq!(response.status(), 200);
+        Scrape::parse(response).await
+    }
+
+    async fn parse(response: reqwest::Response) -> Scrape {
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            content_type.starts_with("text/plain; version=0.0.4"),
+            "{content_type}"
+        );
+        let text = response.text().await.expect("the body");
+        let lines = text.lines().map(|line| Ok(line.to_owned()));
+        Scrape(prometheus_parse::Scrape::parse(lines).expect("Prometheus text"))
+    }
+
+    /// Every series of `metric`, with its value: a counter's or gauge's value, a histogram's
+    /// count of observations.
+    fn series(&self, metric: &str) -> BTreeMap<Labels, f64> {
+        use prometheus_parse::Value as V;
+        self.0
+            .samples
+            .iter()
+            .filter(|sample| sample.metric == metric)
+            .map(|sample| {
+                let labels = sample
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let value = match &sample.value {
+                    V::Counter(v) | V::Gauge(v) | V::Untyped(v) => *v,
+                    V::Histogram(buckets) => {
+                        buckets
+                            .iter()
+                            .find(|bucket| bucket.less_than.is_infinite())
+                            .expect("a +Inf bucket")
+                            .count
+                    }
+                    V::Summary(_) => panic!("{metric} is a summary"),
+                };
+                (labels, value)
+            })
+            .collect()
+    }
+
+    /// The value of the series of `metric` with exactly `labels` (0 if it is absent).
+    fn value(&self, metric: &str, labels: &[(&str, &str)]) -> f64 {
+        self.series(metric)
+            .get(&labels_of(labels))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    /// How each series of `metric` moved since `before` (series that did not move are left out).
+    fn moved_since(&self, before: &Scrape, metric: &str) -> BTreeMap<Labels, f64> {
+        let earlier = before.series(metric);
+        self.series(metric)
+            .into_iter()
+            .map(|(labels, now)| {
+                let delta = now - earlier.get(&labels).copied().unwrap_or(0.0);
+                (labels, delta)
+            })
+            .filter(|(_, delta)| *delta != 0.0)
+            .collect()
+    }
+}
+
+fn labels_of(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// `(labels, count)` pairs as `moved_since` reports them.
+fn expect(rows: &[(&[(&str, &str)], f64)]) -> BTreeMap<Labels, f64> {
+    rows.iter()
+        .map(|(labels, count)| (labels_of(labels), *count))
+        .collect()
+}
+
+/// Scrapes until `check` holds (at most 10 s), and returns that scrape.
+async fn scrape_until(server: &Server, what: &str, check: impl Fn(&Scrape) -> bool) -> Scrape {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let scrape = Scrape::of(server).await;
+        if check(&scrape) {
+            return scrape;
+        }
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_move_by_exactly_the_calls_made_by_tool_and_outcome() {
+    let plugins = PluginDir::with(&["invoice", "testkit"]);
+    let server = Server::http(plugins.path(), &[]);
+    let before = Scrape::of(&server).await;
+
+    const CLIENTS: usize = 3;
+    let mut clients = Vec::new();
+    for i in 0..CLIENTS {
+        let client = Client::http(&server.url).await;
+        let submitted = client.call("invoice.submit", json!({"amount": 5})).await;
+        assert_ne!(submitted.is_error, Some(true), "{submitted:?}");
+        // Client i is refused i + 1 times: 1 + 2 + 3 refusals in all.
+        for _ in 0..=i {
+            let refused = client.call("invoice.discharge", json!({})).await;
+            assert_eq!(error_code(&refused), "FORBIDDEN");
+        }
+        let invalid = client.call("invoice.submit", json!({"amount": -1})).await;
+        assert_eq!(error_code(&invalid), "INVALID_ARGUMENTS");
+        let approved = client.call("invoice.approve", json!({})).await;
+        assert_ne!(approved.is_error, Some(true), "{approved:?}");
+        let failed = client.call("testkit.go", json!({"fail": true})).await;
+        assert_eq!(error_code(&failed), "TOOL_ERROR");
+        let unknown = client.try_call("no.such.tool", json!({})).await;
+        assert!(unknown.is_err(), "{unknown:?}");
+        clients.push(client);
+    }
+    let n = CLIENTS as f64;
+
+    // Each session hears its own two transitions; the count is taken as each one is sent.
+    let after = scrape_until(&server, "two list_changed per session", |scrape| {
+        scrape.value(
+            "turnstile_list_changed_sent_total",
+            &[("cause", "transition")],
+        ) - before.value(
+            "turnstile_list_changed_sent_total",
+            &[("cause", "transition")],
+        ) >= 2.0 * n
+    })
+    .await;
+    assert_eq!(
+        after.moved_since(&before, "turnstile_calls_total"),
+        expect(&[
+            (&[("tool", "invoice.submit"), ("outcome", "ok")], n),
+            (
+                &[("tool", "invoice.submit"), ("outcome", "INVALID_ARGUMENTS")],
+                n
+            ),
+            (
+                &[("tool", "invoice.discharge"), ("outcome", "FORBIDDEN")],
+                6.0
+            ),
+            (&[("tool", "invoice.approve"), ("outcome", "ok")], n),
+            (&[("tool", "testkit.go"), ("outcome", "TOOL_ERROR")], n),
+            (&[("tool", "(unknown)"), ("outcome", "INVALID_PARAMS")], n),
+        ])
+    );
+    assert_eq!(
+        after.moved_since(&before, "turnstile_call_duration_seconds"),
+        expect(&[
+            (&[("tool", "invoice.submit")], 2.0 * n),
+            (&[("tool", "invoice.discharge")], 6.0),
+            (&[("tool", "invoice.approve")], n),
+            (&[("tool", "testkit.go")], n),
+            (&[("tool", "(unknown)")], n),
+        ])
+    );
+    assert_eq!(
+        after.moved_since(&before, "turnstile_transitions_total"),
+        expect(&[
+            (&[("workflow", "invoice"), ("event", "SUBMIT")], n),
+            (&[("workflow", "invoice"), ("event", "APPROVE")], n),
+        ])
+    );
+    assert_eq!(
+        after.moved_since(&before, "turnstile_store_save_duration_seconds"),
+        expect(&[(&[("outcome", "ok")], 2.0 * n)])
+    );
+    assert_eq!(
+        after.moved_since(&before, "turnstile_list_changed_sent_total"),
+        expect(&[(&[("cause", "transition")], 2.0 * n)])
+    );
+
+    // What the server holds is read when scraped: three sessions, each watching its invoice
+    // and its testkit instance.
+    assert_eq!(after.value("turnstile_sessions", &[]), n);
+    assert_eq!(after.value("turnstile_subscribers", &[]), n);
+    assert_eq!(after.value("turnstile_subscriptions", &[]), 2.0 * n);
+    assert_eq!(
+        after.value("turnstile_instances_live", &[("owner", "session")]),
+        2.0 * n
+    );
+    assert_eq!(
+        after.value("turnstile_plugin_calls_running", &[("plugin", "invoice")]),
+        0.0
+    );
+    assert!(after.value("turnstile_plugin_pool_size", &[("plugin", "invoice")]) > 0.0);
+    assert_eq!(
+        after.value(
+            "turnstile_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        1.0
+    );
+
+    for client in clients {
+        client.close().await;
+    }
+    let ended = scrape_until(&server, "the sessions and their instances gone", |scrape| {
+        scrape.value("turnstile_sessions", &[]) == 0.0
+            && scrape.value("turnstile_instances_live", &[("owner", "session")]) == 0.0
+            && scrape.value("turnstile_subscriptions", &[]) == 0.0
+    })
+    .await;
+    // Scraping and ending sessions call no tool.
+    assert!(
+        ended
+            .moved_since(&after, "turnstile_calls_total")
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn metrics_need_the_token_and_host_the_other_routes_need() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, "prometheus s3cret-scraper\n").unwrap();
+    let server = Server::http(
+        plugins.path(),
+        &["--auth-token-file", file.to_str().unwrap()],
+    );
+    let url = format!("{}/metrics", server.base());
+    let http = reqwest::Client::new();
+
+    let anonymous = http.get(&url).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let wrong = http.get(&url).bearer_auth("guess").send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    let foreign = http
+        .get(&url)
+        .bearer_auth("s3cret-scraper")
+        .header("host", "attacker.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+
+    let scraped = http
+        .get(&url)
+        .bearer_auth("s3cret-scraper")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(scraped.status(), 200);
+    let scrape = Scrape::parse(scraped).await;
+    assert_eq!(
+        scrape.value(
+            "turnstile_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        1.0
+    );
+}
+
+/// The level of a text log line (`<time>  INFO target: message`).
+fn level(line: &str) -> &str {
+    line.split_whitespace().nth(1).unwrap_or("")
+}
+
+/// What a server logs at the default level when it starts: a line per plugin, the data
+/// directory's permissions made private (a test's temporary directory is not), the store, the
+/// address.
+const START_UP: [&str; 4] = [
+    "plugin loaded",
+    "tightened permissions",
+    "state store open",
+    "serving MCP over Streamable HTTP",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_and_sessionless_clients_at_the_default_level_log_nothing_past_start_up() {
+    let plugins = PluginDir::with(&["invoice", "testkit"]);
+    let mut server = Server::http_logging(plugins.path(), &[], None);
+
+    // Session mode (2025-11-25): sessions that list, move their instances on, make mistakes
+    // and end (DELETE), which ends their instances too.
+    for _ in 0..40 {
+        let client = Client::http(&server.url).await;
+        client.tools().await;
+        client.call("invoice.submit", json!({"amount": 5})).await;
+        client.call("invoice.submit", json!({"amount": 5})).await;
+        let _ = client.try_call("no.such.tool", json!({})).await;
+        client.close().await;
+    }
+    // 2026-07-28: no sessions; a listen stream opened and closed by the client, a handle
+    // minted and moved on, a refusal, an unknown tool.
+    for _ in 0..5 {
+        let client = Client::http_sessionless(&server.url).await;
+        let _listening = client.listen().await;
+        let started = client.call("invoice.submit", json!({"amount": 5})).await;
+        let handle = started.structured_content.as_ref().unwrap()["handle"].clone();
+        client
+            .call("invoice.approve", json!({ "handle": handle }))
+            .await;
+        let refused = client
+            .call("invoice.approve", json!({ "handle": handle }))
+            .await;
+        assert_eq!(error_code(&refused), "FORBIDDEN");
+        let _ = client.try_call("no.such.tool", json!({})).await;
+        client.close().await;
+    }
+    // What the last hang-ups cause is logged within moments, if at all.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let log = server.stderr();
+    for line in log.lines() {
+        assert_eq!(level(line), "INFO", "{log}");
+        assert!(
+            START_UP.iter().any(|needle| line.contains(needle)),
+            "not a start-up line: {line}\n{log}"
+        );
+    }
+    assert_eq!(log.matches("plugin loaded").count(), 2, "{log}");
+    assert!(log.contains("serving MCP"), "{log}");
+
+    // Shutting down is a server event: INFO too, and nothing else.
+    server.signal(libc::SIGTERM);
+    assert_eq!(server.exit_code_within(Duration::from_secs(30)), Some(0));
+    let log = server.stderr();
+    for line in log.lines() {
+        assert_eq!(level(line), "INFO", "{log}");
+    }
+    assert!(log.lines().last().unwrap().contains("shut down"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_log_lines_parse_and_carry_each_calls_span() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let server = Server::http_logging(
+        plugins.path(),
+        &["--log-format", "json"],
+        Some("info,turnstile::call=debug"),
+    );
+    let client = Client::http(&server.url).await;
+    let moved = client.call("testkit.go", json!({})).await;
+    assert_ne!(moved.is_error, Some(true), "{moved:?}");
+    // A tool that promised to be quick and was not: one WARN, logged during its call.
+    let slow = client.call("testkit.quick_slow", json!({"ms": 30})).await;
+    assert_ne!(slow.is_error, Some(true), "{slow:?}");
+    client.close().await;
+    server.wait_for_log("a quick tool overran its budget");
+
+    let log = server.stderr();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|line| {
+            let parsed: Value = serde_json::from_str(line)
+                .unwrap_or_else(|error| panic!("not JSON ({error}): {line}"));
+            for field in ["timestamp", "level", "target"] {
+                assert!(parsed[field].is_string(), "no {field}: {line}");
+            }
+            assert!(parsed["fields"]["message"].is_string(), "{line}");
+            parsed
+        })
+        .collect();
+    let answered: Vec<&Value> = lines
+        .iter()
+        .filter(|line| line["fields"]["message"] == "call answered")
+        .collect();
+    assert_eq!(answered.len(), 2, "{log}");
+    let go = &answered[0]["span"];
+    assert_eq!(go["name"], "call", "{log}");
+    assert_eq!(go["tool"], "testkit.go", "{log}");
+    assert_eq!(go["outcome"], "ok", "{log}");
+    // The instance is named by a digest: the session id is a credential and stays out of logs.
+    let instance = go["instance"].as_str().expect("the instance in the span");
+    assert!(instance.starts_with("testkit#"), "{log}");
+    assert!(!instance.contains("session"), "{log}");
+
+    let warning = lines
+        .iter()
+        .find(|line| line["level"] == "WARN")
+        .expect("the overrun warning");
+    assert_eq!(warning["span"]["name"], "call", "{warning}");
+    assert_eq!(warning["span"]["tool"], "testkit.quick_slow", "{warning}");
+}
