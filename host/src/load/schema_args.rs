@@ -3,9 +3,10 @@
 //!
 //! Reads the keywords tool schemas use (`type`, `properties`, `required`, `enum`, `const`,
 //! `minimum`/`maximum` and their exclusive forms, `multipleOf`, `minLength`/`maxLength`,
-//! `format`, `items`, `minItems`/`maxItems`, `anyOf`/`oneOf`); a `pattern` it cannot satisfy in
-//! general, so a string under one is only as valid as luck makes it. The handle property (handle
-//! mode) is left out: the caller sets it.
+//! `format`, `items`, `minItems`/`maxItems`, `anyOf`/`oneOf`, and `pattern` when a string can be
+//! generated from it: anchors only at its ends, no look-around or back-references; a string under
+//! another pattern is only as valid as luck makes it). The handle property (handle mode) is left
+//! out: the caller sets it.
 
 use rand::Rng;
 use serde_json::{Map, Value, json};
@@ -267,6 +268,13 @@ fn string_for(schema: &Map<String, Value>, rng: &mut impl Rng) -> Value {
     if let Some(text) = formatted {
         return json!(text);
     }
+    if let Some(text) = schema
+        .get("pattern")
+        .and_then(Value::as_str)
+        .and_then(|pattern| matching(pattern, rng))
+    {
+        return json!(text);
+    }
     let max = bound(schema, "maxLength").map_or(usize::MAX, |max| max as usize);
     // Non-empty unless the schema says otherwise; at most a dozen characters unless it must.
     let min = (bound(schema, "minLength").unwrap_or(1.0) as usize).min(max);
@@ -276,6 +284,21 @@ fn string_for(schema: &Map<String, Value>, rng: &mut impl Rng) -> Value {
         .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
         .collect();
     json!(text)
+}
+
+/// A string matching `pattern` (JSON Schema's, unanchored), if one can be generated: a leading
+/// `^` and a trailing `$` are dropped (a string the rest matches whole satisfies the pattern with
+/// or without them); anything `rand_regex` cannot generate from gives `None`.
+fn matching(pattern: &str, rng: &mut impl Rng) -> Option<String> {
+    /// Repetitions (`*`, `+`, `{n,}`) are cut off here, keeping generated strings short.
+    const MAX_REPEAT: u32 = 8;
+    let core = pattern.strip_prefix('^').unwrap_or(pattern);
+    let core = match core.strip_suffix('$') {
+        Some(inner) if !inner.ends_with('\\') => inner,
+        _ => core,
+    };
+    let regex = rand_regex::Regex::compile(core, MAX_REPEAT).ok()?;
+    Some(rng.sample(&regex))
 }
 
 #[cfg(test)]
@@ -291,6 +314,9 @@ mod tests {
                 "amount": {"type": "number", "exclusiveMinimum": 0},
                 "customer": {"type": "string"}, "handle": {"type": "string"}},
                 "required": ["amount", "handle"]}),
+            json!({"type": "object", "required": ["currency", "code"], "properties": {
+                "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                "code": {"type": "string", "pattern": "inv-[0-9a-f]{4}"}}}),
             json!({"type": "object", "properties": {"reason": {"type": "string", "minLength": 1,
                 "maxLength": 3}}, "required": ["reason"], "additionalProperties": false}),
             json!({"type": "object", "properties": {
@@ -356,7 +382,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(made, 600, "three of the schemas can be broken");
+        assert_eq!(made, 800, "four of the schemas can be broken");
         // A schema that accepts any object cannot be broken.
         assert_eq!(invalid(&json!({"type": "object"}), None, &mut rng), None);
     }
