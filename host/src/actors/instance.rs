@@ -171,7 +171,8 @@ pub struct InstanceDeps {
     /// How long an idempotency key is honoured (`--idempotency-window`).
     pub idempotency_window: Duration,
     /// The machine versions this process has put in the store (`StateStore::save_machine`),
-    /// so each is saved once, before the first record that names it.
+    /// so each is saved once, before the first record that names it. Keyed by version, which
+    /// hashes the whole definition (its `id` included).
     pub saved_machines: Mutex<HashSet<String>>,
 }
 
@@ -179,14 +180,15 @@ impl InstanceDeps {
     /// Makes sure the store keeps `workflow`'s machine definition, so a record naming its
     /// version can be restored after the plugin that brings it is gone.
     async fn keep_machine(&self, workflow: &Workflow) -> Result<(), StoreError> {
-        let key = format!("{}@{}", workflow.id, workflow.version);
-        if workflow.archived || self.machines().contains(&key) {
+        // The version alone names the machine (it hashes the whole definition, `id` included),
+        // so the check on every save allocates nothing.
+        if workflow.archived || self.machines().contains(workflow.version.as_str()) {
             return Ok(());
         }
         self.store
             .save_machine(&workflow.id, &workflow.version, &workflow.definition)
             .await?;
-        self.machines().insert(key);
+        self.machines().insert(workflow.version.clone());
         Ok(())
     }
 
