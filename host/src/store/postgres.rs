@@ -469,15 +469,21 @@ mod tests {
     use super::super::contract::{postgres_url, unique_options};
     use super::{InstanceRecord, PostgresStore, StateStore, tokio_postgres};
 
+    /// A plain connection, to write rows the way older code did.
+    async fn raw_client(url: &str) -> tokio_postgres::Client {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL at {url}: {e}"));
+        tokio::spawn(conn);
+        client
+    }
+
     /// A table from before `updated_at` existed is brought up to date on connect.
     #[tokio::test]
     async fn migrates_an_older_table() {
         let url = postgres_url();
         let options = unique_options();
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| panic!("PostgreSQL at {url}: {e}"));
-        tokio::spawn(conn);
+        let client = raw_client(&url).await;
         let table = format!("{}_instances", options.namespace);
         client
             .batch_execute(&format!(
@@ -509,10 +515,7 @@ mod tests {
     async fn format_1_records_are_migrated() {
         let url = postgres_url();
         let options = unique_options();
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| panic!("PostgreSQL at {url}: {e}"));
-        tokio::spawn(conn);
+        let client = raw_client(&url).await;
         let table = format!("{}_instances", options.namespace);
         client
             .batch_execute(&format!(
