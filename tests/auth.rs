@@ -6,7 +6,7 @@ mod common;
 
 use std::{process::Stdio, time::Duration};
 
-use common::{PluginDir, Server, turnstile_bin};
+use common::{Client, PluginDir, Server, error_code, handle_of, text_of, turnstile_bin};
 use serde_json::{Value, json};
 
 fn initialize() -> String {
@@ -122,5 +122,124 @@ fn a_non_loopback_address_without_authentication_is_refused_at_start() {
     assert!(
         stderr.contains("without authentication") && stderr.contains("--auth-token-file"),
         "{stderr}"
+    );
+}
+
+/// A raw POST of `body` with `token`, in the session `session` when given.
+async fn post_in_session(
+    server: &Server,
+    token: &str,
+    session: Option<&str>,
+    body: Value,
+) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .post(&server.url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("Mcp-Protocol-Version", "2025-11-25")
+        .bearer_auth(token)
+        .body(body.to_string());
+    if let Some(session) = session {
+        request = request.header("Mcp-Session-Id", session);
+    }
+    request.send().await.expect("an answer")
+}
+
+#[tokio::test]
+async fn a_principal_cannot_reach_another_principals_instances_or_sessions() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, "alice tok-alice\nbob tok-bob\n").unwrap();
+    let server = Server::http(
+        plugins.path(),
+        &[
+            "--auth-token-file",
+            file.to_str().unwrap(),
+            "--state-handle-key",
+        ],
+    );
+    let connect = |token: &'static str| {
+        Client::http_through(&server.url, reqwest::Client::new(), Some(token))
+    };
+    let (alice, bob) = (connect("tok-alice").await, connect("tok-bob").await);
+
+    let submitted = alice.call("invoice.submit", json!({"amount": 120})).await;
+    let handle = handle_of(&submitted);
+    // A handle of the same form that no one minted: what "does not exist" looks like.
+    let never_minted = format!("invoice-{}", "0".repeat(32));
+
+    // Bob holding Alice's handle gets exactly what a handle that does not exist gets.
+    for tool in ["invoice.status", "invoice.approve"] {
+        let stolen = bob.call(tool, json!({"handle": handle})).await;
+        let unknown = bob.call(tool, json!({"handle": never_minted})).await;
+        assert_eq!(error_code(&stolen), "UNKNOWN_HANDLE", "{tool}: {stolen:?}");
+        assert_eq!(
+            text_of(&stolen).replace(&handle, "H"),
+            text_of(&unknown).replace(&never_minted, "H"),
+            "{tool}"
+        );
+    }
+    let listed = bob
+        .try_tools_with_meta(json!({"handle": handle}))
+        .await
+        .expect_err("bob may not list alice's instance")
+        .to_string();
+    let listed_unknown = bob
+        .try_tools_with_meta(json!({"handle": never_minted}))
+        .await
+        .expect_err("no instance to list")
+        .to_string();
+    assert_eq!(
+        listed.replace(&handle, "H"),
+        listed_unknown.replace(&never_minted, "H")
+    );
+    // Alice's instance is untouched by all that, and still hers.
+    let status = alice
+        .call("invoice.status", json!({"handle": handle}))
+        .await;
+    assert_eq!(status.structured_content.unwrap()["state"], "review");
+    assert_eq!(
+        alice.tool_names_with_meta(json!({"handle": handle})).await,
+        common::names(&["invoice.approve", "invoice.reject", "invoice.status"])
+    );
+
+    // A session is its opener's: another principal naming it is told it does not exist.
+    let opened = post_in_session(
+        &server,
+        "tok-alice",
+        None,
+        serde_json::from_str(&initialize()).unwrap(),
+    )
+    .await;
+    assert_eq!(opened.status(), 200);
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    let foreign = post_in_session(&server, "tok-bob", Some(&session), ping.clone()).await;
+    assert_eq!(foreign.status(), 404);
+    let body: Value = foreign.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no session has this Mcp-Session-Id"),
+        "{body}"
+    );
+    let deleted_by_bob = reqwest::Client::new()
+        .delete(&server.url)
+        .bearer_auth("tok-bob")
+        .header("Mcp-Session-Id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted_by_bob.status(), 404);
+    let own = post_in_session(&server, "tok-alice", Some(&session), ping).await;
+    assert_eq!(
+        own.status(),
+        200,
+        "bob's DELETE did not end alice's session"
     );
 }

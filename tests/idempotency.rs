@@ -9,16 +9,9 @@ mod durability_support;
 
 use std::time::Duration;
 
-use common::{Client, PluginDir, Server, error_code};
-use rmcp::{ServiceError, model::CallToolResult};
+use common::{Client, PluginDir, Server, error_code, handle_of};
+use rmcp::ServiceError;
 use serde_json::{Value, json};
-
-fn handle_of(result: &CallToolResult) -> String {
-    result.structured_content.as_ref().expect("structured")["handle"]
-        .as_str()
-        .expect("a handle")
-        .to_string()
-}
 
 fn key(key: &str) -> Value {
     json!({ "idempotencyKey": key })

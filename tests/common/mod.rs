@@ -496,16 +496,17 @@ impl Client {
     /// `tools/list` naming instances in `_meta` (handle mode).
     /// `tools/list` with `_meta` (naming handles, in handle mode).
     pub async fn tools_with_meta(&self, meta: Value) -> Vec<Tool> {
+        self.try_tools_with_meta(meta).await.expect("tools/list")
+    }
+
+    /// Like `tools_with_meta`, returning a JSON-RPC error instead of panicking on one.
+    pub async fn try_tools_with_meta(&self, meta: Value) -> Result<Vec<Tool>, ServiceError> {
         let Value::Object(meta) = meta else {
             panic!("_meta must be an object")
         };
         let mut params = PaginatedRequestParams::default();
         params.meta = Some(RequestMetaObject::from(meta));
-        self.service
-            .list_tools(Some(params))
-            .await
-            .expect("tools/list")
-            .tools
+        Ok(self.service.list_tools(Some(params)).await?.tools)
     }
 
     pub async fn tool_names_with_meta(&self, meta: Value) -> Vec<String> {
@@ -660,6 +661,18 @@ pub fn error_code(result: &CallToolResult) -> Value {
         .as_ref()
         .expect("structuredContent")["error"]["code"]
         .clone()
+}
+
+/// The handle a successful call in handle mode returned (`structuredContent.handle`).
+pub fn handle_of(result: &CallToolResult) -> String {
+    assert_ne!(result.is_error, Some(true), "call failed: {result:?}");
+    result
+        .structured_content
+        .as_ref()
+        .expect("structuredContent")["handle"]
+        .as_str()
+        .expect("the result carries the handle")
+        .to_string()
 }
 
 pub fn text_of(result: &CallToolResult) -> String {

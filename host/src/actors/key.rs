@@ -44,11 +44,45 @@ pub enum Owner {
     Handle(Arc<str>),
 }
 
+/// The principal a handle-keyed instance belongs to, when authentication is on: the first 16
+/// bytes of SHA-256 over the principal's name, as 32 hex digits.
+///
+/// It is part of the instance's key, so an instance is found only under the principal that
+/// created it: another principal naming the same handle looks for a different key and finds
+/// nothing, exactly as for a handle that never existed, in calls, listings, listens, on every
+/// server sharing the store, with no ownership check to forget anywhere. A digest rather than
+/// the name itself, because a name (a JWT `sub`) may hold any character and a store key may not.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tenant(Arc<str>);
+
+impl Tenant {
+    /// The tenant of the principal named `principal`.
+    pub fn of(principal: &str) -> Self {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(principal.as_bytes());
+        let hex: String = digest[..16]
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        Tenant(hex.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Separates a handle from its tenant in a store key: never part of a handle.
+const TENANT_SEPARATOR: char = '@';
+
 /// One workflow instance: which workflow, and whose.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct InstanceKey {
     pub workflow: Arc<str>,
     pub owner: Owner,
+    /// The principal a handle-keyed instance belongs to (`None`: authentication is off, and the
+    /// handle alone names it). Session-keyed instances have none: their session is owned instead.
+    pub tenant: Option<Tenant>,
 }
 
 impl InstanceKey {
@@ -56,6 +90,7 @@ impl InstanceKey {
         InstanceKey {
             workflow: workflow.into(),
             owner: Owner::Session(session.clone()),
+            tenant: None,
         }
     }
 
@@ -66,6 +101,7 @@ impl InstanceKey {
         InstanceKey {
             workflow: workflow.into(),
             owner: Owner::Handle(format!("{workflow}-{bits:032x}").into()),
+            tenant: None,
         }
     }
 
@@ -85,7 +121,17 @@ impl InstanceKey {
         Ok(InstanceKey {
             workflow: workflow.into(),
             owner: Owner::Handle(handle.into()),
+            tenant: None,
         })
+    }
+
+    /// The same instance, as `tenant`'s (handle-keyed instances only; a session-keyed one is
+    /// returned unchanged).
+    pub fn owned_by(mut self, tenant: Option<&Tenant>) -> Self {
+        if matches!(self.owner, Owner::Handle(_)) {
+            self.tenant = tenant.cloned();
+        }
+        self
     }
 
     /// The key under which the instance is stored. Session-keyed instances share the prefix
@@ -93,14 +139,23 @@ impl InstanceKey {
     pub fn store_key(&self) -> String {
         match &self.owner {
             Owner::Session(session) => format!("{SESSION_PREFIX}{session}/{}", self.workflow),
-            Owner::Handle(handle) => format!("handle/{handle}"),
+            Owner::Handle(handle) => match &self.tenant {
+                None => format!("handle/{handle}"),
+                Some(tenant) => format!("handle/{handle}{TENANT_SEPARATOR}{}", tenant.0),
+            },
         }
     }
 
     /// The handle-keyed instance stored under `store_key`, if it is one (session-keyed
     /// instances never leave their process).
     pub fn from_store_key(store_key: &str) -> Option<Self> {
-        Self::from_handle(store_key.strip_prefix("handle/")?).ok()
+        let rest = store_key.strip_prefix("handle/")?;
+        let (handle, tenant) = match rest.split_once(TENANT_SEPARATOR) {
+            Some((handle, tenant)) => (handle, Some(Tenant(tenant.into()))),
+            None => (rest, None),
+        };
+        let key = Self::from_handle(handle).ok()?;
+        Some(Self { tenant, ..key })
     }
 
     /// What a plugin sees as the instance handle in its call context.
@@ -134,6 +189,33 @@ mod tests {
         assert!(handle.starts_with("invoice-") && handle.len() == "invoice-".len() + 32);
         assert_eq!(InstanceKey::from_handle(&handle), Ok(key));
         assert_ne!(InstanceKey::mint("invoice"), InstanceKey::mint("invoice"));
+    }
+
+    #[test]
+    fn one_handle_under_two_principals_is_two_instances() {
+        let alice = Tenant::of("alice");
+        let bob = Tenant::of("bob");
+        assert_ne!(alice, bob);
+        assert_eq!(alice, Tenant::of("alice"));
+        let minted = InstanceKey::mint("invoice").owned_by(Some(&alice));
+        let as_bob = InstanceKey::from_handle(&minted.handle())
+            .unwrap()
+            .owned_by(Some(&bob));
+        assert_eq!(
+            minted.handle(),
+            as_bob.handle(),
+            "the client sees one handle"
+        );
+        assert_ne!(minted, as_bob);
+        assert_ne!(minted.store_key(), as_bob.store_key());
+        for key in [&minted, &as_bob, &InstanceKey::mint("invoice")] {
+            assert_eq!(
+                InstanceKey::from_store_key(&key.store_key()).as_ref(),
+                Some(key)
+            );
+        }
+        let session = InstanceKey::for_session(&SessionId::new(), "invoice");
+        assert_eq!(session.clone().owned_by(Some(&alice)), session);
     }
 
     #[test]

@@ -30,7 +30,7 @@ mod tests;
 
 pub use self::{
     instance::{CallOutcome, InstanceError, InstanceView},
-    key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId},
+    key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId, Tenant},
     notifier::{Listener, NotifierStats},
     registry::RegistryStats,
     runtime::Runtime,

@@ -177,6 +177,8 @@ pub async fn serve_http(
                 max_sessions: options.max_sessions,
                 stateless: options.stateless,
                 handshakes: handshakes.clone(),
+                // Each session is its opener's: a principal exists only with authentication.
+                owners: authenticated.then(Arc::default),
             },
             http_layer::by_the_book,
         ))

@@ -34,8 +34,10 @@ use rmcp::transport::{
 use serde_json::Value;
 
 use super::{
+    auth::Principal,
     handshake::{Handshakes, is_initialized_notification},
     jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
+    session_owners::SessionOwners,
 };
 
 /// rmcp's answer when the body it read is not a JSON-RPC message it accepts (its 415).
@@ -56,6 +58,8 @@ pub struct McpLayer {
     pub stateless: bool,
     /// Sessions that have not finished their handshake, ended after `--handshake-timeout`.
     pub handshakes: Arc<Handshakes>,
+    /// With authentication on: who opened each session (only they may use it).
+    pub owners: Option<Arc<SessionOwners>>,
 }
 
 /// How long a client refused for the session cap is told to wait (`Retry-After`, seconds).
@@ -63,24 +67,44 @@ const SESSIONS_FULL_RETRY_AFTER_S: u64 = 5;
 
 /// The middleware (`axum::middleware::from_fn_with_state`).
 pub async fn by_the_book(State(layer): State<McpLayer>, request: Request, next: Next) -> Response {
+    if let Some(owners) = &layer.owners
+        && let Some(session) = session_of(request.headers())
+        && owners.is_foreign(session, request.extensions().get::<Principal>())
+    {
+        return unknown_session();
+    }
     match *request.method() {
         Method::POST => match sessions_full(&layer, request.headers()).await {
             Some(refusal) => refusal,
-            None => post(&layer.handshakes, request, next).await,
+            None => post(&layer, request, next).await,
         },
-        Method::DELETE => delete(&layer.sessions, request, next).await,
+        Method::DELETE => delete(&layer, request, next).await,
         _ => as_json_rpc(next.run(request).await, &[]).await,
     }
 }
 
-/// Serves a POST, keeping handles on the body's chunks in case rmcp refuses it (or, on a session
-/// still in its handshake, to see whether it is the `notifications/initialized` that ends it).
-async fn post(handshakes: &Arc<Handshakes>, request: Request, next: Next) -> Response {
-    let session = request
-        .headers()
+/// The `Mcp-Session-Id` a request names.
+fn session_of(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get(HEADER_SESSION_ID)
         .and_then(|value| value.to_str().ok())
-        .map(str::to_owned);
+}
+
+/// The answer for a request naming a session that does not exist (or that the caller may not
+/// know exists: `session_owners.rs`).
+fn unknown_session() -> Response {
+    Rejection::invalid_request(
+        Value::Null,
+        "Not Found: no session has this Mcp-Session-Id (it ended, or never existed)",
+    )
+    .into_response(StatusCode::NOT_FOUND)
+}
+
+/// Serves a POST, keeping handles on the body's chunks in case rmcp refuses it (or, on a session
+/// still in its handshake, to see whether it is the `notifications/initialized` that ends it).
+async fn post(layer: &McpLayer, request: Request, next: Next) -> Response {
+    let session = session_of(request.headers()).map(str::to_owned);
+    let principal = request.extensions().get::<Principal>().cloned();
     let (parts, body) = request.into_parts();
     let chunks: Arc<Mutex<Vec<Bytes>>> = Arc::default();
     let recorder = chunks.clone();
@@ -96,7 +120,15 @@ async fn post(handshakes: &Arc<Handshakes>, request: Request, next: Next) -> Res
     }));
     let response = next.run(Request::from_parts(parts, body)).await;
     if !is_plain_rejection(&response) {
-        follow_handshake(handshakes, session.as_deref(), &response, &chunks);
+        follow_handshake(&layer.handshakes, session.as_deref(), &response, &chunks);
+        if let (Some(owners), None, Some(principal), Some(opened)) = (
+            &layer.owners,
+            &session,
+            principal,
+            session_of(response.headers()),
+        ) {
+            owners.opened(opened, principal, &layer.sessions).await;
+        }
         return response;
     }
     let chunks = std::mem::take(&mut *chunks.lock().unwrap_or_else(PoisonError::into_inner));
@@ -169,16 +201,14 @@ async fn sessions_full(layer: &McpLayer, headers: &HeaderMap) -> Option<Response
 }
 
 /// Serves a DELETE: 204 when it ended a live session, 404 when there was none to end.
-async fn delete(sessions: &LocalSessionManager, request: Request, next: Next) -> Response {
+async fn delete(layer: &McpLayer, request: Request, next: Next) -> Response {
     // Checked before rmcp runs, so that rmcp still validates the request (Host, Origin, protocol
     // version) first; two DELETEs racing for one session may both see it alive, and both get 204.
-    let unknown_session = match request
-        .headers()
-        .get(HEADER_SESSION_ID)
-        .and_then(|value| value.to_str().ok())
-    {
-        Some(id) => !sessions
-            .has_session(&SessionId::from(id))
+    let session = session_of(request.headers()).map(str::to_owned);
+    let unknown = match &session {
+        Some(id) => !layer
+            .sessions
+            .has_session(&SessionId::from(id.as_str()))
             .await
             .unwrap_or(true),
         None => false,
@@ -187,15 +217,13 @@ async fn delete(sessions: &LocalSessionManager, request: Request, next: Next) ->
     if response.status() != StatusCode::ACCEPTED {
         return as_json_rpc(response, &[]).await;
     }
-    let (mut parts, _) = response.into_parts();
-    if unknown_session {
-        parts.status = StatusCode::NOT_FOUND;
-        let rejection = Rejection::invalid_request(
-            Value::Null,
-            "Not Found: no session has this Mcp-Session-Id (it ended, or never existed)",
-        );
-        return json_response(parts, &rejection);
+    if unknown {
+        return unknown_session();
     }
+    if let (Some(owners), Some(session)) = (&layer.owners, &session) {
+        owners.ended(session);
+    }
+    let (mut parts, _) = response.into_parts();
     parts.status = StatusCode::NO_CONTENT;
     Response::from_parts(parts, Body::empty())
 }

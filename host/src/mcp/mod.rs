@@ -36,6 +36,7 @@ mod oauth;
 mod reply;
 mod server;
 mod session;
+mod session_owners;
 mod stdio;
 mod target;
 mod tls;

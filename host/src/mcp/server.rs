@@ -23,6 +23,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::{
+    auth::Principal,
     call_events::{self, CallEvents},
     metrics::CallRecord,
     reply,
@@ -30,7 +31,9 @@ use super::{
     target::{self, HandleMode, Target},
 };
 use crate::{
-    actors::{CallOutcome, InstanceError, InstanceKey, InstanceView, Owner, Runtime, SessionId},
+    actors::{
+        CallOutcome, InstanceError, InstanceKey, InstanceView, Owner, Runtime, SessionId, Tenant,
+    },
     catalog::{LiveCatalog, ToolEntry, Workflow},
     gate, invoke, metrics,
     plugin::{CallContext, HostCall, PluginOutput},
@@ -168,7 +171,7 @@ impl TurnstileServer {
     ) -> Result<(), ErrorData> {
         let catalog = &*self.shared.catalog.current();
         let named = mode
-            .handles_in(&context.meta)
+            .handles_in(&context.meta, tenant_of(context).as_ref())
             .map_err(|error| ErrorData::invalid_params(error, None))?;
         let listing_named = !named.is_empty();
         let keys = if listing_named {
@@ -287,6 +290,7 @@ impl TurnstileServer {
         let target = match target::resolve(
             self.handle_mode(&context),
             &self.session.id,
+            tenant_of(&context).as_ref(),
             &tool,
             &workflow,
             &mut arguments,
@@ -381,6 +385,15 @@ impl TurnstileServer {
         };
         Ok(result.into())
     }
+}
+
+/// The tenant whose instances an HTTP request may reach: its principal's, when authentication
+/// is on (`auth.rs` put the principal in the request). Without authentication, and over stdio,
+/// handles alone name instances.
+fn tenant_of(context: &RequestContext<RoleServer>) -> Option<Tenant> {
+    let parts = context.extensions.get::<axum::http::request::Parts>()?;
+    let principal = parts.extensions.get::<Principal>()?;
+    Some(Tenant::of(&principal.0))
 }
 
 /// Whether `context` is an HTTP request without a session (protocol 2026-07-28, or a server
@@ -498,7 +511,10 @@ impl ServerHandler for TurnstileServer {
             .handle_mode(context.request_context())
             .unwrap_or(HandleMode::sessionless_default());
         let keys = mode
-            .handles_in(&context.request_context().meta)
+            .handles_in(
+                &context.request_context().meta,
+                tenant_of(context.request_context()).as_ref(),
+            )
             .map_err(|error| ErrorData::invalid_params(error, None))?;
         // A subscription to an instance that does not exist would never hear anything: refuse
         // it, as tools/list does.

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::reply::clip;
 use crate::{
-    actors::{InstanceKey, SessionId},
+    actors::{InstanceKey, SessionId, Tenant},
     catalog::{ToolEntry, Workflow},
     gate,
 };
@@ -45,10 +45,12 @@ pub enum NoTarget {
 }
 
 /// Finds the instance for a call of `tool` (bound to `workflow`). In handle mode the handle is
-/// removed from `arguments`, since it is the host's argument and not the plugin's.
+/// removed from `arguments`, since it is the host's argument and not the plugin's, and the
+/// instance is `tenant`'s (the caller's principal, with authentication on).
 pub fn resolve(
     handles: Option<&HandleMode>,
     session: &SessionId,
+    tenant: Option<&Tenant>,
     tool: &ToolEntry,
     workflow: &Workflow,
     arguments: &mut JsonObject,
@@ -87,11 +89,11 @@ pub fn resolve(
                     workflow.id
                 )));
             }
-            Ok(Target::Existing(key))
+            Ok(Target::Existing(key.owned_by(tenant)))
         }
-        None if gate::starts_instance(tool, workflow) => {
-            Ok(Target::Mint(InstanceKey::mint(&workflow.id)))
-        }
+        None if gate::starts_instance(tool, workflow) => Ok(Target::Mint(
+            InstanceKey::mint(&workflow.id).owned_by(tenant),
+        )),
         None => Err(NoTarget::HandleRequired {
             key: mode.key.clone(),
             starters: gate::starters(workflow),
@@ -108,8 +110,13 @@ impl HandleMode {
         })
     }
 
-    /// The handles named in a request's `_meta` under the handle key: one string, or a list.
-    pub fn handles_in(&self, meta: &RequestMetaObject) -> Result<Vec<InstanceKey>, String> {
+    /// The handles named in a request's `_meta` under the handle key (one string, or a list),
+    /// as `tenant`'s instances.
+    pub fn handles_in(
+        &self,
+        meta: &RequestMetaObject,
+        tenant: Option<&Tenant>,
+    ) -> Result<Vec<InstanceKey>, String> {
         let named: Vec<&str> = match meta.get(&self.key) {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::String(handle)) => vec![handle.as_str()],
@@ -130,7 +137,11 @@ impl HandleMode {
         };
         named
             .into_iter()
-            .map(|handle| InstanceKey::from_handle(handle).map_err(|error| error.to_string()))
+            .map(|handle| {
+                InstanceKey::from_handle(handle)
+                    .map(|key| key.owned_by(tenant))
+                    .map_err(|error| error.to_string())
+            })
             .collect()
     }
 
