@@ -79,3 +79,55 @@ async fn a_guard_over_the_submitted_amount_decides_the_next_menu() {
         names(&["invoice.discharge", "invoice.status"])
     );
 }
+
+/// A tool's `on_error` moves the workflow when its handler fails: a capture the card issuer
+/// declines (the payment plugin, configured with a card limit, sees the authorized amount in the
+/// machine's context) takes the payment to `declined`, the session hears `list_changed`, and the
+/// menu offers only what fits a declined payment. The caller still gets its error. Under the
+/// limit the same capture succeeds.
+#[tokio::test]
+async fn a_declined_capture_rolls_the_payment_back_through_on_error() {
+    let plugins = PluginDir::with(&["payment"]);
+    let server = Server::http_with_env(
+        plugins.path(),
+        &[],
+        &[("TURNSTILE_PLUGIN_PAYMENT_CARD_LIMIT", "100")],
+    );
+    let over = Client::http(&server.url).await;
+    over.call(
+        "payment.authorize",
+        json!({"amount": 500, "currency": "EUR"}),
+    )
+    .await;
+    over.changes.wait_for(1).await;
+    let declined = over.call("payment.capture", json!({})).await;
+    assert_eq!(common::error_code(&declined), "TOOL_ERROR");
+    let error = &declined.structured_content.as_ref().unwrap()["error"];
+    assert_eq!(error["state"], "declined", "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("declined"),
+        "{error}"
+    );
+    over.changes.wait_for(2).await;
+    assert_eq!(
+        over.tool_names().await,
+        names(&["payment.status", "payment.void"])
+    );
+    let again = over.call("payment.capture", json!({})).await;
+    assert_eq!(common::error_code(&again), "FORBIDDEN");
+
+    let under = Client::http(&server.url).await;
+    under
+        .call(
+            "payment.authorize",
+            json!({"amount": 50, "currency": "EUR"}),
+        )
+        .await;
+    let captured = under.call("payment.capture", json!({})).await;
+    assert_ne!(captured.is_error, Some(true), "{captured:?}");
+    let captured = captured.structured_content.unwrap();
+    assert_eq!(
+        (captured["state"].clone(), captured["amount"].clone()),
+        (json!("captured"), json!(50.0))
+    );
+}

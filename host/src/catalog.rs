@@ -359,9 +359,22 @@ impl Catalog {
                             machine.id()
                         ));
                     }
+                    if let Some(event) = &tool.on_error
+                        && !machine.accepts_event(event)
+                    {
+                        problems.push(format!(
+                            "{at}.on_error: workflow \"{}\" has no transition on event \"{event}\"",
+                            machine.id()
+                        ));
+                    }
                 }
-                None if !tool.states.is_empty() || tool.transition.is_some() => {
-                    problems.push(format!("{at}: states and transition need a workflow"));
+                None if !tool.states.is_empty()
+                    || tool.transition.is_some()
+                    || tool.on_error.is_some() =>
+                {
+                    problems.push(format!(
+                        "{at}: states, transition and on_error need a workflow"
+                    ));
                 }
                 None => {}
             }

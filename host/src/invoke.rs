@@ -204,7 +204,7 @@ fn check_output(
 fn check_size(output: &PluginOutput, limit: usize) -> Result<(), InvokeError> {
     let size = match output {
         PluginOutput::Success(value) => json_size(value),
-        PluginOutput::ToolError(message) => message.len(),
+        PluginOutput::ToolError(message) | PluginOutput::BadInput(message) => message.len(),
     };
     if size > limit {
         return Err(InvokeError::ResultTooLarge { size, limit });

@@ -23,7 +23,8 @@
  *    treats a missing field or a NULL function pointer as "not supported". So a new host runs old
  *    plugins, and a new plugin runs on an old host without the newer features.
  *    Added since 1.0: TurnstileCallContext.host (1.1, host services), TurnstileInitParams.config_json
- *    (1.1, the plugin's configuration).
+ *    (1.1, the plugin's configuration), TurnstileCallContext.context_json (1.2, the instance's
+ *    machine context).
  *  - Strings from the host are NUL-terminated UTF-8, borrowed for the duration of the call.
  *  - Each side frees only what it allocated. Output buffers are allocated by the plugin and
  *    handed back to its free_buffer by the host.
@@ -126,6 +127,9 @@ typedef struct TurnstileCallContext {
     /* ABI 1.1, read only if TURNSTILE_HAS_FIELD(ctx, TurnstileCallContext, host): the host's
      * services for this call, or NULL. */
     const TurnstileHostServices *host;
+    /* ABI 1.2, read only if TURNSTILE_HAS_FIELD(ctx, TurnstileCallContext, context_json): the
+     * instance's machine context before this call as JSON, or NULL when there is no instance. */
+    const char *context_json;
 } TurnstileCallContext;
 
 /* Whether the struct at ptr (whose struct_size the other side set) holds `field` of type T. */

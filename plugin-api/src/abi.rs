@@ -32,6 +32,7 @@
 //! |---|---|---|---|
 //! | [`RawCallContext`] | `host` | 1.1 | no host services: logging, progress and cancellation are no-ops |
 //! | [`RawInitParams`] | `config_json` | 1.1 | no configuration: the plugin's config is `null` |
+//! | [`RawCallContext`] | `context_json` | 1.2 | the instance's machine context is unknown: `null` |
 //!
 //! Nothing in this module allocates or frees; see each type for who does.
 
@@ -147,6 +148,10 @@ pub struct RawCallContext {
     /// offers the plugin during this call, or NULL when it offers nothing. Borrowed for the
     /// duration of `call`, like the rest of the context.
     pub host: *const RawHostServices,
+    /// Since ABI 1.2 (read it only when `struct_size` covers it): the instance's machine
+    /// context (XState `context`) before this call, as NUL-terminated JSON, or NULL when there
+    /// is no instance. Borrowed for the duration of `call`.
+    pub context_json: *const c_char,
 }
 
 /// `log`: sends a log message to the client that made the call (MCP `notifications/message`),

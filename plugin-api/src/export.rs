@@ -303,12 +303,40 @@ unsafe fn call_context(ctx: *const RawCallContext) -> Result<CallContext, Failur
         serde_json::from_str(state)
             .map_err(|err| bad_input(format!("ctx.state_json is not JSON: {err}")))?
     };
+    // SAFETY: as above; `context_json` is read only when the host's struct has it (ABI 1.2).
+    let context = unsafe { machine_context(ctx) }?;
     Ok(CallContext {
         call_id: call_id.to_owned(),
         handle: handle.to_owned(),
         state,
         host,
+        context,
     })
+}
+
+/// The instance's machine context from `ctx`, or `null` when the host is older than ABI 1.2 or
+/// passed NULL.
+///
+/// # Safety
+///
+/// `ctx` is valid for reads of `ctx.struct_size` bytes, and `ctx.context_json`, where present,
+/// is null or NUL-terminated.
+unsafe fn machine_context(ctx: &RawCallContext) -> Result<Value, Failure> {
+    let has_context = covers(
+        ctx.struct_size,
+        std::mem::offset_of!(RawCallContext, context_json),
+        size_of::<*const c_char>(),
+    );
+    if !has_context {
+        return Ok(Value::Null);
+    }
+    // SAFETY: `struct_size` covers the field; the caller guarantees the string.
+    let text = unsafe { c_str(ctx.context_json, "ctx.context_json") }?;
+    if text.is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(text)
+        .map_err(|err| bad_input(format!("ctx.context_json is not JSON: {err}")))
 }
 
 /// Copies the host's services out of `ctx`, or none when the host is older than ABI 1.1, passed

@@ -68,6 +68,13 @@ pub struct ToolManifest {
     /// The event fired on the workflow after a successful call, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transition: Option<String>,
+    /// The event fired on the workflow when the handler fails (returns a tool error), if any:
+    /// `PAYMENT_FAILED` into a rollback state, say. The caller still gets its `isError` result.
+    /// The event is `{"type", "input": <arguments>, "error": {"message"}}`. A call that timed
+    /// out, crashed or was refused before the plugin ran fires nothing: whether its handler
+    /// failed is not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_error: Option<String>,
     /// A human-readable name for display (MCP `title`); clients show `name` without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
@@ -149,6 +156,7 @@ impl ToolManifest {
             workflow: None,
             states: Vec::new(),
             transition: None,
+            on_error: None,
             title: None,
             annotations: None,
             output_schema: None,
@@ -201,6 +209,12 @@ impl ToolManifest {
     /// Sets the event fired after a successful call.
     pub fn transition(mut self, event: impl Into<String>) -> ToolManifest {
         self.transition = Some(event.into());
+        self
+    }
+
+    /// Sets the event fired when the handler fails (see [`ToolManifest::on_error`]).
+    pub fn on_error(mut self, event: impl Into<String>) -> ToolManifest {
+        self.on_error = Some(event.into());
         self
     }
 }

@@ -50,6 +50,11 @@ pub struct CallContext {
     /// Logging to the client, progress and cancellation, when the host offers them (ABI 1.1);
     /// on an older host every service is a no-op.
     pub host: HostServices,
+    /// The instance's machine context (XState `context`) before this call: what guards and
+    /// assignments read, so a handler can act on what earlier calls recorded. `null` when the
+    /// tool is bound to no workflow, the machine declares no context, or the host is older than
+    /// ABI 1.2.
+    pub context: Value,
 }
 
 /// The configuration the host passed at `init` (ABI 1.1), set once per loaded library.

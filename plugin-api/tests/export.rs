@@ -36,7 +36,7 @@ impl Plugin for Echo {
     fn call(&self, tool: &str, input: Value, ctx: &CallContext) -> Result<Value, ToolError> {
         match tool {
             "echo.echo" => Ok(json!({"input": input, "call_id": ctx.call_id,
-                "handle": ctx.handle, "state": ctx.state})),
+                "handle": ctx.handle, "state": ctx.state, "context": ctx.context})),
             "echo.services" => Ok(json!({
                 "offered": ctx.host.is_offered(),
                 "logged": ctx.host.log(LogLevel::Notice, &json!("hello")),
@@ -129,6 +129,7 @@ fn context(struct_size: usize, host: *const RawHostServices) -> RawCallContext {
         handle: c"h-1".as_ptr(),
         state_json: c"\"draft\"".as_ptr(),
         host,
+        context_json: c"{\"amount\":5}".as_ptr(),
     }
 }
 
@@ -151,7 +152,8 @@ fn ok_carries_the_result_and_the_context() {
     assert_eq!(status, Status::OK);
     assert_eq!(
         out,
-        json!({"input": {"x": 1}, "call_id": "c-1", "handle": "h-1", "state": "draft"})
+        json!({"input": {"x": 1}, "call_id": "c-1", "handle": "h-1", "state": "draft",
+            "context": {"amount": 5}})
     );
 }
 
@@ -208,6 +210,7 @@ fn bad_structs_from_the_host_are_refused_not_read() {
         handle: ptr::null(),
         state_json: ptr::null(),
         host: ptr::null(),
+        context_json: ptr::null(),
     };
     let mut out = RawBuffer::empty();
     // SAFETY: live instance; the context is valid memory with a too-small struct_size.
@@ -305,4 +308,12 @@ fn a_plugin_built_now_runs_on_an_abi_1_0_host() {
     );
     let (status, out) = Instance::new().call_in("echo.echo", "{}", &ctx);
     assert_eq!((status, &out["state"]), (Status::OK, &json!("draft")));
+    // Nor is `context_json` (ABI 1.2), past the end of a 1.0 or 1.1 host's struct.
+    assert_eq!(out["context"], Value::Null);
+    let ctx_1_1 = context(
+        std::mem::offset_of!(RawCallContext, context_json),
+        ptr::null(),
+    );
+    let (status, out) = Instance::new().call_in("echo.echo", "{}", &ctx_1_1);
+    assert_eq!((status, &out["context"]), (Status::OK, &Value::Null));
 }

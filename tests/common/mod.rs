@@ -134,11 +134,35 @@ impl Server {
         server
     }
 
+    /// Like `http`, with `env` added to the server's environment (plugin configuration, say).
+    pub fn http_with_env(plugins: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let data = tempfile::tempdir().expect("temp dir");
+        let mut server = Server::spawn(
+            plugins,
+            data.path(),
+            extra,
+            Some("info,turnstile=debug"),
+            env,
+        );
+        server._data = Some(data);
+        server
+    }
+
     fn spawn_logging(
         plugins: &Path,
         data: &Path,
         extra: &[&str],
         rust_log: Option<&str>,
+    ) -> Server {
+        Server::spawn(plugins, data, extra, rust_log, &[])
+    }
+
+    fn spawn(
+        plugins: &Path,
+        data: &Path,
+        extra: &[&str],
+        rust_log: Option<&str>,
+        env: &[(&str, &str)],
     ) -> Server {
         let mut command = Command::new(turnstile_bin());
         command
@@ -147,6 +171,7 @@ impl Server {
             .arg("--data-dir")
             .arg(data)
             .args(extra)
+            .envs(env.iter().copied())
             .env_remove("RUST_LOG");
         if let Some(rust_log) = rust_log {
             command.env("RUST_LOG", rust_log);

@@ -523,15 +523,13 @@ async fn run_call(
         return Ok((view, false, CallOutcome::Forbidden(refusal)));
     }
     // The event carries the call's arguments: guards and assignments read them.
-    let input = tool
-        .manifest
-        .transition
-        .is_some()
-        .then(|| call.arguments.clone());
+    let fires_something = tool.manifest.transition.is_some() || tool.manifest.on_error.is_some();
+    let input = fires_something.then(|| call.arguments.clone());
     let context = CallContext {
         call_id: call.call_id,
         handle: key.handle(),
         state: view.snapshot.value(),
+        context: view.snapshot.context().clone(),
         ..CallContext::default()
     };
     let output = invoke::run(
@@ -544,29 +542,51 @@ async fn run_call(
     )
     .await?;
 
-    // A handler error fires nothing; a tool without a transition, or an event the state does
-    // not take, moves nothing (but a successful mint still saves its first record).
+    // A success fires the tool's transition, a handler error its `on_error` (if any); a tool
+    // without one, or an event the state does not take, moves nothing (but a successful mint
+    // still saves its first record).
     let succeeded = matches!(output, PluginOutput::Success(_));
-    let step = match (&output, &tool.manifest.transition) {
-        (PluginOutput::Success(structured), Some(event)) => {
-            let event = Event::with_call(event.as_str(), input, Some(structured.clone()));
-            match workflow
-                .machine
-                .step(&view.snapshot, &event, crate::store::now_ms())
-            {
-                Ok(step) => Some(step),
-                Err(TransitionLoop) => {
-                    tracing::warn!(instance = %key, tool = %tool.name(), "an eventless loop stopped a transition; the instance keeps its state");
-                    let PluginOutput::Success(output) = output else {
-                        unreachable!("matched as a success above")
-                    };
-                    let state = view.snapshot.value();
-                    return Ok((view, false, CallOutcome::Looped { output, state }));
-                }
-            }
+    let fired = match (&output, &tool.manifest.transition, &tool.manifest.on_error) {
+        (PluginOutput::Success(structured), Some(event), _) => Some(Event::with_call(
+            event.as_str(),
+            input,
+            Some(structured.clone()),
+        )),
+        // A failed call that would have minted the instance leaves none behind to move.
+        (PluginOutput::ToolError(message), _, Some(event)) if !call.mint => {
+            Some(Event::with_error(event.as_str(), input, message))
         }
         _ => None,
     };
+    let step = match fired {
+        Some(event) => match workflow
+            .machine
+            .step(&view.snapshot, &event, crate::store::now_ms())
+        {
+            Ok(step) => Some((step, event.event_type().to_string())),
+            Err(TransitionLoop) => {
+                tracing::warn!(instance = %key, tool = %tool.name(), "an eventless loop stopped a transition; the instance keeps its state");
+                let state = view.snapshot.value();
+                return Ok(match output {
+                    PluginOutput::Success(output) => {
+                        (view, false, CallOutcome::Looped { output, state })
+                    }
+                    // The caller is told its call failed, which it did; nothing moved.
+                    failed @ (PluginOutput::ToolError(_) | PluginOutput::BadInput(_)) => (
+                        view,
+                        false,
+                        CallOutcome::Ran {
+                            output: failed,
+                            moved: false,
+                            state,
+                        },
+                    ),
+                });
+            }
+        },
+        None => None,
+    };
+    let (step, fired_event) = step.unzip();
     let moved = step.as_ref().is_some_and(|step| step.changed);
     // Saved: a transition, the first record of an instance this call started, or the result of
     // a successful call a retry may repeat. A failed call that fired nothing stores nothing.
@@ -620,7 +640,7 @@ async fn run_call(
     if let Err(error) = store.announce_change(node, &store_key).await {
         tracing::warn!(instance = %key, %error, "could not announce a change to other servers");
     }
-    if moved && let Some(event) = &tool.manifest.transition {
+    if moved && let Some(event) = &fired_event {
         crate::metrics::transition_saved(&workflow.id, event);
     }
     let after = InstanceView {

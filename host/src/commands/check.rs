@@ -33,6 +33,7 @@ pub fn run(plugins: &Path, strict: bool) -> anyhow::Result<ExitCode> {
                 name: tool.name(),
                 states: &tool.manifest.states,
                 event: tool.manifest.transition.as_deref(),
+                on_error: tool.manifest.on_error.as_deref(),
             })
             .collect();
         for warning in lint::check(&workflow.machine, &bindings) {

@@ -155,7 +155,17 @@ pub fn ran(tool: &str, output: PluginOutput, state: Option<Value>) -> CallToolRe
             }
             success(output)
         }
-        PluginOutput::ToolError(message) => tool_error(tool, &message),
+        PluginOutput::ToolError(message) | PluginOutput::BadInput(message) => {
+            let mut result = tool_error(tool, &message);
+            // Where the instance is now: where it was, or where the binding's `on_error` took it.
+            if let (Some(Value::Object(structured)), Some(state)) =
+                (&mut result.structured_content, state)
+                && let Some(Value::Object(error)) = structured.get_mut("error")
+            {
+                error.insert(STATE_KEY.to_string(), state);
+            }
+            result
+        }
     }
 }
 

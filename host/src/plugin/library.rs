@@ -67,6 +67,8 @@ pub(super) struct CallArgs<'a> {
     pub call_id: &'a CStr,
     pub handle: &'a CStr,
     pub state_json: &'a CStr,
+    /// The instance's machine context (ABI 1.2); `null` when there is none.
+    pub context_json: &'a CStr,
     /// The host services for this call (ABI 1.1), if any.
     pub host: Option<&'a RawHostServices>,
 }
@@ -160,6 +162,7 @@ impl Library {
             handle: args.handle.as_ptr(),
             state_json: args.state_json.as_ptr(),
             host: args.host.map_or(ptr::null(), ptr::from_ref),
+            context_json: args.context_json.as_ptr(),
         };
         let mut out = RawBuffer::empty();
         // SAFETY: `instance` is live until `Drop` (which cannot run while `&self` is held); all

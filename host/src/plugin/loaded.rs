@@ -51,9 +51,13 @@ pub enum PluginOutput {
     /// The tool's result (status `OK`): any JSON value. Shown as the tool result's text and,
     /// when it is an object, as `structuredContent`.
     Success(Value),
-    /// The tool failed in a way the agent should read (status `TOOL_ERROR` or `BAD_INPUT`):
-    /// return an `isError` result with this message and fire no transition.
+    /// The tool failed in a way the agent should read (status `TOOL_ERROR`): return an
+    /// `isError` result with this message; its transition does not fire, its `on_error` does.
     ToolError(String),
+    /// The plugin refused the call's input (status `BAD_INPUT`): an `isError` result as for a
+    /// tool error, but nothing fires, not even `on_error`: the handler did not fail, the caller
+    /// asked wrongly, and may ask again.
+    BadInput(String),
 }
 
 impl LoadedPlugin {
@@ -177,6 +181,7 @@ impl LoadedPlugin {
         let call_id = c_string("the call id", ctx.call_id.clone())?;
         let handle = c_string("the handle", ctx.handle.clone())?;
         let state_json = c_string("the state", ctx.state.to_string())?;
+        let context_json = c_string("the context", ctx.context.to_string())?;
         // Registered for exactly the duration of the plugin's call.
         let services = host.map(Registered::new);
         let output = self.inner.library.call(&CallArgs {
@@ -185,6 +190,7 @@ impl LoadedPlugin {
             call_id: &call_id,
             handle: &handle,
             state_json: &state_json,
+            context_json: &context_json,
             host: services.as_ref().map(|services| &services.raw),
         });
         drop(services);
@@ -213,6 +219,7 @@ impl LoadedPlugin {
         let bad_response = |path, tool, reason| PluginError::BadResponse { path, tool, reason };
         match status {
             Status::TOOL_ERROR | Status::BAD_INPUT => match message(bytes) {
+                Some(message) if status == Status::BAD_INPUT => Ok(PluginOutput::BadInput(message)),
                 Some(message) => Ok(PluginOutput::ToolError(message)),
                 None => Err(bad_response(path, tool, error_message(status, bytes))),
             },

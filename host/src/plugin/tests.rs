@@ -80,7 +80,7 @@ fn loads_the_invoice_plugin_and_calls_it() {
         .unwrap();
     assert_eq!(
         out,
-        PluginOutput::ToolError("amount must be a number greater than 0".into())
+        PluginOutput::BadInput("amount must be a number greater than 0".into())
     );
 
     let err = plugin
@@ -223,7 +223,7 @@ fn the_c_migration_plugin_loads_and_walks_its_workflow() {
         &ctx(json!("backed_up")),
     );
     assert!(
-        matches!(refused, Ok(PluginOutput::ToolError(ref m)) if m.contains("destructive")),
+        matches!(refused, Ok(PluginOutput::BadInput(ref m)) if m.contains("destructive")),
         "{refused:?}"
     );
 

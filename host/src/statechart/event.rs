@@ -56,6 +56,17 @@ impl Event {
         }
     }
 
+    /// The event a failed tool call fires (its binding's `on_error`): `input` is the call's
+    /// arguments, `error.message` what the handler said, as XState's error events carry
+    /// `error`.
+    pub fn with_error(event_type: impl Into<String>, input: Option<Value>, message: &str) -> Self {
+        let mut event = Event::with_call(event_type, input, None);
+        if let Value::Object(object) = &mut event.payload {
+            object.insert("error".into(), serde_json::json!({ "message": message }));
+        }
+        event
+    }
+
     /// Parses `"SUBMIT"` or `{"type": "SUBMIT", ...}`. In the object form the whole object is the
     /// payload (so `field("type")` is the type, as `event.type` is in XState).
     pub fn from_json(v: &Value) -> Result<Event, EventError> {

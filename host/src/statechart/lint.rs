@@ -15,13 +15,14 @@ use super::{
     tree::{Kind, NodeId, ROOT, Tree, is_wildcard, matches_descriptor},
 };
 
-/// A tool as bound to a workflow: the states it is listed in (empty: always) and the event a
-/// successful call fires.
+/// A tool as bound to a workflow: the states it is listed in (empty: always), the event a
+/// successful call fires and the one a failed call fires (`on_error`).
 #[derive(Clone, Debug)]
 pub struct ToolBinding<'a> {
     pub name: &'a str,
     pub states: &'a [String],
     pub event: Option<&'a str>,
+    pub on_error: Option<&'a str>,
 }
 
 /// One problem found in a machine's graph.
@@ -132,7 +133,8 @@ pub fn check(machine: &Machine, tools: &[ToolBinding<'_>]) -> Vec<Warning> {
             seen.push(descriptor);
             let fired = tools
                 .iter()
-                .filter_map(|t| t.event)
+                .flat_map(|t| [t.event, t.on_error])
+                .flatten()
                 .any(|e| matches_descriptor(e, descriptor));
             if !fired {
                 out.push(Warning::EventNeverFired {
@@ -246,6 +248,7 @@ mod tests {
                 name,
                 states,
                 event: *event,
+                on_error: None,
             })
             .collect();
         check(&m, &bindings)

@@ -148,6 +148,13 @@ impl<Output> ToolBuilder<Output> {
         self
     }
 
+    /// Fires `event` when the handler fails (returns an error): into a rollback state, say. The
+    /// caller still gets its error.
+    pub fn on_error(mut self, event: impl Into<String>) -> Self {
+        self.manifest.on_error = Some(event.into());
+        self
+    }
+
     /// A human-readable name for display (MCP `title`).
     pub fn title(mut self, title: impl Into<String>) -> Self {
         self.manifest.title = Some(title.into());

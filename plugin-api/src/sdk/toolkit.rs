@@ -189,6 +189,13 @@ fn check_tool(tool: &Tool) -> Vec<String> {
             }
         }
     }
+    if let Some(event) = &manifest.on_error
+        && !machine.accepts_event(event)
+    {
+        problems.push(format!(
+            "tool {name}: on_error event \"{event}\" is taken by no state of workflow \"{id}\""
+        ));
+    }
     problems
 }
 

@@ -2,8 +2,18 @@
 //!
 //! ```text
 //! new --AUTHORIZE--> authorized --CAPTURE--> captured --REFUND--> refunded (final)
-//!                        \--VOID--> voided (final)
+//!                        |  \--VOID--> voided (final)
+//!                        \--PAYMENT_FAILED (a declined capture)--> declined --VOID--> voided
 //! ```
+//!
+//! A capture can fail: the tool's binding fires `PAYMENT_FAILED` when its handler fails
+//! (`on_error`), so a declined capture moves the payment to `declined`, where the agent's menu
+//! offers only voiding the authorization, instead of leaving it in `authorized`, where a retry
+//! would be offered forever. This example talks to no provider, so it declines as a provider
+//! would decline an over-limit charge: a capture of more than the configured card limit
+//! (`TURNSTILE_PLUGIN_PAYMENT_CARD_LIMIT`; unset: no limit). The authorized amount is in the
+//! machine's context (assigned from the `payment.authorize` call), which the host passes to the
+//! capture handler.
 //!
 //! The gate is what makes this safe to hand to an agent: a capture is not on the menu until an
 //! authorization succeeded, a refund not until the money was captured, and after a void or a
@@ -34,9 +44,17 @@ fn machine() -> Value {
     json!({
         "id": "payment",
         "initial": "new",
+        "context": {"amount": 0},
         "states": {
-            "new": {"on": {"AUTHORIZE": "authorized"}},
-            "authorized": {"on": {"CAPTURE": "captured", "VOID": "voided"}},
+            "new": {"on": {"AUTHORIZE": {
+                "target": "authorized",
+                "actions": [{"type": "xstate.assign",
+                    "params": {"amount": {"var": "event.input.amount"}}}]
+            }}},
+            "authorized": {"on": {
+                "CAPTURE": "captured", "VOID": "voided", "PAYMENT_FAILED": "declined"
+            }},
+            "declined": {"on": {"VOID": "voided"}},
             "captured": {"on": {"REFUND": "refunded"}},
             "refunded": {"type": "final"},
             "voided": {"type": "final"}
@@ -70,21 +88,21 @@ pub fn toolkit() -> Toolkit {
                 )
                 .compact("Charge the authorized amount.")
                 .bind_state("authorized", "CAPTURE")
+                .on_error("PAYMENT_FAILED")
                 .quick(QUICK_MS)
-                .handle(|_: NoInput, ctx| {
-                    Ok(json!({"payment": ctx.handle,
-                        "message": "Payment captured: the reserved amount was charged."}))
-                }),
+                .handle(|_: NoInput, ctx| capture(ctx)),
         )
         .tool(
             payment
                 .action("payment.void")
                 .describe(
                     "Void the authorization: release the reserved amount without charging \
-                     anything. Final: the payment is closed afterwards.",
+                     anything (also after a declined capture). Final: the payment is closed \
+                     afterwards.",
                 )
                 .compact("Release the authorization uncharged.")
                 .bind_state("authorized", "VOID")
+                .bind_state("declined", "VOID")
                 .quick(QUICK_MS)
                 .handle(|input: Void, ctx| {
                     Ok(json!({"payment": ctx.handle, "reason": input.reason,
@@ -107,8 +125,8 @@ pub fn toolkit() -> Toolkit {
             payment
                 .action("payment.status")
                 .describe(
-                    "Report the payment's current state (new, authorized, captured, refunded or \
-                     voided) and what can happen next. Changes nothing.",
+                    "Report the payment's current state (new, authorized, declined, captured, \
+                     refunded or voided) and what can happen next. Changes nothing.",
                 )
                 .compact("Show the payment's state.")
                 .read_only()
@@ -183,6 +201,32 @@ fn authorize(input: Authorize, ctx: &CallContext) -> Result<Value, ToolError> {
     }))
 }
 
+/// Charges the authorized amount, unless it is over the card limit the plugin is configured
+/// with: then the capture is declined (a tool error, which fires `PAYMENT_FAILED`).
+fn capture(ctx: &CallContext) -> Result<Value, ToolError> {
+    let amount = ctx.context["amount"].as_f64().unwrap_or(0.0);
+    if let Some(limit) = card_limit()
+        && amount > limit
+    {
+        return Err(ToolError::failed(format!(
+            "the card issuer declined the capture: {amount:.2} is over the card's limit of \
+             {limit:.2}. The payment is now declined; void the authorization to release it."
+        )));
+    }
+    Ok(json!({"payment": ctx.handle, "amount": amount,
+        "message": "Payment captured: the reserved amount was charged."}))
+}
+
+/// `TURNSTILE_PLUGIN_PAYMENT_CARD_LIMIT`, as a number (none, or not a number: no limit).
+fn card_limit() -> Option<f64> {
+    turnstile_plugin_api::plugin_config()
+        .get("card_limit")?
+        .as_str()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 fn refund(input: Refund, ctx: &CallContext) -> Result<Value, ToolError> {
     let reason = input.reason.trim();
     if reason.is_empty() {
@@ -200,6 +244,7 @@ fn status(ctx: &CallContext) -> Status {
     let next = match ctx.state.as_str() {
         Some("new") => "authorize it",
         Some("authorized") => "capture or void it",
+        Some("declined") => "void it: the capture was declined",
         Some("captured") => "refund it if needed",
         Some("refunded" | "voided") => "nothing: the payment is closed",
         _ => "unknown",
@@ -248,7 +293,7 @@ mod tests {
         let expected = [
             ("payment.authorize", "new", "AUTHORIZE"),
             ("payment.capture", "authorized", "CAPTURE"),
-            ("payment.void", "authorized", "VOID"),
+            ("payment.void", "authorized,declined", "VOID"),
             ("payment.refund", "captured", "REFUND"),
             ("payment.status", "", ""),
         ];
