@@ -174,6 +174,8 @@ enum Command {
         #[arg(long)]
         strict: bool,
     },
+    /// Lists, shows, resets and deletes workflow instances in a store.
+    Instances(commands::instances::InstancesArgs),
     /// Debug a machine: print its initial snapshot, then step it with events read from stdin.
     Machine {
         #[command(subcommand)]
@@ -307,6 +309,7 @@ fn main() -> ExitCode {
         }
         Command::Check { plugins, strict } => commands::check::run(&plugins, strict),
         Command::Load(args) => commands::load::run(args),
+        Command::Instances(args) => commands::instances::run_cli(args),
         Command::Machine {
             command: MachineCommand::Run { file, context },
         } => commands::machine::run(

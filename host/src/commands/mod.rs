@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod graph;
+pub mod instances;
 pub mod load;
 pub mod machine;
 pub mod serve;

@@ -1,0 +1,128 @@
+//! `turnstile instances`: an operator finds an instance in the store, shows it, resets it and
+//! deletes it, and the server's clients see the result: on the embedded store (server stopped,
+//! as its file is one process's), and on Redis and PostgreSQL while servers run.
+
+mod common;
+mod durability_support;
+
+use std::{process::Command, time::Duration};
+
+use common::{Client, PluginDir, Server, error_code, handle_of, turnstile_bin};
+use serde_json::{Value, json};
+
+/// Runs `turnstile instances --json STORE_ARGS ARGS…`: exit success, and stdout as JSON lines.
+fn instances(store_args: &[&str], args: &[&str]) -> Result<Vec<Value>, String> {
+    let output = Command::new(turnstile_bin())
+        .arg("instances")
+        .arg("--json")
+        .args(store_args)
+        .args(args)
+        .output()
+        .expect("run turnstile instances");
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    Ok(String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect())
+}
+
+async fn state_of(client: &Client, handle: &str) -> Value {
+    let status = client
+        .call("invoice.status", json!({"handle": handle}))
+        .await;
+    status.structured_content.expect("structured")["state"].clone()
+}
+
+/// Two invoices, one approved: the listing finds both, filters by state, shows one with its
+/// context; a reset sends it back to draft, which its client then sees; a delete makes its
+/// handle unknown. `restart` stops and starts the server around each command (embedded store).
+async fn find_show_reset_delete(store_args: Vec<String>, restart: bool) {
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().unwrap();
+    let store_args: Vec<&str> = store_args.iter().map(String::as_str).collect();
+    let mut flags = vec!["--state-handle-key"];
+    flags.extend(&store_args);
+    let start = || Server::http_in(plugins.path(), data.path(), &flags);
+    let server = start();
+    let client = Client::http(&server.url).await;
+    let approved = handle_of(&client.call("invoice.submit", json!({"amount": 300})).await);
+    client
+        .call("invoice.approve", json!({"handle": approved}))
+        .await;
+    let waiting = handle_of(&client.call("invoice.submit", json!({"amount": 20})).await);
+    let mut cli_args: Vec<&str> = store_args.clone();
+    let data_dir = data.path().to_str().unwrap().to_string();
+    let mut serving = Some((server, client));
+    if restart {
+        let (mut server, client) = serving.take().unwrap();
+        cli_args.extend(["--data-dir", &data_dir]);
+        // While the server holds the file, the command says what to do instead of failing
+        // obscurely.
+        let busy = instances(&cli_args, &["list"]).unwrap_err();
+        assert!(busy.contains("stop it first"), "{busy}");
+        client.close().await;
+        server.signal(libc::SIGTERM);
+        assert_eq!(server.exit_code_within(Duration::from_secs(10)), Some(0));
+    }
+
+    let listed = instances(&cli_args, &["list", "--workflow", "invoice"]).unwrap();
+    let keys: Vec<&str> = listed.iter().map(|l| l["key"].as_str().unwrap()).collect();
+    assert!(
+        keys.contains(&format!("handle/{approved}").as_str()),
+        "{listed:?}"
+    );
+    assert!(
+        keys.contains(&format!("handle/{waiting}").as_str()),
+        "{listed:?}"
+    );
+    let in_review = instances(&cli_args, &["list", "--state", "review"]).unwrap();
+    assert_eq!(in_review.len(), 1, "{in_review:?}");
+    assert_eq!(in_review[0]["key"], format!("handle/{waiting}"));
+    let shown = instances(&cli_args, &["show", &approved]).unwrap();
+    assert_eq!(shown[0]["state"], "approved");
+    assert_eq!(shown[0]["context"]["amount"], 300);
+
+    let reset = instances(&cli_args, &["reset", &approved]).unwrap();
+    assert_eq!(reset[0]["state"], "draft");
+    instances(&cli_args, &["delete", &waiting]).unwrap();
+    let gone = instances(&cli_args, &["show", &waiting]).unwrap_err();
+    assert!(gone.contains("no instance"), "{gone}");
+
+    let (_server, client) = match serving {
+        Some(serving) => serving,
+        None => {
+            let server = start();
+            let client = Client::http(&server.url).await;
+            (server, client)
+        }
+    };
+    assert_eq!(state_of(&client, &approved).await, "draft");
+    let deleted = client
+        .call("invoice.status", json!({"handle": waiting}))
+        .await;
+    assert_eq!(error_code(&deleted), "UNKNOWN_HANDLE");
+}
+
+#[tokio::test]
+async fn on_the_embedded_store() {
+    find_show_reset_delete(Vec::new(), true).await;
+}
+
+fn shared(url: String) -> Vec<String> {
+    durability_support::require_reachable(&url);
+    let namespace = format!("instances{}", uuid::Uuid::new_v4().simple());
+    vec!["--store".into(), url, "--store-namespace".into(), namespace]
+}
+
+#[tokio::test]
+async fn on_redis_while_serving() {
+    find_show_reset_delete(shared(durability_support::redis_url()), false).await;
+}
+
+#[tokio::test]
+async fn on_postgres_while_serving() {
+    find_show_reset_delete(shared(durability_support::postgres_url()), false).await;
+}
