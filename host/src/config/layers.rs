@@ -154,6 +154,7 @@ impl Resolved {
                 format!("{} and {} cannot be used together", from(a), from(b))
             }
             Problem::Needs(a, b) => format!("{} needs `{b}` too", from(a)),
+            Problem::Empty(key) => format!("{} is empty: give it a value", from(key)),
         }
     }
 }

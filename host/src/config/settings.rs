@@ -51,6 +51,7 @@ pub struct ServeSettings {
         long,
         env = "TURNSTILE_STORE_NAMESPACE",
         hide_env = true,
+        value_name = "NAME",
         default_value = "turnstile"
     )]
     pub store_namespace: String,
@@ -309,6 +310,8 @@ pub enum Problem {
     Conflict(&'static str, &'static str),
     /// The first setting needs the second.
     Needs(&'static str, &'static str),
+    /// A setting that names something is empty (an empty variable, say).
+    Empty(&'static str),
 }
 
 impl ServeSettings {
@@ -317,6 +320,9 @@ impl ServeSettings {
     pub fn check(&self) -> Result<(), Problem> {
         if self.plugins.is_none() {
             return Err(Problem::Missing("plugins"));
+        }
+        if self.state_handle_key.as_deref() == Some("") {
+            return Err(Problem::Empty("state-handle-key"));
         }
         if self.stdio && self.http.is_some() {
             return Err(Problem::Conflict("stdio", "http"));

@@ -196,6 +196,10 @@ fn settings_that_do_not_go_together_name_where_each_came_from() {
     );
     let error = resolve(&[], None).unwrap_err().to_string();
     assert!(error.contains("--plugins"), "{error}");
+    let error = resolve(&[], Some("plugins = \"/p\"\nstate-handle-key = \"\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("`state-handle-key` (config file"), "{error}");
 }
 
 #[test]
