@@ -50,6 +50,10 @@ async fn a_server_started_from_a_config_file_alone_serves_what_it_says() {
         // The environment beats the file, key by key.
         &[("TURNSTILE_PLUGIN_TESTKIT_API_KEY", "env-secret")],
     );
+    server.wait_for_log(&format!(
+        "settings read from the config file file={}",
+        config.display()
+    ));
     assert!(
         server.url.starts_with("http://127.0.0.7:"),
         "serves on the configured address: {}",

@@ -105,6 +105,9 @@ fn main() -> ExitCode {
                 };
             }
             turnstile::logs::init(resolved.log_format());
+            if let Some(file) = &resolved.file {
+                tracing::info!(file = %file.display(), "settings read from the config file");
+            }
             commands::serve::run(resolved.into_options())
         }
         command => {

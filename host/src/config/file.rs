@@ -55,6 +55,7 @@ impl ConfigFile {
         let plugins = PluginConfigs::new(
             settings
                 .plugin
+                .0
                 .iter()
                 .map(|(name, table)| (name.clone(), json_object(table))),
         )

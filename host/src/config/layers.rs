@@ -147,7 +147,8 @@ impl Resolved {
         let from = |key: &str| format!("`{key}` ({})", self.origin(key));
         match problem {
             Problem::Missing(key) => format!(
-                "no `{key}` given: pass --{key}, set TURNSTILE_{}, or put `{key} = …` in a --config file",
+                "no `{key}` given: pass --{key}, set TURNSTILE_{}, or put `{key} = …` in a \
+                 --config file",
                 key.to_uppercase().replace('-', "_")
             ),
             Problem::Conflict(a, b) => {

@@ -8,7 +8,7 @@
 //! [`ServeSettings::check`] once the layers are merged, not by clap: clap would see only the
 //! command line and the environment, and a key from the file may satisfy them.
 
-use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
+use std::{collections::BTreeMap, fmt, net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, builder::BoolishValueParser};
 use serde::{Deserialize, Serialize};
@@ -34,7 +34,12 @@ pub struct ServeSettings {
     #[arg(long, env = "TURNSTILE_PLUGINS", hide_env = true, value_name = "DIR")]
     pub plugins: Option<PathBuf>,
     /// Serve one client over stdin/stdout.
-    #[arg(long, env = "TURNSTILE_STDIO", hide_env = true, value_parser = BoolishValueParser::new())]
+    #[arg(
+        long,
+        env = "TURNSTILE_STDIO",
+        hide_env = true,
+        value_parser = BoolishValueParser::new()
+    )]
     pub stdio: bool,
     /// Serve Streamable HTTP on this address, endpoint `/mcp` (default 127.0.0.1:8080).
     #[arg(long, env = "TURNSTILE_HTTP", hide_env = true, value_name = "ADDRESS")]
@@ -105,7 +110,12 @@ pub struct ServeSettings {
     pub state_handle_key: Option<String>,
     /// HTTP without sessions (for deployment behind a load balancer): every request stands
     /// alone and handles carry all state. Implies handle mode.
-    #[arg(long, env = "TURNSTILE_STATELESS", hide_env = true, value_parser = BoolishValueParser::new())]
+    #[arg(
+        long,
+        env = "TURNSTILE_STATELESS",
+        hide_env = true,
+        value_parser = BoolishValueParser::new()
+    )]
     pub stateless: bool,
     /// Answer a tool call as timed out (firing nothing) after this many seconds.
     #[arg(
@@ -297,7 +307,25 @@ pub struct ServeSettings {
     /// Never serialized: their values may be secrets (`--print-config` shows them redacted).
     #[arg(skip)]
     #[serde(skip_serializing)]
-    pub plugin: BTreeMap<String, toml::Table>,
+    pub plugin: PluginTables,
+}
+
+/// The `[plugin.<name>]` tables as the file has them, by name as written.
+#[derive(Deserialize, Clone, Default, PartialEq)]
+#[serde(transparent)]
+pub struct PluginTables(pub BTreeMap<String, toml::Table>);
+
+/// Names and keys only: the values may be secrets.
+impl fmt::Debug for PluginTables {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(
+                self.0
+                    .iter()
+                    .map(|(name, table)| (name, table.keys().collect::<Vec<_>>())),
+            )
+            .finish()
+    }
 }
 
 /// What the settings cannot be, together. Each names the keys involved; `layers` says where
