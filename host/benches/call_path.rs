@@ -43,7 +43,9 @@ struct Bench {
 
 impl Bench {
     async fn start(store: &str) -> Bench {
-        let plugin = plugin::load_private_copy(&invoice_library()).expect("the invoice plugin");
+        let plugin =
+            plugin::load_private_copy(&invoice_library(), &plugin::PluginConfigs::default())
+                .expect("the invoice plugin");
         let (catalog, errors) = Catalog::build(vec![plugin]);
         assert!(errors.is_empty(), "{errors:?}");
         let catalog = Arc::new(LiveCatalog::new(catalog));

@@ -28,7 +28,7 @@ use std::{
 use crate::{
     catalog::{Catalog, CatalogChange, LiveCatalog},
     plugin::{
-        self, LoadedPlugin,
+        self, LoadedPlugin, PluginConfigs,
         directory::{Directory, FileChange, Stamp},
     },
 };
@@ -55,6 +55,8 @@ pub struct HotPlug {
     /// Files refused as they are now; SIGHUP tries them again.
     refused: BTreeSet<PathBuf>,
     pool_size: usize,
+    /// The config file's plugin tables, read at start: a library loaded later gets them too.
+    configs: PluginConfigs,
     live: Arc<LiveCatalog>,
     changed: Box<dyn Fn(CatalogChange) + Send>,
 }
@@ -62,12 +64,14 @@ pub struct HotPlug {
 impl HotPlug {
     /// Takes over serving `live`, whose plugins were loaded from `directory` (stamped before
     /// that load, see [`Directory::assume_handled`]); `refused` are the files that failed then.
-    /// `changed` hears every catalog replacement that changed some client's menu.
+    /// `changed` hears every catalog replacement that changed some client's menu; `configs` are
+    /// the plugins' configuration tables.
     pub fn new(
         directory: Directory,
         live: Arc<LiveCatalog>,
         refused: impl IntoIterator<Item = PathBuf>,
         pool_size: usize,
+        configs: PluginConfigs,
         changed: impl Fn(CatalogChange) + Send + 'static,
     ) -> Self {
         let served = live
@@ -81,6 +85,7 @@ impl HotPlug {
             served,
             refused: refused.into_iter().collect(),
             pool_size,
+            configs,
             live,
             changed: Box::new(changed),
         }
@@ -163,7 +168,7 @@ impl HotPlug {
     /// Loads `path` as of `stamp` and checks that `served` with it (replacing its previous
     /// version, or added last) makes a catalog without problems.
     fn try_load(&self, served: &[LoadedPlugin], path: &Path, stamp: Stamp) -> Attempt {
-        let loaded = plugin::load_private_copy(path);
+        let loaded = plugin::load_private_copy(path, &self.configs);
         // The copy must be of the settled file: if it changed meanwhile, this was a look at a
         // file being written, and it will settle again.
         if Stamp::of(path) != Some(stamp) {
@@ -251,6 +256,7 @@ pub fn start(
     live: Arc<LiveCatalog>,
     refused: Vec<PathBuf>,
     pool_size: usize,
+    configs: PluginConfigs,
     runtime: crate::actors::Runtime,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
@@ -278,10 +284,17 @@ pub fn start(
         }
     });
     let tokio = tokio::runtime::Handle::current();
-    let hotplug = HotPlug::new(directory, live, refused, pool_size, move |change| {
-        let runtime = runtime.clone();
-        tokio.spawn(async move { runtime.catalog_changed(change).await });
-    });
+    let hotplug = HotPlug::new(
+        directory,
+        live,
+        refused,
+        pool_size,
+        configs,
+        move |change| {
+            let runtime = runtime.clone();
+            tokio.spawn(async move { runtime.catalog_changed(change).await });
+        },
+    );
     thread::Builder::new()
         .name("hotplug".into())
         .spawn(move || {

@@ -13,6 +13,7 @@
 //! - [`plugin`]: loading plugin libraries and calling them through the C ABI.
 //! - [`store`]: where instance snapshots are saved, with compare-and-set versions.
 //! - [`commands`]: the `turnstile` subcommands.
+//! - [`config`]: `serve`'s settings from flags, `TURNSTILE_*` variables and a TOML file.
 //! - [`hotplug`]: the plugin directory's changes, applied to the catalog while serving.
 //! - [`memory`]: the allocator, and giving freed memory back to the OS.
 //! - [`metrics`]: what the server counts, and the Prometheus text of `GET /metrics`.
@@ -25,6 +26,7 @@
 pub mod actors;
 pub mod catalog;
 pub mod commands;
+pub mod config;
 pub mod gate;
 pub mod hotplug;
 pub mod invoke;

@@ -22,8 +22,19 @@ use tracing_subscriber::{
     util::SubscriberInitExt,
 };
 
-/// How log lines are written (`--log-format`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+/// How log lines are written (`--log-format`, or `log-format` in a config file).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines: time, level, target, message, fields.
     #[default]

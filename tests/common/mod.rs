@@ -137,7 +137,7 @@ impl Server {
     /// Like `http`, with `env` added to the server's environment (plugin configuration, say).
     pub fn http_with_env(plugins: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let data = tempfile::tempdir().expect("temp dir");
-        let mut server = Server::spawn(
+        let mut server = Server::spawn_http(
             plugins,
             data.path(),
             extra,
@@ -154,10 +154,10 @@ impl Server {
         extra: &[&str],
         rust_log: Option<&str>,
     ) -> Server {
-        Server::spawn(plugins, data, extra, rust_log, &[])
+        Server::spawn_http(plugins, data, extra, rust_log, &[])
     }
 
-    fn spawn(
+    fn spawn_http(
         plugins: &Path,
         data: &Path,
         extra: &[&str],
@@ -176,6 +176,23 @@ impl Server {
         if let Some(rust_log) = rust_log {
             command.env("RUST_LOG", rust_log);
         }
+        Server::spawn(command)
+    }
+
+    /// Starts `turnstile serve ARGS` with nothing added (no plugin directory, address or data
+    /// directory: `args` or `env` must say them, as a config file does) and `env` set, and
+    /// waits until it listens on HTTP.
+    pub fn serve_with(args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> Server {
+        let mut command = Command::new(turnstile_bin());
+        command
+            .arg("serve")
+            .args(args)
+            .env("RUST_LOG", "info,turnstile=debug")
+            .envs(env.iter().copied());
+        Server::spawn(command)
+    }
+
+    fn spawn(mut command: Command) -> Server {
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -209,7 +226,7 @@ impl Server {
                 // Let the reader thread drain what the process wrote before it died.
                 std::thread::sleep(Duration::from_millis(100));
                 panic!(
-                    "turnstile {extra:?} did not start; stderr:\n{}",
+                    "{command:?} did not start; stderr:\n{}",
                     stderr.lock().unwrap()
                 );
             }

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use crate::{
     catalog::{Catalog, CatalogError},
-    plugin::{self, PluginError},
+    plugin::{self, PluginConfigs, PluginError},
 };
 
 /// Every plugin in `dir` that loads and fits, and what went wrong with the others.
@@ -22,20 +22,25 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
-    /// Loads with the default call pool per plugin.
+    /// Loads with the default call pool per plugin, configured by the environment only.
     pub fn load(dir: &Path) -> anyhow::Result<LoadReport> {
-        LoadReport::load_with_pool(dir, plugin::DEFAULT_POOL_SIZE)
+        LoadReport::load_with(dir, plugin::DEFAULT_POOL_SIZE, &PluginConfigs::default())
     }
 
-    /// Loads, giving each plugin a pool of `pool_size` concurrent calls (`--plugin-pool`).
-    pub fn load_with_pool(dir: &Path, pool_size: usize) -> anyhow::Result<LoadReport> {
+    /// Loads, giving each plugin a pool of `pool_size` concurrent calls (`--plugin-pool`) and
+    /// what `configs` has for it at `init`.
+    pub fn load_with(
+        dir: &Path,
+        pool_size: usize,
+        configs: &PluginConfigs,
+    ) -> anyhow::Result<LoadReport> {
         if !dir.is_dir() {
             anyhow::bail!(
                 "plugin directory {} does not exist or is not a directory",
                 dir.display()
             );
         }
-        let (mut plugins, load_errors) = plugin::load_dir(dir);
+        let (mut plugins, load_errors) = plugin::load_dir(dir, configs);
         for plugin in &mut plugins {
             plugin.set_pool_size(pool_size);
         }

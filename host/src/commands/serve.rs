@@ -20,13 +20,15 @@ use crate::{
     invoke::Limits,
     mcp::{self, HandleMode, HttpOptions, Shared},
     memory,
-    plugin::directory::Directory,
+    plugin::{PluginConfigs, directory::Directory},
     shutdown::Shutdown,
     store::{self, StateStore, StoreOptions},
 };
 
 pub struct ServeOptions {
     pub plugins: PathBuf,
+    /// The plugins' configuration tables from the config file (the environment joins them).
+    pub plugin_configs: PluginConfigs,
     pub transport: Transport,
     pub store: String,
     pub store_namespace: String,
@@ -99,7 +101,11 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     // Stamped before loading, so that a file changed during the load is loaded again.
     let mut plugin_dir = Directory::new(&options.plugins, hotplug::SETTLE);
     plugin_dir.assume_handled();
-    let report = LoadReport::load_with_pool(&options.plugins, options.plugin_pool)?;
+    let report = LoadReport::load_with(
+        &options.plugins,
+        options.plugin_pool,
+        &options.plugin_configs,
+    )?;
     let refused = report.refused_files();
     // One bad plugin must not take the others down: say what is wrong and serve the rest.
     for problem in report.problems() {
@@ -139,6 +145,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         catalog.clone(),
         refused,
         options.plugin_pool,
+        options.plugin_configs.clone(),
         runtime.clone(),
     )?;
     // Passivated instances, ended sessions and their subscriptions are freed on several

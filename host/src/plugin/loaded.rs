@@ -14,6 +14,7 @@ use serde_json::Value;
 use turnstile_plugin_api::{CallContext, Manifest, ToolManifest, abi::Status};
 
 use super::{
+    config::PluginConfigs,
     error::PluginError,
     library::{CallArgs, Library, error_message},
     manifest,
@@ -64,13 +65,17 @@ impl LoadedPlugin {
     /// Loads the library at `path`, checks its ABI version, creates the plugin instance, and
     /// reads and checks its manifest. Blocking (file I/O, `dlopen`, plugin initialisers).
     pub fn load(path: &Path) -> Result<LoadedPlugin, PluginError> {
-        LoadedPlugin::load_file(path, path)
+        LoadedPlugin::load_file(path, path, &PluginConfigs::default())
     }
 
-    /// Loads `file` but names it `path` everywhere (errors, [`LoadedPlugin::path`]); used for
-    /// private copies.
-    pub(super) fn load_file(path: &Path, file: &Path) -> Result<LoadedPlugin, PluginError> {
-        LoadedPlugin::load_file_with(path, file, super::config::from_env(path).as_ref())
+    /// Loads `file` but names it `path` everywhere (errors, [`LoadedPlugin::path`]), giving its
+    /// `init` the configuration `configs` has for `path`; used for private copies.
+    pub(super) fn load_file(
+        path: &Path,
+        file: &Path,
+        configs: &PluginConfigs,
+    ) -> Result<LoadedPlugin, PluginError> {
+        LoadedPlugin::load_file_with(path, file, configs.for_plugin(path).as_ref())
     }
 
     /// Loads the library at `path` and gives its `init` the configuration `config` (a JSON

@@ -11,7 +11,8 @@
 //! - `library.rs`: the loading protocol and the only raw-pointer code of the host.
 //! - `manifest.rs`: manifest parsing (with the JSON path of errors) and local checks.
 //! - [`PluginError`] (`error.rs`): every failure, naming the file.
-//! - `config.rs`: a plugin's configuration from `TURNSTILE_PLUGIN_<NAME>_*` (ABI 1.1).
+//! - [`PluginConfigs`] (`config.rs`): a plugin's configuration, from the config file's
+//!   `[plugin.<name>]` table and `TURNSTILE_PLUGIN_<NAME>_*` (ABI 1.1).
 //! - [`directory::Directory`] (`directory.rs`): the plugin directory while serving: which files
 //!   settled in a new version or vanished, and a watcher that says when to look.
 //! - [`CallPool`] (`pool.rs`): how many calls of one plugin may run at once.
@@ -27,7 +28,7 @@
 //! process (SIGBUS). With a private copy, the file in the plugin directory is never mapped, so
 //! an operator may replace or rewrite it at any time.
 
-mod config;
+pub mod config;
 pub mod directory;
 mod error;
 mod library;
@@ -48,6 +49,7 @@ use std::{
 pub use turnstile_plugin_api::{CallContext, LogLevel, Manifest, ToolManifest};
 
 pub use self::{
+    config::PluginConfigs,
     error::PluginError,
     loaded::{LoadedPlugin, PluginOutput},
     pool::{CallPool, DEFAULT_POOL_SIZE, QUEUE_WAIT},
@@ -58,12 +60,12 @@ pub use self::{
 /// non-recursively, in file-name order, each from a private copy (see [`load_private_copy`]).
 /// Returns what loaded and one error per file that did not; a file with the suffix that is not
 /// a loadable plugin is an error, files with other suffixes and directories are ignored. An
-/// unreadable `dir` is a single error.
-pub fn load_dir(dir: &Path) -> (Vec<LoadedPlugin>, Vec<PluginError>) {
+/// unreadable `dir` is a single error. Each plugin's `init` gets what `configs` has for it.
+pub fn load_dir(dir: &Path, configs: &PluginConfigs) -> (Vec<LoadedPlugin>, Vec<PluginError>) {
     let (files, mut errors) = library_files(dir);
     let mut plugins = Vec::new();
     for file in files {
-        match load_private_copy(&file) {
+        match load_private_copy(&file, configs) {
             Ok(plugin) => plugins.push(plugin),
             Err(err) => errors.push(err),
         }
@@ -113,13 +115,21 @@ pub fn is_library_name(path: &Path) -> bool {
 /// mapped (see the module docs). [`LoadedPlugin::path`] and errors name the original `path`.
 ///
 /// The copy is deleted right after loading (on Unix the mapping outlives the file). A temp
-/// directory mounted `noexec` makes `dlopen` fail; use [`load_private_copy_in`] then.
-pub fn load_private_copy(path: &Path) -> Result<LoadedPlugin, PluginError> {
-    load_private_copy_in(path, &std::env::temp_dir())
+/// directory mounted `noexec` makes `dlopen` fail; use [`load_private_copy_in`] then. The
+/// plugin's `init` gets what `configs` has for `path`.
+pub fn load_private_copy(
+    path: &Path,
+    configs: &PluginConfigs,
+) -> Result<LoadedPlugin, PluginError> {
+    load_private_copy_in(path, &std::env::temp_dir(), configs)
 }
 
 /// [`load_private_copy`] with the copy made in `dir`.
-pub fn load_private_copy_in(path: &Path, dir: &Path) -> Result<LoadedPlugin, PluginError> {
+pub fn load_private_copy_in(
+    path: &Path,
+    dir: &Path,
+    configs: &PluginConfigs,
+) -> Result<LoadedPlugin, PluginError> {
     /// Distinguishes the copies one process makes; the process id distinguishes processes.
     static NEXT_COPY: AtomicU64 = AtomicU64::new(0);
 
@@ -146,7 +156,7 @@ pub fn load_private_copy_in(path: &Path, dir: &Path) -> Result<LoadedPlugin, Plu
     let copied = io::copy(&mut source, &mut target).and_then(|_| target.sync_all());
     drop(target);
     let result = match copied {
-        Ok(()) => LoadedPlugin::load_file(path, &copy),
+        Ok(()) => LoadedPlugin::load_file(path, &copy, configs),
         Err(err) => Err(io_error(
             path,
             &format!("cannot copy to {}", copy.display()),

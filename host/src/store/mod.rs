@@ -428,24 +428,42 @@ fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// `url` without its password, for messages and logs: `redis://user:secret@h/0` →
-/// `redis://user:***@h/0`.
-fn redact(url: &str) -> String {
+/// `url` without its password, for messages, logs and `--print-config`:
+/// `redis://user:secret@h/0` → `redis://user:***@h/0`; a `password` query parameter
+/// (`postgres://u@h/db?password=secret`, which PostgreSQL accepts) is masked too.
+pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
+    let (rest, query) = match rest.split_once('?') {
+        Some((rest, query)) => (rest, Some(query)),
+        None => (rest, None),
+    };
     let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
+    let rest = match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            let masked = if user.len() == userinfo.len() {
+                user.to_owned()
+            } else {
+                format!("{user}:***")
+            };
+            format!("{masked}{}", &rest[at..])
+        }
+        None => rest.to_owned(),
     };
-    let userinfo = &rest[..at];
-    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-    let masked = if user.len() == userinfo.len() {
-        user.to_owned()
-    } else {
-        format!("{user}:***")
+    let Some(query) = query else {
+        return format!("{scheme}://{rest}");
     };
-    format!("{scheme}://{masked}{}", &rest[at..])
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if name.eq_ignore_ascii_case("password") => format!("{name}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{scheme}://{rest}?{}", query.join("&"))
 }
 
 #[cfg(test)]
@@ -462,6 +480,11 @@ mod tests {
         );
         assert_eq!(redact("redis://h:6379"), "redis://h:6379");
         assert_eq!(redact("memory:"), "memory:");
+        assert_eq!(
+            redact("postgres://u:pw@h/db?sslmode=require&password=pw2"),
+            "postgres://u:***@h/db?sslmode=require&password=***"
+        );
+        assert_eq!(redact("redis://h?db=1"), "redis://h?db=1");
     }
 
     #[tokio::test]

@@ -1,0 +1,443 @@
+//! [`ServeSettings`]: every setting of `turnstile serve`, as a flag, an environment variable and
+//! a config-file key, and what they mean for the server ([`ServeSettings::into_options`]).
+//!
+//! One struct is both the clap arguments and the serde shape of the file, so a flag cannot be
+//! added without its key. The names follow one rule, checked by a unit test: the flag
+//! `--some-flag` is the variable `TURNSTILE_SOME_FLAG` and the key `some-flag`. Relations between
+//! settings (`--stdio` excludes `--http`, OAuth needs `--public-url`, …) are checked by
+//! [`ServeSettings::check`] once the layers are merged, not by clap: clap would see only the
+//! command line and the environment, and a key from the file may satisfy them.
+
+use std::{collections::BTreeMap, fmt, net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Args, builder::BoolishValueParser};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    actors::ActorOptions,
+    commands::serve::{self, ServeOptions, Transport},
+    invoke::DEFAULT_MAX_RESULT_BYTES,
+    logs::LogFormat,
+    mcp::{self, ConnectionLimits, HandleMode, HttpOptions, OAuthOptions, TlsFiles},
+    plugin::{DEFAULT_POOL_SIZE, PluginConfigs},
+};
+
+/// Every setting of `turnstile serve`. Doc comments are the `--help` text.
+///
+/// `Default` exists only so that a config file may leave keys out (serde fills them in, and the
+/// merge takes from the file only the keys it names); it is not the command's defaults, which
+/// are clap's.
+#[derive(Args, Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServeSettings {
+    /// Directory of plugin shared libraries to load (required).
+    #[arg(long, env = "TURNSTILE_PLUGINS", hide_env = true, value_name = "DIR")]
+    pub plugins: Option<PathBuf>,
+    /// Serve one client over stdin/stdout.
+    #[arg(
+        long,
+        env = "TURNSTILE_STDIO",
+        hide_env = true,
+        value_parser = BoolishValueParser::new()
+    )]
+    pub stdio: bool,
+    /// Serve Streamable HTTP on this address, endpoint `/mcp` (default 127.0.0.1:8080).
+    #[arg(long, env = "TURNSTILE_HTTP", hide_env = true, value_name = "ADDRESS")]
+    pub http: Option<SocketAddr>,
+    /// Where instance state lives: `memory:`, `embedded:PATH`, `redis://…`, `postgres://…`.
+    /// Default over HTTP: the embedded store, `state.redb` in the data directory. Default over
+    /// stdio: `memory:`, since a stdio connection is one session whose instances end with it
+    /// (and several stdio servers may run at once); name a store to keep handle-keyed state.
+    #[arg(long, env = "TURNSTILE_STORE", hide_env = true, value_name = "URL")]
+    pub store: Option<String>,
+    /// Names this deployment's data in a shared store: Redis keys `NAMESPACE:…`, PostgreSQL
+    /// table `NAMESPACE_instances`. Servers that share instances use the same one.
+    #[arg(
+        long,
+        env = "TURNSTILE_STORE_NAMESPACE",
+        hide_env = true,
+        value_name = "NAME",
+        default_value = "turnstile"
+    )]
+    pub store_namespace: String,
+    /// Directory for the embedded store (created on first start). Default:
+    /// `$XDG_DATA_HOME/turnstile`, else `~/.local/share/turnstile`.
+    #[arg(long, env = "TURNSTILE_DATA_DIR", hide_env = true, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// End an HTTP session after this many seconds without a request.
+    #[arg(
+        long,
+        env = "TURNSTILE_SESSION_IDLE_TIMEOUT",
+        hide_env = true,
+        value_name = "SECS",
+        default_value_t = 300
+    )]
+    pub session_idle_timeout: u64,
+    /// Also accept this `Host` header on HTTP (loopback is always accepted). Repeatable, or
+    /// comma-separated.
+    #[arg(
+        long = "allowed-host",
+        env = "TURNSTILE_ALLOWED_HOST",
+        hide_env = true,
+        value_name = "HOST",
+        value_delimiter = ','
+    )]
+    #[serde(rename = "allowed-host")]
+    pub allowed_hosts: Vec<String>,
+    /// Also accept requests from this browser `Origin` on HTTP, as `scheme://host[:port]`
+    /// (`:*` for any port); loopback origins are accepted when serving on loopback, a request
+    /// from any other origin is refused (403). Repeatable, or comma-separated.
+    #[arg(
+        long = "allowed-origin",
+        env = "TURNSTILE_ALLOWED_ORIGIN",
+        hide_env = true,
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    #[serde(rename = "allowed-origin")]
+    pub allowed_origins: Vec<String>,
+    /// Handle mode: instances are named by a handle the client passes as this tool argument
+    /// (or in a request's `_meta`), minted when it starts a workflow. Without a value the
+    /// name is `handle`.
+    #[arg(
+        long,
+        env = "TURNSTILE_STATE_HANDLE_KEY",
+        hide_env = true,
+        value_name = "NAME",
+        num_args = 0..=1,
+        default_missing_value = mcp::DEFAULT_HANDLE_KEY
+    )]
+    pub state_handle_key: Option<String>,
+    /// HTTP without sessions (for deployment behind a load balancer): every request stands
+    /// alone and handles carry all state. Implies handle mode.
+    #[arg(
+        long,
+        env = "TURNSTILE_STATELESS",
+        hide_env = true,
+        value_parser = BoolishValueParser::new()
+    )]
+    pub stateless: bool,
+    /// Answer a tool call as timed out (firing nothing) after this many seconds.
+    #[arg(
+        long,
+        env = "TURNSTILE_TOOL_TIMEOUT",
+        hide_env = true,
+        value_name = "SECS",
+        default_value_t = 60
+    )]
+    pub tool_timeout: u64,
+    /// Answer a tool call whose result is over this many bytes of JSON as an error,
+    /// RESULT_TOO_LARGE (firing nothing). Default 4 MiB.
+    #[arg(
+        long,
+        env = "TURNSTILE_MAX_RESULT_BYTES",
+        hide_env = true,
+        value_name = "BYTES",
+        default_value_t = DEFAULT_MAX_RESULT_BYTES
+    )]
+    pub max_result_bytes: usize,
+    /// Drop an instance from memory after this many seconds without a call (0: never); it is
+    /// reloaded from the store on its next call.
+    #[arg(
+        long,
+        env = "TURNSTILE_IDLE_AFTER",
+        hide_env = true,
+        value_name = "SECS",
+        default_value_t = 600
+    )]
+    pub idle_after: u64,
+    /// On SIGTERM or SIGINT, wait this many seconds for the calls in flight to deliver their
+    /// results; calls still running then are answered SHUTTING_DOWN (nothing they would
+    /// still change is saved) and the exit code is 1. A second signal exits at once.
+    #[arg(
+        long,
+        env = "TURNSTILE_SHUTDOWN_TIMEOUT",
+        hide_env = true,
+        value_name = "SECS",
+        default_value_t = 30
+    )]
+    pub shutdown_timeout: u64,
+    /// Close an HTTP connection that takes longer than this many seconds to send a request's
+    /// headers (or, once opened, its first byte).
+    #[arg(
+        long,
+        env = "TURNSTILE_HEADER_TIMEOUT",
+        hide_env = true,
+        value_name = "SECS",
+        default_value_t = 10
+    )]
+    pub header_timeout: u64,
+    /// Close an HTTP keep-alive connection idle (no request in flight) for this many
+    /// seconds. Open event streams are not idle: they get SSE comments meanwhile.
+    #[arg(
+        long,
+        env = "TURNSTILE_KEEPALIVE_TIMEOUT",
+        hide_env = true,
+        value_name = "SECS",
+        default_value_t = 60
+    )]
+    pub keepalive_timeout: u64,
+    /// End an HTTP session whose client sent `initialize` but not `notifications/initialized`
+    /// within this many seconds; it then no longer counts against --max-sessions.
+    #[arg(
+        long,
+        env = "TURNSTILE_HANDSHAKE_TIMEOUT",
+        hide_env = true,
+        value_name = "SECS",
+        default_value_t = 10
+    )]
+    pub handshake_timeout: u64,
+    /// Accept at most this many HTTP connections at once; further ones wait in the listen
+    /// backlog until one closes. Default: the open-file limit less 256.
+    #[arg(
+        long,
+        env = "TURNSTILE_MAX_CONNECTIONS",
+        hide_env = true,
+        value_name = "N"
+    )]
+    pub max_connections: Option<usize>,
+    /// Hold at most this many HTTP sessions; an `initialize` past it gets 503 with
+    /// `Retry-After` and a JSON-RPC error saying so. Default: no cap.
+    #[arg(
+        long,
+        env = "TURNSTILE_MAX_SESSIONS",
+        hide_env = true,
+        value_name = "N"
+    )]
+    pub max_sessions: Option<usize>,
+    /// Run at most this many calls of one plugin at once; a call beyond that is answered
+    /// BUSY (with `retryAfterMs`) at once, so a slow or hung plugin saturates only itself.
+    #[arg(
+        long,
+        env = "TURNSTILE_PLUGIN_POOL",
+        hide_env = true,
+        value_name = "N",
+        default_value_t = DEFAULT_POOL_SIZE
+    )]
+    pub plugin_pool: usize,
+    /// Require `Authorization: Bearer TOKEN` on every HTTP route but /healthz and /readyz.
+    /// The file holds one `TOKEN` or `NAME TOKEN` per line (`#` comments); it is read again
+    /// on SIGHUP, so tokens rotate without a restart.
+    #[arg(
+        long,
+        env = "TURNSTILE_AUTH_TOKEN_FILE",
+        hide_env = true,
+        value_name = "PATH"
+    )]
+    pub auth_token_file: Option<PathBuf>,
+    /// Serve a non-loopback address without authentication (otherwise refused at start).
+    #[arg(
+        long,
+        env = "TURNSTILE_ALLOW_UNAUTHENTICATED",
+        hide_env = true,
+        value_parser = BoolishValueParser::new()
+    )]
+    pub allow_unauthenticated: bool,
+    /// OAuth 2.1 resource-server mode: accept access tokens (JWTs) from this authorization
+    /// server, whose signing keys are found through its metadata; tokens must name it as
+    /// `iss`. Needs --public-url.
+    #[arg(
+        long,
+        env = "TURNSTILE_OAUTH_ISSUER",
+        hide_env = true,
+        value_name = "URL"
+    )]
+    pub oauth_issuer: Option<String>,
+    /// The JWK set that signs access tokens, when not from --oauth-issuer's metadata.
+    /// Needs --public-url.
+    #[arg(
+        long,
+        env = "TURNSTILE_OAUTH_JWKS",
+        hide_env = true,
+        value_name = "URL"
+    )]
+    pub oauth_jwks: Option<String>,
+    /// This server's canonical URL as clients reach it (e.g. `https://mcp.example.com/mcp`):
+    /// OAuth access tokens must name it as their audience, and the protected-resource
+    /// metadata names it.
+    #[arg(
+        long,
+        env = "TURNSTILE_PUBLIC_URL",
+        hide_env = true,
+        value_name = "URL"
+    )]
+    pub public_url: Option<String>,
+    /// Serve HTTPS with this PEM certificate chain (needs --tls-key); re-read on SIGHUP.
+    #[arg(long, env = "TURNSTILE_TLS_CERT", hide_env = true, value_name = "PEM")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert; re-read on SIGHUP.
+    #[arg(long, env = "TURNSTILE_TLS_KEY", hide_env = true, value_name = "PEM")]
+    pub tls_key: Option<PathBuf>,
+    /// Delete a handle-keyed instance this many seconds after it reached a final state
+    /// (default 7 days; 0 keeps them). Works on every store.
+    #[arg(
+        long,
+        env = "TURNSTILE_RETAIN_FINAL",
+        hide_env = true,
+        value_name = "SECS",
+        default_value_t = 604_800
+    )]
+    pub retain_final: u64,
+    /// Delete a handle-keyed instance, in whatever state, this many seconds after its last
+    /// transition (default 0: never). Works on every store.
+    #[arg(
+        long,
+        env = "TURNSTILE_INSTANCE_TTL",
+        hide_env = true,
+        value_name = "SECS",
+        default_value_t = 0
+    )]
+    pub instance_ttl: u64,
+    /// A tools/call retried with the same `_meta.idempotencyKey` on the same instance
+    /// within this many seconds gets the first call's result instead of running again.
+    #[arg(
+        long,
+        env = "TURNSTILE_IDEMPOTENCY_WINDOW",
+        hide_env = true,
+        value_name = "SECS",
+        default_value_t = 600
+    )]
+    pub idempotency_window: u64,
+    /// `--log-format`, a global flag of `turnstile` (every subcommand logs); here so that the
+    /// file may set it too. The layers fill it in from the global flag.
+    #[arg(skip)]
+    pub log_format: LogFormat,
+    /// The config file's `[plugin.<name>]` tables, by name as written. Only a file gives them;
+    /// the environment's `TURNSTILE_PLUGIN_<NAME>_<KEY>` join them when a plugin is loaded.
+    /// Never serialized: their values may be secrets (`--print-config` shows them redacted).
+    #[arg(skip)]
+    #[serde(skip_serializing)]
+    pub plugin: PluginTables,
+}
+
+/// The `[plugin.<name>]` tables as the file has them, by name as written.
+#[derive(Deserialize, Clone, Default, PartialEq)]
+#[serde(transparent)]
+pub struct PluginTables(pub BTreeMap<String, toml::Table>);
+
+/// Names and keys only: the values may be secrets.
+impl fmt::Debug for PluginTables {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(
+                self.0
+                    .iter()
+                    .map(|(name, table)| (name, table.keys().collect::<Vec<_>>())),
+            )
+            .finish()
+    }
+}
+
+/// What the settings cannot be, together. Each names the keys involved; `layers` says where
+/// each value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// A required setting is missing.
+    Missing(&'static str),
+    /// Two settings exclude each other.
+    Conflict(&'static str, &'static str),
+    /// The first setting needs the second.
+    Needs(&'static str, &'static str),
+    /// A setting that names something is empty (an empty variable, say).
+    Empty(&'static str),
+}
+
+impl ServeSettings {
+    /// Checks the relations between settings: what clap would check for flags alone, on the
+    /// merged values.
+    pub fn check(&self) -> Result<(), Problem> {
+        if self.plugins.is_none() {
+            return Err(Problem::Missing("plugins"));
+        }
+        if self.state_handle_key.as_deref() == Some("") {
+            return Err(Problem::Empty("state-handle-key"));
+        }
+        if self.stdio && self.http.is_some() {
+            return Err(Problem::Conflict("stdio", "http"));
+        }
+        if self.stdio && self.stateless {
+            return Err(Problem::Conflict("stdio", "stateless"));
+        }
+        if self.oauth_issuer.is_some() && self.public_url.is_none() {
+            return Err(Problem::Needs("oauth-issuer", "public-url"));
+        }
+        if self.oauth_jwks.is_some() && self.public_url.is_none() {
+            return Err(Problem::Needs("oauth-jwks", "public-url"));
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) => Err(Problem::Needs("tls-cert", "tls-key")),
+            (None, Some(_)) => Err(Problem::Needs("tls-key", "tls-cert")),
+            _ => Ok(()),
+        }
+    }
+
+    /// What the server runs with. `plugin_configs` are the `[plugin.<name>]` tables, checked.
+    /// Call after [`ServeSettings::check`].
+    pub fn into_options(self, plugin_configs: PluginConfigs) -> ServeOptions {
+        // The default store lives in the data directory; over stdio the default is `memory:`.
+        let data_dir =
+            (self.store.is_none() && !self.stdio).then(|| serve::data_dir(self.data_dir));
+        let secs = Duration::from_secs;
+        ServeOptions {
+            // `check` refuses settings without it.
+            plugins: self.plugins.unwrap_or_default(),
+            plugin_configs,
+            plugin_pool: self.plugin_pool,
+            retain_final: (self.retain_final > 0).then(|| secs(self.retain_final)),
+            instance_ttl: (self.instance_ttl > 0).then(|| secs(self.instance_ttl)),
+            shutdown_timeout: secs(self.shutdown_timeout),
+            transport: match (self.stdio, self.http) {
+                (true, _) => Transport::Stdio,
+                (false, address) => Transport::Http(
+                    address.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
+                ),
+            },
+            store: self.store.unwrap_or_else(|| match &data_dir {
+                Some(dir) => serve::default_store(dir),
+                None => "memory:".to_string(),
+            }),
+            data_dir,
+            store_namespace: self.store_namespace,
+            http: HttpOptions {
+                session_idle_timeout: secs(self.session_idle_timeout),
+                allowed_hosts: self.allowed_hosts,
+                allowed_origins: self.allowed_origins,
+                stateless: self.stateless,
+                connections: ConnectionLimits {
+                    max_connections: self
+                        .max_connections
+                        .unwrap_or_else(mcp::default_max_connections),
+                    header_timeout: secs(self.header_timeout),
+                    keepalive_timeout: secs(self.keepalive_timeout),
+                },
+                handshake_timeout: secs(self.handshake_timeout),
+                max_sessions: self.max_sessions,
+                auth_token_file: self.auth_token_file,
+                allow_unauthenticated: self.allow_unauthenticated,
+                oauth: (self.oauth_issuer.is_some() || self.oauth_jwks.is_some()).then(|| {
+                    OAuthOptions {
+                        issuer: self.oauth_issuer,
+                        jwks: self.oauth_jwks,
+                        // `check` refuses OAuth without it.
+                        public_url: self.public_url.unwrap_or_default(),
+                    }
+                }),
+                tls: self
+                    .tls_cert
+                    .zip(self.tls_key)
+                    .map(|(cert, key)| TlsFiles { cert, key }),
+            },
+            handles: self
+                .state_handle_key
+                .or_else(|| self.stateless.then(|| mcp::DEFAULT_HANDLE_KEY.to_string()))
+                .map(|key| HandleMode { key }),
+            actors: ActorOptions {
+                idle_after: (self.idle_after > 0).then(|| secs(self.idle_after)),
+                tool_timeout: secs(self.tool_timeout),
+                max_result_bytes: self.max_result_bytes,
+                idempotency_window: secs(self.idempotency_window),
+                ..Default::default()
+            },
+        }
+    }
+}
