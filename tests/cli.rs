@@ -162,6 +162,19 @@ fn check_refuses_bad_json_logic_naming_its_path() {
     );
 }
 
+#[test]
+fn check_refuses_a_guard_the_plugin_does_not_implement() {
+    let plugins = PluginDir::with(&[]);
+    plugins.add_c_fixture("unknown_guard");
+    let dir = plugins.path().to_str().unwrap();
+    let (code, stdout, _) = run(&["check", "--plugins", dir], "");
+    assert_eq!(code, 1, "stdout: {stdout}");
+    assert!(
+        stdout.contains("states.open.on.CLOSE.guard: guard \"gate.isOpen\" has no implementation"),
+        "names the path and the guard: {stdout}"
+    );
+}
+
 /// The invoice of issue 13, with context, a guard over the call's input, an assignment and a
 /// review deadline.
 const GUARDED: &str = r#"{"id":"invoice","initial":"draft","context":{"amount":0},

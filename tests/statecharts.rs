@@ -131,3 +131,27 @@ async fn a_declined_capture_rolls_the_payment_back_through_on_error() {
         (json!("captured"), json!(50.0))
     );
 }
+
+/// A guard a plugin implements (ABI 1.2's `guard` entry point) decides a transition with the
+/// whole event: the testkit's `GO` is refused by its guard when the call's `word` is `stop`.
+/// The host cannot know what a plugin's guard reads, so the tool stays listed and the plugin
+/// runs; its result then says the state did not move, and no `list_changed` is sent.
+#[tokio::test]
+async fn a_plugin_guard_decides_a_transition_after_the_call() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let server = Server::http(plugins.path(), &[]);
+    let client = Client::http(&server.url).await;
+    assert!(
+        client
+            .tool_names()
+            .await
+            .contains(&"testkit.go".to_string())
+    );
+    let stopped = client.call("testkit.go", json!({"word": "stop"})).await;
+    assert_ne!(stopped.is_error, Some(true), "{stopped:?}");
+    assert_eq!(stopped.structured_content.unwrap()["state"], "idle");
+    client.changes.stays_at(0).await;
+    let went = client.call("testkit.go", json!({"word": "go"})).await;
+    assert_eq!(went.structured_content.unwrap()["state"], "done");
+    client.changes.wait_for(1).await;
+}

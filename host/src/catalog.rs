@@ -12,6 +12,7 @@
 //! problem listed, and the other plugins are still served.
 
 mod change;
+mod guards;
 mod live;
 mod version;
 
@@ -21,6 +22,7 @@ use serde_json::Value;
 
 pub use self::{
     change::{Affected, CatalogChange},
+    guards::{PluginGuards, Unavailable},
     live::LiveCatalog,
     version::{canonical, machine_version},
 };
@@ -52,7 +54,8 @@ impl Workflow {
     /// kept, so that an instance pinned to it can still be read. It has no tools: calls on it
     /// are refused (`VERSION_UNAVAILABLE`) until the instance can move to a loaded version.
     pub fn archived(definition: Value) -> Result<Workflow, String> {
-        let machine = Machine::from_json(&definition).map_err(|error| error.to_string())?;
+        let machine = Machine::from_json_with_guards(&definition, Arc::new(Unavailable))
+            .map_err(|error| error.to_string())?;
         Ok(Workflow {
             id: machine.id().to_string(),
             version: machine_version(&definition),
@@ -277,8 +280,9 @@ impl Catalog {
         let manifest = plugin.manifest();
         let mut problems = Vec::new();
         let mut machines = BTreeMap::new();
+        let guards = Arc::new(PluginGuards::new(plugin.clone()));
         for (index, definition) in manifest.workflows.iter().enumerate() {
-            match Machine::from_json(definition) {
+            match Machine::from_json_with_guards(definition, guards.clone()) {
                 Ok(machine) => {
                     let id = machine.id().to_string();
                     if self.workflows.contains_key(&id) || machines.contains_key(&id) {

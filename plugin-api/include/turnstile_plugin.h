@@ -164,6 +164,14 @@ typedef struct TurnstilePluginV1 {
                             const TurnstileCallContext *ctx, TurnstileBuffer *out);
     /* Frees a buffer this plugin wrote; never called with NULL. Must not need the instance. */
     void (*free_buffer)(uint8_t *data, size_t len);
+    /* ABI 1.2, optional (NULL: no named guards; the host reads it only when struct_size covers
+     * it): decides the guard `name` listed in the manifest's "guards" for params_json (the
+     * guard's params, "null" when none), context_json (the instance's context) and event_json
+     * (the whole event). On TURNSTILE_OK writes `true` or `false` to out; anything else counts as
+     * false. Must be pure and quick: it runs while the host decides a transition. */
+    TurnstileStatus (*guard)(void *instance, const char *name, const char *params_json,
+                             const char *context_json, const char *event_json,
+                             TurnstileBuffer *out);
 } TurnstilePluginV1;
 
 /* Marks the two exported symbols visible even when compiling with -fvisibility=hidden (which

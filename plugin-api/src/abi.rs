@@ -33,6 +33,7 @@
 //! | [`RawCallContext`] | `host` | 1.1 | no host services: logging, progress and cancellation are no-ops |
 //! | [`RawInitParams`] | `config_json` | 1.1 | no configuration: the plugin's config is `null` |
 //! | [`RawCallContext`] | `context_json` | 1.2 | the instance's machine context is unknown: `null` |
+//! | [`PluginTableV1`] | `guard` | 1.2 | the plugin implements no named guards |
 //!
 //! Nothing in this module allocates or frees; see each type for who does.
 
@@ -285,7 +286,32 @@ pub struct PluginTableV1 {
     pub call: Option<CallFn>,
     /// See [`FreeBufferFn`].
     pub free_buffer: Option<FreeBufferFn>,
+    /// Since ABI 1.2, optional (read it only when `struct_size` covers it; NULL: no guards):
+    /// see [`GuardFn`].
+    pub guard: Option<GuardFn>,
 }
+
+/// `guard` (ABI 1.2): decides the named guard `name`, one the plugin lists in its manifest's
+/// `guards`, for a transition of one of its workflows. `params_json` is the guard's `params`
+/// in the machine (`null` when it has none), `context_json` the instance's machine context and
+/// `event_json` the whole event (`{"type", "input", "output"}` for one a tool fired), all
+/// NUL-terminated JSON borrowed for the call. On [`Status::OK`] the plugin writes `true` or
+/// `false` (JSON) to `out`; any other status or output makes the guard false, and the host logs
+/// why.
+///
+/// A guard must be **pure and quick**: the host calls it while it decides a transition, on the
+/// instance's own thread, possibly more than once per event, and concurrently for different
+/// instances. Until the call has run, the host does not know what a plugin's guard reads, so
+/// while listing tools and before running a call it counts the guard as possibly true; it
+/// decides with the full event.
+pub type GuardFn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    name: *const c_char,
+    params_json: *const c_char,
+    context_json: *const c_char,
+    event_json: *const c_char,
+    out: *mut RawBuffer,
+) -> Status;
 
 /// `uint32_t turnstile_plugin_abi_version(void)`.
 pub type AbiVersionFn = unsafe extern "C" fn() -> u32;

@@ -85,6 +85,7 @@ pub const fn table<T: Plugin>(init: InitFn) -> PluginTableV1 {
         manifest: Some(manifest::<T>),
         call: Some(call::<T>),
         free_buffer: Some(free_buffer),
+        guard: Some(guard::<T>),
     }
 }
 
@@ -219,6 +220,57 @@ pub unsafe extern "C" fn call<T: Plugin>(
                 };
                 Err((status, err.message()))
             }
+        }
+    })
+}
+
+/// `guard`: decodes the arguments, runs [`Plugin::guard`] and writes its answer (`true` or
+/// `false`).
+///
+/// # Safety
+///
+/// `instance` came from [`init`] for the same `T`; the strings are null or NUL-terminated; `out`
+/// is null or a valid [`RawBuffer`]. All live for the duration of the call.
+pub unsafe extern "C" fn guard<T: Plugin>(
+    instance: *mut c_void,
+    name: *const c_char,
+    params_json: *const c_char,
+    context_json: *const c_char,
+    event_json: *const c_char,
+    out: *mut RawBuffer,
+) -> Status {
+    respond(out, || {
+        // SAFETY: as in `call`: a live `Box<T>` from `init`, shared across threads (`T: Sync`).
+        let plugin =
+            unsafe { instance.cast::<T>().as_ref() }.ok_or_else(|| internal("instance is null"))?;
+        // SAFETY: the caller guarantees each pointer is null or NUL-terminated and live.
+        let (name, params, context, event) = unsafe {
+            (
+                c_str(name, "name")?,
+                c_str(params_json, "params_json")?,
+                c_str(context_json, "context_json")?,
+                c_str(event_json, "event_json")?,
+            )
+        };
+        let json = |what: &str, text: &str| -> Result<Value, Failure> {
+            if text.is_empty() {
+                return Ok(Value::Null);
+            }
+            serde_json::from_str(text)
+                .map_err(|err| bad_input(format!("{what} is not JSON: {err}")))
+        };
+        let (params, context, event) = (
+            json("params_json", params)?,
+            json("context_json", context)?,
+            json("event_json", event)?,
+        );
+        match plugin.guard(name, &params, &context, &event) {
+            Ok(answer) => Ok(Some(if answer {
+                b"true".to_vec()
+            } else {
+                b"false".to_vec()
+            })),
+            Err(err) => Err((Status::TOOL_ERROR, err.message())),
         }
     })
 }

@@ -41,6 +41,11 @@ pub struct Manifest {
     /// The tools this plugin provides.
     #[serde(default)]
     pub tools: Vec<ToolManifest>,
+    /// The named guards this plugin implements (ABI 1.2's `guard` entry point), which its own
+    /// workflows may name (`guard: "name"` or `{"type": "name", "params": …}`). A machine naming
+    /// a guard its plugin does not list is refused at load.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guards: Vec<String>,
 }
 
 /// One tool and its binding to a workflow.
@@ -125,6 +130,7 @@ impl Manifest {
             version: version.into(),
             workflows: Vec::new(),
             tools: Vec::new(),
+            guards: Vec::new(),
         }
     }
 

@@ -34,6 +34,24 @@ pub trait Plugin: Send + Sync + 'static {
     /// [`ToolError::BadInput`]). The returned value becomes the tool result; see the crate docs'
     /// output convention.
     fn call(&self, tool: &str, input: Value, ctx: &CallContext) -> Result<Value, ToolError>;
+
+    /// Decides the named guard `name` (one the manifest lists in `guards`) for a transition of
+    /// one of this plugin's workflows: `params` as written in the machine (`null` when none),
+    /// the instance's `context`, and the whole `event` (`{"type", "input", "output"}`). Must be
+    /// pure and quick (see [`crate::abi::GuardFn`]); an error makes the guard false. The default
+    /// implements no guard.
+    fn guard(
+        &self,
+        name: &str,
+        params: &Value,
+        context: &Value,
+        event: &Value,
+    ) -> Result<bool, ToolError> {
+        let _ = (params, context, event);
+        Err(ToolError::failed(format!(
+            "this plugin implements no guard {name:?}"
+        )))
+    }
 }
 
 /// What the host says about the call, beside the arguments.

@@ -330,7 +330,9 @@ async fn reset(
                 record.workflow
             )
         })?;
-    let machine = Machine::from_json(&definition).with_context(|| {
+    // The initial state needs no guard of the plugin's (nothing is decided by an event yet).
+    let guards = std::sync::Arc::new(crate::catalog::Unavailable);
+    let machine = Machine::from_json_with_guards(&definition, guards).with_context(|| {
         format!(
             "the stored machine version {version} of workflow \"{}\" does not load",
             record.workflow

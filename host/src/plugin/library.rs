@@ -21,8 +21,8 @@ use std::{
 
 use turnstile_plugin_api::abi::{
     ABI_VERSION, ABI_VERSION_SYMBOL, AbiVersionFn, CallFn, DestroyFn, ENTRY_SYMBOL_V1, EntryFnV1,
-    FreeBufferFn, InitFn, ManifestFn, PLUGIN_TABLE_V1_0_SIZE, PluginTableV1, RawBuffer,
-    RawCallContext, RawHostServices, RawInitParams, Status,
+    FreeBufferFn, GuardFn, InitFn, ManifestFn, PLUGIN_TABLE_V1_0_SIZE, PluginTableV1, RawBuffer,
+    RawCallContext, RawHostServices, RawInitParams, Status, covers,
 };
 
 use super::error::PluginError;
@@ -44,13 +44,23 @@ unsafe impl Send for Library {}
 // SAFETY: see `Send`; `call` takes `&self` and only reads the fields.
 unsafe impl Sync for Library {}
 
-/// The non-null entry points of a [`PluginTableV1`].
+/// The non-null entry points of a [`PluginTableV1`], and the optional ones it has.
 #[derive(Clone, Copy)]
 struct Table {
     destroy: DestroyFn,
     manifest: ManifestFn,
     call: CallFn,
     free_buffer: FreeBufferFn,
+    /// ABI 1.2: named guards; `None` when the table is older or the plugin has none.
+    guard: Option<GuardFn>,
+}
+
+/// The strings of one guard decision, NUL-terminated as the ABI requires.
+pub(super) struct GuardArgs<'a> {
+    pub name: &'a CStr,
+    pub params_json: &'a CStr,
+    pub context_json: &'a CStr,
+    pub event_json: &'a CStr,
 }
 
 /// The result of one `call` (or `manifest`): the status and the output bytes, copied out of the
@@ -183,6 +193,30 @@ impl Library {
     }
 }
 
+impl Library {
+    /// Decides one named guard; `None` when the plugin has no `guard` entry point (its table
+    /// is older than ABI 1.2, or the entry is NULL).
+    pub(super) fn guard(&self, args: &GuardArgs<'_>) -> Option<RawOutput> {
+        let guard = self.table.guard?;
+        let mut out = RawBuffer::empty();
+        // SAFETY: as for `call`: a live instance, NUL-terminated strings and `out` that outlive
+        // the call; the ABI makes `guard` thread-safe.
+        let status = unsafe {
+            guard(
+                self.instance,
+                args.name.as_ptr(),
+                args.params_json.as_ptr(),
+                args.context_json.as_ptr(),
+                args.event_json.as_ptr(),
+                &mut out,
+            )
+        };
+        // SAFETY: `out` was written (or left empty) by this library.
+        let bytes = unsafe { take_buffer(self.table.free_buffer, &out) };
+        Some(RawOutput { status, bytes })
+    }
+}
+
 impl Drop for Library {
     fn drop(&mut self) {
         // SAFETY: `instance` came from `init`, which succeeded (a `Library` exists only then);
@@ -308,26 +342,40 @@ unsafe fn read_table(table: *const PluginTableV1) -> Result<(Table, InitFn), Str
             "struct_size is {struct_size}, expected at least {PLUGIN_TABLE_V1_0_SIZE} (ABI 1.0's table)"
         ));
     }
-    // Every entry read below is one of ABI 1.0's, which the size check covers. Entries appended
-    // later are optional and must be read only where `abi::covers(struct_size, ..)` says so (the
-    // growth rule in `turnstile_plugin_api::abi`).
-    // SAFETY: the plugin declares the table at least as large as ABI 1.0's.
-    let table = unsafe { &*table };
-    if table.abi_version != ABI_VERSION {
+    // Fields are read one at a time through the raw pointer, never through a reference to the
+    // whole struct: an older plugin's table is shorter than this build's `PluginTableV1`. ABI
+    // 1.0's fields are covered by the size check; a field appended later is read only where
+    // `abi::covers(struct_size, ..)` says the plugin's table has it (the growth rule in
+    // `turnstile_plugin_api::abi`).
+    macro_rules! field {
+        ($name:ident) => {
+            // SAFETY: `table` is non-null and readable for `struct_size` bytes, and every caller
+            // below reads a field that `struct_size` covers.
+            unsafe { ptr::addr_of!((*table).$name).read_unaligned() }
+        };
+    }
+    let abi_version = field!(abi_version);
+    if abi_version != ABI_VERSION {
         return Err(format!(
-            "table abi_version is {}, expected {ABI_VERSION}",
-            table.abi_version
+            "table abi_version is {abi_version}, expected {ABI_VERSION}"
         ));
     }
     let missing = |name: &str| format!("function pointer {name} is NULL");
+    let has_guard = covers(
+        struct_size,
+        std::mem::offset_of!(PluginTableV1, guard),
+        size_of::<Option<GuardFn>>(),
+    );
     Ok((
         Table {
-            destroy: table.destroy.ok_or_else(|| missing("destroy"))?,
-            manifest: table.manifest.ok_or_else(|| missing("manifest"))?,
-            call: table.call.ok_or_else(|| missing("call"))?,
-            free_buffer: table.free_buffer.ok_or_else(|| missing("free_buffer"))?,
+            destroy: field!(destroy).ok_or_else(|| missing("destroy"))?,
+            manifest: field!(manifest).ok_or_else(|| missing("manifest"))?,
+            call: field!(call).ok_or_else(|| missing("call"))?,
+            free_buffer: field!(free_buffer).ok_or_else(|| missing("free_buffer"))?,
+            // ABI 1.2, optional: an older table ends before it.
+            guard: if has_guard { field!(guard) } else { None },
         },
-        table.init.ok_or_else(|| missing("init"))?,
+        field!(init).ok_or_else(|| missing("init"))?,
     ))
 }
 

@@ -16,7 +16,7 @@ use turnstile_plugin_api::{CallContext, Manifest, ToolManifest, abi::Status};
 use super::{
     config::PluginConfigs,
     error::PluginError,
-    library::{CallArgs, Library, error_message},
+    library::{CallArgs, GuardArgs, Library, error_message},
     manifest,
     pool::CallPool,
     services::{HostCall, Registered},
@@ -200,6 +200,44 @@ impl LoadedPlugin {
         });
         drop(services);
         self.interpret(tool, output.status, &output.bytes)
+    }
+
+    /// Decides the plugin's named guard `name` (ABI 1.2) over `params`, the instance's
+    /// `context` and the whole `event`. Blocking for as long as the plugin takes (guards are
+    /// meant to be pure and quick). An error says why there is no answer: the plugin has no
+    /// guard entry point, failed, panicked or answered something that is not a boolean.
+    pub fn guard(
+        &self,
+        name: &str,
+        params: &Value,
+        context: &Value,
+        event: &Value,
+    ) -> Result<bool, PluginError> {
+        let path = &self.inner.path;
+        let refused = |reason: String| PluginError::BadResponse {
+            path: path.clone(),
+            tool: format!("guard {name}"),
+            reason,
+        };
+        let c_string = |text: String| {
+            CString::new(text).map_err(|_| refused("the guard name holds a NUL byte".into()))
+        };
+        let output = self.inner.library.guard(&GuardArgs {
+            name: &c_string(name.to_owned())?,
+            params_json: &c_string(params.to_string())?,
+            context_json: &c_string(context.to_string())?,
+            event_json: &c_string(event.to_string())?,
+        });
+        let Some(output) = output else {
+            return Err(refused(
+                "the plugin has no guard entry point (its ABI table is older than 1.2)".into(),
+            ));
+        };
+        match (output.status, serde_json::from_slice(&output.bytes)) {
+            (Status::OK, Ok(Value::Bool(answer))) => Ok(answer),
+            (Status::OK, _) => Err(refused("the guard's answer is not true or false".into())),
+            (status, _) => Err(refused(error_message(status, &output.bytes))),
+        }
     }
 
     /// Maps a status and its output to the result; see [`PluginOutput`] and [`PluginError`].

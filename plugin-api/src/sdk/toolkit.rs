@@ -8,7 +8,7 @@
 //! rather than a deployment. The host checks the manifest again at load; this is the early copy
 //! of those checks, plus the per-state event check the host does not make.
 
-use std::{collections::HashMap, fmt};
+use std::{collections::HashMap, fmt, sync::Arc};
 
 use serde_json::Value;
 
@@ -26,12 +26,17 @@ pub struct Toolkit {
     version: String,
     workflows: Vec<Workflow>,
     tools: Vec<Tool>,
+    guards: Vec<(String, GuardHandler)>,
 }
+
+/// A named guard's implementation: `(params, context, event) -> passes`.
+type GuardHandler = Arc<dyn Fn(&Value, &Value, &Value) -> bool + Send + Sync>;
 
 /// A checked [`Toolkit`]: a [`Plugin`] whose `call` runs the handler of the tool called.
 pub struct ToolkitPlugin {
     manifest: Manifest,
     handlers: HashMap<String, Handler>,
+    guards: HashMap<String, GuardHandler>,
 }
 
 /// What [`Toolkit::build`] found wrong, every problem at once.
@@ -64,7 +69,24 @@ impl Toolkit {
             version: version.into(),
             workflows: Vec::new(),
             tools: Vec::new(),
+            guards: Vec::new(),
         }
+    }
+
+    /// Implements the named guard `name`, which this toolkit's machines may name
+    /// (`"guard": "name"` or `{"type": "name", "params": {...}}`): `decide(params, context,
+    /// event)` says whether the transition may be taken. It must be pure and quick (the host
+    /// calls it while deciding a transition, possibly more than once per event). Prefer the
+    /// built-in `jsonLogic` guard where a rule over the context and event says it: the host can
+    /// evaluate that one while listing tools, whereas a plugin's guard counts as possibly true
+    /// until the call has run.
+    pub fn guard(
+        mut self,
+        name: impl Into<String>,
+        decide: impl Fn(&Value, &Value, &Value) -> bool + Send + Sync + 'static,
+    ) -> Toolkit {
+        self.guards.push((name.into(), Arc::new(decide)));
+        self
     }
 
     /// Adds a workflow. Needed only for a workflow none of the tools belongs to: a tool brings
@@ -119,8 +141,22 @@ impl Toolkit {
             }
             manifest.tools.push(tool.manifest);
         }
+        let mut guards = HashMap::with_capacity(self.guards.len());
+        for (name, decide) in self.guards {
+            if name.is_empty() || name.starts_with("xstate.") || name == "jsonLogic" {
+                problems.push(format!("guard {name:?}: the name is empty or reserved"));
+            }
+            manifest.guards.push(name.clone());
+            if guards.insert(name.clone(), decide).is_some() {
+                problems.push(format!("guard {name} is declared twice"));
+            }
+        }
         if problems.is_empty() {
-            Ok(ToolkitPlugin { manifest, handlers })
+            Ok(ToolkitPlugin {
+                manifest,
+                handlers,
+                guards,
+            })
         } else {
             Err(DeclarationError {
                 plugin: self.name,
@@ -231,6 +267,19 @@ impl Plugin for ToolkitPlugin {
         match self.handlers.get(tool) {
             Some(handler) => handler(input, ctx),
             None => Err(ToolError::UnknownTool(tool.to_owned())),
+        }
+    }
+
+    fn guard(
+        &self,
+        name: &str,
+        params: &Value,
+        context: &Value,
+        event: &Value,
+    ) -> Result<bool, ToolError> {
+        match self.guards.get(name) {
+            Some(decide) => Ok(decide(params, context, event)),
+            None => Err(ToolError::failed(format!("no guard {name:?} is declared"))),
         }
     }
 }

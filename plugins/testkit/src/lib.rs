@@ -6,7 +6,9 @@
 //!   timeout tests.
 //! - `testkit.echo` (ungated): returns its input, the call context and the plugin's
 //!   configuration, to check what the host passes.
-//! - workflow `testkit` (`idle` --GO--> `done` --RESET--> `idle`) with `testkit.go` (bound to
+//! - workflow `testkit` (`idle` --GO--> `done` --RESET--> `idle`; `GO` guarded by this plugin's
+//!   named guard `testkit.allows`, false when the call's `word` is the guard's `params.deny`,
+//!   `"stop"`) with `testkit.go` (bound to
 //!   `idle`, fires `GO`; fails with a tool error when its input has `"fail": true`, panics with
 //!   `"panic": true`, and breaks its declared `output_schema` with `"bad_output": true`) and
 //!   `testkit.reset` (bound to `done`, fires `RESET`; sleeps `sleep_ms` first, or up to
@@ -56,12 +58,15 @@ struct ReportInput {
 impl Plugin for Testkit {
     fn manifest(&self) -> Manifest {
         let object = json!({"type": "object", "properties": {}});
-        Manifest::new("testkit", env!("CARGO_PKG_VERSION"))
+        let mut manifest = Manifest::new("testkit", env!("CARGO_PKG_VERSION"));
+        manifest.guards.push("testkit.allows".into());
+        manifest
             .workflow(json!({
                 "id": "testkit",
                 "initial": "idle",
                 "states": {
-                    "idle": {"on": {"GO": "done"}},
+                    "idle": {"on": {"GO": {"target": "done", "guard": {
+                        "type": "testkit.allows", "params": {"deny": "stop"}}}}},
                     "done": {"on": {"RESET": "idle"}}
                 }
             }))
@@ -106,7 +111,8 @@ impl Plugin for Testkit {
                         "properties": {
                             "fail": {"type": "boolean"},
                             "panic": {"type": "boolean"},
-                            "bad_output": {"type": "boolean"}
+                            "bad_output": {"type": "boolean"},
+                            "word": {"type": "string"}
                         }
                     }),
                 )
@@ -212,6 +218,24 @@ impl Plugin for Testkit {
                 Ok(json!({"event": "RESET", "message": "done -> idle"}))
             }
             other => Err(ToolError::UnknownTool(other.to_owned())),
+        }
+    }
+
+    /// `testkit.allows`: true unless the call's `word` (its input) is `params.deny`. Any other
+    /// name is an error, which the host counts as false.
+    fn guard(
+        &self,
+        name: &str,
+        params: &Value,
+        _context: &Value,
+        event: &Value,
+    ) -> Result<bool, ToolError> {
+        match name {
+            "testkit.allows" => {
+                let word = &event["input"]["word"];
+                Ok(word.is_null() || *word != params["deny"])
+            }
+            other => Err(ToolError::failed(format!("no guard {other}"))),
         }
     }
 }
