@@ -14,6 +14,8 @@
 //! - [`store`]: where instance snapshots are saved, with compare-and-set versions.
 //! - [`commands`]: the `turnstile` subcommands.
 //! - [`hotplug`]: the plugin directory's changes, applied to the catalog while serving.
+//! - [`timers`]: the task that wakes instances whose timers (or retention) fall due.
+//! - [`retention`]: when an instance's record is deleted.
 //! - [`memory`]: the allocator, and giving freed memory back to the OS.
 //! - [`metrics`]: what the server counts, and the Prometheus text of `GET /metrics`.
 //! - [`logs`]: the log's format (`--log-format`) and filters (`RUST_LOG`, rmcp at debug only).
@@ -38,3 +40,4 @@ pub mod retention;
 pub mod shutdown;
 pub mod statechart;
 pub mod store;
+pub mod timers;
