@@ -122,14 +122,25 @@ impl Server {
 
     /// Like `http`, with the data directory given by the test.
     pub fn http_in(plugins: &Path, data: &Path, extra: &[&str]) -> Server {
-        Server::spawn_logging(plugins, data, extra, Some("info,turnstile=debug"))
+        Server::http_in_env(plugins, data, extra, &[])
+    }
+
+    /// Like `http_in`, with environment variables for the server (a plugin's configuration,
+    /// `TURNSTILE_PLUGIN_<NAME>_<KEY>`).
+    pub fn http_in_env(
+        plugins: &Path,
+        data: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
+        Server::spawn_logging(plugins, data, extra, Some("info,turnstile=debug"), env)
     }
 
     /// Like `http`, logging as an operator's server does: `rust_log` as `RUST_LOG`, or with
     /// `None`, no `RUST_LOG` at all (the default level).
     pub fn http_logging(plugins: &Path, extra: &[&str], rust_log: Option<&str>) -> Server {
         let data = tempfile::tempdir().expect("temp dir");
-        let mut server = Server::spawn_logging(plugins, data.path(), extra, rust_log);
+        let mut server = Server::spawn_logging(plugins, data.path(), extra, rust_log, &[]);
         server._data = Some(data);
         server
     }
@@ -139,6 +150,7 @@ impl Server {
         data: &Path,
         extra: &[&str],
         rust_log: Option<&str>,
+        env: &[(&str, &str)],
     ) -> Server {
         let mut command = Command::new(turnstile_bin());
         command
@@ -147,6 +159,7 @@ impl Server {
             .arg("--data-dir")
             .arg(data)
             .args(extra)
+            .envs(env.iter().copied())
             .env_remove("RUST_LOG");
         if let Some(rust_log) = rust_log {
             command.env("RUST_LOG", rust_log);
