@@ -20,33 +20,37 @@
 //!
 //! # When it wakes
 //!
-//! It sleeps until the earliest due time in the store. An instance actor that saves an earlier
-//! one rings the [`Alarm`], so a new timer is never waited for longer than it should be, and
-//! nothing polls. Two exceptions: with a store other servers write to (`is_shared`), a timer
-//! another server set is not announced here, so the task also looks every [`SHARED_POLL`]: that
-//! bounds how late a timer fires when the server that set it is gone (if it is up, it fires its
-//! own on time, and this server's look finds nothing due). And it never sleeps longer than
-//! [`LONGEST_SLEEP`], because due times are wall-clock milliseconds and the clock may be
-//! stepped while it sleeps.
+//! At the due times this process saved: instance actors report each one to the [`Alarm`], which
+//! wakes the task early when one comes before what it sleeps towards, so nothing polls for
+//! them. With a store no other process writes to, also at the earliest due time in the store
+//! (after a restart the alarm knows nothing yet; the store knows everything).
+//!
+//! With a store other servers share (`is_shared`), the due times they set are theirs to fire on
+//! time, so the task does not sleep towards those: all servers waking at the same millisecond
+//! would race for every timer, and all but one would lose. It looks at the store every
+//! [`SHARED_POLL`] instead, which finds the timers of a server that went away (the timers of one
+//! that is up have moved on by then, and are not due any more).
+//!
+//! It never sleeps longer than [`LONGEST_SLEEP`]: due times are wall-clock milliseconds, and the
+//! clock may be stepped while it sleeps.
 //!
 //! Keys it cannot wake (a session of another server process, a workflow no plugin serves now,
 //! a damaged record, a store that failed) are held back for [`RETRY_AFTER`] so that one of them
 //! cannot keep the task busy, then tried again.
 
+mod alarm;
+
 use std::{
     collections::{HashMap, HashSet},
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::Arc,
     time::Duration,
 };
 
 use futures_util::{StreamExt, stream};
-use tokio::sync::Notify;
 
+pub use self::alarm::Alarm;
 use crate::{
-    actors::{Runtime, Woke},
+    actors::{InstanceError, Runtime, Woke},
     catalog::Catalog,
     retention::Retention,
     statechart::{Snapshot, Status},
@@ -54,8 +58,8 @@ use crate::{
 };
 
 /// How often the task looks at a store other servers write to, for timers they set: the
-/// longest a timer of a server that went away waits for another to fire it. One indexed query
-/// per second per server costs the store nothing worth counting.
+/// longest a timer of a server that went away waits for another to fire it (beyond the moment
+/// it fell due). One indexed query per second per server costs the store nothing worth counting.
 pub const SHARED_POLL: Duration = Duration::from_secs(1);
 
 /// The longest the task sleeps without looking at the store (wall-clock steps).
@@ -117,47 +121,6 @@ pub fn record_due(
     ))
 }
 
-/// Where instance actors report the due times they save, so the timer task wakes for one that
-/// is earlier than what it is sleeping towards. Cheap: an atomic minimum and, only when that
-/// lowers it, a notification.
-#[derive(Debug)]
-pub struct Alarm {
-    /// The earliest due time reported since the task last read the store (`u64::MAX`: none).
-    earliest: AtomicU64,
-    bell: Notify,
-}
-
-impl Default for Alarm {
-    fn default() -> Self {
-        Alarm {
-            earliest: AtomicU64::new(u64::MAX),
-            bell: Notify::new(),
-        }
-    }
-}
-
-impl Alarm {
-    /// A record with due time `due` was saved (call it after the save returned).
-    pub fn set(&self, due: u64) {
-        if self.earliest.fetch_min(due, Ordering::AcqRel) > due {
-            // `notify_one` keeps a permit when the task is not waiting yet: nothing is lost.
-            self.bell.notify_one();
-        }
-    }
-
-    /// Forgets what was reported: the task is about to read the store, which holds all of it.
-    fn reset(&self) {
-        self.earliest.store(u64::MAX, Ordering::Release);
-    }
-
-    /// Returns once a due time earlier than `until` has been reported since the last reset.
-    async fn rung_before(&self, until: u64) {
-        while self.earliest.load(Ordering::Acquire) >= until {
-            self.bell.notified().await;
-        }
-    }
-}
-
 /// Starts the timer task: it runs as long as the process does.
 pub fn spawn(store: Arc<dyn StateStore>, runtime: Runtime, alarm: Arc<Alarm>) {
     tokio::spawn(async move {
@@ -180,38 +143,53 @@ struct Timers {
 
 impl Timers {
     async fn run(&mut self, alarm: &Alarm) {
-        let poll = self.store.is_shared().then_some(SHARED_POLL);
+        let shared = self.store.is_shared();
+        // After a failed query: retry after `backoff`, doubling up to `LONGEST_SLEEP`.
+        let mut backoff: Option<Duration> = None;
         loop {
-            // Reset before reading: a due time saved from here on rings again.
-            alarm.reset();
             let now = now_ms();
             self.held.retain(|_, retry_at| *retry_at > now);
-            let next = match self.wake_due(now).await {
-                Ok(next) => next,
+            let next = match self.wake_due(now, !shared).await {
+                Ok(next) => {
+                    if backoff.take().is_some() {
+                        tracing::info!("reading due timers from the state store again");
+                    }
+                    next
+                }
                 Err(error) => {
-                    tracing::warn!(%error, "could not read due timers from the state store; retrying");
-                    Some(now.saturating_add(1_000))
+                    let wait = match backoff {
+                        None => {
+                            tracing::warn!(%error, "could not read due timers from the state store; retrying");
+                            Duration::from_secs(1)
+                        }
+                        Some(wait) => {
+                            tracing::debug!(%error, "still cannot read due timers from the state store");
+                            (wait * 2).min(LONGEST_SLEEP)
+                        }
+                    };
+                    backoff = Some(wait);
+                    Some(now.saturating_add(millis(wait)))
                 }
             };
-            let held = self.held.values().min().copied();
-            let polled = poll.map(|poll| now.saturating_add(millis(poll)));
-            let until = [next, held, polled]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or(u64::MAX)
-                .min(now.saturating_add(millis(LONGEST_SLEEP)));
-            let sleep = Duration::from_millis(until.saturating_sub(now_ms()));
-            tokio::select! {
-                () = tokio::time::sleep(sleep) => {}
-                () = alarm.rung_before(until) => {}
-            }
+            let polled = shared.then(|| now.saturating_add(millis(SHARED_POLL)));
+            let until = [
+                next,
+                alarm.next_after(now),
+                self.held.values().min().copied(),
+                polled,
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(u64::MAX)
+            .min(now.saturating_add(millis(LONGEST_SLEEP)));
+            alarm.sleep_until(until).await;
         }
     }
 
-    /// Wakes every instance due by `now`, in due-time order, and returns the next due time after
-    /// them (of a key not held back).
-    async fn wake_due(&mut self, now: u64) -> Result<Option<u64>, StoreError> {
+    /// Wakes every instance due by `now`, in due-time order. Returns, if `then_next`, the next
+    /// due time in the store after them (of a key not held back).
+    async fn wake_due(&mut self, now: u64, then_next: bool) -> Result<Option<u64>, StoreError> {
         let mut woken = HashSet::new();
         let mut after: Option<Due> = None;
         loop {
@@ -243,13 +221,23 @@ impl Timers {
                         tracing::debug!(key, ?woke, "woke a due instance");
                         woken.insert(key);
                     }
-                    Err(error) => {
+                    // The store failing is worth an operator's attention; a record this server
+                    // cannot run (its workflow is not loaded, it is damaged) was reported when
+                    // the server started and is retried quietly.
+                    Err(error @ InstanceError::Store(_)) => {
                         tracing::warn!(key, %error, "could not wake a due instance; retrying later");
+                        self.hold(key, now, RETRY_AFTER);
+                    }
+                    Err(error) => {
+                        tracing::debug!(key, %error, "could not wake a due instance; retrying later");
                         self.hold(key, now, RETRY_AFTER);
                     }
                 }
             }
             after = Some(last);
+        }
+        if !then_next {
+            return Ok(None);
         }
         self.next_due(now, &woken).await
     }
@@ -349,34 +337,5 @@ mod tests {
         };
         let idle = machine().fire_due(&machine().initial_snapshot_at(0), 5_000);
         assert_eq!(due_at(&idle.snapshot, 0, Some(&forever)), Some(MAX_DUE_MS));
-    }
-
-    #[tokio::test]
-    async fn the_alarm_rings_only_for_an_earlier_due_time() {
-        let alarm = Alarm::default();
-        alarm.set(500);
-        // Earlier than 1000: rings at once.
-        tokio::time::timeout(Duration::from_secs(5), alarm.rung_before(1_000))
-            .await
-            .expect("a due time before 1000 was reported");
-        // Not earlier than 500: keeps waiting.
-        assert!(
-            tokio::time::timeout(Duration::from_millis(50), alarm.rung_before(500))
-                .await
-                .is_err()
-        );
-        alarm.reset();
-        let waiting = alarm.rung_before(1_000);
-        tokio::pin!(waiting);
-        assert!(
-            tokio::time::timeout(Duration::from_millis(50), &mut waiting)
-                .await
-                .is_err()
-        );
-        alarm.set(2_000);
-        alarm.set(999);
-        tokio::time::timeout(Duration::from_secs(5), waiting)
-            .await
-            .expect("the earlier report woke the waiter");
     }
 }

@@ -119,7 +119,7 @@ pub struct InstanceView {
 
 impl InstanceView {
     /// An instance of `workflow` in `snapshot` that has saved `version` times, as of now.
-    pub(super) fn new(workflow: Arc<Workflow>, snapshot: Snapshot, version: u64) -> Self {
+    fn new(workflow: Arc<Workflow>, snapshot: Snapshot, version: u64) -> Self {
         InstanceView {
             snapshot,
             version,

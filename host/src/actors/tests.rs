@@ -373,3 +373,39 @@ async fn a_session_of_another_process_is_left_to_it() {
         1
     );
 }
+
+#[tokio::test]
+async fn of_two_processes_waking_one_timer_one_fires_and_the_other_finds_nothing() {
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let catalog = || {
+        Arc::new(LiveCatalog::new(Catalog::with_machines(vec![
+            timed_invoice(),
+        ])))
+    };
+    // Two actor systems on one store, as two server processes (no timer task: the test wakes).
+    let east = start(catalog(), store.clone(), ActorOptions::default()).expect("actors start");
+    let west = start(catalog(), store.clone(), ActorOptions::default()).expect("actors start");
+    let key = InstanceKey::mint("timed");
+    let created = east.create(key.clone()).await.expect("create");
+    // West holds the instance as created, timer running.
+    assert_eq!(west.view(key.clone()).await.unwrap().version, 1);
+    let deadline = created.snapshot.next_deadline().unwrap();
+    while crate::store::now_ms() <= deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        east.wake(&key.store_key()).await.unwrap(),
+        super::Woke::Fired { moved: true }
+    );
+    // West's copy is stale: its save loses the compare-and-set, it rereads, nothing is due.
+    assert_eq!(
+        west.wake(&key.store_key()).await.unwrap(),
+        super::Woke::Nothing
+    );
+    let record = store.load(&key.store_key()).await.unwrap().unwrap();
+    assert_eq!(
+        (record.version, record.snapshot["value"].clone()),
+        (2, json!("draft"))
+    );
+    assert_eq!(west.view(key).await.unwrap().version, 2);
+}
