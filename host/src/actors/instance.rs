@@ -677,8 +677,8 @@ async fn run_call(
     if limits.abandon.is_cancelled() {
         return Err(InstanceError::Tool(InvokeError::ShuttingDown));
     }
-    // Every save of a call is announced, moved or not, as it always was: the other processes'
-    // sessions may have listed the instance while the call ran.
+    // A call's save is announced whether or not it moved the instance, as it always was; only a
+    // timer's save that moves nothing stays quiet.
     deps.save(key, &workflow, &record, view.version, true)
         .await?;
     if moved && let Some(event) = &tool.manifest.transition {

@@ -48,7 +48,8 @@ pub enum Woke {
     Elsewhere,
 }
 
-/// How many times [`settle`] rereads and tries again after losing a compare-and-set race.
+/// How many times [`settle`] tries in all, rereading the record after each compare-and-set race
+/// it loses.
 const SETTLE_ATTEMPTS: usize = 3;
 
 /// What [`settle`] did.
