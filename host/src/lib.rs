@@ -15,6 +15,8 @@
 //! - [`commands`]: the `turnstile` subcommands.
 //! - [`config`]: `serve`'s settings from flags, `TURNSTILE_*` variables and a TOML file.
 //! - [`hotplug`]: the plugin directory's changes, applied to the catalog while serving.
+//! - [`timers`]: the task that wakes instances whose timers (or retention) fall due.
+//! - [`retention`]: when an instance's record is deleted.
 //! - [`memory`]: the allocator, and giving freed memory back to the OS.
 //! - [`metrics`]: what the server counts, and the Prometheus text of `GET /metrics`.
 //! - [`logs`]: the log's format (`--log-format`) and filters (`RUST_LOG`, rmcp at debug only).
@@ -40,3 +42,4 @@ pub mod retention;
 pub mod shutdown;
 pub mod statechart;
 pub mod store;
+pub mod timers;

@@ -122,14 +122,25 @@ impl Server {
 
     /// Like `http`, with the data directory given by the test.
     pub fn http_in(plugins: &Path, data: &Path, extra: &[&str]) -> Server {
-        Server::spawn_logging(plugins, data, extra, Some("info,turnstile=debug"))
+        Server::http_in_env(plugins, data, extra, &[])
+    }
+
+    /// Like `http_in`, with environment variables for the server (a plugin's configuration,
+    /// `TURNSTILE_PLUGIN_<NAME>_<KEY>`).
+    pub fn http_in_env(
+        plugins: &Path,
+        data: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
+        Server::spawn_logging(plugins, data, extra, Some("info,turnstile=debug"), env)
     }
 
     /// Like `http`, logging as an operator's server does: `rust_log` as `RUST_LOG`, or with
     /// `None`, no `RUST_LOG` at all (the default level).
     pub fn http_logging(plugins: &Path, extra: &[&str], rust_log: Option<&str>) -> Server {
         let data = tempfile::tempdir().expect("temp dir");
-        let mut server = Server::spawn_logging(plugins, data.path(), extra, rust_log);
+        let mut server = Server::spawn_logging(plugins, data.path(), extra, rust_log, &[]);
         server._data = Some(data);
         server
     }
@@ -137,27 +148,12 @@ impl Server {
     /// Like `http`, with `env` added to the server's environment (plugin configuration, say).
     pub fn http_with_env(plugins: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let data = tempfile::tempdir().expect("temp dir");
-        let mut server = Server::spawn_http(
-            plugins,
-            data.path(),
-            extra,
-            Some("info,turnstile=debug"),
-            env,
-        );
+        let mut server = Server::http_in_env(plugins, data.path(), extra, env);
         server._data = Some(data);
         server
     }
 
     fn spawn_logging(
-        plugins: &Path,
-        data: &Path,
-        extra: &[&str],
-        rust_log: Option<&str>,
-    ) -> Server {
-        Server::spawn_http(plugins, data, extra, rust_log, &[])
-    }
-
-    fn spawn_http(
         plugins: &Path,
         data: &Path,
         extra: &[&str],

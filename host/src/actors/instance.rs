@@ -6,6 +6,10 @@
 //! save all finish before the next message is looked at. That is what makes "of N racing calls,
 //! exactly one wins" true without a lock.
 //!
+//! Timers that fall due are fired here too, by the same actor, before anything else looks at
+//! the state (`wake.rs`: the timer task's [`super::wake::Wake`], and [`settle`] before every
+//! call and view), so a call never sees a state whose timer should have moved it on.
+//!
 //! It must not decide visibility itself (that is `gate`), build client-facing messages (that is
 //! `mcp`), or talk to sessions (that is the notifier).
 
@@ -22,14 +26,17 @@ use super::{
     InstanceKey, Owner,
     idempotency::{self, Lookup},
     notifier,
+    wake::settle,
 };
 use crate::{
     catalog::{LiveCatalog, ToolEntry, Workflow},
     gate::{self, Refusal},
     invoke::{self, InvokeError},
     plugin::{CallContext, HostCall, PluginOutput},
+    retention::Retention,
     statechart::{Event, Snapshot, TransitionLoop},
-    store::{CURRENT_FORMAT, IdempotencyEntry, InstanceRecord, StateStore, StoreError},
+    store::{CURRENT_FORMAT, IdempotencyEntry, InstanceRecord, StateStore, StoreError, now_ms},
+    timers::Alarm,
 };
 
 /// Run `tool` on this instance, if the gate lets it.
@@ -104,16 +111,22 @@ pub struct InstanceView {
     pub workflow: Arc<Workflow>,
     /// The results of recent calls that carried an idempotency key, as last saved.
     pub idempotency: Vec<IdempotencyEntry>,
+    /// When the instance last moved (unix ms): retention counts from it.
+    pub updated_at_ms: u64,
+    /// The due time stored with it (see `timers::due_at`); `None` also when never saved.
+    pub due_at_ms: Option<u64>,
 }
 
 impl InstanceView {
-    /// An instance of `workflow` in `snapshot` that has saved `version` times.
+    /// An instance of `workflow` in `snapshot` that has saved `version` times, as of now.
     fn new(workflow: Arc<Workflow>, snapshot: Snapshot, version: u64) -> Self {
         InstanceView {
             snapshot,
             version,
             workflow,
             idempotency: Vec::new(),
+            updated_at_ms: now_ms(),
+            due_at_ms: None,
         }
     }
 }
@@ -170,6 +183,10 @@ pub struct InstanceDeps {
     pub notifier: Addr<notifier::Notifier>,
     /// How long an idempotency key is honoured (`--idempotency-window`).
     pub idempotency_window: Duration,
+    /// How long instances are kept (`--retain-final`, `--instance-ttl`): part of each due time.
+    pub retention: Retention,
+    /// Told every due time that is saved, so the timer task wakes in time for it.
+    pub alarm: Arc<Alarm>,
     /// The machine versions this process has put in the store (`StateStore::save_machine`),
     /// so each is saved once, before the first record that names it. Keyed by version, which
     /// hashes the whole definition (its `id` included).
@@ -198,15 +215,52 @@ impl InstanceDeps {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    /// The due time of `key` in `snapshot`, last moved at `updated_at_ms` (see
+    /// `timers::due_at`): retention applies to handle-keyed instances only.
+    pub(super) fn due_at(
+        &self,
+        key: &InstanceKey,
+        snapshot: &Snapshot,
+        updated_at_ms: u64,
+    ) -> Option<u64> {
+        let retention = matches!(key.owner, Owner::Handle(_)).then_some(&self.retention);
+        crate::timers::due_at(snapshot, updated_at_ms, retention)
+    }
+
+    /// Saves `record` for `key` with compare-and-set on `expected`, after keeping the machine
+    /// it names; then tells the timer task its due time and, when it `moved`, the other server
+    /// processes sharing the store (they notify their own sessions).
+    pub(super) async fn save(
+        &self,
+        key: &InstanceKey,
+        workflow: &Workflow,
+        record: &InstanceRecord,
+        expected: u64,
+        moved: bool,
+    ) -> Result<(), InstanceError> {
+        let store_key = key.store_key();
+        self.keep_machine(workflow).await?;
+        crate::metrics::timed_save(self.store.save(&store_key, record, expected)).await?;
+        if let Some(due) = record.due_at_ms {
+            self.alarm.set(due);
+        }
+        // The transition is saved already, so a failed announcement costs the others a
+        // notification, not a state.
+        if moved && let Err(error) = self.store.announce_change(&self.node, &store_key).await {
+            tracing::warn!(instance = %key, %error, "could not announce a change to other servers");
+        }
+        Ok(())
+    }
 }
 
 pub struct InstanceActor {
-    key: InstanceKey,
-    workflow: Arc<Workflow>,
-    deps: Arc<InstanceDeps>,
+    pub(super) key: InstanceKey,
+    pub(super) workflow: Arc<Workflow>,
+    pub(super) deps: Arc<InstanceDeps>,
     /// `None` until loaded from the store, and again after anything that makes the in-memory copy
     /// doubtful (a failed or conflicting save): the next message reloads it.
-    current: Option<InstanceView>,
+    pub(super) current: Option<InstanceView>,
     /// Held by a plugin thread still running a call of this instance past its deadline.
     plugin_lock: invoke::InstanceLock,
     /// Its owner ended ([`End`]): the actor stops, and a restart is only actix's supervisor
@@ -229,7 +283,7 @@ impl InstanceActor {
     /// After a plugin reload, moves this instance onto the catalog's machine when
     /// [`Catalog::follow`] says so (else it keeps the machine it runs on). An instance not loaded
     /// yet takes the catalog's machine and is restored into it when it loads.
-    fn follow_catalog(&mut self) {
+    pub(super) fn follow_catalog(&mut self) {
         let catalog = self.deps.catalog.current();
         match &self.current {
             Some(view) => {
@@ -252,7 +306,7 @@ impl InstanceActor {
 
     /// The current view, loading it from the store first if needed. Runs outside the actor, so
     /// it takes what it needs by value.
-    fn current_or_load(
+    pub(super) fn current_or_load(
         &self,
     ) -> impl Future<Output = Result<InstanceView, InstanceError>> + 'static {
         // With a store other processes write to, the copy in memory may be stale: reread it.
@@ -274,9 +328,9 @@ impl InstanceActor {
 }
 
 /// The instance as stored. A session-keyed instance that was never saved is in its initial
-/// state; a handle-keyed one must exist (handles are saved when minted), so a missing one is an
-/// unknown handle rather than a silent new instance.
-async fn load(
+/// state, created now; a handle-keyed one must exist (handles are saved when minted), so a
+/// missing one is an unknown handle rather than a silent new instance.
+pub(super) async fn load(
     deps: &InstanceDeps,
     key: &InstanceKey,
     workflow: &Arc<Workflow>,
@@ -286,7 +340,7 @@ async fn load(
         None => match &key.owner {
             Owner::Session(_) => Ok(InstanceView::new(
                 workflow.clone(),
-                workflow.machine.initial_snapshot(),
+                workflow.machine.initial_snapshot_at(now_ms()),
                 0,
             )),
             Owner::Handle(handle) => Err(InstanceError::UnknownHandle(handle.to_string())),
@@ -323,7 +377,10 @@ async fn load_record(
         }
         Some(record) => record,
     };
-    let restored = workflow.machine.restore(&record.snapshot);
+    // A snapshot from before timers were persisted starts its timers when it last moved.
+    let restored = workflow
+        .machine
+        .restore_at(&record.snapshot, record.updated_at_ms);
     let (running, snapshot) = match (restored, record.machine.as_deref()) {
         (Ok(snapshot), _) => (workflow.clone(), snapshot),
         (Err(error), None) => return Err(unavailable(error.to_string())),
@@ -351,7 +408,7 @@ async fn load_record(
             };
             let snapshot = pinned
                 .machine
-                .restore(&record.snapshot)
+                .restore_at(&record.snapshot, record.updated_at_ms)
                 .map_err(|error| corrupt(error.to_string()))?;
             (pinned, snapshot)
         }
@@ -361,6 +418,8 @@ async fn load_record(
         version: record.version,
         workflow: running,
         idempotency: record.idempotency,
+        updated_at_ms: record.updated_at_ms,
+        due_at_ms: record.due_at_ms,
     }))
 }
 
@@ -400,9 +459,7 @@ impl Handler<Call> for InstanceActor {
         let loading: std::pin::Pin<Box<dyn Future<Output = _>>> = if mint {
             let fresh = InstanceView::new(
                 self.workflow.clone(),
-                self.workflow
-                    .machine
-                    .initial_snapshot_at(crate::store::now_ms()),
+                self.workflow.machine.initial_snapshot_at(now_ms()),
                 0,
             );
             Box::pin(std::future::ready(Ok(fresh)))
@@ -413,8 +470,17 @@ impl Handler<Call> for InstanceActor {
         let plugin_lock = self.plugin_lock.clone();
         let key = self.key.clone();
         let work = async move {
-            let view = match loading.await {
-                Ok(view) => view,
+            let loaded = match loading.await {
+                // Timers that fell due fire first: the call sees the state they left. (A mint
+                // starts now: nothing of it is due, and it is saved only if its call succeeds.)
+                Ok(view) if !mint => settle(&deps, &key, view, now_ms())
+                    .await
+                    .map(|settled| (settled.view, settled.moved)),
+                Ok(view) => Ok((view, false)),
+                Err(error) => Err(error),
+            };
+            let (view, settled) = match loaded {
+                Ok(loaded) => loaded,
                 Err(error) => {
                     return Finished {
                         adopt: None,
@@ -427,7 +493,7 @@ impl Handler<Call> for InstanceActor {
             match finished {
                 Ok((after, changed, outcome)) => Finished {
                     adopt: Some(after),
-                    changed,
+                    changed: changed || settled,
                     outcome: Ok(outcome),
                 },
                 // The state is whatever was loaded: a failed step changes nothing, except that a
@@ -435,7 +501,7 @@ impl Handler<Call> for InstanceActor {
                 // failed mint created nothing: forget it.
                 Err(error) => Finished {
                     adopt: (!matches!(error, InstanceError::Store(_)) && !mint).then_some(view),
-                    changed: false,
+                    changed: settled,
                     outcome: Err(error),
                 },
             }
@@ -467,10 +533,10 @@ async fn run_call(
     view: InstanceView,
     call: Call,
 ) -> Result<(InstanceView, bool, CallOutcome), InstanceError> {
-    let (node, limits, store) = (&*deps.node, &deps.limits, &*deps.store);
+    let limits = &deps.limits;
     let workflow = view.workflow.clone();
     // A retry of a call already answered gets that answer: nothing runs, nothing fires.
-    let now = crate::store::now_ms();
+    let now = now_ms();
     let idempotent = call.idempotency_key.as_ref().map(|idempotency_key| {
         (
             idempotency_key.clone(),
@@ -619,27 +685,25 @@ async fn run_call(
         }
         _ => None,
     };
+    let updated_at_ms = now_ms();
     let record = InstanceRecord {
         format: CURRENT_FORMAT,
         workflow: workflow.id.clone(),
         snapshot: snapshot.to_persisted(),
         version: view.version + 1,
-        updated_at_ms: crate::store::now_ms(),
+        updated_at_ms,
         machine: Some(workflow.version.clone()),
         idempotency: idempotency::remember(&view.idempotency, entry, deps.idempotency_window, now),
+        due_at_ms: deps.due_at(key, &snapshot, updated_at_ms),
     };
     // Past a shutdown's deadline the caller is told SHUTTING_DOWN: save nothing it was not told.
     if limits.abandon.is_cancelled() {
         return Err(InstanceError::Tool(InvokeError::ShuttingDown));
     }
-    let store_key = key.store_key();
-    deps.keep_machine(&workflow).await?;
-    crate::metrics::timed_save(store.save(&store_key, &record, view.version)).await?;
-    // Other processes sharing the store notify their own sessions. The transition is saved
-    // already, so a failed announcement costs them a notification, not a state.
-    if let Err(error) = store.announce_change(node, &store_key).await {
-        tracing::warn!(instance = %key, %error, "could not announce a change to other servers");
-    }
+    // A call's save is announced whether or not it moved the instance, as it always was; only a
+    // timer's save that moves nothing stays quiet.
+    deps.save(key, &workflow, &record, view.version, true)
+        .await?;
     if moved && let Some(event) = &fired_event {
         crate::metrics::transition_saved(&workflow.id, event);
     }
@@ -648,6 +712,8 @@ async fn run_call(
         version: record.version,
         workflow: view.workflow.clone(),
         idempotency: record.idempotency,
+        updated_at_ms,
+        due_at_ms: record.due_at_ms,
     };
     let outcome = CallOutcome::Ran {
         output,
@@ -662,16 +728,22 @@ impl Handler<Create> for InstanceActor {
     type Result = AtomicResponse<Self, Result<InstanceView, InstanceError>>;
 
     fn handle(&mut self, _: Create, _ctx: &mut Self::Context) -> Self::Result {
-        let store = self.deps.store.clone();
-        let key = self.key.store_key();
-        let view = InstanceView::new(
+        let deps = self.deps.clone();
+        let key = self.key.clone();
+        let workflow = self.workflow.clone();
+        let mut view = InstanceView::new(
             self.workflow.clone(),
-            self.workflow.machine.initial_snapshot(),
+            self.workflow.machine.initial_snapshot_at(now_ms()),
             1,
         );
-        let record = InstanceRecord::first(self.workflow.id.clone(), view.snapshot.to_persisted());
+        view.due_at_ms = deps.due_at(&key, &view.snapshot, view.updated_at_ms);
+        let record = InstanceRecord {
+            updated_at_ms: view.updated_at_ms,
+            due_at_ms: view.due_at_ms,
+            ..InstanceRecord::first(self.workflow.id.clone(), view.snapshot.to_persisted())
+        };
         let work = async move {
-            store.save(&key, &record, 0).await?;
+            deps.save(&key, &workflow, &record, 0, false).await?;
             Ok(view)
         };
         AtomicResponse::new(Box::pin(work.into_actor(self).map(
@@ -712,12 +784,28 @@ impl Handler<View> for InstanceActor {
 
     fn handle(&mut self, _: View, _ctx: &mut Self::Context) -> Self::Result {
         self.follow_catalog();
-        AtomicResponse::new(Box::pin(self.current_or_load().into_actor(self).map(
-            |loaded, actor, _ctx| {
-                if let Ok(view) = &loaded {
+        let loading = self.current_or_load();
+        let (deps, key) = (self.deps.clone(), self.key.clone());
+        // Timers that fell due fire first: a menu never shows a state they should have left.
+        let work = async move {
+            let settled = settle(&deps, &key, loading.await?, now_ms()).await?;
+            Ok((settled.view, settled.moved))
+        };
+        AtomicResponse::new(Box::pin(work.into_actor(self).map(
+            |settled, actor, _ctx| match settled {
+                Ok((view, moved)) => {
                     actor.current = Some(view.clone());
+                    if moved {
+                        actor.deps.notifier.do_send(notifier::InstanceChanged {
+                            instance: actor.key.clone(),
+                        });
+                    }
+                    Ok(view)
                 }
-                loaded
+                Err(error) => {
+                    actor.current = None;
+                    Err(error)
+                }
             },
         )))
     }

@@ -158,6 +158,22 @@ impl InstanceKey {
         Some(Self { tenant, ..key })
     }
 
+    /// The instance stored under `store_key`, handle-keyed or session-keyed (the inverse of
+    /// [`InstanceKey::store_key`]); `None` for a key no server writes. For the timer task, which
+    /// finds keys in the store's due-time index, session-keyed ones included.
+    pub fn parse_store_key(store_key: &str) -> Option<Self> {
+        let Some(rest) = store_key.strip_prefix(SESSION_PREFIX) else {
+            return Self::from_store_key(store_key);
+        };
+        // Session ids are hex digits (`SessionId::new`), so the first `/` ends the id.
+        let (session, workflow) = rest.split_once('/')?;
+        (!session.is_empty() && !workflow.is_empty()).then(|| InstanceKey {
+            workflow: workflow.into(),
+            owner: Owner::Session(SessionId(session.into())),
+            tenant: None,
+        })
+    }
+
     /// What a plugin sees as the instance handle in its call context.
     pub fn handle(&self) -> String {
         match &self.owner {
@@ -216,6 +232,28 @@ mod tests {
         }
         let session = InstanceKey::for_session(&SessionId::new(), "invoice");
         assert_eq!(session.clone().owned_by(Some(&alice)), session);
+    }
+
+    #[test]
+    fn store_keys_parse_back_to_their_instance() {
+        let session = SessionId::new();
+        for key in [
+            InstanceKey::mint("invoice"),
+            InstanceKey::for_session(&session, "invoice"),
+            InstanceKey::for_session(&session, "db/migration"),
+        ] {
+            assert_eq!(InstanceKey::parse_store_key(&key.store_key()), Some(key));
+        }
+        for foreign in [
+            "",
+            "k",
+            "handle/nope",
+            "session/",
+            "session/abc",
+            "session//w",
+        ] {
+            assert_eq!(InstanceKey::parse_store_key(foreign), None, "{foreign:?}");
+        }
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //!   serializes every call on it through its mailbox.
 //! - `notifier.rs`: [`notifier::Notifier`] knows which session watches which instance and tells
 //!   exactly those sessions when an instance's menu changes.
+//! - `wake.rs`: the instance actor's timers and retention ([`Woke`]): due timers fired before
+//!   every call and view, and on the timer task's `Wake`.
 //! - `idempotency.rs`: what a call retried with the same idempotency key gets (pure decisions).
 //! - `tables.rs`: gives the actors' tables their capacity back after a burst.
 //!
@@ -27,6 +29,7 @@ mod system;
 mod tables;
 #[cfg(test)]
 mod tests;
+mod wake;
 
 pub use self::{
     instance::{CallOutcome, InstanceError, InstanceView},
@@ -35,4 +38,5 @@ pub use self::{
     registry::RegistryStats,
     runtime::Runtime,
     system::{ActorOptions, start},
+    wake::Woke,
 };

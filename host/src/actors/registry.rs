@@ -37,6 +37,15 @@ pub struct Resolve {
     pub key: InstanceKey,
 }
 
+/// Like [`Resolve`], for the timer task, which finds keys in the store: `None` for a
+/// session-keyed instance of a session this process does not have (another server process
+/// shares the store, and the instance is that one's to run).
+#[derive(Message)]
+#[rtype(result = "Result<Option<Addr<InstanceActor>>, UnknownWorkflow>")]
+pub struct ResolveDue {
+    pub key: InstanceKey,
+}
+
 /// `session` ended: its session-keyed instances end with it, stored records included.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -169,26 +178,49 @@ impl Actor for Registry {
     }
 }
 
-impl Handler<Resolve> for Registry {
-    type Result = Result<Addr<InstanceActor>, UnknownWorkflow>;
-
-    fn handle(&mut self, msg: Resolve, _ctx: &mut Self::Context) -> Self::Result {
+impl Registry {
+    fn resolve(&mut self, key: InstanceKey) -> Result<Addr<InstanceActor>, UnknownWorkflow> {
         // Another caller may have missed on the same key just before: its actor is live now.
-        if let Some(addr) = self.instances.live(&msg.key) {
+        if let Some(addr) = self.instances.live(&key) {
             return Ok(addr);
         }
         // Not in memory, or an actor whose handler panicked is gone (actix does not restart on
         // panic): start a new one, which reloads the last saved snapshot.
-        let addr = self.start_instance(&msg.key)?;
-        if self.instances.insert(msg.key.clone(), addr.clone())
-            && let Owner::Session(session) = &msg.key.owner
+        let addr = self.start_instance(&key)?;
+        if self.instances.insert(key.clone(), addr.clone())
+            && let Owner::Session(session) = &key.owner
         {
             self.by_session
                 .entry(session.clone())
                 .or_default()
-                .insert(msg.key);
+                .insert(key);
         }
         Ok(addr)
+    }
+}
+
+impl Handler<Resolve> for Registry {
+    type Result = Result<Addr<InstanceActor>, UnknownWorkflow>;
+
+    fn handle(&mut self, msg: Resolve, _ctx: &mut Self::Context) -> Self::Result {
+        self.resolve(msg.key)
+    }
+}
+
+impl Handler<ResolveDue> for Registry {
+    type Result = Result<Option<Addr<InstanceActor>>, UnknownWorkflow>;
+
+    fn handle(&mut self, msg: ResolveDue, _ctx: &mut Self::Context) -> Self::Result {
+        // Every instance a session here has saved is in `by_session` (passivated ones too).
+        if let Owner::Session(session) = &msg.key.owner
+            && !self
+                .by_session
+                .get(session)
+                .is_some_and(|keys| keys.contains(&msg.key))
+        {
+            return Ok(None);
+        }
+        self.resolve(msg.key).map(Some)
     }
 }
 

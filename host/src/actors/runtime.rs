@@ -11,6 +11,7 @@ use super::{
     notifier::{self, Listener, Notifier, NotifierStats},
     registry::{self, Registry, RegistryStats},
     routes::Routes,
+    wake::{Wake, Woke},
 };
 use crate::{
     catalog::{Affected, CatalogChange, ToolEntry},
@@ -86,6 +87,38 @@ impl Runtime {
                 Err(_) => return Err(InstanceError::Stopped),
             }
         }
+    }
+
+    /// The timer task found the record under `store_key` due: its instance (woken from the
+    /// store if passivated) fires its due timers, or is deleted past its retention. An instance
+    /// this process does not run (a session of another server process, a key no server writes)
+    /// is [`Woke::Elsewhere`].
+    pub async fn wake(&self, store_key: &str) -> Result<Woke, InstanceError> {
+        let Some(key) = InstanceKey::parse_store_key(store_key) else {
+            return Ok(Woke::Elsewhere);
+        };
+        let instance = match self.routes.live(&key) {
+            Some(live) => live,
+            None => match self
+                .registry
+                .send(registry::ResolveDue { key: key.clone() })
+                .await
+                .map_err(|_| InstanceError::Stopped)?
+                .map_err(|unknown| InstanceError::UnknownWorkflow(unknown.0))?
+            {
+                Some(instance) => instance,
+                None => return Ok(Woke::Elsewhere),
+            },
+        };
+        let woke = instance
+            .send(Wake)
+            .await
+            .map_err(|_| InstanceError::Stopped)?;
+        // A deleted instance keeps nothing in memory either: its handle is unknown from now on.
+        if matches!(woke, Ok(Woke::Retired | Woke::Gone)) {
+            self.forget(key);
+        }
+        woke
     }
 
     /// From now on, `session` hears about every change of `instance`. Idempotent.

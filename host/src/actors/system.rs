@@ -31,6 +31,10 @@ pub struct ActorOptions {
     pub node: Arc<str>,
     /// How long a call's idempotency key is honoured (`--idempotency-window`, default 600 s).
     pub idempotency_window: Duration,
+    /// How long instances are kept (`--retain-final`, `--instance-ttl`; default: forever).
+    pub retention: crate::retention::Retention,
+    /// The timer task's alarm, rung with every due time saved (see `timers`).
+    pub alarm: Arc<crate::timers::Alarm>,
 }
 
 impl Default for ActorOptions {
@@ -42,6 +46,8 @@ impl Default for ActorOptions {
             max_result_bytes: crate::invoke::DEFAULT_MAX_RESULT_BYTES,
             node: uuid::Uuid::new_v4().simple().to_string().into(),
             idempotency_window: Duration::from_secs(600),
+            retention: crate::retention::Retention::default(),
+            alarm: Arc::default(),
         }
     }
 }
@@ -74,6 +80,8 @@ pub fn start(
                     store,
                     notifier: notifier.clone(),
                     idempotency_window: options.idempotency_window,
+                    retention: options.retention,
+                    alarm: options.alarm,
                     saved_machines: Default::default(),
                 });
                 let routes = Arc::new(Routes::default());

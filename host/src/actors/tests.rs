@@ -130,3 +130,282 @@ async fn an_ended_session_leaves_no_instances_behind() {
         (0, 0, 0)
     );
 }
+
+/// An invoice whose review goes back to draft after 300 ms, and a state whose timer loops.
+fn timed_invoice() -> serde_json::Value {
+    json!({"id":"timed","initial":"review","states":{
+        "review":{"after":{"300":"draft"},"on":{"APPROVE":"approved"}},
+        "draft":{"on":{"SUBMIT":"review","SPIN":"spinning"}},
+        "spinning":{"after":{"100":"loop_a"}},
+        "loop_a":{"always":"loop_b"},
+        "loop_b":{"always":"loop_a"},
+        "approved":{"type":"final"}}})
+}
+
+/// Actors and a timer task on `store`, with `options` (their alarm shared with the task).
+fn timed_runtime(store: Arc<dyn StateStore>, options: ActorOptions) -> super::Runtime {
+    let catalog = Arc::new(LiveCatalog::new(Catalog::with_machines(vec![
+        timed_invoice(),
+    ])));
+    let alarm = options.alarm.clone();
+    let runtime = start(catalog, store.clone(), options).expect("actors start");
+    crate::timers::spawn(store, runtime.clone(), alarm);
+    runtime
+}
+
+/// Waits (up to 10 s) until the record under `key` satisfies `done`; returns it.
+async fn eventually(
+    store: &dyn StateStore,
+    key: &str,
+    done: impl Fn(&InstanceRecord) -> bool,
+) -> InstanceRecord {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let record = store.load(key).await.unwrap().expect("the record exists");
+        if done(&record) {
+            return record;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the record never got there: {record:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_timer_fires_by_itself_and_its_due_time_goes_with_it() {
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let runtime = timed_runtime(store.clone(), ActorOptions::default());
+    let key = InstanceKey::mint("timed");
+    let created = runtime.create(key.clone()).await.expect("create");
+    let deadline = created
+        .snapshot
+        .next_deadline()
+        .expect("review has a timer");
+    assert_eq!(created.due_at_ms, Some(deadline));
+    assert_eq!(
+        store.due(u64::MAX, None, 10).await.unwrap(),
+        [crate::store::Due {
+            at_ms: deadline,
+            key: key.store_key()
+        }]
+    );
+    // Nobody calls or looks: the timer task wakes the instance, which saves the move.
+    let moved = eventually(&*store, &key.store_key(), |r| r.version == 2).await;
+    assert_eq!(moved.snapshot["value"], "draft");
+    assert_eq!(moved.due_at_ms, None);
+    assert!(store.due(u64::MAX, None, 10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_passivated_instance_is_woken_to_fire_its_timer() {
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let options = ActorOptions {
+        idle_after: Some(std::time::Duration::from_millis(50)),
+        ..ActorOptions::default()
+    };
+    let runtime = timed_runtime(store.clone(), options);
+    let key = InstanceKey::mint("timed");
+    runtime.create(key.clone()).await.expect("create");
+    let moved = eventually(&*store, &key.store_key(), |r| r.version == 2).await;
+    assert_eq!(moved.snapshot["value"], "draft");
+    let (registry, _) = runtime.stats().await.unwrap();
+    assert!(registry.passivated >= 1, "{registry:?}");
+}
+
+#[tokio::test]
+async fn timers_overdue_at_start_fire_once_each() {
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let machine = Machine::from_json(&timed_invoice()).unwrap();
+    // Saved by a server that stopped long ago, with their timers long past due.
+    let keys: Vec<InstanceKey> = (0..20).map(|_| InstanceKey::mint("timed")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        let snapshot = machine.initial_snapshot_at(1_000 + i as u64);
+        let record = InstanceRecord {
+            updated_at_ms: 1_000,
+            due_at_ms: snapshot.next_deadline(),
+            ..InstanceRecord::first("timed", snapshot.to_persisted())
+        };
+        store.save(&key.store_key(), &record, 0).await.unwrap();
+    }
+    let _runtime = timed_runtime(store.clone(), ActorOptions::default());
+    for key in &keys {
+        let moved = eventually(&*store, &key.store_key(), |r| r.version >= 2).await;
+        assert_eq!(moved.snapshot["value"], "draft");
+    }
+    // Nothing is due any more, and nothing fired twice.
+    assert!(store.due(u64::MAX, None, 100).await.unwrap().is_empty());
+    for key in &keys {
+        assert_eq!(
+            store.load(&key.store_key()).await.unwrap().unwrap().version,
+            2
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_timer_that_loops_is_dropped_and_the_state_kept() {
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let machine = Machine::from_json(&timed_invoice()).unwrap();
+    let draft = machine
+        .fire_due(&machine.initial_snapshot_at(0), 300)
+        .snapshot;
+    let spinning = machine
+        .step(&draft, &crate::statechart::Event::new("SPIN"), 400)
+        .unwrap()
+        .snapshot;
+    assert_eq!(spinning.value(), json!("spinning"));
+    let key = InstanceKey::mint("timed");
+    let record = InstanceRecord {
+        due_at_ms: spinning.next_deadline(),
+        ..InstanceRecord::first("timed", spinning.to_persisted())
+    };
+    store.save(&key.store_key(), &record, 0).await.unwrap();
+    let _runtime = timed_runtime(store.clone(), ActorOptions::default());
+    let after = eventually(&*store, &key.store_key(), |r| r.version == 2).await;
+    assert_eq!(
+        after.snapshot["value"], "spinning",
+        "the loop moved nothing"
+    );
+    assert_eq!(after.due_at_ms, None, "the timer is dropped");
+    assert_eq!(after.snapshot["timers"], json!([]));
+}
+
+#[tokio::test]
+async fn a_wrong_due_time_is_corrected_when_it_comes() {
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let machine = Machine::from_json(&timed_invoice()).unwrap();
+    let draft = machine
+        .fire_due(&machine.initial_snapshot_at(0), 300)
+        .snapshot;
+    // Saved with a due time although nothing in `draft` is timed (older code, say).
+    let key = InstanceKey::mint("timed");
+    let record = InstanceRecord {
+        due_at_ms: Some(5),
+        ..InstanceRecord::first("timed", draft.to_persisted())
+    };
+    store.save(&key.store_key(), &record, 0).await.unwrap();
+    let _runtime = timed_runtime(store.clone(), ActorOptions::default());
+    let after = eventually(&*store, &key.store_key(), |r| r.version == 2).await;
+    assert_eq!(
+        (after.snapshot["value"].clone(), after.due_at_ms),
+        (json!("draft"), None)
+    );
+}
+
+#[tokio::test]
+async fn retention_deletes_an_instance_when_its_time_comes() {
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let options = ActorOptions {
+        retention: crate::retention::Retention {
+            final_state: Some(std::time::Duration::from_millis(200)),
+            idle: None,
+        },
+        ..ActorOptions::default()
+    };
+    let runtime = timed_runtime(store.clone(), options);
+    let key = InstanceKey::mint("timed");
+    runtime.create(key.clone()).await.expect("create");
+    let machine = Machine::from_json(&timed_invoice()).unwrap();
+    let approved = machine
+        .step(
+            &machine.initial_snapshot_at(0),
+            &crate::statechart::Event::new("APPROVE"),
+            0,
+        )
+        .unwrap()
+        .snapshot;
+    // Another writer finishes it; the record's due time is its retention.
+    let now = crate::store::now_ms();
+    let record = InstanceRecord {
+        version: 2,
+        updated_at_ms: now,
+        due_at_ms: Some(now + 200),
+        ..InstanceRecord::first("timed", approved.to_persisted())
+    };
+    store.save(&key.store_key(), &record, 1).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.load(&key.store_key()).await.unwrap().is_some() {
+        assert!(std::time::Instant::now() < deadline, "never deleted");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(matches!(
+        runtime.view(key).await,
+        Err(InstanceError::UnknownHandle(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_session_of_another_process_is_left_to_it() {
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let runtime = timed_runtime(store.clone(), ActorOptions::default());
+    let foreign = InstanceKey::for_session(&SessionId::new(), "timed");
+    let machine = Machine::from_json(&timed_invoice()).unwrap();
+    let record = InstanceRecord::first("timed", machine.initial_snapshot_at(0).to_persisted());
+    store.save(&foreign.store_key(), &record, 0).await.unwrap();
+    assert_eq!(
+        runtime.wake(&foreign.store_key()).await.unwrap(),
+        super::Woke::Elsewhere
+    );
+    assert_eq!(
+        runtime.wake("not-a-key").await.unwrap(),
+        super::Woke::Elsewhere
+    );
+    // A session of this process is woken: it fires its own timer (the one left to the other
+    // process stays as it is).
+    let own = SessionId::new();
+    let key = InstanceKey::for_session(&own, "timed");
+    let view = runtime.view(key.clone()).await.unwrap();
+    assert_eq!(
+        view.version, 1,
+        "a never-saved instance with a timer is saved at once"
+    );
+    let moved = eventually(&*store, &key.store_key(), |r| r.version == 2).await;
+    assert_eq!(moved.snapshot["value"], "draft");
+    assert_eq!(
+        store
+            .load(&foreign.store_key())
+            .await
+            .unwrap()
+            .unwrap()
+            .version,
+        1
+    );
+}
+
+#[tokio::test]
+async fn of_two_processes_waking_one_timer_one_fires_and_the_other_finds_nothing() {
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let catalog = || {
+        Arc::new(LiveCatalog::new(Catalog::with_machines(vec![
+            timed_invoice(),
+        ])))
+    };
+    // Two actor systems on one store, as two server processes (no timer task: the test wakes).
+    let east = start(catalog(), store.clone(), ActorOptions::default()).expect("actors start");
+    let west = start(catalog(), store.clone(), ActorOptions::default()).expect("actors start");
+    let key = InstanceKey::mint("timed");
+    let created = east.create(key.clone()).await.expect("create");
+    // West holds the instance as created, timer running.
+    assert_eq!(west.view(key.clone()).await.unwrap().version, 1);
+    let deadline = created.snapshot.next_deadline().unwrap();
+    while crate::store::now_ms() <= deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        east.wake(&key.store_key()).await.unwrap(),
+        super::Woke::Fired { moved: true }
+    );
+    // West's copy is stale: its save loses the compare-and-set, it rereads, nothing is due.
+    assert_eq!(
+        west.wake(&key.store_key()).await.unwrap(),
+        super::Woke::Nothing
+    );
+    let record = store.load(&key.store_key()).await.unwrap().unwrap();
+    assert_eq!(
+        (record.version, record.snapshot["value"].clone()),
+        (2, json!("draft"))
+    );
+    assert_eq!(west.view(key).await.unwrap().version, 2);
+}

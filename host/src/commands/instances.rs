@@ -341,6 +341,10 @@ async fn reset(
     let snapshot = machine.initial_snapshot_at(now_ms());
     let mut next = record.next(snapshot.to_persisted());
     next.idempotency.clear();
+    // Due now: a server sharing the store looks at it at once (a server on the embedded store,
+    // when it starts) and sets its due time from the new state's timers and its own retention
+    // settings, which this command does not know.
+    next.due_at_ms = Some(now_ms());
     match store.save(key, &next, record.version).await {
         Ok(()) => {}
         Err(StoreError::Conflict { .. }) => bail!(changed_meanwhile(key)),

@@ -132,8 +132,14 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     if !store.is_shared() {
         forget_ended_sessions(&*store).await;
     }
-    migrate_records(&*store, &catalog.current()).await;
+    let retention = crate::retention::Retention {
+        final_state: options.retain_final,
+        idle: options.instance_ttl,
+    };
+    migrate_records(&*store, &catalog.current(), &retention).await;
     let node = options.actors.node.clone();
+    options.actors.retention = retention;
+    let alarm = options.actors.alarm.clone();
     let call_limits = Limits {
         timeout: options.actors.tool_timeout,
         abandon: shutdown.deadline.clone(),
@@ -153,13 +159,8 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     memory::release_free_memory_every(Duration::from_secs(2))
         .context("cannot start the memory-trim thread")?;
     let readiness = mcp::Readiness::new(store.clone());
-    let retention = crate::retention::Retention {
-        final_state: options.retain_final,
-        idle: options.instance_ttl,
-    };
-    if retention.deletes_anything() {
-        crate::retention::spawn(store.clone(), catalog.clone(), runtime.clone(), retention);
-    }
+    // Timers (and retention) that fell due while no server ran fire now, in due-time order.
+    crate::timers::spawn(store.clone(), runtime.clone(), alarm);
     tokio::spawn(relay_changes_from_other_servers(
         store,
         runtime.clone(),
@@ -203,18 +204,27 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     }
 }
 
-/// Session-keyed instances end with their session, and no session survives a restart: whatever a
-/// crash left under `session/` is deleted, so it cannot pile up.
-/// Rewrites the format-1 records the store holds in the current format (see `store::migrate`).
-/// A store that fails meanwhile is not fatal: format-1 records stay readable, and the next
-/// start finishes the job.
-async fn migrate_records(store: &dyn StateStore, catalog: &crate::catalog::Catalog) {
+/// Rewrites the format-1 records the store holds in the current format, and records whose due
+/// time is not the one this server works out (written by code that predates due times, or under
+/// other `--retain-final` / `--instance-ttl` settings), see `store::migrate`. A store that fails
+/// meanwhile is not fatal: format-1 records stay readable, a wrong due time is corrected when it
+/// comes, and the next start finishes the job.
+async fn migrate_records(
+    store: &dyn StateStore,
+    catalog: &crate::catalog::Catalog,
+    retention: &crate::retention::Retention,
+) {
     let machine_of = |id: &str| catalog.workflow(id).map(|w| w.version.clone());
-    if let Err(error) = store::migrate(store, machine_of).await {
+    let due_of = |key: &str, record: &store::InstanceRecord| {
+        crate::timers::record_due(catalog, retention, key, record)
+    };
+    if let Err(error) = store::migrate(store, machine_of, due_of).await {
         tracing::warn!(%error, "the record format migration stopped; it resumes on the next start");
     }
 }
 
+/// Session-keyed instances end with their session, and no session survives a restart: whatever a
+/// crash left under `session/` is deleted, so it cannot pile up.
 async fn forget_ended_sessions(store: &dyn StateStore) {
     let mut removed = 0u64;
     loop {

@@ -145,6 +145,14 @@ mod tests {
         async fn ping(&self) -> Result<(), StoreError> {
             Err(self.down())
         }
+        async fn due(
+            &self,
+            _: u64,
+            _: Option<&crate::store::Due>,
+            _: usize,
+        ) -> Result<Vec<crate::store::Due>, StoreError> {
+            Err(self.down())
+        }
     }
 
     impl Unreachable {

@@ -15,7 +15,8 @@ use std::{
 use serde_json::json;
 
 use super::{
-    EmbeddedStore, InstanceRecord, PostgresStore, RedisStore, StateStore, StoreError, StoreOptions,
+    Due, EmbeddedStore, InstanceRecord, MAX_DUE_MS, PostgresStore, RedisStore, StateStore,
+    StoreError, StoreOptions,
 };
 
 pub(super) const REDIS_URL_VAR: &str = "TURNSTILE_TEST_REDIS_URL";
@@ -145,6 +146,12 @@ all_stores!(
     keeps_machines_by_version,
     writes_only_the_current_format,
     migrates_records_of_the_current_format_to_nothing,
+    due_times_are_listed_earliest_first,
+    due_times_page_through_ties,
+    due_times_move_with_saves_and_go_with_deletes,
+    a_conflicting_save_keeps_the_due_time,
+    due_times_past_the_largest_are_invalid,
+    migration_corrects_due_times,
 );
 
 fn record(workflow: &str, version: u64, step: &str) -> InstanceRecord {
@@ -414,9 +421,222 @@ async fn writes_only_the_current_format(store: Arc<dyn StateStore>) {
 async fn migrates_records_of_the_current_format_to_nothing(store: Arc<dyn StateStore>) {
     let rec = record("invoice", 1, "draft");
     store.save("k", &rec, 0).await.unwrap();
-    let report = super::migrate(&*store, |_| Some("unused".into()))
+    let report = super::migrate(&*store, |_| Some("unused".into()), |_, _| None)
         .await
         .unwrap();
     assert_eq!((report.migrated, report.current), (0, 1));
     assert_eq!(store.load("k").await.unwrap(), Some(rec));
+}
+
+/// `record` with due time `due`.
+fn due_record(workflow: &str, version: u64, due: Option<u64>) -> InstanceRecord {
+    InstanceRecord {
+        due_at_ms: due,
+        ..record(workflow, version, "x")
+    }
+}
+
+fn due(at_ms: u64, key: &str) -> Due {
+    Due {
+        at_ms,
+        key: key.to_owned(),
+    }
+}
+
+async fn due_times_are_listed_earliest_first(store: Arc<dyn StateStore>) {
+    // Timestamps of today's size, and one far out.
+    const T: u64 = 1_700_000_000_000;
+    for (key, at) in [
+        ("c", Some(T + 30)),
+        ("a", Some(T + 10)),
+        ("none", None),
+        ("b", Some(T + 20)),
+        ("far", Some(MAX_DUE_MS)),
+        ("zero", Some(0)),
+    ] {
+        store.save(key, &due_record("w", 1, at), 0).await.unwrap();
+    }
+    assert_eq!(
+        store.due(T + 20, None, 10).await.unwrap(),
+        [due(0, "zero"), due(T + 10, "a"), due(T + 20, "b")],
+        "`until` is inclusive; a record without a due time is never listed"
+    );
+    assert_eq!(
+        store.due(T + 19, None, 10).await.unwrap(),
+        [due(0, "zero"), due(T + 10, "a")]
+    );
+    assert_eq!(
+        store.due(u64::MAX, None, 2).await.unwrap(),
+        [due(0, "zero"), due(T + 10, "a")],
+        "`limit` keeps the earliest"
+    );
+    assert_eq!(
+        store
+            .due(u64::MAX, Some(&due(T + 20, "b")), 10)
+            .await
+            .unwrap(),
+        [due(T + 30, "c"), due(MAX_DUE_MS, "far")]
+    );
+    assert!(store.due(u64::MAX, None, 0).await.unwrap().is_empty());
+    assert_eq!(
+        store.load("a").await.unwrap().unwrap().due_at_ms,
+        Some(T + 10),
+        "a record loads with its due time"
+    );
+    assert_eq!(store.load("none").await.unwrap().unwrap().due_at_ms, None);
+}
+
+async fn due_times_page_through_ties(store: Arc<dyn StateStore>) {
+    // 25 keys due in the same millisecond, and some after: pages of 4 see each exactly once,
+    // in (due, key) order.
+    let mut want = Vec::new();
+    for i in 0..25 {
+        let key = format!("tie/{i:02}");
+        store
+            .save(&key, &due_record("w", 1, Some(500)), 0)
+            .await
+            .unwrap();
+        want.push(due(500, &key));
+    }
+    for (i, at) in [(0, 501), (1, 499)] {
+        let key = format!("other/{i}");
+        store
+            .save(&key, &due_record("w", 1, Some(at)), 0)
+            .await
+            .unwrap();
+    }
+    want.insert(0, due(499, "other/1"));
+    want.push(due(501, "other/0"));
+    let mut seen = Vec::new();
+    let mut after: Option<Due> = None;
+    loop {
+        let page = store.due(1000, after.as_ref(), 4).await.unwrap();
+        let Some(last) = page.last().cloned() else {
+            break;
+        };
+        assert!(page.len() <= 4);
+        seen.extend(page);
+        after = Some(last);
+    }
+    assert_eq!(seen, want);
+}
+
+async fn due_times_move_with_saves_and_go_with_deletes(store: Arc<dyn StateStore>) {
+    store
+        .save("k", &due_record("w", 1, Some(100)), 0)
+        .await
+        .unwrap();
+    store
+        .save("j", &due_record("w", 1, Some(150)), 0)
+        .await
+        .unwrap();
+    // A later due time replaces the earlier one: the key is listed once, at its new time.
+    store
+        .save("k", &due_record("w", 2, Some(200)), 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.due(1000, None, 10).await.unwrap(),
+        [due(150, "j"), due(200, "k")]
+    );
+    // An earlier one too.
+    store
+        .save("k", &due_record("w", 3, Some(50)), 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.due(1000, None, 10).await.unwrap(),
+        [due(50, "k"), due(150, "j")]
+    );
+    // No due time: not listed any more.
+    store.save("k", &due_record("w", 4, None), 3).await.unwrap();
+    assert_eq!(store.due(1000, None, 10).await.unwrap(), [due(150, "j")]);
+    assert_eq!(store.load("k").await.unwrap().unwrap().due_at_ms, None);
+    // A delete takes the due time with it, conditional or not.
+    store
+        .save("k", &due_record("w", 5, Some(60)), 4)
+        .await
+        .unwrap();
+    assert!(store.delete("k", Some(5)).await.unwrap());
+    assert!(store.delete("j", None).await.unwrap());
+    assert!(store.due(u64::MAX, None, 10).await.unwrap().is_empty());
+    // A key saved again after its delete starts without the old entry.
+    store
+        .save("k", &due_record("w", 1, Some(70)), 0)
+        .await
+        .unwrap();
+    assert_eq!(store.due(u64::MAX, None, 10).await.unwrap(), [due(70, "k")]);
+}
+
+async fn a_conflicting_save_keeps_the_due_time(store: Arc<dyn StateStore>) {
+    store
+        .save("k", &due_record("w", 1, Some(100)), 0)
+        .await
+        .unwrap();
+    store
+        .save("k", &due_record("w", 2, Some(200)), 1)
+        .await
+        .unwrap();
+    // A writer that read version 1 loses, and its due time is not indexed.
+    assert_conflict(
+        store.save("k", &due_record("w", 2, Some(5)), 1).await,
+        Some(2),
+    );
+    assert_conflict(store.delete("k", Some(1)).await.map(|_| ()), Some(2));
+    assert_eq!(
+        store.due(u64::MAX, None, 10).await.unwrap(),
+        [due(200, "k")]
+    );
+}
+
+async fn due_times_past_the_largest_are_invalid(store: Arc<dyn StateStore>) {
+    assert!(matches!(
+        store
+            .save("k", &due_record("w", 1, Some(MAX_DUE_MS + 1)), 0)
+            .await,
+        Err(StoreError::Invalid { .. })
+    ));
+    assert_eq!(store.load("k").await.unwrap(), None);
+    assert!(store.due(u64::MAX, None, 10).await.unwrap().is_empty());
+}
+
+async fn migration_corrects_due_times(store: Arc<dyn StateStore>) {
+    // "right" has the due time the caller works out, "wrong" and "missing" do not, and the
+    // caller cannot tell for "unknown".
+    for (key, at) in [
+        ("right", Some(10)),
+        ("wrong", Some(99)),
+        ("missing", None),
+        ("unknown", Some(7)),
+    ] {
+        store.save(key, &due_record("w", 1, at), 0).await.unwrap();
+    }
+    let due_of = |key: &str, record: &InstanceRecord| {
+        assert_eq!(record.workflow, "w", "the record is handed over");
+        match key {
+            "right" => Some(Some(10)),
+            "wrong" => Some(Some(20)),
+            "missing" => Some(Some(30)),
+            _ => None,
+        }
+    };
+    let report = super::migrate(&*store, |_| None, due_of).await.unwrap();
+    assert_eq!((report.reindexed, report.current), (2, 2));
+    assert_eq!(
+        store.due(u64::MAX, None, 10).await.unwrap(),
+        [
+            due(7, "unknown"),
+            due(10, "right"),
+            due(20, "wrong"),
+            due(30, "missing")
+        ]
+    );
+    let missing = store.load("missing").await.unwrap().unwrap();
+    assert_eq!(
+        (missing.version, missing.updated_at_ms),
+        (2, record("w", 1, "x").updated_at_ms),
+        "a compare-and-set save that keeps the record's time"
+    );
+    let again = super::migrate(&*store, |_| None, due_of).await.unwrap();
+    assert_eq!((again.reindexed, again.current), (0, 4));
 }

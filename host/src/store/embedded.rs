@@ -11,8 +11,12 @@
 //! once, and only then answers each caller. While one batch is being fsync'd the next one
 //! queues up, so the batch size grows with the load without any timer.
 //!
-//! Reads (`load`, `list_keys`, `count`) do not go through the writer: redb serves read
+//! Reads (`load`, `list_keys`, `count`, `due`) do not go through the writer: redb serves read
 //! transactions concurrently with the writer, and they run on tokio's blocking pool.
+//!
+//! Due times live in two tables written in the save's transaction: [`DUE`], keyed by
+//! (due, key) so that "due by T, earliest first" is a range scan, and [`DUE_OF`], the due time
+//! a key has now, so that a save or delete finds the entry to remove.
 
 use std::{
     ops::Bound,
@@ -30,8 +34,8 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable, Table, TableDe
 use tokio::sync::oneshot;
 
 use super::{
-    InstanceRecord, StateStore, StoreError, check_key, check_save, conflict, format, machine_key,
-    versions_match,
+    Due, InstanceRecord, StateStore, StoreError, check_key, check_save, conflict, format,
+    machine_key, versions_match,
 };
 
 /// Key: instance key. Value: (version, updated_at_ms, workflow, snapshot as JSON text). The
@@ -44,6 +48,14 @@ const INSTANCES: TableDefinition<&str, (u64, u64, &str, &str)> =
 /// same transaction as the record's row in [`INSTANCES`]. A record with no row here was
 /// written by format-1 code, which knew only [`INSTANCES`].
 const FORMATS: TableDefinition<&str, (u64, &str)> = TableDefinition::new("instance_formats_v1");
+
+/// Key: (due time, instance key). No value: the key is the index entry (see
+/// [`StateStore::due`]). Written in the same transaction as the record.
+const DUE: TableDefinition<(u64, &str), ()> = TableDefinition::new("instance_due_v1");
+
+/// Key: instance key. Value: its entry's due time in [`DUE`]. A record without a row here has
+/// no due time (or was written by code that predates them).
+const DUE_OF: TableDefinition<&str, u64> = TableDefinition::new("instance_due_of_v1");
 
 /// Key: `workflow@version`. Value: the machine's definition as JSON text.
 const MACHINES: TableDefinition<&str, &str> = TableDefinition::new("machines_v1");
@@ -64,6 +76,7 @@ enum Op {
         snapshot_json: String,
         format: u64,
         extras_json: String,
+        due_at_ms: Option<u64>,
         reply: oneshot::Sender<Result<bool, StoreError>>,
     },
     /// Keep a machine definition unless one is kept under that key already.
@@ -235,6 +248,8 @@ fn open_file(path: &PathBuf, name: &str) -> Result<Database, StoreError> {
     let txn = db.begin_write().map_err(|e| storage(name, e))?;
     txn.open_table(INSTANCES).map_err(|e| storage(name, e))?;
     txn.open_table(FORMATS).map_err(|e| storage(name, e))?;
+    txn.open_table(DUE).map_err(|e| storage(name, e))?;
+    txn.open_table(DUE_OF).map_err(|e| storage(name, e))?;
     txn.open_table(MACHINES).map_err(|e| storage(name, e))?;
     txn.commit().map_err(|e| storage(name, e))?;
     Ok(db)
@@ -289,6 +304,8 @@ fn commit_batch(
         let mut tables = Tables {
             instances: txn.open_table(INSTANCES)?,
             formats: txn.open_table(FORMATS)?,
+            due: txn.open_table(DUE)?,
+            due_of: txn.open_table(DUE_OF)?,
             machines: txn.open_table(MACHINES)?,
         };
         let mut results = Vec::with_capacity(batch.len());
@@ -318,7 +335,20 @@ fn commit_batch(
 struct Tables<'txn> {
     instances: Table<'txn, &'static str, (u64, u64, &'static str, &'static str)>,
     formats: Table<'txn, &'static str, (u64, &'static str)>,
+    due: Table<'txn, (u64, &'static str), ()>,
+    due_of: Table<'txn, &'static str, u64>,
     machines: Table<'txn, &'static str, &'static str>,
+}
+
+impl Tables<'_> {
+    /// Removes `key`'s due-time entry, if it has one.
+    fn clear_due(&mut self, key: &str) -> Result<(), redb::Error> {
+        if let Some(old) = self.due_of.remove(key)? {
+            let old = old.value();
+            self.due.remove((old, key))?;
+        }
+        Ok(())
+    }
 }
 
 fn apply(tables: &mut Tables<'_>, op: &Op) -> Result<Result<bool, StoreError>, redb::Error> {
@@ -345,10 +375,16 @@ fn apply(tables: &mut Tables<'_>, op: &Op) -> Result<Result<bool, StoreError>, r
             snapshot_json,
             format,
             extras_json,
+            due_at_ms,
             ..
         } => {
             if !versions_match(current, *expected) {
                 return Ok(Err(conflict(key, *expected, current)));
+            }
+            tables.clear_due(key)?;
+            if let Some(due) = *due_at_ms {
+                tables.due.insert((due, key), ())?;
+                tables.due_of.insert(key, due)?;
             }
             tables
                 .formats
@@ -372,6 +408,7 @@ fn apply(tables: &mut Tables<'_>, op: &Op) -> Result<Result<bool, StoreError>, r
                 return Ok(Err(conflict(key, *expected, current)));
             }
             tables.formats.remove(key)?;
+            tables.clear_due(key)?;
             Ok(Ok(tables.instances.remove(key)?.is_some()))
         }
     }
@@ -408,9 +445,14 @@ impl StateStore for EmbeddedStore {
             let txn = db.begin_read().map_err(|e| storage(&name, e))?;
             let table = txn.open_table(INSTANCES).map_err(|e| storage(&name, e))?;
             let formats = txn.open_table(FORMATS).map_err(|e| storage(&name, e))?;
+            let due_of = txn.open_table(DUE_OF).map_err(|e| storage(&name, e))?;
             let Some(guard) = table.get(key.as_str()).map_err(|e| storage(&name, e))? else {
                 return Ok(None);
             };
+            let due = due_of
+                .get(key.as_str())
+                .map_err(|e| storage(&name, e))?
+                .map(|due| due.value());
             let format_guard = formats.get(key.as_str()).map_err(|e| storage(&name, e))?;
             let (format, extras) = match &format_guard {
                 Some(guard) => {
@@ -425,14 +467,17 @@ impl StateStore for EmbeddedStore {
                     key: key.clone(),
                     reason: format!("snapshot is not JSON: {e}"),
                 })?;
-            Ok(Some(InstanceRecord::assemble(
-                format,
-                extras,
-                workflow.to_owned(),
-                snapshot,
-                version,
-                updated_at_ms,
-            )))
+            Ok(Some(
+                InstanceRecord::assemble(
+                    format,
+                    extras,
+                    workflow.to_owned(),
+                    snapshot,
+                    version,
+                    updated_at_ms,
+                )
+                .due(due),
+            ))
         });
         read.await
             .map_err(|e| StoreError::Unavailable(format!("{}: read task failed: {e}", self.name)))?
@@ -457,6 +502,7 @@ impl StateStore for EmbeddedStore {
             snapshot_json,
             format: record.format.into(),
             extras_json: format::encode(&record.extras()),
+            due_at_ms: record.due_at_ms,
             reply,
         };
         self.write(op, answer).await.map(|_| ())
@@ -562,6 +608,43 @@ impl StateStore for EmbeddedStore {
             Ok(n)
         })
         .await
+    }
+
+    async fn due(
+        &self,
+        until: u64,
+        after: Option<&Due>,
+        limit: usize,
+    ) -> Result<Vec<Due>, StoreError> {
+        let after = after.cloned();
+        let name = self.name.clone();
+        let db = Arc::clone(&self.db);
+        let read = tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(|e| storage(&name, e))?;
+            let table = txn.open_table(DUE).map_err(|e| storage(&name, e))?;
+            let start = match &after {
+                Some(after) => Bound::Excluded((after.at_ms, after.key.as_str())),
+                None => Bound::Unbounded,
+            };
+            let mut due = Vec::new();
+            for entry in table
+                .range::<(u64, &str)>((start, Bound::Unbounded))
+                .map_err(|e| storage(&name, e))?
+            {
+                let (entry, _) = entry.map_err(|e| storage(&name, e))?;
+                let (at_ms, key) = entry.value();
+                if at_ms > until || due.len() >= limit {
+                    break;
+                }
+                due.push(Due {
+                    at_ms,
+                    key: key.to_owned(),
+                });
+            }
+            Ok(due)
+        });
+        read.await
+            .map_err(|e| StoreError::Unavailable(format!("{}: read task failed: {e}", self.name)))?
     }
 }
 

@@ -7,9 +7,12 @@
 //! Records are kept as JSON text, not as `serde_json::Value` trees: a tree costs an allocation
 //! per key and value, and with this store every instance ever created stays in memory, passivated
 //! or not. A record is parsed only when an instance is activated.
+//!
+//! Due times are indexed in an ordered set of (due, key) beside the records, under the same lock,
+//! so a save changes both at once.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     ops::Bound,
     sync::{Mutex, MutexGuard},
 };
@@ -17,7 +20,7 @@ use std::{
 use async_trait::async_trait;
 
 use super::{
-    InstanceRecord, StateStore, StoreError, check_save, conflict, format, machine_key,
+    Due, InstanceRecord, StateStore, StoreError, check_save, conflict, format, machine_key,
     versions_match,
 };
 
@@ -25,10 +28,32 @@ use super::{
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     // A std Mutex, not a tokio one: no await happens while it is held, and every critical
-    // section is a map lookup. A BTreeMap so listing by prefix is a range scan in key order.
-    records: Mutex<BTreeMap<String, StoredRecord>>,
+    // section is a map lookup.
+    records: Mutex<Records>,
     /// Machine definitions by `workflow@version`, as JSON text.
     machines: Mutex<BTreeMap<String, Box<str>>>,
+}
+
+/// The records and their due-time index, kept consistent under one lock.
+#[derive(Debug, Default)]
+struct Records {
+    /// A BTreeMap so listing by prefix is a range scan in key order.
+    by_key: BTreeMap<String, StoredRecord>,
+    /// (due time, key) of every record that has a due time.
+    due: BTreeSet<(u64, String)>,
+}
+
+impl Records {
+    /// Removes `key`'s record and its due-time entry; returns whether there was a record.
+    fn remove(&mut self, key: &str) -> bool {
+        let Some(old) = self.by_key.remove(key) else {
+            return false;
+        };
+        if let Some(due) = old.due_at_ms {
+            self.due.remove(&(due, key.to_owned()));
+        }
+        true
+    }
 }
 
 /// An [`InstanceRecord`] as this store holds it: the snapshot as compact JSON text.
@@ -41,6 +66,7 @@ struct StoredRecord {
     snapshot: Box<str>,
     version: u64,
     updated_at_ms: u64,
+    due_at_ms: Option<u64>,
 }
 
 impl StoredRecord {
@@ -52,6 +78,7 @@ impl StoredRecord {
             snapshot: record.snapshot.to_string().into_boxed_str(),
             version: record.version,
             updated_at_ms: record.updated_at_ms,
+            due_at_ms: record.due_at_ms,
         }
     }
 
@@ -68,7 +95,8 @@ impl StoredRecord {
             })?,
             self.version,
             self.updated_at_ms,
-        ))
+        )
+        .due(self.due_at_ms))
     }
 }
 
@@ -78,7 +106,7 @@ impl MemoryStore {
         Self::default()
     }
 
-    fn records(&self) -> MutexGuard<'_, BTreeMap<String, StoredRecord>> {
+    fn records(&self) -> MutexGuard<'_, Records> {
         // A panic while holding the lock can only come from a bug in this file (the sections
         // below do not panic); the map is still consistent then, so keep serving it.
         self.records
@@ -100,7 +128,7 @@ impl StateStore for MemoryStore {
 
     async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
         // Copy the text out under the lock, parse it after.
-        let stored = self.records().get(key).cloned();
+        let stored = self.records().by_key.get(key).cloned();
         stored.map(|stored| stored.to_record(key)).transpose()
     }
 
@@ -114,23 +142,27 @@ impl StateStore for MemoryStore {
         // Serialized before the lock is taken, so the critical section stays a map lookup.
         let stored = StoredRecord::new(record);
         let mut records = self.records();
-        let current = records.get(key).map(|r| r.version);
+        let current = records.by_key.get(key).map(|r| r.version);
         if !versions_match(current, expected) {
             return Err(conflict(key, expected, current));
         }
-        records.insert(key.to_owned(), stored);
+        records.remove(key);
+        if let Some(due) = stored.due_at_ms {
+            records.due.insert((due, key.to_owned()));
+        }
+        records.by_key.insert(key.to_owned(), stored);
         Ok(())
     }
 
     async fn delete(&self, key: &str, expected: Option<u64>) -> Result<bool, StoreError> {
         let mut records = self.records();
-        let current = records.get(key).map(|r| r.version);
+        let current = records.by_key.get(key).map(|r| r.version);
         if let Some(expected) = expected
             && current != Some(expected)
         {
             return Err(conflict(key, expected, current));
         }
-        Ok(records.remove(key).is_some())
+        Ok(records.remove(key))
     }
 
     async fn save_machine(
@@ -180,6 +212,7 @@ impl StateStore for MemoryStore {
             _ => Bound::Included(prefix),
         };
         Ok(records
+            .by_key
             .range::<str, _>((start, Bound::Unbounded))
             .map(|(k, _)| k)
             .take_while(|k| k.starts_with(prefix))
@@ -191,9 +224,33 @@ impl StateStore for MemoryStore {
     async fn count(&self, prefix: &str) -> Result<u64, StoreError> {
         let records = self.records();
         let n = records
+            .by_key
             .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix))
             .count();
         Ok(n as u64)
+    }
+
+    async fn due(
+        &self,
+        until: u64,
+        after: Option<&Due>,
+        limit: usize,
+    ) -> Result<Vec<Due>, StoreError> {
+        let records = self.records();
+        let start = match after {
+            Some(after) => Bound::Excluded((after.at_ms, after.key.clone())),
+            None => Bound::Unbounded,
+        };
+        Ok(records
+            .due
+            .range((start, Bound::Unbounded))
+            .take_while(|(at_ms, _)| *at_ms <= until)
+            .take(limit)
+            .map(|(at_ms, key)| Due {
+                at_ms: *at_ms,
+                key: key.clone(),
+            })
+            .collect())
     }
 }

@@ -1,9 +1,10 @@
-//! [`migrate`]: rewriting the format-1 records a store holds in the current format, on start.
+//! [`migrate`]: rewriting, on start, the format-1 records a store holds in the current format,
+//! and records whose due time is not the one the caller works out for them.
 //!
 //! It owns the walk through every key, in pages, and the rule for each record (see "The record
-//! format" in the module docs of `store`). It must not change what a record means: the snapshot,
-//! workflow and time stay as they are, and the rewrite is a compare-and-set save, so a record
-//! another server moves meanwhile is that server's to write.
+//! format" and "Due times" in the module docs of `store`). It must not change what a record
+//! means: the snapshot, workflow and time stay as they are, and the rewrite is a compare-and-set
+//! save, so a record another server moves meanwhile is that server's to write.
 
 use futures_util::future::join_all;
 
@@ -17,6 +18,9 @@ const BATCH: usize = 128;
 pub struct MigrationReport {
     /// Format-1 records rewritten in the current format.
     pub migrated: u64,
+    /// Current-format records rewritten only to correct their due time (written by code that
+    /// predates due times, or under other retention settings).
+    pub reindexed: u64,
     /// Records already in the current format.
     pub current: u64,
     /// Records another writer changed or deleted between our read and our save: left to it.
@@ -26,7 +30,9 @@ pub struct MigrationReport {
 }
 
 /// Rewrites every format-1 record in `store` as [`CURRENT_FORMAT`], its machine version being
-/// `machine_of(workflow)` (the version served now, which is what a format-1 record runs on).
+/// `machine_of(workflow)` (the version served now, which is what a format-1 record runs on), and
+/// every record whose due time is not `due_of(key, record)` with that due time (`due_of` answers
+/// `None` when it cannot tell, e.g. for a workflow no plugin serves: the record keeps its own).
 /// Logs the counts once at the end, and each record it leaves alone.
 ///
 /// Fails only when the store does not answer: what was migrated by then stays migrated, and
@@ -34,6 +40,7 @@ pub struct MigrationReport {
 pub async fn migrate(
     store: &dyn StateStore,
     machine_of: impl Fn(&str) -> Option<String>,
+    due_of: impl Fn(&str, &InstanceRecord) -> Option<Option<u64>>,
 ) -> Result<MigrationReport, StoreError> {
     let mut report = MigrationReport::default();
     let mut after: Option<String> = None;
@@ -42,10 +49,15 @@ pub async fn migrate(
         let Some(last) = keys.last().cloned() else {
             break;
         };
-        let outcomes = join_all(keys.iter().map(|key| migrate_one(store, key, &machine_of))).await;
+        let outcomes = join_all(
+            keys.iter()
+                .map(|key| migrate_one(store, key, &machine_of, &due_of)),
+        )
+        .await;
         for outcome in outcomes {
             match outcome? {
                 Outcome::Migrated => report.migrated += 1,
+                Outcome::Reindexed => report.reindexed += 1,
                 Outcome::Current => report.current += 1,
                 Outcome::Raced => report.raced += 1,
                 Outcome::Skipped => report.skipped += 1,
@@ -62,11 +74,19 @@ pub async fn migrate(
             "migrated format-1 instance records to format {CURRENT_FORMAT}"
         );
     }
+    if report.reindexed > 0 {
+        tracing::info!(
+            store = %store.describe(),
+            reindexed = report.reindexed,
+            "corrected the due times of instance records"
+        );
+    }
     Ok(report)
 }
 
 enum Outcome {
     Migrated,
+    Reindexed,
     Current,
     Raced,
     Skipped,
@@ -76,6 +96,7 @@ async fn migrate_one(
     store: &dyn StateStore,
     key: &str,
     machine_of: &impl Fn(&str) -> Option<String>,
+    due_of: &impl Fn(&str, &InstanceRecord) -> Option<Option<u64>>,
 ) -> Result<Outcome, StoreError> {
     let record = match store.load(key).await {
         Ok(Some(record)) => record,
@@ -87,19 +108,27 @@ async fn migrate_one(
         }
         Err(error) => return Err(error),
     };
-    if record.format >= CURRENT_FORMAT {
-        return Ok(Outcome::Current);
-    }
-    let migrated = InstanceRecord {
+    let outdated = record.format < CURRENT_FORMAT;
+    let mut rewritten = InstanceRecord {
         format: CURRENT_FORMAT,
-        machine: machine_of(&record.workflow),
+        machine: if outdated {
+            machine_of(&record.workflow)
+        } else {
+            record.machine.clone()
+        },
         version: record.version + 1,
         // The record's time says when its instance last moved (retention reads it): a format
         // change is not a move.
         ..record.clone()
     };
-    match store.save(key, &migrated, record.version).await {
-        Ok(()) => Ok(Outcome::Migrated),
+    let due = due_of(key, &rewritten).unwrap_or(record.due_at_ms);
+    if !outdated && due == record.due_at_ms {
+        return Ok(Outcome::Current);
+    }
+    rewritten.due_at_ms = due;
+    match store.save(key, &rewritten, record.version).await {
+        Ok(()) if outdated => Ok(Outcome::Migrated),
+        Ok(()) => Ok(Outcome::Reindexed),
         Err(StoreError::Conflict { .. }) => Ok(Outcome::Raced),
         Err(error) => Err(error),
     }
@@ -123,11 +152,12 @@ pub(super) async fn check_format_1_migration(store: &dyn StateStore) {
         Err(StoreError::Corrupt { .. })
     ));
     let machine_of = |id: &str| (id == "invoice").then(|| "v-now".to_owned());
-    let report = migrate(store, machine_of).await.unwrap();
+    let report = migrate(store, machine_of, |_, _| None).await.unwrap();
     assert_eq!(
         report,
         MigrationReport {
             migrated: 1,
+            reindexed: 0,
             current: 0,
             raced: 0,
             skipped: 1
@@ -144,10 +174,11 @@ pub(super) async fn check_format_1_migration(store: &dyn StateStore) {
             updated_at_ms: 1_600_000_000_000,
             machine: Some("v-now".into()),
             idempotency: Vec::new(),
+            due_at_ms: None,
         }
     );
     // The damaged record is left for an operator, not deleted; a second run has nothing to do.
     assert_eq!(store.count("").await.unwrap(), 2);
-    let again = migrate(store, machine_of).await.unwrap();
+    let again = migrate(store, machine_of, |_, _| None).await.unwrap();
     assert_eq!((again.migrated, again.current, again.skipped), (0, 1, 1));
 }

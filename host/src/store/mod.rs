@@ -8,7 +8,8 @@
 //!
 //! - `error.rs`: [`StoreError`], the one error type.
 //! - `format.rs`: the record format number and the fields added since format 1.
-//! - `migrate.rs`: [`migrate`], rewriting format-1 records as the current format on start.
+//! - `migrate.rs`: [`migrate`], rewriting format-1 records as the current format on start, and
+//!   records whose due time is not the one their snapshot gives.
 //! - `memory.rs`: [`MemoryStore`], in-process, for tests and throwaway servers.
 //! - `embedded.rs`: [`EmbeddedStore`], one redb file, fsync'd, with group commit
 //!   (`embedded/tests.rs`: its own tests; `embedded/files.rs`: its files `0600`, its data
@@ -39,6 +40,21 @@
 //! server), its machine version being the catalog's; a record that cannot be parsed is logged and
 //! left alone, never deleted. Format-1 records are readable without it, so a server that
 //! cannot migrate still serves.
+//!
+//! # Due times
+//!
+//! A record may carry a **due time** ([`InstanceRecord::due_at_ms`]): when the server must look
+//! at the instance without being called (its next timer deadline, or when retention deletes
+//! it; the caller works it out, the store only keeps it). Each store indexes it, so "the keys due
+//! by T, earliest first" ([`StateStore::due`]) is one indexed query, never a scan: a redb table
+//! keyed by (due, key), a Redis sorted set, a PostgreSQL column with a partial index. It is
+//! written in the same atomic step as the record, and a delete removes it.
+//!
+//! The due time is derived data, not part of what a record means, so it did not need a new
+//! format: a format-2 record written by code that predates due times simply has none (or keeps
+//! a stale one beside a newer snapshot). The reader tolerates both: whoever acts on a due key
+//! rereads the record and re-saves it with the right due time when the stored one is wrong, and
+//! [`migrate`] fills in missing due times on start.
 //!
 //! Machine definitions are stored too ([`StateStore::save_machine`]), by workflow and version,
 //! so an instance pinned to an old machine can be restored after the plugin that brought the
@@ -100,6 +116,23 @@ pub struct InstanceRecord {
     /// Results of recent calls that carried an idempotency key, oldest first.
     #[serde(default)]
     pub idempotency: Vec<IdempotencyEntry>,
+    /// When the server must next look at this instance unaided, in unix milliseconds (`None`:
+    /// never): the store indexes it for [`StateStore::due`]. At most [`MAX_DUE_MS`].
+    #[serde(default)]
+    pub due_at_ms: Option<u64>,
+}
+
+/// The latest due time any store accepts: PostgreSQL keeps it as a `bigint`. (A deadline that
+/// far out, some 292 million years, is "never" for every practical purpose; callers clamp.)
+pub const MAX_DUE_MS: u64 = i64::MAX as u64;
+
+/// One entry of [`StateStore::due`]: a key and its due time.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Due {
+    /// The due time, in unix milliseconds.
+    pub at_ms: u64,
+    /// The record's key.
+    pub key: String,
 }
 
 fn format_1() -> u32 {
@@ -117,11 +150,13 @@ impl InstanceRecord {
             updated_at_ms: now_ms(),
             machine: None,
             idempotency: Vec::new(),
+            due_at_ms: None,
         }
     }
 
     /// The record that follows `self` with a new snapshot, in the current format, keeping its
-    /// machine version and idempotency entries: save it with `expected = self.version`.
+    /// machine version and idempotency entries, with no due time (it belongs to the old
+    /// snapshot: set the new one's): save it with `expected = self.version`.
     pub fn next(&self, snapshot: serde_json::Value) -> Self {
         Self {
             format: CURRENT_FORMAT,
@@ -131,6 +166,7 @@ impl InstanceRecord {
             updated_at_ms: now_ms(),
             machine: self.machine.clone(),
             idempotency: self.idempotency.clone(),
+            due_at_ms: None,
         }
     }
 
@@ -142,7 +178,8 @@ impl InstanceRecord {
         }
     }
 
-    /// A record of `format` with `extras` and the format-1 fields.
+    /// A record of `format` with `extras` and the format-1 fields, and no due time (see
+    /// [`InstanceRecord::due`]).
     fn assemble(
         format: u32,
         extras: format::Extras,
@@ -159,7 +196,13 @@ impl InstanceRecord {
             updated_at_ms,
             machine: extras.machine,
             idempotency: extras.idempotency,
+            due_at_ms: None,
         }
+    }
+
+    /// `self` with the due time a store kept beside it.
+    fn due(self, due_at_ms: Option<u64>) -> Self {
+        Self { due_at_ms, ..self }
     }
 }
 
@@ -240,6 +283,17 @@ pub trait StateStore: Send + Sync {
 
     /// How many records have a key starting with `prefix` (`""`: all of them).
     async fn count(&self, prefix: &str) -> Result<u64, StoreError>;
+
+    /// Up to `limit` records whose due time ([`InstanceRecord::due_at_ms`]) is at or before
+    /// `until`, earliest first (equal times in ascending key order), strictly after `after` (the
+    /// last entry of the previous page) when given. An indexed query in every store: what the
+    /// timer task and retention ask, often. Records without a due time are never listed.
+    async fn due(
+        &self,
+        until: u64,
+        after: Option<&Due>,
+        limit: usize,
+    ) -> Result<Vec<Due>, StoreError>;
 
     /// Keeps the definition of `workflow`'s machine `version` (a hash of `definition`, so a
     /// version names one definition forever: saving it again changes nothing). Saved before any
@@ -364,6 +418,12 @@ fn check_save(key: &str, record: &InstanceRecord, expected: u64) -> Result<(), S
                 "record.format is {} but only format {CURRENT_FORMAT} is written",
                 record.format
             ),
+        ));
+    }
+    if record.due_at_ms.is_some_and(|due| due > MAX_DUE_MS) {
+        return Err(invalid(
+            key,
+            format!("record.due_at_ms is over the largest due time, {MAX_DUE_MS}"),
         ));
     }
     if expected.checked_add(1) != Some(record.version) {

@@ -8,8 +8,11 @@
 //! The table is `{namespace}_instances`:
 //! `key text COLLATE "C" PRIMARY KEY, workflow text, snapshot jsonb, version bigint,
 //! updated_at timestamptz, format integer, extras text`. `format` and `extras` (record format 2;
-//! see `format.rs`) are NULL in a row written by format-1 code. The "C" collation makes the primary key's order byte order (what
-//! `list_keys` promises) and lets `LIKE 'prefix%'` use the index.
+//! see `format.rs`) are NULL in a row written by format-1 code. The "C" collation makes the
+//! primary key's order byte order (what `list_keys` promises) and lets `LIKE 'prefix%'` use the
+//! index. `due_at bigint` is the record's due time (NULL: none), indexed by
+//! `{namespace}_instances_due` on `(due_at, key) WHERE due_at IS NOT NULL`, so the due query is an
+//! index range scan that never touches the rows without one.
 //!
 //! Machine definitions live in `{namespace}_machines` (`workflow, version, definition jsonb`),
 //! written once per version.
@@ -31,8 +34,8 @@ use deadpool_postgres::{
 };
 
 use super::{
-    InstanceRecord, StateStore, StoreError, StoreOptions, chain, check_key, check_save, conflict,
-    format, invalid, redact,
+    Due, InstanceRecord, StateStore, StoreError, StoreOptions, chain, check_key, check_save,
+    conflict, format, invalid, redact,
 };
 
 /// Every statement, with the table name filled in once at connect time (the namespace is
@@ -48,6 +51,7 @@ struct Sql {
     delete_if: String,
     list: String,
     count: String,
+    due: String,
 }
 
 impl Sql {
@@ -55,7 +59,7 @@ impl Sql {
         Self {
             load: format!(
                 "SELECT workflow, snapshot, version, \
-                 (EXTRACT(EPOCH FROM updated_at) * 1000)::bigint, format, extras \
+                 (EXTRACT(EPOCH FROM updated_at) * 1000)::bigint, format, extras, due_at \
                  FROM {t} WHERE key = $1"
             ),
             save_machine: format!(
@@ -66,14 +70,15 @@ impl Sql {
                 "SELECT definition FROM {machines} WHERE workflow = $1 AND version = $2"
             ),
             insert: format!(
-                "INSERT INTO {t} (key, workflow, snapshot, version, updated_at, format, extras) \
-                 VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000), $6, $7) \
+                "INSERT INTO {t} \
+                 (key, workflow, snapshot, version, updated_at, format, extras, due_at) \
+                 VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000), $6, $7, $8) \
                  ON CONFLICT (key) DO NOTHING"
             ),
             update: format!(
                 "UPDATE {t} SET workflow = $2, snapshot = $3, version = $4, \
-                 updated_at = to_timestamp($5::float8 / 1000), format = $7, extras = $8 \
-                 WHERE key = $1 AND version = $6"
+                 updated_at = to_timestamp($5::float8 / 1000), format = $7, extras = $8, \
+                 due_at = $9 WHERE key = $1 AND version = $6"
             ),
             version: format!("SELECT version FROM {t} WHERE key = $1"),
             delete: format!("DELETE FROM {t} WHERE key = $1"),
@@ -82,6 +87,12 @@ impl Sql {
                 "SELECT key FROM {t} WHERE key LIKE $1 AND key > $2 ORDER BY key LIMIT $3"
             ),
             count: format!("SELECT count(*) FROM {t} WHERE key LIKE $1"),
+            // `(due_at, key) > ($2, $3)` is the page boundary: a row comparison the index serves.
+            due: format!(
+                "SELECT due_at, key FROM {t} \
+                 WHERE due_at IS NOT NULL AND due_at <= $1 AND (due_at, key) > ($2, $3) \
+                 ORDER BY due_at, key LIMIT $4"
+            ),
         }
     }
 }
@@ -156,6 +167,8 @@ impl PostgresStore {
                  updated_at timestamptz NOT NULL DEFAULT now();
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS format integer;
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS extras text;
+             ALTER TABLE {t} ADD COLUMN IF NOT EXISTS due_at bigint;
+             CREATE INDEX IF NOT EXISTS {t}_due ON {t} (due_at, key) WHERE due_at IS NOT NULL;
              CREATE TABLE IF NOT EXISTS {m} (
                  workflow text NOT NULL,
                  version text NOT NULL,
@@ -333,16 +346,20 @@ impl StateStore for PostgresStore {
         let updated_at: i64 = column(key, row, 3)?;
         let format: Option<i32> = column(key, row, 4)?;
         let extras: Option<String> = column(key, row, 5)?;
+        let due: Option<i64> = column(key, row, 6)?;
         let (format, extras) = format::decode(key, format.map(|f| f as u64), extras.as_deref())?;
-        Ok(Some(InstanceRecord::assemble(
-            format,
-            extras,
-            column(key, row, 0)?,
-            column(key, row, 1)?,
-            version_from(key, column(key, row, 2)?)?,
-            // Before 1970 only if someone edited the row by hand; 0 says "unknown".
-            u64::try_from(updated_at).unwrap_or(0),
-        )))
+        Ok(Some(
+            InstanceRecord::assemble(
+                format,
+                extras,
+                column(key, row, 0)?,
+                column(key, row, 1)?,
+                version_from(key, column(key, row, 2)?)?,
+                // Before 1970 only if someone edited the row by hand; 0 says "unknown".
+                u64::try_from(updated_at).unwrap_or(0),
+            )
+            .due(due.map(|due| u64::try_from(due).unwrap_or(0))),
+        ))
     }
 
     async fn save(
@@ -358,8 +375,12 @@ impl StateStore for PostgresStore {
         let format = i32::try_from(record.format)
             .map_err(|_| invalid(key, format!("format {} too large", record.format)))?;
         let extras = format::encode(&record.extras());
+        // `check_save` keeps due times within `bigint`.
+        let due = record
+            .due_at_ms
+            .map(|due| i64::try_from(due).unwrap_or(i64::MAX));
         let changed = if expected == 0 {
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
                 &key,
                 &record.workflow,
                 &record.snapshot,
@@ -367,11 +388,12 @@ impl StateStore for PostgresStore {
                 &updated_at,
                 &format,
                 &extras,
+                &due,
             ];
             self.execute("save", &self.sql.insert, &params).await?
         } else {
             let expected = pg_version(key, expected)?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
                 &key,
                 &record.workflow,
                 &record.snapshot,
@@ -380,6 +402,7 @@ impl StateStore for PostgresStore {
                 &expected,
                 &format,
                 &extras,
+                &due,
             ];
             self.execute("save", &self.sql.update, &params).await?
         };
@@ -459,6 +482,41 @@ impl StateStore for PostgresStore {
         // count(*) returns exactly one row, with a non-negative bigint.
         let n: i64 = rows.first().map_or(Ok(0), |row| column(prefix, row, 0))?;
         Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn due(
+        &self,
+        until: u64,
+        after: Option<&Due>,
+        limit: usize,
+    ) -> Result<Vec<Due>, StoreError> {
+        let until = i64::try_from(until).unwrap_or(i64::MAX);
+        // Due times are never negative, so (-1, "") is before every entry.
+        let (after_at, after_key) = match after {
+            Some(after) => (
+                i64::try_from(after.at_ms).unwrap_or(i64::MAX),
+                after.key.as_str(),
+            ),
+            None => (-1, ""),
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .query(
+                "due",
+                &self.sql.due,
+                &[&until, &after_at, &after_key, &limit],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let key: String = column("due", row, 1)?;
+                let at: i64 = column(&key, row, 0)?;
+                Ok(Due {
+                    at_ms: u64::try_from(at).unwrap_or(0),
+                    key,
+                })
+            })
+            .collect()
     }
 }
 

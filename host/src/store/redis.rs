@@ -1,17 +1,23 @@
 //! `RedisStore`: instances in Redis, so several server processes can share them.
 //!
-//! This module owns the key layout, the two Lua scripts that make save and delete
-//! compare-and-set, and the `{namespace}:changed` pub/sub channel. It must not cache records
+//! This module owns the key layout, the Lua scripts that make save and delete compare-and-set
+//! (and keep the due-time index with them), and the `{namespace}:changed` pub/sub channel. It must not cache records
 //! (another process may have written since) and must not report success for a write Redis did
 //! not confirm.
 //!
 //! Layout, with `ns` the configured namespace:
 //! - `ns:i:<key>`: a hash with fields `v` (version, decimal), `w` (workflow), `s` (snapshot JSON),
 //!   `t` (updated_at_ms), and since record format 2 `f` (format, decimal) and `x` (the format's
-//!   added fields as JSON; see `format.rs`). A hash without `f` was written by format-1 code;
+//!   added fields as JSON; see `format.rs`). A hash without `f` was written by format-1 code.
+//!   `d`, when present, is the record's due time (decimal unix milliseconds);
 //! - `ns:m:<workflow>@<version>`: a machine definition (JSON), written once;
 //! - `ns:index`: a sorted set of every key, all scores 0, so listing by prefix is a lexical range
 //!   (`ZRANGEBYLEX`) instead of a `SCAN` over the keyspace;
+//! - `ns:due`: the due-time index, a sorted set with all scores 0 whose members are the due time
+//!   as 20 zero-padded decimal digits followed by the key, so lexical order is (due, key) order
+//!   and a page boundary is exact even among keys due in the same millisecond. The save and
+//!   delete scripts update it with the record. Code that predates due times does not: the
+//!   query script drops a member whose record is gone or has another due time;
 //! - `ns:changed`: pub/sub channel carrying the key of an instance that changed.
 //!
 //! The record and the index live in different hash slots: Redis Cluster is not supported.
@@ -30,13 +36,17 @@ use redis::{
 };
 
 use super::{
-    InstanceRecord, StateStore, StoreError, StoreOptions, chain, check_key, check_save, conflict,
-    format, machine_key, redact,
+    Due, InstanceRecord, StateStore, StoreError, StoreOptions, chain, check_key, check_save,
+    conflict, format, machine_key, redact,
 };
 
-/// CAS save. KEYS: record hash, index. ARGV: expected, version, workflow, snapshot,
-/// updated_at_ms, key, format, extras. Returns "ok", or the stored version ("none" when absent) on conflict.
-/// Versions are compared as decimal strings: Lua numbers are doubles and would round above 2^53.
+/// Digits of a due time in a `ns:due` member: enough for every `u64`.
+const DUE_DIGITS: usize = 20;
+
+/// CAS save. KEYS: record hash, index, due index. ARGV: expected, version, workflow, snapshot,
+/// updated_at_ms, key, format, extras, due time (decimal, or "" for none). Returns "ok", or the
+/// stored version ("none" when absent) on conflict. Versions are compared as decimal strings:
+/// Lua numbers are doubles and would round above 2^53; due times are padded as strings too.
 const SAVE_LUA: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'v')
 if cur then
@@ -44,22 +54,61 @@ if cur then
 elseif ARGV[1] ~= '0' then
   return 'none'
 end
+local old = redis.call('HGET', KEYS[1], 'd')
+if old then
+  redis.call('ZREM', KEYS[3], string.rep('0', 20 - #old) .. old .. ARGV[6])
+end
 redis.call('HSET', KEYS[1], 'v', ARGV[2], 'w', ARGV[3], 's', ARGV[4], 't', ARGV[5],
   'f', ARGV[7], 'x', ARGV[8])
+if ARGV[9] ~= '' then
+  redis.call('HSET', KEYS[1], 'd', ARGV[9])
+  redis.call('ZADD', KEYS[3], 0, string.rep('0', 20 - #ARGV[9]) .. ARGV[9] .. ARGV[6])
+else
+  redis.call('HDEL', KEYS[1], 'd')
+end
 redis.call('ZADD', KEYS[2], 0, ARGV[6])
 return 'ok'
 ";
 
-/// Delete, conditional when ARGV[1] is not empty. KEYS: record hash, index. ARGV: expected or
-/// "", key. Returns "deleted", "absent", or the stored version ("none") on conflict.
+/// Delete, conditional when ARGV[1] is not empty. KEYS: record hash, index, due index. ARGV:
+/// expected or "", key. Returns "deleted", "absent", or the stored version ("none") on conflict.
 const DELETE_LUA: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'v')
 if ARGV[1] ~= '' and cur ~= ARGV[1] then
   if cur then return cur else return 'none' end
 end
+local old = redis.call('HGET', KEYS[1], 'd')
+if old then
+  redis.call('ZREM', KEYS[3], string.rep('0', 20 - #old) .. old .. ARGV[2])
+end
 local n = redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[2])
 if n == 1 then return 'deleted' else return 'absent' end
+";
+
+/// The due query. KEYS: due index. ARGV: lexical min and max, limit, the prefix of record hash
+/// keys (`ns:i:`). Returns up to `limit` members in order, dropping (and removing) those whose
+/// record is gone or has another due time: members code that predates due times left behind.
+/// It reads record hashes it cannot name in KEYS, which is why Redis Cluster is not supported
+/// (see the module docs).
+const DUE_LUA: &str = r"
+local out = {}
+local min = ARGV[1]
+local limit = tonumber(ARGV[3])
+while #out < limit do
+  local page = redis.call('ZRANGEBYLEX', KEYS[1], min, ARGV[2], 'LIMIT', 0, limit - #out)
+  if #page == 0 then break end
+  for _, member in ipairs(page) do
+    local d = redis.call('HGET', ARGV[4] .. string.sub(member, 21), 'd')
+    if d and string.rep('0', 20 - #d) .. d == string.sub(member, 1, 20) then
+      table.insert(out, member)
+    else
+      redis.call('ZREM', KEYS[1], member)
+    end
+  end
+  min = '(' .. page[#page]
+end
+return out
 ";
 
 /// Redis-backed store. Cheap to share: the connection is multiplexed.
@@ -71,6 +120,7 @@ pub struct RedisStore {
     op_timeout: Duration,
     save_script: Script,
     delete_script: Script,
+    due_script: Script,
 }
 
 /// Stream of changed instance keys from [`RedisStore::subscribe_changed`].
@@ -118,6 +168,7 @@ impl RedisStore {
             op_timeout: options.op_timeout,
             save_script: Script::new(SAVE_LUA),
             delete_script: Script::new(DELETE_LUA),
+            due_script: Script::new(DUE_LUA),
         };
         let mut con = store.con.clone();
         store
@@ -138,6 +189,10 @@ impl RedisStore {
 
     fn index_key(&self) -> String {
         format!("{}:index", self.namespace)
+    }
+
+    fn due_key(&self) -> String {
+        format!("{}:due", self.namespace)
     }
 
     fn channel(&self) -> String {
@@ -237,6 +292,25 @@ fn lex_bounds(prefix: &str, after: Option<&str>) -> (Vec<u8>, Vec<u8>) {
     (min, max)
 }
 
+/// A `ns:due` member: `at_ms` as [`DUE_DIGITS`] zero-padded digits, then the key.
+fn due_member(at_ms: u64, key: &str) -> String {
+    format!("{at_ms:0width$}{key}", width = DUE_DIGITS)
+}
+
+/// The entry a `ns:due` member stands for.
+fn parse_due_member(member: &str) -> Result<Due, StoreError> {
+    let corrupt = || StoreError::Corrupt {
+        key: member.to_owned(),
+        reason: "not a due-time index entry".to_owned(),
+    };
+    let digits = member.get(..DUE_DIGITS).ok_or_else(corrupt)?;
+    let key = member.get(DUE_DIGITS..).filter(|key| !key.is_empty());
+    Ok(Due {
+        at_ms: digits.parse().map_err(|_| corrupt())?,
+        key: key.ok_or_else(corrupt)?.to_owned(),
+    })
+}
+
 /// Reads the conflict answer of a script ("none" or a decimal version).
 fn parse_current(key: &str, answer: &str) -> Result<Option<u64>, StoreError> {
     if answer == "none" {
@@ -292,7 +366,7 @@ impl StateStore for RedisStore {
             .bounded("load", async move {
                 redis::cmd("HMGET")
                     .arg(rkey)
-                    .arg(&["v", "w", "s", "t", "f", "x"])
+                    .arg(&["v", "w", "s", "t", "f", "x", "d"])
                     .query_async(&mut con)
                     .await
             })
@@ -302,23 +376,30 @@ impl StateStore for RedisStore {
             reason,
         };
         match fields.as_slice() {
-            [None, None, None, None, _, _] => Ok(None),
-            [Some(v), Some(w), Some(s), Some(t), f, x] => {
+            [None, None, None, None, _, _, _] => Ok(None),
+            [Some(v), Some(w), Some(s), Some(t), f, x, d] => {
                 let format = f
                     .as_deref()
                     .map(|f| f.parse().map_err(|_| corrupt(format!("format {f:?}"))))
                     .transpose()?;
                 let (format, extras) = format::decode(key, format, x.as_deref())?;
-                Ok(Some(InstanceRecord::assemble(
-                    format,
-                    extras,
-                    w.clone(),
-                    serde_json::from_str(s)
-                        .map_err(|e| corrupt(format!("snapshot is not JSON: {e}")))?,
-                    v.parse().map_err(|_| corrupt(format!("version {v:?}")))?,
-                    t.parse()
-                        .map_err(|_| corrupt(format!("updated_at {t:?}")))?,
-                )))
+                Ok(Some(
+                    InstanceRecord::assemble(
+                        format,
+                        extras,
+                        w.clone(),
+                        serde_json::from_str(s)
+                            .map_err(|e| corrupt(format!("snapshot is not JSON: {e}")))?,
+                        v.parse().map_err(|_| corrupt(format!("version {v:?}")))?,
+                        t.parse()
+                            .map_err(|_| corrupt(format!("updated_at {t:?}")))?,
+                    )
+                    .due(
+                        d.as_deref()
+                            .map(|d| d.parse().map_err(|_| corrupt(format!("due time {d:?}"))))
+                            .transpose()?,
+                    ),
+                ))
             }
             _ => Err(corrupt(format!("hash fields missing: {fields:?}"))),
         }
@@ -335,6 +416,7 @@ impl StateStore for RedisStore {
         let mut invocation = self.save_script.key(self.record_key(key));
         invocation
             .key(self.index_key())
+            .key(self.due_key())
             .arg(expected)
             .arg(record.version)
             .arg(&record.workflow)
@@ -342,7 +424,13 @@ impl StateStore for RedisStore {
             .arg(record.updated_at_ms)
             .arg(key)
             .arg(record.format)
-            .arg(format::encode(&record.extras()));
+            .arg(format::encode(&record.extras()))
+            .arg(
+                record
+                    .due_at_ms
+                    .map(|due| due.to_string())
+                    .unwrap_or_default(),
+            );
         let answer: String = self
             .bounded(
                 "save",
@@ -402,6 +490,7 @@ impl StateStore for RedisStore {
         let mut invocation = self.delete_script.key(self.record_key(key));
         invocation
             .key(self.index_key())
+            .key(self.due_key())
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
             .arg(key);
         let answer: String = self
@@ -461,6 +550,40 @@ impl StateStore for RedisStore {
         })
         .await
     }
+
+    async fn due(
+        &self,
+        until: u64,
+        after: Option<&Due>,
+        limit: usize,
+    ) -> Result<Vec<Due>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let min = match after {
+            Some(after) => format!("({}", due_member(after.at_ms, &after.key)),
+            None => "-".to_owned(),
+        };
+        // Every member due at `until` is below the first one due a millisecond later.
+        let max = match until.checked_add(1) {
+            Some(next) => format!("({next:0width$}", width = DUE_DIGITS),
+            None => "+".to_owned(),
+        };
+        let mut con = self.con.clone();
+        let mut invocation = self.due_script.key(self.due_key());
+        invocation
+            .arg(min)
+            .arg(max)
+            .arg(limit)
+            .arg(format!("{}:i:", self.namespace));
+        let members: Vec<String> = self
+            .bounded(
+                "due",
+                async move { invocation.invoke_async(&mut con).await },
+            )
+            .await?;
+        members.iter().map(|m| parse_due_member(m)).collect()
+    }
 }
 
 #[cfg(test)]
@@ -487,6 +610,54 @@ mod tests {
             .unwrap();
         store.save("k", &v1.next(json!(2)), 1).await.unwrap();
         assert!(store.delete("k", Some(2)).await.unwrap());
+        store.destroy_namespace().await.unwrap();
+    }
+
+    /// Code that predates due times deletes a hash without its `ns:due` member, and saves one
+    /// without changing it: the due query drops (and removes) such members, and lists the rest.
+    #[tokio::test]
+    async fn due_entries_older_code_left_behind_are_dropped() {
+        let store = RedisStore::connect(&redis_url(), &unique_options())
+            .await
+            .unwrap();
+        for (key, due) in [("kept", 10), ("deleted", 20), ("moved", 30)] {
+            let record = InstanceRecord {
+                due_at_ms: Some(due),
+                ..InstanceRecord::first("w", json!(1))
+            };
+            store.save(key, &record, 0).await.unwrap();
+        }
+        let mut con = store.con.clone();
+        // What a delete by older code does, and a save that changed `d` but not the index.
+        redis::cmd("DEL")
+            .arg(store.record_key("deleted"))
+            .exec_async(&mut con)
+            .await
+            .unwrap();
+        redis::cmd("HSET")
+            .arg(store.record_key("moved"))
+            .arg(&["d", "40"])
+            .exec_async(&mut con)
+            .await
+            .unwrap();
+        let due = store.due(u64::MAX, None, 1).await.unwrap();
+        assert_eq!(
+            due,
+            [super::Due {
+                at_ms: 10,
+                key: "kept".into()
+            }]
+        );
+        let due = store.due(u64::MAX, due.last(), 10).await.unwrap();
+        assert!(due.is_empty(), "{due:?}");
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg(store.due_key())
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(members, [super::due_member(10, "kept")]);
         store.destroy_namespace().await.unwrap();
     }
 

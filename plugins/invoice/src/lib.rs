@@ -3,8 +3,14 @@
 //! ```text
 //! draft --SUBMIT--> review --APPROVE--> approved --DISCHARGE--> discharged (final)
 //!                     |  \--APPROVE [amount > 10,000]--> second_approval --APPROVE_AGAIN--> approved
-//!                     \--REJECT--> draft   (REJECT from second_approval too)
+//!                     |--REJECT--> draft   (REJECT from second_approval too)
+//!                     \--after the review deadline--> draft
 //! ```
+//!
+//! A review nobody decides goes back to draft by itself after the review deadline: 48 hours, or
+//! `TURNSTILE_PLUGIN_INVOICE_REVIEW_DEADLINE_MS` milliseconds (the host passes it as the
+//! plugin's configuration; a value that is not a whole number above 0 refuses the load). The
+//! host keeps the deadline with the instance, so it holds across restarts.
 //!
 //! Each gated tool is visible only in its state and fires one event; `invoice.status` is bound to
 //! the workflow but to no state, so it is always visible and reports where the instance stands.
@@ -20,11 +26,17 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use turnstile_plugin_api::{
-    CallContext, ToolError,
-    sdk::{NoInput, Toolkit, Workflow},
+    CallContext, ToolError, plugin_config,
+    sdk::{NoInput, Toolkit, ToolkitPlugin, Workflow},
 };
 
-turnstile_plugin_api::export_toolkit!(toolkit);
+// Like `export_toolkit!`, reading the configuration first: a bad deadline refuses the load.
+turnstile_plugin_api::export_plugin!(ToolkitPlugin, || {
+    let deadline = review_deadline_ms(plugin_config())?;
+    toolkit_with(deadline)
+        .build()
+        .map_err(|error| error.to_string())
+});
 
 /// Every tool here computes its answer from the call alone, in microseconds, without I/O: the
 /// host may run it on the request's own thread (see `ToolManifest::quick_ms`).
@@ -33,21 +45,56 @@ const QUICK_MS: u32 = 2;
 /// Invoices above this amount need a second approval.
 const SECOND_APPROVAL_ABOVE: f64 = 10_000.0;
 
-/// The workflow machine, XState v5 JSON. The context keeps the submitted amount (assigned from
-/// the `invoice.submit` call's input), and a guard over it sends a large invoice to a second
-/// approval: the agent's menu then offers `invoice.second_approve` instead of the payout.
-fn machine() -> Value {
+/// How long a review may stay undecided unless configured: 48 hours.
+pub const DEFAULT_REVIEW_DEADLINE_MS: u64 = 48 * 60 * 60 * 1000;
+
+/// The review deadline `config` sets (`review_deadline_ms`: whole milliseconds, above 0), or
+/// [`DEFAULT_REVIEW_DEADLINE_MS`].
+fn review_deadline_ms(config: &Value) -> Result<u64, String> {
+    let Some(value) = config.get("review_deadline_ms") else {
+        return Ok(DEFAULT_REVIEW_DEADLINE_MS);
+    };
+    value
+        .as_str()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .ok_or_else(|| {
+            format!(
+                "TURNSTILE_PLUGIN_INVOICE_REVIEW_DEADLINE_MS must be a whole number of \
+                 milliseconds above 0, not {value}"
+            )
+        })
+}
+
+/// `ms` as a person says it: "48 hours", "90 seconds", "1500 ms".
+fn spoken(ms: u64) -> String {
+    let unit = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+    match ms {
+        ms if ms % 3_600_000 == 0 => unit(ms / 3_600_000, "hour"),
+        ms if ms % 60_000 == 0 => unit(ms / 60_000, "minute"),
+        ms if ms % 1_000 == 0 => unit(ms / 1_000, "second"),
+        ms => format!("{ms} ms"),
+    }
+}
+
+/// The workflow machine, XState v5 JSON, with the review deadline in ms. The context keeps the
+/// submitted amount (assigned from the `invoice.submit` call's input), and a guard over it sends
+/// a large invoice to a second approval: the agent's menu then offers `invoice.second_approve`
+/// instead of the payout. A review left undecided past `review_deadline_ms` goes back to draft
+/// (a named delay, so the diagram says what it is).
+fn machine(review_deadline_ms: u64) -> Value {
     json!({
         "id": "invoice",
         "initial": "draft",
         "context": {"amount": 0},
+        "delays": {"reviewDeadline": review_deadline_ms},
         "states": {
             "draft": {"on": {"SUBMIT": {
                 "target": "review",
                 "actions": [{"type": "xstate.assign",
                     "params": {"amount": {"var": "event.input.amount"}}}]
             }}},
-            "review": {"on": {
+            "review": {"after": {"reviewDeadline": "draft"}, "on": {
                 "APPROVE": [
                     {"target": "second_approval", "guard": {"type": "jsonLogic", "params": {
                         "rule": {">": [{"var": "context.amount"}, SECOND_APPROVAL_ABOVE]}}}},
@@ -62,18 +109,25 @@ fn machine() -> Value {
     })
 }
 
-/// The plugin: the invoice workflow and its six tools.
+/// The plugin with the default review deadline: the invoice workflow and its six tools.
 pub fn toolkit() -> Toolkit {
-    let invoice = Workflow::new(machine());
+    toolkit_with(DEFAULT_REVIEW_DEADLINE_MS)
+}
+
+/// The plugin with a review deadline of `review_deadline_ms`.
+pub fn toolkit_with(review_deadline_ms: u64) -> Toolkit {
+    let invoice = Workflow::new(machine(review_deadline_ms));
+    let deadline = spoken(review_deadline_ms);
     Toolkit::new("invoice", env!("CARGO_PKG_VERSION"))
         .tool(
             invoice
                 .action("invoice.submit")
-                .describe(
+                .describe(format!(
                     "Submit the draft invoice for review. Give the amount to bill (a positive \
                      number) and optionally the customer's name. Afterwards a reviewer approves \
-                     or rejects it; the invoice cannot be paid out before it is approved.",
-                )
+                     or rejects it; the invoice cannot be paid out before it is approved. A \
+                     review not decided within {deadline} sends the invoice back to draft."
+                ))
                 .compact("Submit the invoice (amount, customer) for review.")
                 .bind_state("draft", "SUBMIT")
                 .quick(QUICK_MS)
@@ -82,11 +136,12 @@ pub fn toolkit() -> Toolkit {
         .tool(
             invoice
                 .action("invoice.approve")
-                .describe(
+                .describe(format!(
                     "Approve the invoice under review, optionally with a note for the record. \
                      An approved invoice can then be discharged (paid out); one over 10,000 \
-                     needs a second approval first.",
-                )
+                     needs a second approval first. The review must be decided within \
+                     {deadline} of the submission, or the invoice goes back to draft."
+                ))
                 .compact("Approve the invoice.")
                 .bind_state("review", "APPROVE")
                 .quick(QUICK_MS)
@@ -230,7 +285,9 @@ fn reject(input: Reject, ctx: &CallContext) -> Result<Value, ToolError> {
 fn status(ctx: &CallContext) -> Status {
     let next = match ctx.state.as_str() {
         Some("draft") => "submit it for review",
-        Some("review") => "approve or reject it",
+        Some("review") => {
+            "approve or reject it (undecided past the review deadline, it goes back to draft)"
+        }
         Some("second_approval") => "give it its second approval, or reject it",
         Some("approved") => "discharge (pay out) it",
         Some("discharged") => "nothing: the invoice is closed",
@@ -300,7 +357,45 @@ mod tests {
                 .iter()
                 .all(|t| t.workflow.as_deref() == Some("invoice"))
         );
-        assert_eq!(manifest.workflows, [machine()]);
+        assert_eq!(manifest.workflows, [machine(DEFAULT_REVIEW_DEADLINE_MS)]);
+    }
+
+    #[test]
+    fn the_review_deadline_comes_from_the_configuration() {
+        assert_eq!(
+            review_deadline_ms(&Value::Null),
+            Ok(DEFAULT_REVIEW_DEADLINE_MS)
+        );
+        assert_eq!(
+            review_deadline_ms(&json!({"other": "1"})),
+            Ok(DEFAULT_REVIEW_DEADLINE_MS)
+        );
+        assert_eq!(
+            review_deadline_ms(&json!({"review_deadline_ms": " 1500 "})),
+            Ok(1500)
+        );
+        for bad in ["0", "-5", "1.5", "soon", ""] {
+            let refused = review_deadline_ms(&json!({"review_deadline_ms": bad})).unwrap_err();
+            assert!(
+                refused.contains("TURNSTILE_PLUGIN_INVOICE_REVIEW_DEADLINE_MS"),
+                "{refused}"
+            );
+        }
+        let manifest = toolkit_with(90_000).build().unwrap().manifest();
+        assert_eq!(manifest.workflows[0]["delays"]["reviewDeadline"], 90_000);
+        let submit = manifest
+            .tools
+            .iter()
+            .find(|t| t.name == "invoice.submit")
+            .unwrap();
+        assert!(
+            submit.description.contains("within 90 seconds"),
+            "{}",
+            submit.description
+        );
+        assert_eq!(spoken(DEFAULT_REVIEW_DEADLINE_MS), "48 hours");
+        assert_eq!(spoken(60_000), "1 minute");
+        assert_eq!(spoken(1_500), "1500 ms");
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! new --AUTHORIZE--> authorized --CAPTURE--> captured --REFUND--> refunded (final)
-//!                        |  \--VOID--> voided (final)
-//!                        \--PAYMENT_FAILED (a declined capture)--> declined --VOID--> voided
+//!                        |--VOID--> voided (final)
+//!                        |--PAYMENT_FAILED (a declined capture)--> declined --VOID--> voided
+//!                        \--after the authorization expires--> expired (final)
 //! ```
 //!
 //! A capture can fail: the tool's binding fires `PAYMENT_FAILED` when its handler fails
@@ -14,6 +15,11 @@
 //! (`TURNSTILE_PLUGIN_PAYMENT_CARD_LIMIT`; unset: no limit). The authorized amount is in the
 //! machine's context (assigned from the `payment.authorize` call), which the host passes to the
 //! capture handler.
+//!
+//! An authorization not captured (or voided) in time expires, as card authorizations do: after 7
+//! days, or `TURNSTILE_PLUGIN_PAYMENT_AUTHORIZATION_EXPIRY_MS` milliseconds (the host passes it as
+//! the plugin's configuration; a value that is not a whole number above 0 refuses the load).
+//! The payment is then closed and a capture is no longer on the menu.
 //!
 //! The gate is what makes this safe to hand to an agent: a capture is not on the menu until an
 //! authorization succeeded, a refund not until the money was captured, and after a void or a
@@ -29,42 +35,78 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use turnstile_plugin_api::{
-    CallContext, ToolError,
-    sdk::{NoInput, Toolkit, Workflow},
+    CallContext, ToolError, plugin_config,
+    sdk::{NoInput, Toolkit, ToolkitPlugin, Workflow},
 };
 
-turnstile_plugin_api::export_toolkit!(toolkit);
+// Like `export_toolkit!`, reading the configuration first: a bad expiry refuses the load.
+turnstile_plugin_api::export_plugin!(ToolkitPlugin, || {
+    let expiry = authorization_expiry_ms(plugin_config())?;
+    toolkit_with(expiry)
+        .build()
+        .map_err(|error| error.to_string())
+});
 
 /// Every tool here computes its answer from the call alone, in microseconds, without I/O: the
 /// host may run it on the request's own thread (see `ToolManifest::quick_ms`).
 const QUICK_MS: u32 = 2;
 
-/// The workflow machine, XState v5 JSON.
-fn machine() -> Value {
+/// How long an authorization holds unless configured: 7 days.
+pub const DEFAULT_AUTHORIZATION_EXPIRY_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// The authorization expiry `config` sets (`authorization_expiry_ms`: whole milliseconds, above
+/// 0), or [`DEFAULT_AUTHORIZATION_EXPIRY_MS`].
+fn authorization_expiry_ms(config: &Value) -> Result<u64, String> {
+    let Some(value) = config.get("authorization_expiry_ms") else {
+        return Ok(DEFAULT_AUTHORIZATION_EXPIRY_MS);
+    };
+    value
+        .as_str()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .ok_or_else(|| {
+            format!(
+                "TURNSTILE_PLUGIN_PAYMENT_AUTHORIZATION_EXPIRY_MS must be a whole number of \
+                 milliseconds above 0, not {value}"
+            )
+        })
+}
+
+/// The workflow machine, XState v5 JSON, with the authorization expiry in ms (a named delay, so
+/// the diagram says what it is).
+fn machine(authorization_expiry_ms: u64) -> Value {
     json!({
         "id": "payment",
         "initial": "new",
         "context": {"amount": 0},
+        "delays": {"authorizationExpiry": authorization_expiry_ms},
         "states": {
             "new": {"on": {"AUTHORIZE": {
                 "target": "authorized",
                 "actions": [{"type": "xstate.assign",
                     "params": {"amount": {"var": "event.input.amount"}}}]
             }}},
-            "authorized": {"on": {
-                "CAPTURE": "captured", "VOID": "voided", "PAYMENT_FAILED": "declined"
-            }},
+            "authorized": {
+                "after": {"authorizationExpiry": "expired"},
+                "on": {"CAPTURE": "captured", "VOID": "voided", "PAYMENT_FAILED": "declined"}
+            },
             "declined": {"on": {"VOID": "voided"}},
             "captured": {"on": {"REFUND": "refunded"}},
             "refunded": {"type": "final"},
-            "voided": {"type": "final"}
+            "voided": {"type": "final"},
+            "expired": {"type": "final"}
         }
     })
 }
 
-/// The plugin: the payment workflow and its five tools.
+/// The plugin with the default authorization expiry: the payment workflow and its five tools.
 pub fn toolkit() -> Toolkit {
-    let payment = Workflow::new(machine());
+    toolkit_with(DEFAULT_AUTHORIZATION_EXPIRY_MS)
+}
+
+/// The plugin with authorizations that expire after `authorization_expiry_ms`.
+pub fn toolkit_with(authorization_expiry_ms: u64) -> Toolkit {
+    let payment = Workflow::new(machine(authorization_expiry_ms));
     Toolkit::new("payment", env!("CARGO_PKG_VERSION"))
         .tool(
             payment
@@ -72,7 +114,8 @@ pub fn toolkit() -> Toolkit {
                 .describe(
                     "Authorize a card payment: reserve `amount` (a positive number) in \
                      `currency` (ISO 4217 code such as EUR) on the customer's card. Nothing is \
-                     charged yet; afterwards either capture the payment or void it.",
+                     charged yet; afterwards either capture the payment or void it, before the \
+                     authorization expires.",
                 )
                 .compact("Authorize (reserve) a card payment: amount, currency.")
                 .bind_state("new", "AUTHORIZE")
@@ -126,7 +169,7 @@ pub fn toolkit() -> Toolkit {
                 .action("payment.status")
                 .describe(
                     "Report the payment's current state (new, authorized, declined, captured, \
-                     refunded or voided) and what can happen next. Changes nothing.",
+                     refunded, voided or expired) and what can happen next. Changes nothing.",
                 )
                 .compact("Show the payment's state.")
                 .read_only()
@@ -247,6 +290,9 @@ fn status(ctx: &CallContext) -> Status {
         Some("declined") => "void it: the capture was declined",
         Some("captured") => "refund it if needed",
         Some("refunded" | "voided") => "nothing: the payment is closed",
+        Some("expired") => {
+            "nothing: the authorization expired before it was captured; authorize a new payment"
+        }
         _ => "unknown",
     };
     Status {
@@ -302,7 +348,32 @@ mod tests {
             .map(|(n, s, t)| (*n, s.to_string(), t.to_string()))
             .collect();
         assert_eq!(bound, expected);
-        assert_eq!(manifest.workflows, [machine()]);
+        assert_eq!(
+            manifest.workflows,
+            [machine(DEFAULT_AUTHORIZATION_EXPIRY_MS)]
+        );
+    }
+
+    #[test]
+    fn the_authorization_expiry_comes_from_the_configuration() {
+        assert_eq!(
+            authorization_expiry_ms(&Value::Null),
+            Ok(DEFAULT_AUTHORIZATION_EXPIRY_MS)
+        );
+        assert_eq!(
+            authorization_expiry_ms(&json!({"authorization_expiry_ms": "250"})),
+            Ok(250)
+        );
+        for bad in ["0", "never", "-1"] {
+            let refused =
+                authorization_expiry_ms(&json!({"authorization_expiry_ms": bad})).unwrap_err();
+            assert!(
+                refused.contains("TURNSTILE_PLUGIN_PAYMENT_AUTHORIZATION_EXPIRY_MS"),
+                "{refused}"
+            );
+        }
+        let manifest = toolkit_with(250).build().unwrap().manifest();
+        assert_eq!(manifest.workflows[0]["delays"]["authorizationExpiry"], 250);
     }
 
     #[test]

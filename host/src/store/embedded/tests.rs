@@ -127,7 +127,9 @@ async fn format_1_records_are_migrated() {
         store.load("future").await,
         Err(StoreError::UnsupportedFormat { format: 3, .. })
     ));
-    let report = crate::store::migrate(&store, |_| None).await.unwrap();
+    let report = crate::store::migrate(&store, |_| None, |_, _| None)
+        .await
+        .unwrap();
     assert_eq!(report.skipped, 2);
     assert!(matches!(
         store.load("future").await,

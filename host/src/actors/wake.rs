@@ -1,0 +1,295 @@
+//! Timers and retention of one instance: the part of [`InstanceActor`] that acts when nobody
+//! calls.
+//!
+//! It owns [`Wake`], what the timer task (`timers.rs`) sends an instance whose due time came,
+//! and [`settle`], which fires the instance's due timers and saves the result; the instance actor
+//! runs it before every call and view too, so whatever looks at an instance sees the state its
+//! timers left, whether or not the timer task got there first. Both run inside the actor's
+//! mailbox like a call (`AtomicResponse`), so a timer and a call on one instance never
+//! interleave, and save with compare-and-set, so with several servers on one store a timer
+//! fires once: the loser of the race reloads and finds nothing due.
+//!
+//! It must not decide when to wake (that is the timer task's) or which record expires (that is
+//! `retention`'s rule; here it is applied).
+
+use actix::prelude::*;
+
+use super::{
+    InstanceKey,
+    instance::{InstanceActor, InstanceDeps, InstanceError, InstanceView, load},
+    notifier,
+};
+use crate::{
+    invoke::InvokeError,
+    statechart::{Status, TransitionLoop},
+    store::{CURRENT_FORMAT, InstanceRecord, StoreError, now_ms},
+};
+
+/// The instance's due time came: fire its due timers, delete it if retention says so, or
+/// correct its due time if the stored one is wrong.
+#[derive(Message)]
+#[rtype(result = "Result<Woke, InstanceError>")]
+pub struct Wake;
+
+/// What a [`Wake`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woke {
+    /// Timers fired (`moved`: one took a transition) and the result was saved.
+    Fired { moved: bool },
+    /// Past its retention: the record is deleted.
+    Retired,
+    /// Nothing was due; the stored due time was wrong and is corrected.
+    Reindexed,
+    /// Nothing was due, or another writer got there first.
+    Nothing,
+    /// The record is gone (its stale due-time entry was removed).
+    Gone,
+    /// Not an instance this server process runs (a session of another one): left to it.
+    Elsewhere,
+}
+
+/// How many times [`settle`] tries in all, rereading the record after each compare-and-set race
+/// it loses.
+const SETTLE_ATTEMPTS: usize = 3;
+
+/// What [`settle`] did.
+pub(super) struct Settled {
+    /// The instance after it.
+    pub view: InstanceView,
+    /// Whether a timer took a transition (its watchers are owed a `list_changed`, and other
+    /// servers were told).
+    pub moved: bool,
+    /// Whether it saved (timers fired, or a never-saved instance with a timer was saved).
+    pub saved: bool,
+}
+
+/// Fires `view`'s timers due at `now`, each at its own deadline and in order, and saves the
+/// result (a timer whose step loops is logged and dropped; the instance keeps its state). A
+/// session-keyed instance never saved whose state has a timer is saved now, so that its timer
+/// is in the store's index.
+///
+/// A save that loses a compare-and-set race rereads the record and tries again: what another
+/// writer saved is the truth, and its timers may already have fired.
+pub(super) async fn settle(
+    deps: &InstanceDeps,
+    key: &InstanceKey,
+    mut view: InstanceView,
+    now: u64,
+) -> Result<Settled, InstanceError> {
+    for _ in 1..SETTLE_ATTEMPTS {
+        // Reloaded onto the catalog's machine, as the actor loads it.
+        let workflow = deps
+            .catalog
+            .current()
+            .workflow(&key.workflow)
+            .cloned()
+            .unwrap_or_else(|| view.workflow.clone());
+        match settle_once(deps, key, view, now).await {
+            Err(InstanceError::Store(StoreError::Conflict { .. })) => {
+                view = load(deps, key, &workflow).await?;
+            }
+            settled => return settled,
+        }
+    }
+    settle_once(deps, key, view, now).await
+}
+
+async fn settle_once(
+    deps: &InstanceDeps,
+    key: &InstanceKey,
+    view: InstanceView,
+    now: u64,
+) -> Result<Settled, InstanceError> {
+    let deadline = view.snapshot.next_deadline();
+    let due = deadline.is_some_and(|deadline| deadline <= now);
+    let unsaved_timer = view.version == 0 && deadline.is_some();
+    if !due && !unsaved_timer {
+        return Ok(Settled {
+            view,
+            moved: false,
+            saved: false,
+        });
+    }
+    // Past a shutdown's deadline nothing more is saved.
+    if deps.limits.abandon.is_cancelled() {
+        return Err(InstanceError::Tool(InvokeError::ShuttingDown));
+    }
+    let workflow = view.workflow.clone();
+    let fired = workflow.machine.fire_due(&view.snapshot, now);
+    for timer in &fired.timers {
+        if timer.outcome == Err(TransitionLoop) {
+            tracing::error!(
+                instance = %key,
+                timer = timer.event,
+                "a timer started an eventless loop (over the microstep limit): the timer is \
+                 dropped and the instance keeps its state"
+            );
+        }
+    }
+    let moved = fired.changed();
+    let updated_at_ms = if moved || view.version == 0 {
+        now
+    } else {
+        view.updated_at_ms
+    };
+    let record = InstanceRecord {
+        format: CURRENT_FORMAT,
+        workflow: workflow.id.clone(),
+        snapshot: fired.snapshot.to_persisted(),
+        version: view.version + 1,
+        updated_at_ms,
+        machine: Some(workflow.version.clone()),
+        idempotency: view.idempotency.clone(),
+        due_at_ms: deps.due_at(key, &fired.snapshot, updated_at_ms),
+    };
+    deps.save(key, &workflow, &record, view.version, moved)
+        .await?;
+    for timer in &fired.timers {
+        if timer.outcome == Ok(true) {
+            crate::metrics::transition_saved(&workflow.id, &timer.event);
+        }
+    }
+    if !fired.timers.is_empty() {
+        tracing::debug!(instance = %key, fired = fired.timers.len(), moved, "timers fired");
+    }
+    let after = InstanceView {
+        snapshot: fired.snapshot,
+        version: record.version,
+        workflow: view.workflow,
+        idempotency: record.idempotency,
+        updated_at_ms,
+        due_at_ms: record.due_at_ms,
+    };
+    Ok(Settled {
+        view: after,
+        moved,
+        saved: true,
+    })
+}
+
+/// The [`Wake`] of `view`: retention (an expired instance is deleted, timers or not), its due
+/// timers, then a due time to correct. Returns the view to keep (`None`: reload next time),
+/// whether it moved, and what happened.
+async fn wake(
+    deps: &InstanceDeps,
+    key: &InstanceKey,
+    view: InstanceView,
+    now: u64,
+) -> Result<(Option<InstanceView>, bool, Woke), InstanceError> {
+    if expired(deps, key, &view, now) {
+        return retire(deps, key, &view).await;
+    }
+    let Settled { view, moved, saved } = settle(deps, key, view, now).await?;
+    if saved {
+        return Ok((Some(view), moved, Woke::Fired { moved }));
+    }
+    // Settling may have reread the record (another writer saved it meanwhile).
+    if expired(deps, key, &view, now) {
+        return retire(deps, key, &view).await;
+    }
+    // Nothing was due: the stored due time is wrong (written by code that predates due times,
+    // or under other retention settings). Store the right one, or the key stays due.
+    let due = deps.due_at(key, &view.snapshot, view.updated_at_ms);
+    if view.version == 0 || view.due_at_ms == due {
+        return Ok((Some(view), false, Woke::Nothing));
+    }
+    let record = InstanceRecord {
+        format: CURRENT_FORMAT,
+        workflow: view.workflow.id.clone(),
+        snapshot: view.snapshot.to_persisted(),
+        version: view.version + 1,
+        updated_at_ms: view.updated_at_ms,
+        machine: Some(view.workflow.version.clone()),
+        idempotency: view.idempotency.clone(),
+        due_at_ms: due,
+    };
+    match deps
+        .save(key, &view.workflow, &record, view.version, false)
+        .await
+    {
+        Ok(()) => Ok((
+            Some(InstanceView {
+                version: record.version,
+                due_at_ms: due,
+                ..view
+            }),
+            false,
+            Woke::Reindexed,
+        )),
+        Err(InstanceError::Store(StoreError::Conflict { .. })) => Ok((None, false, Woke::Nothing)),
+        Err(error) => Err(error),
+    }
+}
+
+/// Whether retention deletes `view` at `now` (handle-keyed, saved instances only).
+fn expired(deps: &InstanceDeps, key: &InstanceKey, view: &InstanceView, now: u64) -> bool {
+    matches!(key.owner, super::Owner::Handle(_))
+        && view.version > 0
+        && deps
+            .retention
+            .expires_at(view.updated_at_ms, view.snapshot.status() == Status::Done)
+            .is_some_and(|expires| expires <= now)
+}
+
+/// Deletes `view`'s record with a compare-and-delete: a save that landed since it was read
+/// wins, and is looked at again at its own due time.
+async fn retire(
+    deps: &InstanceDeps,
+    key: &InstanceKey,
+    view: &InstanceView,
+) -> Result<(Option<InstanceView>, bool, Woke), InstanceError> {
+    match deps
+        .store
+        .delete(&key.store_key(), Some(view.version))
+        .await
+    {
+        Ok(_) => {
+            tracing::debug!(instance = %key, "deleted an instance past its retention");
+            Ok((None, false, Woke::Retired))
+        }
+        Err(StoreError::Conflict { .. }) => Ok((None, false, Woke::Nothing)),
+        Err(error) => Err(error.into()),
+    }
+}
+
+impl Handler<Wake> for InstanceActor {
+    type Result = AtomicResponse<Self, Result<Woke, InstanceError>>;
+
+    fn handle(&mut self, _: Wake, _ctx: &mut Self::Context) -> Self::Result {
+        self.follow_catalog();
+        let loading = self.current_or_load();
+        let (deps, key) = (self.deps.clone(), self.key.clone());
+        let work = async move {
+            let view = match loading.await {
+                Ok(view) => view,
+                // Deleted, by code that left its due-time entry behind: remove that too.
+                Err(InstanceError::UnknownHandle(_)) => {
+                    deps.store.delete(&key.store_key(), None).await?;
+                    return Ok((None, false, Woke::Gone));
+                }
+                Err(error) => return Err(error),
+            };
+            wake(&deps, &key, view, now_ms()).await
+        };
+        AtomicResponse::new(Box::pin(work.into_actor(self).map(
+            |woke, actor, _ctx| match woke {
+                Ok((view, moved, woke)) => {
+                    if let Some(view) = &view {
+                        actor.workflow = view.workflow.clone();
+                    }
+                    actor.current = view;
+                    if moved {
+                        actor.deps.notifier.do_send(notifier::InstanceChanged {
+                            instance: actor.key.clone(),
+                        });
+                    }
+                    Ok(woke)
+                }
+                Err(error) => {
+                    actor.current = None;
+                    Err(error)
+                }
+            },
+        )))
+    }
+}
