@@ -1,6 +1,7 @@
-//! `turnstile instances`: an operator finds an instance in the store, shows it, resets it and
-//! deletes it, and the server's clients see the result: on the embedded store (server stopped,
-//! as its file is one process's), and on Redis and PostgreSQL while servers run.
+//! `turnstile instances`: an operator finds an instance in the store, shows it with its audit
+//! trail (who moved it, by which tool, from and to), resets it and deletes it, and the server's
+//! clients see the result: on the embedded store (server stopped, as its file is one process's),
+//! and on Redis and PostgreSQL while servers run.
 
 mod common;
 mod durability_support;
@@ -43,11 +44,20 @@ async fn find_show_reset_delete(store_args: Vec<String>, restart: bool) {
     let plugins = PluginDir::with(&["invoice"]);
     let data = tempfile::tempdir().unwrap();
     let store_args: Vec<&str> = store_args.iter().map(String::as_str).collect();
-    let mut flags = vec!["--state-handle-key"];
+    let tokens = data.path().join("tokens");
+    std::fs::write(&tokens, "alice tok-alice\n").unwrap();
+    let mut flags = vec![
+        "--state-handle-key",
+        "--auth-token-file",
+        tokens.to_str().unwrap(),
+    ];
     flags.extend(&store_args);
     let start = || Server::http_in(plugins.path(), data.path(), &flags);
+    let connect = |url: String| async move {
+        Client::http_through(&url, reqwest::Client::new(), Some("tok-alice")).await
+    };
     let server = start();
-    let client = Client::http(&server.url).await;
+    let client = connect(server.url.clone()).await;
     let approved = handle_of(&client.call("invoice.submit", json!({"amount": 300})).await);
     client
         .call("invoice.approve", json!({"handle": approved}))
@@ -69,24 +79,53 @@ async fn find_show_reset_delete(store_args: Vec<String>, restart: bool) {
     }
 
     let listed = instances(&cli_args, &["list", "--workflow", "invoice"]).unwrap();
-    let keys: Vec<&str> = listed.iter().map(|l| l["key"].as_str().unwrap()).collect();
+    // Alice's instances are keyed by her tenant: `handle/<handle>@<tenant>`.
+    let listed_handle = |handle: &str| {
+        listed.iter().any(|l| {
+            l["key"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("handle/{handle}@"))
+        })
+    };
     assert!(
-        keys.contains(&format!("handle/{approved}").as_str()),
-        "{listed:?}"
-    );
-    assert!(
-        keys.contains(&format!("handle/{waiting}").as_str()),
+        listed_handle(&approved) && listed_handle(&waiting),
         "{listed:?}"
     );
     let in_review = instances(&cli_args, &["list", "--state", "review"]).unwrap();
     assert_eq!(in_review.len(), 1, "{in_review:?}");
-    assert_eq!(in_review[0]["key"], format!("handle/{waiting}"));
+    assert!(in_review[0]["key"].as_str().unwrap().contains(&waiting));
     let shown = instances(&cli_args, &["show", &approved]).unwrap();
     assert_eq!(shown[0]["state"], "approved");
     assert_eq!(shown[0]["context"]["amount"], 300);
+    // Who moved it, with which tool, from where to where.
+    let trail: Vec<Value> = shown[0]["audit"]
+        .as_array()
+        .expect("an audit trail")
+        .iter()
+        .map(|entry| json!([entry["by"], entry["from"], entry["to"], entry["principal"]]))
+        .collect();
+    assert_eq!(
+        trail,
+        [
+            json!(["tool:invoice.submit", "draft", "review", "alice"]),
+            json!(["tool:invoice.approve", "review", "approved", "alice"]),
+        ]
+    );
 
     let reset = instances(&cli_args, &["reset", &approved]).unwrap();
     assert_eq!(reset[0]["state"], "draft");
+    let shown = instances(&cli_args, &["show", &approved]).unwrap();
+    let last = shown[0]["audit"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (&last["by"], &last["to"]),
+        (&json!("operator:reset"), &json!("draft"))
+    );
     instances(&cli_args, &["delete", &waiting]).unwrap();
     let gone = instances(&cli_args, &["show", &waiting]).unwrap_err();
     assert!(gone.contains("no instance"), "{gone}");
@@ -95,7 +134,7 @@ async fn find_show_reset_delete(store_args: Vec<String>, restart: bool) {
         Some(serving) => serving,
         None => {
             let server = start();
-            let client = Client::http(&server.url).await;
+            let client = connect(server.url.clone()).await;
             (server, client)
         }
     };

@@ -230,7 +230,7 @@ async fn on_postgres() {
     assert_eq!(broken.len(), 1, "the damaged record is left alone");
     drop(server);
     client
-        .batch_execute(&format!("DROP TABLE {table}, {ns}_machines"))
+        .batch_execute(&format!("DROP TABLE {ns}_audit, {table}, {ns}_machines"))
         .await
         .unwrap();
 }

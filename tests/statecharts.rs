@@ -155,3 +155,23 @@ async fn a_plugin_guard_decides_a_transition_after_the_call() {
     assert_eq!(went.structured_content.unwrap()["state"], "done");
     client.changes.wait_for(1).await;
 }
+
+/// An event that starts an eventless loop that never settles is stopped after 1,000
+/// microsteps: the call's result is TRANSITION_LOOP with the plugin's output, the instance stays
+/// where it was (its menu unchanged), and the session hears no `list_changed`.
+#[tokio::test]
+async fn an_endless_eventless_loop_is_refused_and_changes_nothing() {
+    let plugins = PluginDir::with(&[]);
+    plugins.add_c_fixture("looping");
+    let server = Server::http(plugins.path(), &[]);
+    let client = Client::http(&server.url).await;
+    let looped = client.call("loop.spin", json!({})).await;
+    assert_eq!(common::error_code(&looped), "TRANSITION_LOOP");
+    let error = &looped.structured_content.as_ref().unwrap()["error"];
+    assert_eq!(
+        (&error["state"], &error["output"]),
+        (&json!("idle"), &json!({}))
+    );
+    assert_eq!(client.tool_names().await, names(&["loop.spin"]));
+    client.changes.stays_at(0).await;
+}

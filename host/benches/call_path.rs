@@ -85,6 +85,7 @@ impl Bench {
                 None,
                 mint,
                 None,
+                None,
             )
             .await
             .expect("the call runs");

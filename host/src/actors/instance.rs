@@ -35,7 +35,10 @@ use crate::{
     plugin::{CallContext, HostCall, PluginOutput},
     retention::Retention,
     statechart::{Event, Snapshot, TransitionLoop},
-    store::{CURRENT_FORMAT, IdempotencyEntry, InstanceRecord, StateStore, StoreError, now_ms},
+    store::{
+        AuditEntry, CURRENT_FORMAT, IdempotencyEntry, InstanceRecord, StateStore, StoreError,
+        now_ms,
+    },
     timers::Alarm,
 };
 
@@ -56,6 +59,8 @@ pub struct Call {
     /// The client's idempotency key (`_meta.idempotencyKey`), already checked by `mcp`: a call
     /// that repeats one seen within the window gets the first call's result and runs nothing.
     pub idempotency_key: Option<String>,
+    /// Who made the call, with authentication on (for the audit trail).
+    pub principal: Option<String>,
 }
 
 /// Test hook: create a handle-keyed instance in its initial state and save it, so that its
@@ -695,6 +700,15 @@ async fn run_call(
         machine: Some(workflow.version.clone()),
         idempotency: idempotency::remember(&view.idempotency, entry, deps.idempotency_window, now),
         due_at_ms: deps.due_at(key, &snapshot, updated_at_ms),
+        audit: moved.then(|| AuditEntry {
+            at_ms: updated_at_ms,
+            version: view.version + 1,
+            by: format!("tool:{}", tool.name()),
+            event: fired_event.clone(),
+            from: view.snapshot.value(),
+            to: state.clone(),
+            principal: call.principal.clone(),
+        }),
     };
     // Past a shutdown's deadline the caller is told SHUTTING_DOWN: save nothing it was not told.
     if limits.abandon.is_cancelled() {

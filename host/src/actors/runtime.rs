@@ -32,7 +32,7 @@ impl Runtime {
     /// other call on that instance. With `mint`, `key` is a new handle-keyed instance that this
     /// call starts: it exists (is saved) only if the call succeeds. With `idempotency_key`, a
     /// call that repeats one the instance answered within the idempotency window gets that
-    /// answer and runs nothing.
+    /// answer and runs nothing. `principal` (authentication on) goes to the audit trail.
     #[allow(clippy::too_many_arguments)] // One call's whole request, each part named.
     pub async fn call(
         &self,
@@ -43,6 +43,7 @@ impl Runtime {
         host: Option<Arc<HostCall>>,
         mint: bool,
         idempotency_key: Option<String>,
+        principal: Option<String>,
     ) -> Result<CallOutcome, InstanceError> {
         let instance = self.resolve(key).await?;
         instance
@@ -53,6 +54,7 @@ impl Runtime {
                 host,
                 mint,
                 idempotency_key,
+                principal,
             })
             .await
             .map_err(|_| InstanceError::Stopped)?

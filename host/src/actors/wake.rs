@@ -22,7 +22,7 @@ use super::{
 use crate::{
     invoke::InvokeError,
     statechart::{Status, TransitionLoop},
-    store::{CURRENT_FORMAT, InstanceRecord, StoreError, now_ms},
+    store::{AuditEntry, CURRENT_FORMAT, InstanceRecord, StoreError, now_ms},
 };
 
 /// The instance's due time came: fire its due timers, delete it if retention says so, or
@@ -141,6 +141,20 @@ async fn settle_once(
         machine: Some(workflow.version.clone()),
         idempotency: view.idempotency.clone(),
         due_at_ms: deps.due_at(key, &fired.snapshot, updated_at_ms),
+        audit: moved.then(|| AuditEntry {
+            at_ms: updated_at_ms,
+            version: view.version + 1,
+            by: "timer".to_string(),
+            event: fired
+                .timers
+                .iter()
+                .rev()
+                .find(|timer| timer.outcome == Ok(true))
+                .map(|timer| timer.event.clone()),
+            from: view.snapshot.value(),
+            to: fired.snapshot.value(),
+            principal: None,
+        }),
     };
     deps.save(key, &workflow, &record, view.version, moved)
         .await?;
@@ -202,6 +216,7 @@ async fn wake(
         machine: Some(view.workflow.version.clone()),
         idempotency: view.idempotency.clone(),
         due_at_ms: due,
+        audit: None,
     };
     match deps
         .save(key, &view.workflow, &record, view.version, false)

@@ -1,6 +1,7 @@
 //! `turnstile instances`: what an operator needs to see and fix workflow instances in a store,
 //! without a client and without the plugins: list them (by workflow, state, age), show one with
-//! its audit trail, reset one to its machine's initial state, delete one.
+//! its audit trail (`store/audit.rs`), reset one to its machine's initial state (which the trail
+//! records as `operator:reset`), delete one (its trail with it).
 //!
 //! It opens the store the way `serve` does. Every write is a compare-and-set on the version it
 //! read, so an instance a server moves meanwhile is left alone (the command says so and changes
@@ -20,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::{
     statechart::Machine,
-    store::{self, InstanceRecord, StateStore, StoreError, StoreOptions, now_ms},
+    store::{self, AuditEntry, InstanceRecord, StateStore, StoreError, StoreOptions, now_ms},
 };
 
 /// `turnstile instances …`: the store to open, as `serve` names it, and what to do.
@@ -58,7 +59,8 @@ pub enum InstancesCommand {
         #[arg(long, default_value_t = 1000)]
         limit: usize,
     },
-    /// Shows one instance (a handle, or a store key from `list`): state, context, timers.
+    /// Shows one instance (a handle, or a store key from `list`): state, context, timers, and
+    /// its audit trail (each transition: when, by which tool or timer, from, to, principal).
     Show { instance: String },
     /// Puts an instance back in its machine's initial state and context.
     Reset { instance: String },
@@ -160,7 +162,8 @@ pub async fn run(
         Action::List(filter) => list(store, &filter, json, out).await?,
         Action::Show { instance } => {
             let (key, record) = find(store, &instance).await?;
-            let shown = describe(&key, &record);
+            let mut shown = describe(&key, &record);
+            shown["audit"] = serde_json::to_value(store.audit(&key).await?)?;
             if json {
                 writeln!(out, "{shown}")?;
             } else {
@@ -345,6 +348,15 @@ async fn reset(
     // when it starts) and sets its due time from the new state's timers and its own retention
     // settings, which this command does not know.
     next.due_at_ms = Some(now_ms());
+    next.audit = Some(AuditEntry {
+        at_ms: next.updated_at_ms,
+        version: next.version,
+        by: "operator:reset".into(),
+        event: None,
+        from: record.snapshot["value"].clone(),
+        to: snapshot.value(),
+        principal: None,
+    });
     match store.save(key, &next, record.version).await {
         Ok(()) => {}
         Err(StoreError::Conflict { .. }) => bail!(changed_meanwhile(key)),

@@ -127,6 +127,9 @@ mod tests {
         async fn count(&self, _: &str) -> Result<u64, StoreError> {
             Err(self.down())
         }
+        async fn audit(&self, _: &str) -> Result<Vec<crate::store::AuditEntry>, StoreError> {
+            Err(self.down())
+        }
         async fn save_machine(
             &self,
             _: &str,

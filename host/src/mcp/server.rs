@@ -331,6 +331,7 @@ impl TurnstileServer {
             Some(host),
             mint,
             idempotency_key,
+            principal_of(&context).map(|principal| principal.0),
         );
         let answer = self
             .call_events(&context)
@@ -391,9 +392,13 @@ impl TurnstileServer {
 /// is on (`auth.rs` put the principal in the request). Without authentication, and over stdio,
 /// handles alone name instances.
 fn tenant_of(context: &RequestContext<RoleServer>) -> Option<Tenant> {
+    principal_of(context).map(|principal| Tenant::of(&principal.0))
+}
+
+/// Who an HTTP request is from, when authentication is on (`auth.rs` put it in the request).
+fn principal_of(context: &RequestContext<RoleServer>) -> Option<Principal> {
     let parts = context.extensions.get::<axum::http::request::Parts>()?;
-    let principal = parts.extensions.get::<Principal>()?;
-    Some(Tenant::of(&principal.0))
+    parts.extensions.get::<Principal>().cloned()
 }
 
 /// Whether `context` is an HTTP request without a session (protocol 2026-07-28, or a server

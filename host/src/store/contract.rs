@@ -15,8 +15,8 @@ use std::{
 use serde_json::json;
 
 use super::{
-    Due, EmbeddedStore, InstanceRecord, MAX_DUE_MS, PostgresStore, RedisStore, StateStore,
-    StoreError, StoreOptions,
+    AuditEntry, Due, EmbeddedStore, InstanceRecord, MAX_DUE_MS, PostgresStore, RedisStore,
+    StateStore, StoreError, StoreOptions,
 };
 
 pub(super) const REDIS_URL_VAR: &str = "TURNSTILE_TEST_REDIS_URL";
@@ -152,6 +152,7 @@ all_stores!(
     a_conflicting_save_keeps_the_due_time,
     due_times_past_the_largest_are_invalid,
     migration_corrects_due_times,
+    the_audit_trail_grows_with_saves_and_goes_with_the_record,
 );
 
 fn record(workflow: &str, version: u64, step: &str) -> InstanceRecord {
@@ -639,4 +640,50 @@ async fn migration_corrects_due_times(store: Arc<dyn StateStore>) {
     );
     let again = super::migrate(&*store, |_| None, due_of).await.unwrap();
     assert_eq!((again.reindexed, again.current), (0, 4));
+}
+
+fn audit_entry(version: u64, to: &str) -> AuditEntry {
+    AuditEntry {
+        at_ms: 1_700_000_000_000 + version,
+        version,
+        by: "tool:t.go".into(),
+        event: Some("GO".into()),
+        from: json!("before"),
+        to: json!(to),
+        principal: (version == 2).then(|| "alice".to_string()),
+    }
+}
+
+/// Entries are appended by the saves that carry one, in order, only when the save wins its
+/// compare-and-set, and are deleted with the record; another key's trail is its own.
+async fn the_audit_trail_grows_with_saves_and_goes_with_the_record(store: Arc<dyn StateStore>) {
+    assert!(store.audit("k").await.unwrap().is_empty());
+    let mut first = record("w", 1, "a");
+    first.audit = Some(audit_entry(1, "a"));
+    store.save("k", &first, 0).await.unwrap();
+    // A save that moves nothing carries no entry.
+    store.save("k", &record("w", 2, "a"), 1).await.unwrap();
+    let mut third = record("w", 3, "b");
+    third.audit = Some(audit_entry(3, "b"));
+    store.save("k", &third, 2).await.unwrap();
+    // A save that loses its compare-and-set appends nothing.
+    let mut stale = record("w", 2, "c");
+    stale.audit = Some(audit_entry(2, "c"));
+    assert!(matches!(
+        store.save("k", &stale, 1).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    let mut other = record("w", 1, "x");
+    other.audit = Some(audit_entry(1, "x"));
+    store.save("j", &other, 0).await.unwrap();
+    assert_eq!(
+        store.audit("k").await.unwrap(),
+        vec![audit_entry(1, "a"), audit_entry(3, "b")]
+    );
+    assert!(store.delete("k", Some(3)).await.unwrap());
+    assert!(store.audit("k").await.unwrap().is_empty());
+    assert_eq!(store.audit("j").await.unwrap(), vec![audit_entry(1, "x")]);
+    // A new instance under the deleted key starts a new trail.
+    store.save("k", &first, 0).await.unwrap();
+    assert_eq!(store.audit("k").await.unwrap(), vec![audit_entry(1, "a")]);
 }

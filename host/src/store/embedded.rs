@@ -34,8 +34,8 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable, Table, TableDe
 use tokio::sync::oneshot;
 
 use super::{
-    Due, InstanceRecord, StateStore, StoreError, check_key, check_save, conflict, format,
-    machine_key, versions_match,
+    AuditEntry, Due, InstanceRecord, StateStore, StoreError, check_key, check_save, conflict,
+    format, machine_key, versions_match,
 };
 
 /// Key: instance key. Value: (version, updated_at_ms, workflow, snapshot as JSON text). The
@@ -57,6 +57,10 @@ const DUE: TableDefinition<(u64, &str), ()> = TableDefinition::new("instance_due
 /// no due time (or was written by code that predates them).
 const DUE_OF: TableDefinition<&str, u64> = TableDefinition::new("instance_due_of_v1");
 
+/// Key: (instance key, record version). Value: the audit entry as JSON text (see `audit.rs`),
+/// written in the same transaction as the record it describes; removed with the record.
+const AUDIT: TableDefinition<(&str, u64), &str> = TableDefinition::new("instance_audit_v1");
+
 /// Key: `workflow@version`. Value: the machine's definition as JSON text.
 const MACHINES: TableDefinition<&str, &str> = TableDefinition::new("machines_v1");
 
@@ -77,6 +81,8 @@ enum Op {
         format: u64,
         extras_json: String,
         due_at_ms: Option<u64>,
+        /// The audit entry this save appends (JSON text), if it records a transition.
+        audit_json: Option<String>,
         reply: oneshot::Sender<Result<bool, StoreError>>,
     },
     /// Keep a machine definition unless one is kept under that key already.
@@ -250,6 +256,7 @@ fn open_file(path: &PathBuf, name: &str) -> Result<Database, StoreError> {
     txn.open_table(FORMATS).map_err(|e| storage(name, e))?;
     txn.open_table(DUE).map_err(|e| storage(name, e))?;
     txn.open_table(DUE_OF).map_err(|e| storage(name, e))?;
+    txn.open_table(AUDIT).map_err(|e| storage(name, e))?;
     txn.open_table(MACHINES).map_err(|e| storage(name, e))?;
     txn.commit().map_err(|e| storage(name, e))?;
     Ok(db)
@@ -306,6 +313,7 @@ fn commit_batch(
             formats: txn.open_table(FORMATS)?,
             due: txn.open_table(DUE)?,
             due_of: txn.open_table(DUE_OF)?,
+            audit: txn.open_table(AUDIT)?,
             machines: txn.open_table(MACHINES)?,
         };
         let mut results = Vec::with_capacity(batch.len());
@@ -337,6 +345,7 @@ struct Tables<'txn> {
     formats: Table<'txn, &'static str, (u64, &'static str)>,
     due: Table<'txn, (u64, &'static str), ()>,
     due_of: Table<'txn, &'static str, u64>,
+    audit: Table<'txn, (&'static str, u64), &'static str>,
     machines: Table<'txn, &'static str, &'static str>,
 }
 
@@ -376,6 +385,7 @@ fn apply(tables: &mut Tables<'_>, op: &Op) -> Result<Result<bool, StoreError>, r
             format,
             extras_json,
             due_at_ms,
+            audit_json,
             ..
         } => {
             if !versions_match(current, *expected) {
@@ -399,6 +409,9 @@ fn apply(tables: &mut Tables<'_>, op: &Op) -> Result<Result<bool, StoreError>, r
                     snapshot_json.as_str(),
                 ),
             )?;
+            if let Some(entry) = audit_json {
+                tables.audit.insert((key, *version), entry.as_str())?;
+            }
             Ok(Ok(true))
         }
         Op::Delete { expected, .. } => {
@@ -409,6 +422,9 @@ fn apply(tables: &mut Tables<'_>, op: &Op) -> Result<Result<bool, StoreError>, r
             }
             tables.formats.remove(key)?;
             tables.clear_due(key)?;
+            tables
+                .audit
+                .retain_in((key, 0)..=(key, u64::MAX), |_, _| false)?;
             Ok(Ok(tables.instances.remove(key)?.is_some()))
         }
     }
@@ -503,6 +519,7 @@ impl StateStore for EmbeddedStore {
             format: record.format.into(),
             extras_json: format::encode(&record.extras()),
             due_at_ms: record.due_at_ms,
+            audit_json: record.audit.as_ref().map(AuditEntry::encode),
             reply,
         };
         self.write(op, answer).await.map(|_| ())
@@ -608,6 +625,27 @@ impl StateStore for EmbeddedStore {
             Ok(n)
         })
         .await
+    }
+
+    async fn audit(&self, key: &str) -> Result<Vec<AuditEntry>, StoreError> {
+        let key = key.to_owned();
+        let name = self.name.clone();
+        let db = Arc::clone(&self.db);
+        let read = tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(|e| storage(&name, e))?;
+            let table = txn.open_table(AUDIT).map_err(|e| storage(&name, e))?;
+            let mut trail = Vec::new();
+            for entry in table
+                .range((key.as_str(), 0)..=(key.as_str(), u64::MAX))
+                .map_err(|e| storage(&name, e))?
+            {
+                let (_, text) = entry.map_err(|e| storage(&name, e))?;
+                trail.push(AuditEntry::decode(&key, text.value())?);
+            }
+            Ok(trail)
+        });
+        read.await
+            .map_err(|e| StoreError::Unavailable(format!("{}: read task failed: {e}", self.name)))?
     }
 
     async fn due(

@@ -12,7 +12,7 @@
 //! so a save changes both at once.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     ops::Bound,
     sync::{Mutex, MutexGuard},
 };
@@ -20,8 +20,8 @@ use std::{
 use async_trait::async_trait;
 
 use super::{
-    Due, InstanceRecord, StateStore, StoreError, check_save, conflict, format, machine_key,
-    versions_match,
+    AuditEntry, Due, InstanceRecord, StateStore, StoreError, check_save, conflict, format,
+    machine_key, versions_match,
 };
 
 /// In-memory store. Cloning is not offered: share it as `Arc<dyn StateStore>`.
@@ -41,6 +41,8 @@ struct Records {
     by_key: BTreeMap<String, StoredRecord>,
     /// (due time, key) of every record that has a due time.
     due: BTreeSet<(u64, String)>,
+    /// Each instance's audit trail, oldest first; removed with the record by `delete`.
+    audit: HashMap<String, Vec<AuditEntry>>,
 }
 
 impl Records {
@@ -151,6 +153,13 @@ impl StateStore for MemoryStore {
             records.due.insert((due, key.to_owned()));
         }
         records.by_key.insert(key.to_owned(), stored);
+        if let Some(entry) = &record.audit {
+            records
+                .audit
+                .entry(key.to_owned())
+                .or_default()
+                .push(entry.clone());
+        }
         Ok(())
     }
 
@@ -162,7 +171,12 @@ impl StateStore for MemoryStore {
         {
             return Err(conflict(key, expected, current));
         }
+        records.audit.remove(key);
         Ok(records.remove(key))
+    }
+
+    async fn audit(&self, key: &str) -> Result<Vec<AuditEntry>, StoreError> {
+        Ok(self.records().audit.get(key).cloned().unwrap_or_default())
     }
 
     async fn save_machine(

@@ -175,6 +175,7 @@ pub(super) async fn check_format_1_migration(store: &dyn StateStore) {
             machine: Some("v-now".into()),
             idempotency: Vec::new(),
             due_at_ms: None,
+            audit: None,
         }
     );
     // The damaged record is left for an operator, not deleted; a second run has nothing to do.

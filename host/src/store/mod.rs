@@ -71,6 +71,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+mod audit;
 mod embedded;
 mod error;
 mod format;
@@ -85,6 +86,7 @@ mod contract;
 mod outage;
 
 pub use self::{
+    audit::AuditEntry,
     embedded::{BatchStats, EmbeddedStore, files::private_dir as private_data_dir},
     error::StoreError,
     format::{CURRENT_FORMAT, IdempotencyEntry},
@@ -120,6 +122,11 @@ pub struct InstanceRecord {
     /// never): the store indexes it for [`StateStore::due`]. At most [`MAX_DUE_MS`].
     #[serde(default)]
     pub due_at_ms: Option<u64>,
+    /// The transition this save records, appended to the instance's audit trail by the same
+    /// atomic write (see `audit.rs`); `None` for a save that moves nothing. Never read back as
+    /// part of the record: [`StateStore::audit`] reads the trail.
+    #[serde(skip)]
+    pub audit: Option<AuditEntry>,
 }
 
 /// The latest due time any store accepts: PostgreSQL keeps it as a `bigint`. (A deadline that
@@ -151,6 +158,7 @@ impl InstanceRecord {
             machine: None,
             idempotency: Vec::new(),
             due_at_ms: None,
+            audit: None,
         }
     }
 
@@ -167,6 +175,7 @@ impl InstanceRecord {
             machine: self.machine.clone(),
             idempotency: self.idempotency.clone(),
             due_at_ms: None,
+            audit: None,
         }
     }
 
@@ -197,6 +206,7 @@ impl InstanceRecord {
             machine: extras.machine,
             idempotency: extras.idempotency,
             due_at_ms: None,
+            audit: None,
         }
     }
 
@@ -283,6 +293,11 @@ pub trait StateStore: Send + Sync {
 
     /// How many records have a key starting with `prefix` (`""`: all of them).
     async fn count(&self, prefix: &str) -> Result<u64, StoreError>;
+
+    /// The audit trail of the instance under `key`, oldest first: one entry per save that
+    /// carried one ([`InstanceRecord::audit`]). Empty for an instance that never moved or does
+    /// not exist.
+    async fn audit(&self, key: &str) -> Result<Vec<AuditEntry>, StoreError>;
 
     /// Up to `limit` records whose due time ([`InstanceRecord::due_at_ms`]) is at or before
     /// `until`, earliest first (equal times in ascending key order), strictly after `after` (the

@@ -34,8 +34,8 @@ use deadpool_postgres::{
 };
 
 use super::{
-    Due, InstanceRecord, StateStore, StoreError, StoreOptions, chain, check_key, check_save,
-    conflict, format, invalid, redact,
+    AuditEntry, Due, InstanceRecord, StateStore, StoreError, StoreOptions, chain, check_key,
+    check_save, conflict, format, invalid, redact,
 };
 
 /// Every statement, with the table name filled in once at connect time (the namespace is
@@ -46,6 +46,12 @@ struct Sql {
     load_machine: String,
     insert: String,
     update: String,
+    /// `insert` and `update` that also append an audit entry, in the same statement: the entry
+    /// is inserted only for the row the save wrote, so the statement's row count is still 1 for
+    /// a save and 0 for a conflict.
+    insert_audited: String,
+    update_audited: String,
+    audit: String,
     version: String,
     delete: String,
     delete_if: String,
@@ -55,7 +61,25 @@ struct Sql {
 }
 
 impl Sql {
+    fn insert(t: &str) -> String {
+        format!(
+            "INSERT INTO {t} \
+             (key, workflow, snapshot, version, updated_at, format, extras, due_at) \
+             VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000), $6, $7, $8) \
+             ON CONFLICT (key) DO NOTHING"
+        )
+    }
+
+    fn update(t: &str) -> String {
+        format!(
+            "UPDATE {t} SET workflow = $2, snapshot = $3, version = $4, \
+             updated_at = to_timestamp($5::float8 / 1000), format = $7, extras = $8, \
+             due_at = $9 WHERE key = $1 AND version = $6"
+        )
+    }
+
     fn new(t: &str, machines: &str) -> Self {
+        let audit = audit_table(t);
         Self {
             load: format!(
                 "SELECT workflow, snapshot, version, \
@@ -69,17 +93,19 @@ impl Sql {
             load_machine: format!(
                 "SELECT definition FROM {machines} WHERE workflow = $1 AND version = $2"
             ),
-            insert: format!(
-                "INSERT INTO {t} \
-                 (key, workflow, snapshot, version, updated_at, format, extras, due_at) \
-                 VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000), $6, $7, $8) \
-                 ON CONFLICT (key) DO NOTHING"
+            insert: Self::insert(t),
+            update: Self::update(t),
+            insert_audited: format!(
+                "WITH saved AS ({} RETURNING key) \
+                 INSERT INTO {audit} (key, version, entry) SELECT key, $4, $9 FROM saved",
+                Self::insert(t)
             ),
-            update: format!(
-                "UPDATE {t} SET workflow = $2, snapshot = $3, version = $4, \
-                 updated_at = to_timestamp($5::float8 / 1000), format = $7, extras = $8, \
-                 due_at = $9 WHERE key = $1 AND version = $6"
+            update_audited: format!(
+                "WITH saved AS ({} RETURNING key) \
+                 INSERT INTO {audit} (key, version, entry) SELECT key, $4, $10 FROM saved",
+                Self::update(t)
             ),
+            audit: format!("SELECT entry FROM {audit} WHERE key = $1 ORDER BY version"),
             version: format!("SELECT version FROM {t} WHERE key = $1"),
             delete: format!("DELETE FROM {t} WHERE key = $1"),
             delete_if: format!("DELETE FROM {t} WHERE key = $1 AND version = $2"),
@@ -95,6 +121,13 @@ impl Sql {
             ),
         }
     }
+}
+
+/// The table of audit trails beside the instances table `t`: one row per entry, deleted with
+/// its instance (`ON DELETE CASCADE`).
+fn audit_table(t: &str) -> String {
+    // `t` is `{namespace}_instances`; the trail is `{namespace}_audit`.
+    format!("{}_audit", t.strip_suffix("_instances").unwrap_or(t))
 }
 
 /// PostgreSQL-backed store.
@@ -169,13 +202,20 @@ impl PostgresStore {
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS extras text;
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS due_at bigint;
              CREATE INDEX IF NOT EXISTS {t}_due ON {t} (due_at, key) WHERE due_at IS NOT NULL;
+             CREATE TABLE IF NOT EXISTS {a} (
+                 key text COLLATE \"C\" NOT NULL REFERENCES {t} (key) ON DELETE CASCADE,
+                 version bigint NOT NULL,
+                 entry text NOT NULL,
+                 PRIMARY KEY (key, version)
+             );
              CREATE TABLE IF NOT EXISTS {m} (
                  workflow text NOT NULL,
                  version text NOT NULL,
                  definition jsonb NOT NULL,
                  PRIMARY KEY (workflow, version)
              );",
-            m = self.machines
+            m = self.machines,
+            a = audit_table(t),
         );
         self.bounded("migrate", async {
             let mut client = self.pool.get().await.map_err(|e| self.down("connect", e))?;
@@ -274,7 +314,12 @@ impl PostgresStore {
     /// Drops this store's table. For tests: a namespace per test keeps parallel runs apart.
     #[cfg(test)]
     pub(super) async fn destroy_namespace(&self) -> Result<(), StoreError> {
-        let sql = format!("DROP TABLE IF EXISTS {}, {}", self.table, self.machines);
+        let sql = format!(
+            "DROP TABLE IF EXISTS {}, {}, {}",
+            audit_table(&self.table),
+            self.table,
+            self.machines
+        );
         self.bounded("drop table", async {
             let client = self.pool.get().await.map_err(|e| self.down("drop", e))?;
             client
@@ -379,8 +424,9 @@ impl StateStore for PostgresStore {
         let due = record
             .due_at_ms
             .map(|due| i64::try_from(due).unwrap_or(i64::MAX));
+        let audit = record.audit.as_ref().map(AuditEntry::encode);
         let changed = if expected == 0 {
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
                 &key,
                 &record.workflow,
                 &record.snapshot,
@@ -390,10 +436,17 @@ impl StateStore for PostgresStore {
                 &extras,
                 &due,
             ];
-            self.execute("save", &self.sql.insert, &params).await?
+            let sql = match &audit {
+                Some(entry) => {
+                    params.push(entry);
+                    &self.sql.insert_audited
+                }
+                None => &self.sql.insert,
+            };
+            self.execute("save", sql, &params).await?
         } else {
             let expected = pg_version(key, expected)?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
                 &key,
                 &record.workflow,
                 &record.snapshot,
@@ -404,12 +457,26 @@ impl StateStore for PostgresStore {
                 &extras,
                 &due,
             ];
-            self.execute("save", &self.sql.update, &params).await?
+            let sql = match &audit {
+                Some(entry) => {
+                    params.push(entry);
+                    &self.sql.update_audited
+                }
+                None => &self.sql.update,
+            };
+            self.execute("save", sql, &params).await?
         };
         if changed == 1 {
             return Ok(());
         }
         Err(conflict(key, expected, self.current_version(key).await?))
+    }
+
+    async fn audit(&self, key: &str) -> Result<Vec<AuditEntry>, StoreError> {
+        let rows = self.query("audit", &self.sql.audit, &[&key]).await?;
+        rows.iter()
+            .map(|row| AuditEntry::decode(key, &row.get::<_, String>(0)))
+            .collect()
     }
 
     async fn save_machine(

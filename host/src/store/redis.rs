@@ -36,15 +36,16 @@ use redis::{
 };
 
 use super::{
-    Due, InstanceRecord, StateStore, StoreError, StoreOptions, chain, check_key, check_save,
-    conflict, format, machine_key, redact,
+    AuditEntry, Due, InstanceRecord, StateStore, StoreError, StoreOptions, chain, check_key,
+    check_save, conflict, format, machine_key, redact,
 };
 
 /// Digits of a due time in a `ns:due` member: enough for every `u64`.
 const DUE_DIGITS: usize = 20;
 
-/// CAS save. KEYS: record hash, index, due index. ARGV: expected, version, workflow, snapshot,
-/// updated_at_ms, key, format, extras, due time (decimal, or "" for none). Returns "ok", or the
+/// CAS save. KEYS: record hash, index, due index, audit list. ARGV: expected, version, workflow,
+/// snapshot, updated_at_ms, key, format, extras, due time (decimal, or "" for none), audit entry
+/// (JSON, or "" for none: appended to the audit list with the record). Returns "ok", or the
 /// stored version ("none" when absent) on conflict. Versions are compared as decimal strings:
 /// Lua numbers are doubles and would round above 2^53; due times are padded as strings too.
 const SAVE_LUA: &str = r"
@@ -67,10 +68,14 @@ else
   redis.call('HDEL', KEYS[1], 'd')
 end
 redis.call('ZADD', KEYS[2], 0, ARGV[6])
+if ARGV[10] and ARGV[10] ~= '' then
+  redis.call('RPUSH', KEYS[4], ARGV[10])
+end
 return 'ok'
 ";
 
-/// Delete, conditional when ARGV[1] is not empty. KEYS: record hash, index, due index. ARGV:
+/// Delete, conditional when ARGV[1] is not empty. KEYS: record hash, index, due index, audit
+/// list (deleted with the record). ARGV:
 /// expected or "", key. Returns "deleted", "absent", or the stored version ("none") on conflict.
 const DELETE_LUA: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'v')
@@ -83,6 +88,7 @@ if old then
 end
 local n = redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[2])
+if KEYS[4] then redis.call('DEL', KEYS[4]) end
 if n == 1 then return 'deleted' else return 'absent' end
 ";
 
@@ -193,6 +199,11 @@ impl RedisStore {
 
     fn due_key(&self) -> String {
         format!("{}:due", self.namespace)
+    }
+
+    /// The list holding `key`'s audit trail, oldest first.
+    fn audit_key(&self, key: &str) -> String {
+        format!("{}:audit:{key}", self.namespace)
     }
 
     fn channel(&self) -> String {
@@ -417,6 +428,7 @@ impl StateStore for RedisStore {
         invocation
             .key(self.index_key())
             .key(self.due_key())
+            .key(self.audit_key(key))
             .arg(expected)
             .arg(record.version)
             .arg(&record.workflow)
@@ -430,6 +442,13 @@ impl StateStore for RedisStore {
                     .due_at_ms
                     .map(|due| due.to_string())
                     .unwrap_or_default(),
+            )
+            .arg(
+                record
+                    .audit
+                    .as_ref()
+                    .map(AuditEntry::encode)
+                    .unwrap_or_default(),
             );
         let answer: String = self
             .bounded(
@@ -441,6 +460,19 @@ impl StateStore for RedisStore {
             return Ok(());
         }
         Err(conflict(key, expected, parse_current(key, &answer)?))
+    }
+
+    async fn audit(&self, key: &str) -> Result<Vec<AuditEntry>, StoreError> {
+        check_key(key)?;
+        let mut con = self.con.clone();
+        let list = self.audit_key(key);
+        let lines: Vec<String> = self
+            .bounded("audit", async move { con.lrange(list, 0, -1).await })
+            .await?;
+        lines
+            .iter()
+            .map(|line| AuditEntry::decode(key, line))
+            .collect()
     }
 
     async fn save_machine(
@@ -491,6 +523,7 @@ impl StateStore for RedisStore {
         invocation
             .key(self.index_key())
             .key(self.due_key())
+            .key(self.audit_key(key))
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
             .arg(key);
         let answer: String = self
