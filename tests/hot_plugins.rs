@@ -350,3 +350,64 @@ async fn a_pinned_instance_survives_a_restart_after_its_library_is_gone() {
     assert_ne!(pong.is_error, Some(true), "{pong:?}");
     assert_eq!(pong.structured_content.expect("structured")["build"], "v1");
 }
+
+/// `turnstile check --store` says in advance what serving a plugin directory would do to the
+/// instances a store holds: here the pingpong machine renames its state `right` to `far`, so an
+/// instance in `left` would move to the new machine and one in `right` would stay pinned to its
+/// version; `--strict` makes that a failure.
+#[tokio::test]
+async fn check_says_what_a_replacement_would_do_to_the_instances_in_a_store() {
+    let plugins = PluginDir::with(&[]);
+    compile_c_fixture("pingpong", &plugins.path().join("libpingpong.so"), &[]);
+    let data = tempfile::tempdir().expect("temp dir");
+    let mut server = Server::http_in(plugins.path(), data.path(), &["--state-handle-key"]);
+    let client = Client::http(&server.url).await;
+    let handle_of = |result: rmcp::model::CallToolResult| -> String {
+        result.structured_content.unwrap()["handle"]
+            .as_str()
+            .expect("a handle")
+            .to_string()
+    };
+    handle_of(client.call("pingpong.ping", json!({})).await);
+    let back = handle_of(client.call("pingpong.ping", json!({})).await);
+    client.call("pingpong.pong", json!({"handle": back})).await;
+    client.close().await;
+    server.signal(libc::SIGTERM);
+    assert_eq!(server.exit_code_within(Duration::from_secs(10)), Some(0));
+
+    let renamed = PluginDir::with(&[]);
+    compile_c_fixture(
+        "pingpong",
+        &renamed.path().join("libpingpong.so"),
+        &[r#"RIGHT="far""#],
+    );
+    let store = format!("embedded:{}", data.path().join("state.redb").display());
+    let check = |strict: bool| {
+        let mut command = std::process::Command::new(common::turnstile_bin());
+        command
+            .args(["check", "--plugins"])
+            .arg(renamed.path())
+            .args(["--store", &store]);
+        if strict {
+            command.arg("--strict");
+        }
+        let output = command.output().expect("run turnstile check");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    };
+    let (code, stdout) = check(false);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(
+        stdout.contains("\"pingpong\": 1 instance(s) would move from machine version"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\"pingpong\": 1 instance(s) would stay on machine version")
+            && stdout.contains("their state \"right\" is not in the served machine"),
+        "{stdout}"
+    );
+    let (code, _) = check(true);
+    assert_eq!(code, Some(1), "--strict fails on a pinned instance");
+}

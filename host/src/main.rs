@@ -36,9 +36,17 @@ enum Command {
     Check {
         #[arg(long, env = "TURNSTILE_PLUGINS")]
         plugins: PathBuf,
-        /// Treat workflow graph warnings as errors.
+        /// Treat workflow graph warnings as errors (and, with `--store`, instances that would
+        /// not run on the served machine versions).
         #[arg(long)]
         strict: bool,
+        /// Also say what serving these plugins would do to the instances in this store (which
+        /// continue, move to a changed machine, or stay pinned to their version).
+        #[arg(long, value_name = "URL")]
+        store: Option<String>,
+        /// The deployment's namespace in a shared store (as given to `serve`).
+        #[arg(long, default_value = "turnstile")]
+        store_namespace: String,
     },
     /// Lists, shows, resets and deletes workflow instances in a store.
     Instances(commands::instances::InstancesArgs),
@@ -130,7 +138,16 @@ fn main() -> ExitCode {
 fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve(_) => unreachable!("`main` runs serve"),
-        Command::Check { plugins, strict } => commands::check::run(&plugins, strict),
+        Command::Check {
+            plugins,
+            strict,
+            store,
+            store_namespace,
+        } => commands::check::run(
+            &plugins,
+            strict,
+            store.map(|url| (url, store_namespace)).as_ref(),
+        ),
         Command::Load(args) => commands::load::run(args),
         Command::Instances(args) => commands::instances::run_cli(args),
         Command::Machine {

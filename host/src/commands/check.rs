@@ -1,12 +1,19 @@
 //! `turnstile check`: load a plugin directory the way `serve` would and report every problem,
-//! then every workflow's graph warnings (`statechart::lint`): errors with `--strict`.
+//! then every workflow's graph warnings (`statechart::lint`): errors with `--strict`. With
+//! `--store`, also what serving the directory would do to the instances in that store
+//! (`replacement.rs`).
 
 use std::{path::Path, process::ExitCode};
 
 use super::LoadReport;
 use crate::statechart::lint::{self, ToolBinding};
 
-pub fn run(plugins: &Path, strict: bool) -> anyhow::Result<ExitCode> {
+/// `store`: the URL and namespace of a store whose instances to judge against the catalog.
+pub fn run(
+    plugins: &Path,
+    strict: bool,
+    store: Option<&(String, String)>,
+) -> anyhow::Result<ExitCode> {
     let report = LoadReport::load(plugins)?;
     for plugin in report.catalog.plugins() {
         let manifest = plugin.manifest();
@@ -40,6 +47,21 @@ pub fn run(plugins: &Path, strict: bool) -> anyhow::Result<ExitCode> {
             warnings += 1;
             println!("{label} workflow \"{}\": {warning}", workflow.id);
         }
+    }
+    if let Some((url, namespace)) = store {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let stranded = runtime.block_on(async {
+            let options = crate::store::StoreOptions {
+                namespace: namespace.clone(),
+                ..Default::default()
+            };
+            let store = crate::store::open(url, &options).await?;
+            super::replacement::report(&report.catalog, &*store, &mut std::io::stdout().lock())
+                .await
+        })?;
+        warnings += stranded;
     }
     Ok(if problems.is_empty() && (!strict || warnings == 0) {
         ExitCode::SUCCESS

@@ -5,6 +5,7 @@ pub mod graph;
 pub mod instances;
 pub mod load;
 pub mod machine;
+pub mod replacement;
 pub mod serve;
 
 use std::path::Path;
