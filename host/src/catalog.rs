@@ -13,6 +13,7 @@
 
 mod change;
 mod live;
+mod primitives;
 mod version;
 
 use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
@@ -22,6 +23,7 @@ use serde_json::Value;
 pub use self::{
     change::{Affected, CatalogChange},
     live::LiveCatalog,
+    primitives::{Bound, PromptEntry, ResourceEntry, SESSION_TOKEN, TemplateEntry},
     version::{canonical, machine_version},
 };
 
@@ -192,6 +194,8 @@ pub struct Catalog {
     tools: BTreeMap<String, Arc<ToolEntry>>,
     workflows: BTreeMap<String, Arc<Workflow>>,
     plugins: Vec<Arc<LoadedPlugin>>,
+    /// Prompts, resources and resource templates (`primitives.rs`).
+    primitives: primitives::Primitives,
 }
 
 impl Catalog {
@@ -252,6 +256,37 @@ impl Catalog {
 
     pub fn plugins(&self) -> &[Arc<LoadedPlugin>] {
         &self.plugins
+    }
+
+    pub fn prompt(&self, name: &str) -> Option<&Arc<PromptEntry>> {
+        self.primitives.prompts.get(name)
+    }
+
+    pub fn prompts(&self) -> impl Iterator<Item = &Arc<PromptEntry>> {
+        self.primitives.prompts.values()
+    }
+
+    /// The resource with the fixed URI `uri`.
+    pub fn resource(&self, uri: &str) -> Option<&Arc<ResourceEntry>> {
+        self.primitives.resources.get(uri)
+    }
+
+    pub fn resources(&self) -> impl Iterator<Item = &Arc<ResourceEntry>> {
+        self.primitives.resources.values()
+    }
+
+    pub fn templates(&self) -> impl Iterator<Item = &Arc<TemplateEntry>> {
+        self.primitives.templates.values()
+    }
+
+    /// The template `uri` is a resource of, with its variables' values. Templates are tried in
+    /// the order of their URI templates; the first that matches wins.
+    pub fn template_for(
+        &self,
+        uri: &str,
+    ) -> Option<(&Arc<TemplateEntry>, BTreeMap<String, String>)> {
+        self.templates()
+            .find_map(|template| template.matches(uri).map(|variables| (template, variables)))
     }
 
     /// The machine an instance running on `running`, in `snapshot`, should run on now that this
@@ -382,8 +417,23 @@ impl Catalog {
                 tools.push((tool.clone(), validator, output_validator));
             }
         }
+        let primitives = primitives::Primitives::check(
+            self,
+            plugin,
+            |id| {
+                machines
+                    .get(id)
+                    .map(|(_, machine)| machine)
+                    .or_else(|| self.workflows.get(id).map(|w| &w.machine))
+            },
+            &mut problems,
+        );
         if problems.is_empty() {
-            Ok(Admitted { machines, tools })
+            Ok(Admitted {
+                machines,
+                tools,
+                primitives,
+            })
         } else {
             Err(problems)
         }
@@ -423,6 +473,7 @@ impl Catalog {
             }
             self.tools.insert(entry.manifest.name.clone(), entry);
         }
+        self.primitives.admit(&plugin, admitted.primitives);
         self.plugins.push(plugin);
     }
 }
@@ -437,4 +488,5 @@ struct Admitted {
         jsonschema::Validator,
         Option<jsonschema::Validator>,
     )>,
+    primitives: primitives::AdmittedPrimitives,
 }

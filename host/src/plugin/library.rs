@@ -22,7 +22,7 @@ use std::{
 use turnstile_plugin_api::abi::{
     ABI_VERSION, ABI_VERSION_SYMBOL, AbiVersionFn, CallFn, DestroyFn, ENTRY_SYMBOL_V1, EntryFnV1,
     FreeBufferFn, InitFn, ManifestFn, PLUGIN_TABLE_V1_0_SIZE, PluginTableV1, RawBuffer,
-    RawCallContext, RawHostServices, RawInitParams, Status,
+    RawCallContext, RawHostServices, RawInitParams, ReadFn, ReadKind, Status, covers,
 };
 
 use super::error::PluginError;
@@ -44,13 +44,15 @@ unsafe impl Send for Library {}
 // SAFETY: see `Send`; `call` takes `&self` and only reads the fields.
 unsafe impl Sync for Library {}
 
-/// The non-null entry points of a [`PluginTableV1`].
+/// The non-null entry points of a [`PluginTableV1`], and the optional ones it has.
 #[derive(Clone, Copy)]
 struct Table {
     destroy: DestroyFn,
     manifest: ManifestFn,
     call: CallFn,
     free_buffer: FreeBufferFn,
+    /// ABI 1.3; `None` when the table is older or the plugin left it NULL.
+    read: Option<ReadFn>,
 }
 
 /// The result of one `call` (or `manifest`): the status and the output bytes, copied out of the
@@ -71,6 +73,17 @@ pub(super) struct CallArgs<'a> {
     pub context_json: &'a CStr,
     /// The host services for this call (ABI 1.1), if any.
     pub host: Option<&'a RawHostServices>,
+}
+
+/// The strings of one `read` (ABI 1.3), NUL-terminated as the ABI requires.
+pub(super) struct ReadArgs<'a> {
+    pub kind: ReadKind,
+    pub name: &'a CStr,
+    pub request_json: &'a CStr,
+    pub call_id: &'a CStr,
+    pub handle: &'a CStr,
+    pub state_json: &'a CStr,
+    pub context_json: &'a CStr,
 }
 
 impl Library {
@@ -180,6 +193,44 @@ impl Library {
         // SAFETY: `out` was written (or left empty) by this library.
         let bytes = unsafe { take_buffer(self.table.free_buffer, &out) };
         RawOutput { status, bytes }
+    }
+}
+
+impl Library {
+    /// Whether the plugin has a `read` entry point (ABI 1.3).
+    pub(super) fn reads(&self) -> bool {
+        self.table.read.is_some()
+    }
+
+    /// Produces a prompt's or resource's content; `None` when the plugin has no `read`. Blocking
+    /// for as long as the plugin takes; safe to call from several threads at once.
+    pub(super) fn read(&self, args: &ReadArgs<'_>) -> Option<RawOutput> {
+        let read = self.table.read?;
+        let ctx = RawCallContext {
+            struct_size: size_of::<RawCallContext>(),
+            call_id: args.call_id.as_ptr(),
+            handle: args.handle.as_ptr(),
+            state_json: args.state_json.as_ptr(),
+            // Reads report nothing back: no progress, no logs, nothing to cancel.
+            host: ptr::null(),
+            context_json: args.context_json.as_ptr(),
+        };
+        let mut out = RawBuffer::empty();
+        // SAFETY: as in `call`: a live instance, NUL-terminated strings and a context and buffer
+        // that outlive the call; the ABI makes `read` thread-safe like `call`.
+        let status = unsafe {
+            read(
+                self.instance,
+                args.kind,
+                args.name.as_ptr(),
+                args.request_json.as_ptr(),
+                &ctx,
+                &mut out,
+            )
+        };
+        // SAFETY: `out` was written (or left empty) by this library.
+        let bytes = unsafe { take_buffer(self.table.free_buffer, &out) };
+        Some(RawOutput { status, bytes })
     }
 }
 
@@ -320,12 +371,23 @@ unsafe fn read_table(table: *const PluginTableV1) -> Result<(Table, InitFn), Str
         ));
     }
     let missing = |name: &str| format!("function pointer {name} is NULL");
+    // ABI 1.3: read only where the plugin's table reaches; NULL means "not supported".
+    let read = if covers(
+        struct_size,
+        std::mem::offset_of!(PluginTableV1, read),
+        size_of::<Option<ReadFn>>(),
+    ) {
+        table.read
+    } else {
+        None
+    };
     Ok((
         Table {
             destroy: table.destroy.ok_or_else(|| missing("destroy"))?,
             manifest: table.manifest.ok_or_else(|| missing("manifest"))?,
             call: table.call.ok_or_else(|| missing("call"))?,
             free_buffer: table.free_buffer.ok_or_else(|| missing("free_buffer"))?,
+            read,
         },
         table.init.ok_or_else(|| missing("init"))?,
     ))
