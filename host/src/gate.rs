@@ -173,9 +173,29 @@ impl Offer {
     }
 }
 
-/// Which of an instance's lists besides its tools a move from `before` to `after` changed:
-/// what decides whether its watchers are sent `prompts/list_changed` and
-/// `resources/list_changed` (their tool list is reported changed on every move, DESIGN 3).
+/// The names of what an instance is offered besides its tools, to compare before and after a
+/// move ([`ListsChanged::between`]). Empty, and free to build, for a workflow with no prompts
+/// or resources.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Offered {
+    prompts: Vec<String>,
+    resources: Vec<String>,
+}
+
+impl Offered {
+    /// What `catalog` offers an instance of `workflow` in `snapshot`.
+    pub fn of(catalog: &Catalog, workflow: &str, snapshot: &Snapshot) -> Offered {
+        let offer = offer(catalog, workflow, snapshot);
+        Offered {
+            prompts: offer.prompt_names(),
+            resources: offer.resource_uris(None),
+        }
+    }
+}
+
+/// Which of an instance's lists besides its tools a move changed: what decides whether its
+/// watchers are sent `prompts/list_changed` and `resources/list_changed` (their tool list is
+/// reported changed on every move, DESIGN 3).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ListsChanged {
     pub prompts: bool,
@@ -189,15 +209,11 @@ impl ListsChanged {
         resources: true,
     };
 
-    /// What moving an instance of `workflow` from `before` to `after` changes.
-    pub fn between(catalog: &Catalog, workflow: &str, before: &Snapshot, after: &Snapshot) -> Self {
-        let (before, after) = (
-            offer(catalog, workflow, before),
-            offer(catalog, workflow, after),
-        );
+    /// What a move from an instance offered `before` to one offered `after` changed.
+    pub fn between(before: &Offered, after: &Offered) -> Self {
         ListsChanged {
-            prompts: before.prompt_names() != after.prompt_names(),
-            resources: before.resource_uris(None) != after.resource_uris(None),
+            prompts: before.prompts != after.prompts,
+            resources: before.resources != after.resources,
         }
     }
 }

@@ -25,7 +25,7 @@ use super::{
 };
 use crate::{
     catalog::{LiveCatalog, ToolEntry, Workflow},
-    gate::{self, Refusal},
+    gate::{self, ListsChanged, Refusal},
     invoke::{self, InvokeError},
     plugin::{CallContext, HostCall, PluginOutput},
     statechart::{Event, Snapshot, TransitionLoop},
@@ -387,7 +387,8 @@ impl Supervised for InstanceActor {
 /// The result of a call's async part, with the view the actor should adopt afterwards.
 struct Finished {
     adopt: Option<InstanceView>,
-    changed: bool,
+    /// `Some` when the instance moved: which lists besides its tools the move changed.
+    changed: Option<ListsChanged>,
     outcome: Result<CallOutcome, InstanceError>,
 }
 
@@ -418,16 +419,23 @@ impl Handler<Call> for InstanceActor {
                 Err(error) => {
                     return Finished {
                         adopt: None,
-                        changed: false,
+                        changed: None,
                         outcome: Err(error),
                     };
                 }
             };
+            // What the instance is offered besides tools, to tell its watchers whether a move
+            // changed it (nothing to compute for a workflow without prompts or resources).
+            let catalog = deps.catalog.current();
+            let offered_before = gate::Offered::of(&catalog, &key.workflow, &view.snapshot);
             let finished = run_call(&deps, &plugin_lock, &key, view.clone(), call).await;
             match finished {
-                Ok((after, changed, outcome)) => Finished {
+                Ok((after, moved, outcome)) => Finished {
+                    changed: moved.then(|| {
+                        let offered = gate::Offered::of(&catalog, &key.workflow, &after.snapshot);
+                        ListsChanged::between(&offered_before, &offered)
+                    }),
                     adopt: Some(after),
-                    changed,
                     outcome: Ok(outcome),
                 },
                 // The state is whatever was loaded: a failed step changes nothing, except that a
@@ -435,7 +443,7 @@ impl Handler<Call> for InstanceActor {
                 // failed mint created nothing: forget it.
                 Err(error) => Finished {
                     adopt: (!matches!(error, InstanceError::Store(_)) && !mint).then_some(view),
-                    changed: false,
+                    changed: None,
                     outcome: Err(error),
                 },
             }
@@ -447,9 +455,10 @@ impl Handler<Call> for InstanceActor {
                     actor.workflow = view.workflow.clone();
                 }
                 actor.current = finished.adopt;
-                if finished.changed {
+                if let Some(lists) = finished.changed {
                     actor.deps.notifier.do_send(notifier::InstanceChanged {
                         instance: actor.key.clone(),
+                        lists,
                     });
                 }
                 finished.outcome

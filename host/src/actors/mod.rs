@@ -31,7 +31,7 @@ mod tests;
 pub use self::{
     instance::{CallOutcome, InstanceError, InstanceView},
     key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId, Tenant},
-    notifier::{Listener, NotifierStats},
+    notifier::{Listener, Notice, NotifierStats},
     registry::RegistryStats,
     runtime::Runtime,
     system::{ActorOptions, start},
