@@ -187,8 +187,9 @@ typedef struct TurnstilePluginV1 {
      * Output (TURNSTILE_OK):
      *   prompt:   {"description"?, "messages": [{"role": "user"|"assistant",
      *              "content": <MCP content block>}]}, or a JSON string (one user text message)
-     *   resource: {"contents": [{"uri"?, "mimeType"?, "text" | "blob" (base64)}]}, or a JSON
-     *             string (one text content of the URI read, with the declared mime_type)
+     *   resource: {"contents": [{"uri"?, "mimeType"?, "text" | "blob" (base64)}]}, a JSON
+     *             string (one text content of the URI read, with the declared mime_type), or
+     *             any other JSON value (one text content holding it, application/json)
      * TURNSTILE_UNKNOWN_TOOL: no such prompt or resource; TURNSTILE_TOOL_ERROR and
      * TURNSTILE_BAD_INPUT: {"message"} the client sees. Changes nothing; thread-safe. */
     TurnstileStatus (*read)(void *instance, TurnstileReadKind kind, const char *name,

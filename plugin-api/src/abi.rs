@@ -95,8 +95,9 @@ impl ReadKind {
     pub const PROMPT: ReadKind = ReadKind(1);
     /// A resource (`resources/read`): `name` is the manifest name of the resource or resource
     /// template; the request is `{"uri": <the URI read>, "variables": {<template variable>:
-    /// <string>}}`; the output is `{"contents": [{"uri"?, "mimeType"?, "text" | "blob"}]}`, or a
-    /// string (one text content of the URI read, with the declared MIME type).
+    /// <string>}}`; the output is `{"contents": [{"uri"?, "mimeType"?, "text" | "blob"}]}`, a
+    /// string (one text content of the URI read, with the declared MIME type), or any other JSON
+    /// value (one text content holding its JSON, `application/json` unless a type is declared).
     pub const RESOURCE: ReadKind = ReadKind(2);
 }
 

@@ -183,7 +183,8 @@ impl ResourceBuilder {
 
     /// Finishes the resource with its reader, which gets the URI read (and a template's
     /// variables) and the instance's context, and returns a string (the text, with the declared
-    /// MIME type) or `{"contents": [...]}` as MCP's `resources/read` result has it.
+    /// MIME type), `{"contents": [...]}` as MCP's `resources/read` result has it, or any other
+    /// serialisable value (served as its JSON text).
     pub fn read<O, F>(self, reader: F) -> Resource
     where
         O: Serialize + 'static,

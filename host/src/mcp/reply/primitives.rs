@@ -181,9 +181,10 @@ pub fn prompt_result(name: &str, output: PluginOutput) -> Result<GetPromptResult
     }
 }
 
-/// The `resources/read` result for what the plugin produced for `uri`: a string is one text
-/// content of `uri` with the declared MIME type (`text/plain` when none is declared); an object
-/// is `{"contents": [...]}`, each content's `uri` defaulting to `uri`.
+/// The `resources/read` result for what the plugin produced for `uri`: `{"contents": [...]}`
+/// as MCP spells it, each content's `uri` and `mimeType` defaulting to `uri` and the declared
+/// MIME type; a string is one text content (`text/plain` when no type is declared); any other
+/// value one text content holding its JSON (`application/json` when none is declared).
 pub fn resource_result(
     uri: &str,
     mime_type: Option<&str>,
@@ -194,9 +195,9 @@ pub fn resource_result(
         Value::String(text) => {
             vec![ResourceContents::text(text, uri).with_mime_type(mime_type.unwrap_or("text/plain"))]
         }
-        Value::Object(mut object) => {
+        Value::Object(mut object) if object.contains_key("contents") => {
             let Some(Value::Array(mut contents)) = object.remove("contents") else {
-                return Err(bad_output(&what, "it is neither a string nor {\"contents\": [...]}"));
+                return Err(bad_output(&what, "its \"contents\" is not a list"));
             };
             for content in &mut contents {
                 if let Value::Object(content) = content {
@@ -209,9 +210,10 @@ pub fn resource_result(
             serde_json::from_value(Value::Array(contents))
                 .map_err(|error| bad_output(&what, &error.to_string()))?
         }
-        _ => {
-            return Err(bad_output(&what, "it is neither a string nor {\"contents\": [...]}"));
-        }
+        value => vec![
+            ResourceContents::text(value.to_string(), uri)
+                .with_mime_type(mime_type.unwrap_or("application/json")),
+        ],
     };
     Ok(ReadResourceResult::new(contents))
 }
@@ -313,6 +315,15 @@ mod tests {
             serde_json::to_value(&result.contents).unwrap(),
             json!([{"uri": "a://x", "mimeType": "image/png", "blob": "AAEC"}])
         );
+        let result = resource_result("a://x", None, PluginOutput::Success(json!({"a": 1})))
+            .unwrap();
+        assert_eq!(
+            serde_json::to_value(&result.contents).unwrap(),
+            json!([{"uri": "a://x", "mimeType": "application/json", "text": "{\"a\":1}"}])
+        );
+        let error = resource_result("a://x", None, PluginOutput::Success(json!({"contents": 1})))
+            .unwrap_err();
+        assert_eq!(error.data.unwrap()["code"], "BAD_OUTPUT");
         let error =
             resource_result("a://x", None, PluginOutput::ToolError("no".into())).unwrap_err();
         assert_eq!(error.data.unwrap()["code"], "TOOL_ERROR");
