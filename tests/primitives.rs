@@ -58,7 +58,10 @@ async fn the_review_checklist_and_the_invoice_follow_the_workflow() {
     );
 
     let submitted = alice
-        .call("invoice.submit", json!({"amount": 1234.5, "customer": "ACME"}))
+        .call(
+            "invoice.submit",
+            json!({"amount": 1234.5, "customer": "ACME"}),
+        )
         .await;
     assert_ne!(submitted.is_error, Some(true), "{submitted:?}");
     alice.changes.wait_for(1).await;
@@ -89,7 +92,10 @@ async fn the_review_checklist_and_the_invoice_follow_the_workflow() {
         .as_str()
         .unwrap()
         .to_owned();
-    assert!(text.contains("1234.50"), "the checklist reads the amount: {text}");
+    assert!(
+        text.contains("1234.50"),
+        "the checklist reads the amount: {text}"
+    );
     assert!(text.contains("the VAT number"), "{text}");
     let (_, data) = rpc_error(alice.get_prompt(CHECKLIST, json!({"focus": 3})).await);
     assert_eq!(data["code"], "INVALID_ARGUMENTS");
@@ -102,7 +108,10 @@ async fn the_review_checklist_and_the_invoice_follow_the_workflow() {
 
     // Bob's `invoice://session` is his own invoice, still a draft: Alice's is out of his reach.
     let (_, data) = rpc_error(bob.read_resource("invoice://session").await);
-    assert_eq!((&data["code"], &data["state"]), (&json!("FORBIDDEN"), &json!("draft")));
+    assert_eq!(
+        (&data["code"], &data["state"]),
+        (&json!("FORBIDDEN"), &json!("draft"))
+    );
     assert_eq!(bob.prompt_names().await, Vec::<String>::new());
 
     // Approving leaves review (the checklist goes) but not the invoice's states: the prompts
@@ -134,13 +143,14 @@ async fn an_instance_resource_follows_its_instance_and_only_its_owner_reaches_it
             "--state-handle-key",
         ],
     );
-    let connect =
-        |token: &'static str| Client::http_through(&server.url, reqwest::Client::new(), Some(token));
+    let connect = |token: &'static str| {
+        Client::http_through(&server.url, reqwest::Client::new(), Some(token))
+    };
     let (alice, bob) = (connect("tok-alice").await, connect("tok-bob").await);
 
     let handle = handle_of(&alice.call("invoice.submit", json!({"amount": 80})).await);
     let uri = format!("invoice://{handle}");
-    assert_eq!(alice.resource_uris().await, [uri.clone()]);
+    assert_eq!(alice.resource_uris().await, std::slice::from_ref(&uri));
     assert_eq!(
         alice
             .prompt_names_with_meta(json!({"handle": handle}))
@@ -148,7 +158,10 @@ async fn an_instance_resource_follows_its_instance_and_only_its_owner_reaches_it
         [CHECKLIST]
     );
     let invoice = read_json(alice.read_resource(&uri).await.unwrap());
-    assert_eq!((&invoice["amount"], &invoice["state"]), (&json!(80), &json!("review")));
+    assert_eq!(
+        (&invoice["amount"], &invoice["state"]),
+        (&json!(80), &json!("review"))
+    );
     let checklist = alice
         .get_prompt_with_meta(CHECKLIST, json!({}), json!({"handle": handle}))
         .await
@@ -186,7 +199,11 @@ async fn an_instance_resource_follows_its_instance_and_only_its_owner_reaches_it
         bob.get_prompt_with_meta(CHECKLIST, json!({}), json!({"handle": handle}))
             .await,
     );
-    assert_eq!(code, ErrorCode::INVALID_PARAMS.0, "bob cannot name alice's instance");
+    assert_eq!(
+        code,
+        ErrorCode::INVALID_PARAMS.0,
+        "bob cannot name alice's instance"
+    );
     assert_eq!(bob.notices.updated.count(), 0);
 }
 
@@ -199,11 +216,17 @@ async fn the_refund_policy_is_offered_after_capture() {
     let client = Client::http(&server.url).await;
     let policy = "payment.refund_policy";
     client
-        .call("payment.authorize", json!({"amount": 20, "currency": "EUR"}))
+        .call(
+            "payment.authorize",
+            json!({"amount": 20, "currency": "EUR"}),
+        )
         .await;
     assert_eq!(client.prompt_names().await, Vec::<String>::new());
     let (_, data) = rpc_error(client.get_prompt(policy, json!({})).await);
-    assert_eq!((&data["code"], &data["state"]), (&json!("FORBIDDEN"), &json!("authorized")));
+    assert_eq!(
+        (&data["code"], &data["state"]),
+        (&json!("FORBIDDEN"), &json!("authorized"))
+    );
     client.call("payment.capture", json!({})).await;
     client.notices.prompts.wait_for(1).await;
     assert_eq!(client.prompt_names().await, [policy]);
@@ -211,7 +234,10 @@ async fn the_refund_policy_is_offered_after_capture() {
     assert!(format!("{got:?}").contains("in full only"), "{got:?}");
     // Unknown names are JSON-RPC errors naming them.
     let (code, data) = rpc_error(client.get_prompt("payment.nope", json!({})).await);
-    assert_eq!((code, &data["prompt"]), (ErrorCode::INVALID_PARAMS.0, &json!("payment.nope")));
+    assert_eq!(
+        (code, &data["prompt"]),
+        (ErrorCode::INVALID_PARAMS.0, &json!("payment.nope"))
+    );
     let (code, _) = rpc_error(client.read_resource("nothing://here").await);
     assert_eq!(code, ErrorCode::RESOURCE_NOT_FOUND.0);
 }

@@ -208,5 +208,4 @@ impl Primitives {
             && same(&self.resources, &other.resources, |e| &e.manifest)
             && same(&self.templates, &other.templates, |e| &e.manifest)
     }
-
 }

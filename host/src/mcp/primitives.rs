@@ -32,8 +32,7 @@ use super::{
 use crate::{
     actors::{InstanceKey, Owner},
     catalog::{Bound, Catalog, PromptEntry, SESSION_TOKEN, TemplateEntry},
-    gate,
-    invoke,
+    gate, invoke,
     plugin::{CallContext, LoadedPlugin, PrimitiveKind},
     statechart::Snapshot,
 };
@@ -59,7 +58,11 @@ impl Subject {
     fn context(&self) -> CallContext {
         CallContext {
             call_id: uuid::Uuid::new_v4().to_string(),
-            handle: self.key.as_ref().map(InstanceKey::handle).unwrap_or_default(),
+            handle: self
+                .key
+                .as_ref()
+                .map(InstanceKey::handle)
+                .unwrap_or_default(),
             state: self.snapshot.value(),
             context: self.snapshot.context().clone(),
             ..CallContext::default()
@@ -448,14 +451,23 @@ impl TurnstileServer {
         request: Value,
         subject: Option<&Subject>,
     ) -> Result<crate::plugin::PluginOutput, ErrorData> {
-        let context = subject.map(Subject::context).unwrap_or_else(|| CallContext {
-            call_id: uuid::Uuid::new_v4().to_string(),
-            state: Value::Null,
-            ..CallContext::default()
-        });
-        invoke::read(plugin, kind, name, request, context, &self.shared.call_limits)
-            .await
-            .map_err(|error| reply::read_failure(kind, name, &error))
+        let context = subject
+            .map(Subject::context)
+            .unwrap_or_else(|| CallContext {
+                call_id: uuid::Uuid::new_v4().to_string(),
+                state: Value::Null,
+                ..CallContext::default()
+            });
+        invoke::read(
+            plugin,
+            kind,
+            name,
+            request,
+            context,
+            &self.shared.call_limits,
+        )
+        .await
+        .map_err(|error| reply::read_failure(kind, name, &error))
     }
 }
 
@@ -469,7 +481,10 @@ fn token_of(key: &InstanceKey) -> String {
 
 /// What is wrong with `arguments` for `prompt`: a required argument missing, an argument that
 /// is not a string (MCP prompt arguments are strings), or one the prompt does not declare.
-fn argument_problems(prompt: &PromptEntry, arguments: &serde_json::Map<String, Value>) -> Vec<String> {
+fn argument_problems(
+    prompt: &PromptEntry,
+    arguments: &serde_json::Map<String, Value>,
+) -> Vec<String> {
     let declared = &prompt.manifest.arguments;
     let mut problems: Vec<String> = declared
         .iter()

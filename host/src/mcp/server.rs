@@ -14,8 +14,8 @@ use std::sync::Arc;
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, GetPromptRequestParams,
-        GetPromptResponse, Implementation, JsonObject, ListPromptsResult,
+        CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult,
+        GetPromptRequestParams, GetPromptResponse, Implementation, JsonObject, ListPromptsResult,
         ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
         ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
         SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,

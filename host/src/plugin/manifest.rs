@@ -135,8 +135,7 @@ fn check_resources(manifest: &Manifest) -> Result<(), String> {
         }
         if resource.uri.contains('{') {
             return Err(at(
-                "a URI with a {variable} is a template: declare it under resource_templates"
-                    .into(),
+                "a URI with a {variable} is a template: declare it under resource_templates".into(),
             ));
         }
         if !uris.insert(resource.uri.as_str()) {
@@ -149,7 +148,10 @@ fn check_resources(manifest: &Manifest) -> Result<(), String> {
     }
     for (i, template) in manifest.resource_templates.iter().enumerate() {
         let at = |problem: String| {
-            format!("resource_templates[{i}] ({}): {problem}", template.uri_template)
+            format!(
+                "resource_templates[{i}] ({}): {problem}",
+                template.uri_template
+            )
         };
         if template.name.trim().is_empty() {
             return Err(at("name must not be empty".into()));
@@ -157,8 +159,7 @@ fn check_resources(manifest: &Manifest) -> Result<(), String> {
         let variables = uri_template::template_variables(&template.uri_template).map_err(at)?;
         if variables.is_empty() {
             return Err(at(
-                "a URI without a {variable} is a fixed resource: declare it under resources"
-                    .into(),
+                "a URI without a {variable} is a fixed resource: declare it under resources".into(),
             ));
         }
         if variables.contains(&HANDLE_VARIABLE) && template.workflow.is_none() {
@@ -183,7 +184,10 @@ fn check_binding(workflow: Option<&str>, states: &[String]) -> Result<(), String
         return Err("states need a workflow".into());
     }
     let mut seen = HashSet::new();
-    match states.iter().find(|state| state.is_empty() || !seen.insert(*state)) {
+    match states
+        .iter()
+        .find(|state| state.is_empty() || !seen.insert(*state))
+    {
         Some(state) => Err(format!("states: empty or duplicate state {state:?}")),
         None => Ok(()),
     }
@@ -331,12 +335,18 @@ mod tests {
                 "prompts[1] (p.a): duplicate prompt name",
             ),
             (
-                with("prompts", json!([{"name": "p.a", "description": "d", "states": ["s"]}])),
+                with(
+                    "prompts",
+                    json!([{"name": "p.a", "description": "d", "states": ["s"]}]),
+                ),
                 "prompts[0] (p.a): states need a workflow",
             ),
             (
-                with("prompts", json!([{"name": "p.a", "description": "d",
-                    "arguments": [{"name": "x"}, {"name": "x"}]}])),
+                with(
+                    "prompts",
+                    json!([{"name": "p.a", "description": "d",
+                    "arguments": [{"name": "x"}, {"name": "x"}]}]),
+                ),
                 "arguments[1]: empty or duplicate argument name \"x\"",
             ),
             (
@@ -344,12 +354,18 @@ mod tests {
                 "declare it under resource_templates",
             ),
             (
-                with("resource_templates", json!([{"uri_template": "a://{handle}",
-                    "name": "a"}])),
+                with(
+                    "resource_templates",
+                    json!([{"uri_template": "a://{handle}",
+                    "name": "a"}]),
+                ),
                 "resource_templates[0] (a://{handle}): {handle} names a workflow instance",
             ),
             (
-                with("resource_templates", json!([{"uri_template": "a://{+x}", "name": "a"}])),
+                with(
+                    "resource_templates",
+                    json!([{"uri_template": "a://{+x}", "name": "a"}]),
+                ),
                 "no operators",
             ),
         ];

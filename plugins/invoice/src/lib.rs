@@ -436,13 +436,21 @@ mod tests {
         let manifest = plugin.manifest();
         assert_eq!(manifest.prompts[0].states, ["review", "second_approval"]);
         assert_eq!(manifest.prompts[0].arguments[0].name, "focus");
-        assert_eq!(manifest.resource_templates[0].uri_template, "invoice://{handle}");
+        assert_eq!(
+            manifest.resource_templates[0].uri_template,
+            "invoice://{handle}"
+        );
         let review = CallContext {
             context: json!({"amount": 12_500}),
             ..ctx("review")
         };
         let checklist = plugin
-            .read(PrimitiveKind::Prompt, "invoice.review_checklist", json!({}), &review)
+            .read(
+                PrimitiveKind::Prompt,
+                "invoice.review_checklist",
+                json!({}),
+                &review,
+            )
             .unwrap();
         let text = checklist.as_str().unwrap();
         assert!(text.contains("invoice h of 12500.00"), "{text}");

@@ -193,7 +193,9 @@ pub fn resource_result(
     let what = format!("resource {uri}");
     let contents = match succeeded(&what, output)? {
         Value::String(text) => {
-            vec![ResourceContents::text(text, uri).with_mime_type(mime_type.unwrap_or("text/plain"))]
+            vec![
+                ResourceContents::text(text, uri).with_mime_type(mime_type.unwrap_or("text/plain")),
+            ]
         }
         Value::Object(mut object) if object.contains_key("contents") => {
             let Some(Value::Array(mut contents)) = object.remove("contents") else {
@@ -203,7 +205,9 @@ pub fn resource_result(
                 if let Value::Object(content) = content {
                     content.entry("uri").or_insert_with(|| json!(uri));
                     if let Some(mime_type) = mime_type {
-                        content.entry("mimeType").or_insert_with(|| json!(mime_type));
+                        content
+                            .entry("mimeType")
+                            .or_insert_with(|| json!(mime_type));
                     }
                 }
             }
@@ -250,7 +254,10 @@ pub fn read_failure(kind: PrimitiveKind, name: &str, error: &InvokeError) -> Err
             tracing::warn!(%what, %error, "plugin failure");
             let full = error.to_string();
             let prefix = format!("{}: ", error.path().display());
-            ("PLUGIN_FAILED", full.strip_prefix(&prefix).unwrap_or(&full).to_owned())
+            (
+                "PLUGIN_FAILED",
+                full.strip_prefix(&prefix).unwrap_or(&full).to_owned(),
+            )
         }
         InvokeError::TimedOut(_) => ("TOOL_TIMEOUT", error.to_string()),
         InvokeError::Busy(_) | InvokeError::InstanceBusy => ("BUSY", error.to_string()),
@@ -285,7 +292,11 @@ mod tests {
                 "name": "invoice.review_checklist", "workflow": "invoice", "state": "draft",
                 "available": []}))
         );
-        assert!(error.message.contains("Available now: none."), "{}", error.message);
+        assert!(
+            error.message.contains("Available now: none."),
+            "{}",
+            error.message
+        );
     }
 
     #[test]
@@ -302,9 +313,12 @@ mod tests {
         let error = prompt_result("p", PluginOutput::Success(json!({"messages": 3}))).unwrap_err();
         assert_eq!(error.data.unwrap()["code"], "BAD_OUTPUT");
 
-        let result =
-            resource_result("a://x", Some("text/markdown"), PluginOutput::Success(json!("# A")))
-                .unwrap();
+        let result = resource_result(
+            "a://x",
+            Some("text/markdown"),
+            PluginOutput::Success(json!("# A")),
+        )
+        .unwrap();
         assert_eq!(
             serde_json::to_value(&result.contents).unwrap(),
             json!([{"uri": "a://x", "mimeType": "text/markdown", "text": "# A"}])
@@ -315,8 +329,8 @@ mod tests {
             serde_json::to_value(&result.contents).unwrap(),
             json!([{"uri": "a://x", "mimeType": "image/png", "blob": "AAEC"}])
         );
-        let result = resource_result("a://x", None, PluginOutput::Success(json!({"a": 1})))
-            .unwrap();
+        let result =
+            resource_result("a://x", None, PluginOutput::Success(json!({"a": 1}))).unwrap();
         assert_eq!(
             serde_json::to_value(&result.contents).unwrap(),
             json!([{"uri": "a://x", "mimeType": "application/json", "text": "{\"a\":1}"}])
