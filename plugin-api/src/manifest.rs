@@ -267,6 +267,110 @@ impl Manifest {
         self.tools.push(tool);
         self
     }
+
+    /// Adds a prompt.
+    pub fn prompt(mut self, prompt: PromptManifest) -> Manifest {
+        self.prompts.push(prompt);
+        self
+    }
+
+    /// Adds a resource with a fixed URI.
+    pub fn resource(mut self, resource: ResourceManifest) -> Manifest {
+        self.resources.push(resource);
+        self
+    }
+
+    /// Adds a resource template.
+    pub fn resource_template(mut self, template: ResourceTemplateManifest) -> Manifest {
+        self.resource_templates.push(template);
+        self
+    }
+}
+
+impl PromptManifest {
+    /// A prompt bound to no workflow, without arguments, produced by the plugin's `read`.
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> PromptManifest {
+        PromptManifest {
+            name: name.into(),
+            title: None,
+            description: description.into(),
+            arguments: Vec::new(),
+            workflow: None,
+            states: Vec::new(),
+            text: None,
+        }
+    }
+
+    /// Adds an argument.
+    pub fn argument(
+        mut self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+        required: bool,
+    ) -> PromptManifest {
+        self.arguments.push(PromptArgumentManifest {
+            name: name.into(),
+            description: Some(description.into()),
+            required,
+        });
+        self
+    }
+
+    /// Makes `text` the prompt (one user message), so the plugin's `read` is not asked.
+    pub fn text(mut self, text: impl Into<String>) -> PromptManifest {
+        self.text = Some(text.into());
+        self
+    }
+}
+
+impl ResourceManifest {
+    /// A resource bound to no workflow, produced by the plugin's `read`.
+    pub fn new(uri: impl Into<String>, name: impl Into<String>) -> ResourceManifest {
+        ResourceManifest {
+            uri: uri.into(),
+            name: name.into(),
+            title: None,
+            description: None,
+            mime_type: None,
+            workflow: None,
+            states: Vec::new(),
+            text: None,
+        }
+    }
+
+    pub fn mime_type(mut self, mime_type: impl Into<String>) -> ResourceManifest {
+        self.mime_type = Some(mime_type.into());
+        self
+    }
+
+    /// Makes `text` the content, so the plugin's `read` is not asked.
+    pub fn text(mut self, text: impl Into<String>) -> ResourceManifest {
+        self.text = Some(text.into());
+        self
+    }
+}
+
+impl ResourceTemplateManifest {
+    /// A template bound to no workflow.
+    pub fn new(
+        uri_template: impl Into<String>,
+        name: impl Into<String>,
+    ) -> ResourceTemplateManifest {
+        ResourceTemplateManifest {
+            uri_template: uri_template.into(),
+            name: name.into(),
+            title: None,
+            description: None,
+            mime_type: None,
+            workflow: None,
+            states: Vec::new(),
+        }
+    }
+
+    pub fn mime_type(mut self, mime_type: impl Into<String>) -> ResourceTemplateManifest {
+        self.mime_type = Some(mime_type.into());
+        self
+    }
 }
 
 impl ToolManifest {
