@@ -1,14 +1,15 @@
-//! The catalog: every tool and workflow machine the loaded plugins bring, checked against each
-//! other.
+//! The catalog: every tool, prompt, resource and workflow machine the loaded plugins bring,
+//! checked against each other.
 //!
-//! It owns the answer to "which tool is this name, which plugin runs it, which machine gates it".
+//! It owns the answer to "which tool is this name, which plugin runs it, which machine gates it",
+//! and the same for prompts and resources (`primitives.rs`).
 //! A catalog is never changed once built: a plugin reload builds a new one and swaps it into the
 //! [`LiveCatalog`] (`live.rs`); [`CatalogChange`] (`change.rs`) says whose menus that changes.
 //! Each machine carries a version, the hash of its canonical JSON (`version.rs`). It never runs a
 //! tool and never touches instance state.
 //!
 //! A plugin is admitted whole or not at all: if one of its machines fails to parse, or one of its
-//! tools names a state or event its machine does not have, the whole plugin is refused with every
+//! tools, prompts or resources names a state or event its machine does not have, the whole plugin is refused with every
 //! problem listed, and the other plugins are still served.
 
 mod change;

@@ -38,7 +38,9 @@
 //!    [`abi::PluginTableV1`]. The host checks `struct_size` before reading any other field.
 //! 4. `init` creates the plugin instance (an opaque pointer), `manifest` describes it.
 //! 5. `call` runs a tool, from any thread, concurrently: the instance must be thread-safe (for
-//!    Rust plugins this is the `Send + Sync` bound on [`Plugin`]).
+//!    Rust plugins this is the `Send + Sync` bound on [`Plugin`]). `read` (ABI 1.3, optional)
+//!    produces the content of a prompt or resource the manifest declares, the same way
+//!    ([`Plugin::read`]; the SDK's `.prompt(...)` and `.resource(...)` chains).
 //! 6. `destroy` drops the instance; then the host unloads the library. A plugin must have joined
 //!    any thread it started by then.
 //!
