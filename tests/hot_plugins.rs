@@ -46,6 +46,8 @@ async fn a_plugin_dropped_in_is_listed_callable_and_announced_and_so_is_its_remo
     fs::copy(&payment, plugins.path().join(name)).expect("copy payment in");
     session.changes.wait_for(1).await;
     listened.wait_for(1).await;
+    // The payment plugin brings a prompt: every session is told its prompts changed too.
+    session.notices.prompts.wait_for(1).await;
     let names = session.tool_names().await;
     for tool in ["payment.authorize", "payment.status"] {
         assert!(names.iter().any(|name| name == tool), "{tool} in {names:?}");
@@ -79,6 +81,8 @@ async fn a_plugin_dropped_in_is_listed_callable_and_announced_and_so_is_its_remo
     fs::remove_file(plugins.path().join(name)).expect("remove payment");
     session.changes.wait_for(3).await; // the authorization's own change, then the removal
     listened.wait_for(2).await;
+    // The authorization offered no other prompt; the removal took the refund policy away.
+    session.notices.prompts.wait_for(2).await;
     assert!(
         !session
             .tool_names()

@@ -1,19 +1,21 @@
-//! The catalog: every tool and workflow machine the loaded plugins bring, checked against each
-//! other.
+//! The catalog: every tool, prompt, resource and workflow machine the loaded plugins bring,
+//! checked against each other.
 //!
-//! It owns the answer to "which tool is this name, which plugin runs it, which machine gates it".
+//! It owns the answer to "which tool is this name, which plugin runs it, which machine gates it",
+//! and the same for prompts and resources (`primitives.rs`).
 //! A catalog is never changed once built: a plugin reload builds a new one and swaps it into the
 //! [`LiveCatalog`] (`live.rs`); [`CatalogChange`] (`change.rs`) says whose menus that changes.
 //! Each machine carries a version, the hash of its canonical JSON (`version.rs`). It never runs a
 //! tool and never touches instance state.
 //!
 //! A plugin is admitted whole or not at all: if one of its machines fails to parse, or one of its
-//! tools names a state or event its machine does not have, the whole plugin is refused with every
+//! tools, prompts or resources names a state or event its machine does not have, the whole plugin is refused with every
 //! problem listed, and the other plugins are still served.
 
 mod change;
 mod guards;
 mod live;
+mod primitives;
 mod version;
 
 use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
@@ -24,6 +26,7 @@ pub use self::{
     change::{Affected, CatalogChange},
     guards::{PluginGuards, Unavailable},
     live::LiveCatalog,
+    primitives::{Bound, PromptEntry, ResourceEntry, SESSION_TOKEN, TemplateEntry},
     version::{canonical, machine_version},
 };
 
@@ -195,6 +198,8 @@ pub struct Catalog {
     tools: BTreeMap<String, Arc<ToolEntry>>,
     workflows: BTreeMap<String, Arc<Workflow>>,
     plugins: Vec<Arc<LoadedPlugin>>,
+    /// Prompts, resources and resource templates (`primitives.rs`).
+    primitives: primitives::Primitives,
 }
 
 impl Catalog {
@@ -255,6 +260,37 @@ impl Catalog {
 
     pub fn plugins(&self) -> &[Arc<LoadedPlugin>] {
         &self.plugins
+    }
+
+    pub fn prompt(&self, name: &str) -> Option<&Arc<PromptEntry>> {
+        self.primitives.prompts.get(name)
+    }
+
+    pub fn prompts(&self) -> impl Iterator<Item = &Arc<PromptEntry>> {
+        self.primitives.prompts.values()
+    }
+
+    /// The resource with the fixed URI `uri`.
+    pub fn resource(&self, uri: &str) -> Option<&Arc<ResourceEntry>> {
+        self.primitives.resources.get(uri)
+    }
+
+    pub fn resources(&self) -> impl Iterator<Item = &Arc<ResourceEntry>> {
+        self.primitives.resources.values()
+    }
+
+    pub fn templates(&self) -> impl Iterator<Item = &Arc<TemplateEntry>> {
+        self.primitives.templates.values()
+    }
+
+    /// The template `uri` is a resource of, with its variables' values. Templates are tried in
+    /// the order of their URI templates; the first that matches wins.
+    pub fn template_for(
+        &self,
+        uri: &str,
+    ) -> Option<(&Arc<TemplateEntry>, BTreeMap<String, String>)> {
+        self.templates()
+            .find_map(|template| template.matches(uri).map(|variables| (template, variables)))
     }
 
     /// The machine an instance running on `running`, in `snapshot`, should run on now that this
@@ -386,8 +422,23 @@ impl Catalog {
                 tools.push((tool.clone(), validator, output_validator));
             }
         }
+        let primitives = primitives::Primitives::check(
+            self,
+            plugin,
+            |id| {
+                machines
+                    .get(id)
+                    .map(|(_, machine)| machine)
+                    .or_else(|| self.workflows.get(id).map(|w| &w.machine))
+            },
+            &mut problems,
+        );
         if problems.is_empty() {
-            Ok(Admitted { machines, tools })
+            Ok(Admitted {
+                machines,
+                tools,
+                primitives,
+            })
         } else {
             Err(problems)
         }
@@ -427,6 +478,7 @@ impl Catalog {
             }
             self.tools.insert(entry.manifest.name.clone(), entry);
         }
+        self.primitives.admit(&plugin, admitted.primitives);
         self.plugins.push(plugin);
     }
 }
@@ -441,4 +493,5 @@ struct Admitted {
         jsonschema::Validator,
         Option<jsonschema::Validator>,
     )>,
+    primitives: primitives::AdmittedPrimitives,
 }

@@ -1,8 +1,10 @@
-//! The gate: which tools an instance in a given state may see and call.
+//! The gate: which tools, prompts and resources an instance in a given state may see and use.
 //!
-//! Pure decisions over a [`Workflow`] (its machine and tools) and a [`Snapshot`]; no I/O, no actors, no MCP types. The
-//! instance actor asks it before running a tool, and the MCP layer asks it to build
-//! `tools/list`, so listing and calling can never disagree.
+//! Pure decisions over a [`Workflow`] (its machine and tools), the catalog's prompts and
+//! resources, and a [`Snapshot`]; no I/O, no actors, no MCP types. The instance actor asks it
+//! before running a tool, and the MCP layer asks it to build `tools/list`, `prompts/list` and
+//! `resources/list` and before serving a prompt or resource, so listing and using can never
+//! disagree.
 
 use std::sync::Arc;
 
@@ -10,7 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::{
-    catalog::{ToolEntry, Workflow},
+    catalog::{Bound, Catalog, PromptEntry, ResourceEntry, TemplateEntry, ToolEntry, Workflow},
     statechart::{Known, Snapshot},
 };
 
@@ -114,5 +116,155 @@ pub fn refusal(
             .iter()
             .map(|tool| tool.name().to_string())
             .collect(),
+    })
+}
+
+/// Whether a prompt or resource is offered to an instance in `snapshot`: one bound to no state
+/// always is; otherwise when one of its states is active (as for a tool, see [`is_visible`]).
+pub fn offers(entry: &impl Bound, snapshot: &Snapshot) -> bool {
+    entry.states().is_empty() || entry.states().iter().any(|state| snapshot.matches(state))
+}
+
+/// The prompts and resources of one workflow offered to an instance in one state, in catalog
+/// order.
+#[derive(Default)]
+pub struct Offer {
+    pub prompts: Vec<Arc<PromptEntry>>,
+    pub resources: Vec<Arc<ResourceEntry>>,
+    pub templates: Vec<Arc<TemplateEntry>>,
+}
+
+/// What `catalog` offers an instance of workflow `workflow` in `snapshot` besides its tools.
+pub fn offer(catalog: &Catalog, workflow: &str, snapshot: &Snapshot) -> Offer {
+    fn pick<E: Bound>(
+        entries: impl Iterator<Item = Arc<E>>,
+        workflow: &str,
+        snapshot: &Snapshot,
+    ) -> Vec<Arc<E>> {
+        entries
+            .filter(|entry| entry.workflow() == Some(workflow) && offers(&**entry, snapshot))
+            .collect()
+    }
+    Offer {
+        prompts: pick(catalog.prompts().cloned(), workflow, snapshot),
+        resources: pick(catalog.resources().cloned(), workflow, snapshot),
+        templates: pick(catalog.templates().cloned(), workflow, snapshot),
+    }
+}
+
+impl Offer {
+    /// The names of the prompts offered.
+    pub fn prompt_names(&self) -> Vec<String> {
+        self.prompts
+            .iter()
+            .map(|prompt| prompt.manifest.name.clone())
+            .collect()
+    }
+
+    /// The URIs of the resources offered, and of the templates (an instance's own resource under
+    /// its URI when `token` names the instance, see `TemplateEntry::instance_uri`).
+    pub fn resource_uris(&self, token: Option<&str>) -> Vec<String> {
+        let fixed = self.resources.iter().map(|r| r.manifest.uri.clone());
+        let templates = self.templates.iter().map(|template| match token {
+            Some(token) if template.is_instance() => template.instance_uri(token),
+            _ => template.manifest.uri_template.clone(),
+        });
+        fixed.chain(templates).collect()
+    }
+}
+
+/// The names of what an instance is offered besides its tools, to compare before and after a
+/// move ([`ListsChanged::between`]). Empty, and free to build, for a workflow with no prompts
+/// or resources.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Offered {
+    prompts: Vec<String>,
+    resources: Vec<String>,
+}
+
+impl Offered {
+    /// What `catalog` offers an instance of `workflow` in `snapshot`.
+    pub fn of(catalog: &Catalog, workflow: &str, snapshot: &Snapshot) -> Offered {
+        let offer = offer(catalog, workflow, snapshot);
+        Offered {
+            prompts: offer.prompt_names(),
+            resources: offer.resource_uris(None),
+        }
+    }
+}
+
+/// Which of an instance's lists besides its tools a move changed: what decides whether its
+/// watchers are sent `prompts/list_changed` and `resources/list_changed` (their tool list is
+/// reported changed on every move, DESIGN 3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListsChanged {
+    pub prompts: bool,
+    pub resources: bool,
+}
+
+impl ListsChanged {
+    /// Both lists, for a change whose before and after are not known (another server's).
+    pub const ALL: ListsChanged = ListsChanged {
+        prompts: true,
+        resources: true,
+    };
+
+    /// What a move from an instance offered `before` to one offered `after` changed.
+    pub fn between(before: &Offered, after: &Offered) -> Self {
+        ListsChanged {
+            prompts: before.prompts != after.prompts,
+            resources: before.resources != after.resources,
+        }
+    }
+}
+
+/// Why a prompt or resource was not served: it exists, but not for this instance's state.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Withheld {
+    /// `"prompt"` or `"resource"`.
+    pub kind: &'static str,
+    /// The prompt's name, or the URI asked for.
+    pub name: String,
+    pub workflow: String,
+    /// The instance's state value, in XState's shape.
+    pub state: Value,
+    /// What of that kind is available in this state (prompt names, or resource URIs), so the
+    /// agent can recover in one turn.
+    pub available: Vec<String>,
+}
+
+/// Checks a `prompts/get` of `prompt` (of `workflow`) on an instance in `snapshot`: `None`
+/// when it may be served.
+pub fn withheld_prompt(
+    catalog: &Catalog,
+    prompt: &PromptEntry,
+    workflow: &str,
+    snapshot: &Snapshot,
+) -> Option<Withheld> {
+    (!offers(prompt, snapshot)).then(|| Withheld {
+        kind: "prompt",
+        name: prompt.manifest.name.clone(),
+        workflow: workflow.to_owned(),
+        state: snapshot.value(),
+        available: offer(catalog, workflow, snapshot).prompt_names(),
+    })
+}
+
+/// Checks a `resources/read` of `uri` (a resource of `entry`, of `workflow`) on an instance in
+/// `snapshot`, which `token` names in instance resources' URIs: `None` when it may be served.
+pub fn withheld_resource(
+    catalog: &Catalog,
+    entry: &impl Bound,
+    uri: &str,
+    workflow: &str,
+    snapshot: &Snapshot,
+    token: Option<&str>,
+) -> Option<Withheld> {
+    (!offers(entry, snapshot)).then(|| Withheld {
+        kind: "resource",
+        name: uri.to_owned(),
+        workflow: workflow.to_owned(),
+        state: snapshot.value(),
+        available: offer(catalog, workflow, snapshot).resource_uris(token),
     })
 }

@@ -8,6 +8,9 @@
 //! here, before anything else sees it: a mismatch is an error and fires nothing. So is an output
 //! (or a tool error's message) larger than `--max-result-bytes`, checked first.
 //!
+//! [`read`] produces a prompt's or resource's content the same way (static text from the
+//! manifest needs no thread at all).
+//!
 //! A call past its deadline is reported as timed out and fires nothing. Its thread cannot be
 //! interrupted (a C function cannot be cancelled from outside), so it runs on to completion in
 //! the background; the instance is free again for the next call meanwhile.
@@ -19,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     catalog::ToolEntry,
-    plugin::{CallContext, HostCall, PluginError, PluginOutput},
+    plugin::{CallContext, HostCall, LoadedPlugin, PluginError, PluginOutput, PrimitiveKind},
 };
 
 /// Why a tool produced no output.
@@ -155,6 +158,57 @@ pub async fn run(
         }
         Ok(Err(join)) => Err(InvokeError::Worker(join.to_string())),
         Ok(Ok(called)) => check_output(&checked, called?, limits),
+    }
+}
+
+/// Produces the content of the prompt or resource `name` of `plugin` for the instance `context`
+/// describes: the manifest's static `text` when it gives one, else the plugin's `read` (ABI
+/// 1.3), run like a tool call: on a blocking thread, in the plugin's pool, within the deadline
+/// and the result size of `limits`. A read changes nothing, so there is nothing to undo when it
+/// fails; the caller turns the error into its answer.
+pub async fn read(
+    plugin: Arc<LoadedPlugin>,
+    kind: PrimitiveKind,
+    name: &str,
+    request: Value,
+    context: CallContext,
+    limits: &Limits,
+) -> Result<PluginOutput, InvokeError> {
+    if let Some(text) = plugin.static_text(kind, name) {
+        return Ok(PluginOutput::Success(text));
+    }
+    let Some(slot) = plugin.pool().enter(crate::plugin::QUEUE_WAIT).await else {
+        return Err(InvokeError::Busy(plugin.pool().size()));
+    };
+    let reader = plugin.clone();
+    let owned_name = name.to_owned();
+    let running = tokio::task::spawn_blocking(move || {
+        let output = reader.read(kind, &owned_name, &request, &context);
+        drop(slot);
+        output
+    });
+    let waited = tokio::select! {
+        waited = tokio::time::timeout(limits.timeout, running) => waited,
+        () = limits.abandon.cancelled() => return Err(InvokeError::ShuttingDown),
+    };
+    match waited {
+        Err(_) => {
+            plugin.pool().count_past_deadline();
+            tracing::warn!(
+                %name,
+                kind = kind.as_str(),
+                deadline_s = limits.timeout.as_secs_f64(),
+                "a prompt or resource read outlived its deadline; its thread stays busy until the \
+                 plugin returns"
+            );
+            Err(InvokeError::TimedOut(limits.timeout))
+        }
+        Ok(Err(join)) => Err(InvokeError::Worker(join.to_string())),
+        Ok(Ok(output)) => {
+            let output = output?;
+            check_size(&output, limits.max_result_bytes)?;
+            Ok(output)
+        }
     }
 }
 

@@ -24,7 +24,8 @@
  *    plugins, and a new plugin runs on an old host without the newer features.
  *    Added since 1.0: TurnstileCallContext.host (1.1, host services), TurnstileInitParams.config_json
  *    (1.1, the plugin's configuration), TurnstileCallContext.context_json (1.2, the instance's
- *    machine context).
+ *    machine context), TurnstilePluginV1.read (1.3, the content of prompts and resources; NULL:
+ *    the plugin serves only the static "text" of its manifest's prompts and resources).
  *  - Strings from the host are NUL-terminated UTF-8, borrowed for the duration of the call.
  *  - Each side frees only what it allocated. Output buffers are allocated by the plugin and
  *    handed back to its free_buffer by the host.
@@ -45,7 +46,15 @@
  *               "workflow"?, "states"?: [...], "transition"?, "title"?,
                "annotations"?: {"readOnlyHint"?, "destructiveHint"?, "idempotentHint"?,
                                 "openWorldHint"?},
-               "output_schema"?: <JSON Schema of the structured output, checked by the host>}]}
+               "output_schema"?: <JSON Schema of the structured output, checked by the host>}],
+    "prompts"?: [{"name", "title"?, "description", "arguments"?: [{"name", "description"?,
+                  "required"?}], "workflow"?, "states"?: [...], "text"?}],
+    "resources"?: [{"uri", "name", "title"?, "description"?, "mime_type"?, "workflow"?,
+                    "states"?: [...], "text"?}],
+    "resource_templates"?: [{"uri_template", "name", "title"?, "description"?, "mime_type"?,
+                             "workflow"?, "states"?: [...]}]}
+ * Prompts and resources are gated by workflow state exactly as tools are. A template with the
+ * variable {handle} names a workflow instance (see TurnstilePluginV1.read).
  * Output with content blocks: a TURNSTILE_OK output object may carry "_content": [MCP content
  * blocks: {"type":"text","text"}, {"type":"image","data","mimeType"}, {"type":"audio",...},
  * {"type":"resource","resource":{...}}]; the rest of the object is the structured content.
@@ -118,6 +127,11 @@ typedef struct TurnstileHostServices {
     int32_t (*is_cancelled)(const void *call);
 } TurnstileHostServices;
 
+/* What read (ABI 1.3) is asked for. */
+typedef int32_t TurnstileReadKind;
+#define TURNSTILE_READ_PROMPT ((TurnstileReadKind)1)   /* prompts/get    */
+#define TURNSTILE_READ_RESOURCE ((TurnstileReadKind)2) /* resources/read */
+
 /* The context of one call. Host-owned, read-only, borrowed for the duration of call. */
 typedef struct TurnstileCallContext {
     size_t struct_size;     /* host: sizeof(TurnstileCallContext)                              */
@@ -145,7 +159,8 @@ typedef struct TurnstileCallContext {
 
 /*
  * The function table. Plugin-owned (normally a static), read-only for the host, valid until the
- * library is unloaded. All function pointers must be non-NULL.
+ * library is unloaded. The function pointers of ABI 1.0 (init to free_buffer) must be non-NULL;
+ * later ones may be NULL (not supported).
  */
 typedef struct TurnstilePluginV1 {
     size_t struct_size;   /* plugin: sizeof(TurnstilePluginV1) */
@@ -172,6 +187,22 @@ typedef struct TurnstilePluginV1 {
     TurnstileStatus (*guard)(void *instance, const char *name, const char *params_json,
                              const char *context_json, const char *event_json,
                              TurnstileBuffer *out);
+    /* ABI 1.3, optional (NULL: none). Produces the content of a prompt or resource the manifest
+     * declares, for the instance ctx describes (ctx->host is NULL). name is the prompt's name, or
+     * the resource's or template's manifest name. request_json:
+     *   TURNSTILE_READ_PROMPT:   {"arguments": {"<name>": "<string>", ...}}
+     *   TURNSTILE_READ_RESOURCE: {"uri": "<the URI read>", "variables": {"<var>": "<string>"}}
+     * Output (TURNSTILE_OK):
+     *   prompt:   {"description"?, "messages": [{"role": "user"|"assistant",
+     *              "content": <MCP content block>}]}, or a JSON string (one user text message)
+     *   resource: {"contents": [{"uri"?, "mimeType"?, "text" | "blob" (base64)}]}, a JSON
+     *             string (one text content of the URI read, with the declared mime_type), or
+     *             any other JSON value (one text content holding it, application/json)
+     * TURNSTILE_UNKNOWN_TOOL: no such prompt or resource; TURNSTILE_TOOL_ERROR and
+     * TURNSTILE_BAD_INPUT: {"message"} the client sees. Changes nothing; thread-safe. */
+    TurnstileStatus (*read)(void *instance, TurnstileReadKind kind, const char *name,
+                            const char *request_json, const TurnstileCallContext *ctx,
+                            TurnstileBuffer *out);
 } TurnstilePluginV1;
 
 /* Marks the two exported symbols visible even when compiling with -fvisibility=hidden (which

@@ -34,6 +34,7 @@
 //! | [`RawInitParams`] | `config_json` | 1.1 | no configuration: the plugin's config is `null` |
 //! | [`RawCallContext`] | `context_json` | 1.2 | the instance's machine context is unknown: `null` |
 //! | [`PluginTableV1`] | `guard` | 1.2 | the plugin implements no named guards |
+//! | [`PluginTableV1`] | `read` | 1.3 | the plugin produces no prompt or resource content: only the static `text` its manifest declares is served |
 //!
 //! Nothing in this module allocates or frees; see each type for who does.
 
@@ -77,6 +78,28 @@ impl Status {
     /// The plugin could not do its part of the protocol: a struct from the host was too small,
     /// `init` failed, output could not be serialised.
     pub const INTERNAL: Status = Status(5);
+}
+
+/// What `read` ([`ReadFn`], ABI 1.3) is asked to produce.
+///
+/// A plain `i32` newtype, like [`Status`], so that any integer a C host or plugin passes is a
+/// defined value; a plugin answers an unknown kind with [`Status::UNKNOWN_TOOL`].
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReadKind(pub i32);
+
+impl ReadKind {
+    /// A prompt (`prompts/get`): `name` is the prompt's name; the request is
+    /// `{"arguments": {<name>: <string>}}`; the output is `{"description"?, "messages":
+    /// [{"role": "user" | "assistant", "content": <MCP content block>}]}`, or a string (one user
+    /// message of that text).
+    pub const PROMPT: ReadKind = ReadKind(1);
+    /// A resource (`resources/read`): `name` is the manifest name of the resource or resource
+    /// template; the request is `{"uri": <the URI read>, "variables": {<template variable>:
+    /// <string>}}`; the output is `{"contents": [{"uri"?, "mimeType"?, "text" | "blob"}]}`, a
+    /// string (one text content of the URI read, with the declared MIME type), or any other JSON
+    /// value (one text content holding its JSON, `application/json` unless a type is declared).
+    pub const RESOURCE: ReadKind = ReadKind(2);
 }
 
 /// A byte buffer allocated by the plugin and freed by the plugin.
@@ -259,6 +282,24 @@ pub type CallFn = unsafe extern "C" fn(
     out: *mut RawBuffer,
 ) -> Status;
 
+/// `read` (ABI 1.3, optional): produces the content of one of the prompts or resources the
+/// manifest declares, for the instance described by `ctx` (its state and machine context; `ctx`'s
+/// `host` is NULL: reads report no progress). `name` and `request_json` are NUL-terminated UTF-8
+/// borrowed for the call; see [`ReadKind`] for their shape and the output's, which goes to `out`
+/// under the crate's output convention. [`Status::UNKNOWN_TOOL`] means "no such prompt or
+/// resource"; [`Status::TOOL_ERROR`] and [`Status::BAD_INPUT`] carry a message the client sees.
+///
+/// Reads change nothing (the host fires no event for them) and, like `call`, run concurrently
+/// from several host threads with the same instance.
+pub type ReadFn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    kind: ReadKind,
+    name: *const c_char,
+    request_json: *const c_char,
+    ctx: *const RawCallContext,
+    out: *mut RawBuffer,
+) -> Status;
+
 /// `free_buffer`: frees a buffer this plugin wrote to a [`RawBuffer`]. Never called with a null
 /// `data`. Must not depend on the instance: it also frees `init`'s error message.
 pub type FreeBufferFn = unsafe extern "C" fn(data: *mut u8, len: usize);
@@ -267,8 +308,8 @@ pub type FreeBufferFn = unsafe extern "C" fn(data: *mut u8, len: usize);
 ///
 /// Allocated by the plugin, normally as a `static`, and never freed: the host reads it, copies
 /// the function pointers out, and does not write to it. It must stay valid until the library is
-/// unloaded. The function pointers of ABI 1.0 (all those below) must be non-null; entries
-/// appended later are optional (see the module docs' growth rule).
+/// unloaded. The function pointers of ABI 1.0 (`init` to `free_buffer`) must be non-null;
+/// entries appended later are optional (see the module docs' growth rule).
 #[repr(C)]
 #[derive(Debug)]
 pub struct PluginTableV1 {
@@ -289,6 +330,10 @@ pub struct PluginTableV1 {
     /// Since ABI 1.2, optional (read it only when `struct_size` covers it; NULL: no guards):
     /// see [`GuardFn`].
     pub guard: Option<GuardFn>,
+    /// Since ABI 1.3 (read it only when `struct_size` covers it, see [`covers`]): see
+    /// [`ReadFn`]. NULL: the plugin serves only the static text its manifest declares for its
+    /// prompts and resources.
+    pub read: Option<ReadFn>,
 }
 
 /// `guard` (ABI 1.2): decides the named guard `name`, one the plugin lists in its manifest's

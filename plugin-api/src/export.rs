@@ -23,10 +23,10 @@ use crate::{
     Plugin,
     abi::{
         ABI_VERSION, CALL_CONTEXT_V1_0_SIZE, HOST_SERVICES_V1_1_SIZE, INIT_PARAMS_V1_0_SIZE,
-        InitFn, PluginTableV1, RawBuffer, RawCallContext, RawHostServices, RawInitParams, Status,
-        covers,
+        InitFn, PluginTableV1, RawBuffer, RawCallContext, RawHostServices, RawInitParams, ReadKind,
+        Status, covers,
     },
-    plugin::{CallContext, HostServices, ToolError},
+    plugin::{CallContext, HostServices, PrimitiveKind, ToolError},
 };
 
 /// Generates the two exported symbols for a [`Plugin`](crate::Plugin) type.
@@ -86,6 +86,7 @@ pub const fn table<T: Plugin>(init: InitFn) -> PluginTableV1 {
         call: Some(call::<T>),
         free_buffer: Some(free_buffer),
         guard: Some(guard::<T>),
+        read: Some(read::<T>),
     }
 }
 
@@ -212,14 +213,7 @@ pub unsafe extern "C" fn call<T: Plugin>(
             Ok(value) => serde_json::to_vec(&value)
                 .map(Some)
                 .map_err(|err| internal(format!("cannot serialise the output: {err}"))),
-            Err(err) => {
-                let status = match err {
-                    ToolError::Failed(_) => Status::TOOL_ERROR,
-                    ToolError::BadInput(_) => Status::BAD_INPUT,
-                    ToolError::UnknownTool(_) => Status::UNKNOWN_TOOL,
-                };
-                Err((status, err.message()))
-            }
+            Err(err) => Err((status_of(&err), err.message())),
         }
     })
 }
@@ -273,6 +267,55 @@ pub unsafe extern "C" fn guard<T: Plugin>(
             Err(err) => Err((Status::TOOL_ERROR, err.message())),
         }
     })
+}
+
+/// `read` (ABI 1.3): decodes the request, runs [`Plugin::read`] and encodes its output, with
+/// the same status mapping as [`call`].
+///
+/// # Safety
+///
+/// As for [`call`], with `name` and `request_json` in place of `tool` and `input_json`.
+pub unsafe extern "C" fn read<T: Plugin>(
+    instance: *mut c_void,
+    kind: ReadKind,
+    name: *const c_char,
+    request_json: *const c_char,
+    ctx: *const RawCallContext,
+    out: *mut RawBuffer,
+) -> Status {
+    respond(out, || {
+        // SAFETY: as in `call`.
+        let plugin =
+            unsafe { instance.cast::<T>().as_ref() }.ok_or_else(|| internal("instance is null"))?;
+        // SAFETY: the caller guarantees each pointer is null or NUL-terminated and live.
+        let (name, request) =
+            unsafe { (c_str(name, "name")?, c_str(request_json, "request_json")?) };
+        let Some(kind) = PrimitiveKind::from_raw(kind) else {
+            return Err((
+                Status::UNKNOWN_TOOL,
+                format!("unknown read kind {}", kind.0),
+            ));
+        };
+        let request: Value = serde_json::from_str(request)
+            .map_err(|err| bad_input(format!("request is not JSON: {err}")))?;
+        // SAFETY: as in `call`.
+        let ctx = unsafe { call_context(ctx)? };
+        match plugin.read(kind, name, request, &ctx) {
+            Ok(value) => serde_json::to_vec(&value)
+                .map(Some)
+                .map_err(|err| internal(format!("cannot serialise the output: {err}"))),
+            Err(err) => Err((status_of(&err), err.message())),
+        }
+    })
+}
+
+/// The status a [`ToolError`] crosses the ABI as.
+fn status_of(err: &ToolError) -> Status {
+    match err {
+        ToolError::Failed(_) => Status::TOOL_ERROR,
+        ToolError::BadInput(_) => Status::BAD_INPUT,
+        ToolError::UnknownTool(_) => Status::UNKNOWN_TOOL,
+    }
 }
 
 /// `free_buffer`: frees a buffer written by this module (`respond`).

@@ -2,7 +2,7 @@
 //!
 //! The crate has two halves, for two readers:
 //!
-//! - **The ABI contract** ([`abi`], [`manifest`], and the C header
+//! - **The ABI contract** ([`abi`], [`manifest`], [`uri_template`], and the C header
 //!   `include/turnstile_plugin.h`): the `#[repr(C)]` structs and function table that cross the
 //!   boundary, and the JSON manifest a plugin describes itself with. This is all an author of a
 //!   plugin in C (or any other language) reads; `tests/header.rs` checks the header against it.
@@ -21,6 +21,7 @@
 //! - [`abi`]: the `#[repr(C)]` types, status codes and symbol names. Start reading here for the
 //!   contract.
 //! - [`manifest`]: the serde types of the manifest JSON, shared with the host.
+//! - [`uri_template`]: what a resource template's URI template matches (shared with the host).
 //! - [`sdk`]: the typed SDK ([`sdk::Workflow`], [`sdk::Toolkit`], [`export_toolkit!`]). Start
 //!   reading here to write a plugin in Rust.
 //! - [`plugin`]: the safe [`Plugin`] trait, [`CallContext`] and [`ToolError`], which the SDK
@@ -37,7 +38,9 @@
 //!    [`abi::PluginTableV1`]. The host checks `struct_size` before reading any other field.
 //! 4. `init` creates the plugin instance (an opaque pointer), `manifest` describes it.
 //! 5. `call` runs a tool, from any thread, concurrently: the instance must be thread-safe (for
-//!    Rust plugins this is the `Send + Sync` bound on [`Plugin`]).
+//!    Rust plugins this is the `Send + Sync` bound on [`Plugin`]). `read` (ABI 1.3, optional)
+//!    produces the content of a prompt or resource the manifest declares, the same way
+//!    ([`Plugin::read`]; the SDK's `.prompt(...)` and `.resource(...)` chains).
 //! 6. `destroy` drops the instance; then the host unloads the library. A plugin must have joined
 //!    any thread it started by then.
 //!
@@ -107,9 +110,16 @@ pub mod export;
 pub mod manifest;
 pub mod plugin;
 pub mod sdk;
+pub mod uri_template;
 
 pub use crate::{
     abi::ABI_VERSION,
-    manifest::{MAX_QUICK_MS, Manifest, ToolAnnotations, ToolManifest},
-    plugin::{CallContext, HostServices, LogLevel, Plugin, ToolError, parse_input, plugin_config},
+    manifest::{
+        HANDLE_VARIABLE, MAX_QUICK_MS, Manifest, PromptArgumentManifest, PromptManifest,
+        ResourceManifest, ResourceTemplateManifest, ToolAnnotations, ToolManifest,
+    },
+    plugin::{
+        CallContext, HostServices, LogLevel, Plugin, PrimitiveKind, ToolError, parse_input,
+        plugin_config,
+    },
 };

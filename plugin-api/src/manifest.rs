@@ -19,9 +19,28 @@
 //!     "workflow": "invoice",
 //!     "states": ["draft"],
 //!     "transition": "SUBMIT"
+//!   }],
+//!   "prompts": [{
+//!     "name": "invoice.review_checklist",
+//!     "description": "What to check before approving an invoice.",
+//!     "workflow": "invoice",
+//!     "states": ["review"]
+//!   }],
+//!   "resource_templates": [{
+//!     "uri_template": "invoice://{handle}",
+//!     "name": "invoice",
+//!     "workflow": "invoice",
+//!     "states": ["review", "approved"]
 //!   }]
 //! }
 //! ```
+//!
+//! Prompts and resources (ABI 1.3) are bound to a workflow and states exactly as tools are: a
+//! client sees one only while the instance it is working on is in one of its states. Their
+//! content comes from the plugin's `read` entry point, or, for a prompt or a fixed resource, from
+//! the static `text` the manifest gives. The fields are left out of the JSON when empty, so a
+//! plugin that declares none still loads on a host older than 1.3; one that declares some is
+//! refused by such a host (it rejects unknown fields), which is the honest outcome.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -46,7 +65,113 @@ pub struct Manifest {
     /// a guard its plugin does not list is refused at load.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub guards: Vec<String>,
+    /// The prompts this plugin provides (ABI 1.3).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompts: Vec<PromptManifest>,
+    /// The resources with a fixed URI this plugin provides (ABI 1.3).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceManifest>,
+    /// The resource templates (RFC 6570 URI templates, `{name}` variables) this plugin provides
+    /// (ABI 1.3). A template with a `{handle}` variable names a workflow instance: see
+    /// [`ResourceTemplateManifest`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_templates: Vec<ResourceTemplateManifest>,
 }
+
+/// One prompt (MCP `prompts/list`, `prompts/get`) and its binding to a workflow.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptManifest {
+    /// The prompt name as clients see it (the tool-name alphabet: `A-Z a-z 0-9 _ - .`).
+    pub name: String,
+    /// A human-readable name for display (MCP `title`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What the prompt is for.
+    pub description: String,
+    /// The arguments a client fills in (MCP prompt arguments are strings).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arguments: Vec<PromptArgumentManifest>,
+    /// The workflow (machine `id`) the prompt belongs to; `None` for a free-standing prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// The states in which the prompt is listed and may be got (a state matches when it or a
+    /// descendant is active). Empty means: always.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<String>,
+    /// The prompt's one user message, when the plugin does not produce it with `read`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+/// One argument of a prompt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptArgumentManifest {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The host refuses a `prompts/get` without it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub required: bool,
+}
+
+/// One resource with a fixed URI (MCP `resources/list`, `resources/read`) and its binding.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceManifest {
+    /// The resource's URI, e.g. `policy://refunds`.
+    pub uri: String,
+    /// The programmatic name; also what `read` is asked for.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The content's MIME type, e.g. `text/markdown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// The workflow the resource belongs to; `None` for a free-standing resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// The states in which it is listed and readable; empty means: always.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<String>,
+    /// The content, when the plugin does not produce it with `read`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+/// A family of resources named by a URI template (MCP `resources/templates/list`); their content
+/// always comes from the plugin's `read`.
+///
+/// A template with the variable `{handle}` is an **instance resource**: the variable names a
+/// workflow instance of the template's `workflow` (a handle, or `session` for the caller's own
+/// session instance), whose state gates the read and whose state and context the plugin renders.
+/// The host lists one concrete resource per instance the caller sees in a bound state, and tells
+/// clients subscribed to one (`resources/subscribe`) when its instance moves.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceTemplateManifest {
+    /// The URI template, e.g. `invoice://{handle}`: literal text and `{name}` variables, each
+    /// matching one or more characters other than `/`.
+    pub uri_template: String,
+    /// The programmatic name; also what `read` is asked for.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<String>,
+}
+
+/// The template variable that names a workflow instance (see [`ResourceTemplateManifest`]).
+pub const HANDLE_VARIABLE: &str = "handle";
 
 /// One tool and its binding to a workflow.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -131,6 +256,9 @@ impl Manifest {
             workflows: Vec::new(),
             tools: Vec::new(),
             guards: Vec::new(),
+            prompts: Vec::new(),
+            resources: Vec::new(),
+            resource_templates: Vec::new(),
         }
     }
 
@@ -143,6 +271,110 @@ impl Manifest {
     /// Adds a tool.
     pub fn tool(mut self, tool: ToolManifest) -> Manifest {
         self.tools.push(tool);
+        self
+    }
+
+    /// Adds a prompt.
+    pub fn prompt(mut self, prompt: PromptManifest) -> Manifest {
+        self.prompts.push(prompt);
+        self
+    }
+
+    /// Adds a resource with a fixed URI.
+    pub fn resource(mut self, resource: ResourceManifest) -> Manifest {
+        self.resources.push(resource);
+        self
+    }
+
+    /// Adds a resource template.
+    pub fn resource_template(mut self, template: ResourceTemplateManifest) -> Manifest {
+        self.resource_templates.push(template);
+        self
+    }
+}
+
+impl PromptManifest {
+    /// A prompt bound to no workflow, without arguments, produced by the plugin's `read`.
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> PromptManifest {
+        PromptManifest {
+            name: name.into(),
+            title: None,
+            description: description.into(),
+            arguments: Vec::new(),
+            workflow: None,
+            states: Vec::new(),
+            text: None,
+        }
+    }
+
+    /// Adds an argument.
+    pub fn argument(
+        mut self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+        required: bool,
+    ) -> PromptManifest {
+        self.arguments.push(PromptArgumentManifest {
+            name: name.into(),
+            description: Some(description.into()),
+            required,
+        });
+        self
+    }
+
+    /// Makes `text` the prompt (one user message), so the plugin's `read` is not asked.
+    pub fn text(mut self, text: impl Into<String>) -> PromptManifest {
+        self.text = Some(text.into());
+        self
+    }
+}
+
+impl ResourceManifest {
+    /// A resource bound to no workflow, produced by the plugin's `read`.
+    pub fn new(uri: impl Into<String>, name: impl Into<String>) -> ResourceManifest {
+        ResourceManifest {
+            uri: uri.into(),
+            name: name.into(),
+            title: None,
+            description: None,
+            mime_type: None,
+            workflow: None,
+            states: Vec::new(),
+            text: None,
+        }
+    }
+
+    pub fn mime_type(mut self, mime_type: impl Into<String>) -> ResourceManifest {
+        self.mime_type = Some(mime_type.into());
+        self
+    }
+
+    /// Makes `text` the content, so the plugin's `read` is not asked.
+    pub fn text(mut self, text: impl Into<String>) -> ResourceManifest {
+        self.text = Some(text.into());
+        self
+    }
+}
+
+impl ResourceTemplateManifest {
+    /// A template bound to no workflow.
+    pub fn new(
+        uri_template: impl Into<String>,
+        name: impl Into<String>,
+    ) -> ResourceTemplateManifest {
+        ResourceTemplateManifest {
+            uri_template: uri_template.into(),
+            name: name.into(),
+            title: None,
+            description: None,
+            mime_type: None,
+            workflow: None,
+            states: Vec::new(),
+        }
+    }
+
+    pub fn mime_type(mut self, mime_type: impl Into<String>) -> ResourceTemplateManifest {
+        self.mime_type = Some(mime_type.into());
         self
     }
 }

@@ -52,6 +52,59 @@ pub trait Plugin: Send + Sync + 'static {
             "this plugin implements no guard {name:?}"
         )))
     }
+
+    /// Produces the content of the prompt or resource named `name` in the manifest (ABI 1.3):
+    /// `request` and the output are as [`ReadKind`](crate::abi::ReadKind) describes for `kind`.
+    /// `ctx` describes the instance the client is working on (its state and machine context);
+    /// its host services are a no-op. The default has no content for anything
+    /// ([`ToolError::UnknownTool`]): a plugin whose prompts and resources all carry static
+    /// `text` in the manifest need not implement it.
+    fn read(
+        &self,
+        kind: PrimitiveKind,
+        name: &str,
+        request: Value,
+        ctx: &CallContext,
+    ) -> Result<Value, ToolError> {
+        let _ = (kind, request, ctx);
+        Err(ToolError::UnknownTool(name.to_owned()))
+    }
+}
+
+/// What [`Plugin::read`] is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PrimitiveKind {
+    /// A prompt (`prompts/get`).
+    Prompt,
+    /// A resource, fixed or from a template (`resources/read`).
+    Resource,
+}
+
+impl PrimitiveKind {
+    /// The ABI's code for this kind.
+    pub const fn raw(self) -> crate::abi::ReadKind {
+        match self {
+            PrimitiveKind::Prompt => crate::abi::ReadKind::PROMPT,
+            PrimitiveKind::Resource => crate::abi::ReadKind::RESOURCE,
+        }
+    }
+
+    /// The kind the ABI's code names, if any.
+    pub fn from_raw(raw: crate::abi::ReadKind) -> Option<PrimitiveKind> {
+        match raw {
+            crate::abi::ReadKind::PROMPT => Some(PrimitiveKind::Prompt),
+            crate::abi::ReadKind::RESOURCE => Some(PrimitiveKind::Resource),
+            _ => None,
+        }
+    }
+
+    /// `"prompt"` or `"resource"`, for messages.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PrimitiveKind::Prompt => "prompt",
+            PrimitiveKind::Resource => "resource",
+        }
+    }
 }
 
 /// What the host says about the call, beside the arguments.

@@ -8,10 +8,10 @@ use std::{
 
 use serde_json::{Value, json};
 use turnstile_plugin_api::{
-    CallContext, LogLevel, Manifest, Plugin, ToolError, ToolManifest,
+    CallContext, LogLevel, Manifest, Plugin, PrimitiveKind, ToolError, ToolManifest,
     abi::{
         ABI_VERSION, CALL_CONTEXT_V1_0_SIZE, PluginTableV1, RawBuffer, RawCallContext,
-        RawHostServices, RawInitParams, Status,
+        RawHostServices, RawInitParams, ReadKind, Status,
     },
     parse_input,
 };
@@ -45,6 +45,22 @@ impl Plugin for Echo {
             "echo.fail" => Err(ToolError::failed(parse_input::<FailInput>(input)?.reason)),
             "echo.panic" => panic!("boom {}", 42),
             other => Err(ToolError::UnknownTool(other.to_owned())),
+        }
+    }
+
+    fn read(
+        &self,
+        kind: PrimitiveKind,
+        name: &str,
+        request: Value,
+        ctx: &CallContext,
+    ) -> Result<Value, ToolError> {
+        match (kind, name) {
+            (PrimitiveKind::Prompt, "echo.prompt") => {
+                Ok(json!({"request": request, "state": ctx.state, "context": ctx.context}))
+            }
+            (PrimitiveKind::Resource, "echo.panic") => panic!("read boom"),
+            _ => Err(ToolError::UnknownTool(name.to_owned())),
         }
     }
 }
@@ -116,6 +132,24 @@ impl Instance {
         // SAFETY: live instance; NUL-terminated strings and context live for the call.
         let status = unsafe {
             (self.table.call.unwrap())(self.instance, tool.as_ptr(), input.as_ptr(), ctx, &mut out)
+        };
+        (status, self.take(out))
+    }
+
+    fn read(&self, kind: ReadKind, name: &str, request: &str) -> (Status, Value) {
+        let (name, request) = (CString::new(name).unwrap(), CString::new(request).unwrap());
+        let ctx = context(size_of::<RawCallContext>(), ptr::null());
+        let mut out = RawBuffer::empty();
+        // SAFETY: live instance; NUL-terminated strings and context live for the call.
+        let status = unsafe {
+            (self.table.read.unwrap())(
+                self.instance,
+                kind,
+                name.as_ptr(),
+                request.as_ptr(),
+                &ctx,
+                &mut out,
+            )
         };
         (status, self.take(out))
     }
@@ -316,4 +350,37 @@ fn a_plugin_built_now_runs_on_an_abi_1_0_host() {
     );
     let (status, out) = Instance::new().call_in("echo.echo", "{}", &ctx_1_1);
     assert_eq!((status, &out["context"]), (Status::OK, &Value::Null));
+}
+
+/// ABI 1.3's `read`: the request and the instance's context reach `Plugin::read` by kind and
+/// name; what it does not know is `UNKNOWN_TOOL`, a panic `PANIC`, as for `call`.
+#[test]
+fn read_crosses_the_boundary_like_call() {
+    let plugin = Instance::new();
+    let (status, out) = plugin.read(
+        ReadKind::PROMPT,
+        "echo.prompt",
+        r#"{"arguments":{"a":"b"}}"#,
+    );
+    assert_eq!(status, Status::OK);
+    assert_eq!(
+        out,
+        json!({"request": {"arguments": {"a": "b"}}, "state": "draft", "context": {"amount": 5}})
+    );
+    assert_eq!(
+        plugin.read(ReadKind::RESOURCE, "echo.prompt", "{}"),
+        (
+            Status::UNKNOWN_TOOL,
+            json!({"message": "unknown tool echo.prompt"})
+        )
+    );
+    assert_eq!(
+        plugin.read(ReadKind::RESOURCE, "echo.panic", "{}"),
+        (Status::PANIC, json!({"message": "read boom"}))
+    );
+    let (status, out) = plugin.read(ReadKind(7), "echo.prompt", "{}");
+    assert_eq!(
+        (status, out["message"].as_str()),
+        (Status::UNKNOWN_TOOL, Some("unknown read kind 7"))
+    );
 }

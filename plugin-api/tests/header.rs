@@ -7,7 +7,7 @@ use std::{env, fs, mem::offset_of, path::Path, process::Command};
 use turnstile_plugin_api::abi::{
     ABI_VERSION, ABI_VERSION_SYMBOL, CALL_CONTEXT_V1_0_SIZE, ENTRY_SYMBOL_V1,
     INIT_PARAMS_V1_0_SIZE, PLUGIN_TABLE_V1_0_SIZE, PluginTableV1, RawBuffer, RawCallContext,
-    RawHostServices, RawInitParams, Status,
+    RawHostServices, RawInitParams, ReadKind, Status,
 };
 
 /// The C side: one `name=value` line per fact.
@@ -27,6 +27,7 @@ int main(void) {
     SIZE(TurnstileCallContext); OFF(TurnstileCallContext, struct_size);
     OFF(TurnstileCallContext, call_id); OFF(TurnstileCallContext, handle);
     OFF(TurnstileCallContext, state_json); OFF(TurnstileCallContext, host);
+    OFF(TurnstileCallContext, context_json);
     SIZE(TurnstileHostServices); OFF(TurnstileHostServices, struct_size);
     OFF(TurnstileHostServices, call); OFF(TurnstileHostServices, log);
     OFF(TurnstileHostServices, progress); OFF(TurnstileHostServices, is_cancelled);
@@ -37,7 +38,9 @@ int main(void) {
     OFF(TurnstilePluginV1, abi_version); OFF(TurnstilePluginV1, init);
     OFF(TurnstilePluginV1, destroy); OFF(TurnstilePluginV1, manifest);
     OFF(TurnstilePluginV1, call); OFF(TurnstilePluginV1, free_buffer);
-    SIZE(TurnstileStatus);
+    OFF(TurnstilePluginV1, read);
+    SIZE(TurnstileStatus); SIZE(TurnstileReadKind);
+    printf("READ_PROMPT=%d\nREAD_RESOURCE=%d\n", TURNSTILE_READ_PROMPT, TURNSTILE_READ_RESOURCE);
     printf("ABI_VERSION=%u\n", TURNSTILE_PLUGIN_ABI_VERSION);
     printf("ABI_VERSION_SYMBOL=%s\n", TURNSTILE_PLUGIN_ABI_VERSION_SYMBOL);
     printf("ENTRY_SYMBOL_V1=%s\n", TURNSTILE_PLUGIN_ENTRY_SYMBOL_V1);
@@ -75,6 +78,7 @@ fn rust_facts() -> String {
         off!("TurnstileCallContext", RawCallContext, handle),
         off!("TurnstileCallContext", RawCallContext, state_json),
         off!("TurnstileCallContext", RawCallContext, host),
+        off!("TurnstileCallContext", RawCallContext, context_json),
         size!("TurnstileHostServices", RawHostServices),
         off!("TurnstileHostServices", RawHostServices, struct_size),
         off!("TurnstileHostServices", RawHostServices, call),
@@ -92,7 +96,14 @@ fn rust_facts() -> String {
         off!("TurnstilePluginV1", PluginTableV1, manifest),
         off!("TurnstilePluginV1", PluginTableV1, call),
         off!("TurnstilePluginV1", PluginTableV1, free_buffer),
+        off!("TurnstilePluginV1", PluginTableV1, read),
         size!("TurnstileStatus", Status),
+        size!("TurnstileReadKind", ReadKind),
+        format!(
+            "READ_PROMPT={}\nREAD_RESOURCE={}\n",
+            ReadKind::PROMPT.0,
+            ReadKind::RESOURCE.0
+        ),
         format!("ABI_VERSION={ABI_VERSION}\n"),
         format!("ABI_VERSION_SYMBOL={ABI_VERSION_SYMBOL}\n"),
         format!("ENTRY_SYMBOL_V1={ENTRY_SYMBOL_V1}\n"),

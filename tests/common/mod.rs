@@ -371,10 +371,23 @@ impl ListChanges {
     }
 }
 
+/// What the server told a client about its prompts and resources.
+#[derive(Default)]
+pub struct Notices {
+    /// `notifications/prompts/list_changed`.
+    pub prompts: ListChanges,
+    /// `notifications/resources/list_changed`.
+    pub resources: ListChanges,
+    /// `notifications/resources/updated`, and the URIs they named, in order.
+    pub updated: ListChanges,
+    pub updated_uris: Mutex<Vec<String>>,
+}
+
 /// The client side of a session: records what the server pushes.
 #[derive(Clone)]
 pub struct Recorder {
     pub changes: Arc<ListChanges>,
+    pub notices: Arc<Notices>,
     /// Log messages and progress reports, in arrival order: `log:<level>:<data>` and
     /// `progress:<progress>/<total>`.
     pub events: Arc<std::sync::Mutex<Vec<String>>>,
@@ -388,6 +401,23 @@ impl ClientHandler for Recorder {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.changes.record();
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.notices.prompts.record();
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.notices.resources.record();
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.notices.updated_uris.lock().unwrap().push(params.uri);
+        self.notices.updated.record();
     }
 
     #[allow(deprecated)] // MCP logging, as 2025-11-25 has it.
@@ -420,6 +450,8 @@ pub struct Client {
     pub changes: Arc<ListChanges>,
     /// What the server logged and reported to this client, in order (see [`Recorder::events`]).
     pub events: Arc<std::sync::Mutex<Vec<String>>>,
+    /// What the server told it about its prompts and resources.
+    pub notices: Arc<Notices>,
 }
 
 fn recorder() -> Recorder {
@@ -430,6 +462,7 @@ fn recorder() -> Recorder {
 fn recorder_speaking(protocol: ProtocolVersion) -> Recorder {
     Recorder {
         changes: Arc::new(ListChanges::default()),
+        notices: Arc::default(),
         events: Arc::default(),
         protocol,
     }
@@ -444,13 +477,18 @@ impl Client {
     /// Connects over Streamable HTTP, asking for a given protocol revision.
     pub async fn http_speaking(url: &str, protocol: ProtocolVersion) -> Client {
         let recorder = recorder_speaking(protocol);
-        let (changes, events) = (recorder.changes.clone(), recorder.events.clone());
+        let (changes, events, notices) = (
+            recorder.changes.clone(),
+            recorder.events.clone(),
+            recorder.notices.clone(),
+        );
         let transport = StreamableHttpClientTransport::from_uri(url.to_string());
         let service = recorder.serve(transport).await.expect("connect over HTTP");
         Client {
             service,
             changes,
             events,
+            notices,
         }
     }
 
@@ -459,7 +497,11 @@ impl Client {
     pub async fn http_sessionless(url: &str) -> Client {
         use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
         let recorder = recorder_speaking(ProtocolVersion::V_2026_07_28);
-        let (changes, events) = (recorder.changes.clone(), recorder.events.clone());
+        let (changes, events, notices) = (
+            recorder.changes.clone(),
+            recorder.events.clone(),
+            recorder.notices.clone(),
+        );
         let transport = StreamableHttpClientTransport::from_uri(url.to_string());
         let lifecycle = ClientLifecycleMode::Discover {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -472,6 +514,7 @@ impl Client {
             service,
             changes,
             events,
+            notices,
         }
     }
 
@@ -480,7 +523,11 @@ impl Client {
     pub async fn http_through(url: &str, http: reqwest::Client, bearer: Option<&str>) -> Client {
         use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
         let recorder = recorder();
-        let (changes, events) = (recorder.changes.clone(), recorder.events.clone());
+        let (changes, events, notices) = (
+            recorder.changes.clone(),
+            recorder.events.clone(),
+            recorder.notices.clone(),
+        );
         let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
         if let Some(bearer) = bearer {
             config = config.auth_header(bearer);
@@ -491,6 +538,7 @@ impl Client {
             service,
             changes,
             events,
+            notices,
         }
     }
 
@@ -498,7 +546,11 @@ impl Client {
     /// The server keeps its state in memory: a stdio server lives exactly as long as its client.
     pub async fn stdio(plugins: &Path) -> Client {
         let recorder = recorder();
-        let (changes, events) = (recorder.changes.clone(), recorder.events.clone());
+        let (changes, events, notices) = (
+            recorder.changes.clone(),
+            recorder.events.clone(),
+            recorder.notices.clone(),
+        );
         let mut command = tokio::process::Command::new(turnstile_bin());
         command
             .args(["serve", "--stdio", "--store", "memory:", "--plugins"])
@@ -509,6 +561,7 @@ impl Client {
             service,
             changes,
             events,
+            notices,
         }
     }
 
@@ -685,8 +738,123 @@ impl Client {
         changes
     }
 
+    /// `prompts/list` (with `_meta`, e.g. naming a handle): the names, sorted.
+    pub async fn prompt_names_with_meta(&self, meta: Value) -> Vec<String> {
+        let mut params = PaginatedRequestParams::default();
+        params.meta = Some(meta_object(meta));
+        let mut names: Vec<String> = self
+            .service
+            .list_prompts(Some(params))
+            .await
+            .expect("prompts/list")
+            .prompts
+            .into_iter()
+            .map(|prompt| prompt.name)
+            .collect();
+        names.sort();
+        names
+    }
+
+    pub async fn prompt_names(&self) -> Vec<String> {
+        self.prompt_names_with_meta(serde_json::json!({})).await
+    }
+
+    /// `prompts/get` with `arguments` (an object) and `_meta`.
+    pub async fn get_prompt_with_meta(
+        &self,
+        name: &str,
+        arguments: Value,
+        meta: Value,
+    ) -> Result<rmcp::model::GetPromptResult, ServiceError> {
+        let mut params = rmcp::model::GetPromptRequestParams::new(name);
+        if let Value::Object(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        params = params.with_meta(meta_object(meta));
+        self.service.get_prompt(params).await
+    }
+
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Value,
+    ) -> Result<rmcp::model::GetPromptResult, ServiceError> {
+        self.get_prompt_with_meta(name, arguments, serde_json::json!({}))
+            .await
+    }
+
+    /// `resources/list` (with `_meta`): the URIs, sorted.
+    pub async fn resource_uris_with_meta(&self, meta: Value) -> Vec<String> {
+        let mut params = PaginatedRequestParams::default();
+        params.meta = Some(meta_object(meta));
+        let mut uris: Vec<String> = self
+            .service
+            .list_resources(Some(params))
+            .await
+            .expect("resources/list")
+            .resources
+            .into_iter()
+            .map(|resource| resource.uri)
+            .collect();
+        uris.sort();
+        uris
+    }
+
+    pub async fn resource_uris(&self) -> Vec<String> {
+        self.resource_uris_with_meta(serde_json::json!({})).await
+    }
+
+    /// `resources/templates/list`: the URI templates, sorted.
+    pub async fn resource_templates(&self) -> Vec<String> {
+        let mut templates: Vec<String> = self
+            .service
+            .list_resource_templates(Some(PaginatedRequestParams::default()))
+            .await
+            .expect("resources/templates/list")
+            .resource_templates
+            .into_iter()
+            .map(|template| template.uri_template)
+            .collect();
+        templates.sort();
+        templates
+    }
+
+    /// `resources/read` of `uri`.
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+    ) -> Result<rmcp::model::ReadResourceResult, ServiceError> {
+        self.service
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(uri))
+            .await
+    }
+
+    /// `resources/subscribe` to `uri`.
+    #[allow(deprecated)] // resources/subscribe, as 2025-11-25 has it.
+    pub async fn subscribe(&self, uri: &str) -> Result<(), ServiceError> {
+        self.service
+            .subscribe(rmcp::model::SubscribeRequestParams::new(uri))
+            .await
+    }
+
     pub async fn close(self) {
         let _ = self.service.cancel().await;
+    }
+}
+
+/// A JSON object as request `_meta`.
+fn meta_object(meta: Value) -> RequestMetaObject {
+    let Value::Object(meta) = meta else {
+        panic!("_meta must be an object")
+    };
+    RequestMetaObject::from(meta)
+}
+
+/// The JSON-RPC error a request was answered with: its code and `data`; panics on anything else.
+pub fn rpc_error<T: std::fmt::Debug>(answer: Result<T, ServiceError>) -> (i32, Value) {
+    match answer {
+        Err(ServiceError::McpError(error)) => (error.code.0, error.data.unwrap_or(Value::Null)),
+        other => panic!("expected a JSON-RPC error, got {other:?}"),
     }
 }
 

@@ -30,7 +30,7 @@ use super::{
 };
 use crate::{
     catalog::{LiveCatalog, ToolEntry, Workflow},
-    gate::{self, Refusal},
+    gate::{self, ListsChanged, Refusal},
     invoke::{self, InvokeError},
     plugin::{CallContext, HostCall, PluginOutput},
     retention::Retention,
@@ -451,7 +451,8 @@ impl Supervised for InstanceActor {
 /// The result of a call's async part, with the view the actor should adopt afterwards.
 struct Finished {
     adopt: Option<InstanceView>,
-    changed: bool,
+    /// `Some` when the instance moved: which lists besides its tools the move changed.
+    changed: Option<ListsChanged>,
     outcome: Result<CallOutcome, InstanceError>,
 }
 
@@ -489,16 +490,29 @@ impl Handler<Call> for InstanceActor {
                 Err(error) => {
                     return Finished {
                         adopt: None,
-                        changed: false,
+                        changed: None,
                         outcome: Err(error),
                     };
                 }
             };
+            // What the instance is offered besides tools, to tell its watchers whether a move
+            // changed it (nothing to compute for a workflow without prompts or resources).
+            let catalog = deps.catalog.current();
+            let offered_before = gate::Offered::of(&catalog, &key.workflow, &view.snapshot);
             let finished = run_call(&deps, &plugin_lock, &key, view.clone(), call).await;
             match finished {
-                Ok((after, changed, outcome)) => Finished {
+                Ok((after, moved, outcome)) => Finished {
+                    changed: if settled {
+                        // Timers fired before the call: its before is not at hand.
+                        Some(ListsChanged::ALL)
+                    } else {
+                        moved.then(|| {
+                            let offered =
+                                gate::Offered::of(&catalog, &key.workflow, &after.snapshot);
+                            ListsChanged::between(&offered_before, &offered)
+                        })
+                    },
                     adopt: Some(after),
-                    changed: changed || settled,
                     outcome: Ok(outcome),
                 },
                 // The state is whatever was loaded: a failed step changes nothing, except that a
@@ -506,7 +520,9 @@ impl Handler<Call> for InstanceActor {
                 // failed mint created nothing: forget it.
                 Err(error) => Finished {
                     adopt: (!matches!(error, InstanceError::Store(_)) && !mint).then_some(view),
-                    changed: settled,
+                    // Timers that fired before the call moved the instance (their before is not
+                    // at hand: every list may have changed).
+                    changed: settled.then_some(ListsChanged::ALL),
                     outcome: Err(error),
                 },
             }
@@ -518,9 +534,10 @@ impl Handler<Call> for InstanceActor {
                     actor.workflow = view.workflow.clone();
                 }
                 actor.current = finished.adopt;
-                if finished.changed {
+                if let Some(lists) = finished.changed {
                     actor.deps.notifier.do_send(notifier::InstanceChanged {
                         instance: actor.key.clone(),
+                        lists,
                     });
                 }
                 finished.outcome
@@ -810,8 +827,11 @@ impl Handler<View> for InstanceActor {
                 Ok((view, moved)) => {
                     actor.current = Some(view.clone());
                     if moved {
+                        // A timer's move: what it changed besides tools is not worked out
+                        // here, so every list is announced.
                         actor.deps.notifier.do_send(notifier::InstanceChanged {
                             instance: actor.key.clone(),
+                            lists: crate::gate::ListsChanged::ALL,
                         });
                     }
                     Ok(view)

@@ -34,7 +34,7 @@ mod wake;
 pub use self::{
     instance::{CallOutcome, InstanceError, InstanceView},
     key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId, Tenant},
-    notifier::{Listener, NotifierStats},
+    notifier::{Listener, Notice, NotifierStats},
     registry::RegistryStats,
     runtime::Runtime,
     system::{ActorOptions, start},

@@ -1,13 +1,16 @@
 //! [`Notifier`]: who watches which instance, and telling them when its menu changes.
 //!
-//! It owns the subscription table (instance → sessions, session → listener) and nothing else.
+//! It owns the subscription table (instance → sessions, session → listener, and the instance
+//! resources a session subscribed to) and nothing else.
 //! When the plugin catalog changes, it tells every client, or the watchers of the instances
 //! whose menus changed (which ones is decided outside, see `Runtime::catalog_changed`); clients
 //! that watch no instance yet (a fresh session, a listen stream without a handle) are known to
 //! it by [`Join`].
 //! A session is subscribed to every instance it touches; when an instance changes state, each
-//! subscribed session gets exactly one `tools/list_changed`, and no other session gets any. A
-//! session that ends is dropped from every subscription, so nothing is left behind.
+//! subscribed session gets exactly one `tools/list_changed`, one `prompts/list_changed` and one
+//! `resources/list_changed` if the move changed those lists, and one `resources/updated` per
+//! resource of that instance it subscribed to; no other session gets any. A session that ends is
+//! dropped from every subscription, so nothing is left behind.
 //!
 //! It must not know how a notification travels (the MCP layer implements [`Listener`]).
 
@@ -21,12 +24,29 @@ use std::{
 use actix::prelude::*;
 
 use super::{InstanceKey, SessionId, tables::shrink_if_sparse};
-use crate::metrics::{self, Cause};
+use crate::{
+    gate::ListsChanged,
+    metrics::{self, Cause},
+};
 
-/// A session that can be told its tool list changed.
+/// What a session is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// `notifications/tools/list_changed`.
+    ToolsChanged,
+    /// `notifications/prompts/list_changed`.
+    PromptsChanged,
+    /// `notifications/resources/list_changed`.
+    ResourcesChanged,
+    /// `notifications/resources/updated` for this URI.
+    ResourceUpdated(Arc<str>),
+}
+
+/// A session that can be told its lists changed.
 pub trait Listener: Send + Sync + 'static {
-    /// Sends `notifications/tools/list_changed`. An error means the session is gone.
-    fn tools_changed(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+    /// Sends `notice`. An error means the session is gone (a notice the session did not ask
+    /// for is not an error: the listener drops it).
+    fn notify(&self, notice: Notice) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 }
 
 /// `session` touched `instance`: tell it about the instance's changes from now on.
@@ -55,12 +75,33 @@ pub struct Watched {
 }
 
 /// The catalog changed: tell every client (`everyone`), or the watchers of `instances`, once
-/// each.
+/// each; and with `primitives`, every client that its prompts and resources changed.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct CatalogChanged {
     pub everyone: bool,
     pub instances: Vec<InstanceKey>,
+    pub primitives: bool,
+}
+
+/// `session` subscribed (`resources/subscribe`) to `uri`, a resource of `instance`: tell it when
+/// the instance moves, as it is told of the instance's lists.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SubscribeResource {
+    pub session: SessionId,
+    pub listener: Arc<dyn Listener>,
+    pub instance: InstanceKey,
+    pub uri: Arc<str>,
+}
+
+/// `session` no longer wants `resources/updated` for `uri` (it still watches the instance's
+/// lists).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UnsubscribeResource {
+    pub session: SessionId,
+    pub uri: Arc<str>,
 }
 
 /// `session` touched `instance` by mistake (it does not exist): stop watching it.
@@ -78,11 +119,13 @@ pub struct SessionEnded {
     pub session: SessionId,
 }
 
-/// `instance` moved to a new state (already saved).
+/// `instance` moved to a new state (already saved); `lists` says which lists besides the tools
+/// the move changed.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct InstanceChanged {
     pub instance: InstanceKey,
+    pub lists: ListsChanged,
 }
 
 /// How much the notifier holds, for operators and leak tests.
@@ -111,6 +154,19 @@ struct Session {
     watching: HashSet<InstanceKey>,
     /// Joined (see [`Join`]): kept until it ends, even while it watches nothing.
     joined: bool,
+    /// The instance resources it subscribed to, by instance (each instance is also watched).
+    resources: HashMap<InstanceKey, HashSet<Arc<str>>>,
+}
+
+impl Session {
+    fn new(listener: Arc<dyn Listener>, joined: bool) -> Session {
+        Session {
+            listener,
+            watching: HashSet::new(),
+            joined,
+            resources: HashMap::new(),
+        }
+    }
 }
 
 impl Actor for Notifier {
@@ -121,19 +177,34 @@ impl Handler<Subscribe> for Notifier {
     type Result = ();
 
     fn handle(&mut self, msg: Subscribe, _ctx: &mut Self::Context) {
-        let session = self
-            .sessions
-            .entry(msg.session.clone())
-            .or_insert_with(|| Session {
-                listener: msg.listener,
-                watching: HashSet::new(),
-                joined: false,
-            });
-        if session.watching.insert(msg.instance.clone()) {
-            self.watchers
+        self.watch(msg.session, msg.listener, msg.instance);
+    }
+}
+
+impl Handler<SubscribeResource> for Notifier {
+    type Result = ();
+
+    fn handle(&mut self, msg: SubscribeResource, _ctx: &mut Self::Context) {
+        self.watch(msg.session.clone(), msg.listener, msg.instance.clone());
+        if let Some(session) = self.sessions.get_mut(&msg.session) {
+            session
+                .resources
                 .entry(msg.instance)
                 .or_default()
-                .insert(msg.session);
+                .insert(msg.uri);
+        }
+    }
+}
+
+impl Handler<UnsubscribeResource> for Notifier {
+    type Result = ();
+
+    fn handle(&mut self, msg: UnsubscribeResource, _ctx: &mut Self::Context) {
+        if let Some(session) = self.sessions.get_mut(&msg.session) {
+            session.resources.retain(|_, uris| {
+                uris.remove(&msg.uri);
+                !uris.is_empty()
+            });
         }
     }
 }
@@ -144,6 +215,7 @@ impl Handler<Unsubscribe> for Notifier {
     fn handle(&mut self, msg: Unsubscribe, _ctx: &mut Self::Context) {
         if let Some(session) = self.sessions.get_mut(&msg.session) {
             session.watching.remove(&msg.instance);
+            session.resources.remove(&msg.instance);
             if session.watching.is_empty() && !session.joined {
                 self.sessions.remove(&msg.session);
             }
@@ -163,11 +235,7 @@ impl Handler<Join> for Notifier {
     fn handle(&mut self, msg: Join, _ctx: &mut Self::Context) {
         self.sessions
             .entry(msg.session)
-            .or_insert_with(|| Session {
-                listener: msg.listener,
-                watching: HashSet::new(),
-                joined: true,
-            })
+            .or_insert_with(|| Session::new(msg.listener, true))
             .joined = true;
     }
 }
@@ -201,7 +269,14 @@ impl Handler<CatalogChanged> for Notifier {
                 .collect()
         };
         for session in sessions {
-            self.tell(&session, Cause::Catalog, ctx);
+            self.tell(&session, Notice::ToolsChanged, Cause::Catalog, ctx);
+        }
+        if msg.primitives {
+            let everyone: Vec<SessionId> = self.sessions.keys().cloned().collect();
+            for session in everyone {
+                self.tell(&session, Notice::PromptsChanged, Cause::Catalog, ctx);
+                self.tell(&session, Notice::ResourcesChanged, Cause::Catalog, ctx);
+            }
         }
     }
 }
@@ -222,7 +297,21 @@ impl Handler<InstanceChanged> for Notifier {
             return;
         };
         for session_id in watchers {
-            self.tell(session_id, Cause::Transition, ctx);
+            let cause = Cause::Transition;
+            self.tell(session_id, Notice::ToolsChanged, cause, ctx);
+            if msg.lists.prompts {
+                self.tell(session_id, Notice::PromptsChanged, cause, ctx);
+            }
+            if msg.lists.resources {
+                self.tell(session_id, Notice::ResourcesChanged, cause, ctx);
+            }
+            let subscribed = self
+                .sessions
+                .get(session_id)
+                .and_then(|session| session.resources.get(&msg.instance));
+            for uri in subscribed.into_iter().flatten() {
+                self.tell(session_id, Notice::ResourceUpdated(uri.clone()), cause, ctx);
+            }
         }
     }
 }
@@ -240,18 +329,35 @@ impl Handler<Stats> for Notifier {
 }
 
 impl Notifier {
-    /// Sends `session` one `list_changed`, counted under `cause` once it is sent.
-    fn tell(&self, session_id: &SessionId, cause: Cause, ctx: &mut Context<Self>) {
+    /// `session` watches `instance` from now on (idempotent).
+    fn watch(&mut self, session_id: SessionId, listener: Arc<dyn Listener>, instance: InstanceKey) {
+        let session = self
+            .sessions
+            .entry(session_id.clone())
+            .or_insert_with(|| Session::new(listener, false));
+        if session.watching.insert(instance.clone()) {
+            self.watchers
+                .entry(instance)
+                .or_default()
+                .insert(session_id);
+        }
+    }
+
+    /// Sends `session` one `notice`; a tool list change is counted under `cause` once it is
+    /// sent (the metric counts what `tools/list_changed` costs the clients).
+    fn tell(&self, session_id: &SessionId, notice: Notice, cause: Cause, ctx: &mut Context<Self>) {
         let Some(session) = self.sessions.get(session_id) else {
             return;
         };
-        let sending = session.listener.tools_changed();
+        let counted = notice == Notice::ToolsChanged;
+        let sending = session.listener.notify(notice);
         let session_id = session_id.clone();
         // Each send runs on its own, so one slow session cannot delay the others; a session
         // whose transport is gone is forgotten.
         ctx.spawn(sending.into_actor(self).map(move |sent, notifier, _ctx| {
             match sent {
-                Ok(()) => metrics::list_changed_sent(cause),
+                Ok(()) if counted => metrics::list_changed_sent(cause),
+                Ok(()) => {}
                 Err(error) => {
                     tracing::debug!(session = %session_id, %error, "session gone; unsubscribing");
                     notifier.forget(&session_id);

@@ -15,6 +15,7 @@ use super::{
 };
 use crate::{
     catalog::{Affected, CatalogChange, ToolEntry},
+    gate::ListsChanged,
     plugin::HostCall,
 };
 
@@ -155,8 +156,16 @@ impl Runtime {
             self.notifier.do_send(notifier::CatalogChanged {
                 everyone: true,
                 instances: Vec::new(),
+                primitives: change.primitives,
             });
             return;
+        }
+        if change.primitives {
+            self.notifier.do_send(notifier::CatalogChanged {
+                everyone: false,
+                instances: Vec::new(),
+                primitives: true,
+            });
         }
         let workflows = change.workflows.keys().cloned().collect();
         let Ok(watched) = self.notifier.send(notifier::Watched { workflows }).await else {
@@ -180,15 +189,45 @@ impl Runtime {
             self.notifier.do_send(notifier::CatalogChanged {
                 everyone: false,
                 instances,
+                primitives: false,
             });
         }
     }
 
     /// Another server process changed `instance` (announced through the shared store): tell
-    /// this process's sessions that watch it.
+    /// this process's sessions that watch it. The announcement does not say what the move
+    /// changed besides the tools, so they are told that their prompts and resources may have
+    /// changed too.
     pub fn changed_elsewhere(&self, instance: InstanceKey) {
-        self.notifier
-            .do_send(notifier::InstanceChanged { instance });
+        self.notifier.do_send(notifier::InstanceChanged {
+            instance,
+            lists: ListsChanged::ALL,
+        });
+    }
+
+    /// From now on, `session` is told when `instance` moves that its resource `uri` changed
+    /// (`resources/updated`), and, like any watcher, when the instance's lists change.
+    pub fn subscribe_resource(
+        &self,
+        session: &SessionId,
+        listener: Arc<dyn Listener>,
+        instance: InstanceKey,
+        uri: &str,
+    ) {
+        self.notifier.do_send(notifier::SubscribeResource {
+            session: session.clone(),
+            listener,
+            instance,
+            uri: uri.into(),
+        });
+    }
+
+    /// `session` no longer wants `resources/updated` for `uri`.
+    pub fn unsubscribe_resource(&self, session: &SessionId, uri: &str) {
+        self.notifier.do_send(notifier::UnsubscribeResource {
+            session: session.clone(),
+            uri: uri.into(),
+        });
     }
 
     /// `session` no longer hears about `instance` (it turned out not to exist).

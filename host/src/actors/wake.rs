@@ -294,8 +294,11 @@ impl Handler<Wake> for InstanceActor {
                     }
                     actor.current = view;
                     if moved {
+                        // A timer's move: what it changed besides tools is not worked out
+                        // here, so every list is announced.
                         actor.deps.notifier.do_send(notifier::InstanceChanged {
                             instance: actor.key.clone(),
+                            lists: crate::gate::ListsChanged::ALL,
                         });
                     }
                     Ok(woke)

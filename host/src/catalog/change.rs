@@ -18,6 +18,9 @@ pub struct CatalogChange {
     pub everyone: bool,
     /// Per workflow, which of its instances see a different menu.
     pub workflows: BTreeMap<String, Affected>,
+    /// The prompts or resources the plugins offer changed. Told to every client, coarser than
+    /// the tools (a reload that changes them is rare; a spurious `list_changed` costs a re-read).
+    pub primitives: bool,
 }
 
 /// The instances of one workflow that a change concerns.
@@ -31,7 +34,10 @@ pub enum Affected {
 impl CatalogChange {
     /// What replacing `old` by `new` changes.
     pub fn between(old: &Catalog, new: &Catalog) -> CatalogChange {
-        let mut change = CatalogChange::default();
+        let mut change = CatalogChange {
+            primitives: !old.primitives.same_as(&new.primitives),
+            ..CatalogChange::default()
+        };
         let workflow_ids: BTreeSet<&String> =
             old.workflows.keys().chain(new.workflows.keys()).collect();
         for id in workflow_ids {
@@ -88,7 +94,7 @@ impl CatalogChange {
 
     /// Whether nobody's menu changed.
     pub fn is_empty(&self) -> bool {
-        !self.everyone && self.workflows.is_empty()
+        !self.everyone && self.workflows.is_empty() && !self.primitives
     }
 
     /// Whether an instance of `workflow` in `snapshot` sees a different menu.

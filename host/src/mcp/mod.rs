@@ -2,6 +2,7 @@
 //!
 //! - `server.rs`: [`TurnstileServer`], one per session; turns `tools/list` and `tools/call` into
 //!   questions for the gate and the actors.
+//! - `primitives.rs`: prompts and resources, gated like the tools (same instances, same gate).
 //! - `call_events.rs`: what a plugin logs or reports during a call, sent ahead of its result.
 //! - `reply.rs`: every result and error a client can see is built there, in one place.
 //! - `session.rs`: a session's identity, its listener for `list_changed`, and its end.
@@ -33,6 +34,7 @@ mod idle;
 mod jsonrpc_errors;
 mod metrics;
 mod oauth;
+mod primitives;
 mod reply;
 mod server;
 mod session;

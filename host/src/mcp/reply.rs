@@ -7,6 +7,11 @@
 //!
 //! A string the client sent (a tool name, a method, a handle) is echoed back or logged only
 //! through [`clip`], so a megabyte of name cannot become a megabyte of error or of log line.
+//!
+//! Prompts and resources (`prompts/get`, `resources/read`) have no `isError` result: their
+//! answers and refusals are built in `reply/primitives.rs`.
+
+mod primitives;
 
 use std::borrow::Cow;
 
@@ -16,6 +21,11 @@ use rmcp::{
 };
 use serde_json::{Value, json};
 
+pub use self::primitives::{
+    instance_unavailable, invalid_prompt_arguments, listed_instance_resource, listed_prompt,
+    listed_resource, listed_template, prompt_result, read_failure, resource_not_found,
+    resource_result, unknown_prompt, withheld,
+};
 use super::target::NoTarget;
 use crate::{
     actors::InstanceError,

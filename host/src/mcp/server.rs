@@ -1,9 +1,10 @@
 //! [`TurnstileServer`]: rmcp's `ServerHandler` for one session.
 //!
 //! Every request reads the catalog being served once ([`LiveCatalog::current`]), so a plugin
-//! reload never changes the catalog under a request. `tools/list` asks the caller's workflow instances for their state and the gate for their
-//! menus; `tools/call` resolves the tool, finds the instance (see [`super::target`]), checks the
-//! arguments and hands the call to the instance's actor. Every request that touches an instance
+//! reload never changes the catalog under a request. `tools/list` asks the caller's workflow
+//! instances for their state and the gate for their menus (prompts and resources are served the
+//! same way, in `primitives.rs`); `tools/call` resolves the tool, finds the instance (see
+//! [`super::target`]), checks the arguments and hands the call to the instance's actor. Every request that touches an instance
 //! subscribes the session to it.
 //!
 //! It must not decide visibility (gate) or hold state (actors); its replies come from `reply`.
@@ -13,9 +14,11 @@ use std::sync::Arc;
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, Implementation,
-        JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-        SubscriptionFilter, Tool,
+        CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult,
+        GetPromptRequestParams, GetPromptResponse, Implementation, JsonObject, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+        ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+        SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -60,8 +63,8 @@ pub struct Shared {
 /// it when the session ends.
 #[derive(Clone)]
 pub struct TurnstileServer {
-    shared: Arc<Shared>,
-    session: Arc<SessionScope>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) session: Arc<SessionScope>,
 }
 
 impl TurnstileServer {
@@ -75,7 +78,7 @@ impl TurnstileServer {
     /// subscription reaches the notifier ahead of any change the request causes. A request
     /// without a session subscribes nothing: it ends with its answer, and its own call tells
     /// it of a change directly (see `call_tool`).
-    fn watch(&self, key: &InstanceKey, context: &RequestContext<RoleServer>) {
+    pub(super) fn watch(&self, key: &InstanceKey, context: &RequestContext<RoleServer>) {
         if is_sessionless(context) {
             return;
         }
@@ -88,7 +91,7 @@ impl TurnstileServer {
 
     /// After the instance answered: remember it among those the session touched, or, if it does
     /// not exist, take the subscription back so a forged handle leaves nothing behind.
-    fn settle<T>(&self, key: &InstanceKey, answer: &Result<T, InstanceError>) {
+    pub(super) fn settle<T>(&self, key: &InstanceKey, answer: &Result<T, InstanceError>) {
         match answer {
             Err(InstanceError::UnknownHandle(_)) => self
                 .shared
@@ -99,7 +102,7 @@ impl TurnstileServer {
     }
 
     /// The instance `key` as a `tools/list` answer can use it, watching it from now on.
-    async fn view(
+    pub(super) async fn view(
         &self,
         key: &InstanceKey,
         context: &RequestContext<RoleServer>,
@@ -132,7 +135,7 @@ impl TurnstileServer {
     /// How this request names its instance: the configured handle mode; else, for a request
     /// without a session (protocol 2026-07-28 over HTTP, which has no sessions), handles under
     /// the default key, since there is no session to keep state in; else the session.
-    fn handle_mode(&self, context: &RequestContext<RoleServer>) -> Option<&HandleMode> {
+    pub(super) fn handle_mode(&self, context: &RequestContext<RoleServer>) -> Option<&HandleMode> {
         if self.shared.handles.is_some() {
             return self.shared.handles.as_ref();
         }
@@ -391,7 +394,7 @@ impl TurnstileServer {
 /// The tenant whose instances an HTTP request may reach: its principal's, when authentication
 /// is on (`auth.rs` put the principal in the request). Without authentication, and over stdio,
 /// handles alone name instances.
-fn tenant_of(context: &RequestContext<RoleServer>) -> Option<Tenant> {
+pub(super) fn tenant_of(context: &RequestContext<RoleServer>) -> Option<Tenant> {
     principal_of(context).map(|principal| Tenant::of(&principal.0))
 }
 
@@ -419,12 +422,18 @@ impl ServerHandler for TurnstileServer {
                 .enable_logging()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_prompts()
+                .enable_prompts_list_changed()
+                .enable_resources()
+                .enable_resources_list_changed()
+                .enable_resources_subscribe()
                 .build(),
         )
         .with_server_info(Implementation::new("turnstile", env!("CARGO_PKG_VERSION")))
         .with_instructions(
-            "Tools appear and disappear as each workflow moves on: only the steps that make \
-                 sense now are listed. Re-read tools/list after notifications/tools/list_changed.",
+            "Tools, prompts and resources appear and disappear as each workflow moves on: only \
+                 the steps, instructions and documents that make sense now are listed. Re-read \
+                 a list after its notifications/.../list_changed.",
         )
     }
 
@@ -458,6 +467,78 @@ impl ServerHandler for TurnstileServer {
         let record = CallRecord::start(&self.shared.catalog, &request.name);
         let answer = self.answer_call(request, context).instrument(record.span());
         record.finish(answer.await)
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.answer_list_prompts(&context).await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.answer_get_prompt(request, &context)
+            .await
+            .map(Into::into)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.answer_list_resources(&context).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.answer_list_templates(&context).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.answer_read_resource(request, &context)
+            .await
+            .map(Into::into)
+    }
+
+    // rmcp marks `resources/subscribe` legacy (2026-07-28 replaced it by `subscriptions/listen`);
+    // the session-based revisions Turnstile serves still have it.
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if is_sessionless(&context) {
+            // Nothing could reach a request without a session after its answer.
+            return Err(reply::unroutable_request("resources/subscribe", None));
+        }
+        self.answer_subscribe(&request.uri, &context).await
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if is_sessionless(&context) {
+            return Err(reply::unroutable_request("resources/unsubscribe", None));
+        }
+        self.answer_unsubscribe(&request.uri);
+        Ok(())
     }
 
     /// From its start, a session hears about the plugin catalog changing, before it has touched
@@ -504,7 +585,14 @@ impl ServerHandler for TurnstileServer {
         _requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
         // rmcp intersects this with what was requested and what get_info advertises.
-        Some(SubscriptionFilter::builder().tools_list_changed().build())
+        // Resource updates are delivered to sessions (`resources/subscribe`), not on listens.
+        Some(
+            SubscriptionFilter::builder()
+                .tools_list_changed()
+                .prompts_list_changed()
+                .resources_list_changed()
+                .build(),
+        )
     }
 
     /// 2026-07-28 `subscriptions/listen`: `list_changed` for the instances named in the request's

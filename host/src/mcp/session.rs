@@ -7,10 +7,14 @@ use std::{
     sync::{Arc, Mutex, OnceLock},
 };
 
-use rmcp::{Peer, RoleServer, service::SubscriptionSink};
+use rmcp::{
+    Peer, RoleServer,
+    model::ResourceUpdatedNotificationParam,
+    service::{SubscriptionSendError, SubscriptionSink},
+};
 
 use crate::{
-    actors::{InstanceKey, Listener, Owner, Runtime, SessionId},
+    actors::{InstanceKey, Listener, Notice, Owner, Runtime, SessionId},
     plugin::LogLevel,
 };
 
@@ -93,21 +97,29 @@ impl Drop for SessionScope {
     }
 }
 
-/// Sends `notifications/tools/list_changed` to one session's peer.
+/// Sends a session's notices to its peer.
 struct PeerListener(Peer<RoleServer>);
 
 impl Listener for PeerListener {
-    fn tools_changed(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+    fn notify(&self, notice: Notice) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
         let peer = self.0.clone();
         Box::pin(async move {
-            peer.notify_tool_list_changed()
-                .await
-                .map_err(|error| error.to_string())
+            let sent = match notice {
+                Notice::ToolsChanged => peer.notify_tool_list_changed().await,
+                Notice::PromptsChanged => peer.notify_prompt_list_changed().await,
+                Notice::ResourcesChanged => peer.notify_resource_list_changed().await,
+                Notice::ResourceUpdated(uri) => {
+                    peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(&*uri))
+                        .await
+                }
+            };
+            sent.map_err(|error| error.to_string())
         })
     }
 }
 
-/// Sends `notifications/tools/list_changed` on a 2026-07-28 `subscriptions/listen` stream.
+/// Sends notices on a 2026-07-28 `subscriptions/listen` stream: those its filter accepted (a
+/// listen that asked for tools only is not sent the others; that is no error).
 pub struct SinkListener(SubscriptionSink);
 
 impl SinkListener {
@@ -117,12 +129,19 @@ impl SinkListener {
 }
 
 impl Listener for SinkListener {
-    fn tools_changed(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+    fn notify(&self, notice: Notice) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
         let sink = self.0.clone();
         Box::pin(async move {
-            sink.notify_tool_list_changed()
-                .await
-                .map_err(|error| error.to_string())
+            let sent = match notice {
+                Notice::ToolsChanged => sink.notify_tool_list_changed().await,
+                Notice::PromptsChanged => sink.notify_prompt_list_changed().await,
+                Notice::ResourcesChanged => sink.notify_resource_list_changed().await,
+                Notice::ResourceUpdated(uri) => sink.notify_resource_updated(&*uri).await,
+            };
+            match sent {
+                Ok(()) | Err(SubscriptionSendError::NotificationNotAccepted(_)) => Ok(()),
+                Err(error) => Err(error.to_string()),
+            }
         })
     }
 }

@@ -57,6 +57,16 @@ pub enum PluginError {
     #[error("{}: no tool named {tool}", path.display())]
     UnknownTool { path: PathBuf, tool: String },
 
+    /// Producing a prompt's or resource's content failed (ABI 1.3 `read`): the plugin has no
+    /// `read`, answered "unknown", panicked or broke the protocol. `what` is `prompt <name>` or
+    /// `resource <name>`.
+    #[error("{}: {what}: {reason}", path.display())]
+    ReadFailed {
+        path: PathBuf,
+        what: String,
+        reason: String,
+    },
+
     /// An argument cannot be passed across the ABI (it contains a NUL byte).
     #[error("{}: tool {tool}: cannot pass {what}: it contains a NUL byte", path.display())]
     BadArgument {
@@ -99,6 +109,7 @@ impl PluginError {
             | PluginError::Init { path, .. }
             | PluginError::BadManifest { path, .. }
             | PluginError::UnknownTool { path, .. }
+            | PluginError::ReadFailed { path, .. }
             | PluginError::BadArgument { path, .. }
             | PluginError::Panicked { path, .. }
             | PluginError::BadResponse { path, .. } => path,

@@ -22,7 +22,7 @@ use std::{
 use turnstile_plugin_api::abi::{
     ABI_VERSION, ABI_VERSION_SYMBOL, AbiVersionFn, CallFn, DestroyFn, ENTRY_SYMBOL_V1, EntryFnV1,
     FreeBufferFn, GuardFn, InitFn, ManifestFn, PLUGIN_TABLE_V1_0_SIZE, PluginTableV1, RawBuffer,
-    RawCallContext, RawHostServices, RawInitParams, Status, covers,
+    RawCallContext, RawHostServices, RawInitParams, ReadFn, ReadKind, Status, covers,
 };
 
 use super::error::PluginError;
@@ -53,6 +53,8 @@ struct Table {
     free_buffer: FreeBufferFn,
     /// ABI 1.2: named guards; `None` when the table is older or the plugin has none.
     guard: Option<GuardFn>,
+    /// ABI 1.3; `None` when the table is older or the plugin left it NULL.
+    read: Option<ReadFn>,
 }
 
 /// The strings of one guard decision, NUL-terminated as the ABI requires.
@@ -81,6 +83,17 @@ pub(super) struct CallArgs<'a> {
     pub context_json: &'a CStr,
     /// The host services for this call (ABI 1.1), if any.
     pub host: Option<&'a RawHostServices>,
+}
+
+/// The strings of one `read` (ABI 1.3), NUL-terminated as the ABI requires.
+pub(super) struct ReadArgs<'a> {
+    pub kind: ReadKind,
+    pub name: &'a CStr,
+    pub request_json: &'a CStr,
+    pub call_id: &'a CStr,
+    pub handle: &'a CStr,
+    pub state_json: &'a CStr,
+    pub context_json: &'a CStr,
 }
 
 impl Library {
@@ -208,6 +221,42 @@ impl Library {
                 args.params_json.as_ptr(),
                 args.context_json.as_ptr(),
                 args.event_json.as_ptr(),
+                &mut out,
+            )
+        };
+        // SAFETY: `out` was written (or left empty) by this library.
+        let bytes = unsafe { take_buffer(self.table.free_buffer, &out) };
+        Some(RawOutput { status, bytes })
+    }
+
+    /// Whether the plugin has a `read` entry point (ABI 1.3).
+    pub(super) fn reads(&self) -> bool {
+        self.table.read.is_some()
+    }
+
+    /// Produces a prompt's or resource's content; `None` when the plugin has no `read`. Blocking
+    /// for as long as the plugin takes; safe to call from several threads at once.
+    pub(super) fn read(&self, args: &ReadArgs<'_>) -> Option<RawOutput> {
+        let read = self.table.read?;
+        let ctx = RawCallContext {
+            struct_size: size_of::<RawCallContext>(),
+            call_id: args.call_id.as_ptr(),
+            handle: args.handle.as_ptr(),
+            state_json: args.state_json.as_ptr(),
+            // Reads report nothing back: no progress, no logs, nothing to cancel.
+            host: ptr::null(),
+            context_json: args.context_json.as_ptr(),
+        };
+        let mut out = RawBuffer::empty();
+        // SAFETY: as in `call`: a live instance, NUL-terminated strings and a context and buffer
+        // that outlive the call; the ABI makes `read` thread-safe like `call`.
+        let status = unsafe {
+            read(
+                self.instance,
+                args.kind,
+                args.name.as_ptr(),
+                args.request_json.as_ptr(),
+                &ctx,
                 &mut out,
             )
         };
@@ -366,14 +415,20 @@ unsafe fn read_table(table: *const PluginTableV1) -> Result<(Table, InitFn), Str
         std::mem::offset_of!(PluginTableV1, guard),
         size_of::<Option<GuardFn>>(),
     );
+    let has_read = covers(
+        struct_size,
+        std::mem::offset_of!(PluginTableV1, read),
+        size_of::<Option<ReadFn>>(),
+    );
     Ok((
         Table {
             destroy: field!(destroy).ok_or_else(|| missing("destroy"))?,
             manifest: field!(manifest).ok_or_else(|| missing("manifest"))?,
             call: field!(call).ok_or_else(|| missing("call"))?,
             free_buffer: field!(free_buffer).ok_or_else(|| missing("free_buffer"))?,
-            // ABI 1.2, optional: an older table ends before it.
+            // ABI 1.2 and 1.3, optional: an older table ends before them.
             guard: if has_guard { field!(guard) } else { None },
+            read: if has_read { field!(read) } else { None },
         },
         field!(init).ok_or_else(|| missing("init"))?,
     ))

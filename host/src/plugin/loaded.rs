@@ -10,13 +10,13 @@ use std::{
     sync::Arc,
 };
 
-use serde_json::Value;
-use turnstile_plugin_api::{CallContext, Manifest, ToolManifest, abi::Status};
+use serde_json::{Value, json};
+use turnstile_plugin_api::{CallContext, Manifest, PrimitiveKind, ToolManifest, abi::Status};
 
 use super::{
     config::PluginConfigs,
     error::PluginError,
-    library::{CallArgs, GuardArgs, Library, error_message},
+    library::{CallArgs, GuardArgs, Library, ReadArgs, error_message},
     manifest,
     pool::CallPool,
     services::{HostCall, Registered},
@@ -92,10 +92,15 @@ impl LoadedPlugin {
         // JSON text holds no raw NUL, so this cannot fail for a JSON value.
         let config = config.and_then(|config| CString::new(config.to_string()).ok());
         let (library, manifest) = Library::open(path, file, config.as_deref())?;
-        let manifest = manifest::parse(&manifest).map_err(|reason| PluginError::BadManifest {
-            path: path.to_owned(),
-            reason,
-        })?;
+        let manifest = manifest::parse(&manifest)
+            .and_then(|manifest| {
+                manifest::check_content_source(&manifest, library.reads())?;
+                Ok(manifest)
+            })
+            .map_err(|reason| PluginError::BadManifest {
+                path: path.to_owned(),
+                reason,
+            })?;
         Ok(LoadedPlugin {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
@@ -238,6 +243,97 @@ impl LoadedPlugin {
             (Status::OK, _) => Err(refused("the guard's answer is not true or false".into())),
             (status, _) => Err(refused(error_message(status, &output.bytes))),
         }
+    }
+
+    /// Produces the content of the prompt or resource `name` (ABI 1.3 `read`) for the instance
+    /// `ctx` describes: `request` and the output are as `turnstile_plugin_api::abi::ReadKind`
+    /// describes. Blocking, like [`LoadedPlugin::call`]. A plugin error the client should read
+    /// (status `TOOL_ERROR` or `BAD_INPUT`) is a [`PluginOutput`] like a tool's; a plugin without
+    /// `read`, one that does not know `name`, a panic or a broken answer is a
+    /// [`PluginError::ReadFailed`].
+    pub fn read(
+        &self,
+        kind: PrimitiveKind,
+        name: &str,
+        request: &Value,
+        ctx: &CallContext,
+    ) -> Result<PluginOutput, PluginError> {
+        let what = format!("{} {name}", kind.as_str());
+        let failed = |reason: String| PluginError::ReadFailed {
+            path: self.inner.path.clone(),
+            what: what.clone(),
+            reason,
+        };
+        let c_string = |text: String| {
+            CString::new(text).map_err(|_| failed("an argument contains a NUL byte".into()))
+        };
+        // JSON text never holds a raw NUL; only the name, call id and handle could.
+        let name_c = c_string(name.to_owned())?;
+        let request_json = c_string(request.to_string())?;
+        let call_id = c_string(ctx.call_id.clone())?;
+        let handle = c_string(ctx.handle.clone())?;
+        let state_json = c_string(ctx.state.to_string())?;
+        let context_json = c_string(ctx.context.to_string())?;
+        let output = self
+            .inner
+            .library
+            .read(&ReadArgs {
+                kind: kind.raw(),
+                name: &name_c,
+                request_json: &request_json,
+                call_id: &call_id,
+                handle: &handle,
+                state_json: &state_json,
+                context_json: &context_json,
+            })
+            .ok_or_else(|| failed("the plugin has no read entry point (ABI 1.3)".into()))?;
+        let bytes = &output.bytes;
+        match output.status {
+            Status::OK => serde_json::from_slice(bytes)
+                .map(PluginOutput::Success)
+                .map_err(|err| failed(format!("output is not JSON: {err}"))),
+            Status::TOOL_ERROR | Status::BAD_INPUT => match message(bytes) {
+                Some(message) if output.status == Status::BAD_INPUT => {
+                    Ok(PluginOutput::BadInput(message))
+                }
+                Some(message) => Ok(PluginOutput::ToolError(message)),
+                None => Err(failed(error_message(output.status, bytes))),
+            },
+            Status::UNKNOWN_TOOL => Err(failed(format!(
+                "the plugin's read does not know it: {}",
+                error_message(output.status, bytes)
+            ))),
+            Status::PANIC => Err(failed(format!(
+                "panicked: {}",
+                error_message(output.status, bytes)
+            ))),
+            status => Err(failed(format!(
+                "plugin error (status {}): {}",
+                status.0,
+                error_message(status, bytes)
+            ))),
+        }
+    }
+
+    /// The static content the manifest gives `name` of `kind` (a prompt's or fixed resource's
+    /// `text`), if it gives one.
+    pub fn static_text(&self, kind: PrimitiveKind, name: &str) -> Option<Value> {
+        let manifest = &self.inner.manifest;
+        let text = match kind {
+            PrimitiveKind::Prompt => manifest
+                .prompts
+                .iter()
+                .find(|prompt| prompt.name == name)?
+                .text
+                .as_ref(),
+            PrimitiveKind::Resource => manifest
+                .resources
+                .iter()
+                .find(|resource| resource.name == name)?
+                .text
+                .as_ref(),
+        };
+        text.map(|text| json!(text))
     }
 
     /// Maps a status and its output to the result; see [`PluginOutput`] and [`PluginError`].

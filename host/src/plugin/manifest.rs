@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 
 use serde_json::Value;
-use turnstile_plugin_api::{MAX_QUICK_MS, Manifest};
+use turnstile_plugin_api::{HANDLE_VARIABLE, MAX_QUICK_MS, Manifest, uri_template};
 
 /// MCP's limit on tool names.
 const MAX_TOOL_NAME: usize = 128;
@@ -92,6 +92,132 @@ fn check(manifest: &Manifest) -> Result<(), String> {
                  leaves quick_ms out and runs on worker threads"
             )));
         }
+    }
+    check_prompts(manifest)?;
+    check_resources(manifest)
+}
+
+/// Prompts: valid unique names, a description, distinct arguments, states only with a workflow.
+fn check_prompts(manifest: &Manifest) -> Result<(), String> {
+    let mut names = HashSet::new();
+    for (i, prompt) in manifest.prompts.iter().enumerate() {
+        let at = |problem: String| format!("prompts[{i}] ({}): {problem}", prompt.name);
+        check_tool_name(&prompt.name).map_err(|problem| format!("prompts[{i}].name: {problem}"))?;
+        if !names.insert(prompt.name.as_str()) {
+            return Err(at("duplicate prompt name".into()));
+        }
+        if prompt.description.trim().is_empty() {
+            return Err(at("description must not be empty".into()));
+        }
+        let mut arguments = HashSet::new();
+        for (j, argument) in prompt.arguments.iter().enumerate() {
+            if argument.name.is_empty() || !arguments.insert(argument.name.as_str()) {
+                return Err(at(format!(
+                    "arguments[{j}]: empty or duplicate argument name {:?}",
+                    argument.name
+                )));
+            }
+        }
+        check_binding(prompt.workflow.as_deref(), &prompt.states).map_err(at)?;
+    }
+    Ok(())
+}
+
+/// Resources and templates: unique URIs, names unique across both (`read` is asked by name),
+/// templates that parse, `{handle}` only with a workflow, states only with a workflow.
+fn check_resources(manifest: &Manifest) -> Result<(), String> {
+    let mut names = HashSet::new();
+    let mut uris = HashSet::new();
+    for (i, resource) in manifest.resources.iter().enumerate() {
+        let at = |problem: String| format!("resources[{i}] ({}): {problem}", resource.uri);
+        if resource.uri.trim().is_empty() || resource.name.trim().is_empty() {
+            return Err(format!("resources[{i}]: uri and name must not be empty"));
+        }
+        if resource.uri.contains('{') {
+            return Err(at(
+                "a URI with a {variable} is a template: declare it under resource_templates".into(),
+            ));
+        }
+        if !uris.insert(resource.uri.as_str()) {
+            return Err(at("duplicate resource uri".into()));
+        }
+        if !names.insert(resource.name.as_str()) {
+            return Err(at(format!("duplicate resource name {:?}", resource.name)));
+        }
+        check_binding(resource.workflow.as_deref(), &resource.states).map_err(at)?;
+    }
+    for (i, template) in manifest.resource_templates.iter().enumerate() {
+        let at = |problem: String| {
+            format!(
+                "resource_templates[{i}] ({}): {problem}",
+                template.uri_template
+            )
+        };
+        if template.name.trim().is_empty() {
+            return Err(at("name must not be empty".into()));
+        }
+        let variables = uri_template::template_variables(&template.uri_template).map_err(at)?;
+        if variables.is_empty() {
+            return Err(at(
+                "a URI without a {variable} is a fixed resource: declare it under resources".into(),
+            ));
+        }
+        if variables.contains(&HANDLE_VARIABLE) && template.workflow.is_none() {
+            return Err(at(format!(
+                "{{{HANDLE_VARIABLE}}} names a workflow instance, so the template needs a workflow"
+            )));
+        }
+        if !uris.insert(template.uri_template.as_str()) {
+            return Err(at("duplicate uri_template".into()));
+        }
+        if !names.insert(template.name.as_str()) {
+            return Err(at(format!("duplicate resource name {:?}", template.name)));
+        }
+        check_binding(template.workflow.as_deref(), &template.states).map_err(at)?;
+    }
+    Ok(())
+}
+
+/// States need a workflow and are distinct and non-empty (as for tools).
+fn check_binding(workflow: Option<&str>, states: &[String]) -> Result<(), String> {
+    if workflow.is_none() && !states.is_empty() {
+        return Err("states need a workflow".into());
+    }
+    let mut seen = HashSet::new();
+    match states
+        .iter()
+        .find(|state| state.is_empty() || !seen.insert(*state))
+    {
+        Some(state) => Err(format!("states: empty or duplicate state {state:?}")),
+        None => Ok(()),
+    }
+}
+
+/// Every prompt and fixed resource without static `text` needs the plugin's `read` (ABI 1.3),
+/// and so does every template: checked once the function table is known.
+pub(super) fn check_content_source(manifest: &Manifest, reads: bool) -> Result<(), String> {
+    if reads {
+        return Ok(());
+    }
+    let without = |what: &str| {
+        format!(
+            "{what} has no text, and the plugin has no read entry point (ABI 1.3) to produce it"
+        )
+    };
+    if let Some((i, prompt)) = (manifest.prompts.iter().enumerate()).find(|(_, p)| p.text.is_none())
+    {
+        return Err(without(&format!("prompts[{i}] ({})", prompt.name)));
+    }
+    if let Some((i, resource)) =
+        (manifest.resources.iter().enumerate()).find(|(_, r)| r.text.is_none())
+    {
+        return Err(without(&format!("resources[{i}] ({})", resource.uri)));
+    }
+    if let Some(template) = manifest.resource_templates.first() {
+        return Err(format!(
+            "resource_templates[0] ({}): a template's content comes from the plugin's read entry              point (ABI 1.3), which the plugin does not have",
+            template.uri_template
+        ));
     }
     Ok(())
 }
@@ -193,5 +319,78 @@ mod tests {
             let err = parse_value(manifest.clone()).unwrap_err();
             assert!(err.contains(expected), "{manifest}: {err}");
         }
+    }
+
+    #[test]
+    fn prompt_and_resource_problems_name_the_entry() {
+        let with = |field: &str, entries: Value| {
+            let mut manifest = json!({"name": "p", "version": "1"});
+            manifest[field] = entries;
+            parse_value(manifest)
+        };
+        let prompt = |name: &str| json!({"name": name, "description": "d"});
+        let cases = [
+            (
+                with("prompts", json!([prompt("p.a"), prompt("p.a")])),
+                "prompts[1] (p.a): duplicate prompt name",
+            ),
+            (
+                with(
+                    "prompts",
+                    json!([{"name": "p.a", "description": "d", "states": ["s"]}]),
+                ),
+                "prompts[0] (p.a): states need a workflow",
+            ),
+            (
+                with(
+                    "prompts",
+                    json!([{"name": "p.a", "description": "d",
+                    "arguments": [{"name": "x"}, {"name": "x"}]}]),
+                ),
+                "arguments[1]: empty or duplicate argument name \"x\"",
+            ),
+            (
+                with("resources", json!([{"uri": "a://{x}", "name": "a"}])),
+                "declare it under resource_templates",
+            ),
+            (
+                with(
+                    "resource_templates",
+                    json!([{"uri_template": "a://{handle}",
+                    "name": "a"}]),
+                ),
+                "resource_templates[0] (a://{handle}): {handle} names a workflow instance",
+            ),
+            (
+                with(
+                    "resource_templates",
+                    json!([{"uri_template": "a://{+x}", "name": "a"}]),
+                ),
+                "no operators",
+            ),
+        ];
+        for (result, expected) in cases {
+            let err = result.unwrap_err();
+            assert!(err.contains(expected), "{err}");
+        }
+        let err = parse_value(json!({"name": "p", "version": "1",
+            "resources": [{"uri": "a://x", "name": "a"}],
+            "resource_templates": [{"uri_template": "b://{x}", "name": "a"}]}))
+        .unwrap_err();
+        assert!(err.contains("duplicate resource name \"a\""), "{err}");
+    }
+
+    #[test]
+    fn content_without_text_needs_the_read_entry_point() {
+        let manifest = parse_value(json!({"name": "p", "version": "1",
+            "prompts": [{"name": "p.a", "description": "d", "text": "hi"},
+                        {"name": "p.b", "description": "d"}]}))
+        .unwrap();
+        assert_eq!(check_content_source(&manifest, true), Ok(()));
+        let err = check_content_source(&manifest, false).unwrap_err();
+        assert!(
+            err.starts_with("prompts[1] (p.b) has no text, and the plugin has no read"),
+            "{err}"
+        );
     }
 }

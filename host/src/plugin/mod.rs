@@ -46,7 +46,7 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
 };
 
-pub use turnstile_plugin_api::{CallContext, LogLevel, Manifest, ToolManifest};
+pub use turnstile_plugin_api::{CallContext, LogLevel, Manifest, PrimitiveKind, ToolManifest};
 
 pub use self::{
     config::PluginConfigs,

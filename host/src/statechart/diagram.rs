@@ -23,35 +23,71 @@ pub enum DiagramFormat {
     Dot,
 }
 
-/// Renders `machine`; `tools` are (tool name, bound state paths as in tool bindings: dot paths
-/// from the root or `#id`). Pure; the output is deterministic.
-pub fn render(machine: &Machine, tools: &[(String, Vec<String>)], format: DiagramFormat) -> String {
+/// One name and the state paths it is bound to (as in bindings: dot paths from the root or
+/// `#id`; none: every state).
+pub type Bound = (String, Vec<String>);
+
+/// What a workflow offers, by kind, for [`render_offered`].
+#[derive(Debug, Default)]
+pub struct Offered {
+    pub tools: Vec<Bound>,
+    pub prompts: Vec<Bound>,
+    /// Resources by URI (templates by URI template).
+    pub resources: Vec<Bound>,
+}
+
+/// The kinds in the order a state lists them.
+const KINDS: [&str; 3] = ["tools", "prompts", "resources"];
+
+/// Renders `machine` with the tools visible in each state; see [`render_offered`].
+pub fn render(machine: &Machine, tools: &[Bound], format: DiagramFormat) -> String {
+    let offered = Offered {
+        tools: tools.to_vec(),
+        ..Offered::default()
+    };
+    render_offered(machine, &offered, format)
+}
+
+/// Renders `machine`, listing on each state the tools, prompts and resources offered there.
+/// Pure; the output is deterministic.
+pub fn render_offered(machine: &Machine, offered: &Offered, format: DiagramFormat) -> String {
     let tree: &Tree = &machine.tree;
-    let mut visible: Vec<Vec<&str>> = vec![Vec::new(); tree.nodes.len()];
-    let mut always = Vec::new();
+    // Per node, per kind, the names offered there.
+    let mut visible: Vec<[Vec<&str>; 3]> = vec![Default::default(); tree.nodes.len()];
+    let mut always: [Vec<&str>; 3] = Default::default();
     let mut unknown = Vec::new();
-    for (tool, paths) in tools {
-        if paths.is_empty() {
-            always.push(tool.as_str());
-        }
-        for path in paths {
-            match tree.lookup(path) {
-                Some(n) => {
-                    for v in n..tree.node(n).subtree_end {
-                        if !visible[usize::from(v)].contains(&tool.as_str()) {
-                            visible[usize::from(v)].push(tool);
+    let kinds = [&offered.tools, &offered.prompts, &offered.resources];
+    for (kind, bound) in kinds.into_iter().enumerate() {
+        for (name, paths) in bound {
+            if paths.is_empty() {
+                always[kind].push(name.as_str());
+            }
+            for path in paths {
+                match tree.lookup(path) {
+                    Some(n) => {
+                        for v in n..tree.node(n).subtree_end {
+                            let here = &mut visible[usize::from(v)][kind];
+                            if !here.contains(&name.as_str()) {
+                                here.push(name);
+                            }
                         }
                     }
+                    None => unknown.push(format!("{name} → {path} (unknown state)")),
                 }
-                None => unknown.push(format!("{tool} → {path} (unknown state)")),
             }
         }
     }
     let mut notes = Vec::new();
-    if !always.is_empty() {
-        notes.push(format!("Always visible: {}", always.join(", ")));
+    if !always[0].is_empty() {
+        notes.push(format!("Always visible: {}", always[0].join(", ")));
+    }
+    for (kind, names) in KINDS.iter().zip(&always).skip(1) {
+        if !names.is_empty() {
+            notes.push(format!("Always offered {kind}: {}", names.join(", ")));
+        }
     }
     notes.extend(unknown);
+    let visible = visible.iter().map(offered_line).collect();
     let r = Renderer { tree, visible };
     match format {
         DiagramFormat::Mermaid => r.mermaid(&notes),
@@ -59,9 +95,22 @@ pub fn render(machine: &Machine, tools: &[(String, Vec<String>)], format: Diagra
     }
 }
 
+/// `tools: a, b | prompts: c | resources: d`, each kind only when it has a name. (A state with
+/// tools only reads `tools: a, b`, as before prompts and resources existed.)
+fn offered_line(by_kind: &[Vec<&str>; 3]) -> String {
+    let parts: Vec<String> = KINDS
+        .iter()
+        .zip(by_kind)
+        .filter(|(_, names)| !names.is_empty())
+        .map(|(kind, names)| format!("{kind}: {}", names.join(", ")))
+        .collect();
+    parts.join(" | ")
+}
+
 struct Renderer<'a> {
     tree: &'a Tree,
-    visible: Vec<Vec<&'a str>>,
+    /// Per node, what is offered there as one line (empty: nothing).
+    visible: Vec<String>,
 }
 
 /// Label-safe text: no quotes, no line breaks, no Mermaid separators.
@@ -212,9 +261,9 @@ impl Renderer<'_> {
                 self.mermaid_block(c, depth + 1, edges, out);
                 let _ = writeln!(out, "{pad}}}");
             }
-            if !self.visible[usize::from(c)].is_empty() {
-                let tools = self.visible[usize::from(c)].join(", ");
-                let _ = writeln!(out, "{pad}note right of s{c} : tools: {}", clean(&tools));
+            let offered = &self.visible[usize::from(c)];
+            if !offered.is_empty() {
+                let _ = writeln!(out, "{pad}note right of s{c} : {}", clean(offered));
             }
         }
         for (a, b, label) in edges {
@@ -261,11 +310,11 @@ impl Renderer<'_> {
         }
         for &c in &node.children {
             let child = self.tree.node(c);
-            let tools = &self.visible[usize::from(c)];
-            let tools_line = if tools.is_empty() {
+            let offered = &self.visible[usize::from(c)];
+            let tools_line = if offered.is_empty() {
                 String::new()
             } else {
-                format!("\\ntools: {}", clean(&tools.join(", ")))
+                format!("\\n{}", clean(offered))
             };
             if child.children.is_empty() {
                 let shape = match child.kind {
@@ -340,6 +389,27 @@ mod tests {
         assert!(out.contains("note right of s1 : tools: edit\n"));
         assert!(out.contains("state \"Always visible: help\" as note_0\n"));
         assert!(out.contains("oops → revew (unknown state)"));
+    }
+
+    #[test]
+    fn prompts_and_resources_are_listed_beside_the_tools() {
+        let offered = Offered {
+            tools: tools(),
+            prompts: vec![("checklist".into(), vec!["review".into()])],
+            resources: vec![
+                ("doc://{handle}".into(), vec!["review".into()]),
+                ("doc://manual".into(), vec![]),
+            ],
+        };
+        let out = render_offered(&machine(), &offered, DiagramFormat::Mermaid);
+        assert!(
+            out.contains("tools: comment | prompts: checklist | resources: doc://{handle}\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Always offered resources: doc://manual"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -71,6 +71,51 @@
 //!   host loads the library (a problem refuses the load); a unit test that calls it catches a
 //!   typo before that. Give every plugin such a test.
 //!
+//! # Prompts and resources
+//!
+//! Prompts and resources are declared the same way and gated the same way: the host offers one
+//! only while the client's instance is in one of its states, so an agent is shown the
+//! instructions and documents that fit the step it is at.
+//!
+//! ```
+//! # use serde::Deserialize;
+//! # use schemars::JsonSchema;
+//! # use serde_json::json;
+//! # use turnstile_plugin_api::sdk::{Toolkit, Workflow};
+//! #[derive(Deserialize, JsonSchema)]
+//! struct Focus {
+//!     /// What to look at first.
+//!     focus: Option<String>,
+//! }
+//!
+//! # fn toolkit() -> Toolkit {
+//! let door = Workflow::new(json!({"id": "door", "initial": "closed", "states": {
+//!     "closed": {"on": {"OPEN": "open"}}, "open": {"on": {"CLOSE": "closed"}}}}));
+//! Toolkit::new("door", "1")
+//!     .prompt(door.prompt("door.safety")
+//!         .describe("What to check before closing an open door.")
+//!         .visible_in(["open"])
+//!         .render(|args: Focus, ctx| Ok(format!("The door {} is open. Check {}.",
+//!             ctx.handle, args.focus.as_deref().unwrap_or("the hinges")))))
+//!     .resource(door.resource("door://{handle}", "door")
+//!         .describe("The door, as it stands.")
+//!         .mime_type("application/json")
+//!         .read(|_request, ctx| Ok(json!({"state": ctx.state}))))
+//! # }
+//! # fn main() { toolkit().build().unwrap(); }
+//! ```
+//!
+//! - [`Workflow::prompt`] / [`prompt`] start a prompt; [`visible_in`](PromptBuilder::visible_in)
+//!   binds it; [`render`](PromptBuilder::render) finishes it with a renderer whose argument
+//!   type gives the prompt's arguments (strings), or [`text`](PromptBuilder::text) with fixed
+//!   text.
+//! - [`Workflow::resource`] / [`resource`] start a resource; a URI with a `{variable}` makes it
+//!   a template, and `{handle}` names the instance itself (one resource per instance, readable
+//!   only by whoever holds the handle). [`read`](ResourceBuilder::read) finishes it with a
+//!   reader, or [`text`](ResourceBuilder::text) (fixed URIs only).
+//! - Renderers and readers get the [`CallContext`](crate::CallContext) of the instance: its
+//!   `state`, and its machine `context` (what earlier calls assigned).
+//!
 //! Handlers run on several threads at once (`Send + Sync`). Keep what an instance needs in its
 //! arguments and its workflow state, not in the plugin's memory: the host may run several
 //! processes against one store, and restarts.
@@ -79,17 +124,26 @@
 //!
 //! - [`workflow`](Workflow): the machine and the start of its tools.
 //! - [`ToolBuilder`], [`Tool`], [`NoInput`]: one tool's chain (`tool.rs`).
+//! - [`PromptBuilder`], [`Prompt`]: one prompt's chain (`prompt.rs`).
+//! - [`ResourceBuilder`], [`Resource`], [`ResourceRequest`]: one resource's chain
+//!   (`resource.rs`).
 //! - [`Toolkit`], [`ToolkitPlugin`], [`DeclarationError`]: checking and dispatch (`toolkit.rs`).
+//! - `check.rs`: what `Toolkit::build` checks of each tool, prompt and resource.
 //! - `schema.rs`: schemas derived with `schemars`, cleaned into plain object schemas.
 //! - `machine.rs`: the outline of a machine the checks read.
 
+mod check;
 mod machine;
+mod prompt;
+mod resource;
 mod schema;
 mod tool;
 mod toolkit;
 mod workflow;
 
 pub use self::{
+    prompt::{Prompt, PromptBuilder, prompt},
+    resource::{Resource, ResourceBuilder, ResourceRequest, resource},
     tool::{NoInput, Tool, ToolBuilder, Typed, Untyped, action},
     toolkit::{DeclarationError, Toolkit, ToolkitPlugin},
     workflow::Workflow,

@@ -13,11 +13,13 @@ use std::{collections::HashMap, fmt, sync::Arc};
 use serde_json::Value;
 
 use super::{
-    schema,
+    check::{check_prompt, check_resource, check_tool},
+    prompt::{Prompt, Reader},
+    resource::{Declared, Resource},
     tool::{Handler, Tool},
     workflow::Workflow,
 };
-use crate::{CallContext, Manifest, Plugin, ToolError};
+use crate::{CallContext, Manifest, Plugin, PrimitiveKind, ToolError};
 
 /// A plugin's declaration: name, version, workflows and tools. See the [module docs](super).
 #[must_use = "a toolkit does nothing until `build` checks it"]
@@ -27,16 +29,21 @@ pub struct Toolkit {
     workflows: Vec<Workflow>,
     tools: Vec<Tool>,
     guards: Vec<(String, GuardHandler)>,
+    prompts: Vec<Prompt>,
+    resources: Vec<Resource>,
 }
 
 /// A named guard's implementation: `(params, context, event) -> passes`.
 type GuardHandler = Arc<dyn Fn(&Value, &Value, &Value) -> bool + Send + Sync>;
 
-/// A checked [`Toolkit`]: a [`Plugin`] whose `call` runs the handler of the tool called.
+/// A checked [`Toolkit`]: a [`Plugin`] whose `call` runs the handler of the tool called, whose
+/// `guard` decides its named guards, and whose `read` the renderer or reader of the prompt or
+/// resource asked for.
 pub struct ToolkitPlugin {
     manifest: Manifest,
     handlers: HashMap<String, Handler>,
     guards: HashMap<String, GuardHandler>,
+    readers: HashMap<(PrimitiveKind, String), Reader>,
 }
 
 /// What [`Toolkit::build`] found wrong, every problem at once.
@@ -70,6 +77,8 @@ impl Toolkit {
             workflows: Vec::new(),
             tools: Vec::new(),
             guards: Vec::new(),
+            prompts: Vec::new(),
+            resources: Vec::new(),
         }
     }
 
@@ -98,13 +107,32 @@ impl Toolkit {
 
     /// Adds a tool (and its workflow, the first time one of its tools is added).
     pub fn tool(mut self, tool: Tool) -> Toolkit {
-        if let Some(workflow) = &tool.workflow
+        self.bring(tool.workflow.as_ref());
+        self.tools.push(tool);
+        self
+    }
+
+    /// Adds a prompt (and its workflow, like [`Toolkit::tool`]).
+    pub fn prompt(mut self, prompt: Prompt) -> Toolkit {
+        self.bring(prompt.workflow.as_ref());
+        self.prompts.push(prompt);
+        self
+    }
+
+    /// Adds a resource or resource template (and its workflow, like [`Toolkit::tool`]).
+    pub fn resource(mut self, resource: Resource) -> Toolkit {
+        self.bring(resource.workflow.as_ref());
+        self.resources.push(resource);
+        self
+    }
+
+    /// Brings `workflow` into the manifest, once.
+    fn bring(&mut self, workflow: Option<&Workflow>) {
+        if let Some(workflow) = workflow
             && !self.workflows.iter().any(|known| known.same(workflow))
         {
             self.workflows.push(workflow.clone());
         }
-        self.tools.push(tool);
-        self
     }
 
     /// Checks the declaration and builds the plugin. Checked: every bound state exists in its
@@ -151,11 +179,45 @@ impl Toolkit {
                 problems.push(format!("guard {name} is declared twice"));
             }
         }
+        let mut readers = HashMap::new();
+        for prompt in self.prompts {
+            problems.extend(check_prompt(&prompt));
+            let name = prompt.manifest.name.clone();
+            if manifest.prompts.iter().any(|known| known.name == name) {
+                problems.push(format!("prompt {name} is declared twice"));
+            }
+            if let Some(reader) = prompt.reader {
+                readers.insert((PrimitiveKind::Prompt, name), reader);
+            }
+            manifest.prompts.push(prompt.manifest);
+        }
+        let mut resource_names = Vec::new();
+        let mut uris = Vec::new();
+        for resource in self.resources {
+            problems.extend(check_resource(&resource));
+            let (name, uri) = (resource.declared.name(), resource.declared.uri());
+            if resource_names.contains(&name.to_owned()) {
+                problems.push(format!("resource name {name} is declared twice"));
+            }
+            if uris.contains(&uri.to_owned()) {
+                problems.push(format!("resource {uri} is declared twice"));
+            }
+            resource_names.push(name.to_owned());
+            uris.push(uri.to_owned());
+            if let Some(reader) = resource.reader {
+                readers.insert((PrimitiveKind::Resource, name.to_owned()), reader);
+            }
+            match resource.declared {
+                Declared::Fixed(fixed) => manifest.resources.push(fixed),
+                Declared::Template(template) => manifest.resource_templates.push(template),
+            }
+        }
         if problems.is_empty() {
             Ok(ToolkitPlugin {
                 manifest,
                 handlers,
                 guards,
+                readers,
             })
         } else {
             Err(DeclarationError {
@@ -164,83 +226,6 @@ impl Toolkit {
             })
         }
     }
-}
-
-/// The problems of one tool on its own and against its workflow's machine.
-fn check_tool(tool: &Tool) -> Vec<String> {
-    let manifest = &tool.manifest;
-    let name = &manifest.name;
-    let mut problems = Vec::new();
-    if !is_valid_tool_name(name) {
-        problems.push(format!(
-            "tool name {name:?} is not 1 to 128 characters of A-Z a-z 0-9 _ - ."
-        ));
-    }
-    if manifest.description.trim().is_empty() {
-        problems.push(format!("tool {name} has no description (call .describe)"));
-    }
-    if !schema::is_object_schema(&manifest.input_schema) {
-        problems.push(format!(
-            "tool {name}: its input type must be a struct (a JSON object), not {}",
-            manifest.input_schema
-        ));
-    }
-    if let Some(output) = &manifest.output_schema
-        && !schema::is_object_schema(output)
-    {
-        problems.push(format!(
-            "tool {name}: its output type must be a struct (a JSON object), not {output}"
-        ));
-    }
-    let Some(workflow) = &tool.workflow else {
-        return problems;
-    };
-    let Ok(machine) = workflow.outline() else {
-        // Reported once, with the workflow.
-        return problems;
-    };
-    let id = workflow.id();
-    for state in &manifest.states {
-        if !machine.has_state(state) {
-            problems.push(format!(
-                "tool {name}: workflow \"{id}\" has no state \"{state}\""
-            ));
-        }
-    }
-    if let Some(event) = &manifest.transition {
-        if !machine.accepts_event(event) {
-            problems.push(format!(
-                "tool {name}: no state of workflow \"{id}\" takes event \"{event}\""
-            ));
-        }
-        for state in &manifest.states {
-            if machine.has_state(state)
-                && machine.accepts_event(event)
-                && !machine.accepts_event_in(state, event)
-            {
-                problems.push(format!(
-                    "tool {name}: event \"{event}\" does nothing in state \"{state}\" of \
-                     workflow \"{id}\""
-                ));
-            }
-        }
-    }
-    if let Some(event) = &manifest.on_error
-        && !machine.accepts_event(event)
-    {
-        problems.push(format!(
-            "tool {name}: on_error event \"{event}\" is taken by no state of workflow \"{id}\""
-        ));
-    }
-    problems
-}
-
-/// MCP's rule for tool names.
-fn is_valid_tool_name(name: &str) -> bool {
-    (1..=128).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 impl fmt::Debug for ToolkitPlugin {
@@ -282,6 +267,19 @@ impl Plugin for ToolkitPlugin {
             None => Err(ToolError::failed(format!("no guard {name:?} is declared"))),
         }
     }
+
+    fn read(
+        &self,
+        kind: PrimitiveKind,
+        name: &str,
+        request: Value,
+        ctx: &CallContext,
+    ) -> Result<Value, ToolError> {
+        match self.readers.get(&(kind, name.to_owned())) {
+            Some(reader) => reader(request, ctx),
+            None => Err(ToolError::UnknownTool(name.to_owned())),
+        }
+    }
 }
 
 /// Exports a toolkit as the library's plugin: `export_toolkit!(toolkit)` with
@@ -302,7 +300,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::sdk::{NoInput, action};
+    use crate::sdk::{NoInput, action, prompt};
 
     fn door() -> Workflow {
         Workflow::new(json!({
@@ -415,5 +413,89 @@ mod tests {
             ]
         );
         assert!(error.to_string().starts_with("plugin p declares"));
+    }
+
+    #[test]
+    fn prompts_and_resources_are_checked_and_dispatched_by_kind_and_name() {
+        #[derive(serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Count {
+            count: u32,
+        }
+        let door = door();
+        let plugin = Toolkit::new("door", "1")
+            .prompt(
+                door.prompt("door.safety")
+                    .describe("Safety.")
+                    .visible_in(["open"])
+                    .render(|_: NoInput, ctx| Ok(format!("{} is open", ctx.handle))),
+            )
+            .resource(
+                door.resource("door://{handle}", "door")
+                    .visible_in(["open", "locked"])
+                    .read(|request, _| Ok(request.uri)),
+            )
+            .resource(crate::sdk::resource("door://manual", "manual").text("Push."))
+            .build()
+            .unwrap();
+        let manifest = plugin.manifest();
+        assert_eq!(
+            manifest.workflows.len(),
+            1,
+            "the prompt brought its workflow"
+        );
+        assert_eq!(manifest.prompts[0].states, ["open"]);
+        assert_eq!(
+            manifest.resource_templates[0].uri_template,
+            "door://{handle}"
+        );
+        assert_eq!(manifest.resources[0].text.as_deref(), Some("Push."));
+        let ctx = CallContext {
+            handle: "h1".into(),
+            ..CallContext::default()
+        };
+        assert_eq!(
+            plugin.read(PrimitiveKind::Prompt, "door.safety", json!({}), &ctx),
+            Ok(json!("h1 is open"))
+        );
+        let request = json!({"uri": "door://h1", "variables": {"handle": "h1"}});
+        assert_eq!(
+            plugin.read(PrimitiveKind::Resource, "door", request.clone(), &ctx),
+            Ok(json!("door://h1"))
+        );
+        assert_eq!(
+            plugin.read(PrimitiveKind::Prompt, "door", request, &ctx),
+            Err(ToolError::UnknownTool("door".into())),
+            "a resource's name is not a prompt's"
+        );
+
+        let problems = Toolkit::new("door", "1")
+            .prompt(
+                door.prompt("door.safety")
+                    .describe("S.")
+                    .visible_in(["opne"])
+                    .text("t"),
+            )
+            .prompt(door.prompt("door.safety").describe("S again.").text("t"))
+            .prompt(prompt("door count").render(|_: Count, _| Ok("n")))
+            .resource(crate::sdk::resource("x://{handle}", "x").read(|_, _| Ok("")))
+            .resource(door.resource("y://{y}", "y").text("t"))
+            .build()
+            .unwrap_err()
+            .problems;
+        assert_eq!(
+            problems,
+            [
+                "prompt door.safety: workflow \"door\" has no state \"opne\"",
+                "prompt door.safety is declared twice",
+                "prompt name \"door count\" is not 1 to 128 characters of A-Z a-z 0-9 _ - .",
+                "prompt door count has no description (call .describe)",
+                "prompt door count: prompt arguments are strings, but count is not",
+                "resource x://{handle} names an instance ({handle}), so it needs a workflow \
+                 (start it with Workflow::resource)",
+                "resource y://{y} is a template (it has a {variable}): give it a reader \
+                 (.read), not .text",
+            ]
+        );
     }
 }

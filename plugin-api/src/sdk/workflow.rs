@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{machine::Outline, tool::ToolBuilder};
+use super::{
+    machine::Outline, prompt::PromptBuilder, resource::ResourceBuilder, tool::ToolBuilder,
+};
 
 /// A workflow machine (cheap to clone: clones share it).
 #[derive(Clone)]
@@ -39,6 +41,19 @@ impl Workflow {
     /// and fires nothing: a status tool.
     pub fn action(&self, name: impl Into<String>) -> ToolBuilder {
         ToolBuilder::new(name.into(), Some(self.clone()))
+    }
+
+    /// Starts a prompt of this workflow. Until it is bound to states
+    /// ([`PromptBuilder::visible_in`]) it is listed in every state.
+    pub fn prompt(&self, name: impl Into<String>) -> PromptBuilder {
+        PromptBuilder::new(name.into(), Some(self.clone()))
+    }
+
+    /// Starts a resource of this workflow (a template when `uri` has a `{variable}`; with
+    /// `{handle}`, one resource per instance). Until it is bound to states
+    /// ([`ResourceBuilder::visible_in`]) it is served in every state.
+    pub fn resource(&self, uri: impl Into<String>, name: impl Into<String>) -> ResourceBuilder {
+        ResourceBuilder::new(uri.into(), name.into(), Some(self.clone()))
     }
 
     /// The machine's `id` (empty when the JSON has none; the toolkit refuses it then).

@@ -4,12 +4,16 @@
 //! command, and not an example of a workflow plugin: none of these tools is gated.
 //!
 //! Content blocks other than text go out through the output convention's `_content` key; logs
-//! and progress through the host services of ABI 1.1.
+//! and progress through the host services of ABI 1.1. The suite's prompts and resources come
+//! from the manifest's static text where it is fixed, and from `read` (ABI 1.3) where it is not.
 
 use std::{thread, time::Duration};
 
 use serde_json::{Value, json};
-use turnstile_plugin_api::{CallContext, LogLevel, Manifest, Plugin, ToolError, ToolManifest};
+use turnstile_plugin_api::{
+    CallContext, LogLevel, Manifest, Plugin, PrimitiveKind, PromptManifest, ResourceManifest,
+    ResourceTemplateManifest, ToolError, ToolManifest,
+};
 
 /// A 1×1 PNG (the suite checks that an image block has data and a MIME type).
 const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
@@ -82,6 +86,90 @@ impl Plugin for Conformance {
                     "additionalProperties": false
                 }),
             ))
+            .prompt(
+                PromptManifest::new("test_simple_prompt", "A simple prompt without arguments.")
+                    .text("This is a simple prompt for testing."),
+            )
+            .prompt(
+                PromptManifest::new(
+                    "test_prompt_with_arguments",
+                    "A prompt with two arguments, both substituted into its text.",
+                )
+                .argument("arg1", "The first argument.", true)
+                .argument("arg2", "The second argument.", true),
+            )
+            .prompt(
+                PromptManifest::new(
+                    "test_prompt_with_embedded_resource",
+                    "A prompt that embeds the resource it is given.",
+                )
+                .argument("resourceUri", "The URI of the resource to embed.", true),
+            )
+            .prompt(PromptManifest::new(
+                "test_prompt_with_image",
+                "A prompt with an image (a 1x1 PNG).",
+            ))
+            .resource(
+                ResourceManifest::new("test://static-text", "static-text")
+                    .mime_type("text/plain")
+                    .text("This is the content of the static text resource."),
+            )
+            .resource(
+                ResourceManifest::new("test://static-binary", "static-binary")
+                    .mime_type("image/png"),
+            )
+            .resource(
+                ResourceManifest::new("test://watched-resource", "watched-resource")
+                    .mime_type("text/plain")
+                    .text("Watched resource content."),
+            )
+            .resource_template(
+                ResourceTemplateManifest::new("test://template/{id}/data", "template-data")
+                    .mime_type("application/json"),
+            )
+    }
+
+    fn read(
+        &self,
+        kind: PrimitiveKind,
+        name: &str,
+        request: Value,
+        _ctx: &CallContext,
+    ) -> Result<Value, ToolError> {
+        let argument = |name: &str| request["arguments"][name].as_str().unwrap_or("").to_owned();
+        match (kind, name) {
+            (PrimitiveKind::Prompt, "test_prompt_with_arguments") => Ok(json!(format!(
+                "Prompt with arguments: arg1='{}', arg2='{}'",
+                argument("arg1"),
+                argument("arg2")
+            ))),
+            (PrimitiveKind::Prompt, "test_prompt_with_embedded_resource") => Ok(json!({
+                "messages": [
+                    {"role": "user", "content": {"type": "resource", "resource": {
+                        "uri": argument("resourceUri"),
+                        "mimeType": "text/plain",
+                        "text": "Embedded resource content for testing."
+                    }}},
+                    {"role": "user", "content": {"type": "text",
+                        "text": "Please process the embedded resource above."}}
+                ]
+            })),
+            (PrimitiveKind::Prompt, "test_prompt_with_image") => Ok(json!({
+                "messages": [
+                    {"role": "user", "content": image()},
+                    {"role": "user", "content": {"type": "text",
+                        "text": "Please analyze the image above."}}
+                ]
+            })),
+            (PrimitiveKind::Resource, "static-binary") => {
+                Ok(json!({"contents": [{"blob": PNG_1X1}]}))
+            }
+            (PrimitiveKind::Resource, "template-data") => {
+                let id = request["variables"]["id"].as_str().unwrap_or("");
+                Ok(json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")}))
+            }
+            _ => Err(ToolError::UnknownTool(name.to_owned())),
+        }
     }
 
     fn call(&self, tool: &str, _input: Value, ctx: &CallContext) -> Result<Value, ToolError> {
@@ -150,5 +238,29 @@ mod tests {
                 name => assert!(answer.is_ok(), "{name}: {answer:?}"),
             }
         }
+    }
+
+    #[test]
+    fn every_prompt_and_resource_without_text_is_read() {
+        let plugin = Conformance;
+        let manifest = plugin.manifest();
+        let request = json!({"arguments": {"arg1": "a", "arg2": "b", "resourceUri": "test://x"},
+            "variables": {"id": "123"}});
+        let ctx = CallContext::default();
+        for prompt in manifest.prompts.iter().filter(|p| p.text.is_none()) {
+            let answer = plugin.read(PrimitiveKind::Prompt, &prompt.name, request.clone(), &ctx);
+            assert!(answer.is_ok(), "{}: {answer:?}", prompt.name);
+        }
+        let names = (manifest.resources.iter().filter(|r| r.text.is_none()))
+            .map(|r| r.name.as_str())
+            .chain(manifest.resource_templates.iter().map(|t| t.name.as_str()));
+        for name in names {
+            let answer = plugin.read(PrimitiveKind::Resource, name, request.clone(), &ctx);
+            assert!(answer.is_ok(), "{name}: {answer:?}");
+        }
+        let data = plugin
+            .read(PrimitiveKind::Resource, "template-data", request, &ctx)
+            .unwrap();
+        assert_eq!(data["id"], "123");
     }
 }

@@ -14,6 +14,8 @@
 //!
 //! Each gated tool is visible only in its state and fires one event; `invoice.status` is bound to
 //! the workflow but to no state, so it is always visible and reports where the instance stands.
+//! The review checklist (a prompt) is offered only while the invoice is in review, and the
+//! invoice itself (the resource `invoice://{handle}`) once it has been submitted.
 //! The handlers say what they did; where the invoice went next is the workflow's business, and
 //! the host adds it to every result as `state`.
 //!
@@ -109,7 +111,8 @@ fn machine(review_deadline_ms: u64) -> Value {
     })
 }
 
-/// The plugin with the default review deadline: the invoice workflow and its six tools.
+/// The plugin with the default review deadline: the invoice workflow, its six tools, its review
+/// checklist and the invoice itself.
 pub fn toolkit() -> Toolkit {
     toolkit_with(DEFAULT_REVIEW_DEADLINE_MS)
 }
@@ -207,6 +210,73 @@ pub fn toolkit_with(review_deadline_ms: u64) -> Toolkit {
                 .quick(QUICK_MS)
                 .handle(|_: NoInput, ctx| Ok(status(ctx))),
         )
+        .prompt(
+            invoice
+                .prompt("invoice.review_checklist")
+                .title("Invoice review checklist")
+                .describe(
+                    "What a reviewer checks before approving or rejecting the invoice under \
+                     review. Offered only while an invoice is in review.",
+                )
+                .visible_in(["review", "second_approval"])
+                .render(review_checklist),
+        )
+        .resource(
+            invoice
+                .resource("invoice://{handle}", "invoice")
+                .title("Invoice")
+                .describe(
+                    "The invoice as it stands: its state, the submitted amount and what can \
+                     happen next. Readable once it has been submitted.",
+                )
+                .mime_type("application/json")
+                .visible_in(["review", "second_approval", "approved", "discharged"])
+                .read(|_request, ctx| Ok(invoice_document(ctx))),
+        )
+}
+
+/// The arguments of the `invoice.review_checklist` prompt.
+#[derive(Deserialize, JsonSchema)]
+struct ReviewFocus {
+    /// Anything the reviewer should look at first (e.g. "the VAT number").
+    focus: Option<String>,
+}
+
+/// The review checklist, for the amount the instance's context holds (assigned at submit).
+fn review_checklist(input: ReviewFocus, ctx: &CallContext) -> Result<String, ToolError> {
+    let amount = ctx.context["amount"].as_f64().unwrap_or(0.0);
+    let second = if amount > SECOND_APPROVAL_ABOVE {
+        format!(
+            "\n- The amount is over {SECOND_APPROVAL_ABOVE:.0}: approving sends it to a second \
+             approval."
+        )
+    } else {
+        String::new()
+    };
+    let focus = input
+        .focus
+        .map(|focus| format!("\nLook at this first: {focus}."))
+        .unwrap_or_default();
+    Ok(format!(
+        "You are reviewing invoice {handle} of {amount:.2}. Before you approve it, check:\n\
+         - The amount matches the order or contract it bills.\n\
+         - The customer is named and their details are complete.\n\
+         - It has not been billed already.{second}\n\
+         Then call invoice.approve, or invoice.reject with the reason.{focus}",
+        handle = ctx.handle,
+    ))
+}
+
+/// The invoice as the `invoice://{handle}` resource shows it: from the instance's state and
+/// context alone (the plugin keeps nothing).
+fn invoice_document(ctx: &CallContext) -> Value {
+    let status = status(ctx);
+    json!({
+        "invoice": ctx.handle,
+        "state": ctx.state,
+        "amount": ctx.context["amount"],
+        "next": status.next,
+    })
 }
 
 /// The arguments of `invoice.submit`.
@@ -303,7 +373,7 @@ fn status(ctx: &CallContext) -> Status {
 
 #[cfg(test)]
 mod tests {
-    use turnstile_plugin_api::{Plugin, sdk::ToolkitPlugin};
+    use turnstile_plugin_api::{Plugin, PrimitiveKind, sdk::ToolkitPlugin};
 
     use super::*;
 
@@ -454,6 +524,42 @@ mod tests {
         }
         let err = plugin.call("invoice.reject", json!({"reason": " "}), &ctx("review"));
         assert!(matches!(err, Err(ToolError::BadInput(_))));
+    }
+
+    #[test]
+    fn the_checklist_and_the_invoice_read_the_submitted_amount() {
+        let plugin = plugin();
+        let manifest = plugin.manifest();
+        assert_eq!(manifest.prompts[0].states, ["review", "second_approval"]);
+        assert_eq!(manifest.prompts[0].arguments[0].name, "focus");
+        assert_eq!(
+            manifest.resource_templates[0].uri_template,
+            "invoice://{handle}"
+        );
+        let review = CallContext {
+            context: json!({"amount": 12_500}),
+            ..ctx("review")
+        };
+        let checklist = plugin
+            .read(
+                PrimitiveKind::Prompt,
+                "invoice.review_checklist",
+                json!({}),
+                &review,
+            )
+            .unwrap();
+        let text = checklist.as_str().unwrap();
+        assert!(text.contains("invoice h of 12500.00"), "{text}");
+        assert!(text.contains("second approval"), "{text}");
+        let request = json!({"uri": "invoice://h", "variables": {"handle": "h"}});
+        let document = plugin
+            .read(PrimitiveKind::Resource, "invoice", request, &review)
+            .unwrap();
+        assert_eq!(
+            document,
+            json!({"invoice": "h", "state": "review", "amount": 12_500,
+                "next": "approve or reject it"})
+        );
     }
 
     #[test]

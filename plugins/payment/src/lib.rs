@@ -99,7 +99,8 @@ fn machine(authorization_expiry_ms: u64) -> Value {
     })
 }
 
-/// The plugin with the default authorization expiry: the payment workflow and its five tools.
+/// The plugin with the default authorization expiry: the payment workflow, its five tools and
+/// its refund policy (a prompt).
 pub fn toolkit() -> Toolkit {
     toolkit_with(DEFAULT_AUTHORIZATION_EXPIRY_MS)
 }
@@ -177,7 +178,26 @@ pub fn toolkit_with(authorization_expiry_ms: u64) -> Toolkit {
                 .quick(QUICK_MS)
                 .handle(|_: NoInput, ctx| Ok(status(ctx))),
         )
+        .prompt(
+            payment
+                .prompt("payment.refund_policy")
+                .title("Refund policy")
+                .describe(
+                    "The rules for refunding a captured payment: when a refund is due and what \
+                     to give as its reason. Offered once the payment has been captured.",
+                )
+                .visible_in(["captured"])
+                .text(REFUND_POLICY),
+        )
 }
+
+/// The refund policy, offered to the agent once there is money it could give back.
+const REFUND_POLICY: &str = "Refund policy. A captured payment may be refunded, in full only, \
+    when the customer returned the goods within 30 days, when the service was not delivered, or \
+    when the charge was a mistake (a duplicate, a wrong amount). Give that reason to \
+    payment.refund in one sentence. A refund closes the payment: nothing can be charged on it \
+    afterwards. Anything else (a partial refund, a goodwill gesture) is not done here: hand it to \
+    a person.";
 
 /// The arguments of `payment.authorize`.
 #[derive(Deserialize, JsonSchema)]
@@ -352,6 +372,12 @@ mod tests {
             manifest.workflows,
             [machine(DEFAULT_AUTHORIZATION_EXPIRY_MS)]
         );
+        let policy = &manifest.prompts[0];
+        assert_eq!(
+            (policy.name.as_str(), policy.states.as_slice()),
+            ("payment.refund_policy", ["captured".to_owned()].as_slice())
+        );
+        assert_eq!(policy.text.as_deref(), Some(REFUND_POLICY));
     }
 
     #[test]

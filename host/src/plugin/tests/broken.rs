@@ -6,6 +6,7 @@ use std::fs;
 use serde_json::json;
 
 use super::{CallContext, LoadedPlugin, PluginError, PluginOutput, ctx, fixtures::CLibrary};
+use crate::plugin::PrimitiveKind;
 
 #[test]
 fn a_text_file_is_not_a_shared_library() {
@@ -110,6 +111,90 @@ fn plugins_built_for_older_and_newer_layouts_load() {
         plugin
             .call("fixture.ok", &json!({}), &ctx(json!("s")))
             .is_ok()
+    );
+}
+
+/// The growth rule for ABI 1.3's `read`: a plugin whose table ends before it (built against ABI
+/// 1.0's header) loads and may declare prompts and resources with static text, which the host
+/// serves without calling it; one whose manifest needs `read` is refused, naming the entry. A
+/// plugin built now fills `read`, and the host passes it the name, the request and the
+/// instance's state and context.
+#[test]
+fn read_is_optional_and_reaches_a_plugin_that_has_it() {
+    let declares = |prompt: &str| {
+        format!(
+            r#"{{"name":"p","version":"1","tools":[{{"name":"fixture.ok","description":"d",
+            "input_schema":{{"type":"object"}}}}],"prompts":[{prompt}]}}"#
+        )
+    };
+    let with_text = declares(r#"{"name":"p.hello","description":"d","text":"Hello."}"#);
+    let without_text = declares(r#"{"name":"p.hello","description":"d"}"#);
+
+    let old = CLibrary::build(
+        "abi10static",
+        &CLibrary::source()
+            .built_against_abi_1_0()
+            .manifest(&with_text),
+    );
+    let plugin = LoadedPlugin::load(old.path()).unwrap();
+    assert_eq!(
+        plugin.static_text(PrimitiveKind::Prompt, "p.hello"),
+        Some(json!("Hello."))
+    );
+    let err = plugin
+        .read(
+            PrimitiveKind::Prompt,
+            "p.hello",
+            &json!({}),
+            &ctx(json!("s")),
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("prompt p.hello: the plugin has no read entry point (ABI 1.3)"),
+        "{err}"
+    );
+
+    let old = CLibrary::build(
+        "abi10noread",
+        &CLibrary::source()
+            .built_against_abi_1_0()
+            .manifest(&without_text),
+    );
+    let err = LoadedPlugin::load(old.path()).unwrap_err();
+    assert!(matches!(err, PluginError::BadManifest { .. }), "{err:?}");
+    assert!(
+        err.to_string().ends_with(
+            "bad manifest: prompts[0] (p.hello) has no text, and the plugin has no read entry \
+             point (ABI 1.3) to produce it"
+        ),
+        "{err}"
+    );
+
+    let new = CLibrary::build(
+        "reads",
+        &CLibrary::source().manifest(&without_text).with_read(),
+    );
+    let plugin = LoadedPlugin::load(new.path()).unwrap();
+    let context = CallContext {
+        context: json!({"amount": 5}),
+        ..ctx(json!("review"))
+    };
+    let request = json!({"arguments": {"focus": "x"}});
+    assert_eq!(
+        plugin
+            .read(PrimitiveKind::Prompt, "p.hello", &request, &context)
+            .unwrap(),
+        PluginOutput::Success(json!({"name": "p.hello", "request": request,
+            "state": "review", "context": {"amount": 5}}))
+    );
+    let err = plugin
+        .read(PrimitiveKind::Resource, "p.hello", &json!({}), &context)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("resource p.hello: the plugin's read does not know it: unknown"),
+        "{err}"
     );
 }
 

@@ -103,6 +103,7 @@ impl CLibrary {
             header_dir: repo_root().join("plugin-api/include"),
             null_call: false,
             init_error: None,
+            reads: false,
             manifest: r#"{"name":"fixture","version":"1","tools":[
                 {"name":"fixture.ok","description":"d","input_schema":{"type":"object"}},
                 {"name":"fixture.fail","description":"d","input_schema":{"type":"object"}},
@@ -170,6 +171,8 @@ pub struct CSource {
     null_call: bool,
     init_error: Option<String>,
     manifest: String,
+    /// Fills the table's `read` (ABI 1.3) with `fx_read`.
+    reads: bool,
 }
 
 impl CSource {
@@ -220,6 +223,13 @@ impl CSource {
         self
     }
 
+    /// Gives the plugin a `read` (ABI 1.3): a prompt is `{"messages"}` echoing its name and
+    /// the instance's state and context; a resource `"unknown"`.
+    pub fn with_read(mut self) -> Self {
+        self.reads = true;
+        self
+    }
+
     fn render(&self) -> String {
         let mut c = String::from(FIXTURE_PRELUDE);
         writeln!(
@@ -242,9 +252,15 @@ impl CSource {
         )
         .unwrap();
         let call = if self.null_call { "NULL" } else { "fx_call" };
+        let read = if self.reads {
+            c.push_str(FIXTURE_READ);
+            ", fx_read"
+        } else {
+            ""
+        };
         writeln!(
             c,
-            "static const TurnstilePluginV1 TABLE = {{ {}, 1, fx_init, fx_destroy, fx_manifest, {call}, fx_free }};",
+            "static const TurnstilePluginV1 TABLE = {{ {}, 1, fx_init, fx_destroy, fx_manifest, {call}, fx_free{read} }};",
             self.table_size
         )
         .unwrap();
@@ -320,4 +336,22 @@ static TurnstileStatus fx_call(void *instance, const char *tool, const char *inp
 }
 
 static void fx_free(uint8_t *data, size_t len) { (void)len; free(data); }
+"#;
+
+/// The `read` of [`CSource::with_read`] (compiled only against a header that has it).
+const FIXTURE_READ: &str = r#"
+#include <stdio.h>
+static TurnstileStatus fx_read(void *instance, TurnstileReadKind kind, const char *name,
+                               const char *request_json, const TurnstileCallContext *ctx,
+                               TurnstileBuffer *out) {
+    (void)instance;
+    if (kind != TURNSTILE_READ_PROMPT) { put(out, "{\"message\":\"unknown\"}"); return TURNSTILE_UNKNOWN_TOOL; }
+    const char *context = TURNSTILE_HAS_FIELD(ctx, TurnstileCallContext, context_json) && ctx->context_json
+        ? ctx->context_json : "null";
+    char text[1024];
+    snprintf(text, sizeof text, "{\"name\":\"%s\",\"request\":%s,\"state\":%s,\"context\":%s}",
+             name, request_json, ctx->state_json, context);
+    put(out, text);
+    return TURNSTILE_OK;
+}
 "#;

@@ -1,0 +1,502 @@
+//! Prompts and resources for one session: `prompts/list`, `prompts/get`, `resources/list`,
+//! `resources/templates/list`, `resources/read`, `resources/subscribe` and `unsubscribe`.
+//!
+//! They are gated exactly as tools are (issue 15): a listing shows what the caller's instances
+//! are offered in their current states (session mode: the session's instance of each workflow;
+//! handle mode: the instances named in `_meta`, or else those the session touched plus what a
+//! new instance is offered), and a get or read outside its states is refused with the state
+//! and what is available. An instance resource (a template with `{handle}`) names its instance
+//! in its URI: `session` for the session's own, else a handle, found under the caller's tenant
+//! like any handle, so a caller that does not hold it finds nothing.
+//!
+//! It must not decide visibility (that is `gate`) or build replies (that is `reply`). Reads are
+//! served from a view of the instance taken when the request arrives: they change nothing, so
+//! they do not queue behind the instance's calls.
+
+use std::collections::{BTreeMap, HashSet};
+
+use rmcp::{
+    ErrorData, RoleServer,
+    model::{
+        GetPromptRequestParams, GetPromptResult, ListPromptsResult, ListResourceTemplatesResult,
+        ListResourcesResult, ReadResourceRequestParams, ReadResourceResult,
+    },
+    service::RequestContext,
+};
+use serde_json::{Value, json};
+
+use super::{
+    reply,
+    server::{TurnstileServer, tenant_of},
+};
+use crate::{
+    actors::{InstanceKey, Owner},
+    catalog::{Bound, Catalog, PromptEntry, SESSION_TOKEN, TemplateEntry},
+    gate, invoke,
+    plugin::{CallContext, LoadedPlugin, PrimitiveKind},
+    statechart::Snapshot,
+};
+
+/// One instance as a listing sees it: its workflow, its state, and how its instance resources
+/// name it (`None` for what a new instance, not yet started, is offered).
+struct Seen {
+    workflow: String,
+    snapshot: Snapshot,
+    token: Option<String>,
+}
+
+/// The instance a get or read is about, as it stands.
+struct Subject {
+    key: Option<InstanceKey>,
+    snapshot: Snapshot,
+    /// How its instance resources name it.
+    token: Option<String>,
+}
+
+impl Subject {
+    /// What the plugin is told of the instance (no call id of a tool call: a fresh one).
+    fn context(&self) -> CallContext {
+        CallContext {
+            call_id: uuid::Uuid::new_v4().to_string(),
+            handle: self
+                .key
+                .as_ref()
+                .map(InstanceKey::handle)
+                .unwrap_or_default(),
+            state: self.snapshot.value(),
+            context: self.snapshot.context().clone(),
+            ..CallContext::default()
+        }
+    }
+}
+
+impl TurnstileServer {
+    /// The instances this request sees, as `tools/list` sees them (and watching them, as it
+    /// does, so the session hears when their lists change).
+    async fn seen(&self, context: &RequestContext<RoleServer>) -> Result<Vec<Seen>, ErrorData> {
+        let catalog = self.shared.catalog.current();
+        let mut seen = Vec::new();
+        let Some(mode) = self.handle_mode(context) else {
+            for workflow in catalog.workflows() {
+                let key = InstanceKey::for_session(&self.session.id, &workflow.id);
+                let view = self.view(&key, context).await?;
+                seen.push(Seen {
+                    workflow: workflow.id.clone(),
+                    snapshot: view.snapshot,
+                    token: Some(SESSION_TOKEN.to_owned()),
+                });
+            }
+            return Ok(seen);
+        };
+        let named = mode
+            .handles_in(&context.meta, tenant_of(context).as_ref())
+            .map_err(|error| ErrorData::invalid_params(error, None))?;
+        let listing_named = !named.is_empty();
+        let keys = if listing_named {
+            named
+        } else {
+            self.session.touched()
+        };
+        for key in keys {
+            if catalog.workflow(&key.workflow).is_none() {
+                return Err(ErrorData::invalid_params(
+                    format!("no workflow \"{}\" is loaded", reply::clip(&key.workflow)),
+                    None,
+                ));
+            }
+            let view = self.view(&key, context).await?;
+            seen.push(Seen {
+                workflow: key.workflow.to_string(),
+                snapshot: view.snapshot,
+                token: Some(key.handle()),
+            });
+        }
+        if !listing_named {
+            for workflow in catalog.workflows() {
+                seen.push(Seen {
+                    workflow: workflow.id.clone(),
+                    snapshot: workflow.machine.initial_snapshot(),
+                    token: None,
+                });
+            }
+        }
+        Ok(seen)
+    }
+
+    pub(super) async fn answer_list_prompts(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let catalog = self.shared.catalog.current();
+        let mut names = HashSet::new();
+        let mut prompts: Vec<_> = catalog
+            .prompts()
+            .filter(|prompt| prompt.workflow().is_none())
+            .inspect(|prompt| {
+                names.insert(prompt.manifest.name.clone());
+            })
+            .map(|prompt| reply::listed_prompt(prompt))
+            .collect();
+        for seen in self.seen(context).await? {
+            for prompt in gate::offer(&catalog, &seen.workflow, &seen.snapshot).prompts {
+                if names.insert(prompt.manifest.name.clone()) {
+                    prompts.push(reply::listed_prompt(&prompt));
+                }
+            }
+        }
+        // Like the tool list, it depends on the caller's state: never from a client's cache.
+        Ok(ListPromptsResult::with_all_items(prompts).with_ttl_ms(0))
+    }
+
+    pub(super) async fn answer_list_resources(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let catalog = self.shared.catalog.current();
+        let mut uris = HashSet::new();
+        let mut resources: Vec<_> = catalog
+            .resources()
+            .filter(|resource| resource.workflow().is_none())
+            .inspect(|resource| {
+                uris.insert(resource.manifest.uri.clone());
+            })
+            .map(|resource| reply::listed_resource(resource))
+            .collect();
+        for seen in self.seen(context).await? {
+            let offer = gate::offer(&catalog, &seen.workflow, &seen.snapshot);
+            for resource in offer.resources {
+                if uris.insert(resource.manifest.uri.clone()) {
+                    resources.push(reply::listed_resource(&resource));
+                }
+            }
+            // One resource per instance of each instance template it is offered.
+            let Some(token) = &seen.token else { continue };
+            for template in offer.templates.iter().filter(|t| t.is_instance()) {
+                let uri = template.instance_uri(token);
+                if uris.insert(uri.clone()) {
+                    resources.push(reply::listed_instance_resource(template, uri));
+                }
+            }
+        }
+        Ok(ListResourcesResult::with_all_items(resources).with_ttl_ms(0))
+    }
+
+    pub(super) async fn answer_list_templates(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let catalog = self.shared.catalog.current();
+        let mut listed = HashSet::new();
+        let mut templates: Vec<_> = catalog
+            .templates()
+            .filter(|template| template.workflow().is_none())
+            .inspect(|template| {
+                listed.insert(template.manifest.uri_template.clone());
+            })
+            .map(|template| reply::listed_template(template))
+            .collect();
+        for seen in self.seen(context).await? {
+            for template in gate::offer(&catalog, &seen.workflow, &seen.snapshot).templates {
+                if listed.insert(template.manifest.uri_template.clone()) {
+                    templates.push(reply::listed_template(&template));
+                }
+            }
+        }
+        Ok(ListResourceTemplatesResult::with_all_items(templates).with_ttl_ms(0))
+    }
+
+    pub(super) async fn answer_get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<GetPromptResult, ErrorData> {
+        let catalog = self.shared.catalog.current();
+        let Some(prompt) = catalog.prompt(&request.name).cloned() else {
+            return Err(reply::unknown_prompt(&request.name));
+        };
+        let arguments = request.arguments.unwrap_or_default();
+        let problems = argument_problems(&prompt, &arguments);
+        if !problems.is_empty() {
+            return Err(reply::invalid_prompt_arguments(&request.name, &problems));
+        }
+        let subject = match prompt.workflow() {
+            None => None,
+            Some(workflow) => {
+                let subject = self.subject(&catalog, workflow, context).await?;
+                if let Some(withheld) =
+                    gate::withheld_prompt(&catalog, &prompt, workflow, &subject.snapshot)
+                {
+                    return Err(reply::withheld(&withheld));
+                }
+                Some(subject)
+            }
+        };
+        let name = prompt.manifest.name.clone();
+        let output = self
+            .read(
+                prompt.plugin.clone(),
+                PrimitiveKind::Prompt,
+                &name,
+                json!({ "arguments": arguments }),
+                subject.as_ref(),
+            )
+            .await?;
+        reply::prompt_result(&name, output)
+    }
+
+    pub(super) async fn answer_read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResult, ErrorData> {
+        let catalog = self.shared.catalog.current();
+        let uri = request.uri;
+        if let Some(resource) = catalog.resource(&uri).cloned() {
+            let subject = match resource.workflow() {
+                None => None,
+                Some(workflow) => {
+                    let subject = self.subject(&catalog, workflow, context).await?;
+                    let withheld = gate::withheld_resource(
+                        &catalog,
+                        &*resource,
+                        &uri,
+                        workflow,
+                        &subject.snapshot,
+                        subject.token.as_deref(),
+                    );
+                    if let Some(withheld) = withheld {
+                        return Err(reply::withheld(&withheld));
+                    }
+                    Some(subject)
+                }
+            };
+            let manifest = &resource.manifest;
+            let request = json!({ "uri": uri, "variables": {} });
+            let output = self
+                .read(
+                    resource.plugin.clone(),
+                    PrimitiveKind::Resource,
+                    &manifest.name,
+                    request,
+                    subject.as_ref(),
+                )
+                .await?;
+            return reply::resource_result(&uri, manifest.mime_type.as_deref(), output);
+        }
+        let Some((template, variables)) = catalog.template_for(&uri) else {
+            return Err(reply::resource_not_found(&uri));
+        };
+        let template = template.clone();
+        let subject = match template.workflow() {
+            None => None,
+            Some(workflow) => {
+                let subject = if template.is_instance() {
+                    self.instance_subject(&template, &variables, &uri, context)
+                        .await?
+                } else {
+                    self.subject(&catalog, workflow, context).await?
+                };
+                let withheld = gate::withheld_resource(
+                    &catalog,
+                    &*template,
+                    &uri,
+                    workflow,
+                    &subject.snapshot,
+                    subject.token.as_deref(),
+                );
+                if let Some(withheld) = withheld {
+                    return Err(reply::withheld(&withheld));
+                }
+                Some(subject)
+            }
+        };
+        let manifest = &template.manifest;
+        let request = json!({ "uri": uri, "variables": variables });
+        let output = self
+            .read(
+                template.plugin.clone(),
+                PrimitiveKind::Resource,
+                &manifest.name,
+                request,
+                subject.as_ref(),
+            )
+            .await?;
+        reply::resource_result(&uri, manifest.mime_type.as_deref(), output)
+    }
+
+    /// `resources/subscribe`: for an instance resource, `resources/updated` each time its
+    /// instance moves (and the lists' changes, as for any watcher). Any other resource that
+    /// exists is accepted too; only a plugin reload changes those, and that is announced as
+    /// `resources/list_changed`.
+    pub(super) async fn answer_subscribe(
+        &self,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let catalog = self.shared.catalog.current();
+        if catalog.resource(uri).is_some() {
+            return Ok(());
+        }
+        let Some((template, variables)) = catalog.template_for(uri) else {
+            return Err(reply::resource_not_found(uri));
+        };
+        if !template.is_instance() {
+            return Ok(());
+        }
+        let template = template.clone();
+        let subject = self
+            .instance_subject(&template, &variables, uri, context)
+            .await?;
+        if let Some(key) = subject.key {
+            self.shared.runtime.subscribe_resource(
+                &self.session.id,
+                self.session.listener(&context.peer),
+                key,
+                uri,
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) fn answer_unsubscribe(&self, uri: &str) {
+        self.shared
+            .runtime
+            .unsubscribe_resource(&self.session.id, uri);
+    }
+
+    /// The instance of `workflow` a get or read names: the session's own (session mode), the
+    /// one named by a handle in `_meta` (handle mode), or, when no handle names one, what a new
+    /// instance would be offered (its machine's initial state).
+    async fn subject(
+        &self,
+        catalog: &Catalog,
+        workflow: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Subject, ErrorData> {
+        let key = match self.handle_mode(context) {
+            None => Some(InstanceKey::for_session(&self.session.id, workflow)),
+            Some(mode) => mode
+                .handles_in(&context.meta, tenant_of(context).as_ref())
+                .map_err(|error| ErrorData::invalid_params(error, None))?
+                .into_iter()
+                .find(|key| *key.workflow == *workflow),
+        };
+        let Some(key) = key else {
+            let Some(loaded) = catalog.workflow(workflow) else {
+                return Err(ErrorData::internal_error(
+                    format!("no workflow \"{workflow}\" is loaded"),
+                    None,
+                ));
+            };
+            return Ok(Subject {
+                key: None,
+                snapshot: loaded.machine.initial_snapshot(),
+                token: None,
+            });
+        };
+        let view = self.view(&key, context).await?;
+        Ok(Subject {
+            token: Some(token_of(&key)),
+            key: Some(key),
+            snapshot: view.snapshot,
+        })
+    }
+
+    /// The instance an instance resource's URI names: `session` is the session's own (session
+    /// mode only), anything else a handle of the template's workflow, the caller's. What names
+    /// no instance of the caller's is "not found", whatever the reason.
+    async fn instance_subject(
+        &self,
+        template: &TemplateEntry,
+        variables: &BTreeMap<String, String>,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Subject, ErrorData> {
+        let not_found = || reply::resource_not_found(uri);
+        let workflow = template.workflow().ok_or_else(not_found)?;
+        let token = variables
+            .get(turnstile_plugin_api::HANDLE_VARIABLE)
+            .ok_or_else(not_found)?;
+        let key = match self.handle_mode(context) {
+            None if token == SESSION_TOKEN => InstanceKey::for_session(&self.session.id, workflow),
+            Some(_) if token != SESSION_TOKEN => InstanceKey::from_handle(token)
+                .map_err(|_| not_found())?
+                .owned_by(tenant_of(context).as_ref()),
+            _ => return Err(not_found()),
+        };
+        if *key.workflow != *workflow {
+            return Err(not_found());
+        }
+        self.watch(&key, context);
+        let answer = self.shared.runtime.view(key.clone()).await;
+        self.settle(&key, &answer);
+        let view = answer.map_err(|error| match error {
+            crate::actors::InstanceError::UnknownHandle(_) => not_found(),
+            other => reply::instance_unavailable(&format!("resource {}", reply::clip(uri)), &other),
+        })?;
+        Ok(Subject {
+            token: Some(token.clone()),
+            key: Some(key),
+            snapshot: view.snapshot,
+        })
+    }
+
+    /// Runs the plugin's `read` for `name` of `kind` about `subject` (none: a prompt or resource
+    /// bound to no workflow), within the limits of a tool bound to no workflow.
+    async fn read(
+        &self,
+        plugin: std::sync::Arc<LoadedPlugin>,
+        kind: PrimitiveKind,
+        name: &str,
+        request: Value,
+        subject: Option<&Subject>,
+    ) -> Result<crate::plugin::PluginOutput, ErrorData> {
+        let context = subject
+            .map(Subject::context)
+            .unwrap_or_else(|| CallContext {
+                call_id: uuid::Uuid::new_v4().to_string(),
+                state: Value::Null,
+                ..CallContext::default()
+            });
+        invoke::read(
+            plugin,
+            kind,
+            name,
+            request,
+            context,
+            &self.shared.call_limits,
+        )
+        .await
+        .map_err(|error| reply::read_failure(kind, name, &error))
+    }
+}
+
+/// How an instance's resources name it in their URIs.
+fn token_of(key: &InstanceKey) -> String {
+    match &key.owner {
+        Owner::Session(_) => SESSION_TOKEN.to_owned(),
+        Owner::Handle(handle) => handle.to_string(),
+    }
+}
+
+/// What is wrong with `arguments` for `prompt`: a required argument missing, an argument that
+/// is not a string (MCP prompt arguments are strings), or one the prompt does not declare.
+fn argument_problems(
+    prompt: &PromptEntry,
+    arguments: &serde_json::Map<String, Value>,
+) -> Vec<String> {
+    let declared = &prompt.manifest.arguments;
+    let mut problems: Vec<String> = declared
+        .iter()
+        .filter(|argument| argument.required && !arguments.contains_key(&argument.name))
+        .map(|argument| format!("missing required argument {}", argument.name))
+        .collect();
+    for (name, value) in arguments {
+        if !declared.iter().any(|argument| argument.name == *name) {
+            problems.push(format!("unknown argument {}", reply::clip(name)));
+        } else if !value.is_string() {
+            problems.push(format!("argument {name} must be a string"));
+        }
+    }
+    problems
+}

@@ -1,0 +1,345 @@
+//! What a client sees of prompts and resources: their listings, their content, and every error
+//! `prompts/get` and `resources/read` can answer with.
+//!
+//! These methods have no `isError` result, so every refusal is a JSON-RPC error whose `data`
+//! carries a stable `code`, as a tool result's `structuredContent.error` does: `FORBIDDEN` (with
+//! the state and what is available, like a refused tool call), `INVALID_ARGUMENTS`,
+//! `TOOL_ERROR`, `BAD_OUTPUT`, and the codes of a failed plugin run (`TOOL_TIMEOUT`, `BUSY`,
+//! `PLUGIN_FAILED`, ...). A resource that does not exist, or an instance resource whose handle
+//! names no instance of the caller's, is -32002 (MCP's "resource not found").
+
+use rmcp::{
+    ErrorData,
+    model::{
+        GetPromptResult, Prompt, PromptArgument, ReadResourceResult, Resource, ResourceContents,
+        ResourceTemplate,
+    },
+};
+use serde_json::{Value, json};
+
+use super::clip;
+use crate::{
+    actors::InstanceError,
+    catalog::{PromptEntry, ResourceEntry, TemplateEntry},
+    gate::Withheld,
+    invoke::InvokeError,
+    plugin::{PluginOutput, PrimitiveKind},
+};
+
+/// A `prompts/list` entry.
+pub fn listed_prompt(entry: &PromptEntry) -> Prompt {
+    let manifest = &entry.manifest;
+    let arguments = manifest
+        .arguments
+        .iter()
+        .map(|argument| {
+            let listed = PromptArgument::new(&argument.name).with_required(argument.required);
+            match &argument.description {
+                Some(description) => listed.with_description(description),
+                None => listed,
+            }
+        })
+        .collect::<Vec<_>>();
+    let arguments = (!arguments.is_empty()).then_some(arguments);
+    let listed = Prompt::new(&manifest.name, Some(&manifest.description), arguments);
+    match &manifest.title {
+        Some(title) => listed.with_title(title),
+        None => listed,
+    }
+}
+
+/// A `resources/list` entry for a resource with a fixed URI.
+pub fn listed_resource(entry: &ResourceEntry) -> Resource {
+    let manifest = &entry.manifest;
+    described(
+        Resource::new(&manifest.uri, &manifest.name),
+        manifest.title.as_deref(),
+        manifest.description.as_deref(),
+        manifest.mime_type.as_deref(),
+    )
+}
+
+/// A `resources/list` entry for one instance's resource of an instance template.
+pub fn listed_instance_resource(template: &TemplateEntry, uri: String) -> Resource {
+    let manifest = &template.manifest;
+    described(
+        Resource::new(uri, &manifest.name),
+        manifest.title.as_deref(),
+        manifest.description.as_deref(),
+        manifest.mime_type.as_deref(),
+    )
+}
+
+fn described(
+    mut resource: Resource,
+    title: Option<&str>,
+    description: Option<&str>,
+    mime_type: Option<&str>,
+) -> Resource {
+    resource.title = title.map(str::to_owned);
+    resource.description = description.map(str::to_owned);
+    resource.mime_type = mime_type.map(str::to_owned);
+    resource
+}
+
+/// A `resources/templates/list` entry.
+pub fn listed_template(entry: &TemplateEntry) -> ResourceTemplate {
+    let manifest = &entry.manifest;
+    let mut template = ResourceTemplate::new(&manifest.uri_template, &manifest.name);
+    template.title = manifest.title.clone();
+    template.description = manifest.description.clone();
+    template.mime_type = manifest.mime_type.clone();
+    template
+}
+
+/// JSON-RPC -32602: no plugin provides a prompt by that name.
+pub fn unknown_prompt(name: &str) -> ErrorData {
+    let name = clip(name);
+    ErrorData::invalid_params(
+        format!("unknown prompt: {name}"),
+        Some(json!({ "prompt": name })),
+    )
+}
+
+/// JSON-RPC -32002: no resource has that URI, or its handle names no instance the caller has.
+/// (An instance of another principal, or of another session, is not found either: whether it
+/// exists is not the caller's business.)
+pub fn resource_not_found(uri: &str) -> ErrorData {
+    let uri = clip(uri);
+    ErrorData::resource_not_found(
+        format!("resource not found: {uri}"),
+        Some(json!({ "uri": uri })),
+    )
+}
+
+/// JSON-RPC -32602 with `data.code` `FORBIDDEN`: the prompt or resource exists, but not in the
+/// current state of the instance (the counterpart of a refused tool call, DESIGN behaviour 2).
+pub fn withheld(withheld: &Withheld) -> ErrorData {
+    let kind = withheld.kind;
+    let available = if withheld.available.is_empty() {
+        "none".to_owned()
+    } else {
+        withheld.available.join(", ")
+    };
+    let name = clip(&withheld.name);
+    ErrorData::invalid_params(
+        format!(
+            "{kind} {name} is not available in the current state of workflow {workflow} \
+             ({state}). Available now: {available}.",
+            workflow = withheld.workflow,
+            state = withheld.state,
+        ),
+        Some(json!({
+            "code": "FORBIDDEN",
+            "kind": kind,
+            "name": name,
+            "workflow": withheld.workflow,
+            "state": withheld.state,
+            "available": withheld.available,
+        })),
+    )
+}
+
+/// JSON-RPC -32602 with `data.code` `INVALID_ARGUMENTS`: a required prompt argument is missing,
+/// or an argument is not a string.
+pub fn invalid_prompt_arguments(name: &str, problems: &[String]) -> ErrorData {
+    ErrorData::invalid_params(
+        format!(
+            "invalid arguments for prompt {}: {}",
+            clip(name),
+            problems.join("; ")
+        ),
+        Some(json!({ "code": "INVALID_ARGUMENTS", "prompt": clip(name), "problems": problems })),
+    )
+}
+
+/// The instance a prompt or resource is about could not be read. An unknown handle is the
+/// caller's mistake (-32602); anything else is the server's (-32603).
+pub fn instance_unavailable(what: &str, error: &InstanceError) -> ErrorData {
+    match error {
+        InstanceError::UnknownHandle(_) => ErrorData::invalid_params(
+            format!("{what}: {error}"),
+            Some(json!({ "code": "UNKNOWN_HANDLE" })),
+        ),
+        other => ErrorData::internal_error(
+            format!("{what}: cannot read the state of its workflow instance: {other}"),
+            Some(json!({ "code": "STATE_UNAVAILABLE" })),
+        ),
+    }
+}
+
+/// The `prompts/get` result for what the plugin produced: a string is one user message; an
+/// object is the result as MCP spells it (`{"description"?, "messages": [...]}`).
+pub fn prompt_result(name: &str, output: PluginOutput) -> Result<GetPromptResult, ErrorData> {
+    let what = format!("prompt {name}");
+    match succeeded(&what, output)? {
+        Value::String(text) => Ok(GetPromptResult::new(vec![
+            rmcp::model::PromptMessage::new_text(rmcp::model::Role::User, text),
+        ])),
+        value => serde_json::from_value::<GetPromptResult>(value)
+            .map_err(|error| bad_output(&what, &error.to_string())),
+    }
+}
+
+/// The `resources/read` result for what the plugin produced for `uri`: `{"contents": [...]}`
+/// as MCP spells it, each content's `uri` and `mimeType` defaulting to `uri` and the declared
+/// MIME type; a string is one text content (`text/plain` when no type is declared); any other
+/// value one text content holding its JSON (`application/json` when none is declared).
+pub fn resource_result(
+    uri: &str,
+    mime_type: Option<&str>,
+    output: PluginOutput,
+) -> Result<ReadResourceResult, ErrorData> {
+    let what = format!("resource {uri}");
+    let contents = match succeeded(&what, output)? {
+        Value::String(text) => {
+            vec![
+                ResourceContents::text(text, uri).with_mime_type(mime_type.unwrap_or("text/plain")),
+            ]
+        }
+        Value::Object(mut object) if object.contains_key("contents") => {
+            let Some(Value::Array(mut contents)) = object.remove("contents") else {
+                return Err(bad_output(&what, "its \"contents\" is not a list"));
+            };
+            for content in &mut contents {
+                if let Value::Object(content) = content {
+                    content.entry("uri").or_insert_with(|| json!(uri));
+                    if let Some(mime_type) = mime_type {
+                        content
+                            .entry("mimeType")
+                            .or_insert_with(|| json!(mime_type));
+                    }
+                }
+            }
+            serde_json::from_value(Value::Array(contents))
+                .map_err(|error| bad_output(&what, &error.to_string()))?
+        }
+        value => vec![
+            ResourceContents::text(value.to_string(), uri)
+                .with_mime_type(mime_type.unwrap_or("application/json")),
+        ],
+    };
+    Ok(ReadResourceResult::new(contents))
+}
+
+/// The plugin's output, or the error its failure is for the client.
+fn succeeded(what: &str, output: PluginOutput) -> Result<Value, ErrorData> {
+    match output {
+        PluginOutput::Success(value) => Ok(value),
+        PluginOutput::BadInput(message) => Err(ErrorData::invalid_params(
+            format!("{what}: {message}"),
+            Some(json!({ "code": "INVALID_ARGUMENTS", "message": message })),
+        )),
+        PluginOutput::ToolError(message) => Err(ErrorData::internal_error(
+            format!("{what} failed: {message}"),
+            Some(json!({ "code": "TOOL_ERROR", "message": message })),
+        )),
+    }
+}
+
+/// The plugin produced content of the wrong shape.
+fn bad_output(what: &str, problem: &str) -> ErrorData {
+    ErrorData::internal_error(
+        format!("{what} produced unusable content: {problem}"),
+        Some(json!({ "code": "BAD_OUTPUT", "message": problem })),
+    )
+}
+
+/// The plugin produced nothing (it failed, timed out, was busy...). A plugin's own failure goes
+/// to the server log with its library's path; the client gets the reason without it.
+pub fn read_failure(kind: PrimitiveKind, name: &str, error: &InvokeError) -> ErrorData {
+    let what = format!("{} {}", kind.as_str(), clip(name));
+    let (code, message) = match error {
+        InvokeError::Plugin(error) => {
+            tracing::warn!(%what, %error, "plugin failure");
+            let full = error.to_string();
+            let prefix = format!("{}: ", error.path().display());
+            (
+                "PLUGIN_FAILED",
+                full.strip_prefix(&prefix).unwrap_or(&full).to_owned(),
+            )
+        }
+        InvokeError::TimedOut(_) => ("TOOL_TIMEOUT", error.to_string()),
+        InvokeError::Busy(_) | InvokeError::InstanceBusy => ("BUSY", error.to_string()),
+        InvokeError::ShuttingDown => ("SHUTTING_DOWN", error.to_string()),
+        InvokeError::ResultTooLarge { .. } => ("RESULT_TOO_LARGE", error.to_string()),
+        InvokeError::BadOutput(_) => ("BAD_OUTPUT", error.to_string()),
+        InvokeError::Worker(_) => ("INTERNAL", error.to_string()),
+    };
+    ErrorData::internal_error(
+        format!("{what} could not be produced: {message}"),
+        Some(json!({ "code": code, "message": message })),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_carries_the_state_and_what_is_available() {
+        let error = withheld(&Withheld {
+            kind: "prompt",
+            name: "invoice.review_checklist".into(),
+            workflow: "invoice".into(),
+            state: json!("draft"),
+            available: vec![],
+        });
+        assert_eq!(error.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+        assert_eq!(
+            error.data,
+            Some(json!({"code": "FORBIDDEN", "kind": "prompt",
+                "name": "invoice.review_checklist", "workflow": "invoice", "state": "draft",
+                "available": []}))
+        );
+        assert!(
+            error.message.contains("Available now: none."),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn content_shorthands_and_full_forms_become_results() {
+        let result = prompt_result("p", PluginOutput::Success(json!("Check it."))).unwrap();
+        assert_eq!(
+            serde_json::to_value(&result.messages).unwrap(),
+            json!([{"role": "user", "content": {"type": "text", "text": "Check it."}}])
+        );
+        let full = json!({"description": "d", "messages": [
+            {"role": "assistant", "content": {"type": "text", "text": "ok"}}]});
+        let result = prompt_result("p", PluginOutput::Success(full)).unwrap();
+        assert_eq!(result.description.as_deref(), Some("d"));
+        let error = prompt_result("p", PluginOutput::Success(json!({"messages": 3}))).unwrap_err();
+        assert_eq!(error.data.unwrap()["code"], "BAD_OUTPUT");
+
+        let result = resource_result(
+            "a://x",
+            Some("text/markdown"),
+            PluginOutput::Success(json!("# A")),
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::to_value(&result.contents).unwrap(),
+            json!([{"uri": "a://x", "mimeType": "text/markdown", "text": "# A"}])
+        );
+        let blob = json!({"contents": [{"blob": "AAEC", "mimeType": "image/png"}]});
+        let result = resource_result("a://x", None, PluginOutput::Success(blob)).unwrap();
+        assert_eq!(
+            serde_json::to_value(&result.contents).unwrap(),
+            json!([{"uri": "a://x", "mimeType": "image/png", "blob": "AAEC"}])
+        );
+        let result =
+            resource_result("a://x", None, PluginOutput::Success(json!({"a": 1}))).unwrap();
+        assert_eq!(
+            serde_json::to_value(&result.contents).unwrap(),
+            json!([{"uri": "a://x", "mimeType": "application/json", "text": "{\"a\":1}"}])
+        );
+        let error = resource_result("a://x", None, PluginOutput::Success(json!({"contents": 1})))
+            .unwrap_err();
+        assert_eq!(error.data.unwrap()["code"], "BAD_OUTPUT");
+        let error =
+            resource_result("a://x", None, PluginOutput::ToolError("no".into())).unwrap_err();
+        assert_eq!(error.data.unwrap()["code"], "TOOL_ERROR");
+    }
+}
