@@ -558,7 +558,8 @@ mod tests {
         assert_eq!(
             document,
             json!({"invoice": "h", "state": "review", "amount": 12_500,
-                "next": "approve or reject it"})
+                "next": "approve or reject it (undecided past the review deadline, it goes \
+                    back to draft)"})
         );
     }
 

@@ -254,7 +254,8 @@ impl CSource {
         let call = if self.null_call { "NULL" } else { "fx_call" };
         let read = if self.reads {
             c.push_str(FIXTURE_READ);
-            ", fx_read"
+            // After `guard` (ABI 1.2), which this fixture leaves NULL.
+            ", NULL, fx_read"
         } else {
             ""
         };
