@@ -28,7 +28,7 @@ use std::{
 use crate::{
     catalog::{Catalog, CatalogChange, LiveCatalog},
     plugin::{
-        self, LoadedPlugin,
+        self, LoadOptions, LoadedPlugin,
         directory::{Directory, FileChange, Stamp},
     },
 };
@@ -54,7 +54,8 @@ pub struct HotPlug {
     served: Vec<LoadedPlugin>,
     /// Files refused as they are now; SIGHUP tries them again.
     refused: BTreeSet<PathBuf>,
-    pool_size: usize,
+    /// How each library is loaded (call pool, isolation), as at start.
+    options: LoadOptions,
     live: Arc<LiveCatalog>,
     changed: Box<dyn Fn(CatalogChange) + Send>,
 }
@@ -67,7 +68,7 @@ impl HotPlug {
         directory: Directory,
         live: Arc<LiveCatalog>,
         refused: impl IntoIterator<Item = PathBuf>,
-        pool_size: usize,
+        options: LoadOptions,
         changed: impl Fn(CatalogChange) + Send + 'static,
     ) -> Self {
         let served = live
@@ -80,7 +81,7 @@ impl HotPlug {
             directory,
             served,
             refused: refused.into_iter().collect(),
-            pool_size,
+            options,
             live,
             changed: Box::new(changed),
         }
@@ -163,20 +164,19 @@ impl HotPlug {
     /// Loads `path` as of `stamp` and checks that `served` with it (replacing its previous
     /// version, or added last) makes a catalog without problems.
     fn try_load(&self, served: &[LoadedPlugin], path: &Path, stamp: Stamp) -> Attempt {
-        let loaded = plugin::load_private_copy(path);
+        let loaded = plugin::load_with(path, &self.options);
         // The copy must be of the settled file: if it changed meanwhile, this was a look at a
         // file being written, and it will settle again.
         if Stamp::of(path) != Some(stamp) {
             return Attempt::StillChanging;
         }
-        let mut plugin = match loaded {
+        let plugin = match loaded {
             Ok(plugin) => plugin,
             Err(error) => {
                 tracing::error!("plugin not loaded: {error}");
                 return Attempt::Refused;
             }
         };
-        plugin.set_pool_size(self.pool_size);
         let mut next = served.to_vec();
         let replacing = match next.iter_mut().find(|served| served.path() == path) {
             Some(slot) => {
@@ -250,7 +250,7 @@ pub fn start(
     directory: Directory,
     live: Arc<LiveCatalog>,
     refused: Vec<PathBuf>,
-    pool_size: usize,
+    options: LoadOptions,
     runtime: crate::actors::Runtime,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
@@ -278,7 +278,7 @@ pub fn start(
         }
     });
     let tokio = tokio::runtime::Handle::current();
-    let hotplug = HotPlug::new(directory, live, refused, pool_size, move |change| {
+    let hotplug = HotPlug::new(directory, live, refused, options, move |change| {
         let runtime = runtime.clone();
         tokio.spawn(async move { runtime.catalog_changed(change).await });
     });

@@ -1,4 +1,5 @@
-//! The `turnstile` command line: `serve`, `check`, `machine run`, `graph`, `load`.
+//! The `turnstile` command line: `serve`, `check`, `machine run`, `graph`, `load` (and the hidden
+//! `plugin-host`, the process of an isolated plugin).
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
@@ -114,6 +115,12 @@ enum Command {
         /// BUSY (with `retryAfterMs`) at once, so a slow or hung plugin saturates only itself.
         #[arg(long, default_value_t = turnstile::plugin::DEFAULT_POOL_SIZE)]
         plugin_pool: usize,
+        /// Run the plugin named NAME (its manifest's name) in a process of its own: a crash
+        /// fails only its calls in flight (PLUGIN_CRASHED) and the process is restarted. Calls
+        /// cross a pipe. Repeatable. A plugin whose manifest says `"isolate": true` is isolated
+        /// without it.
+        #[arg(long = "isolate", value_name = "NAME")]
+        isolate: Vec<String>,
         /// Require `Authorization: Bearer TOKEN` on every HTTP route but /healthz and /readyz.
         /// The file holds one `TOKEN` or `NAME TOKEN` per line (`#` comments); it is read again
         /// on SIGHUP, so tokens rotate without a restart.
@@ -182,6 +189,12 @@ enum Command {
     /// Load any MCP server over Streamable HTTP and check the gating contract meanwhile; exit 1
     /// on a violation, 2 on a usage or connection error.
     Load(commands::load::LoadArgs),
+    /// The process an isolated plugin runs in; started by `serve`, not by hand.
+    #[command(hide = true)]
+    PluginHost {
+        /// The plugin library to load.
+        library: PathBuf,
+    },
     /// Draw each workflow, with the tools visible in each state.
     Graph {
         #[arg(long, env = "TURNSTILE_PLUGINS")]
@@ -207,6 +220,31 @@ enum MachineCommand {
 enum GraphFormat {
     Mermaid,
     Dot,
+}
+
+/// How `serve` starts the processes of isolated plugins: this same executable, as
+/// `plugin-host`, logging as the server does.
+fn isolation(
+    names: Vec<String>,
+    log_format: turnstile::logs::LogFormat,
+) -> turnstile::plugin::Isolation {
+    // On Linux, `/proc/self/exe` is the file this process runs even if it was replaced or
+    // deleted since (an upgrade in place): a restarted plugin process never runs a newer
+    // `turnstile` than the server it talks to.
+    let program = if cfg!(target_os = "linux") {
+        PathBuf::from("/proc/self/exe")
+    } else {
+        std::env::current_exe().unwrap_or_else(|_| PathBuf::from("turnstile"))
+    };
+    let args = match log_format {
+        turnstile::logs::LogFormat::Text => Vec::new(),
+        turnstile::logs::LogFormat::Json => vec!["--log-format".into(), "json".into()],
+    };
+    turnstile::plugin::Isolation {
+        names: names.into_iter().collect(),
+        program,
+        args,
+    }
 }
 
 fn main() -> ExitCode {
@@ -235,6 +273,7 @@ fn main() -> ExitCode {
             max_connections,
             max_sessions,
             plugin_pool,
+            isolate,
             auth_token_file,
             allow_unauthenticated,
             oauth_issuer,
@@ -250,6 +289,7 @@ fn main() -> ExitCode {
             let data_dir = (store.is_none() && !stdio).then(|| commands::serve::data_dir(data_dir));
             commands::serve::run(commands::serve::ServeOptions {
                 plugin_pool,
+                isolation: isolation(isolate, cli.log_format),
                 retain_final: (retain_final > 0).then(|| Duration::from_secs(retain_final)),
                 instance_ttl: (instance_ttl > 0).then(|| Duration::from_secs(instance_ttl)),
                 shutdown_timeout: Duration::from_secs(shutdown_timeout),
@@ -306,6 +346,7 @@ fn main() -> ExitCode {
             })
         }
         Command::Check { plugins, strict } => commands::check::run(&plugins, strict),
+        Command::PluginHost { library } => commands::plugin_host::run(&library),
         Command::Load(args) => commands::load::run(args),
         Command::Machine {
             command: MachineCommand::Run { file, context },

@@ -44,7 +44,10 @@
  *               "workflow"?, "states"?: [...], "transition"?, "title"?,
                "annotations"?: {"readOnlyHint"?, "destructiveHint"?, "idempotentHint"?,
                                 "openWorldHint"?},
-               "output_schema"?: <JSON Schema of the structured output, checked by the host>}]}
+               "output_schema"?: <JSON Schema of the structured output, checked by the host>}],
+ *    "isolate"?: true}
+ * "isolate": true asks the host to run the plugin in a process of its own (a crash fails only
+ * the calls in flight, and the process is restarted); leave it out to run inside the server.
  * Output with content blocks: a TURNSTILE_OK output object may carry "_content": [MCP content
  * blocks: {"type":"text","text"}, {"type":"image","data","mimeType"}, {"type":"audio",...},
  * {"type":"resource","resource":{...}}]; the rest of the object is the structured content.

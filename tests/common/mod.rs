@@ -122,14 +122,29 @@ impl Server {
 
     /// Like `http`, with the data directory given by the test.
     pub fn http_in(plugins: &Path, data: &Path, extra: &[&str]) -> Server {
-        Server::spawn_logging(plugins, data, extra, Some("info,turnstile=debug"))
+        Server::spawn_logging(plugins, data, extra, Some("info,turnstile=debug"), &[])
     }
 
     /// Like `http`, logging as an operator's server does: `rust_log` as `RUST_LOG`, or with
     /// `None`, no `RUST_LOG` at all (the default level).
     pub fn http_logging(plugins: &Path, extra: &[&str], rust_log: Option<&str>) -> Server {
         let data = tempfile::tempdir().expect("temp dir");
-        let mut server = Server::spawn_logging(plugins, data.path(), extra, rust_log);
+        let mut server = Server::spawn_logging(plugins, data.path(), extra, rust_log, &[]);
+        server._data = Some(data);
+        server
+    }
+
+    /// Like `http`, with these environment variables set for the server (plugin
+    /// configuration, `TURNSTILE_PLUGIN_<NAME>_<KEY>`).
+    pub fn http_with_env(plugins: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let data = tempfile::tempdir().expect("temp dir");
+        let mut server = Server::spawn_logging(
+            plugins,
+            data.path(),
+            extra,
+            Some("info,turnstile=debug"),
+            env,
+        );
         server._data = Some(data);
         server
     }
@@ -139,6 +154,7 @@ impl Server {
         data: &Path,
         extra: &[&str],
         rust_log: Option<&str>,
+        env: &[(&str, &str)],
     ) -> Server {
         let mut command = Command::new(turnstile_bin());
         command
@@ -147,6 +163,7 @@ impl Server {
             .arg("--data-dir")
             .arg(data)
             .args(extra)
+            .envs(env.iter().copied())
             .env_remove("RUST_LOG");
         if let Some(rust_log) = rust_log {
             command.env("RUST_LOG", rust_log);
@@ -676,4 +693,51 @@ pub fn names(list: &[&str]) -> Vec<String> {
     let mut names: Vec<String> = list.iter().map(|s| s.to_string()).collect();
     names.sort();
     names
+}
+
+/// submit → reject → submit → approve → discharge, checking the menu and the notification after
+/// each step, and that a call which changes no state sends none.
+pub async fn invoice_lifecycle(client: &Client) {
+    let steps: &[(&str, Value, &str, &[&str])] = &[
+        (
+            "invoice.submit",
+            serde_json::json!({"amount": 120.5, "customer": "ACME"}),
+            "review",
+            &["invoice.approve", "invoice.reject", "invoice.status"],
+        ),
+        (
+            "invoice.reject",
+            serde_json::json!({"reason": "missing PO number"}),
+            "draft",
+            &["invoice.status", "invoice.submit"],
+        ),
+        (
+            "invoice.submit",
+            serde_json::json!({"amount": 120.5}),
+            "review",
+            &["invoice.approve", "invoice.reject", "invoice.status"],
+        ),
+        (
+            "invoice.approve",
+            serde_json::json!({}),
+            "approved",
+            &["invoice.discharge", "invoice.status"],
+        ),
+        (
+            "invoice.discharge",
+            serde_json::json!({}),
+            "discharged",
+            &["invoice.status"],
+        ),
+    ];
+    client.tool_names().await;
+    for (number, (tool, arguments, state, menu)) in steps.iter().enumerate() {
+        let result = client.call(tool, arguments.clone()).await;
+        assert_ne!(result.is_error, Some(true), "{tool} failed: {result:?}");
+        client.changes.wait_for(number + 1).await;
+        assert_eq!(client.tool_names().await, names(menu), "menu after {tool}");
+        assert_eq!(client.invoice_state().await, serde_json::json!(state));
+        // invoice.status changes no state: no notification for it.
+        client.changes.stays_at(number + 1).await;
+    }
 }

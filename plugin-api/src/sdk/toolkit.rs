@@ -26,6 +26,7 @@ pub struct Toolkit {
     version: String,
     workflows: Vec<Workflow>,
     tools: Vec<Tool>,
+    isolate: bool,
 }
 
 /// A checked [`Toolkit`]: a [`Plugin`] whose `call` runs the handler of the tool called.
@@ -64,7 +65,15 @@ impl Toolkit {
             version: version.into(),
             workflows: Vec::new(),
             tools: Vec::new(),
+            isolate: false,
         }
+    }
+
+    /// Asks the host to run this plugin in a process of its own, so that a crash fails only
+    /// the calls in flight (the manifest's `isolate`, see [`Manifest::isolate`]).
+    pub fn isolated(mut self) -> Toolkit {
+        self.isolate = true;
+        self
     }
 
     /// Adds a workflow. Needed only for a workflow none of the tools belongs to: a tool brings
@@ -92,6 +101,7 @@ impl Toolkit {
     pub fn build(self) -> Result<ToolkitPlugin, DeclarationError> {
         let mut problems = Vec::new();
         let mut manifest = Manifest::new(&self.name, &self.version);
+        manifest.isolate = self.isolate;
         for (index, workflow) in self.workflows.iter().enumerate() {
             if let Err(problem) = workflow.outline() {
                 problems.push(format!("workflow #{}: {problem}", index + 1));
