@@ -265,6 +265,8 @@ impl Launcher {
 
     fn spawn(&self, library: &Path, generation: u64) -> Result<Process, String> {
         let mut child = Command::new(&self.program)
+            // What `ps` shows, rather than `/proc/self/exe`.
+            .arg0("turnstile")
             .args(&self.args)
             .arg("plugin-host")
             .arg(library)
