@@ -149,8 +149,10 @@ fn supervise(shared: &Shared, launcher: &Launcher, events: &Receiver<Event>, fir
             plugin = %shared.name,
             path = %shared.path.display(),
             restart_in_ms = backoff.as_millis(),
-            "isolated plugin {}: its process {how}; its calls in flight fail with PLUGIN_CRASHED",
+            "isolated plugin {}: its process {how}; the calls in flight in it fail with \
+             PLUGIN_CRASHED; restarting in {} ms",
             shared.name,
+            backoff.as_millis(),
         );
         let mut generation = process.generation;
         process = loop {
@@ -166,8 +168,10 @@ fn supervise(shared: &Shared, launcher: &Launcher, events: &Receiver<Event>, fir
                     plugin = %shared.name,
                     path = %shared.path.display(),
                     restart_in_ms = backoff.as_millis(),
-                    "isolated plugin {}: cannot restart its process: {reason}",
+                    "isolated plugin {}: cannot restart its process: {reason}; next attempt in \
+                     {} ms",
                     shared.name,
+                    backoff.as_millis(),
                 ),
             }
         };
