@@ -258,6 +258,7 @@ async fn a_starting_call_that_fails_creates_nothing_and_returns_no_handle() {
     assert_eq!(
         client.tool_names().await,
         names(&[
+            "testkit.abort",
             "testkit.content",
             "testkit.echo",
             "testkit.go",

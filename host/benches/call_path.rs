@@ -10,6 +10,10 @@
 //! - `no_transition`: `invoice.status`, gated by nothing, moves nothing, saves nothing.
 //! - `transition_x64`: 64 instances, one call each in flight at once (time per batch of 64).
 //!
+//! `isolation/…` compares the invoice plugin in this process with the same plugin isolated
+//! (`--isolate invoice`: its calls cross pipes to a `turnstile plugin-host` process), on the
+//! memory store, each call with host services as the server gives them.
+//!
 //! Run: `cargo build --release -p turnstile-plugin-invoice && cargo bench -p turnstile --bench
 //! call_path`. The plugin comes from `target/release`.
 
@@ -38,14 +42,34 @@ fn invoice_library() -> PathBuf {
 struct Bench {
     runtime: Runtime,
     catalog: Arc<LiveCatalog>,
+    /// Whether calls get host services (a `HostCall`), as the server's calls do.
+    services: bool,
     _data: Option<tempfile::TempDir>,
+}
+
+/// Where the invoice plugin runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Placement {
+    InProcess,
+    Isolated,
 }
 
 impl Bench {
     async fn start(store: &str) -> Bench {
-        let plugin =
-            plugin::load_private_copy(&invoice_library(), &plugin::PluginConfigs::default())
-                .expect("the invoice plugin");
+        Bench::start_placed(store, Placement::InProcess, false).await
+    }
+
+    async fn start_placed(store: &str, placement: Placement, services: bool) -> Bench {
+        let isolation = (placement == Placement::Isolated).then(|| plugin::Isolation {
+            names: ["invoice".to_string()].into(),
+            program: env!("CARGO_BIN_EXE_turnstile").into(),
+            args: Vec::new(),
+        });
+        let options = plugin::LoadOptions {
+            isolation,
+            ..plugin::LoadOptions::default()
+        };
+        let plugin = plugin::load_with(&invoice_library(), &options).expect("the invoice plugin");
         let (catalog, errors) = Catalog::build(vec![plugin]);
         assert!(errors.is_empty(), "{errors:?}");
         let catalog = Arc::new(LiveCatalog::new(catalog));
@@ -62,6 +86,7 @@ impl Bench {
         Bench {
             runtime,
             catalog,
+            services,
             _data: data,
         }
     }
@@ -75,6 +100,10 @@ impl Bench {
     }
 
     async fn call(&self, key: &InstanceKey, tool: &Arc<ToolEntry>, arguments: Value, mint: bool) {
+        // The receiver is dropped: the invoice plugin reports nothing.
+        let host = self
+            .services
+            .then(|| plugin::HostCall::new(tokio_util::sync::CancellationToken::new()).0);
         let outcome = self
             .runtime
             .call(
@@ -82,7 +111,7 @@ impl Bench {
                 tool.clone(),
                 arguments,
                 String::new(),
-                None,
+                host,
                 mint,
                 None,
                 None,
@@ -154,5 +183,51 @@ fn call_path(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, call_path);
+/// The same calls with the invoice plugin in this process and isolated in its own.
+fn isolation(c: &mut Criterion) {
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mut group = c.benchmark_group("isolation/memory");
+    for (placement, name) in [
+        (Placement::InProcess, "in_process"),
+        (Placement::Isolated, "isolated"),
+    ] {
+        let bench = tokio.block_on(Bench::start_placed("memory", placement, true));
+        let submit = bench.tool("invoice.submit");
+        let reject = bench.tool("invoice.reject");
+        let status = bench.tool("invoice.status");
+        let key = tokio.block_on(bench.mint());
+        group.bench_function(format!("{name}/transition"), |b| {
+            b.to_async(&tokio).iter(|| async {
+                bench
+                    .call(&key, &reject, json!({"reason": "r"}), false)
+                    .await;
+                bench.call(&key, &submit, json!({"amount": 5}), false).await;
+            })
+        });
+        group.bench_function(format!("{name}/no_transition"), |b| {
+            b.to_async(&tokio)
+                .iter(|| async { bench.call(&key, &status, json!({}), false).await })
+        });
+        let keys: Vec<InstanceKey> = tokio.block_on(async {
+            futures_util::future::join_all((0..64).map(|_| bench.mint())).await
+        });
+        group.bench_function(format!("{name}/transition_x64"), |b| {
+            b.to_async(&tokio).iter(|| async {
+                futures_util::future::join_all(keys.iter().map(|key| async {
+                    bench
+                        .call(key, &reject, json!({"reason": "r"}), false)
+                        .await;
+                    bench.call(key, &submit, json!({"amount": 5}), false).await;
+                }))
+                .await
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, call_path, isolation);
 criterion_main!(benches);

@@ -28,7 +28,7 @@ use std::{
 use crate::{
     catalog::{Catalog, CatalogChange, LiveCatalog},
     plugin::{
-        self, LoadedPlugin, PluginConfigs,
+        self, LoadOptions, LoadedPlugin,
         directory::{Directory, FileChange, Stamp},
     },
 };
@@ -54,9 +54,8 @@ pub struct HotPlug {
     served: Vec<LoadedPlugin>,
     /// Files refused as they are now; SIGHUP tries them again.
     refused: BTreeSet<PathBuf>,
-    pool_size: usize,
-    /// The config file's plugin tables, read at start: a library loaded later gets them too.
-    configs: PluginConfigs,
+    /// How each library is loaded (call pool, isolation), as at start.
+    options: LoadOptions,
     live: Arc<LiveCatalog>,
     changed: Box<dyn Fn(CatalogChange) + Send>,
 }
@@ -70,8 +69,7 @@ impl HotPlug {
         directory: Directory,
         live: Arc<LiveCatalog>,
         refused: impl IntoIterator<Item = PathBuf>,
-        pool_size: usize,
-        configs: PluginConfigs,
+        options: LoadOptions,
         changed: impl Fn(CatalogChange) + Send + 'static,
     ) -> Self {
         let served = live
@@ -84,8 +82,7 @@ impl HotPlug {
             directory,
             served,
             refused: refused.into_iter().collect(),
-            pool_size,
-            configs,
+            options,
             live,
             changed: Box::new(changed),
         }
@@ -168,20 +165,19 @@ impl HotPlug {
     /// Loads `path` as of `stamp` and checks that `served` with it (replacing its previous
     /// version, or added last) makes a catalog without problems.
     fn try_load(&self, served: &[LoadedPlugin], path: &Path, stamp: Stamp) -> Attempt {
-        let loaded = plugin::load_private_copy(path, &self.configs);
+        let loaded = plugin::load_with(path, &self.options);
         // The copy must be of the settled file: if it changed meanwhile, this was a look at a
         // file being written, and it will settle again.
         if Stamp::of(path) != Some(stamp) {
             return Attempt::StillChanging;
         }
-        let mut plugin = match loaded {
+        let plugin = match loaded {
             Ok(plugin) => plugin,
             Err(error) => {
                 tracing::error!("plugin not loaded: {error}");
                 return Attempt::Refused;
             }
         };
-        plugin.set_pool_size(self.pool_size);
         let mut next = served.to_vec();
         let replacing = match next.iter_mut().find(|served| served.path() == path) {
             Some(slot) => {
@@ -255,8 +251,7 @@ pub fn start(
     directory: Directory,
     live: Arc<LiveCatalog>,
     refused: Vec<PathBuf>,
-    pool_size: usize,
-    configs: PluginConfigs,
+    options: LoadOptions,
     runtime: crate::actors::Runtime,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
@@ -284,17 +279,10 @@ pub fn start(
         }
     });
     let tokio = tokio::runtime::Handle::current();
-    let hotplug = HotPlug::new(
-        directory,
-        live,
-        refused,
-        pool_size,
-        configs,
-        move |change| {
-            let runtime = runtime.clone();
-            tokio.spawn(async move { runtime.catalog_changed(change).await });
-        },
-    );
+    let hotplug = HotPlug::new(directory, live, refused, options, move |change| {
+        let runtime = runtime.clone();
+        tokio.spawn(async move { runtime.catalog_changed(change).await });
+    });
     thread::Builder::new()
         .name("hotplug".into())
         .spawn(move || {

@@ -117,7 +117,9 @@ pub async fn run(
         Some(lock) => Some(lock.take().ok_or(InvokeError::InstanceBusy)?),
         None => None,
     };
+    // An isolated plugin's call crosses a pipe and waits for another process: never inline.
     if let Some(budget_ms) = tool.manifest.quick_ms
+        && !tool.plugin.is_isolated()
         && tool.plugin.pool().trusts_quick_calls()
     {
         let output = run_quick(&tool, &arguments, &context, host, budget_ms);

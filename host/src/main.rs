@@ -1,4 +1,5 @@
-//! The `turnstile` command line: `serve`, `check`, `machine run`, `graph`, `load`.
+//! The `turnstile` command line: `serve`, `check`, `machine run`, `graph`, `load` (and the hidden
+//! `plugin-host`, the process of an isolated plugin).
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -58,6 +59,12 @@ enum Command {
     /// Load any MCP server over Streamable HTTP and check the gating contract meanwhile; exit 1
     /// on a violation, 2 on a usage or connection error.
     Load(commands::load::LoadArgs),
+    /// The process an isolated plugin runs in; started by `serve`, not by hand.
+    #[command(hide = true)]
+    PluginHost {
+        /// The plugin library to load.
+        library: PathBuf,
+    },
     /// Draw each workflow, with the tools visible in each state.
     Graph {
         #[arg(long, env = "TURNSTILE_PLUGINS")]
@@ -150,6 +157,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         ),
         Command::Load(args) => commands::load::run(args),
         Command::Instances(args) => commands::instances::run_cli(args),
+        Command::PluginHost { library } => commands::plugin_host::run(&library),
         Command::Machine {
             command: MachineCommand::Run { file, context },
         } => commands::machine::run(

@@ -203,6 +203,9 @@ pub struct PluginPool {
     pub size: usize,
     pub running: usize,
     pub past_deadline: u64,
+    /// For an isolated plugin, how many times its process ended while serving; `None` for a
+    /// plugin in the server's process.
+    pub process_crashes: Option<u64>,
 }
 
 /// The body of `GET /metrics`: every recorded metric, then `gauges` and the build's identity.
@@ -278,8 +281,16 @@ fn record_gauges(gauges: &Gauges) {
         "turnstile_plugin_calls_past_deadline_total",
         "Calls of the plugin that outlived --tool-timeout since it was loaded"
     );
+    describe_counter!(
+        "turnstile_plugin_process_crashes_total",
+        "Times an isolated plugin's process ended while serving (--isolate), since it was loaded"
+    );
     for pool in &gauges.plugins {
         let plugin = pool.plugin.clone();
+        if let Some(crashes) = pool.process_crashes {
+            counter!("turnstile_plugin_process_crashes_total", "plugin" => plugin.clone())
+                .absolute(crashes);
+        }
         gauge!("turnstile_plugin_pool_size", "plugin" => plugin.clone()).set(pool.size as f64);
         gauge!("turnstile_plugin_calls_running", "plugin" => plugin.clone())
             .set(pool.running as f64);
@@ -325,12 +336,22 @@ mod tests {
                 passivated: 7,
             },
             http_sessions: 3,
-            plugins: vec![PluginPool {
-                plugin: "invoice".into(),
-                size: 64,
-                running: 1,
-                past_deadline: 0,
-            }],
+            plugins: vec![
+                PluginPool {
+                    plugin: "invoice".into(),
+                    size: 64,
+                    running: 1,
+                    past_deadline: 0,
+                    process_crashes: None,
+                },
+                PluginPool {
+                    plugin: "testkit".into(),
+                    size: 64,
+                    running: 0,
+                    past_deadline: 0,
+                    process_crashes: Some(2),
+                },
+            ],
             ..Gauges::default()
         };
         let text = rendered(|| record_gauges(&gauges));
@@ -340,6 +361,7 @@ mod tests {
             "turnstile_instances_passivated_total 7",
             "turnstile_sessions 3",
             r#"turnstile_plugin_pool_size{plugin="invoice"} 64"#,
+            r#"turnstile_plugin_process_crashes_total{plugin="testkit"} 2"#,
             concat!(
                 r#"turnstile_build_info{version=""#,
                 env!("CARGO_PKG_VERSION"),
@@ -349,6 +371,10 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
         }
         assert!(!text.contains("payment"), "{text}");
+        assert!(
+            !text.contains(r#"turnstile_plugin_process_crashes_total{plugin="invoice"}"#),
+            "a plugin in the server's process has no process of its own: {text}"
+        );
     }
 
     #[test]

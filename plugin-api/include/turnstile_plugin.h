@@ -52,9 +52,13 @@
     "resources"?: [{"uri", "name", "title"?, "description"?, "mime_type"?, "workflow"?,
                     "states"?: [...], "text"?}],
     "resource_templates"?: [{"uri_template", "name", "title"?, "description"?, "mime_type"?,
-                             "workflow"?, "states"?: [...]}]}
+                             "workflow"?, "states"?: [...]}],
+    "guards"?: ["<name of a guard this plugin's guard entry point decides>", ...],
+    "isolate"?: true}
  * Prompts and resources are gated by workflow state exactly as tools are. A template with the
  * variable {handle} names a workflow instance (see TurnstilePluginV1.read).
+ * "isolate": true asks the host to run the plugin in a process of its own (a crash fails only
+ * the calls in flight, and the process is restarted); leave it out to run inside the server.
  * Output with content blocks: a TURNSTILE_OK output object may carry "_content": [MCP content
  * blocks: {"type":"text","text"}, {"type":"image","data","mimeType"}, {"type":"audio",...},
  * {"type":"resource","resource":{...}}]; the rest of the object is the structured content.

@@ -76,6 +76,13 @@ pub struct Manifest {
     /// [`ResourceTemplateManifest`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resource_templates: Vec<ResourceTemplateManifest>,
+    /// Run this plugin in a process of its own (`turnstile plugin-host`) instead of inside the
+    /// server: a call that aborts or crashes it fails alone (`PLUGIN_CRASHED`) and the process is
+    /// restarted. Calls cost a round trip over a pipe. Absent or `false`: in the server's process,
+    /// unless the operator isolates the plugin by name (`serve --isolate NAME`). A host older than
+    /// this field refuses it as unknown; left out when `false`, so other manifests are unchanged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub isolate: bool,
 }
 
 /// One prompt (MCP `prompts/list`, `prompts/get`) and its binding to a workflow.
@@ -259,7 +266,14 @@ impl Manifest {
             prompts: Vec::new(),
             resources: Vec::new(),
             resource_templates: Vec::new(),
+            isolate: false,
         }
+    }
+
+    /// Asks the host to run this plugin in a process of its own (see [`Manifest::isolate`]).
+    pub fn isolated(mut self) -> Manifest {
+        self.isolate = true;
+        self
     }
 
     /// Adds a workflow machine (XState v5 JSON).
@@ -478,6 +492,20 @@ mod tests {
                 "workflow": "w", "states": ["a"], "transition": "GO"}]})
         );
         assert_eq!(serde_json::from_value::<Manifest>(text).unwrap(), manifest);
+    }
+
+    #[test]
+    fn isolation_is_absent_unless_asked_for() {
+        let plain = Manifest::new("p", "1");
+        assert_eq!(
+            serde_json::to_value(&plain).unwrap(),
+            json!({"name": "p", "version": "1", "tools": []}),
+            "an old host reads a manifest that does not ask for isolation"
+        );
+        let isolated = plain.isolated();
+        let text = serde_json::to_value(&isolated).unwrap();
+        assert_eq!(text["isolate"], json!(true));
+        assert_eq!(serde_json::from_value::<Manifest>(text).unwrap(), isolated);
     }
 
     #[test]

@@ -896,3 +896,50 @@ pub fn names(list: &[&str]) -> Vec<String> {
     names.sort();
     names
 }
+
+/// submit → reject → submit → approve → discharge, checking the menu and the notification after
+/// each step, and that a call which changes no state sends none.
+pub async fn invoice_lifecycle(client: &Client) {
+    let steps: &[(&str, Value, &str, &[&str])] = &[
+        (
+            "invoice.submit",
+            serde_json::json!({"amount": 120.5, "customer": "ACME"}),
+            "review",
+            &["invoice.approve", "invoice.reject", "invoice.status"],
+        ),
+        (
+            "invoice.reject",
+            serde_json::json!({"reason": "missing PO number"}),
+            "draft",
+            &["invoice.status", "invoice.submit"],
+        ),
+        (
+            "invoice.submit",
+            serde_json::json!({"amount": 120.5}),
+            "review",
+            &["invoice.approve", "invoice.reject", "invoice.status"],
+        ),
+        (
+            "invoice.approve",
+            serde_json::json!({}),
+            "approved",
+            &["invoice.discharge", "invoice.status"],
+        ),
+        (
+            "invoice.discharge",
+            serde_json::json!({}),
+            "discharged",
+            &["invoice.status"],
+        ),
+    ];
+    client.tool_names().await;
+    for (number, (tool, arguments, state, menu)) in steps.iter().enumerate() {
+        let result = client.call(tool, arguments.clone()).await;
+        assert_ne!(result.is_error, Some(true), "{tool} failed: {result:?}");
+        client.changes.wait_for(number + 1).await;
+        assert_eq!(client.tool_names().await, names(menu), "menu after {tool}");
+        assert_eq!(client.invoice_state().await, serde_json::json!(state));
+        // invoice.status changes no state: no notification for it.
+        client.changes.stays_at(number + 1).await;
+    }
+}

@@ -5,6 +5,7 @@ pub mod graph;
 pub mod instances;
 pub mod load;
 pub mod machine;
+pub mod plugin_host;
 pub mod replacement;
 pub mod serve;
 
@@ -12,7 +13,7 @@ use std::path::Path;
 
 use crate::{
     catalog::{Catalog, CatalogError},
-    plugin::{self, PluginConfigs, PluginError},
+    plugin::{self, LoadOptions, PluginError},
 };
 
 /// Every plugin in `dir` that loads and fits, and what went wrong with the others.
@@ -23,28 +24,21 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
-    /// Loads with the default call pool per plugin, configured by the environment only.
+    /// Loads with the default call pool per plugin, every plugin in this process.
     pub fn load(dir: &Path) -> anyhow::Result<LoadReport> {
-        LoadReport::load_with(dir, plugin::DEFAULT_POOL_SIZE, &PluginConfigs::default())
+        LoadReport::load_with(dir, &LoadOptions::default())
     }
 
-    /// Loads, giving each plugin a pool of `pool_size` concurrent calls (`--plugin-pool`) and
-    /// what `configs` has for it at `init`.
-    pub fn load_with(
-        dir: &Path,
-        pool_size: usize,
-        configs: &PluginConfigs,
-    ) -> anyhow::Result<LoadReport> {
+    /// Loads as `serve` does: each plugin with a pool of `options.pool_size` concurrent calls
+    /// (`--plugin-pool`), the isolated ones in processes of their own (`--isolate`).
+    pub fn load_with(dir: &Path, options: &LoadOptions) -> anyhow::Result<LoadReport> {
         if !dir.is_dir() {
             anyhow::bail!(
                 "plugin directory {} does not exist or is not a directory",
                 dir.display()
             );
         }
-        let (mut plugins, load_errors) = plugin::load_dir(dir, configs);
-        for plugin in &mut plugins {
-            plugin.set_pool_size(pool_size);
-        }
+        let (plugins, load_errors) = plugin::load_dir_with(dir, options);
         let (catalog, catalog_errors) = Catalog::build(plugins);
         Ok(LoadReport {
             catalog,

@@ -20,7 +20,7 @@ use crate::{
     invoke::Limits,
     mcp::{self, HandleMode, HttpOptions, Shared},
     memory,
-    plugin::{PluginConfigs, directory::Directory},
+    plugin::{Isolation, LoadOptions, PluginConfigs, directory::Directory},
     shutdown::Shutdown,
     store::{self, StateStore, StoreOptions},
 };
@@ -42,6 +42,8 @@ pub struct ServeOptions {
     pub shutdown_timeout: Duration,
     /// How many calls of one plugin may run at once (`--plugin-pool`).
     pub plugin_pool: usize,
+    /// Which plugins run in processes of their own (`--isolate`, and manifests that ask).
+    pub isolation: Isolation,
     /// Delete instances this long after they reached a final state (`--retain-final`; `None`:
     /// keep them).
     pub retain_final: Option<Duration>,
@@ -101,18 +103,31 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     // Stamped before loading, so that a file changed during the load is loaded again.
     let mut plugin_dir = Directory::new(&options.plugins, hotplug::SETTLE);
     plugin_dir.assume_handled();
-    let report = LoadReport::load_with(
-        &options.plugins,
-        options.plugin_pool,
-        &options.plugin_configs,
-    )?;
+    let load_options = LoadOptions {
+        pool_size: options.plugin_pool,
+        isolation: Some(options.isolation.clone()),
+        configs: options.plugin_configs.clone(),
+    };
+    let report = LoadReport::load_with(&options.plugins, &load_options)?;
     let refused = report.refused_files();
     // One bad plugin must not take the others down: say what is wrong and serve the rest.
     for problem in report.problems() {
         tracing::error!("plugin not loaded: {problem}");
     }
     for plugin in report.catalog.plugins() {
-        tracing::info!(plugin = %plugin.manifest().name, path = %plugin.path().display(), "plugin loaded");
+        tracing::info!(plugin = %plugin.manifest().name, path = %plugin.path().display(), isolated = plugin.is_isolated(), "plugin loaded");
+    }
+    for name in &options.isolation.names {
+        if !report
+            .catalog
+            .plugins()
+            .iter()
+            .any(|plugin| plugin.manifest().name == *name)
+        {
+            tracing::warn!(
+                "--isolate {name}: no plugin of that name is loaded (yet); it will be isolated if one is added"
+            );
+        }
     }
     let catalog = Arc::new(LiveCatalog::new(report.catalog));
     let store_options = StoreOptions {
@@ -150,8 +165,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         plugin_dir,
         catalog.clone(),
         refused,
-        options.plugin_pool,
-        options.plugin_configs.clone(),
+        load_options,
         runtime.clone(),
     )?;
     // Passivated instances, ended sessions and their subscriptions are freed on several

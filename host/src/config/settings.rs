@@ -215,6 +215,18 @@ pub struct ServeSettings {
         default_value_t = DEFAULT_POOL_SIZE
     )]
     pub plugin_pool: usize,
+    /// Run the plugin named NAME (its manifest's name) in a process of its own: a crash fails
+    /// only its calls in flight (PLUGIN_CRASHED) and the process is restarted. Calls cross a
+    /// pipe. Repeatable, or comma-separated. A plugin whose manifest says `"isolate": true` is
+    /// isolated without it.
+    #[arg(
+        long = "isolate",
+        env = "TURNSTILE_ISOLATE",
+        hide_env = true,
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    pub isolate: Vec<String>,
     /// Require `Authorization: Bearer TOKEN` on every HTTP route but /healthz and /readyz.
     /// The file holds one `TOKEN` or `NAME TOKEN` per line (`#` comments); it is read again
     /// on SIGHUP, so tokens rotate without a restart.
@@ -383,6 +395,7 @@ impl ServeSettings {
             plugins: self.plugins.unwrap_or_default(),
             plugin_configs,
             plugin_pool: self.plugin_pool,
+            isolation: isolation(self.isolate, self.log_format),
             retain_final: (self.retain_final > 0).then(|| secs(self.retain_final)),
             instance_ttl: (self.instance_ttl > 0).then(|| secs(self.instance_ttl)),
             shutdown_timeout: secs(self.shutdown_timeout),
@@ -439,5 +452,27 @@ impl ServeSettings {
                 ..Default::default()
             },
         }
+    }
+}
+
+/// How `serve` starts the processes of isolated plugins: this same executable, as
+/// `plugin-host`, logging as the server does.
+fn isolation(names: Vec<String>, log_format: LogFormat) -> crate::plugin::Isolation {
+    // On Linux, `/proc/self/exe` is the file this process runs even if it was replaced or
+    // deleted since (an upgrade in place): a restarted plugin process never runs a newer
+    // `turnstile` than the server it talks to.
+    let program = if cfg!(target_os = "linux") {
+        std::path::PathBuf::from("/proc/self/exe")
+    } else {
+        std::env::current_exe().unwrap_or_else(|_| std::path::PathBuf::from("turnstile"))
+    };
+    let args = match log_format {
+        LogFormat::Text => Vec::new(),
+        LogFormat::Json => vec!["--log-format".into(), "json".into()],
+    };
+    crate::plugin::Isolation {
+        names: names.into_iter().collect(),
+        program,
+        args,
     }
 }

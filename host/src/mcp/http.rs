@@ -286,11 +286,15 @@ async fn stats(
         .iter()
         .map(|plugin| {
             let pool = plugin.pool();
-            let entry = serde_json::json!({
+            let mut entry = serde_json::json!({
                 "pool_size": pool.size(),
                 "calls_running": pool.busy(),
                 "calls_past_deadline": pool.past_deadline(),
             });
+            if let Some(crashes) = plugin.crashes() {
+                entry["isolated"] = serde_json::json!(true);
+                entry["process_crashes"] = serde_json::json!(crashes);
+            }
             (plugin.manifest().name.clone(), entry)
         })
         .collect();

@@ -156,6 +156,7 @@ pub async fn serve(
                 size: pool.size(),
                 running: pool.busy(),
                 past_deadline: pool.past_deadline(),
+                process_crashes: plugin.crashes(),
             }
         })
         .collect();

@@ -357,6 +357,9 @@ fn busy(tool: &str, error: &InvokeError) -> CallToolResult {
 /// library's path, goes to the server log; the client gets the reason without the path, which is
 /// the server's business.
 fn plugin_failure(tool: &str, error: &PluginError) -> CallToolResult {
+    if let PluginError::Crashed { reason, .. } = error {
+        return plugin_crashed(tool, reason);
+    }
     tracing::warn!(%tool, %error, "plugin failure");
     let full = error.to_string();
     let prefix = format!("{}: ", error.path().display());
@@ -364,6 +367,20 @@ fn plugin_failure(tool: &str, error: &PluginError) -> CallToolResult {
     error_result(
         format!("{tool} failed inside its plugin and changed nothing: {reason}"),
         "PLUGIN_FAILED",
+        json!({ "tool": tool, "message": reason }),
+    )
+}
+
+/// An isolated plugin's process ended while the call was in flight: nothing was fired or
+/// saved, and the process is being restarted, so the agent may retry. Not logged here: the
+/// process's end is logged once, with its exit status, however many calls it fails.
+fn plugin_crashed(tool: &str, reason: &str) -> CallToolResult {
+    error_result(
+        format!(
+            "{tool} did not complete and changed nothing: {reason}. The plugin is being \
+             restarted; retrying may succeed."
+        ),
+        "PLUGIN_CRASHED",
         json!({ "tool": tool, "message": reason }),
     )
 }

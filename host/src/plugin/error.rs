@@ -84,6 +84,21 @@ pub enum PluginError {
         message: String,
     },
 
+    /// The plugin is isolated (it runs in a process of its own) and that process could not be
+    /// started, or did not load the library as this process did.
+    #[error("{}: cannot run in a process of its own: {reason}", path.display())]
+    Isolation { path: PathBuf, reason: String },
+
+    /// The plugin is isolated and its process ended (crashed, was killed) while the call was in
+    /// flight, or could not be reached; `reason` says how. The process is restarted; the call
+    /// fired nothing.
+    #[error("{}: tool {tool}: {reason}", path.display())]
+    Crashed {
+        path: PathBuf,
+        tool: String,
+        reason: String,
+    },
+
     /// The plugin broke the protocol on a call: output that is not JSON, an unknown status,
     /// an error without `{"message"}`, or a status of [`Status::INTERNAL`].
     ///
@@ -112,6 +127,8 @@ impl PluginError {
             | PluginError::ReadFailed { path, .. }
             | PluginError::BadArgument { path, .. }
             | PluginError::Panicked { path, .. }
+            | PluginError::Isolation { path, .. }
+            | PluginError::Crashed { path, .. }
             | PluginError::BadResponse { path, .. } => path,
         }
     }

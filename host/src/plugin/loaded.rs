@@ -1,8 +1,10 @@
 //! [`LoadedPlugin`]: the safe handle the rest of the host uses to call a plugin.
 //!
 //! It owns the translation between Rust values and the ABI (JSON text, NUL-terminated strings,
-//! status codes) and the mapping of statuses to [`PluginOutput`] / [`PluginError`]. It does not
-//! know about workflows, gating or MCP: it runs the tool it is asked to run.
+//! status codes) and the mapping of statuses to [`PluginOutput`] / [`PluginError`], and hides
+//! where the plugin runs: in this process, or isolated in one of its own (`isolated`), whose
+//! calls come back as the same results. It does not know about workflows, gating or MCP: it
+//! runs the tool it is asked to run.
 
 use std::{
     ffi::CString,
@@ -16,6 +18,7 @@ use turnstile_plugin_api::{CallContext, Manifest, PrimitiveKind, ToolManifest, a
 use super::{
     config::PluginConfigs,
     error::PluginError,
+    isolated::{Isolated, Isolation},
     library::{CallArgs, GuardArgs, Library, ReadArgs, error_message},
     manifest,
     pool::CallPool,
@@ -37,9 +40,17 @@ struct Inner {
     /// The path the plugin was loaded from (the original, also for a private copy).
     path: PathBuf,
     manifest: Manifest,
-    library: Library,
+    backend: Backend,
     /// The bound on this plugin's concurrent calls (see `pool`).
     pool: CallPool,
+}
+
+/// Where the plugin's code runs.
+enum Backend {
+    /// Loaded into this process.
+    InProcess(Library),
+    /// In a process of its own (see `isolated`).
+    Isolated(Isolated),
 }
 
 /// What a tool call produced.
@@ -105,10 +116,47 @@ impl LoadedPlugin {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
                 manifest,
-                library,
+                backend: Backend::InProcess(library),
                 pool: CallPool::default(),
             }),
         })
+    }
+
+    /// This plugin, moved into a process of its own: the instance in this process is destroyed
+    /// and a process started on `image`, the bytes this plugin was loaded from (see
+    /// `isolated`). Only right after loading, before the handle is shared.
+    pub(super) fn into_isolated(
+        self,
+        image: Vec<u8>,
+        isolation: &Isolation,
+    ) -> Result<LoadedPlugin, PluginError> {
+        let (path, manifest) = (self.inner.path.clone(), self.inner.manifest.clone());
+        // Destroyed first: a plugin that holds something exclusive (a port, a lock file) must
+        // have let go of it before its process takes it.
+        drop(self);
+        let isolated = Isolated::start(&path, &manifest, image, isolation)?;
+        Ok(LoadedPlugin {
+            inner: Arc::new(Inner {
+                path,
+                manifest,
+                backend: Backend::Isolated(isolated),
+                pool: CallPool::default(),
+            }),
+        })
+    }
+
+    /// Whether the plugin runs in a process of its own.
+    pub fn is_isolated(&self) -> bool {
+        matches!(self.inner.backend, Backend::Isolated(_))
+    }
+
+    /// For an isolated plugin, how many times its process ended while serving; `None` for a
+    /// plugin in this process.
+    pub fn crashes(&self) -> Option<u64> {
+        match &self.inner.backend {
+            Backend::InProcess(_) => None,
+            Backend::Isolated(isolated) => Some(isolated.crashes()),
+        }
     }
 
     /// Sets how many calls of this plugin may run at once. Only before the handle is shared
@@ -177,6 +225,10 @@ impl LoadedPlugin {
                 tool: tool.to_owned(),
             });
         }
+        let library = match &self.inner.backend {
+            Backend::InProcess(library) => library,
+            Backend::Isolated(isolated) => return isolated.call(tool, input, ctx, host),
+        };
         let c_string = |what: &'static str, text: String| {
             CString::new(text).map_err(|_| PluginError::BadArgument {
                 path: path.clone(),
@@ -194,7 +246,7 @@ impl LoadedPlugin {
         let context_json = c_string("the context", ctx.context.to_string())?;
         // Registered for exactly the duration of the plugin's call.
         let services = host.map(Registered::new);
-        let output = self.inner.library.call(&CallArgs {
+        let output = library.call(&CallArgs {
             tool: &tool_name,
             input_json: &input_json,
             call_id: &call_id,
@@ -227,7 +279,17 @@ impl LoadedPlugin {
         let c_string = |text: String| {
             CString::new(text).map_err(|_| refused("the guard name holds a NUL byte".into()))
         };
-        let output = self.inner.library.guard(&GuardArgs {
+        let library = match &self.inner.backend {
+            Backend::InProcess(library) => library,
+            Backend::Isolated(_) => {
+                return Err(refused(
+                    "the plugin runs isolated, and guards are not decided across the process \
+                     boundary yet"
+                        .into(),
+                ));
+            }
+        };
+        let output = library.guard(&GuardArgs {
             name: &c_string(name.to_owned())?,
             params_json: &c_string(params.to_string())?,
             context_json: &c_string(context.to_string())?,
@@ -274,9 +336,17 @@ impl LoadedPlugin {
         let handle = c_string(ctx.handle.clone())?;
         let state_json = c_string(ctx.state.to_string())?;
         let context_json = c_string(ctx.context.to_string())?;
-        let output = self
-            .inner
-            .library
+        let library = match &self.inner.backend {
+            Backend::InProcess(library) => library,
+            Backend::Isolated(_) => {
+                return Err(failed(
+                    "the plugin runs isolated, and prompts and resources are not read across \
+                     the process boundary yet"
+                        .into(),
+                ));
+            }
+        };
+        let output = library
             .read(&ReadArgs {
                 kind: kind.raw(),
                 name: &name_c,
@@ -384,6 +454,7 @@ impl std::fmt::Debug for LoadedPlugin {
             .field("path", &self.inner.path)
             .field("name", &self.inner.manifest.name)
             .field("version", &self.inner.manifest.version)
+            .field("isolated", &self.is_isolated())
             .finish_non_exhaustive()
     }
 }

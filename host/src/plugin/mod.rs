@@ -17,6 +17,8 @@
 //!   settled in a new version or vanished, and a watcher that says when to look.
 //! - [`CallPool`] (`pool.rs`): how many calls of one plugin may run at once.
 //! - [`HostCall`] (`services.rs`): the host services a plugin may use during a call (ABI 1.1).
+//! - `isolated/`: plugins that run in a process of their own ([`Isolation`]), both the server's
+//!   side and the child's (`turnstile plugin-host`, [`run_plugin_host`]).
 //!
 //! **Invariant:** a library is never unloaded while a call may run: every [`LoadedPlugin`]
 //! clone holds an `Arc` to it, and `call` borrows one. The instance is destroyed, then the
@@ -31,6 +33,7 @@
 pub mod config;
 pub mod directory;
 mod error;
+mod isolated;
 mod library;
 mod loaded;
 mod manifest;
@@ -51,26 +54,81 @@ pub use turnstile_plugin_api::{CallContext, LogLevel, Manifest, PrimitiveKind, T
 pub use self::{
     config::PluginConfigs,
     error::PluginError,
+    isolated::{Isolation, run_child as run_plugin_host},
     loaded::{LoadedPlugin, PluginOutput},
     pool::{CallPool, DEFAULT_POOL_SIZE, QUEUE_WAIT},
     services::{CallEvent, HostCall},
 };
 
+/// How the server loads each plugin: the bound on its concurrent calls, and whether it runs in
+/// a process of its own.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// `--plugin-pool`.
+    pub pool_size: usize,
+    /// Which plugins run isolated; `None`: all in this process (`turnstile check` and `graph`,
+    /// which call no tool, and library users).
+    pub isolation: Option<Isolation>,
+    /// The config file's plugin tables, given to each plugin's `init` with its environment
+    /// variables. (An isolated plugin's process reads only the environment.)
+    pub configs: PluginConfigs,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            pool_size: DEFAULT_POOL_SIZE,
+            isolation: None,
+            configs: PluginConfigs::default(),
+        }
+    }
+}
+
 /// Loads every shared library (by the platform suffix: `.so`, `.dylib` or `.dll`) in `dir`,
 /// non-recursively, in file-name order, each from a private copy (see [`load_private_copy`]).
 /// Returns what loaded and one error per file that did not; a file with the suffix that is not
 /// a loadable plugin is an error, files with other suffixes and directories are ignored. An
-/// unreadable `dir` is a single error. Each plugin's `init` gets what `configs` has for it.
-pub fn load_dir(dir: &Path, configs: &PluginConfigs) -> (Vec<LoadedPlugin>, Vec<PluginError>) {
+/// unreadable `dir` is a single error.
+pub fn load_dir(dir: &Path) -> (Vec<LoadedPlugin>, Vec<PluginError>) {
+    load_dir_with(dir, &LoadOptions::default())
+}
+
+/// [`load_dir`], each library loaded with `options` (see [`load_with`]).
+pub fn load_dir_with(dir: &Path, options: &LoadOptions) -> (Vec<LoadedPlugin>, Vec<PluginError>) {
     let (files, mut errors) = library_files(dir);
     let mut plugins = Vec::new();
     for file in files {
-        match load_private_copy(&file, configs) {
+        match load_with(&file, options) {
             Ok(plugin) => plugins.push(plugin),
             Err(err) => errors.push(err),
         }
     }
     (plugins, errors)
+}
+
+/// Loads the library at `path` as the server does: from a private copy (see
+/// [`load_private_copy`]), with a pool of `options.pool_size` calls, and, when `options`
+/// isolate it (by name or by its manifest's `isolate`), moved into a process of its own
+/// started on the bytes just loaded. Blocking; for an isolated plugin, until its process is
+/// ready.
+pub fn load_with(path: &Path, options: &LoadOptions) -> Result<LoadedPlugin, PluginError> {
+    let mut plugin = match &options.isolation {
+        Some(isolation) => load_private_copy_then(
+            path,
+            &std::env::temp_dir(),
+            &options.configs,
+            |plugin, copy| {
+                if !isolation.wants(plugin.manifest()) {
+                    return Ok(plugin);
+                }
+                let image = fs::read(copy).map_err(|err| io_error(path, "cannot read", err))?;
+                plugin.into_isolated(image, isolation)
+            },
+        )?,
+        None => load_private_copy(path, &options.configs)?,
+    };
+    plugin.set_pool_size(options.pool_size);
+    Ok(plugin)
 }
 
 /// The shared libraries in `dir` (by the platform suffix), non-recursively, in file-name order,
@@ -130,6 +188,17 @@ pub fn load_private_copy_in(
     dir: &Path,
     configs: &PluginConfigs,
 ) -> Result<LoadedPlugin, PluginError> {
+    load_private_copy_then(path, dir, configs, |plugin, _| Ok(plugin))
+}
+
+/// [`load_private_copy_in`], then `then` with the plugin and its copy, before the copy is
+/// deleted.
+fn load_private_copy_then(
+    path: &Path,
+    dir: &Path,
+    configs: &PluginConfigs,
+    then: impl FnOnce(LoadedPlugin, &Path) -> Result<LoadedPlugin, PluginError>,
+) -> Result<LoadedPlugin, PluginError> {
     /// Distinguishes the copies one process makes; the process id distinguishes processes.
     static NEXT_COPY: AtomicU64 = AtomicU64::new(0);
 
@@ -156,7 +225,9 @@ pub fn load_private_copy_in(
     let copied = io::copy(&mut source, &mut target).and_then(|_| target.sync_all());
     drop(target);
     let result = match copied {
-        Ok(()) => LoadedPlugin::load_file(path, &copy, configs),
+        Ok(()) => {
+            LoadedPlugin::load_file(path, &copy, configs).and_then(|plugin| then(plugin, &copy))
+        }
         Err(err) => Err(io_error(
             path,
             &format!("cannot copy to {}", copy.display()),

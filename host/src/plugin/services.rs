@@ -6,8 +6,9 @@
 //! so a plugin that keeps the services and uses them after its call returned (or from a thread
 //! that outlives it) reaches nothing and gets an error status instead of freed memory.
 //!
-//! This module only moves what the plugin said onto a channel; what the client sees of it
-//! (levels, progress tokens, the order against the result) is the MCP layer's business.
+//! This module only moves what the plugin said onto a channel (or, in an isolated plugin's
+//! process, onto the pipe to the server); what the client sees of it (levels, progress tokens,
+//! the order against the result) is the MCP layer's business.
 
 use std::{
     ffi::{CStr, c_char, c_void},
@@ -44,10 +45,18 @@ pub enum CallEvent {
 
 /// The host's side of one call's services: where the plugin's events go, and whether the call
 /// was cancelled.
-#[derive(Debug)]
 pub struct HostCall {
-    events: mpsc::UnboundedSender<CallEvent>,
+    events: Events,
     cancelled: CancellationToken,
+}
+
+/// Where a call's events go.
+enum Events {
+    /// To the request being answered (the server's own calls).
+    Channel(mpsc::UnboundedSender<CallEvent>),
+    /// Onward to another process: an isolated plugin's process relays what its plugin says to
+    /// the server (`child.rs`). Returns whether the event went out.
+    Relay(Box<dyn Fn(CallEvent) -> bool + Send + Sync>),
 }
 
 impl HostCall {
@@ -56,7 +65,17 @@ impl HostCall {
         cancelled: CancellationToken,
     ) -> (Arc<HostCall>, mpsc::UnboundedReceiver<CallEvent>) {
         let (events, receiver) = mpsc::unbounded_channel();
+        let events = Events::Channel(events);
         (Arc::new(HostCall { events, cancelled }), receiver)
+    }
+
+    /// A call whose events are handed to `relay`, cancelled when `cancelled` is.
+    pub(super) fn relayed(
+        cancelled: CancellationToken,
+        relay: impl Fn(CallEvent) -> bool + Send + Sync + 'static,
+    ) -> Arc<HostCall> {
+        let events = Events::Relay(Box::new(relay));
+        Arc::new(HostCall { events, cancelled })
     }
 
     /// Tells the plugin (through `is_cancelled`) that its work is no longer wanted.
@@ -64,12 +83,28 @@ impl HostCall {
         self.cancelled.cancel();
     }
 
-    fn send(&self, event: CallEvent) -> Status {
+    /// Cancelled once the call's work is no longer wanted.
+    pub(super) fn cancellation(&self) -> &CancellationToken {
+        &self.cancelled
+    }
+
+    /// Hands `event` on to whoever follows the call.
+    pub(super) fn send(&self, event: CallEvent) -> Status {
         // The receiver is gone once the client's request is answered; the plugin need not care.
-        match self.events.send(event) {
-            Ok(()) => Status::OK,
-            Err(_) => Status::INTERNAL,
-        }
+        let sent = match &self.events {
+            Events::Channel(events) => events.send(event).is_ok(),
+            Events::Relay(relay) => relay(event),
+        };
+        if sent { Status::OK } else { Status::INTERNAL }
+    }
+}
+
+impl std::fmt::Debug for HostCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostCall")
+            .field("relayed", &matches!(self.events, Events::Relay(_)))
+            .field("cancelled", &self.cancelled.is_cancelled())
+            .finish()
     }
 }
 

@@ -259,13 +259,13 @@ fn load_dir_loads_libraries_in_order_and_reports_each_failure() {
     fs::write(dir.path().join("x.so"), "text").unwrap();
     fs::write(dir.path().join("README.md"), "ignored").unwrap();
     fs::create_dir(dir.path().join("sub.so")).unwrap();
-    let (plugins, errors) = load_dir(dir.path(), &PluginConfigs::default());
+    let (plugins, errors) = load_dir(dir.path());
     let names: Vec<_> = plugins.iter().map(|p| p.manifest().name.as_str()).collect();
     assert_eq!(names, ["testkit", "invoice"]);
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(errors[0].path(), dir.path().join("x.so"));
 
-    let (plugins, errors) = load_dir(&dir.path().join("nope"), &PluginConfigs::default());
+    let (plugins, errors) = load_dir(&dir.path().join("nope"));
     assert!(plugins.is_empty());
     assert!(
         errors[0].to_string().contains("cannot read directory"),
@@ -303,7 +303,7 @@ fn load_dir_maps_private_copies_so_rewriting_the_file_is_harmless() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("invoice.so");
     fs::copy(cargo_plugin("invoice"), &file).unwrap();
-    let (plugins, errors) = load_dir(dir.path(), &PluginConfigs::default());
+    let (plugins, errors) = load_dir(dir.path());
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(plugins[0].path(), file);
     // In place: same inode, new bytes, as `cp` over an existing file does.

@@ -31,6 +31,7 @@ pub struct Toolkit {
     guards: Vec<(String, GuardHandler)>,
     prompts: Vec<Prompt>,
     resources: Vec<Resource>,
+    isolate: bool,
 }
 
 /// A named guard's implementation: `(params, context, event) -> passes`.
@@ -79,6 +80,7 @@ impl Toolkit {
             guards: Vec::new(),
             prompts: Vec::new(),
             resources: Vec::new(),
+            isolate: false,
         }
     }
 
@@ -95,6 +97,13 @@ impl Toolkit {
         decide: impl Fn(&Value, &Value, &Value) -> bool + Send + Sync + 'static,
     ) -> Toolkit {
         self.guards.push((name.into(), Arc::new(decide)));
+        self
+    }
+
+    /// Asks the host to run this plugin in a process of its own, so that a crash fails only
+    /// the calls in flight (the manifest's `isolate`, see [`Manifest::isolate`]).
+    pub fn isolated(mut self) -> Toolkit {
+        self.isolate = true;
         self
     }
 
@@ -142,6 +151,7 @@ impl Toolkit {
     pub fn build(self) -> Result<ToolkitPlugin, DeclarationError> {
         let mut problems = Vec::new();
         let mut manifest = Manifest::new(&self.name, &self.version);
+        manifest.isolate = self.isolate;
         for (index, workflow) in self.workflows.iter().enumerate() {
             if let Err(problem) = workflow.outline() {
                 problems.push(format!("workflow #{}: {problem}", index + 1));

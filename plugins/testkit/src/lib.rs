@@ -18,6 +18,10 @@
 //!   (the `_content` output convention).
 //! - `testkit.report` (ungated): logs `count` messages at `level` and reports progress `count`
 //!   times (host services), then returns.
+//! - `testkit.abort` (ungated): calls `abort()`, ending the process it runs in; and
+//!   `testkit.go` with `"abort": true` does the same. Only for tests that run testkit isolated
+//!   (`serve --isolate testkit`, or the configuration `TURNSTILE_PLUGIN_TESTKIT_ISOLATE=true`,
+//!   which makes the manifest ask for it).
 
 use std::{thread, time::Duration};
 
@@ -47,6 +51,7 @@ struct GoInput {
     fail: bool,
     panic: bool,
     bad_output: bool,
+    abort: bool,
 }
 
 #[derive(Deserialize)]
@@ -60,6 +65,11 @@ impl Plugin for Testkit {
         let object = json!({"type": "object", "properties": {}});
         let mut manifest = Manifest::new("testkit", env!("CARGO_PKG_VERSION"));
         manifest.guards.push("testkit.allows".into());
+        let manifest = if plugin_config()["isolate"] == "true" {
+            manifest.isolated()
+        } else {
+            manifest
+        };
         manifest
             .workflow(json!({
                 "id": "testkit",
@@ -112,7 +122,8 @@ impl Plugin for Testkit {
                             "fail": {"type": "boolean"},
                             "panic": {"type": "boolean"},
                             "bad_output": {"type": "boolean"},
-                            "word": {"type": "string"}
+                            "word": {"type": "string"},
+                            "abort": {"type": "boolean"}
                         }
                     }),
                 )
@@ -143,6 +154,11 @@ impl Plugin for Testkit {
                     "required": ["count", "level"]
                 }),
             ))
+            .tool(ToolManifest::new(
+                "testkit.abort",
+                "Test fixture: calls abort(), ending the process the plugin runs in.",
+                object.clone(),
+            ))
             .tool(
                 ToolManifest::new(
                     "testkit.reset",
@@ -157,6 +173,7 @@ impl Plugin for Testkit {
     fn call(&self, tool: &str, input: Value, ctx: &CallContext) -> Result<Value, ToolError> {
         match tool {
             "testkit.panic" => panic!("testkit.panic was called"),
+            "testkit.abort" => std::process::abort(),
             "testkit.slow" | "testkit.quick_slow" => {
                 let SlowInput { ms } = parse_input(input)?;
                 if ms > MAX_SLEEP_MS {
@@ -179,6 +196,9 @@ impl Plugin for Testkit {
                 let go: GoInput = parse_input(input)?;
                 if go.panic {
                     panic!("testkit.go was asked to panic");
+                }
+                if go.abort {
+                    std::process::abort();
                 }
                 if go.fail {
                     return Err(ToolError::failed("testkit.go was asked to fail"));

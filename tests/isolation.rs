@@ -1,0 +1,294 @@
+//! Crash isolation (issue 12, item 4): a plugin run in a process of its own (`--isolate NAME`,
+//! or its manifest's `"isolate": true`) that aborts fails only its calls in flight
+//! (`PLUGIN_CRASHED`), while the server and the other plugins keep serving and the plugin comes
+//! back; and an isolated plugin otherwise serves as an in-process one does.
+
+mod common;
+
+use std::{
+    collections::BTreeSet,
+    fs,
+    time::{Duration, Instant},
+};
+
+use common::{
+    Client, PluginDir, Server, built_plugin, error_code, invoice_lifecycle, names, text_of,
+};
+use serde_json::{Value, json};
+
+/// Waits (at most 10 s) until `check` holds for the server's `/stats`.
+async fn wait_for_stats(server: &Server, what: &str, check: impl Fn(&Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = server.stats().await;
+        if check(&stats) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never saw {what}: {stats}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The `turnstile plugin-host` processes the server runs now.
+fn plugin_processes(server: &Server) -> BTreeSet<u32> {
+    let tasks = format!("/proc/{}/task", server.pid());
+    let mut children = BTreeSet::new();
+    for task in fs::read_dir(&tasks).expect("the server's threads") {
+        let path = task.expect("a thread").path().join("children");
+        // A thread may exit between listing and reading.
+        let Ok(pids) = fs::read_to_string(path) else {
+            continue;
+        };
+        children.extend(
+            pids.split_whitespace()
+                .filter_map(|pid| pid.parse::<u32>().ok()),
+        );
+    }
+    children.retain(|pid: &u32| {
+        fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("plugin-host"))
+    });
+    children
+}
+
+#[tokio::test]
+async fn an_isolated_plugin_that_aborts_fails_only_its_calls_in_flight_and_comes_back() {
+    let plugins = PluginDir::with(&["invoice", "testkit"]);
+    let server = Server::http(plugins.path(), &["--isolate", "testkit"]);
+    let client = Client::http(&server.url).await;
+    let other = Client::http(&server.url).await;
+    // The child's stderr is the server's: its own log line is there.
+    server.wait_for_log("plugin-host: serving");
+
+    // A call in flight in the same process when it dies.
+    let slow = tokio::spawn(async move {
+        let result = other.call("testkit.slow", json!({"ms": 30000})).await;
+        other.close().await;
+        result
+    });
+    wait_for_stats(&server, "the slow call running", |stats| {
+        stats["plugins"]["testkit"]["calls_running"] == 1
+    })
+    .await;
+
+    let aborted = client.call("testkit.abort", json!({})).await;
+    assert_eq!(error_code(&aborted), "PLUGIN_CRASHED", "{aborted:?}");
+    let message = aborted.structured_content.as_ref().unwrap()["error"]["message"].clone();
+    assert!(
+        message.as_str().unwrap().contains("SIGABRT"),
+        "the error says how the process ended: {message}"
+    );
+    assert!(
+        text_of(&aborted).contains("retrying may succeed"),
+        "{aborted:?}"
+    );
+    let slow = slow.await.expect("the slow call's task");
+    assert_eq!(error_code(&slow), "PLUGIN_CRASHED", "{slow:?}");
+
+    // One ERROR line names the plugin and the signal.
+    let line = server.wait_for_log("isolated plugin testkit: its process was killed by signal 6");
+    assert!(line.contains("ERROR"), "{line}");
+    let crash_lines = server
+        .stderr()
+        .lines()
+        .filter(|line| line.contains("its process was killed"))
+        .count();
+    assert_eq!(crash_lines, 1, "{}", server.stderr());
+
+    // The server and the in-process plugin never noticed.
+    let submitted = client.call("invoice.submit", json!({"amount": 10})).await;
+    assert_ne!(submitted.is_error, Some(true), "{submitted:?}");
+    assert_eq!(client.invoice_state().await, json!("review"));
+
+    // The next call to the plugin waits for its restart and succeeds.
+    let echoed = client
+        .call("testkit.echo", json!({"after": "the crash"}))
+        .await;
+    assert_ne!(echoed.is_error, Some(true), "{echoed:?}");
+    assert_eq!(
+        echoed.structured_content.unwrap()["input"],
+        json!({"after": "the crash"})
+    );
+    let stats = server.stats().await;
+    assert_eq!(stats["plugins"]["testkit"]["isolated"], true, "{stats}");
+    assert_eq!(stats["plugins"]["testkit"]["process_crashes"], 1, "{stats}");
+    assert!(
+        stats["plugins"]["invoice"].get("isolated").is_none(),
+        "{stats}"
+    );
+}
+
+/// A crash fires nothing: the workflow call that aborted leaves its instance where it was, and
+/// the same call made again moves it.
+#[tokio::test]
+async fn a_workflow_call_that_crashes_its_plugin_fires_nothing() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let server = Server::http(plugins.path(), &["--isolate", "testkit"]);
+    let client = Client::http(&server.url).await;
+    let aborted = client.call("testkit.go", json!({"abort": true})).await;
+    assert_eq!(error_code(&aborted), "PLUGIN_CRASHED", "{aborted:?}");
+    client.changes.stays_at(0).await;
+    let menu = client.tool_names().await;
+    assert!(menu.contains(&"testkit.go".to_string()), "{menu:?}");
+    assert!(!menu.contains(&"testkit.reset".to_string()), "{menu:?}");
+
+    let moved = client.call("testkit.go", json!({})).await;
+    assert_ne!(moved.is_error, Some(true), "{moved:?}");
+    assert_eq!(moved.structured_content.unwrap()["state"], "done");
+    client.changes.wait_for(1).await;
+    assert!(
+        client
+            .tool_names()
+            .await
+            .contains(&"testkit.reset".to_string())
+    );
+}
+
+#[tokio::test]
+async fn an_isolated_invoice_serves_its_whole_lifecycle_with_list_changed() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &["--isolate", "invoice"]);
+    let client = Client::http(&server.url).await;
+    invoice_lifecycle(&client).await;
+    assert_eq!(server.stats().await["plugins"]["invoice"]["isolated"], true);
+    assert_eq!(plugin_processes(&server).len(), 1);
+}
+
+/// What a plugin logs and reports during a call reaches the client, and a deadline reaches the
+/// plugin (`is_cancelled`), across the process boundary.
+#[tokio::test]
+async fn host_services_and_deadlines_cross_the_process_boundary() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let server = Server::http(
+        plugins.path(),
+        &["--isolate", "testkit", "--tool-timeout", "1"],
+    );
+    let client = Client::http(&server.url).await;
+    client.set_log_level("debug").await;
+    let reported = client
+        .call_with_meta(
+            "testkit.report",
+            json!({"count": 2, "level": "info"}),
+            json!({"progressToken": "p"}),
+        )
+        .await;
+    assert_eq!(reported.structured_content.unwrap()["services"], true);
+    assert_eq!(
+        client.events(),
+        [
+            r#"log:info:{"step":1}"#,
+            "progress:1/2",
+            r#"log:info:{"step":2}"#,
+            "progress:2/2",
+        ]
+    );
+
+    client.call("testkit.go", json!({})).await;
+    // The plugin would run a minute unless told its call is cancelled.
+    let late = client
+        .call("testkit.reset", json!({"watch_ms": 60000}))
+        .await;
+    assert_eq!(error_code(&late), "TOOL_TIMEOUT", "{late:?}");
+    wait_for_stats(&server, "the cancelled call returning", |stats| {
+        stats["plugins"]["testkit"]["calls_running"] == 0
+    })
+    .await;
+    // It gave up, so the transition did not happen.
+    assert!(
+        client
+            .tool_names()
+            .await
+            .contains(&"testkit.reset".to_string())
+    );
+}
+
+/// A plugin can ask for isolation itself; its configuration reaches its process.
+#[tokio::test]
+async fn a_manifest_that_asks_for_isolation_is_isolated() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let server = Server::http_with_env(
+        plugins.path(),
+        &[],
+        &[("TURNSTILE_PLUGIN_TESTKIT_ISOLATE", "true")],
+    );
+    let client = Client::http(&server.url).await;
+    let echoed = client.call("testkit.echo", json!({})).await;
+    assert_eq!(
+        echoed.structured_content.unwrap()["config"],
+        json!({"isolate": "true"})
+    );
+    let aborted = client.call("testkit.abort", json!({})).await;
+    assert_eq!(error_code(&aborted), "PLUGIN_CRASHED", "{aborted:?}");
+    let echoed = client.call("testkit.echo", json!({})).await;
+    assert_ne!(echoed.is_error, Some(true), "{echoed:?}");
+}
+
+/// A replaced library gets a process of its own; the old one is stopped once its calls are
+/// done, and only then.
+#[tokio::test]
+async fn replacing_an_isolated_plugin_starts_a_new_process_and_stops_the_old_one() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let mut server = Server::http(plugins.path(), &["--isolate", "testkit"]);
+    let client = Client::http(&server.url).await;
+    let other = Client::http(&server.url).await;
+    let before = plugin_processes(&server);
+    assert_eq!(before.len(), 1, "one process for the one isolated plugin");
+
+    // A call on the old version, in flight across the replacement.
+    let slow = tokio::spawn(async move {
+        let result = other.call("testkit.slow", json!({"ms": 1500})).await;
+        other.close().await;
+        result
+    });
+    wait_for_stats(&server, "the slow call running", |stats| {
+        stats["plugins"]["testkit"]["calls_running"] == 1
+    })
+    .await;
+    let library = built_plugin("testkit");
+    let name = library.file_name().unwrap();
+    let staging = tempfile::tempdir().expect("temp dir");
+    fs::copy(&library, staging.path().join(name)).expect("stage");
+    fs::rename(staging.path().join(name), plugins.path().join(name)).expect("deploy");
+    server.wait_for_log("plugin replaced");
+    let during = plugin_processes(&server);
+    assert_eq!(during.len(), 2, "old and new run side by side: {during:?}");
+    assert!(during.is_superset(&before));
+
+    let slow = slow.await.expect("the slow call's task");
+    assert_ne!(
+        slow.is_error,
+        Some(true),
+        "the old process finished its call: {slow:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        let after = plugin_processes(&server);
+        if after.len() == 1 || Instant::now() > deadline {
+            break after;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert!(after.is_disjoint(&before), "the old process is gone");
+    let echoed = client.call("testkit.echo", json!({})).await;
+    assert_ne!(echoed.is_error, Some(true), "{echoed:?}");
+    assert!(server.is_running());
+    assert!(
+        !server.stderr().contains("its process was killed"),
+        "a stopped process is not a crash: {}",
+        server.stderr()
+    );
+    assert_eq!(
+        client.tool_names().await,
+        names(&[
+            "testkit.abort",
+            "testkit.content",
+            "testkit.echo",
+            "testkit.go",
+            "testkit.panic",
+            "testkit.quick_slow",
+            "testkit.report",
+            "testkit.slow"
+        ])
+    );
+}
