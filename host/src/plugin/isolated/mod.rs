@@ -104,8 +104,9 @@ enum Link {
 }
 
 impl Isolated {
-    /// Starts the process for the library `path` whose bytes are `image` and whose manifest, as loaded in this process, is `manifest`. Blocking: returns
-    /// once the process has loaded the library and reported the same manifest.
+    /// Starts the process for the library `path` whose bytes are `image` and whose manifest, as
+    /// loaded in this process, is `manifest`. Blocking: returns once the process has loaded the
+    /// library and reported the same manifest.
     pub fn start(
         path: &Path,
         manifest: &Manifest,

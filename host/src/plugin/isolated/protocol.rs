@@ -27,7 +27,8 @@ use crate::plugin::{CallEvent, PluginError, PluginOutput};
 
 /// From the server to the child.
 #[derive(Debug, Serialize, Deserialize)]
-#[allow(clippy::large_enum_variant)] // One message at a time, built, sent and dropped: never stored.
+// One message at a time is built, sent and dropped; none is ever stored.
+#[allow(clippy::large_enum_variant)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToChild {
     /// Run `tool` with `input`; the call context's fields are flattened in.
