@@ -281,12 +281,17 @@ impl LoadedPlugin {
         };
         let library = match &self.inner.backend {
             Backend::InProcess(library) => library,
-            Backend::Isolated(_) => {
-                return Err(refused(
-                    "the plugin runs isolated, and guards are not decided across the process \
-                     boundary yet"
-                        .into(),
-                ));
+            Backend::Isolated(isolated) => {
+                // Across the pipe as a call the child recognizes by its name.
+                let request = serde_json::json!({
+                    "params": params, "context": context, "event": event,
+                });
+                let name = format!("{}{name}", super::isolated::GUARD_CALL_PREFIX);
+                return match isolated.call(&name, &request, &CallContext::default(), None) {
+                    Ok(PluginOutput::Success(Value::Bool(answer))) => Ok(answer),
+                    Ok(other) => Err(refused(format!("the guard answered {other:?}"))),
+                    Err(error) => Err(refused(error.to_string())),
+                };
             }
         };
         let output = library.guard(&GuardArgs {

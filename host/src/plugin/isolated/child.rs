@@ -29,9 +29,10 @@ use turnstile_plugin_api::CallContext;
 
 use super::{
     frame,
-    protocol::{FromChild, Outcome, ToChild},
+    protocol::{FromChild, GUARD_CALL_PREFIX, Outcome, ToChild},
 };
-use crate::plugin::{HostCall, PluginConfigs, load_private_copy};
+use crate::plugin::{HostCall, PluginConfigs, PluginOutput, load_private_copy};
+use serde_json::Value;
 
 /// Serves the library at `library` until the server closes stdin. An error means the library
 /// did not load (the server was told why) or the pipes failed.
@@ -90,7 +91,12 @@ pub fn run(library: &Path) -> io::Result<()> {
                         context,
                         ..CallContext::default()
                     };
-                    let result = plugin.call_with(&tool, &input, &context, host);
+                    let result = match tool.strip_prefix(GUARD_CALL_PREFIX) {
+                        Some(guard) => plugin
+                            .guard(guard, &input["params"], &input["context"], &input["event"])
+                            .map(|passes| PluginOutput::Success(Value::Bool(passes))),
+                        None => plugin.call_with(&tool, &input, &context, host),
+                    };
                     lock(&calls).remove(&id);
                     out.send(&FromChild::Done {
                         id,

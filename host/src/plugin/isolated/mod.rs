@@ -47,7 +47,7 @@ use std::{
 use serde_json::Value;
 use turnstile_plugin_api::{CallContext, Manifest};
 
-pub use self::child::run as run_child;
+pub use self::{child::run as run_child, protocol::GUARD_CALL_PREFIX};
 use self::{
     connection::{Connection, Wake},
     protocol::ToChild,

@@ -49,6 +49,12 @@ pub enum ToChild {
     Cancel { id: u64 },
 }
 
+/// The tool name a `call` carries to ask the child for the plugin's named guard (ABI 1.2)
+/// instead of a tool: this prefix, then the guard's name; the input is
+/// `{"params", "context", "event"}` and a success's output is `true` or `false`. No tool name
+/// can start with it (tool names are letters, digits, `_`, `.` and `-`).
+pub const GUARD_CALL_PREFIX: &str = "\u{0}guard:";
+
 /// From the child to the server.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
