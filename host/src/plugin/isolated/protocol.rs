@@ -258,7 +258,7 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&call).unwrap(),
             json!({"type": "call", "id": 1, "tool": "t", "input": {"a": 1}, "call_id": "c",
-                   "handle": "", "state": null, "services": true})
+                   "handle": "", "state": null, "context": null, "services": true})
         );
         let done = FromChild::Done {
             id: 1,
