@@ -224,9 +224,14 @@ fn run_quick(
     budget_ms: u32,
 ) -> Result<PluginOutput, PluginError> {
     let started = std::time::Instant::now();
+    let before = ThreadUsage::now();
     let output = tool.plugin.call_with(tool.name(), arguments, context, host);
     let took = started.elapsed();
-    if took > Duration::from_millis(budget_ms.into()) && tool.plugin.pool().distrust_quick_calls() {
+    let budget = Duration::from_millis(budget_ms.into());
+    if took > budget
+        && ThreadUsage::overran(before, budget)
+        && tool.plugin.pool().distrust_quick_calls()
+    {
         tracing::warn!(
             tool = %tool.name(),
             plugin = %tool.plugin.path().display(),
@@ -236,6 +241,58 @@ fn run_quick(
         );
     }
     output
+}
+
+/// What the calling thread has used so far: its CPU time and how often it blocked.
+///
+/// A quick call's budget is about the plugin, not the machine: on a busy machine the kernel may
+/// pause the thread past the budget in the middle of a call that needs microseconds, and
+/// wall-clock time alone would then take the privilege away from a plugin that did nothing
+/// wrong (seen in benchmarks on shared cores). So a call overran only if the plugin itself used
+/// more CPU than the budget, or blocked (slept, waited on I/O or a lock: a voluntary switch)
+/// while the call took longer than the budget. Being preempted does not count.
+#[derive(Clone, Copy)]
+struct ThreadUsage {
+    cpu: Duration,
+    blocked: i64,
+}
+
+impl ThreadUsage {
+    /// `None` where the platform cannot say; the wall clock alone decides there.
+    fn now() -> Option<ThreadUsage> {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: `getrusage` writes a `rusage` for the calling thread into memory we own.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: a valid pointer to an owned `rusage`; RUSAGE_THREAD is Linux's.
+            if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
+                return None;
+            }
+            let time = |t: libc::timeval| {
+                Duration::from_secs(t.tv_sec.max(0) as u64)
+                    + Duration::from_micros(t.tv_usec.max(0) as u64)
+            };
+            Some(ThreadUsage {
+                cpu: time(usage.ru_utime) + time(usage.ru_stime),
+                blocked: usage.ru_nvcsw,
+            })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            None
+        }
+    }
+
+    /// Whether a call that took longer than `budget` by the wall clock, started at `before`,
+    /// overran it by its own doing (see the type's docs).
+    fn overran(before: Option<ThreadUsage>, budget: Duration) -> bool {
+        match (before, ThreadUsage::now()) {
+            (Some(before), Some(after)) => {
+                after.cpu.saturating_sub(before.cpu) > budget || after.blocked > before.blocked
+            }
+            _ => true,
+        }
+    }
 }
 
 /// What a plugin answered, checked before anything sees it: size first, then the declared
@@ -291,6 +348,33 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_quick_call_overruns_by_its_own_cpu_time_or_by_blocking_not_by_being_paused() {
+        let budget = Duration::from_millis(1);
+        let idle = ThreadUsage::now();
+        assert!(
+            !ThreadUsage::overran(idle, budget),
+            "doing nothing is no overrun"
+        );
+        let sleeping = ThreadUsage::now();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(
+            ThreadUsage::overran(sleeping, budget),
+            "a call that blocks overran"
+        );
+        let spinning = ThreadUsage::now();
+        let started = std::time::Instant::now();
+        let mut n = 0u64;
+        while started.elapsed() < Duration::from_millis(20) {
+            n = std::hint::black_box(n.wrapping_add(1));
+        }
+        assert!(
+            ThreadUsage::overran(spinning, budget),
+            "a call that computes 20 ms overran"
+        );
+    }
 
     #[test]
     fn json_size_is_the_serialized_length() {
