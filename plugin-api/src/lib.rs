@@ -119,7 +119,7 @@ pub use crate::{
         ResourceManifest, ResourceTemplateManifest, ToolAnnotations, ToolManifest,
     },
     plugin::{
-        CallContext, HostServices, LogLevel, Plugin, PrimitiveKind, ToolError, parse_input,
-        plugin_config,
+        CallContext, HostServices, LogLevel, Plugin, PrimitiveKind, ToolError, config_ms,
+        parse_input, plugin_config,
     },
 };

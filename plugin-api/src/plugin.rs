@@ -140,6 +140,29 @@ pub fn plugin_config() -> &'static Value {
     CONFIG.get().unwrap_or(&NONE)
 }
 
+/// A duration in whole milliseconds above 0 from a plugin's configuration `config` under `key`
+/// (a string, as the environment and config file give it; spaces around it are allowed), or
+/// `default` when `key` is absent. A value that is not one is an error naming the environment
+/// variable that sets it, `TURNSTILE_PLUGIN_<PLUGIN>_<KEY>` (`plugin` is the library's short
+/// name): return it from the constructor to refuse the load.
+pub fn config_ms(config: &Value, plugin: &str, key: &str, default: u64) -> Result<u64, String> {
+    let Some(value) = config.get(key) else {
+        return Ok(default);
+    };
+    value
+        .as_str()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .ok_or_else(|| {
+            format!(
+                "TURNSTILE_PLUGIN_{}_{} must be a whole number of milliseconds above 0, not \
+                 {value}",
+                plugin.to_uppercase(),
+                key.to_uppercase()
+            )
+        })
+}
+
 /// A log message's severity, as MCP names them (RFC 5424's levels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LogLevel {

@@ -53,19 +53,12 @@ pub const DEFAULT_REVIEW_DEADLINE_MS: u64 = 48 * 60 * 60 * 1000;
 /// The review deadline `config` sets (`review_deadline_ms`: whole milliseconds, above 0), or
 /// [`DEFAULT_REVIEW_DEADLINE_MS`].
 fn review_deadline_ms(config: &Value) -> Result<u64, String> {
-    let Some(value) = config.get("review_deadline_ms") else {
-        return Ok(DEFAULT_REVIEW_DEADLINE_MS);
-    };
-    value
-        .as_str()
-        .and_then(|text| text.trim().parse::<u64>().ok())
-        .filter(|ms| *ms > 0)
-        .ok_or_else(|| {
-            format!(
-                "TURNSTILE_PLUGIN_INVOICE_REVIEW_DEADLINE_MS must be a whole number of \
-                 milliseconds above 0, not {value}"
-            )
-        })
+    turnstile_plugin_api::config_ms(
+        config,
+        "invoice",
+        "review_deadline_ms",
+        DEFAULT_REVIEW_DEADLINE_MS,
+    )
 }
 
 /// `ms` as a person says it: "48 hours", "90 seconds", "1500 ms".

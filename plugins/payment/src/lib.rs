@@ -57,19 +57,12 @@ pub const DEFAULT_AUTHORIZATION_EXPIRY_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// The authorization expiry `config` sets (`authorization_expiry_ms`: whole milliseconds, above
 /// 0), or [`DEFAULT_AUTHORIZATION_EXPIRY_MS`].
 fn authorization_expiry_ms(config: &Value) -> Result<u64, String> {
-    let Some(value) = config.get("authorization_expiry_ms") else {
-        return Ok(DEFAULT_AUTHORIZATION_EXPIRY_MS);
-    };
-    value
-        .as_str()
-        .and_then(|text| text.trim().parse::<u64>().ok())
-        .filter(|ms| *ms > 0)
-        .ok_or_else(|| {
-            format!(
-                "TURNSTILE_PLUGIN_PAYMENT_AUTHORIZATION_EXPIRY_MS must be a whole number of \
-                 milliseconds above 0, not {value}"
-            )
-        })
+    turnstile_plugin_api::config_ms(
+        config,
+        "payment",
+        "authorization_expiry_ms",
+        DEFAULT_AUTHORIZATION_EXPIRY_MS,
+    )
 }
 
 /// The workflow machine, XState v5 JSON, with the authorization expiry in ms (a named delay, so
