@@ -590,7 +590,10 @@ fn mcp1_over_stdio_prompts_and_resources_follow_the_state() {
         .unwrap_or_else(|| panic!("no server logs: {summary}"));
     assert_eq!(logs.len(), 2, "one stdio server each for alice and bob");
     for log in logs {
-        let problems = problems_in(log.as_str().unwrap_or_default());
+        let log = log.as_str().unwrap_or_default();
+        // The log was captured, so that no problems in it means something.
+        assert!(log.contains("plugin loaded"), "{log}");
+        let problems = problems_in(log);
         assert!(
             problems.is_empty(),
             "a stdio server logged problems: {problems:#?}"

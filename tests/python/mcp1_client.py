@@ -623,11 +623,10 @@ async def primitives_session(url: str) -> dict[str, Any]:
             "prompt in draft": await get_checklist(alice, "draft", "", "prompts/get in draft"),
             "resource in draft": await read_invoice(alice, uri, "draft", amount, "resources/read in draft"),
         }
-        await settle(alice)
-        expect_equal(alice.notices.counts(alice.changes), {"tools": 0, "prompts": 0, "resources": 0, "updated": 0},
-                     "notifications before any transition")
-
         wanted = {"tools": 0, "prompts": 0, "resources": 0, "updated": 0}
+        await settle(alice)
+        expect_equal(alice.notices.counts(alice.changes), wanted, "notifications before any transition")
+
         state = "draft"
         notices = []
         served = []
@@ -644,11 +643,13 @@ async def primitives_session(url: str) -> dict[str, Any]:
             state = after
             expect_equal(await alice.state(), state, f"invoice.status {what}")
             views.setdefault(state, await offered(alice, state, token, what))
-            served.append({
-                "state": state,
-                "prompt": await get_checklist(alice, state, "1234.50", f"prompts/get {what}"),
-                "resource": await read_invoice(alice, uri, state, amount, f"resources/read {what}"),
-            })
+            served.append(
+                {
+                    "state": state,
+                    "prompt": await get_checklist(alice, state, "1234.50", f"prompts/get {what}"),
+                    "resource": await read_invoice(alice, uri, state, amount, f"resources/read {what}"),
+                }
+            )
 
         # Bob's `invoice://session` is his own invoice, still a draft: Alice's is out of his reach.
         await offered(bob, "draft", token, "while alice's invoice moved")
