@@ -601,15 +601,31 @@ fn mcp1_over_stdio_prompts_and_resources_follow_the_state() {
     }
 }
 
-/// Scenario 8b: handle mode, 2025-11-25. The minting session is offered `invoice://<handle>` and
-/// the checklist, with `_meta.handle` and without; `resources/subscribe` on the invoice delivers
-/// `resources/updated` naming it once per transition; a session that never touched the handle is
-/// offered what a new invoice is (nothing), is refused the checklist in `draft`, and hears
-/// nothing.
+/// Scenario 8b: handle mode with authentication, 2025-11-25. Alice's session, which minted the
+/// invoice, is offered `invoice://<handle>` and the checklist, with `_meta.handle` and without;
+/// `resources/subscribe` on the invoice delivers `resources/updated` naming it once per
+/// transition. Carol, another principal, is offered what a new invoice is (nothing), is refused
+/// the checklist in `draft`, hears nothing, and naming Alice's handle gets exactly the answers a
+/// handle nobody minted gets.
 #[test]
-fn mcp1_handle_mode_instance_resource_is_listed_read_and_updated() {
-    let (_plugins, mut server) = invoice_server(HANDLE_MODE);
-    let summary = run_scenario(Sdk::Mcp1, "primitives-handles", &mut server);
+fn mcp1_handle_mode_instance_resource_is_listed_read_and_updated_by_its_owner_only() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alice tok-alice\ncarol tok-carol\n").unwrap();
+    let mut server = Server::http(
+        plugins.path(),
+        &[
+            "--auth-token-file",
+            tokens.to_str().unwrap(),
+            "--state-handle-key",
+        ],
+    );
+    let summary = run_scenario(
+        Sdk::Mcp1,
+        "primitives-handles:tok-alice,tok-carol",
+        &mut server,
+    );
     let handle = summary["handle"].clone();
     assert!(is_invoice_handle(&handle), "{summary}");
     let uri = format!("invoice://{}", handle.as_str().unwrap());
@@ -633,10 +649,26 @@ fn mcp1_handle_mode_instance_resource_is_listed_read_and_updated() {
         json!({"prompt by handle": "served", "resource": "review",
             "approved": "approved", "discharged": "discharged"})
     );
+    let refusals = &summary["refusals"];
     assert_eq!(
-        summary["refusals"],
-        json!({"carol's prompt": forbidden("prompt", CHECKLIST, "draft")})
+        refusals["carol's prompt"],
+        forbidden("prompt", CHECKLIST, "draft")
     );
+    // Carol naming Alice's handle: MCP's "resource not found" for the resource (naming the URI
+    // she asked for), invalid params for a listing or a get by `_meta`; and in every case exactly
+    // what a handle nobody minted gets, so she cannot tell that Alice's exists.
+    let not_found = json!({"code": -32002, "uri": "<the uri>"});
+    assert_eq!(refusals["read alice's"], not_found);
+    assert_eq!(refusals["subscribe alice's"], not_found);
+    assert_eq!(refusals["list prompts alice's"]["code"], -32602);
+    assert_eq!(refusals["get prompt alice's"]["code"], -32602);
+    for what in ["read", "subscribe", "list prompts", "get prompt"] {
+        assert_eq!(
+            refusals[format!("{what} alice's")],
+            refusals[format!("{what} never minted")],
+            "{what}: another principal's handle is answered as one nobody minted"
+        );
+    }
     assert_eq!(
         summary["notices"],
         notices(&[[1, 1, 1, 0], [2, 2, 1, 1], [3, 2, 1, 2]]),

@@ -19,8 +19,9 @@ Usage: python mcp1_client.py SCENARIO URL
                      checklist and `invoice://session` are refused out of state (FORBIDDEN) and
                      served in it, and prompts/resources `list_changed` arrive exactly when a
                      transition changed that list; another session hears nothing
-  primitives-handles server with --state-handle-key: the same for `invoice://<handle>`, with
-                     `_meta.handle` and without, and `resources/updated` for a subscriber
+  primitives-handles:ALICE,CAROL  server with --state-handle-key and these bearer tokens: the
+                     same for `invoice://<handle>`, with `_meta.handle` and without,
+                     `resources/updated` for a subscriber, and nothing of it for another principal
 URL may also be `stdio:["PROGRAM", "ARG", ...]`: each connection starts that server over stdio.
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
@@ -42,6 +43,7 @@ import mcp.types as types
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import McpError
 
 from turnstile_e2e import (
@@ -219,12 +221,17 @@ STDIO_SERVER_LOGS: list[str] = []
 
 
 @asynccontextmanager
-async def transport(url: str) -> AsyncIterator[tuple[Any, Any, Callable[[], str | None]]]:
-    """The SDK's Streamable HTTP client for a URL; for `stdio:["PROGRAM", "ARG", ...]` (a JSON
-    argument list), its stdio client, which starts that server as its child. A stdio server's
-    stderr (its log) is kept apart from the SDK's and appended to `STDIO_SERVER_LOGS`."""
+async def transport(url: str, token: str | None = None) -> AsyncIterator[tuple[Any, Any, Callable[[], str | None]]]:
+    """The SDK's Streamable HTTP client for a URL (sending `token` as a bearer token, if any);
+    for `stdio:["PROGRAM", "ARG", ...]` (a JSON argument list), its stdio client, which starts
+    that server as its child. A stdio server's stderr (its log) is kept apart from the SDK's and
+    appended to `STDIO_SERVER_LOGS`."""
     if not url.startswith("stdio:"):
-        async with streamable_http_client(url) as (read, write, get_session_id):
+        headers = None if token is None else {"Authorization": f"Bearer {token}"}
+        async with (
+            create_mcp_http_client(headers=headers) as http,
+            streamable_http_client(url, http_client=http) as (read, write, get_session_id),
+        ):
             yield read, write, get_session_id
         return
     command = json.loads(url.removeprefix("stdio:"))
@@ -239,9 +246,10 @@ async def transport(url: str) -> AsyncIterator[tuple[Any, Any, Callable[[], str 
 
 
 @asynccontextmanager
-async def connect(url: str, name: str) -> AsyncIterator[Connection]:
-    """Opens a session; `list_changed` notifications (GET stream) are counted in `changes`,
-    those of prompts and resources, and `resources/updated`, in `notices`."""
+async def connect(url: str, name: str, token: str | None = None) -> AsyncIterator[Connection]:
+    """Opens a session (as the principal of `token`, if any); `list_changed` notifications (GET
+    stream) are counted in `changes`, those of prompts and resources, and `resources/updated`, in
+    `notices`."""
     changes = ListChanges(name)
     notices = Notices(name)
 
@@ -261,7 +269,7 @@ async def connect(url: str, name: str) -> AsyncIterator[Connection]:
             # The SDK hands transport errors to the message handler; a test must see them.
             print(f"{name}: transport error: {message!r}", file=sys.stderr, flush=True)
 
-    async with transport(url) as (read, write, get_session_id):
+    async with transport(url, token) as (read, write, get_session_id):
         async with ClientSession(read, write, message_handler=on_message) as session:
             initialized = await session.initialize()
             capabilities = initialized.capabilities
@@ -583,6 +591,13 @@ async def counted(c: Connection, wanted: dict[str, int], why: str) -> dict[str, 
     return c.notices.counts(c.changes)
 
 
+def _uri_redacted(data: Any, uri: str) -> Any:
+    """`data.uri` of a refusal, as `<the uri>` when it is the one asked for (the summary stays
+    the same whichever handle was named)."""
+    seen = data.get("uri") if isinstance(data, dict) else None
+    return "<the uri>" if seen == uri else seen
+
+
 def _expect_primitive_capabilities(c: Connection) -> None:
     capabilities = c.capabilities
     expect(
@@ -667,12 +682,15 @@ async def primitives_session(url: str) -> dict[str, Any]:
         }
 
 
-async def primitives_handles(url: str) -> dict[str, Any]:
-    """Handle mode: the invoice is `invoice://<handle>`. The session that minted it is offered
-    its checklist and invoice (with `_meta.handle` or without), a subscriber hears
-    `resources/updated` once per transition, and a session that never touched it is offered
-    what a new invoice is (nothing) and hears nothing."""
-    async with connect(url, "alice") as alice, connect(url, "carol") as carol:
+async def primitives_handles(url: str, tokens: str) -> dict[str, Any]:
+    """Handle mode with authentication (`tokens`: Alice's and Carol's bearer tokens, comma
+    separated): the invoice is `invoice://<handle>`. Alice, who minted it, is offered its
+    checklist and invoice (with `_meta.handle` or without), and as a subscriber hears
+    `resources/updated` once per transition. Carol is offered what a new invoice is (nothing),
+    hears nothing, and holding Alice's handle can neither list, get, read nor subscribe to what
+    is Alice's: she is answered as for a handle nobody minted."""
+    alice_token, carol_token = tokens.split(",")
+    async with connect(url, "alice", alice_token) as alice, connect(url, "carol", carol_token) as carol:
         _expect_primitive_capabilities(alice)
         views = {"carol before": await offered(carol, "draft", "-", "of a session that touched nothing")}
         await alice.menu(START, "before minting")
@@ -704,6 +722,20 @@ async def primitives_handles(url: str) -> dict[str, Any]:
             served[after] = await read_invoice(alice, uri, after, 80, f"resources/read {what}")
         expect_equal(alice.notices.updated_uris, [uri, uri], "the URIs of resources/updated")
         views["carol after"] = await offered(carol, "draft", "-", "of a session that touched nothing, at the end")
+
+        # Carol names Alice's handle, and a handle nobody minted: each is answered the same.
+        never_minted = "invoice-" + "0" * 32
+        for label, named in [("alice's", handle), ("never minted", never_minted)]:
+            named_uri = f"invoice://{named}"
+            what = f"carol with {label} handle"
+            code, data = await refusal(carol.session.read_resource(named_uri), f"{what}: resources/read")
+            refusals[f"read {label}"] = {"code": code, "uri": _uri_redacted(data, named_uri)}
+            code, data = await refusal(carol.session.subscribe_resource(named_uri), f"{what}: resources/subscribe")
+            refusals[f"subscribe {label}"] = {"code": code, "uri": _uri_redacted(data, named_uri)}
+            code, data = await refusal(carol.prompts(named), f"{what}: prompts/list")
+            refusals[f"list prompts {label}"] = {"code": code, "data": data}
+            code, data = await refusal(carol.get_prompt(CHECKLIST, {}, named), f"{what}: prompts/get")
+            refusals[f"get prompt {label}"] = {"code": code, "data": data}
         await settle(carol)
         return {
             "handle": handle,
