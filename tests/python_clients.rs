@@ -550,6 +550,40 @@ fn assert_session_primitives(summary: &Value) {
     assert_no_sdk_warnings(summary);
 }
 
+/// Asserts a scenario started `servers` servers over stdio, whose logs it captured, and that
+/// none logged a WARN or ERROR line.
+fn assert_quiet_stdio_servers(summary: &Value, servers: usize) {
+    let logs = summary["server_logs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no server logs: {summary}"));
+    assert_eq!(logs.len(), servers, "servers started over stdio");
+    for log in logs {
+        let log = log.as_str().unwrap_or_default();
+        // The log was captured, so that no problems in it means something.
+        assert!(log.contains("plugin loaded"), "{log}");
+        let problems = problems_in(log);
+        assert!(
+            problems.is_empty(),
+            "a stdio server logged problems: {problems:#?}"
+        );
+    }
+}
+
+/// The arguments of `turnstile serve --stdio` for the invoice plugin in `plugins`.
+fn stdio_server<'a>(plugins: &'a PluginDir, extra: &[&'a str]) -> Vec<&'a str> {
+    let directory = plugins.path().to_str().expect("a UTF-8 temporary path");
+    let mut args = vec![
+        "serve",
+        "--stdio",
+        "--store",
+        "memory:",
+        "--plugins",
+        directory,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 /// Scenario 8a: session mode, 2025-11-25 over Streamable HTTP. `prompts/list`, `resources/list`
 /// and `resources/templates/list` show exactly what the session's invoice is offered in each
 /// state; `prompts/get` and `resources/read` out of state are JSON-RPC -32602 with FORBIDDEN,
@@ -574,31 +608,10 @@ fn mcp1_session_mode_prompts_and_resources_follow_the_state() {
 #[test]
 fn mcp1_over_stdio_prompts_and_resources_follow_the_state() {
     let plugins = PluginDir::with(&["invoice"]);
-    let directory = plugins.path().to_str().expect("a UTF-8 temporary path");
-    let args = [
-        "serve",
-        "--stdio",
-        "--store",
-        "memory:",
-        "--plugins",
-        directory,
-    ];
+    let args = stdio_server(&plugins, &[]);
     let summary = run_scenario_over_stdio(Sdk::Mcp1, "primitives-session", &args);
     assert_session_primitives(&summary);
-    let logs = summary["server_logs"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no server logs: {summary}"));
-    assert_eq!(logs.len(), 2, "one stdio server each for alice and bob");
-    for log in logs {
-        let log = log.as_str().unwrap_or_default();
-        // The log was captured, so that no problems in it means something.
-        assert!(log.contains("plugin loaded"), "{log}");
-        let problems = problems_in(log);
-        assert!(
-            problems.is_empty(),
-            "a stdio server logged problems: {problems:#?}"
-        );
-    }
+    assert_quiet_stdio_servers(&summary, 2);
 }
 
 /// Scenario 8b: handle mode with authentication, 2025-11-25. Alice's session, which minted the
@@ -692,19 +705,55 @@ fn mcp1_handle_mode_instance_resource_is_listed_read_and_updated_by_its_owner_on
 fn mcp2_prompts_and_resources_follow_the_handle() {
     let (_plugins, mut server) = invoice_server(HANDLE_MODE);
     let summary = run_scenario(Sdk::Mcp2, "primitives", &mut server);
+    assert_handle_primitives(&summary, Transport::Http);
+    assert_eq!(
+        summary["server_logs"],
+        json!([]),
+        "no server started over stdio"
+    );
+    assert_quiet_server_log(&server);
+}
+
+/// Scenario 8c over stdio: `mcp.Client` starts `turnstile serve --stdio --state-handle-key`
+/// itself (one server per client, so the other client's is its own).
+#[test]
+fn mcp2_over_stdio_prompts_and_resources_follow_the_handle() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let args = stdio_server(&plugins, HANDLE_MODE);
+    let summary = run_scenario_over_stdio(Sdk::Mcp2, "primitives", &args);
+    assert_handle_primitives(&summary, Transport::Stdio);
+    assert_quiet_stdio_servers(&summary, 2);
+}
+
+/// How a scenario reached the server.
+#[derive(Clone, Copy, PartialEq)]
+enum Transport {
+    Http,
+    Stdio,
+}
+
+/// The 2026-07-28 scenario's summary, over HTTP or stdio: the invoice goes reject, submit,
+/// approve, discharge by handle. A list without a handle after the mint is about a new invoice
+/// over HTTP (no session); over stdio the process is a session, which touched the invoice.
+fn assert_handle_primitives(summary: &Value, transport: Transport) {
     assert_eq!(summary["protocol"], "2026-07-28");
     let handle = summary["handle"].clone();
     assert!(is_invoice_handle(&handle), "{summary}");
     let uri = format!("invoice://{}", handle.as_str().unwrap());
     let uri = uri.as_str();
     let nothing = offer(&[], &[], &[]);
+    let review = offer(&[CHECKLIST], &[uri], &[INVOICE_TEMPLATE]);
     let later = offer(&[], &[uri], &[INVOICE_TEMPLATE]);
+    let no_handle_again = match transport {
+        Transport::Http => &nothing,
+        Transport::Stdio => &review,
+    };
     assert_eq!(
         summary["views"],
         json!({
             "no handle": nothing,
-            "review": offer(&[CHECKLIST], &[uri], &[INVOICE_TEMPLATE]),
-            "no handle again": nothing,
+            "review": review,
+            "no handle again": no_handle_again,
             "draft": nothing,
             "approved": later,
             "discharged": later,
@@ -740,6 +789,5 @@ fn mcp2_prompts_and_resources_follow_the_handle() {
         summary["other"],
         json!({"tools": 0, "prompts": 0, "resources": 0})
     );
-    assert_no_sdk_warnings(&summary);
-    assert_quiet_server_log(&server);
+    assert_no_sdk_warnings(summary);
 }

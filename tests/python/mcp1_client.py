@@ -29,10 +29,8 @@ Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any fai
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import secrets
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -52,6 +50,7 @@ from turnstile_e2e import (
     MENU,
     PROMPTS,
     START,
+    STDIO_SERVER_LOGS,
     Failed,
     ListChanges,
     ListedTool,
@@ -69,6 +68,8 @@ from turnstile_e2e import (
     invoice_resources,
     invoice_templates,
     run,
+    stdio_command,
+    stdio_server_log,
 )
 
 SDK = f"mcp {importlib.metadata.version('mcp')}"
@@ -216,17 +217,13 @@ def _text(result: types.CallToolResult) -> str:
     return "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
 
 
-# The log of every server this process started over stdio, in order (see `connect`).
-STDIO_SERVER_LOGS: list[str] = []
-
-
 @asynccontextmanager
 async def transport(url: str, token: str | None = None) -> AsyncIterator[tuple[Any, Any, Callable[[], str | None]]]:
     """The SDK's Streamable HTTP client for a URL (sending `token` as a bearer token, if any);
-    for `stdio:["PROGRAM", "ARG", ...]` (a JSON argument list), its stdio client, which starts
-    that server as its child. A stdio server's stderr (its log) is kept apart from the SDK's and
-    appended to `STDIO_SERVER_LOGS`."""
-    if not url.startswith("stdio:"):
+    for a `stdio:[...]` target, its stdio client, which starts that server as its child (its log
+    goes to `STDIO_SERVER_LOGS`)."""
+    command = stdio_command(url)
+    if command is None:
         headers = None if token is None else {"Authorization": f"Bearer {token}"}
         async with (
             create_mcp_http_client(headers=headers) as http,
@@ -234,15 +231,10 @@ async def transport(url: str, token: str | None = None) -> AsyncIterator[tuple[A
         ):
             yield read, write, get_session_id
         return
-    command = json.loads(url.removeprefix("stdio:"))
     parameters = StdioServerParameters(command=command[0], args=command[1:])
-    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
-        try:
-            async with stdio_client(parameters, errlog=log) as (read, write):
-                yield read, write, lambda: None
-        finally:
-            log.seek(0)
-            STDIO_SERVER_LOGS.append(log.read())
+    with stdio_server_log() as log:
+        async with stdio_client(parameters, errlog=log) as (read, write):
+            yield read, write, lambda: None
 
 
 @asynccontextmanager

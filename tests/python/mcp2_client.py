@@ -18,6 +18,7 @@ Usage: python mcp2_client.py SCENARIO URL
                     resources/templates/list with `_meta.handle` follow the invoice, get and read
                     are refused out of state (FORBIDDEN) and served in it, and a listen naming the
                     handle hears each list's `list_changed` exactly when a transition changed it
+URL may also be `stdio:["PROGRAM", "ARG", ...]`: each client starts that server over stdio.
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
 
@@ -32,6 +33,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.subscriptions import (
     PromptsListChanged,
     ResourcesListChanged,
@@ -47,6 +49,7 @@ from turnstile_e2e import (
     MENU,
     PROMPTS,
     START,
+    STDIO_SERVER_LOGS,
     Failed,
     ListChanges,
     ListedTool,
@@ -64,6 +67,8 @@ from turnstile_e2e import (
     invoice_resources,
     invoice_templates,
     run,
+    stdio_command,
+    stdio_server_log,
 )
 
 SDK = f"mcp {importlib.metadata.version('mcp')}"
@@ -469,12 +474,28 @@ HANDLE_STEPS = [
 ]
 
 
+@asynccontextmanager
+async def connect(url: str) -> AsyncIterator[Client]:
+    """`mcp.Client` for a URL; for a `stdio:[...]` target, over the SDK's stdio client, which
+    starts that server as its child (its log goes to `STDIO_SERVER_LOGS`)."""
+    command = stdio_command(url)
+    if command is None:
+        async with Client(url) as client:
+            yield client
+        return
+    parameters = StdioServerParameters(command=command[0], args=command[1:])
+    with stdio_server_log() as log:
+        async with Client(stdio_client(parameters, errlog=log)) as client:
+            yield client
+
+
 async def primitives(url: str) -> dict[str, Any]:
     """Handle mode over 2026-07-28: without a handle a client is offered what a new invoice is
     (nothing); with `_meta.handle` the lists, the checklist and `invoice://<handle>` follow that
     invoice through `HANDLE_STEPS`; a `subscriptions/listen` naming the handle hears exactly the
-    list_changed events of the lists each transition changed, one naming another handle none."""
-    async with Client(url) as client, Client(url) as other_client:
+    list_changed events of the lists each transition changed, one naming another handle none.
+    Over stdio each client starts its own server."""
+    async with connect(url) as client, connect(url) as other_client:
         expect_equal(client.protocol_version, MODERN, "protocol version mcp.Client negotiated")
         capabilities = client.server_capabilities
         expect(
@@ -492,8 +513,13 @@ async def primitives(url: str) -> dict[str, Any]:
         other = await mint(other_client, {"amount": 11})
         uri = f"invoice://{handle}"
         views["review"] = await offered(client, "review", handle, "with _meta.handle in review", handle)
-        # The cached-list trap: the SDK caches lists under a key that ignores `_meta`.
-        views["no handle again"] = await offered(client, "draft", "-", "without a handle after one with a handle")
+        # The cached-list trap: the SDK caches lists under a key that ignores `_meta`. Over HTTP
+        # a request without a handle is about a new invoice; over stdio the connection is a
+        # session, and a list without a handle shows what the instances it touched are offered.
+        if stdio_command(url) is None:
+            views["no handle again"] = await offered(client, "draft", "-", "without a handle after one with a handle")
+        else:
+            views["no handle again"] = await offered(client, "review", handle, "of the stdio session that minted")
         served = [
             {
                 "state": "review",
@@ -557,6 +583,7 @@ async def primitives(url: str) -> dict[str, Any]:
             "served": served,
             "notices": notices,
             "other": other_counts,
+            "server_logs": STDIO_SERVER_LOGS,
         }
 
 

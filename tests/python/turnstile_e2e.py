@@ -22,12 +22,14 @@ import logging
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 import anyio
 import jsonschema
@@ -110,6 +112,35 @@ def expect_invoice_document(text: str, mime_type: Any, state: str, amount: Any, 
     expect_equal(document.get("state"), state, f"{what}: the invoice's state")
     expect_equal(document.get("amount"), amount, f"{what}: the invoice's amount")
     return document
+
+
+# The log of every server a scenario started over stdio, in order (see `stdio_server_log`).
+STDIO_SERVER_LOGS: list[str] = []
+
+
+def stdio_command(target: str) -> list[str] | None:
+    """The command line of the server a `stdio:["PROGRAM", "ARG", ...]` target (a JSON list)
+    names, which the SDK's stdio client starts as its child; None for a URL."""
+    if not target.startswith("stdio:"):
+        return None
+    command = json.loads(target.removeprefix("stdio:"))
+    expect(
+        isinstance(command, list) and command and all(isinstance(arg, str) for arg in command),
+        f"a stdio target is `stdio:` and a JSON list of strings, got {target!r}",
+    )
+    return command
+
+
+@contextmanager
+def stdio_server_log() -> Iterator[TextIO]:
+    """A file for a stdio server's stderr (its log), kept apart from the SDK's own stderr and
+    appended to `STDIO_SERVER_LOGS` when the server is done, for the summary."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        try:
+            yield log
+        finally:
+            log.seek(0)
+            STDIO_SERVER_LOGS.append(log.read())
 
 
 # How long a notification may take to arrive, and how long "nothing arrives" is watched.
