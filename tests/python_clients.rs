@@ -4,8 +4,11 @@
 //! summary, and fails with `FAILED: ...` on the first expectation a user would see broken.
 //!
 //! Every test also asserts that the SDK printed no warning (the scripts report their stderr in
-//! the summary): a user would see it, e.g. mcp 1.x/2.x log "Session termination failed: 202" on
-//! close when `DELETE` is not answered 200 or 204.
+//! the summary, log records with their level first): a user would see it, e.g. mcp 1.x/2.x log
+//! "Session termination failed: 202" on close when `DELETE` is not answered 200 or 204.
+//!
+//! Scenarios 8 show prompts and resources (issue 15) as the SDK sees them, over Streamable HTTP
+//! and over stdio (the SDK starting `turnstile serve --stdio` itself).
 //!
 //! The first run creates `target/python/mcp1` and `target/python/mcp2` with
 //! `tests/python/setup_venvs.sh` (needs python3 >= 3.10 and PyPI); without them these tests fail,
