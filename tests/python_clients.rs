@@ -4,8 +4,11 @@
 //! summary, and fails with `FAILED: ...` on the first expectation a user would see broken.
 //!
 //! Every test also asserts that the SDK printed no warning (the scripts report their stderr in
-//! the summary): a user would see it, e.g. mcp 1.x/2.x log "Session termination failed: 202" on
-//! close when `DELETE` is not answered 200 or 204.
+//! the summary, log records with their level first): a user would see it, e.g. mcp 1.x/2.x log
+//! "Session termination failed: 202" on close when `DELETE` is not answered 200 or 204.
+//!
+//! Scenarios 8 show prompts and resources (issue 15) as the SDK sees them, over Streamable HTTP
+//! and over stdio (the SDK starting `turnstile serve --stdio` itself).
 //!
 //! The first run creates `target/python/mcp1` and `target/python/mcp2` with
 //! `tests/python/setup_venvs.sh` (needs python3 >= 3.10 and PyPI); without them these tests fail,
@@ -15,7 +18,7 @@ mod common;
 mod python_support;
 
 use common::{PluginDir, Server};
-use python_support::{Sdk, is_invoice_handle, run_scenario};
+use python_support::{Sdk, is_invoice_handle, run_scenario, run_scenario_over_stdio};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -70,8 +73,14 @@ fn assert_only_unlisted_tool_warnings(summary: &Value) {
     let unexpected: Vec<String> = warnings(summary)
         .into_iter()
         .filter(|line| {
-            !(line.starts_with("Tool invoice.")
-                && line.ends_with(" not listed by server, cannot validate any structured content"))
+            // `WARNING <logger>: <message>`, as the scripts' logging writes it.
+            let message = line
+                .split_once(": ")
+                .map_or(line.as_str(), |(_, message)| message);
+            !(line.starts_with("WARNING ")
+                && message.starts_with("Tool invoice.")
+                && message
+                    .ends_with(" not listed by server, cannot validate any structured content"))
         })
         .collect();
     assert!(
@@ -83,9 +92,12 @@ fn assert_only_unlisted_tool_warnings(summary: &Value) {
 
 /// The server's WARN and ERROR log lines.
 fn server_problems(server: &Server) -> Vec<String> {
-    server
-        .stderr()
-        .lines()
+    problems_in(&server.stderr())
+}
+
+/// The WARN and ERROR lines of a server's log.
+fn problems_in(log: &str) -> Vec<String> {
+    log.lines()
         .filter(|line| {
             line.split_whitespace()
                 .nth(1)
@@ -443,4 +455,342 @@ fn mcp2_listen_without_a_handle_stays_open_until_the_client_closes_it() {
     assert_eq!(summary["events"], 0);
     assert_no_sdk_warnings(&summary);
     assert_quiet_server_log(&server);
+}
+
+// --- Prompts and resources (issue 15), as the official SDK sees them ---------------------------
+
+const CHECKLIST: &str = "invoice.review_checklist";
+const INVOICE_TEMPLATE: &str = "invoice://{handle}";
+
+/// The three lists a client reads for prompts and resources, as a scenario reports them.
+fn offer(prompts: &[&str], resources: &[&str], templates: &[&str]) -> Value {
+    json!({"prompts": prompts, "resources": resources, "templates": templates})
+}
+
+/// The `data` of a `prompts/get` or `resources/read` refused out of its state (always with
+/// JSON-RPC -32602, which the scenarios check): nothing of that kind is available in the states
+/// the invoice is refused in.
+fn forbidden(kind: &str, name: &str, state: &str) -> Value {
+    json!({"code": "FORBIDDEN", "kind": kind, "name": name, "workflow": "invoice",
+        "state": state, "available": []})
+}
+
+/// What a get of the checklist and a read of the invoice (`uri`) answered in `state`.
+fn served(state: &str, uri: &str) -> Value {
+    let prompt = if state == "review" {
+        json!("served")
+    } else {
+        forbidden("prompt", CHECKLIST, state)
+    };
+    let resource = if state == "draft" {
+        forbidden("resource", uri, state)
+    } else {
+        json!(state)
+    };
+    json!({"state": state, "prompt": prompt, "resource": resource})
+}
+
+/// The notifications a session had received after each step, per kind.
+fn notices(counts: &[[u64; 4]]) -> Value {
+    json!(
+        counts
+            .iter()
+            .map(
+                |[tools, prompts, resources, updated]| json!({"tools": tools, "prompts": prompts,
+                "resources": resources, "updated": updated})
+            )
+            .collect::<Vec<_>>()
+    )
+}
+
+/// The session-mode scenario's summary, over HTTP or stdio: Alice's invoice goes submit, reject,
+/// submit, approve, discharge; Bob's stays a draft.
+fn assert_session_primitives(summary: &Value) {
+    let uri = "invoice://session";
+    let nothing = offer(&[], &[], &[]);
+    assert_eq!(summary["protocol"], "2025-11-25");
+    assert_eq!(
+        summary["views"],
+        json!({
+            "draft": nothing,
+            "review": offer(&[CHECKLIST], &[uri], &[INVOICE_TEMPLATE]),
+            "approved": offer(&[], &[uri], &[INVOICE_TEMPLATE]),
+            "discharged": offer(&[], &[uri], &[INVOICE_TEMPLATE]),
+        })
+    );
+    let draft_refusals = json!({
+        "prompt in draft": forbidden("prompt", CHECKLIST, "draft"),
+        "resource in draft": forbidden("resource", uri, "draft"),
+        "bob's prompt": forbidden("prompt", CHECKLIST, "draft"),
+        "bob's resource": forbidden("resource", uri, "draft"),
+    });
+    assert_eq!(summary["refusals"], draft_refusals);
+    let states = ["review", "draft", "review", "approved", "discharged"];
+    assert_eq!(
+        summary["served"],
+        json!(states.map(|state| served(state, uri))),
+        "the checklist and the invoice after each step"
+    );
+    // tools, prompts, resources list_changed, resources/updated: each list's notification comes
+    // exactly when a transition changed that list (approve keeps the invoice, drops the
+    // checklist; discharge changes neither).
+    assert_eq!(
+        summary["notices"],
+        notices(&[
+            [1, 1, 1, 0],
+            [2, 2, 2, 0],
+            [3, 3, 3, 0],
+            [4, 4, 3, 0],
+            [5, 4, 3, 0]
+        ]),
+        "notifications after submit, reject, submit, approve, discharge"
+    );
+    assert_eq!(
+        summary["bob"],
+        json!({"tools": 0, "prompts": 0, "resources": 0, "updated": 0}),
+        "the session whose invoice never moved hears nothing"
+    );
+    assert_no_sdk_warnings(summary);
+}
+
+/// Asserts a scenario started `servers` servers over stdio, whose logs it captured, and that
+/// none logged a WARN or ERROR line.
+fn assert_quiet_stdio_servers(summary: &Value, servers: usize) {
+    let logs = summary["server_logs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no server logs: {summary}"));
+    assert_eq!(logs.len(), servers, "servers started over stdio");
+    for log in logs {
+        let log = log.as_str().unwrap_or_default();
+        // The log was captured, so that no problems in it means something.
+        assert!(log.contains("plugin loaded"), "{log}");
+        let problems = problems_in(log);
+        assert!(
+            problems.is_empty(),
+            "a stdio server logged problems: {problems:#?}"
+        );
+    }
+}
+
+/// The arguments of `turnstile serve --stdio` for the invoice plugin in `plugins`.
+fn stdio_server<'a>(plugins: &'a PluginDir, extra: &[&'a str]) -> Vec<&'a str> {
+    let directory = plugins.path().to_str().expect("a UTF-8 temporary path");
+    let mut args = vec![
+        "serve",
+        "--stdio",
+        "--store",
+        "memory:",
+        "--plugins",
+        directory,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// Scenario 8a: session mode, 2025-11-25 over Streamable HTTP. `prompts/list`, `resources/list`
+/// and `resources/templates/list` show exactly what the session's invoice is offered in each
+/// state; `prompts/get` and `resources/read` out of state are JSON-RPC -32602 with FORBIDDEN,
+/// the state and what is available, and in state return the checklist (with the submitted
+/// amount) and the invoice; each `prompts/` and `resources/list_changed` arrives on the GET
+/// stream exactly when a transition changed that list, and never to another session.
+#[test]
+fn mcp1_session_mode_prompts_and_resources_follow_the_state() {
+    let (_plugins, mut server) = invoice_server(&[]);
+    let summary = run_scenario(Sdk::Mcp1, "primitives-session", &mut server);
+    assert_session_primitives(&summary);
+    assert_eq!(
+        summary["server_logs"],
+        json!([]),
+        "no server started over stdio"
+    );
+    assert_quiet_server_log(&server);
+}
+
+/// Scenario 8a over stdio: the SDK's stdio client starts `turnstile serve --stdio` itself (one
+/// server per connection, so Bob's is his own); the process is the session.
+#[test]
+fn mcp1_over_stdio_prompts_and_resources_follow_the_state() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let args = stdio_server(&plugins, &[]);
+    let summary = run_scenario_over_stdio(Sdk::Mcp1, "primitives-session", &args);
+    assert_session_primitives(&summary);
+    assert_quiet_stdio_servers(&summary, 2);
+}
+
+/// Scenario 8b: handle mode with authentication, 2025-11-25. Alice's session, which minted the
+/// invoice, is offered `invoice://<handle>` and the checklist, with `_meta.handle` and without;
+/// `resources/subscribe` on the invoice delivers `resources/updated` naming it once per
+/// transition. Carol, another principal, is offered what a new invoice is (nothing), is refused
+/// the checklist in `draft`, hears nothing, and naming Alice's handle gets exactly the answers a
+/// handle nobody minted gets.
+#[test]
+fn mcp1_handle_mode_instance_resource_is_listed_read_and_updated_by_its_owner_only() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alice tok-alice\ncarol tok-carol\n").unwrap();
+    let mut server = Server::http(
+        plugins.path(),
+        &[
+            "--auth-token-file",
+            tokens.to_str().unwrap(),
+            "--state-handle-key",
+        ],
+    );
+    let summary = run_scenario(
+        Sdk::Mcp1,
+        "primitives-handles:tok-alice,tok-carol",
+        &mut server,
+    );
+    let handle = summary["handle"].clone();
+    assert!(is_invoice_handle(&handle), "{summary}");
+    let uri = format!("invoice://{}", handle.as_str().unwrap());
+    let uri = uri.as_str();
+    let nothing = offer(&[], &[], &[]);
+    let review = offer(&[CHECKLIST], &[uri], &[INVOICE_TEMPLATE]);
+    let later = offer(&[], &[uri], &[INVOICE_TEMPLATE]);
+    assert_eq!(
+        summary["views"],
+        json!({
+            "carol before": nothing,
+            "review by handle": review,
+            "review, touched": review,
+            "approved": later,
+            "discharged": later,
+            "carol after": nothing,
+        })
+    );
+    assert_eq!(
+        summary["served"],
+        json!({"prompt by handle": "served", "resource": "review",
+            "approved": "approved", "discharged": "discharged"})
+    );
+    let refusals = &summary["refusals"];
+    assert_eq!(
+        refusals["carol's prompt"],
+        forbidden("prompt", CHECKLIST, "draft")
+    );
+    // Carol naming Alice's handle: MCP's "resource not found" for the resource (naming the URI
+    // she asked for), invalid params for a listing or a get by `_meta`; and in every case exactly
+    // what a handle nobody minted gets, so she cannot tell that Alice's exists.
+    let not_found = json!({"code": -32002, "uri": "<the uri>"});
+    assert_eq!(refusals["read alice's"], not_found);
+    assert_eq!(refusals["subscribe alice's"], not_found);
+    assert_eq!(refusals["list prompts alice's"]["code"], -32602);
+    assert_eq!(refusals["get prompt alice's"]["code"], -32602);
+    for what in ["read", "subscribe", "list prompts", "get prompt"] {
+        assert_eq!(
+            refusals[format!("{what} alice's")],
+            refusals[format!("{what} never minted")],
+            "{what}: another principal's handle is answered as one nobody minted"
+        );
+    }
+    assert_eq!(
+        summary["notices"],
+        notices(&[[1, 1, 1, 0], [2, 2, 1, 1], [3, 2, 1, 2]]),
+        "notifications after the mint, approve and discharge"
+    );
+    assert_eq!(
+        summary["carol"],
+        json!({"tools": 0, "prompts": 0, "resources": 0, "updated": 0})
+    );
+    assert_no_sdk_warnings(&summary);
+    assert_quiet_server_log(&server);
+}
+
+/// Scenario 8c: 2026-07-28 through `mcp.Client` (no sessions, handle mode). Without a handle the
+/// client is offered what a new invoice is; with `_meta.handle` the three lists, the checklist
+/// and `invoice://<handle>` follow the invoice through reject, submit, approve and discharge
+/// (a plain list after one naming the handle is not served from the SDK's cache); a
+/// `subscriptions/listen` naming the handle hears each list's `list_changed` exactly when a
+/// transition changed it, one naming another handle hears nothing.
+#[test]
+fn mcp2_prompts_and_resources_follow_the_handle() {
+    let (_plugins, mut server) = invoice_server(HANDLE_MODE);
+    let summary = run_scenario(Sdk::Mcp2, "primitives", &mut server);
+    assert_handle_primitives(&summary, Transport::Http);
+    assert_eq!(
+        summary["server_logs"],
+        json!([]),
+        "no server started over stdio"
+    );
+    assert_quiet_server_log(&server);
+}
+
+/// Scenario 8c over stdio: `mcp.Client` starts `turnstile serve --stdio --state-handle-key`
+/// itself (one server per client, so the other client's is its own).
+#[test]
+fn mcp2_over_stdio_prompts_and_resources_follow_the_handle() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let args = stdio_server(&plugins, HANDLE_MODE);
+    let summary = run_scenario_over_stdio(Sdk::Mcp2, "primitives", &args);
+    assert_handle_primitives(&summary, Transport::Stdio);
+    assert_quiet_stdio_servers(&summary, 2);
+}
+
+/// How a scenario reached the server.
+#[derive(Clone, Copy, PartialEq)]
+enum Transport {
+    Http,
+    Stdio,
+}
+
+/// The 2026-07-28 scenario's summary, over HTTP or stdio: the invoice goes reject, submit,
+/// approve, discharge by handle. A list without a handle after the mint is about a new invoice
+/// over HTTP (no session); over stdio the process is a session, which touched the invoice.
+fn assert_handle_primitives(summary: &Value, transport: Transport) {
+    assert_eq!(summary["protocol"], "2026-07-28");
+    let handle = summary["handle"].clone();
+    assert!(is_invoice_handle(&handle), "{summary}");
+    let uri = format!("invoice://{}", handle.as_str().unwrap());
+    let uri = uri.as_str();
+    let nothing = offer(&[], &[], &[]);
+    let review = offer(&[CHECKLIST], &[uri], &[INVOICE_TEMPLATE]);
+    let later = offer(&[], &[uri], &[INVOICE_TEMPLATE]);
+    let no_handle_again = match transport {
+        Transport::Http => &nothing,
+        Transport::Stdio => &review,
+    };
+    assert_eq!(
+        summary["views"],
+        json!({
+            "no handle": nothing,
+            "review": review,
+            "no handle again": no_handle_again,
+            "draft": nothing,
+            "approved": later,
+            "discharged": later,
+        })
+    );
+    assert_eq!(
+        summary["refusals"],
+        json!({"prompt without a handle": forbidden("prompt", CHECKLIST, "draft")})
+    );
+    let states = ["review", "draft", "review", "approved", "discharged"];
+    assert_eq!(
+        summary["served"],
+        json!(states.map(|state| served(state, uri))),
+        "the checklist and the invoice in review, then after each step"
+    );
+    let listened = |counts: &[[u64; 3]]| {
+        json!(
+            counts
+                .iter()
+                .map(
+                    |[tools, prompts, resources]| json!({"tools": tools, "prompts": prompts,
+                    "resources": resources})
+                )
+                .collect::<Vec<_>>()
+        )
+    };
+    assert_eq!(
+        summary["notices"],
+        listened(&[[1, 1, 1], [2, 2, 2], [3, 3, 2], [4, 3, 2]]),
+        "list_changed events on the listen after reject, submit, approve, discharge"
+    );
+    assert_eq!(
+        summary["other"],
+        json!({"tools": 0, "prompts": 0, "resources": 0})
+    );
+    assert_no_sdk_warnings(summary);
 }

@@ -14,6 +14,15 @@ Usage: python mcp1_client.py SCENARIO URL
   model-client       server with --state-handle-key: a model-style agent builds every call
                      from the `tools/list` schemas alone and drives two invoices through their
                      lifecycles, interleaved, in one session and without ever sending `_meta`
+  primitives-session server without handle flags: prompts/list, resources/list and
+                     resources/templates/list show what the session's invoice is offered, the
+                     checklist and `invoice://session` are refused out of state (FORBIDDEN) and
+                     served in it, and prompts/resources `list_changed` arrive exactly when a
+                     transition changed that list; another session hears nothing
+  primitives-handles:ALICE,CAROL  server with --state-handle-key and these bearer tokens: the
+                     same for `invoice://<handle>`, with `_meta.handle` and without,
+                     `resources/updated` for a subscriber, and nothing of it for another principal
+URL may also be `stdio:["PROGRAM", "ARG", ...]`: each connection starts that server over stdio.
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
 
@@ -22,19 +31,27 @@ from __future__ import annotations
 import importlib.metadata
 import secrets
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import mcp.types as types
-from mcp import ClientSession
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import McpError
 
 from turnstile_e2e import (
+    CHECKLIST,
+    INVOICE_READABLE,
     MENU,
+    PROMPTS,
     START,
+    STDIO_SERVER_LOGS,
+    Failed,
     ListChanges,
     ListedTool,
     ToolOutcome,
@@ -43,11 +60,43 @@ from turnstile_e2e import (
     expect,
     expect_equal,
     expect_handle,
+    expect_checklist,
+    expect_invoice_document,
     expect_menu,
+    expect_names,
+    expect_refusal,
+    invoice_resources,
+    invoice_templates,
     run,
+    stdio_command,
+    stdio_server_log,
 )
 
 SDK = f"mcp {importlib.metadata.version('mcp')}"
+
+
+@dataclass
+class Notices:
+    """What the server pushed to one session besides `tools/list_changed`."""
+
+    name: str
+    prompts: ListChanges = field(init=False)
+    resources: ListChanges = field(init=False)
+    updated: ListChanges = field(init=False)
+    updated_uris: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.prompts = ListChanges(self.name, "notifications/prompts/list_changed")
+        self.resources = ListChanges(self.name, "notifications/resources/list_changed")
+        self.updated = ListChanges(self.name, "notifications/resources/updated")
+
+    def counts(self, tools: ListChanges) -> dict[str, int]:
+        return {
+            "tools": tools.count,
+            "prompts": self.prompts.count,
+            "resources": self.resources.count,
+            "updated": self.updated.count,
+        }
 
 
 @dataclass
@@ -59,6 +108,8 @@ class Connection:
     changes: ListChanges
     protocol: str
     session_id: str | None
+    capabilities: types.ServerCapabilities
+    notices: Notices
 
     async def tools(self, handle: str | None = None) -> list[types.Tool]:
         params = None
@@ -111,33 +162,122 @@ class Connection:
         structured = await self.call_ok("invoice.status", arguments)
         return structured.get("state")
 
+    async def prompts(self, handle: str | None = None) -> list[types.Prompt]:
+        result = await self.session.list_prompts(params=_list_params(handle))
+        _expect_uncacheable(result, f"{self.name}: prompts/list")
+        return result.prompts
+
+    async def resources(self, handle: str | None = None) -> list[types.Resource]:
+        result = await self.session.list_resources(params=_list_params(handle))
+        _expect_uncacheable(result, f"{self.name}: resources/list")
+        return result.resources
+
+    async def templates(self, handle: str | None = None) -> list[types.ResourceTemplate]:
+        result = await self.session.list_resource_templates(params=_list_params(handle))
+        _expect_uncacheable(result, f"{self.name}: resources/templates/list")
+        return result.resourceTemplates
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, str], handle: str | None = None
+    ) -> types.GetPromptResult:
+        """`prompts/get`; with `handle`, named in `_meta` (1.x's `get_prompt` takes no `_meta`,
+        so the request is built as it would build it, plus `_meta`)."""
+        if handle is None:
+            return await self.session.get_prompt(name, arguments)
+        params = types.GetPromptRequestParams(
+            name=name, arguments=arguments, _meta=types.RequestParams.Meta(handle=handle)
+        )
+        return await self.session.send_request(
+            types.ClientRequest(types.GetPromptRequest(params=params)), types.GetPromptResult
+        )
+
+
+def _list_params(handle: str | None) -> types.PaginatedRequestParams | None:
+    if handle is None:
+        return None
+    return types.PaginatedRequestParams(_meta=types.RequestParams.Meta(handle=handle))
+
+
+def _expect_uncacheable(result: types.Result, what: str) -> None:
+    expect(getattr(result, "nextCursor", None) is None, f"{what}: unexpected pagination")
+    ttl = (result.model_extra or {}).get("ttlMs")
+    expect_equal(ttl, 0, f"ttlMs of {what} (a list that depends on state is not cacheable)")
+
+
+async def refusal(request: Awaitable[Any], what: str) -> tuple[int, Any]:
+    """The JSON-RPC error `request` is answered with; fails if it is answered with a result."""
+    try:
+        result = await request
+    except McpError as error:
+        return error.error.code, error.error.data
+    raise Failed(f"{what}: expected a JSON-RPC error, got the result {result!r}")
+
 
 def _text(result: types.CallToolResult) -> str:
     return "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
 
 
 @asynccontextmanager
-async def connect(url: str, name: str) -> AsyncIterator[Connection]:
-    """Opens a session; `list_changed` notifications (GET stream) are counted in `changes`."""
+async def transport(url: str, token: str | None = None) -> AsyncIterator[tuple[Any, Any, Callable[[], str | None]]]:
+    """The SDK's Streamable HTTP client for a URL (sending `token` as a bearer token, if any);
+    for a `stdio:[...]` target, its stdio client, which starts that server as its child (its log
+    goes to `STDIO_SERVER_LOGS`)."""
+    command = stdio_command(url)
+    if command is None:
+        headers = None if token is None else {"Authorization": f"Bearer {token}"}
+        async with (
+            create_mcp_http_client(headers=headers) as http,
+            streamable_http_client(url, http_client=http) as (read, write, get_session_id),
+        ):
+            yield read, write, get_session_id
+        return
+    parameters = StdioServerParameters(command=command[0], args=command[1:])
+    with stdio_server_log() as log:
+        async with stdio_client(parameters, errlog=log) as (read, write):
+            yield read, write, lambda: None
+
+
+@asynccontextmanager
+async def connect(url: str, name: str, token: str | None = None) -> AsyncIterator[Connection]:
+    """Opens a session (as the principal of `token`, if any); `list_changed` notifications (GET
+    stream) are counted in `changes`, those of prompts and resources, and `resources/updated`, in
+    `notices`."""
     changes = ListChanges(name)
+    notices = Notices(name)
 
     async def on_message(message: Any) -> None:
-        if isinstance(message, types.ServerNotification) and isinstance(
-            message.root, types.ToolListChangedNotification
-        ):
-            changes.record()
+        if isinstance(message, types.ServerNotification):
+            notification = message.root
+            if isinstance(notification, types.ToolListChangedNotification):
+                changes.record()
+            elif isinstance(notification, types.PromptListChangedNotification):
+                notices.prompts.record()
+            elif isinstance(notification, types.ResourceListChangedNotification):
+                notices.resources.record()
+            elif isinstance(notification, types.ResourceUpdatedNotification):
+                notices.updated_uris.append(str(notification.params.uri))
+                notices.updated.record()
         elif isinstance(message, Exception):
             # The SDK hands transport errors to the message handler; a test must see them.
             print(f"{name}: transport error: {message!r}", file=sys.stderr, flush=True)
 
-    async with streamable_http_client(url) as (read, write, get_session_id):
+    async with transport(url, token) as (read, write, get_session_id):
         async with ClientSession(read, write, message_handler=on_message) as session:
             initialized = await session.initialize()
+            capabilities = initialized.capabilities
             expect(
-                initialized.capabilities.tools is not None and initialized.capabilities.tools.listChanged is True,
-                f"{name}: the server should advertise tools.listChanged, got {initialized.capabilities!r}",
+                capabilities.tools is not None and capabilities.tools.listChanged is True,
+                f"{name}: the server should advertise tools.listChanged, got {capabilities!r}",
             )
-            yield Connection(name, session, changes, str(initialized.protocolVersion), get_session_id())
+            yield Connection(
+                name,
+                session,
+                changes,
+                str(initialized.protocolVersion),
+                get_session_id(),
+                capabilities,
+                notices,
+            )
 
 
 async def settle(connection: Connection) -> int:
@@ -371,6 +511,234 @@ async def model_client(url: str) -> dict[str, Any]:
         return {"protocol": c.protocol, **summary}
 
 
+# --- 8. prompts and resources ------------------------------------------------------------------
+
+FOCUS = "the VAT number"
+
+
+def _prompt_text(result: types.GetPromptResult, what: str) -> str:
+    expect(len(result.messages) == 1, f"{what}: expected one message, got {result.messages!r}")
+    content = result.messages[0].content
+    expect(isinstance(content, types.TextContent), f"{what}: expected text, got {content!r}")
+    return content.text
+
+
+async def offered(c: Connection, state: str, token: str, what: str, handle: str | None = None) -> dict[str, Any]:
+    """The three lists a client reads for prompts and resources, each exactly what one invoice
+    in `state` (named `token` in its resources' URIs) is offered."""
+    prompts = await c.prompts(handle)
+    for prompt in prompts:
+        if prompt.name == CHECKLIST:
+            arguments = [(argument.name, argument.required) for argument in prompt.arguments or []]
+            expect_equal(arguments, [("focus", False)], f"{c.name}: the checklist's arguments")
+    resources = await c.resources(handle)
+    for resource in resources:
+        expect_equal(resource.mimeType, "application/json", f"{c.name}: mimeType of {resource.uri}")
+    templates = await c.templates(handle)
+    return {
+        "prompts": expect_names([p.name for p in prompts], PROMPTS[state], f"{c.name}: prompts/list {what}"),
+        "resources": expect_names(
+            [str(r.uri) for r in resources], invoice_resources(state, token), f"{c.name}: resources/list {what}"
+        ),
+        "templates": expect_names(
+            [t.uriTemplate for t in templates], invoice_templates(state), f"{c.name}: resources/templates/list {what}"
+        ),
+    }
+
+
+async def get_checklist(c: Connection, state: str, amount: str, what: str, handle: str | None = None) -> Any:
+    """`prompts/get` of the checklist: served in review (reading the amount), refused elsewhere.
+    Returns `"served"` or the refusal's data."""
+    if CHECKLIST in PROMPTS[state]:
+        result = await c.get_prompt(CHECKLIST, {"focus": FOCUS}, handle)
+        expect_checklist(_prompt_text(result, what), amount, FOCUS, f"{c.name}: {what}")
+        return "served"
+    code, data = await refusal(c.get_prompt(CHECKLIST, {}, handle), f"{c.name}: {what}")
+    return expect_refusal(code, data, "prompt", CHECKLIST, state, f"{c.name}: {what}")
+
+
+async def read_invoice(c: Connection, uri: str, state: str, amount: Any, what: str) -> Any:
+    """`resources/read` of the invoice: its JSON from review on, refused before. Returns the
+    state it showed, or the refusal's data."""
+    if state in INVOICE_READABLE:
+        result = await c.session.read_resource(uri)
+        expect(len(result.contents) == 1, f"{c.name}: {what}: expected one content, got {result.contents!r}")
+        content = result.contents[0]
+        expect(isinstance(content, types.TextResourceContents), f"{c.name}: {what}: expected text, got {content!r}")
+        expect_equal(str(content.uri), uri, f"{c.name}: {what}: the content's uri")
+        document = expect_invoice_document(content.text, content.mimeType, state, amount, f"{c.name}: {what}")
+        return document["state"]
+    code, data = await refusal(c.session.read_resource(uri), f"{c.name}: {what}")
+    return expect_refusal(code, data, "resource", uri, state, f"{c.name}: {what}")
+
+
+async def counted(c: Connection, wanted: dict[str, int], why: str) -> dict[str, int]:
+    """Waits for the notifications `wanted` (counts per kind), lets any extra one arrive, and
+    returns the counts seen: the caller reports them, so one too many shows."""
+    await c.changes.wait_for(wanted["tools"], why)
+    await c.notices.prompts.wait_for(wanted["prompts"], why)
+    await c.notices.resources.wait_for(wanted["resources"], why)
+    await c.notices.updated.wait_for(wanted["updated"], why)
+    await settle(c)
+    return c.notices.counts(c.changes)
+
+
+def _uri_redacted(data: Any, uri: str) -> Any:
+    """`data.uri` of a refusal, as `<the uri>` when it is the one asked for (the summary stays
+    the same whichever handle was named)."""
+    seen = data.get("uri") if isinstance(data, dict) else None
+    return "<the uri>" if seen == uri else seen
+
+
+def _expect_primitive_capabilities(c: Connection) -> None:
+    capabilities = c.capabilities
+    expect(
+        capabilities.prompts is not None and capabilities.prompts.listChanged is True,
+        f"{c.name}: the server should advertise prompts.listChanged, got {capabilities!r}",
+    )
+    expect(
+        capabilities.resources is not None
+        and capabilities.resources.listChanged is True
+        and capabilities.resources.subscribe is True,
+        f"{c.name}: the server should advertise resources.listChanged and subscribe, got {capabilities!r}",
+    )
+
+
+# Submit, reject, submit again, approve, discharge: every list grows and shrinks at least once.
+SESSION_STEPS = [
+    ("invoice.submit", {"amount": 1234.5, "customer": "ACME"}, "review"),
+    ("invoice.reject", {"reason": "missing PO number"}, "draft"),
+    ("invoice.submit", {"amount": 1234.5}, "review"),
+    ("invoice.approve", {"note": "ok"}, "approved"),
+    ("invoice.discharge", {}, "discharged"),
+]
+
+
+async def primitives_session(url: str) -> dict[str, Any]:
+    """Session mode: each session's own invoice is `invoice://session`. Alice's three lists, her
+    checklist and her invoice follow her invoice through `SESSION_STEPS`, each transition sends
+    exactly the list_changed notifications of the lists it changed, and Bob, whose invoice stays
+    a draft, is offered nothing and hears nothing."""
+    token, uri, amount = "session", "invoice://session", 1234.5
+    async with connect(url, "alice") as alice, connect(url, "bob") as bob:
+        expect_equal(alice.protocol, "2025-11-25", "negotiated protocol version")
+        _expect_primitive_capabilities(alice)
+        # Both sessions watch their own invoice from their first listing.
+        views = {"draft": await offered(alice, "draft", token, "in draft")}
+        await offered(bob, "draft", token, "in draft")
+        refusals = {
+            "prompt in draft": await get_checklist(alice, "draft", "", "prompts/get in draft"),
+            "resource in draft": await read_invoice(alice, uri, "draft", amount, "resources/read in draft"),
+        }
+        wanted = {"tools": 0, "prompts": 0, "resources": 0, "updated": 0}
+        await settle(alice)
+        expect_equal(alice.notices.counts(alice.changes), wanted, "notifications before any transition")
+
+        state = "draft"
+        notices = []
+        served = []
+        for tool, arguments, after in SESSION_STEPS:
+            what = f"after {tool} ({state} -> {after})"
+            # As a client does, it calls what it was shown (the SDK checks a result against the
+            # output schema of its last listing, and warns when the tool was not on it).
+            await alice.menu(MENU[state], f"before {tool}")
+            await alice.call_ok(tool, arguments)
+            wanted["tools"] += 1
+            wanted["prompts"] += PROMPTS[state] != PROMPTS[after]
+            wanted["resources"] += invoice_resources(state, token) != invoice_resources(after, token)
+            notices.append(await counted(alice, wanted, what))
+            state = after
+            expect_equal(await alice.state(), state, f"invoice.status {what}")
+            views.setdefault(state, await offered(alice, state, token, what))
+            served.append(
+                {
+                    "state": state,
+                    "prompt": await get_checklist(alice, state, "1234.50", f"prompts/get {what}"),
+                    "resource": await read_invoice(alice, uri, state, amount, f"resources/read {what}"),
+                }
+            )
+
+        # Bob's `invoice://session` is his own invoice, still a draft: Alice's is out of his reach.
+        await offered(bob, "draft", token, "while alice's invoice moved")
+        refusals["bob's resource"] = await read_invoice(bob, uri, "draft", None, "bob's resources/read")
+        refusals["bob's prompt"] = await get_checklist(bob, "draft", "", "bob's prompts/get")
+        await settle(bob)
+        return {
+            "protocol": alice.protocol,
+            "views": views,
+            "refusals": refusals,
+            "served": served,
+            "notices": notices,
+            "bob": bob.notices.counts(bob.changes),
+            "server_logs": STDIO_SERVER_LOGS,
+        }
+
+
+async def primitives_handles(url: str, tokens: str) -> dict[str, Any]:
+    """Handle mode with authentication (`tokens`: Alice's and Carol's bearer tokens, comma
+    separated): the invoice is `invoice://<handle>`. Alice, who minted it, is offered its
+    checklist and invoice (with `_meta.handle` or without), and as a subscriber hears
+    `resources/updated` once per transition. Carol is offered what a new invoice is (nothing),
+    hears nothing, and holding Alice's handle can neither list, get, read nor subscribe to what
+    is Alice's: she is answered as for a handle nobody minted."""
+    alice_token, carol_token = tokens.split(",")
+    async with connect(url, "alice", alice_token) as alice, connect(url, "carol", carol_token) as carol:
+        _expect_primitive_capabilities(alice)
+        views = {"carol before": await offered(carol, "draft", "-", "of a session that touched nothing")}
+        await alice.menu(START, "before minting")
+        handle, _ = await mint(alice, {"amount": 80})
+        uri = f"invoice://{handle}"
+        wanted = {"tools": 1, "prompts": 1, "resources": 1, "updated": 0}
+        notices = [await counted(alice, wanted, "invoice.submit minted an instance in review")]
+        views["review by handle"] = await offered(alice, "review", handle, "with _meta.handle in review", handle)
+        views["review, touched"] = await offered(alice, "review", handle, "without a handle after minting")
+        served = {
+            "prompt by handle": await get_checklist(alice, "review", "80.00", "prompts/get by handle", handle),
+            "resource": await read_invoice(alice, uri, "review", 80, "resources/read in review"),
+        }
+        # A prompts/get without a handle is about a new invoice, in draft: refused.
+        refusals = {"carol's prompt": await get_checklist(carol, "draft", "", "prompts/get without a handle")}
+        await alice.session.subscribe_resource(uri)
+
+        state = "review"
+        for tool, after in [("invoice.approve", "approved"), ("invoice.discharge", "discharged")]:
+            what = f"after {tool} by handle"
+            await alice.menu(MENU[state], f"with _meta.handle before {tool}", handle)
+            await alice.call_ok(tool, {"handle": handle})
+            wanted["tools"] += 1
+            wanted["prompts"] += PROMPTS[state] != PROMPTS[after]
+            wanted["updated"] += 1
+            state = after
+            notices.append(await counted(alice, wanted, what))
+            views[after] = await offered(alice, after, handle, what, handle)
+            served[after] = await read_invoice(alice, uri, after, 80, f"resources/read {what}")
+        expect_equal(alice.notices.updated_uris, [uri, uri], "the URIs of resources/updated")
+        views["carol after"] = await offered(carol, "draft", "-", "of a session that touched nothing, at the end")
+
+        # Carol names Alice's handle, and a handle nobody minted: each is answered the same.
+        never_minted = "invoice-" + "0" * 32
+        for label, named in [("alice's", handle), ("never minted", never_minted)]:
+            named_uri = f"invoice://{named}"
+            what = f"carol with {label} handle"
+            code, data = await refusal(carol.session.read_resource(named_uri), f"{what}: resources/read")
+            refusals[f"read {label}"] = {"code": code, "uri": _uri_redacted(data, named_uri)}
+            code, data = await refusal(carol.session.subscribe_resource(named_uri), f"{what}: resources/subscribe")
+            refusals[f"subscribe {label}"] = {"code": code, "uri": _uri_redacted(data, named_uri)}
+            code, data = await refusal(carol.prompts(named), f"{what}: prompts/list")
+            refusals[f"list prompts {label}"] = {"code": code, "data": data}
+            code, data = await refusal(carol.get_prompt(CHECKLIST, {}, named), f"{what}: prompts/get")
+            refusals[f"get prompt {label}"] = {"code": code, "data": data}
+        await settle(carol)
+        return {
+            "handle": handle,
+            "views": views,
+            "served": served,
+            "refusals": refusals,
+            "notices": notices,
+            "carol": carol.notices.counts(carol.changes),
+        }
+
+
 if __name__ == "__main__":
     run(
         {
@@ -379,6 +747,8 @@ if __name__ == "__main__":
             "shared-handle": shared_handle,
             "stateless": stateless,
             "model-client": model_client,
+            "primitives-session": primitives_session,
+            "primitives-handles": primitives_handles,
         },
         SDK,
     )

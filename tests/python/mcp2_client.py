@@ -14,6 +14,11 @@ Usage: python mcp2_client.py SCENARIO URL
                     `tools/list` (no sessions on 2026-07-28)
   listen-idle[:S]   `Client.listen(tools_list_changed=True)` without a handle stays open S
                     seconds (default 30) without the server ending it, then the client closes it
+  primitives        server with --state-handle-key: prompts/list, resources/list and
+                    resources/templates/list with `_meta.handle` follow the invoice, get and read
+                    are refused out of state (FORBIDDEN) and served in it, and a listen naming the
+                    handle hears each list's `list_changed` exactly when a transition changed it
+URL may also be `stdio:["PROGRAM", "ARG", ...]`: each client starts that server over stdio.
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
 
@@ -28,11 +33,24 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import Client
-from mcp.client.subscriptions import Subscription, SubscriptionLost, ToolsListChanged
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.subscriptions import (
+    PromptsListChanged,
+    ResourcesListChanged,
+    Subscription,
+    SubscriptionLost,
+    ToolsListChanged,
+)
+from mcp.shared.exceptions import MCPError
 
 from turnstile_e2e import (
+    CHECKLIST,
+    INVOICE_READABLE,
     MENU,
+    PROMPTS,
     START,
+    STDIO_SERVER_LOGS,
+    Failed,
     ListChanges,
     ListedTool,
     ToolOutcome,
@@ -41,8 +59,16 @@ from turnstile_e2e import (
     expect,
     expect_equal,
     expect_handle,
+    expect_checklist,
+    expect_invoice_document,
     expect_menu,
+    expect_names,
+    expect_refusal,
+    invoice_resources,
+    invoice_templates,
     run,
+    stdio_command,
+    stdio_server_log,
 )
 
 SDK = f"mcp {importlib.metadata.version('mcp')}"
@@ -98,8 +124,9 @@ async def mint(client: Client, arguments: dict[str, Any]) -> str:
 
 
 @asynccontextmanager
-async def listen(client: Client, handle: str | list[str]) -> AsyncIterator[Subscription]:
-    """`client.listen(tools_list_changed=True)` with `_meta: {"handle": handle}` on the request.
+async def listen(client: Client, handle: str | list[str], **kinds: bool) -> AsyncIterator[Subscription]:
+    """`client.listen(tools_list_changed=True)` (or the kinds given, as `listen`'s keywords) with
+    `_meta: {"handle": handle}` on the request.
 
     mcp 2.3.0's `Client.listen()` takes no `meta` argument, so the handle is added to the
     `subscriptions/listen` request's `_meta` by wrapping the session's request stamp (the hook
@@ -116,7 +143,7 @@ async def listen(client: Client, handle: str | list[str]) -> AsyncIterator[Subsc
     session._stamp = stamp_with_handle  # noqa: SLF001
     try:
         # The request is written and acknowledged while entering, so the stamp is restored after.
-        async with client.listen(tools_list_changed=True) as subscription:
+        async with client.listen(**(kinds or {"tools_list_changed": True})) as subscription:
             session._stamp = stamp  # noqa: SLF001
             yield subscription
     finally:
@@ -340,6 +367,226 @@ async def listen_idle(url: str, seconds: str = "30") -> dict[str, Any]:
     return {"protocol": MODERN, "open_seconds": open_for, "events": events, "ended_by_server": ended}
 
 
+# --- 8. prompts and resources over 2026-07-28 ----------------------------------------------------
+
+FOCUS = "the VAT number"
+EVERY_LIST = {"tools_list_changed": True, "prompts_list_changed": True, "resources_list_changed": True}
+
+
+async def offered(client: Client, state: str, token: str, what: str, handle: str | None = None) -> dict[str, Any]:
+    """The three lists for prompts and resources, each exactly what one invoice in `state` (named
+    `token` in its resources' URIs) is offered; with `handle` named in `_meta`."""
+    meta = None if handle is None else {"handle": handle}
+    prompts = await client.list_prompts(meta=meta)
+    resources = await client.list_resources(meta=meta)
+    templates = await client.list_resource_templates(meta=meta)
+    for listed, name in [(prompts, "prompts/list"), (resources, "resources/list"), (templates, "templates/list")]:
+        # The SDK caches lists under a key that ignores `_meta`: a list that depends on it must say 0.
+        expect_equal(listed.ttl_ms, 0, f"ttlMs of {name} {what}")
+        expect(listed.next_cursor is None, f"{name} {what}: unexpected pagination")
+    for prompt in prompts.prompts:
+        if prompt.name == CHECKLIST:
+            arguments = [(argument.name, argument.required) for argument in prompt.arguments or []]
+            expect_equal(arguments, [("focus", False)], "the checklist's arguments")
+    for resource in resources.resources:
+        expect_equal(resource.mime_type, "application/json", f"mimeType of {resource.uri}")
+    return {
+        "prompts": expect_names([p.name for p in prompts.prompts], PROMPTS[state], f"prompts/list {what}"),
+        "resources": expect_names(
+            [r.uri for r in resources.resources], invoice_resources(state, token), f"resources/list {what}"
+        ),
+        "templates": expect_names(
+            [t.uri_template for t in templates.resource_templates],
+            invoice_templates(state),
+            f"resources/templates/list {what}",
+        ),
+    }
+
+
+async def refusal(request: Any, what: str) -> tuple[int, Any]:
+    """The JSON-RPC error `request` is answered with; fails if it is answered with a result."""
+    try:
+        result = await request
+    except MCPError as error:
+        return error.code, error.data
+    raise Failed(f"{what}: expected a JSON-RPC error, got the result {result!r}")
+
+
+async def get_checklist(client: Client, state: str, amount: str, what: str, handle: str | None = None) -> Any:
+    """`prompts/get` of the checklist: served in review (reading the amount), refused elsewhere.
+    Returns `"served"` or the refusal's data."""
+    meta = None if handle is None else {"handle": handle}
+    if CHECKLIST in PROMPTS[state]:
+        result = await client.get_prompt(CHECKLIST, {"focus": FOCUS}, meta=meta)
+        expect(len(result.messages) == 1, f"{what}: expected one message, got {result.messages!r}")
+        content = result.messages[0].content
+        expect(isinstance(content, types.TextContent), f"{what}: expected text, got {content!r}")
+        expect_checklist(content.text, amount, FOCUS, what)
+        return "served"
+    code, data = await refusal(client.get_prompt(CHECKLIST, {}, meta=meta), what)
+    return expect_refusal(code, data, "prompt", CHECKLIST, state, what)
+
+
+async def read_invoice(client: Client, uri: str, state: str, amount: Any, what: str) -> Any:
+    """`resources/read` of the invoice: its JSON from review on, refused before. Returns the
+    state it showed, or the refusal's data."""
+    if state in INVOICE_READABLE:
+        result = await client.read_resource(uri)
+        expect(len(result.contents) == 1, f"{what}: expected one content, got {result.contents!r}")
+        content = result.contents[0]
+        expect(isinstance(content, types.TextResourceContents), f"{what}: expected text, got {content!r}")
+        expect_equal(content.uri, uri, f"{what}: the content's uri")
+        return expect_invoice_document(content.text, content.mime_type, state, amount, what)["state"]
+    code, data = await refusal(client.read_resource(uri), what)
+    return expect_refusal(code, data, "resource", uri, state, what)
+
+
+class ListenCounts:
+    """The `list_changed` events one listen stream received, per list."""
+
+    def __init__(self, name: str) -> None:
+        self.kinds = {
+            "tools": ListChanges(name, "tools list_changed"),
+            "prompts": ListChanges(name, "prompts list_changed"),
+            "resources": ListChanges(name, "resources list_changed"),
+        }
+
+    async def count(self, subscription: Subscription) -> None:
+        kinds = {ToolsListChanged: "tools", PromptsListChanged: "prompts", ResourcesListChanged: "resources"}
+        async for event in subscription:
+            self.kinds[kinds[type(event)]].record()
+
+    async def wait_for(self, wanted: dict[str, int], why: str) -> dict[str, int]:
+        for kind, changes in self.kinds.items():
+            await changes.wait_for(wanted[kind], why)
+        return self.counts()
+
+    def counts(self) -> dict[str, int]:
+        return {kind: changes.count for kind, changes in self.kinds.items()}
+
+
+# Reject, submit again, approve, discharge: every list shrinks and grows at least once.
+HANDLE_STEPS = [
+    ("invoice.reject", {"reason": "missing PO number"}, "draft"),
+    ("invoice.submit", {"amount": 250}, "review"),
+    ("invoice.approve", {}, "approved"),
+    ("invoice.discharge", {}, "discharged"),
+]
+
+
+@asynccontextmanager
+async def connect(url: str) -> AsyncIterator[Client]:
+    """`mcp.Client` for a URL; for a `stdio:[...]` target, over the SDK's stdio client, which
+    starts that server as its child (its log goes to `STDIO_SERVER_LOGS`)."""
+    command = stdio_command(url)
+    if command is None:
+        async with Client(url) as client:
+            yield client
+        return
+    parameters = StdioServerParameters(command=command[0], args=command[1:])
+    with stdio_server_log() as log:
+        async with Client(stdio_client(parameters, errlog=log)) as client:
+            yield client
+
+
+async def primitives(url: str) -> dict[str, Any]:
+    """Handle mode over 2026-07-28: without a handle a client is offered what a new invoice is
+    (nothing); with `_meta.handle` the lists, the checklist and `invoice://<handle>` follow that
+    invoice through `HANDLE_STEPS`; a `subscriptions/listen` naming the handle hears exactly the
+    list_changed events of the lists each transition changed, one naming another handle none.
+    Over stdio each client starts its own server."""
+    async with connect(url) as client, connect(url) as other_client:
+        expect_equal(client.protocol_version, MODERN, "protocol version mcp.Client negotiated")
+        capabilities = client.server_capabilities
+        expect(
+            capabilities.prompts is not None and capabilities.prompts.list_changed is True,
+            f"the server should advertise prompts.listChanged, got {capabilities!r}",
+        )
+        expect(
+            capabilities.resources is not None and capabilities.resources.list_changed is True,
+            f"the server should advertise resources.listChanged, got {capabilities!r}",
+        )
+        views = {"no handle": await offered(client, "draft", "-", "without a handle")}
+        refusals = {"prompt without a handle": await get_checklist(client, "draft", "", "prompts/get without a handle")}
+
+        handle = await mint(client, {"amount": 250, "customer": "Initech"})
+        other = await mint(other_client, {"amount": 11})
+        uri = f"invoice://{handle}"
+        views["review"] = await offered(client, "review", handle, "with _meta.handle in review", handle)
+        # The cached-list trap: the SDK caches lists under a key that ignores `_meta`. Over HTTP
+        # a request without a handle is about a new invoice; over stdio the connection is a
+        # session, and a list without a handle shows what the instances it touched are offered.
+        if stdio_command(url) is None:
+            views["no handle again"] = await offered(client, "draft", "-", "without a handle after one with a handle")
+        else:
+            views["no handle again"] = await offered(client, "review", handle, "of the stdio session that minted")
+        served = [
+            {
+                "state": "review",
+                "prompt": await get_checklist(client, "review", "250.00", "prompts/get in review", handle),
+                "resource": await read_invoice(client, uri, "review", 250, "resources/read in review"),
+            }
+        ]
+
+        by_handle = ListenCounts("listen naming the handle")
+        by_other = ListenCounts("listen naming another handle")
+        notices = []
+        async with (
+            listen(client, handle, **EVERY_LIST) as sub,
+            listen(other_client, other, **EVERY_LIST) as sub_other,
+            anyio.create_task_group() as tasks,
+        ):
+            for subscription in (sub, sub_other):
+                honored = subscription.honored
+                expect(
+                    (honored.tools_list_changed, honored.prompts_list_changed, honored.resources_list_changed)
+                    == (True, True, True),
+                    f"subscriptions/listen should honor every list_changed, got {honored!r}",
+                )
+            tasks.start_soon(by_handle.count, sub)
+            tasks.start_soon(by_other.count, sub_other)
+
+            wanted = {"tools": 0, "prompts": 0, "resources": 0}
+            state = "review"
+            for tool, arguments, after in HANDLE_STEPS:
+                what = f"after {tool} ({state} -> {after})"
+                # As a client does, it calls what it was shown (see mcp1_client's scenario 8).
+                await menu(client, MENU[state], f"with _meta.handle before {tool}", handle)
+                structured = await call_ok(client, tool, {**arguments, "handle": handle})
+                expect_equal(structured.get("handle"), handle, f"structuredContent.handle of {tool}")
+                wanted["tools"] += 1
+                wanted["prompts"] += PROMPTS[state] != PROMPTS[after]
+                wanted["resources"] += invoice_resources(state, handle) != invoice_resources(after, handle)
+                await by_handle.wait_for(wanted, what)
+                # Whatever else is under way arrives within a round trip and a pause (2026-07-28
+                # has no ping: the round trip is a request that changes nothing).
+                await client.list_tools(meta={"handle": handle})
+                await anyio.sleep(0.3)
+                notices.append(by_handle.counts())
+                state = after
+                views.setdefault(state, await offered(client, state, handle, f"with _meta.handle {what}", handle))
+                served.append(
+                    {
+                        "state": state,
+                        "prompt": await get_checklist(client, state, "250.00", f"prompts/get {what}", handle),
+                        "resource": await read_invoice(client, uri, state, 250, f"resources/read {what}"),
+                    }
+                )
+            await by_other.kinds["tools"].stays_at(0, "only the other handle's listener, which never changed")
+            other_counts = by_other.counts()
+            tasks.cancel_scope.cancel()
+        return {
+            "protocol": client.protocol_version,
+            "handle": handle,
+            "views": views,
+            "refusals": refusals,
+            "served": served,
+            "notices": notices,
+            "other": other_counts,
+            "server_logs": STDIO_SERVER_LOGS,
+        }
+
+
 if __name__ == "__main__":
     run(
         {
@@ -347,6 +594,7 @@ if __name__ == "__main__":
             "stateless": stateless,
             "model-client": model_client,
             "listen-idle": listen_idle,
+            "primitives": primitives,
         },
         SDK,
     )

@@ -6,7 +6,10 @@ error. The Rust test `tests/python_clients.rs` runs the scripts and checks both.
 
 The summary carries `stderr`: every line the process wrote to its standard error while the
 scenario ran and its event loop shut down (the SDKs log their warnings there, such as a failed
-session termination on close), so the Rust test can assert that a clean run prints none.
+session termination on close), so the Rust test can assert that a clean run prints none. Log
+records are written with their level first (`WARNING client: ...`): Python's fallback handler
+prints the bare message, and a warning such as "Tool X not listed by server, cannot validate any
+structured content" would not say it is one.
 
 A scenario may take one parameter: `SCENARIO:ARG` calls the scenario function with `(url, ARG)`.
 """
@@ -15,15 +18,18 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 import anyio
 import jsonschema
@@ -44,6 +50,98 @@ MENU = {
 # new instance, and `invoice.status`, bound to the workflow in no state (always visible; its schema
 # requires a handle).
 START = ["invoice.status", "invoice.submit"]
+
+# The invoice plugin's prompts and resources (issue 15), gated like its tools: the review checklist
+# is offered only in review; the invoice itself, `invoice://{handle}` (`invoice://session` for a
+# session's own instance in session mode), from review on.
+CHECKLIST = "invoice.review_checklist"
+INVOICE_TEMPLATE = "invoice://{handle}"
+PROMPTS = {"draft": [], "review": [CHECKLIST], "approved": [], "discharged": []}
+INVOICE_READABLE = {"review", "approved", "discharged"}
+
+# JSON-RPC error codes `prompts/get` and `resources/read` refuse with (`mcp/reply/primitives.rs`):
+# a prompt or resource out of its instance's state is invalid params with `data.code` FORBIDDEN.
+INVALID_PARAMS = -32602
+
+
+def invoice_resources(state: str, token: str) -> list[str]:
+    """`resources/list` of one invoice in `state`, named by `token` (a handle, or `session`)."""
+    return [f"invoice://{token}"] if state in INVOICE_READABLE else []
+
+
+def invoice_templates(state: str) -> list[str]:
+    """`resources/templates/list` of one invoice in `state`."""
+    return [INVOICE_TEMPLATE] if state in INVOICE_READABLE else []
+
+
+def expect_names(names: Iterable[str], wanted: Iterable[str], what: str) -> list[str]:
+    names = sorted(names)
+    expect_equal(names, sorted(wanted), what)
+    return names
+
+
+def expect_refusal(code: int, data: Any, kind: str, name: str, state: str, what: str) -> dict[str, Any]:
+    """A `prompts/get` or `resources/read` refused because `name` is not offered in `state`:
+    JSON-RPC invalid params whose `data` says FORBIDDEN, the kind, the state and what is
+    available. Returns `data` for the summary."""
+    expect_equal(code, INVALID_PARAMS, f"{what}: JSON-RPC error code (data {data!r})")
+    expect(isinstance(data, dict), f"{what}: the error carries no data object: {data!r}")
+    expect_equal(data.get("code"), "FORBIDDEN", f"{what}: data.code")
+    expect_equal(data.get("kind"), kind, f"{what}: data.kind")
+    expect_equal(data.get("name"), name, f"{what}: data.name")
+    expect_equal(data.get("workflow"), "invoice", f"{what}: data.workflow")
+    expect_equal(data.get("state"), state, f"{what}: data.state")
+    expect(isinstance(data.get("available"), list), f"{what}: data.available is not a list: {data!r}")
+    return data
+
+
+def expect_checklist(text: str, amount: str, focus: str | None, what: str) -> None:
+    """The review checklist's text: it reads the submitted amount from the instance."""
+    expect(f"of {amount}." in text, f"{what}: the checklist should name the amount {amount}: {text!r}")
+    if focus is not None:
+        expect(focus in text, f"{what}: the checklist should carry the focus {focus!r}: {text!r}")
+
+
+def expect_invoice_document(text: str, mime_type: Any, state: str, amount: Any, what: str) -> dict[str, Any]:
+    """The invoice resource's one content: JSON with the instance's state and amount."""
+    expect_equal(mime_type, "application/json", f"{what}: mimeType")
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise Failed(f"{what}: the invoice is not JSON ({error}): {text!r}") from None
+    expect_equal(document.get("state"), state, f"{what}: the invoice's state")
+    expect_equal(document.get("amount"), amount, f"{what}: the invoice's amount")
+    return document
+
+
+# The log of every server a scenario started over stdio, in order (see `stdio_server_log`).
+STDIO_SERVER_LOGS: list[str] = []
+
+
+def stdio_command(target: str) -> list[str] | None:
+    """The command line of the server a `stdio:["PROGRAM", "ARG", ...]` target (a JSON list)
+    names, which the SDK's stdio client starts as its child; None for a URL."""
+    if not target.startswith("stdio:"):
+        return None
+    command = json.loads(target.removeprefix("stdio:"))
+    expect(
+        isinstance(command, list) and command and all(isinstance(arg, str) for arg in command),
+        f"a stdio target is `stdio:` and a JSON list of strings, got {target!r}",
+    )
+    return command
+
+
+@contextmanager
+def stdio_server_log() -> Iterator[TextIO]:
+    """A file for a stdio server's stderr (its log), kept apart from the SDK's own stderr and
+    appended to `STDIO_SERVER_LOGS` when the server is done, for the summary."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        try:
+            yield log
+        finally:
+            log.seek(0)
+            STDIO_SERVER_LOGS.append(log.read())
+
 
 # How long a notification may take to arrive, and how long "nothing arrives" is watched.
 NOTIFY_TIMEOUT_S = 10.0
@@ -79,10 +177,12 @@ def expect_handle(value: Any, what: str) -> str:
 
 
 class ListChanges:
-    """Counts `notifications/tools/list_changed` a client received, with bounded waits."""
+    """Counts the notifications of one kind a client received (by default
+    `notifications/tools/list_changed`), with bounded waits."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, method: str = "notifications/tools/list_changed") -> None:
         self.name = name
+        self.method = method
         self.count = 0
         self._changed = anyio.Event()
 
@@ -98,7 +198,7 @@ class ListChanges:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise Failed(
-                    f"{self.name}: expected notifications/tools/list_changed #{n} within "
+                    f"{self.name}: expected {self.method} #{n} within "
                     f"{timeout:.0f} s ({why}); received {self.count}"
                 )
             with anyio.move_on_after(min(left, 0.1)):
@@ -109,7 +209,7 @@ class ListChanges:
         await anyio.sleep(quiet)
         expect(
             self.count == n,
-            f"{self.name}: expected no further notifications/tools/list_changed ({why}); "
+            f"{self.name}: expected no further {self.method} ({why}); "
             f"count went from {n} to {self.count} within {quiet:.1f} s",
         )
 
@@ -136,6 +236,8 @@ def run(
     arguments = (url, parameter) if parameter else (url,)
     started = time.monotonic()
     with StderrTee() as stderr:
+        # Into the tee (it took over file descriptor 2, which `sys.stderr` writes to).
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         try:
             summary = anyio.run(scenarios[name], *arguments)
             # Whatever the SDK's objects print when they are collected belongs to the run too.

@@ -131,12 +131,28 @@ pub fn python_file(name: &str) -> PathBuf {
 /// server's log, if the script fails an expectation, crashes or times out, or if the server is
 /// no longer running afterwards.
 pub fn run_scenario(sdk: Sdk, scenario: &str, server: &mut Server) -> Value {
+    let url = server.url.clone();
+    run(sdk, scenario, &url, Some(server))
+}
+
+/// Runs a scenario over stdio: the script's SDK starts `turnstile ARGS...` itself, as its child,
+/// for each connection it opens (the target is `stdio:` and the command line as a JSON list).
+/// Such a server's log is the scenario's to report (`server_logs` in the summary).
+#[allow(dead_code)] // Each test file that includes this module uses a different part of it.
+pub fn run_scenario_over_stdio(sdk: Sdk, scenario: &str, args: &[&str]) -> Value {
+    let mut command = vec![turnstile_bin().to_string_lossy().into_owned()];
+    command.extend(args.iter().map(|arg| (*arg).to_owned()));
+    let target = format!("stdio:{}", serde_json::json!(command));
+    run(sdk, scenario, &target, None)
+}
+
+fn run(sdk: Sdk, scenario: &str, target: &str, mut server: Option<&mut Server>) -> Value {
     let python = venvs().join(sdk.venv()).join("bin/python");
     let mut command = Command::new(&python);
     command
         .arg(python_dir().join(sdk.script()))
         .arg(scenario)
-        .arg(&server.url)
+        .arg(target)
         // Unbuffered, so a killed script still shows how far it got.
         .env("PYTHONUNBUFFERED", "1")
         .env("PYTHONDONTWRITEBYTECODE", "1");
@@ -144,18 +160,19 @@ pub fn run_scenario(sdk: Sdk, scenario: &str, server: &mut Server) -> Value {
         Ok(output) => output,
         Err(message) => panic!("{message}"),
     };
-    let server_running = server.is_running();
-    let server = &*server;
+    let server_running = server.as_mut().is_none_or(|server| server.is_running());
+    let server_log = server
+        .as_ref()
+        .map(|server| tail(&server.stderr(), 80))
+        .unwrap_or_else(|| "(over stdio: the scenario's own)".to_owned());
     let failure = |why: &str| -> String {
         format!(
-            "{} {} {scenario} {}: {why}\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- server log \
-             (last 80 lines) ---\n{}",
+            "{} {} {scenario} {target}: {why}\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- server \
+             log (last 80 lines) ---\n{server_log}",
             python.display(),
             sdk.script(),
-            server.url,
             output.stdout,
             output.stderr,
-            tail(&server.stderr(), 80)
         )
     };
     if output.status != Some(0) {
