@@ -42,6 +42,9 @@ const QUIET: Duration = Duration::from_millis(300);
 /// new one (tools that fail on generated arguments, or that only read).
 const MISSES_BEFORE_NEW_INSTANCE: usize = 8;
 
+/// Times in a row the sessions may fail to share a new instance before the run gives up.
+const SUBSCRIPTION_ATTEMPTS: usize = 3;
+
 /// Runs fan-out rounds until the run stops or `--iterations` transitions were fired.
 pub async fn run(shared: Arc<Shared>) {
     let mut sessions = open_all(&shared).await;
@@ -52,13 +55,21 @@ pub async fn run(shared: Arc<Shared>) {
     let mut driver = Driver::default();
     let mut rounds = 0u64;
     let mut misses = 0;
+    let mut failed_subscriptions = 0;
     while !shared.should_stop(rounds) {
         let Some(menu) = driver.menu.take() else {
             driver.menu = subscribe_all(&mut sessions, &shared, &mut rng).await;
             driver.last_tool = None;
             misses = 0;
             if driver.menu.is_none() {
+                failed_subscriptions += 1;
+                if failed_subscriptions == SUBSCRIPTION_ATTEMPTS {
+                    // Counted as errors already: the run ends with exit code 2, not a hang.
+                    break;
+                }
                 shared.back_off().await;
+            } else {
+                failed_subscriptions = 0;
             }
             continue;
         };
@@ -174,7 +185,7 @@ async fn subscribe_all(
         .await?;
     if !matches!(outcome, Outcome::Ok { .. }) || leader.handle.is_none() {
         shared.stats.error(format!(
-            "fanout: {} minted no handle ({})",
+            "setup: fanout: {} minted no handle ({})",
             tool.name,
             outcome.kind()
         ));
@@ -204,7 +215,7 @@ async fn subscribe_all(
         .count();
     if differing > 0 {
         shared.stats.error(format!(
-            "fanout: a session touching {} saw another menu than its minter",
+            "setup: fanout: a session touching {} saw another menu than its minter",
             handle.as_deref().unwrap_or("-")
         ));
     }
@@ -292,4 +303,52 @@ async fn fire(
     }
     shared.record_fanout_round(measured);
     Fired::Transition(after)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn tool(name: &str, read_only: bool) -> ToolInfo {
+        ToolInfo {
+            name: name.into(),
+            description: None,
+            input_schema: json!({"type": "object"}),
+            read_only,
+        }
+    }
+
+    #[test]
+    fn the_driver_keeps_the_workflow_going_and_alternates() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let review = vec![
+            tool("approve", false),
+            tool("reject", false),
+            tool("status", true),
+        ];
+        let mut driver = Driver {
+            dead_ends: ["approve".to_string()].into(),
+            ..Driver::default()
+        };
+        for _ in 0..20 {
+            assert_eq!(driver.choose(&review, &mut rng).unwrap().name, "reject");
+        }
+        // Forced: the only tool that moves anything is a dead end, or the last one called.
+        driver.last_tool = Some("reject".into());
+        let approved = vec![tool("discharge", false), tool("status", true)];
+        driver.dead_ends.insert("discharge".into());
+        assert_eq!(
+            driver.choose(&approved, &mut rng).unwrap().name,
+            "discharge"
+        );
+        let draft = vec![tool("reject", false)];
+        assert_eq!(driver.choose(&draft, &mut rng).unwrap().name, "reject");
+        assert!(
+            driver
+                .choose(&vec![tool("status", true)], &mut rng)
+                .is_none()
+        );
+    }
 }

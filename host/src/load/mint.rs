@@ -167,7 +167,7 @@ async fn mint_with(
     if movers.is_empty() {
         shared
             .stats
-            .error("mint: no tool but read-only ones is listed without a handle".into());
+            .error("setup: mint: no tool but read-only ones is listed without a handle".into());
         return session;
     }
     loop {
@@ -199,9 +199,10 @@ async fn mint_with(
                     samples.push((handle, menu));
                 }
             }
-            (Outcome::Ok { .. }, None) => shared
-                .stats
-                .error(format!("mint: {} answered without a handle", tool.name)),
+            (Outcome::Ok { .. }, None) => shared.stats.error(format!(
+                "setup: mint: {} answered without a handle",
+                tool.name
+            )),
             // Refusals are judged by the conversation; other errors are counted as outcomes.
             _ => {}
         }

@@ -14,8 +14,9 @@
 //!           {"count", "mean", "p50", "p90", "p99", "p999", "max"},
 //!       "server_cpu_ms_per_call" (or null without --server-pid),
 //!       "outcomes": {kind: count},   every answered call: "ok", "refused (FORBIDDEN)", ...
-//!       "errors": {kind: count},     transport failures ("transport: ...") and JSON-RPC
-//!                                    errors answered to valid arguments
+//!       "errors": {kind: count},     transport failures ("transport: ..."), a mode that could
+//!                                    not set up ("setup: ...") and JSON-RPC errors answered to
+//!                                    valid arguments
 //!       "violations": {kind: {"count", "samples": [text]}},
 //!       "fanout": null | {           with --fanout
 //!           "rounds": [ {"round", "tool", "measured" (false during the warm-up),
@@ -41,7 +42,7 @@
 //!
 //! Latencies are from when a call was due to start: in open loop (`--rate`) that includes the
 //! time it waited for a free client. The exit code is 1 when any violation was seen, else 2 when
-//! a request failed in transport, else 0.
+//! a request failed in transport or a mode could not set up, else 0.
 
 use std::{collections::BTreeMap, fmt::Write as _, time::Duration};
 
@@ -309,10 +310,12 @@ impl Report {
         self.violations.values().map(|tally| tally.count).sum()
     }
 
-    fn transport_errors(&self) -> u64 {
+    /// Errors that make the run's figures unusable: transport failures, and a mode that could
+    /// not set itself up (`setup: …`, e.g. fan-out sessions that could not share an instance).
+    fn failed_run_errors(&self) -> u64 {
         self.errors
             .iter()
-            .filter(|(kind, _)| kind.starts_with("transport:"))
+            .filter(|(kind, _)| kind.starts_with("transport:") || kind.starts_with("setup:"))
             .map(|(_, count)| count)
             .sum()
     }
@@ -505,7 +508,7 @@ impl Summary {
         };
         let exit_code = if runs.iter().any(|run| run.violation_count() > 0) {
             1
-        } else if runs.iter().any(|run| run.transport_errors() > 0) {
+        } else if runs.iter().any(|run| run.failed_run_errors() > 0) {
             2
         } else {
             0
@@ -542,5 +545,39 @@ impl Summary {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(values: &[u64]) -> Vec<Duration> {
+        values.iter().map(|&ms| Duration::from_millis(ms)).collect()
+    }
+
+    #[test]
+    fn a_fan_out_round_reads_its_sorted_arrivals_by_nearest_rank() {
+        let delays = ms(&(1..=200).collect::<Vec<_>>());
+        let mut round = FanoutRound::new(3, "t", Duration::from_millis(7), &delays, 203);
+        assert_eq!(round.first_ms, Some(1.0));
+        assert_eq!(round.median_ms, Some(100.0));
+        assert_eq!(round.p99_ms, Some(198.0));
+        assert_eq!(round.last_ms, Some(200.0));
+        assert_eq!(round.result_ms, 7.0);
+        round.missing = 3;
+        assert_eq!(round.settle().heard_once, 200);
+        let silent = FanoutRound::new(1, "t", Duration::ZERO, &[], 4);
+        assert_eq!((silent.first_ms, silent.median_ms), (None, None));
+    }
+
+    #[test]
+    fn mint_memory_is_per_instance_and_what_came_back_of_the_growth() {
+        let mut memory = MintMemory::new(1000, 3000, 2600, 800);
+        assert_eq!(memory.per_instance_kib, Some(2.0));
+        memory.after_wait(1500);
+        assert_eq!(memory.after_wait_kib, Some(1500));
+        assert_eq!(memory.given_back_share, Some(0.75));
+        assert_eq!(MintMemory::new(1000, 1000, 1000, 0).per_instance_kib, None);
     }
 }
