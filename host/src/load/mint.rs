@@ -189,7 +189,7 @@ async fn mint_with(
                 let handle = handle.clone();
                 let n = progress.minted.fetch_add(1, Ordering::SeqCst);
                 shared.stats.iteration();
-                if n % SAMPLE_EVERY == 0
+                if n.is_multiple_of(SAMPLE_EVERY)
                     && let Some(menu) = session.list().await
                 {
                     let mut samples = progress

@@ -66,7 +66,7 @@ async fn idle(http: &reqwest::Client, url: &str) -> Option<bool> {
         return None;
     }
     let stats: Value = serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
-    Some(is_idle(&stats)?)
+    is_idle(&stats)
 }
 
 fn is_idle(stats: &Value) -> Option<bool> {
