@@ -4,6 +4,9 @@
 //! Python SDK (`tests/python/ticket_server.py`) it completes with a report and no violation;
 //! against that server in a mode that breaks the gating contract it names the violation and
 //! exits 1; in open loop (`--rate`) its latencies include the time calls waited to start.
+//! Fan-out (`--fanout`): every session watching one instance hears each transition exactly once
+//! on Turnstile and on the Python server, and a server that skips a session or notifies one
+//! twice is caught. Minting (`--mint`): exactly COUNT instances end up in Turnstile's store.
 
 mod common;
 #[allow(dead_code)] // This file uses only the virtual environments of the module.
@@ -369,6 +372,133 @@ fn usage_and_connection_problems_exit_2() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("--handle-key"));
 }
 
+/// Every fan-out round: every one of `sessions` sessions heard the transition once, and the
+/// delays are in order.
+fn assert_every_round_heard_once(run: &Run, sessions: u64, rounds: u64) {
+    let first = run.first();
+    let measured = first["fanout"]["rounds"]
+        .as_array()
+        .expect("fan-out rounds");
+    assert_eq!(measured.len() as u64, rounds, "{first:#}");
+    for round in measured {
+        assert_eq!(round["sessions"], sessions, "{round:#}");
+        assert_eq!(round["heard_once"], sessions, "{round:#}");
+        assert_eq!(round["missing"], 0, "{round:#}");
+        assert_eq!(round["extra"], 0, "{round:#}");
+        let at = |key: &str| {
+            round[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{key}: {round:#}"))
+        };
+        assert!(at("first_ms") <= at("median_ms"), "{round:#}");
+        assert!(at("median_ms") <= at("p99_ms"), "{round:#}");
+        assert!(at("p99_ms") <= at("last_ms"), "{round:#}");
+        assert!(at("result_ms") > 0.0, "{round:#}");
+    }
+    assert_eq!(first["iterations"], rounds, "{first:#}");
+    assert_eq!(first["transitions"], rounds, "{first:#}");
+    assert_eq!(
+        first["notification_delay_ms"]["count"],
+        rounds * sessions,
+        "{first:#}"
+    );
+}
+
+const FANOUT: [&str; 9] = [
+    "--fanout",
+    "--sessions",
+    "5",
+    "--iterations",
+    "6",
+    "--warmup",
+    "0",
+    "--handle-key",
+    "handle",
+];
+
+#[test]
+fn fans_each_turnstile_transition_out_to_every_session_once() {
+    let (_plugins, server) = invoice_server(&["--state-handle-key"]);
+    let run = load(&server.url, &FANOUT);
+    assert_clean(&run);
+    assert_eq!(run.first()["mode"], "fanout");
+    assert_every_round_heard_once(&run, 5, 6);
+}
+
+#[test]
+fn mints_exactly_count_instances_into_turnstiles_store() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().unwrap();
+    let mut server = Server::http_in(
+        plugins.path(),
+        data.path(),
+        &["--state-handle-key", "--idle-after", "1"],
+    );
+    let pid = server.pid().to_string();
+    let run = load(
+        &server.url,
+        &[
+            "--mint",
+            "150",
+            "--sessions",
+            "4",
+            "--handle-key",
+            "handle",
+            "--server-pid",
+            &pid,
+            "--after-mint-wait",
+            "30",
+        ],
+    );
+    assert_eq!(run.code, 0, "{:#}\n{}", run.report, run.stderr);
+    let first = run.first();
+    assert_eq!(first["mode"], "mint");
+    let mint = &first["mint"];
+    assert_eq!(mint["requested"], 150, "{mint:#}");
+    assert_eq!(mint["minted"], 150, "{mint:#}");
+    assert_eq!(first["outcomes"]["ok"], 150, "{first:#}");
+    assert!(mint["mints_per_second"].as_f64().unwrap() > 0.0, "{mint:#}");
+    let memory = &mint["memory"];
+    let kib = |key: &str| {
+        memory[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{key}: {mint:#}"))
+    };
+    assert!(
+        kib("before_kib") > 0 && kib("peak_kib") >= kib("after_mint_kib"),
+        "{mint:#}"
+    );
+    assert!(memory["after_wait_kib"].as_u64().is_some(), "{mint:#}");
+    // Turnstile's /stats was read: every instance passivated, and the 1st and 101st came back
+    // from the store with the menu they were minted with.
+    assert_eq!(mint["passivated"], true, "{mint:#}");
+    assert_eq!(mint["sampled"], 2, "{mint:#}");
+    assert_eq!(mint["sampled_unchanged"], 2, "{mint:#}");
+
+    // The store holds them: 150 invoices in review, and nothing else.
+    server.signal(libc::SIGTERM);
+    assert_eq!(server.exit_code_within(Duration::from_secs(10)), Some(0));
+    let output = Command::new(turnstile_bin())
+        .args(["instances", "--json", "--data-dir"])
+        .arg(data.path())
+        .args(["list", "--limit", "10000"])
+        .output()
+        .expect("run turnstile instances list");
+    assert!(output.status.success(), "{output:?}");
+    let listed: Vec<Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    assert_eq!(listed.len(), 150);
+    assert!(
+        listed
+            .iter()
+            .all(|instance| instance["workflow"] == "invoice"),
+        "{listed:#?}"
+    );
+}
+
 /// `tests/python/ticket_server.py MODE`, an MCP server written with the Python SDK; killed on
 /// drop.
 struct TicketServer {
@@ -459,6 +589,40 @@ fn a_server_that_refuses_a_listed_tool_is_caught() {
             .contains("ticket.finish"),
         "{refused:#}"
     );
+}
+
+#[test]
+fn fans_out_on_an_independent_python_sdk_server() {
+    let server = TicketServer::start("handles");
+    let run = load(&server.url, &FANOUT);
+    assert_clean(&run);
+    assert_every_round_heard_once(&run, 5, 6);
+}
+
+#[test]
+fn a_fan_out_that_skips_a_session_or_notifies_one_twice_is_caught() {
+    for (mode, violation, column) in [
+        ("handles-skip-one", "missing_list_changed", "missing"),
+        ("handles-twice", "extra_list_changed", "extra"),
+    ] {
+        let server = TicketServer::start(mode);
+        let run = load(
+            &server.url,
+            &[&FANOUT[..], &["--notify-timeout", "0.5"]].concat(),
+        );
+        assert_eq!(run.code, 1, "{mode}: {:#}", run.report);
+        assert_eq!(run.report["exit_code"], 1);
+        // One session a round, every round, and nothing else.
+        let violations = run.violations().as_object().unwrap();
+        assert_eq!(violations.len(), 1, "{mode}: {violations:#?}");
+        assert_eq!(violations[violation]["count"], 6, "{mode}: {violations:#?}");
+        let sample = violations[violation]["samples"][0].as_str().unwrap();
+        assert!(sample.starts_with("fan-out round 1 "), "{sample}");
+        for round in run.first()["fanout"]["rounds"].as_array().unwrap() {
+            assert_eq!(round[column], 1, "{mode}: {round:#}");
+            assert_eq!(round["heard_once"], 4, "{mode}: {round:#}");
+        }
+    }
 }
 
 #[test]

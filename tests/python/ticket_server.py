@@ -8,10 +8,22 @@ tool outside its states is refused the way the contract defines a refusal: an `i
 whose `structuredContent.error.code` is `FORBIDDEN`. A transition sends
 `notifications/tools/list_changed` to the session that made it.
 
+In the `handles*` modes tickets are shared instead, named by a handle (`turnstile load
+--handle-key handle`): a `ticket.start` without one opens a new ticket (it answers the handle),
+every other call names it in its `handle` argument, and a `tools/list` with `_meta.handle` lists
+that ticket's tools. A session that named a ticket (or opened it) is subscribed to it, and each
+transition notifies every subscribed session. Such a ticket never ends: `ticket.reopen` takes it
+from done back to working.
+
 Usage: python ticket_server.py MODE, MODE being
-  good            keeps the contract;
-  forbid-listed   lists `ticket.finish` while working but refuses it (FORBIDDEN);
-  wrong-session   sends each transition's list_changed to another live session, not the caller's.
+  good              keeps the contract;
+  forbid-listed     lists `ticket.finish` while working but refuses it (FORBIDDEN);
+  wrong-session     sends each transition's list_changed to another live session, not the caller's;
+  handles           shared tickets, keeping the contract;
+  handles-skip-one  shared tickets; each transition's list_changed skips one subscribed session
+                    (not the caller);
+  handles-twice     shared tickets; one subscribed session (not the caller) hears each transition
+                    twice.
 
 Prints its endpoint (`http://127.0.0.1:PORT/mcp`) on stdout once it listens.
 """
@@ -19,6 +31,7 @@ Prints its endpoint (`http://127.0.0.1:PORT/mcp`) on stdout once it listens.
 import logging
 import socket
 import sys
+import uuid
 import weakref
 from contextlib import asynccontextmanager
 
@@ -31,7 +44,10 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "good"
-assert MODE in ("good", "forbid-listed", "wrong-session"), f"unknown mode {MODE}"
+assert MODE in (
+    "good", "forbid-listed", "wrong-session", "handles", "handles-skip-one", "handles-twice"
+), f"unknown mode {MODE}"
+HANDLES = MODE.startswith("handles")
 
 TOOLS = {
     "ticket.start": types.Tool(
@@ -88,6 +104,25 @@ MENU = {
 }
 MOVES = {("new", "ticket.start"): "working", ("working", "ticket.finish"): "done"}
 
+if HANDLES:
+    TOOLS["ticket.reopen"] = types.Tool(
+        name="ticket.reopen",
+        description="Reopen the ticket.",
+        inputSchema={"type": "object", "properties": {}},
+    )
+    # Every tool but the one that opens a ticket names it by its handle.
+    for name, tool in TOOLS.items():
+        if name != "ticket.start":
+            properties = dict(tool.inputSchema.get("properties", {}))
+            properties["handle"] = {"type": "string"}
+            required = list(tool.inputSchema.get("required", [])) + ["handle"]
+            TOOLS[name] = tool.model_copy(
+                update={"inputSchema": {**tool.inputSchema, "properties": properties,
+                                        "required": required}}
+            )
+    MENU["done"] = ["ticket.reopen", "ticket.status"]
+    MOVES[("done", "ticket.reopen")] = "working"
+
 class TicketServer(Server):
     """Declares `tools.listChanged`, which the SDK only does when asked."""
 
@@ -101,6 +136,9 @@ server = TicketServer("ticket-server")
 # Per session: its ticket's state; and every live session, for the wrong-session mode.
 states: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 live: "weakref.WeakSet" = weakref.WeakSet()
+# In the handles modes: each ticket's state, and the sessions subscribed to it, by handle.
+tickets: dict = {}
+watchers: dict = {}
 
 
 def current_session():
@@ -109,10 +147,68 @@ def current_session():
     return session
 
 
+def meta_handle():
+    meta = server.request_context.meta
+    extra = getattr(meta, "model_extra", None) or {}
+    return extra.get("handle")
+
+
+def touch(handle, session):
+    watchers.setdefault(handle, weakref.WeakSet()).add(session)
+
+
 @server.list_tools()
 async def list_tools() -> list[types.Tool]:
-    state = states.get(current_session(), "new")
+    session = current_session()
+    if HANDLES:
+        handle = meta_handle()
+        if handle in tickets:
+            touch(handle, session)
+        return [TOOLS[name] for name in MENU[tickets.get(handle, "new")]]
+    state = states.get(session, "new")
     return [TOOLS[name] for name in MENU[state]]
+
+
+async def notify_watchers(handle, caller):
+    """Each subscribed session hears the transition once, or, on purpose, not quite."""
+    subscribed = list(watchers.get(handle, ()))
+    others = [session for session in subscribed if session is not caller]
+    for session in subscribed:
+        times = 1
+        if MODE == "handles-skip-one" and others and session is others[0]:
+            times = 0
+        if MODE == "handles-twice" and others and session is others[0]:
+            times = 2
+        for _ in range(times):
+            await session.send_tool_list_changed()
+
+
+async def call_shared(name: str, arguments: dict) -> types.CallToolResult:
+    session = current_session()
+    handle = arguments.get("handle")
+    if handle is None and name == "ticket.start":
+        handle = uuid.uuid4().hex
+        tickets[handle] = "working"
+        touch(handle, session)
+        await notify_watchers(handle, session)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=f"ticket {handle} is working")],
+            structuredContent={"handle": handle, "state": "working"},
+        )
+    if handle not in tickets:
+        raise ValueError(f"unknown ticket {handle}")
+    touch(handle, session)
+    state = tickets[handle]
+    if name not in MENU[state]:
+        return refusal(name, state)
+    after = MOVES.get((state, name), state)
+    tickets[handle] = after
+    if after != state:
+        await notify_watchers(handle, session)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"ticket is {after}")],
+        structuredContent={"handle": handle, "state": after},
+    )
 
 
 def refusal(name: str, state: str) -> types.CallToolResult:
@@ -127,10 +223,12 @@ def refusal(name: str, state: str) -> types.CallToolResult:
 
 @server.call_tool()
 async def call_tool(name: str, arguments: dict) -> types.CallToolResult:
-    session = current_session()
-    state = states.get(session, "new")
     if name not in TOOLS:
         raise ValueError(f"unknown tool {name}")
+    if HANDLES:
+        return await call_shared(name, arguments)
+    session = current_session()
+    state = states.get(session, "new")
     if name not in MENU[state]:
         return refusal(name, state)
     if MODE == "forbid-listed" and name == "ticket.finish":

@@ -4,7 +4,7 @@
 
 use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
-use crate::load::{self, LoadError, LoadOptions, Mode, Protocol, Scenario, Settings};
+use crate::load::{self, LoadError, LoadOptions, MintPlan, Mode, Protocol, Scenario, Settings};
 
 /// The flags of `turnstile load`.
 #[derive(clap::Args, Debug)]
@@ -65,9 +65,27 @@ pub struct LoadArgs {
     pub scenario: Option<PathBuf>,
     /// All clients call the same listed tool on one instance at once: exactly one may win.
     /// Needs --handle-key.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["fanout", "mint"])]
     pub race: bool,
-    /// Print the report as JSON (schema `turnstile.load/v1`) instead of a table.
+    /// Fan-out: --sessions sessions subscribe to one instance (the first mints it, the others
+    /// list with its handle), then transitions are fired one at a time; each round reports the
+    /// call's result time and the first, median, p99 and last list_changed delay, and every
+    /// session must hear every transition exactly once. Needs --handle-key and a 2025 protocol;
+    /// --iterations counts rounds. Each session holds an event stream: raise `ulimit -n` for
+    /// thousands.
+    #[arg(long, conflicts_with_all = ["scenario", "mint", "rate", "compare"])]
+    pub fanout: bool,
+    /// Mint this many instances (each the first call of a listed tool without a handle) with
+    /// --sessions concurrent clients, and report mints/s; with --server-pid also the server's
+    /// resident memory before, at peak and per instance. Needs --handle-key.
+    #[arg(long, value_name = "COUNT", conflicts_with_all = ["scenario", "rate", "compare", "duration", "iterations"])]
+    pub mint: Option<u64>,
+    /// With --mint: end the sessions, wait up to SECS for the instances to go idle (less if the
+    /// target serves Turnstile's /stats and it shows every instance passivated), read the
+    /// server's memory again and check every 100th instance still lists its menu.
+    #[arg(long, value_name = "SECS", requires = "mint")]
+    pub after_mint_wait: Option<f64>,
+    /// Print the report as JSON (schema `turnstile.load/v1`, see README.md) instead of a table.
     #[arg(long)]
     pub json: bool,
     /// Run the same load against this second endpoint too, taking turns, and print ratios.
@@ -149,6 +167,21 @@ fn options(args: LoadArgs) -> Result<Parsed, String> {
             "--race needs --handle-key: sessions name a shared instance by its handle".into(),
         );
     }
+    if (args.fanout || args.mint.is_some()) && args.handle_key.is_none() {
+        return Err(
+            "--fanout and --mint need --handle-key: instances are named by their handles".into(),
+        );
+    }
+    if args.fanout && !args.protocol.has_sessions() {
+        return Err(
+            "--fanout needs a protocol with sessions (2025-06-18 or 2025-11-25): a list_changed \
+             reaches a session on its event stream"
+                .into(),
+        );
+    }
+    if args.mint == Some(0) {
+        return Err("--mint 0: nothing to mint".into());
+    }
     if args
         .rate
         .is_some_and(|rate| !(rate > 0.0 && rate.is_finite()))
@@ -160,9 +193,22 @@ fn options(args: LoadArgs) -> Result<Parsed, String> {
             Mode::Scenario(Arc::new(Scenario::load(path).map_err(|e| e.to_string())?))
         }
         (None, true) => Mode::Race,
-        (None, false) => Mode::Walk,
+        (None, false) if args.fanout => Mode::Fanout,
+        (None, false) => match args.mint {
+            Some(count) => Mode::Mint(MintPlan {
+                count,
+                after_wait: args
+                    .after_mint_wait
+                    .map(|wait| seconds("--after-mint-wait", wait))
+                    .transpose()?,
+            }),
+            None => Mode::Walk,
+        },
     };
+    // Minting is measured whole: it ends when COUNT instances were minted.
+    let minting = matches!(mode, Mode::Mint(_));
     let duration = match (args.duration, args.iterations) {
+        _ if minting => None,
         (_, Some(_)) => None,
         (Some(duration), None) => Some(seconds("--duration", duration)?),
         (None, None) => Some(Duration::from_secs(10)),
@@ -179,7 +225,11 @@ fn options(args: LoadArgs) -> Result<Parsed, String> {
             protocol: args.protocol,
             mode,
             duration,
-            warmup: seconds("--warmup", args.warmup)?,
+            warmup: if minting {
+                Duration::ZERO
+            } else {
+                seconds("--warmup", args.warmup)?
+            },
             rate: args.rate,
             server_pid: args.server_pid,
             compare_pid: args.compare_pid,

@@ -6,7 +6,7 @@
 //!
 //! A listed tool is never refused; an unlisted one always is; every transition brings exactly
 //! one `list_changed` to every subscribed session and none to others; of N racing calls on one
-//! instance exactly one wins. This module holds those judgements (pure functions) and the tally
+//! instance exactly one wins; an instance left alone keeps its menu (`--mint`). This module holds those judgements (pure functions) and the tally
 //! of what broke them; the clients only report what they saw.
 
 use std::{collections::BTreeMap, sync::Mutex};
@@ -34,6 +34,9 @@ pub enum Violation {
     RaceWinners,
     /// A scenario step ended otherwise than its `expect` said.
     UnexpectedOutcome,
+    /// `--mint --after-mint-wait`: an instance listed another menu after its sessions ended than
+    /// right after it was minted (on Turnstile: it did not come back from its store as left).
+    InstanceChanged,
 }
 
 impl Violation {
@@ -45,6 +48,7 @@ impl Violation {
             Violation::ExtraListChanged => "extra_list_changed",
             Violation::RaceWinners => "race_winners",
             Violation::UnexpectedOutcome => "unexpected_outcome",
+            Violation::InstanceChanged => "instance_changed",
         }
     }
 }

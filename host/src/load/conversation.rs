@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::{
     Shared,
-    client::{ClientError, Session},
+    client::{ClientError, Notices, Session},
     contract::{self, CallIntent},
     tools::{self, Menu, Outcome},
 };
@@ -170,6 +170,21 @@ impl Conversation {
             });
         }
         self.session.close().await;
+    }
+
+    /// Ends the session without judging its notifications as a whole: for a driver that judged
+    /// them transition by transition (`--fanout`), or that does not follow them (`--mint`).
+    pub async fn close(self) {
+        self.session.close().await;
+    }
+
+    /// The `list_changed` this session heard so far.
+    pub fn heard(&self) -> u64 {
+        self.session.notices().count()
+    }
+
+    pub fn notices(&self) -> &Arc<Notices> {
+        self.session.notices()
     }
 
     pub fn session_id(&self) -> Option<&str> {

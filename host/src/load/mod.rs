@@ -11,8 +11,11 @@
 //! - `conversation.rs`: one client's session, instance and subscriptions; every request of a
 //!   driver is timed, counted and judged there.
 //! - The drivers: `walker.rs` (the default: walk like an agent), `scenario.rs` (`--scenario`),
-//!   `race.rs` (`--race`).
-//! - `pacing.rs` (closed or open loop), `stats.rs` (histograms and counts), `server_cpu.rs`,
+//!   `race.rs` (`--race`), `fanout.rs` (`--fanout`: one transition, N watching sessions) and
+//!   `mint.rs` (`--mint`: mass minting).
+//! - `pacing.rs` (closed or open loop), `stats.rs` (histograms and counts), `server_cpu.rs` and
+//!   `server_memory.rs` (the server's CPU time and resident memory, from `/proc`),
+//!   `server_stats.rs` (Turnstile's `/stats`, used only if the target serves it),
 //!   `progress.rs` (the live line), `report.rs` (the final table and `--json`).
 //! - `run.rs`: one run against one target, and `--compare`'s interleaving.
 //!
@@ -21,6 +24,8 @@
 mod client;
 mod contract;
 mod conversation;
+mod fanout;
+mod mint;
 mod pacing;
 mod progress;
 mod race;
@@ -29,6 +34,8 @@ mod run;
 mod scenario;
 mod schema_args;
 mod server_cpu;
+mod server_memory;
+mod server_stats;
 mod sse;
 mod stats;
 mod stdio;
@@ -44,6 +51,7 @@ use std::{
 };
 
 pub use client::Protocol;
+pub use mint::MintPlan;
 pub use run::{LoadError, run};
 pub use scenario::Scenario;
 use tokio::time::Instant;
@@ -80,6 +88,10 @@ pub enum Mode {
     Walk,
     Scenario(Arc<Scenario>),
     Race,
+    /// One instance, `--sessions` sessions subscribed to it, transitions fired one at a time.
+    Fanout,
+    /// Mint this many instances, then maybe wait for them to go idle.
+    Mint(MintPlan),
 }
 
 impl Mode {
@@ -88,6 +100,8 @@ impl Mode {
             Mode::Walk => "walk",
             Mode::Scenario(_) => "scenario",
             Mode::Race => "race",
+            Mode::Fanout => "fanout",
+            Mode::Mint(_) => "mint",
         }
     }
 }
@@ -122,6 +136,8 @@ pub(crate) struct Shared {
     stopped: AtomicBool,
     /// When the last client finished its iterations (calls/s is measured up to there).
     last_done: Mutex<Option<Instant>>,
+    /// What a mode measures beyond the common statistics.
+    findings: Arc<Mutex<report::Findings>>,
 }
 
 impl Shared {
@@ -137,6 +153,18 @@ impl Shared {
     /// A client that could not connect waits a little before it tries again.
     async fn back_off(&self) {
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    /// A fan-out round, kept for the report (marked as warm-up unless measuring).
+    fn record_fanout_round(&self, mut round: report::FanoutRound) {
+        round.measured = self.stats.is_measuring();
+        let mut findings = self.findings.lock().unwrap_or_else(|p| p.into_inner());
+        findings.fanout_rounds.push(round);
+    }
+
+    fn record_mint(&self, mint: report::MintReport) {
+        let mut findings = self.findings.lock().unwrap_or_else(|p| p.into_inner());
+        findings.mint = Some(mint);
     }
 
     fn client_done(&self) {

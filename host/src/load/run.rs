@@ -13,10 +13,11 @@ use super::{
     LoadOptions, Mode, Shared,
     client::{ClientError, Endpoint, Session},
     contract::Violations,
+    fanout, mint,
     pacing::Pacer,
     progress::Progress,
     race,
-    report::{Report, Summary},
+    report::{Findings, Report, Summary},
     scenario, server_cpu,
     stats::Stats,
     tools, walker,
@@ -39,6 +40,7 @@ struct Target {
     pid: Option<u32>,
     stats: Arc<Stats>,
     violations: Arc<Violations>,
+    findings: Arc<Mutex<Findings>>,
     server_cpu: Duration,
 }
 
@@ -75,6 +77,7 @@ pub async fn run(options: &LoadOptions) -> Result<Summary, LoadError> {
                 &target.stats,
                 &target.violations,
                 target.pid.map(|_| target.server_cpu),
+                &target.findings.lock().unwrap_or_else(|p| p.into_inner()),
             )
         })
         .collect();
@@ -89,6 +92,7 @@ impl Target {
             pid,
             stats: Arc::default(),
             violations: Arc::default(),
+            findings: Arc::default(),
             server_cpu: Duration::ZERO,
         }
     }
@@ -152,6 +156,7 @@ async fn run_round(
         settings: options.settings.clone(),
         stopped: AtomicBool::new(false),
         last_done: Mutex::new(None),
+        findings: target.findings.clone(),
     });
     let mut clients = JoinSet::new();
     match &options.mode {
@@ -167,6 +172,17 @@ async fn run_round(
         }
         Mode::Race => {
             clients.spawn(race::run(shared.clone()));
+        }
+        Mode::Fanout => {
+            clients.spawn(fanout::run(shared.clone()));
+        }
+        Mode::Mint(plan) => {
+            clients.spawn(mint::run(
+                shared.clone(),
+                plan.clone(),
+                target.url.clone(),
+                target.pid,
+            ));
         }
     }
     let started = Instant::now();
