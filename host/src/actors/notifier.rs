@@ -22,6 +22,7 @@ use std::{
 };
 
 use actix::prelude::*;
+use futures_util::{StreamExt, stream::FuturesUnordered};
 
 use super::{InstanceKey, SessionId, tables::shrink_if_sparse};
 use crate::{
@@ -268,16 +269,17 @@ impl Handler<CatalogChanged> for Notifier {
                 .cloned()
                 .collect()
         };
-        for session in sessions {
-            self.tell(&session, Notice::ToolsChanged, Cause::Catalog, ctx);
+        let mut batch = Batch::new(Cause::Catalog);
+        for session in &sessions {
+            self.tell(&mut batch, session, Notice::ToolsChanged);
         }
         if msg.primitives {
-            let everyone: Vec<SessionId> = self.sessions.keys().cloned().collect();
-            for session in everyone {
-                self.tell(&session, Notice::PromptsChanged, Cause::Catalog, ctx);
-                self.tell(&session, Notice::ResourcesChanged, Cause::Catalog, ctx);
+            for session in self.sessions.keys() {
+                self.tell(&mut batch, session, Notice::PromptsChanged);
+                self.tell(&mut batch, session, Notice::ResourcesChanged);
             }
         }
+        batch.send(ctx);
     }
 }
 
@@ -296,23 +298,24 @@ impl Handler<InstanceChanged> for Notifier {
         let Some(watchers) = self.watchers.get(&msg.instance) else {
             return;
         };
+        let mut batch = Batch::new(Cause::Transition);
         for session_id in watchers {
-            let cause = Cause::Transition;
-            self.tell(session_id, Notice::ToolsChanged, cause, ctx);
+            self.tell(&mut batch, session_id, Notice::ToolsChanged);
             if msg.lists.prompts {
-                self.tell(session_id, Notice::PromptsChanged, cause, ctx);
+                self.tell(&mut batch, session_id, Notice::PromptsChanged);
             }
             if msg.lists.resources {
-                self.tell(session_id, Notice::ResourcesChanged, cause, ctx);
+                self.tell(&mut batch, session_id, Notice::ResourcesChanged);
             }
             let subscribed = self
                 .sessions
                 .get(session_id)
                 .and_then(|session| session.resources.get(&msg.instance));
             for uri in subscribed.into_iter().flatten() {
-                self.tell(session_id, Notice::ResourceUpdated(uri.clone()), cause, ctx);
+                self.tell(&mut batch, session_id, Notice::ResourceUpdated(uri.clone()));
             }
         }
+        batch.send(ctx);
     }
 }
 
@@ -343,27 +346,11 @@ impl Notifier {
         }
     }
 
-    /// Sends `session` one `notice`; a tool list change is counted under `cause` once it is
-    /// sent (the metric counts what `tools/list_changed` costs the clients).
-    fn tell(&self, session_id: &SessionId, notice: Notice, cause: Cause, ctx: &mut Context<Self>) {
-        let Some(session) = self.sessions.get(session_id) else {
-            return;
-        };
-        let counted = notice == Notice::ToolsChanged;
-        let sending = session.listener.notify(notice);
-        let session_id = session_id.clone();
-        // Each send runs on its own, so one slow session cannot delay the others; a session
-        // whose transport is gone is forgotten.
-        ctx.spawn(sending.into_actor(self).map(move |sent, notifier, _ctx| {
-            match sent {
-                Ok(()) if counted => metrics::list_changed_sent(cause),
-                Ok(()) => {}
-                Err(error) => {
-                    tracing::debug!(session = %session_id, %error, "session gone; unsubscribing");
-                    notifier.forget(&session_id);
-                }
-            }
-        }));
+    /// Adds one `notice` for `session` to `batch` (nothing if the session is gone).
+    fn tell(&self, batch: &mut Batch, session_id: &SessionId, notice: Notice) {
+        if let Some(session) = self.sessions.get(session_id) {
+            batch.add(session_id, &session.listener, notice);
+        }
     }
 
     fn forget(&mut self, session_id: &SessionId) {
@@ -380,5 +367,65 @@ impl Notifier {
         }
         shrink_if_sparse(&mut self.sessions);
         shrink_if_sparse(&mut self.watchers);
+    }
+}
+/// The notices one message sends, in flight together.
+///
+/// They are polled as one [`FuturesUnordered`], each send with its own waker, and spawned as a
+/// single item on the notifier's context. Spawning each send as its own item would cost O(N²)
+/// for a fan-out to N sessions: actix polls every item of a context whenever any of them is
+/// woken (10,000 watchers took 0.5–0.8 s that way). Each send still runs on its own, so one slow
+/// session delays no other; a session whose transport is gone is forgotten once the batch ends.
+struct Batch {
+    cause: Cause,
+    sends: FuturesUnordered<Pin<Box<dyn Future<Output = Option<SessionId>> + Send>>>,
+}
+
+impl Batch {
+    fn new(cause: Cause) -> Batch {
+        Batch {
+            cause,
+            sends: FuturesUnordered::new(),
+        }
+    }
+
+    /// Queues one send; it yields the session's id if the session turned out to be gone. A
+    /// tool list change is counted under the batch's cause once it is sent (the metric counts
+    /// what `tools/list_changed` costs the clients).
+    fn add(&mut self, session_id: &SessionId, listener: &Arc<dyn Listener>, notice: Notice) {
+        let counted = notice == Notice::ToolsChanged;
+        let cause = self.cause;
+        let sending = listener.notify(notice);
+        let session_id = session_id.clone();
+        self.sends.push(Box::pin(async move {
+            match sending.await {
+                Ok(()) => {
+                    if counted {
+                        metrics::list_changed_sent(cause);
+                    }
+                    None
+                }
+                Err(error) => {
+                    tracing::debug!(session = %session_id, %error, "session gone; unsubscribing");
+                    Some(session_id)
+                }
+            }
+        }));
+    }
+
+    fn send(self, ctx: &mut Context<Notifier>) {
+        if self.sends.is_empty() {
+            return;
+        }
+        let gone = self
+            .sends
+            .filter_map(std::future::ready)
+            .collect::<Vec<_>>();
+        let gone = actix::fut::wrap_future::<_, Notifier>(gone);
+        ctx.spawn(gone.map(|gone, notifier, _ctx| {
+            for session_id in gone {
+                notifier.forget(&session_id);
+            }
+        }));
     }
 }
