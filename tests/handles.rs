@@ -160,6 +160,21 @@ async fn bad_handles_get_clear_errors_and_never_a_new_instance() {
         "UNKNOWN_HANDLE",
         "a starting tool with a forged handle starts nothing"
     );
+    // Listing the tools of a handle nobody minted is a JSON-RPC error a client can tell apart
+    // by the same stable code.
+    let listing = client
+        .try_tools_with_meta(json!({"handle": forged}))
+        .await
+        .expect_err("no instance to list");
+    let rmcp::service::ServiceError::McpError(listing) = listing else {
+        panic!("a JSON-RPC error, not {listing:?}")
+    };
+    assert_eq!(listing.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+    assert_eq!(
+        listing.data.as_ref().map(|data| &data["code"]),
+        Some(&json!("UNKNOWN_HANDLE")),
+        "{listing:?}"
+    );
 
     let malformed = client
         .call("invoice.approve", json!({"handle": "invoice-42"}))

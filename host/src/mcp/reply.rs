@@ -319,6 +319,21 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
     )
 }
 
+/// A listing (`tools/list`, `prompts/list`, `prompts/get`, …) could not read the state of the
+/// instance it names. An unknown handle is the caller's mistake (-32602), with the stable code
+/// `UNKNOWN_HANDLE` a tool call's refusal carries; anything else is the server's (-32603).
+pub fn instance_unreadable(instance: &str, error: &InstanceError) -> ErrorData {
+    match error {
+        InstanceError::UnknownHandle(_) => {
+            ErrorData::invalid_params(error.to_string(), Some(json!({ "code": "UNKNOWN_HANDLE" })))
+        }
+        other => ErrorData::internal_error(
+            format!("cannot read the state of {instance}: {other}"),
+            Some(json!({ "code": "STATE_UNAVAILABLE" })),
+        ),
+    }
+}
+
 /// The tool produced no output. Nothing was fired.
 pub fn invoke_failure(tool: &str, error: &InvokeError) -> CallToolResult {
     let mut details = json!({ "tool": tool, "message": error.to_string() });

@@ -110,12 +110,7 @@ impl TurnstileServer {
         self.watch(key, context);
         let answer = self.shared.runtime.view(key.clone()).await;
         self.settle(key, &answer);
-        answer.map_err(|error| match error {
-            InstanceError::UnknownHandle(_) => ErrorData::invalid_params(error.to_string(), None),
-            other => {
-                ErrorData::internal_error(format!("cannot read the state of {key}: {other}"), None)
-            }
-        })
+        answer.map_err(|error| reply::instance_unreadable(&key.to_string(), &error))
     }
 
     /// The listing of `tool` for an instance of `workflow` in `snapshot`.
