@@ -224,12 +224,12 @@ fn run_quick(
     budget_ms: u32,
 ) -> Result<PluginOutput, PluginError> {
     let started = std::time::Instant::now();
-    let before = ThreadUsage::now();
+    let before = ThreadTime::now();
     let output = tool.plugin.call_with(tool.name(), arguments, context, host);
     let took = started.elapsed();
     let budget = Duration::from_millis(budget_ms.into());
     if took > budget
-        && ThreadUsage::overran(before, budget)
+        && let Some(used) = ThreadTime::overran(before, took, budget)
         && tool.plugin.pool().distrust_quick_calls()
     {
         tracing::warn!(
@@ -237,44 +237,72 @@ fn run_quick(
             plugin = %tool.plugin.path().display(),
             budget_ms,
             took_ms = took.as_secs_f64() * 1000.0,
+            cpu_ms = used.cpu.as_secs_f64() * 1000.0,
+            blocked_ms = used.blocked.as_secs_f64() * 1000.0,
             "a quick tool overran its budget; this plugin's calls run on worker threads from now on"
         );
     }
     output
 }
 
-/// What the calling thread has used so far: its CPU time and how often it blocked.
+/// Where a quick call's wall-clock time went, from the kernel's per-thread scheduler
+/// statistics: running, or waiting for a core.
 ///
 /// A quick call's budget is about the plugin, not the machine: on a busy machine the kernel may
-/// pause the thread past the budget in the middle of a call that needs microseconds, and
-/// wall-clock time alone would then take the privilege away from a plugin that did nothing
-/// wrong (seen in benchmarks on shared cores). So a call overran only if the plugin itself used
-/// more CPU than the budget, or blocked (slept, waited on I/O or a lock: a voluntary switch)
-/// while the call took longer than the budget. Being preempted does not count.
+/// keep the thread off its core past the budget in the middle of a call that needs
+/// microseconds, and wall-clock time alone would then take the privilege away from a plugin that
+/// did nothing wrong (seen in benchmarks on shared cores). So a call overran only if the plugin
+/// used more CPU than the budget, or blocked (slept, waited on I/O or a lock) for longer than
+/// the budget: blocked time is the wall-clock time that was neither running nor waiting to run.
+/// A brief lock wait does not count (counting every voluntary context switch, as an earlier
+/// version did, lost the privilege within seconds under load to one contended allocator lock).
 #[derive(Clone, Copy)]
-struct ThreadUsage {
-    cpu: Duration,
-    blocked: i64,
+struct ThreadTime {
+    running: Duration,
+    waiting: Duration,
 }
 
-impl ThreadUsage {
-    /// `None` where the platform cannot say; the wall clock alone decides there.
-    fn now() -> Option<ThreadUsage> {
+/// What a call that overran used, for the log line.
+struct Used {
+    cpu: Duration,
+    blocked: Duration,
+}
+
+impl ThreadTime {
+    /// `None` where the kernel does not say (not Linux, or no scheduler statistics); the wall
+    /// clock alone decides there.
+    fn now() -> Option<ThreadTime> {
         #[cfg(target_os = "linux")]
         {
-            // SAFETY: `getrusage` writes a `rusage` for the calling thread into memory we own.
-            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-            // SAFETY: a valid pointer to an owned `rusage`; RUSAGE_THREAD is Linux's.
-            if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
+            use std::{fs::File, os::unix::fs::FileExt};
+            thread_local! {
+                // `/proc/thread-self` names the thread that opens it, so each thread keeps its
+                // own file open: one `pread` per reading, no path lookup.
+                static SCHEDSTAT: Option<File> = File::open("/proc/thread-self/schedstat").ok();
+            }
+            let waiting = SCHEDSTAT.with(|file| {
+                let mut buffer = [0u8; 96];
+                let read = file.as_ref()?.read_at(&mut buffer, 0).ok()?;
+                // "<ns on a core> <ns waiting on the run queue> <timeslices>". The first field
+                // lags while the thread runs (it is brought up to date at scheduler events), so
+                // the running time comes from the thread's CPU clock instead; the waits are all
+                // accounted by the time the thread runs again.
+                let text = std::str::from_utf8(&buffer[..read]).ok()?;
+                let waited = text.split_ascii_whitespace().nth(1)?.parse::<u64>().ok()?;
+                Some(Duration::from_nanos(waited))
+            })?;
+            let mut clock = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: `clock_gettime` writes one `timespec` into memory we own; the thread CPU
+            // clock exists on every Linux this runs on.
+            if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut clock) } != 0 {
                 return None;
             }
-            let time = |t: libc::timeval| {
-                Duration::from_secs(t.tv_sec.max(0) as u64)
-                    + Duration::from_micros(t.tv_usec.max(0) as u64)
-            };
-            Some(ThreadUsage {
-                cpu: time(usage.ru_utime) + time(usage.ru_stime),
-                blocked: usage.ru_nvcsw,
+            Some(ThreadTime {
+                running: Duration::new(clock.tv_sec.max(0) as u64, clock.tv_nsec.max(0) as u32),
+                waiting,
             })
         }
         #[cfg(not(target_os = "linux"))]
@@ -283,15 +311,19 @@ impl ThreadUsage {
         }
     }
 
-    /// Whether a call that took longer than `budget` by the wall clock, started at `before`,
-    /// overran it by its own doing (see the type's docs).
-    fn overran(before: Option<ThreadUsage>, budget: Duration) -> bool {
-        match (before, ThreadUsage::now()) {
-            (Some(before), Some(after)) => {
-                after.cpu.saturating_sub(before.cpu) > budget || after.blocked > before.blocked
-            }
-            _ => true,
-        }
+    /// Whether a call started at `before` that took `took` by the wall clock (more than
+    /// `budget`) overran it by its own doing (see the type's docs), and if so what it used.
+    fn overran(before: Option<ThreadTime>, took: Duration, budget: Duration) -> Option<Used> {
+        let (Some(before), Some(after)) = (before, ThreadTime::now()) else {
+            return Some(Used {
+                cpu: Duration::ZERO,
+                blocked: took,
+            });
+        };
+        let cpu = after.running.saturating_sub(before.running);
+        let waiting = after.waiting.saturating_sub(before.waiting);
+        let blocked = took.saturating_sub(cpu).saturating_sub(waiting);
+        (cpu > budget || blocked > budget).then_some(Used { cpu, blocked })
     }
 }
 
@@ -353,25 +385,33 @@ mod tests {
     #[test]
     fn a_quick_call_overruns_by_its_own_cpu_time_or_by_blocking_not_by_being_paused() {
         let budget = Duration::from_millis(1);
-        let idle = ThreadUsage::now();
+        let overran = |before: Option<ThreadTime>, started: std::time::Instant| {
+            ThreadTime::overran(before, started.elapsed(), budget)
+        };
+        let idle = (ThreadTime::now(), std::time::Instant::now());
         assert!(
-            !ThreadUsage::overran(idle, budget),
+            idle.0.is_some(),
+            "this kernel reports per-thread scheduler statistics"
+        );
+        assert!(
+            overran(idle.0, idle.1).is_none(),
             "doing nothing is no overrun"
         );
-        let sleeping = ThreadUsage::now();
+        let sleeping = (ThreadTime::now(), std::time::Instant::now());
         std::thread::sleep(Duration::from_millis(5));
+        let used = overran(sleeping.0, sleeping.1).expect("a call that blocks 5 ms overran");
         assert!(
-            ThreadUsage::overran(sleeping, budget),
-            "a call that blocks overran"
+            used.blocked >= Duration::from_millis(4),
+            "blocked {:?}",
+            used.blocked
         );
-        let spinning = ThreadUsage::now();
-        let started = std::time::Instant::now();
+        let spinning = (ThreadTime::now(), std::time::Instant::now());
         let mut n = 0u64;
-        while started.elapsed() < Duration::from_millis(20) {
+        while spinning.1.elapsed() < Duration::from_millis(20) {
             n = std::hint::black_box(n.wrapping_add(1));
         }
         assert!(
-            ThreadUsage::overran(spinning, budget),
+            overran(spinning.0, spinning.1).is_some(),
             "a call that computes 20 ms overran"
         );
     }
