@@ -7,6 +7,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use rand::{rngs::StdRng, seq::IndexedRandom};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -14,8 +15,17 @@ use super::{
     Shared,
     client::{ClientError, Notices, Session},
     contract::{self, CallIntent},
+    schema_args,
     tools::{self, Menu, Outcome},
 };
+
+/// What [`Conversation::mint`] did: the menu before and after the minting call, and when that
+/// call was due to start.
+pub struct Minted {
+    pub before: Menu,
+    pub after: Menu,
+    pub due: Instant,
+}
 
 /// How long a session that ends waits for notifications still on their way.
 const SETTLE: Duration = Duration::from_millis(200);
@@ -170,6 +180,31 @@ impl Conversation {
             });
         }
         self.session.close().await;
+    }
+
+    /// Handle mode: starts a new instance of this client's own with one of the listed tools
+    /// that is not read-only (the call mints its handle). `None` if the listing or the call
+    /// failed, or if no handle came back (counted as an error, prefixed `what`).
+    pub async fn mint(&mut self, rng: &mut StdRng, what: &str) -> Option<Minted> {
+        let handle_key = self.shared.settings.handle_key.clone();
+        self.handle = None;
+        let before = self.list().await?;
+        let movers: Vec<_> = before.iter().filter(|tool| !tool.read_only).collect();
+        let tool = movers.choose(rng)?;
+        let name = tool.name.clone();
+        let arguments = schema_args::valid(&tool.input_schema, handle_key.as_deref(), rng);
+        let (outcome, due) = self
+            .call(&name, arguments, CallIntent::Listed, true)
+            .await?;
+        if !matches!(outcome, Outcome::Ok { .. }) || self.handle.is_none() {
+            self.shared.stats.error(format!(
+                "{what}: {name} minted no handle ({})",
+                outcome.kind()
+            ));
+            return None;
+        }
+        let after = self.list().await?;
+        Some(Minted { before, after, due })
     }
 
     /// Ends the session without judging its notifications as a whole: for a driver that judged

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use super::{
     Shared,
     contract::{self, CallIntent},
-    conversation::Conversation,
+    conversation::{Conversation, Minted},
     report::FanoutRound,
     schema_args,
     tools::{Menu, Outcome, ToolInfo, menus_differ},
@@ -172,27 +172,10 @@ async fn subscribe_all(
     shared: &Arc<Shared>,
     rng: &mut StdRng,
 ) -> Option<Menu> {
-    let handle_key = shared.settings.handle_key.as_deref();
     let (leader, others) = sessions.split_first_mut()?;
-    leader.handle = None;
-    let menu = leader.list().await?;
-    let movers: Vec<_> = menu.iter().filter(|tool| !tool.read_only).collect();
-    let tool = movers.choose(rng)?;
-    let arguments = schema_args::valid(&tool.input_schema, handle_key, rng);
     let heard_before = leader.heard();
-    let (outcome, _) = leader
-        .call(&tool.name, arguments, CallIntent::Listed, true)
-        .await?;
-    if !matches!(outcome, Outcome::Ok { .. }) || leader.handle.is_none() {
-        shared.stats.error(format!(
-            "setup: fanout: {} minted no handle ({})",
-            tool.name,
-            outcome.kind()
-        ));
-        return None;
-    }
-    let after = leader.list().await?;
-    if menus_differ(&menu, &after) {
+    let Minted { before, after, .. } = leader.mint(rng, "setup: fanout").await?;
+    if menus_differ(&before, &after) {
         // Minting was a transition the leader alone was subscribed to: let its notice arrive
         // now, so that it cannot be taken for one of the first round's.
         leader

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::{
     Shared,
     contract::{self, CallIntent},
-    conversation::Conversation,
+    conversation::{Conversation, Minted},
     schema_args,
     tools::{Menu, Outcome, menus_differ},
 };
@@ -113,26 +113,9 @@ async fn mint(
     shared: &Shared,
     rng: &mut StdRng,
 ) -> Option<Menu> {
-    let handle_key = shared.settings.handle_key.as_deref();
     let (leader, others) = conversations.split_first_mut()?;
-    leader.handle = None;
-    let menu = leader.list().await?;
-    let movers: Vec<_> = menu.iter().filter(|tool| !tool.read_only).collect();
-    let tool = movers.choose(rng)?;
-    let arguments = schema_args::valid(&tool.input_schema, handle_key, rng);
-    let (outcome, due) = leader
-        .call(&tool.name, arguments, CallIntent::Listed, true)
-        .await?;
-    if !matches!(outcome, Outcome::Ok { .. }) || leader.handle.is_none() {
-        shared.stats.error(format!(
-            "race: {} minted no handle ({})",
-            tool.name,
-            outcome.kind()
-        ));
-        return None;
-    }
-    let after = leader.list().await?;
-    if menus_differ(&menu, &after) {
+    let Minted { before, after, due } = leader.mint(rng, "race").await?;
+    if menus_differ(&before, &after) {
         shared.stats.transition();
         leader.subscribed_transition(Some(due)).await;
     }
