@@ -369,13 +369,15 @@ impl Notifier {
         shrink_if_sparse(&mut self.watchers);
     }
 }
+
 /// The notices one message sends, in flight together.
 ///
 /// They are polled as one [`FuturesUnordered`], each send with its own waker, and spawned as a
 /// single item on the notifier's context. Spawning each send as its own item would cost O(N²)
 /// for a fan-out to N sessions: actix polls every item of a context whenever any of them is
-/// woken (10,000 watchers took 0.5–0.8 s that way). Each send still runs on its own, so one slow
-/// session delays no other; a session whose transport is gone is forgotten once the batch ends.
+/// woken (at 10,000 watchers that was about a quarter of the delivery time; BENCHMARKS.md,
+/// "Fan-out"). Each send still runs on its own, so one slow session delays no other; a session
+/// whose transport is gone is forgotten once the batch ends.
 struct Batch {
     cause: Cause,
     sends: FuturesUnordered<Pin<Box<dyn Future<Output = Option<SessionId>> + Send>>>,
