@@ -196,16 +196,27 @@ async fn an_instance_whose_call_timed_out_is_busy_until_its_plugin_returns() {
     );
 }
 
-/// A tool that declares itself quick runs on the request's thread, where it cannot be cut off;
-/// one that overruns its budget is logged once, and from then on its plugin's calls run on worker
-/// threads, where the tool deadline applies again.
+/// A tool that declares itself quick runs on the request's thread, where it cannot be cut off.
+/// A first overrun or two within a minute are forgiven (a shared machine can delay any call);
+/// the third takes the privilege away, with one warning, and from then on its plugin's calls run
+/// on worker threads, where the tool deadline applies again.
 #[tokio::test]
-async fn a_quick_tool_that_overruns_its_budget_loses_the_privilege_once() {
+async fn a_quick_tool_that_keeps_overrunning_its_budget_loses_the_privilege_once() {
     let plugins = PluginDir::with(&["testkit"]);
     let server = Server::http(plugins.path(), &["--tool-timeout", "1"]);
     let client = Client::http(&server.url).await;
-    let overrun = client.call("testkit.quick_slow", json!({"ms": 50})).await;
-    assert_ne!(overrun.is_error, Some(true), "{overrun:?}");
+    let first = client.call("testkit.quick_slow", json!({"ms": 50})).await;
+    assert_ne!(first.is_error, Some(true), "{first:?}");
+    // Forgiven, so still on the request's thread: past the 1 s deadline, and not cut off.
+    let second = client.call("testkit.quick_slow", json!({"ms": 1500})).await;
+    assert_ne!(second.is_error, Some(true), "{second:?}");
+    assert!(
+        !server.stderr().contains("overrunning its budget"),
+        "forgiven overruns warn nobody: {}",
+        server.stderr()
+    );
+    let third = client.call("testkit.quick_slow", json!({"ms": 50})).await;
+    assert_ne!(third.is_error, Some(true), "{third:?}");
     // A worker thread now: past the 1 s deadline the caller is answered TOOL_TIMEOUT.
     let cut_off = client.call("testkit.quick_slow", json!({"ms": 1500})).await;
     assert_eq!(common::error_code(&cut_off), "TOOL_TIMEOUT", "{cut_off:?}");
@@ -213,7 +224,8 @@ async fn a_quick_tool_that_overruns_its_budget_loses_the_privilege_once() {
     assert_ne!(again.is_error, Some(true), "{again:?}");
     let log = server.stderr();
     assert_eq!(
-        log.matches("a quick tool overran its budget").count(),
+        log.matches("a quick tool keeps overrunning its budget")
+            .count(),
         1,
         "logged once: {log}"
     );

@@ -2,7 +2,8 @@
 //! not stall the async threads), with a deadline; or, for a tool that declares itself quick
 //! (`quick_ms` in its manifest), on the caller's own thread, which saves the two thread switches
 //! of a hand-off that would cost more than the call itself. A quick call cannot be cut off either,
-//! so one that overruns its budget is logged and its plugin loses the privilege for good.
+//! so a plugin whose quick calls keep overrunning their budget loses the privilege for good
+//! (`plugin/quick.rs`: a few overruns are forgiven).
 //!
 //! A successful output is checked against the tool's declared output (`ToolEntry::check_output`)
 //! here, before anything else sees it: a mismatch is an error and fires nothing. So is an output
@@ -22,7 +23,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     catalog::ToolEntry,
-    plugin::{CallContext, HostCall, LoadedPlugin, PluginError, PluginOutput, PrimitiveKind},
+    plugin::{
+        CallContext, HostCall, LoadedPlugin, Overrun, PluginError, PluginOutput, PrimitiveKind,
+    },
 };
 
 /// Why a tool produced no output.
@@ -214,8 +217,8 @@ pub async fn read(
     }
 }
 
-/// Runs a quick tool right here, on the caller's thread, and withdraws the privilege from its
-/// plugin if the call took longer than the tool promised.
+/// Runs a quick tool right here, on the caller's thread, and tells its plugin's pool if the call
+/// took longer than the tool promised (the pool decides whether that costs the privilege).
 fn run_quick(
     tool: &ToolEntry,
     arguments: &Value,
@@ -230,17 +233,25 @@ fn run_quick(
     let budget = Duration::from_millis(budget_ms.into());
     if took > budget
         && let Some(used) = ThreadTime::overran(before, took, budget)
-        && tool.plugin.pool().distrust_quick_calls()
     {
-        tracing::warn!(
-            tool = %tool.name(),
-            plugin = %tool.plugin.path().display(),
-            budget_ms,
-            took_ms = took.as_secs_f64() * 1000.0,
-            cpu_ms = used.cpu.as_secs_f64() * 1000.0,
-            blocked_ms = used.blocked.as_secs_f64() * 1000.0,
-            "a quick tool overran its budget; this plugin's calls run on worker threads from now on"
+        let (took_ms, cpu_ms, blocked_ms) = (
+            took.as_secs_f64() * 1000.0,
+            used.cpu.as_secs_f64() * 1000.0,
+            used.blocked.as_secs_f64() * 1000.0,
         );
+        let (tool_name, plugin) = (tool.name(), tool.plugin.path().display());
+        match tool.plugin.pool().quick_call_overran() {
+            Overrun::Forgiven { recent } => tracing::debug!(
+                tool = %tool_name, %plugin, budget_ms, took_ms, cpu_ms, blocked_ms, recent,
+                "a quick tool overran its budget; forgiven, as one of few"
+            ),
+            Overrun::Withdrawn => tracing::warn!(
+                tool = %tool_name, %plugin, budget_ms, took_ms, cpu_ms, blocked_ms,
+                "a quick tool keeps overrunning its budget; this plugin's calls run on worker \
+                 threads from now on"
+            ),
+            Overrun::AlreadyWithdrawn => {}
+        }
     }
     output
 }

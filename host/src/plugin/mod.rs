@@ -38,6 +38,7 @@ mod library;
 mod loaded;
 mod manifest;
 mod pool;
+mod quick;
 mod services;
 #[cfg(test)]
 mod tests;
@@ -57,6 +58,7 @@ pub use self::{
     isolated::{Isolation, run_child as run_plugin_host},
     loaded::{LoadedPlugin, PluginOutput},
     pool::{CallPool, DEFAULT_POOL_SIZE, QUEUE_WAIT},
+    quick::Overrun,
     services::{CallEvent, HostCall},
 };
 

@@ -11,10 +11,12 @@
 
 use std::sync::{
     Arc,
-    atomic::{AtomicBool, AtomicU64, Ordering},
+    atomic::{AtomicU64, Ordering},
 };
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::quick::{Overrun, QuickTrust};
 
 /// How many calls of one plugin may run at once unless configured (`--plugin-pool`).
 pub const DEFAULT_POOL_SIZE: usize = 64;
@@ -29,9 +31,8 @@ pub struct CallPool {
     size: usize,
     /// Calls that were still running when their deadline passed (for `/stats`).
     past_deadline: AtomicU64,
-    /// Whether the plugin's quick tools (`quick_ms`) may still run on the caller's thread: false
-    /// once one of them overran its budget.
-    quick_trusted: AtomicBool,
+    /// Whether the plugin's quick tools (`quick_ms`) may still run on the caller's thread.
+    quick: QuickTrust,
 }
 
 impl CallPool {
@@ -41,19 +42,19 @@ impl CallPool {
             permits: Arc::new(Semaphore::new(size)),
             size,
             past_deadline: AtomicU64::new(0),
-            quick_trusted: AtomicBool::new(true),
+            quick: QuickTrust::new(),
         }
     }
 
     /// Whether a tool of this plugin that declares itself quick may run on the caller's thread.
     pub fn trusts_quick_calls(&self) -> bool {
-        self.quick_trusted.load(Ordering::Relaxed)
+        self.quick.trusted()
     }
 
-    /// A quick call overran its budget: from now on every call of this plugin runs on a worker
-    /// thread. Returns true the first time, so the overrun is logged once.
-    pub fn distrust_quick_calls(&self) -> bool {
-        self.quick_trusted.swap(false, Ordering::Relaxed)
+    /// A quick call overran its budget: forgiven when it is one of few, else from now on every
+    /// call of this plugin runs on a worker thread (`plugin/quick.rs` has the rule).
+    pub fn quick_call_overran(&self) -> Overrun {
+        self.quick.overran(std::time::Instant::now())
     }
 
     /// A slot for one call, waiting at most `wait` for one to free up.
@@ -105,14 +106,5 @@ mod tests {
         assert_eq!(pool.busy(), 2);
         drop(first);
         assert!(pool.enter(wait).await.is_some());
-    }
-
-    #[test]
-    fn one_overrun_ends_quick_calls_for_good_and_is_reported_once() {
-        let pool = CallPool::new(2);
-        assert!(pool.trusts_quick_calls());
-        assert!(pool.distrust_quick_calls(), "the first overrun is reported");
-        assert!(!pool.distrust_quick_calls(), "later ones are not");
-        assert!(!pool.trusts_quick_calls());
     }
 }
