@@ -483,6 +483,133 @@ async fn a_passivated_session_instance_comes_back_once_and_leaves_no_record_when
     );
 }
 
+/// Polls `/stats` until `count` sessions are passivated.
+async fn wait_for_passivated(server: &Server, count: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = server.stats().await;
+        if stats["http_sessions_passivated"] == count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {count} sessions passivated within 20 s of a 1 s delay: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A session with nothing in flight for `--session-passivate-after` keeps only a small record;
+/// its next request is served as if nothing had happened: the same session id, its instance in
+/// the state it was left in, and its `list_changed` on an event stream it opens afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_is_passivated_and_its_next_request_finds_it_as_it_was() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(
+        plugins.path(),
+        &["--store", "memory:", "--session-passivate-after", "1"],
+    );
+    let raw = Raw::new(&server);
+    let mut session = raw.open().await;
+    let submitted = session.call("invoice.submit", json!({"amount": 4})).await;
+    assert_eq!(submitted["state"], "review");
+    wait_for_passivated(&server, 1).await;
+
+    // A request restores it: the menu of the state it was left in.
+    let names = session.tool_names(None).await;
+    assert!(
+        has(&names, "invoice.approve") && !has(&names, "invoice.submit"),
+        "{names:?}"
+    );
+    let stats = server.stats().await;
+    assert_eq!(stats["http_sessions"], 1, "{stats}");
+    assert_eq!(stats["http_sessions_passivated"], 0, "{stats}");
+    assert_eq!(
+        held(&raw.http, &server).await,
+        Held {
+            instances: 1,
+            session_instances: 1,
+            sessions: 1,
+            subscriptions: 1,
+            watched_instances: 1,
+        },
+        "the restored session is the same session, counted once"
+    );
+
+    // Passivated again, then back through its event stream: it hears its own transition.
+    wait_for_passivated(&server, 1).await;
+    let mut stream = raw
+        .http
+        .get(&raw.url)
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", &session.id)
+        .header("MCP-Protocol-Version", PROTOCOL)
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .expect("GET stream");
+    assert_eq!(stream.status(), StatusCode::OK);
+    let rejected = session
+        .call("invoice.reject", json!({"reason": "no PO number"}))
+        .await;
+    assert_eq!(rejected["state"], "draft");
+    let mut heard = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !heard.contains("notifications/tools/list_changed") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.chunk()).await {
+            Ok(Ok(Some(chunk))) => heard.push_str(&String::from_utf8_lossy(&chunk)),
+            other => panic!("no list_changed on the restored session's stream: {other:?} {heard}"),
+        }
+    }
+    // While its stream is open it is not idle.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(server.stats().await["http_sessions_passivated"], 0);
+    drop(stream);
+
+    session.end().await;
+    wait_until(
+        &raw.http,
+        &server,
+        Duration::from_secs(10),
+        "everything forgotten",
+        |now| *now == Held::NOTHING,
+    )
+    .await;
+    assert_eq!(server.stats().await["http_sessions"], 0);
+}
+
+/// A passivated session still ends after `--session-idle-timeout` without a request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passivated_session_ends_after_the_idle_timeout() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(
+        plugins.path(),
+        &[
+            "--store",
+            "memory:",
+            "--session-passivate-after",
+            "1",
+            "--session-idle-timeout",
+            "3",
+        ],
+    );
+    let raw = Raw::new(&server);
+    let mut session = raw.open().await;
+    session.call("invoice.submit", json!({"amount": 4})).await;
+    wait_for_passivated(&server, 1).await;
+    wait_until(
+        &raw.http,
+        &server,
+        Duration::from_secs(20),
+        "the passivated session ended",
+        |now| *now == Held::NOTHING,
+    )
+    .await;
+    assert_eq!(server.stats().await["http_sessions"], 0);
+    assert_eq!(session.probe().await, StatusCode::NOT_FOUND);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_joining_a_shared_store_keeps_the_other_servers_live_sessions() {
     // Session-mode servers sharing Redis (as in tests/multinode.rs); TURNSTILE_TEST_REDIS_URL.

@@ -189,10 +189,12 @@ pub async fn timed_save<T>(
 pub struct Gauges {
     pub registry: RegistryStats,
     pub notifier: NotifierStats,
-    /// HTTP sessions rmcp holds, handshakes included.
+    /// HTTP sessions held, live or passivated, handshakes included.
     pub http_sessions: usize,
     /// Of those, sessions that have not sent `notifications/initialized` yet.
     pub http_sessions_in_handshake: usize,
+    /// Of those, sessions passivated (idle, only their record kept; `--session-passivate-after`).
+    pub http_sessions_passivated: usize,
     pub plugins: Vec<PluginPool>,
 }
 
@@ -236,6 +238,11 @@ fn record_gauges(gauges: &Gauges) {
         "HTTP sessions that sent initialize but not notifications/initialized yet"
     );
     gauge!("turnstile_sessions_in_handshake").set(gauges.http_sessions_in_handshake as f64);
+    describe_gauge!(
+        "turnstile_sessions_passivated",
+        "HTTP sessions passivated: idle, kept as a record, restored on their next request"
+    );
+    gauge!("turnstile_sessions_passivated").set(gauges.http_sessions_passivated as f64);
     describe_gauge!(
         "turnstile_subscribers",
         "Sessions and listen streams that hear list_changed"

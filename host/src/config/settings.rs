@@ -73,6 +73,17 @@ pub struct ServeSettings {
         default_value_t = 300
     )]
     pub session_idle_timeout: u64,
+    /// Passivate an HTTP session after this many seconds with no request in flight (no open
+    /// event stream): only a small record of it is kept, and its next request restores it,
+    /// unseen by the client. 0: never.
+    #[arg(
+        long,
+        env = "TURNSTILE_SESSION_PASSIVATE_AFTER",
+        hide_env = true,
+        value_name = "SECS",
+        default_value_t = mcp::DEFAULT_SESSION_PASSIVATE_AFTER.as_secs()
+    )]
+    pub session_passivate_after: u64,
     /// Also accept this `Host` header on HTTP (loopback is always accepted). Repeatable, or
     /// comma-separated.
     #[arg(
@@ -413,6 +424,8 @@ impl ServeSettings {
             store_namespace: self.store_namespace,
             http: HttpOptions {
                 session_idle_timeout: secs(self.session_idle_timeout),
+                session_passivate_after: (self.session_passivate_after > 0)
+                    .then(|| secs(self.session_passivate_after)),
                 allowed_hosts: self.allowed_hosts,
                 allowed_origins: self.allowed_origins,
                 stateless: self.stateless,

@@ -13,19 +13,19 @@
 use std::{sync::Arc, time::Duration};
 
 use dashmap::DashSet;
-use rmcp::transport::streamable_http_server::session::{
-    SessionId, SessionManager, local::LocalSessionManager,
-};
+use rmcp::transport::streamable_http_server::session::SessionId;
+
+use super::session_records::SessionRecords;
 
 /// The sessions still waiting for their client's `notifications/initialized`.
 pub struct Handshakes {
     pending: DashSet<SessionId>,
     timeout: Duration,
-    sessions: Arc<LocalSessionManager>,
+    sessions: Arc<SessionRecords>,
 }
 
 impl Handshakes {
-    pub fn new(sessions: Arc<LocalSessionManager>, timeout: Duration) -> Arc<Handshakes> {
+    pub fn new(sessions: Arc<SessionRecords>, timeout: Duration) -> Arc<Handshakes> {
         Arc::new(Handshakes {
             pending: DashSet::new(),
             timeout,
@@ -41,9 +41,7 @@ impl Handshakes {
             tokio::time::sleep(handshakes.timeout).await;
             if handshakes.pending.remove(&id).is_some() {
                 tracing::debug!(session = %id, "ending a session that never finished its handshake");
-                if let Err(error) = handshakes.sessions.close_session(&id).await {
-                    tracing::debug!(session = %id, %error, "could not end an unfinished session");
-                }
+                handshakes.sessions.end(&id).await;
             }
         });
     }
@@ -77,6 +75,10 @@ pub fn is_initialized_notification(body: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use rmcp::transport::streamable_http_server::session::{
+        SessionManager, local::LocalSessionManager,
+    };
+
     use super::*;
 
     #[test]
@@ -93,7 +95,8 @@ mod tests {
     #[tokio::test]
     async fn an_unfinished_handshake_ends_its_session_and_a_finished_one_is_kept() {
         let sessions = Arc::new(LocalSessionManager::default());
-        let handshakes = Handshakes::new(sessions.clone(), Duration::from_millis(100));
+        let records = SessionRecords::new(sessions.clone(), None, Duration::from_secs(300));
+        let handshakes = Handshakes::new(records, Duration::from_millis(100));
         let (lagging, _lagging_transport) = sessions.create_session().await.unwrap();
         let (prompt, _prompt_transport) = sessions.create_session().await.unwrap();
         handshakes.begun(lagging.clone());

@@ -23,8 +23,12 @@ use super::{
     idle, metrics,
     oauth::{OAuth, OAuthOptions},
     server::{Shared, TurnstileServer},
+    session_records::SessionRecords,
     tls::Tls,
 };
+
+/// How long a session waits with nothing in flight before it is passivated, unless configured.
+pub const DEFAULT_SESSION_PASSIVATE_AFTER: Duration = Duration::from_secs(30);
 
 /// How the HTTP endpoint behaves.
 #[derive(Debug, Clone)]
@@ -32,6 +36,9 @@ pub struct HttpOptions {
     /// A session with no request for this long is ended (its subscriptions and session-keyed
     /// instances with it).
     pub session_idle_timeout: Duration,
+    /// A session with no request in flight (no open stream) for this long is passivated: only
+    /// its record is kept, and its next request restores it (`session_records`). `None`: never.
+    pub session_passivate_after: Option<Duration>,
     /// `Host` header values accepted besides loopback (DNS-rebinding protection).
     pub allowed_hosts: Vec<String>,
     /// Browser `Origin`s accepted besides loopback ones (`scheme://host[:port]`, `:*` for any
@@ -67,6 +74,7 @@ impl Default for HttpOptions {
     fn default() -> Self {
         HttpOptions {
             session_idle_timeout: Duration::from_secs(300),
+            session_passivate_after: Some(DEFAULT_SESSION_PASSIVATE_AFTER),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             stateless: false,
@@ -156,14 +164,28 @@ pub async fn serve_http(
         // a log line, progress). Session mode always streams: rmcp has no per-request choice
         // there (BENCHMARKS.md measures what the framing costs).
         .with_json_response(true);
-    let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(options.session_idle_timeout);
-    let sessions = Arc::new(sessions);
+    let mut workers = LocalSessionManager::default();
+    workers.session_config.keep_alive = Some(options.session_idle_timeout);
+    let sessions = SessionRecords::new(
+        Arc::new(workers),
+        options.session_passivate_after,
+        options.session_idle_timeout,
+    );
+    sessions.start_sweeping();
+    // The records are rmcp's session store: where it keeps each session's `initialize`, and
+    // asks for it to restore a passivated session.
+    let mut config = config;
+    config.session_store = Some(sessions.clone());
     let handshakes = Handshakes::new(sessions.clone(), options.handshake_timeout);
-    let factory_shared = shared.clone();
+    let (factory_shared, factory_sessions) = (shared.clone(), sessions.clone());
     let mcp = StreamableHttpService::new(
-        move || Ok(TurnstileServer::new(factory_shared.clone())),
-        sessions.clone(),
+        move || {
+            Ok(TurnstileServer::new(
+                factory_shared.clone(),
+                Some(factory_sessions.clone()),
+            ))
+        },
+        sessions.workers(),
         config,
     );
     // Events are counted from here on, for `/metrics` (over stdio nothing is counted).
@@ -266,12 +288,13 @@ fn allowed_origins(local: SocketAddr, extra: &[String]) -> Vec<String> {
 }
 
 /// What the actors hold, as JSON: for operators and for the leak tests.
-/// `http_sessions` counts every session rmcp holds, also those that have not sent `initialized`
-/// (`http_sessions_in_handshake` of them, ended after `--handshake-timeout`);
+/// `http_sessions` counts every session held, also those that have not sent `initialized`
+/// (`http_sessions_in_handshake` of them, ended after `--handshake-timeout`) and those
+/// passivated (`http_sessions_passivated`);
 /// `plugins` shows each plugin's call pool and how many of its calls outlived their deadline.
 async fn stats(
     State(shared): State<Arc<Shared>>,
-    sessions: Arc<LocalSessionManager>,
+    sessions: Arc<SessionRecords>,
     handshakes: Arc<Handshakes>,
 ) -> Result<Json<serde_json::Value>, String> {
     let (registry, notifier) = shared
@@ -298,12 +321,12 @@ async fn stats(
             (plugin.manifest().name.clone(), entry)
         })
         .collect();
-    let http_sessions = sessions.sessions.read().await.len();
     Ok(Json(serde_json::json!({
         "registry": registry,
         "notifier": notifier,
-        "http_sessions": http_sessions,
+        "http_sessions": sessions.count(),
         "http_sessions_in_handshake": handshakes.pending(),
+        "http_sessions_passivated": sessions.passivated(),
         "plugins": plugins,
         "memory": crate::memory::stats(),
     })))

@@ -28,16 +28,17 @@ use axum::{
 };
 use futures_util::StreamExt;
 use rmcp::transport::{
-    common::http_header::HEADER_SESSION_ID,
-    streamable_http_server::session::{SessionId, SessionManager, local::LocalSessionManager},
+    common::http_header::HEADER_SESSION_ID, streamable_http_server::session::SessionId,
 };
 use serde_json::Value;
 
 use super::{
     auth::Principal,
     handshake::{Handshakes, is_initialized_notification},
+    idle,
     jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
     session_owners::SessionOwners,
+    session_records::SessionRecords,
 };
 
 /// rmcp's answer when the body it read is not a JSON-RPC message it accepts (its 415).
@@ -47,11 +48,12 @@ const UNREADABLE_BODY_PREFIX: &str = "fail to deserialize";
 /// line; this only bounds the read).
 const MAX_REJECTION_TEXT: usize = 64 * 1024;
 
-/// What the layer needs besides the request: the sessions rmcp serves, to tell a live session
-/// from an unknown one on `DELETE` and to hold their number under `max_sessions`.
+/// What the layer needs besides the request: the sessions held, to tell a live session from an
+/// unknown one on `DELETE`, to hold their number under `max_sessions`, and to count each
+/// session's requests (an idle one is passivated).
 #[derive(Clone)]
 pub struct McpLayer {
-    pub sessions: Arc<LocalSessionManager>,
+    pub sessions: Arc<SessionRecords>,
     /// `--max-sessions`: a request that would open a session past it gets 503.
     pub max_sessions: Option<usize>,
     /// `--stateless`: no request opens a session.
@@ -73,13 +75,23 @@ pub async fn by_the_book(State(layer): State<McpLayer>, request: Request, next: 
     {
         return unknown_session();
     }
-    match *request.method() {
-        Method::POST => match sessions_full(&layer, request.headers()).await {
+    // A session's request is its activity until the response is sent in full (an event stream
+    // until it closes): a session with none in flight for a while is passivated.
+    let visit = match session_of(request.headers()) {
+        Some(session) => layer.sessions.visit(session).await,
+        None => None,
+    };
+    let response = match *request.method() {
+        Method::POST => match sessions_full(&layer, request.headers()) {
             Some(refusal) => refusal,
             None => post(&layer, request, next).await,
         },
         Method::DELETE => delete(&layer, request, next).await,
         _ => as_json_rpc(next.run(request).await, &[]).await,
+    };
+    match visit {
+        Some(visit) => idle::hold_until_sent(response, visit),
+        None => response,
     }
 }
 
@@ -127,7 +139,7 @@ async fn post(layer: &McpLayer, request: Request, next: Next) -> Response {
             principal,
             session_of(response.headers()),
         ) {
-            owners.opened(opened, principal, &layer.sessions).await;
+            owners.opened(opened, principal, &layer.sessions);
         }
         return response;
     }
@@ -170,14 +182,14 @@ fn follow_handshake(
 /// A 503 when `request` would open a session and `max_sessions` are open already. Only a POST
 /// without `Mcp-Session-Id` on a session revision can open one (an `initialize`), so requests
 /// of live sessions and sessionless 2026-07-28 requests never pay for the count.
-async fn sessions_full(layer: &McpLayer, headers: &HeaderMap) -> Option<Response> {
+fn sessions_full(layer: &McpLayer, headers: &HeaderMap) -> Option<Response> {
     let max = layer.max_sessions?;
     let sessionless = layer.stateless
         || headers.contains_key(HEADER_SESSION_ID)
         || headers
             .get("mcp-protocol-version")
             .is_some_and(|version| version == "2026-07-28");
-    if sessionless || layer.sessions.sessions.read().await.len() < max {
+    if sessionless || layer.sessions.count() < max {
         return None;
     }
     tracing::info!(
@@ -205,14 +217,9 @@ async fn delete(layer: &McpLayer, request: Request, next: Next) -> Response {
     // Checked before rmcp runs, so that rmcp still validates the request (Host, Origin, protocol
     // version) first; two DELETEs racing for one session may both see it alive, and both get 204.
     let session = session_of(request.headers()).map(str::to_owned);
-    let unknown = match &session {
-        Some(id) => !layer
-            .sessions
-            .has_session(&SessionId::from(id.as_str()))
-            .await
-            .unwrap_or(true),
-        None => false,
-    };
+    let unknown = session
+        .as_deref()
+        .is_some_and(|id| !layer.sessions.exists(id));
     let response = next.run(request).await;
     if response.status() != StatusCode::ACCEPTED {
         return as_json_rpc(response, &[]).await;

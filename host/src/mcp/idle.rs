@@ -184,12 +184,7 @@ impl Activity {
             let app = app.clone();
             async move {
                 let response = app.oneshot(request.map(Body::new)).await?;
-                Ok(response.map(|body| {
-                    Body::new(TrackedBody {
-                        body,
-                        _in_flight: in_flight,
-                    })
-                }))
+                Ok(hold_until_sent(response, in_flight))
             }
         })
     }
@@ -207,14 +202,20 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that holds its request in flight until hyper has sent it all (or the
-/// connection went away).
-struct TrackedBody {
-    body: Body,
-    _in_flight: InFlight,
+/// `response`, with `held` kept until hyper has sent its body in full (or the connection went
+/// away): how a request is counted in flight until its response (an event stream among them)
+/// ends. For the connection here, and for its session in `session_records.rs`.
+pub fn hold_until_sent<T: Send + Unpin + 'static>(response: Response, held: T) -> Response {
+    response.map(|body| Body::new(TrackedBody { body, _held: held }))
 }
 
-impl http_body::Body for TrackedBody {
+/// A response body that holds something until hyper has sent it all.
+struct TrackedBody<T> {
+    body: Body,
+    _held: T,
+}
+
+impl<T: Unpin> http_body::Body for TrackedBody<T> {
     type Data = Bytes;
     type Error = axum::Error;
 

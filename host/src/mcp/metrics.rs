@@ -18,14 +18,11 @@ use axum::{
     http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
-use rmcp::{
-    ErrorData, model::CallToolResponse,
-    transport::streamable_http_server::session::local::LocalSessionManager,
-};
+use rmcp::{ErrorData, model::CallToolResponse};
 use sha2::{Digest, Sha256};
 use tracing::field;
 
-use super::{handshake::Handshakes, server::Shared};
+use super::{handshake::Handshakes, server::Shared, session_records::SessionRecords};
 use crate::{
     actors::InstanceKey,
     catalog::LiveCatalog,
@@ -134,7 +131,7 @@ fn is_error_code(code: &str) -> bool {
 /// `GET /metrics`: the Prometheus text exposition.
 pub async fn serve(
     State(shared): State<Arc<Shared>>,
-    sessions: Arc<LocalSessionManager>,
+    sessions: Arc<SessionRecords>,
     handshakes: Arc<Handshakes>,
 ) -> Response {
     let (registry, notifier) = match shared.runtime.stats().await {
@@ -163,8 +160,9 @@ pub async fn serve(
     let gauges = Gauges {
         registry,
         notifier,
-        http_sessions: sessions.sessions.read().await.len(),
+        http_sessions: sessions.count(),
         http_sessions_in_handshake: handshakes.pending(),
+        http_sessions_passivated: sessions.passivated(),
         plugins,
     };
     (

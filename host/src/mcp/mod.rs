@@ -39,6 +39,7 @@ mod reply;
 mod server;
 mod session;
 mod session_owners;
+mod session_records;
 mod stdio;
 mod target;
 mod tls;
@@ -46,7 +47,7 @@ mod tls;
 pub use self::{
     connections::{ConnectionLimits, default_max_connections},
     health::Readiness,
-    http::{HttpOptions, TlsFiles, serve_http},
+    http::{DEFAULT_SESSION_PASSIVATE_AFTER, HttpOptions, TlsFiles, serve_http},
     oauth::OAuthOptions,
     server::{Shared, TurnstileServer},
     stdio::serve_stdio,

@@ -78,7 +78,7 @@ impl TurnstileServer {
         let mut seen = Vec::new();
         let Some(mode) = self.handle_mode(context) else {
             for workflow in catalog.workflows() {
-                let key = InstanceKey::for_session(&self.session.id, &workflow.id);
+                let key = InstanceKey::for_session(&self.session().id, &workflow.id);
                 let view = self.view(&key, context).await?;
                 seen.push(Seen {
                     workflow: workflow.id.clone(),
@@ -95,7 +95,7 @@ impl TurnstileServer {
         let keys = if listing_named {
             named
         } else {
-            self.session.touched()
+            self.session().touched()
         };
         for key in keys {
             if catalog.workflow(&key.workflow).is_none() {
@@ -349,8 +349,8 @@ impl TurnstileServer {
             .await?;
         if let Some(key) = subject.key {
             self.shared.runtime.subscribe_resource(
-                &self.session.id,
-                self.session.listener(&context.peer),
+                &self.session().id,
+                self.session().listener(&context.peer),
                 key,
                 uri,
             );
@@ -361,7 +361,7 @@ impl TurnstileServer {
     pub(super) fn answer_unsubscribe(&self, uri: &str) {
         self.shared
             .runtime
-            .unsubscribe_resource(&self.session.id, uri);
+            .unsubscribe_resource(&self.session().id, uri);
     }
 
     /// The instance of `workflow` a get or read names: the session's own (session mode), the
@@ -374,7 +374,7 @@ impl TurnstileServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<Subject, ErrorData> {
         let key = match self.handle_mode(context) {
-            None => Some(InstanceKey::for_session(&self.session.id, workflow)),
+            None => Some(InstanceKey::for_session(&self.session().id, workflow)),
             Some(mode) => mode
                 .handles_in(&context.meta, tenant_of(context).as_ref())
                 .map_err(|error| ErrorData::invalid_params(error, None))?
@@ -418,7 +418,9 @@ impl TurnstileServer {
             .get(turnstile_plugin_api::HANDLE_VARIABLE)
             .ok_or_else(not_found)?;
         let key = match self.handle_mode(context) {
-            None if token == SESSION_TOKEN => InstanceKey::for_session(&self.session.id, workflow),
+            None if token == SESSION_TOKEN => {
+                InstanceKey::for_session(&self.session().id, workflow)
+            }
             Some(_) if token != SESSION_TOKEN => InstanceKey::from_handle(token)
                 .map_err(|_| not_found())?
                 .owned_by(tenant_of(context).as_ref()),

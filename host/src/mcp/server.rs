@@ -9,18 +9,20 @@
 //!
 //! It must not decide visibility (gate) or hold state (actors); its replies come from `reply`.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult,
-        GetPromptRequestParams, GetPromptResponse, Implementation, JsonObject, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-        ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
-        SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+        GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
+        InitializeResult, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
+        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+        ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+        SubscriptionFilter, Tool, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
+    transport::streamable_http_server::SessionRestoreMarker,
 };
 use serde_json::Value;
 use tracing::Instrument;
@@ -31,6 +33,7 @@ use super::{
     metrics::CallRecord,
     reply,
     session::{SessionScope, SinkListener},
+    session_records::SessionRecords,
     target::{self, HandleMode, Target},
 };
 use crate::{
@@ -59,19 +62,31 @@ pub struct Shared {
     pub readiness: super::health::Readiness,
 }
 
-/// One per MCP session (stdio: one per connection; sessionless HTTP: one per request). rmcp drops
-/// it when the session ends.
+/// One per MCP session (stdio: one per connection; sessionless HTTP: one per request; a session
+/// passivated and restored gets a new one). rmcp drops it when the session ends or passivates.
 #[derive(Clone)]
 pub struct TurnstileServer {
     pub(super) shared: Arc<Shared>,
-    pub(super) session: Arc<SessionScope>,
+    /// Set on first use: a new scope, or on a restore the passivated session's own.
+    session: Arc<OnceLock<Arc<SessionScope>>>,
+    /// Over HTTP: the sessions, where a new one is recorded and a restored one found.
+    records: Option<Arc<SessionRecords>>,
 }
 
 impl TurnstileServer {
     /// Cheap: the Streamable HTTP service calls it once per session, or once per request.
-    pub fn new(shared: Arc<Shared>) -> Self {
-        let session = Arc::new(SessionScope::new(shared.runtime.clone()));
-        TurnstileServer { shared, session }
+    pub fn new(shared: Arc<Shared>, records: Option<Arc<SessionRecords>>) -> Self {
+        TurnstileServer {
+            shared,
+            session: Arc::default(),
+            records,
+        }
+    }
+
+    /// The session this handler serves.
+    pub(super) fn session(&self) -> &Arc<SessionScope> {
+        self.session
+            .get_or_init(|| Arc::new(SessionScope::new(self.shared.runtime.clone())))
     }
 
     /// Subscribes the session to `key`. Done before the instance is asked anything, so that the
@@ -83,8 +98,8 @@ impl TurnstileServer {
             return;
         }
         self.shared.runtime.subscribe(
-            &self.session.id,
-            self.session.listener(&context.peer),
+            &self.session().id,
+            self.session().listener(&context.peer),
             key.clone(),
         );
     }
@@ -96,8 +111,8 @@ impl TurnstileServer {
             Err(InstanceError::UnknownHandle(_)) => self
                 .shared
                 .runtime
-                .unsubscribe(&self.session.id, key.clone()),
-            _ => self.session.touch(key),
+                .unsubscribe(&self.session().id, key.clone()),
+            _ => self.session().touch(key),
         }
     }
 
@@ -150,7 +165,7 @@ impl TurnstileServer {
     ) -> Result<(), ErrorData> {
         let catalog = &*self.shared.catalog.current();
         for workflow in catalog.workflows() {
-            let key = InstanceKey::for_session(&self.session.id, &workflow.id);
+            let key = InstanceKey::for_session(&self.session().id, &workflow.id);
             let view = self.view(&key, context).await?;
             for tool in gate::menu(&view.workflow, &view.snapshot) {
                 tools.push(Self::listed(None, &tool, &view.workflow, &view.snapshot));
@@ -175,7 +190,7 @@ impl TurnstileServer {
         let keys = if listing_named {
             named
         } else {
-            self.session.touched()
+            self.session().touched()
         };
         let mut seen = std::collections::HashSet::new();
         for key in keys {
@@ -254,7 +269,7 @@ impl TurnstileServer {
         let min_level = if is_sessionless(context) {
             context.meta.log_level().map(call_events::from_rmcp)
         } else {
-            Some(self.session.log_level())
+            Some(self.session().log_level())
         };
         CallEvents {
             peer: context.peer.clone(),
@@ -287,7 +302,7 @@ impl TurnstileServer {
         // The handle is the host's argument, not the plugin's: take it out before the schema check.
         let target = match target::resolve(
             self.handle_mode(&context),
-            &self.session.id,
+            &self.session().id,
             tenant_of(&context).as_ref(),
             &tool,
             &workflow,
@@ -349,7 +364,7 @@ impl TurnstileServer {
             // The instance was never created: no handle goes out, no subscription or actor stays.
             self.shared
                 .runtime
-                .unsubscribe(&self.session.id, key.clone());
+                .unsubscribe(&self.session().id, key.clone());
             self.shared.runtime.forget(key.clone());
         }
         let result = match answer {
@@ -536,13 +551,45 @@ impl ServerHandler for TurnstileServer {
         Ok(())
     }
 
+    /// A restore of a passivated session (rmcp replays its `initialize`, marked) takes up the
+    /// session's own scope; otherwise rmcp's default.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        if let (Some(records), Some(restore)) = (
+            &self.records,
+            context.extensions.get::<SessionRestoreMarker>(),
+        ) && let Some(scope) = records.adopt(restore.id.as_ref())
+        {
+            tracing::debug!(session = %scope.id, "session restored");
+            scope.rebind(&context.peer);
+            // Nothing has used this handler yet: `initialize` is its first request.
+            let _ = self.session.set(scope);
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
     /// From its start, a session hears about the plugin catalog changing, before it has touched
-    /// any instance.
+    /// any instance; with its handshake done, it may be passivated when idle.
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        tracing::debug!(session = %self.session.id, "client initialized");
+        let session = self.session();
+        tracing::debug!(session = %session.id, "client initialized");
         self.shared
             .runtime
-            .join(&self.session.id, self.session.listener(&context.peer));
+            .join(&session.id, session.listener(&context.peer));
+        if let (Some(records), Some(id)) = (
+            &self.records,
+            context
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|parts| parts.headers.get("mcp-session-id"))
+                .and_then(|id| id.to_str().ok()),
+        ) {
+            records.bind(id, session);
+        }
     }
 
     // rmcp marks MCP logging deprecated (SEP-2577, a future revision); the revisions Turnstile
@@ -558,7 +605,7 @@ impl ServerHandler for TurnstileServer {
             // each request's `_meta`).
             return Err(reply::unroutable_request("logging/setLevel", None));
         }
-        self.session
+        self.session()
             .set_log_level(call_events::from_rmcp(request.level));
         Ok(())
     }

@@ -4,7 +4,7 @@ use std::{
     collections::BTreeSet,
     future::Future,
     pin::Pin,
-    sync::{Arc, Mutex, OnceLock},
+    sync::{Arc, Mutex, PoisonError},
 };
 
 use rmcp::{
@@ -22,13 +22,17 @@ use crate::{
 /// server): the plugins' info and above.
 pub const DEFAULT_LOG_LEVEL: LogLevel = LogLevel::Info;
 
-/// Lives exactly as long as the session's handler: rmcp drops the handler when the session ends
-/// (DELETE, idle timeout, closed stdio), and the drop unsubscribes the session and ends its
-/// session-keyed instances, so an ended session leaves nothing behind.
+/// Lives as long as the session: held by its handler (rmcp drops the handler when the session
+/// ends: DELETE, idle timeout, closed stdio) and, over HTTP, by the session's record
+/// (`session_records.rs`), which keeps it while the session is passivated, with no handler.
+/// The last drop unsubscribes the session and ends its session-keyed instances, so an ended
+/// session leaves nothing behind.
 pub struct SessionScope {
     pub id: SessionId,
     runtime: Runtime,
-    listener: OnceLock<Arc<dyn Listener>>,
+    /// One for the session's whole life (the notifier keeps the first listener it is given),
+    /// pointed at whichever handler serves the session now.
+    listener: Arc<PeerListener>,
     /// Handle-keyed instances this session has touched, for `tools/list` without a handle.
     /// A std mutex: it is held for an insert or a copy, never across an await.
     touched: Mutex<BTreeSet<InstanceKey>>,
@@ -41,7 +45,7 @@ impl SessionScope {
         SessionScope {
             id: SessionId::new(),
             runtime,
-            listener: OnceLock::new(),
+            listener: Arc::new(PeerListener(Mutex::new(None))),
             touched: Mutex::new(BTreeSet::new()),
             log_level: Mutex::new(DEFAULT_LOG_LEVEL),
         }
@@ -81,12 +85,22 @@ impl SessionScope {
             .collect()
     }
 
-    /// The session's listener, made from the first request's peer (every request of one session
-    /// carries the same peer).
+    /// The session's listener, sending to `peer` unless it already sends to a peer of this
+    /// session's (every request of one handler carries the same peer).
     pub fn listener(&self, peer: &Peer<RoleServer>) -> Arc<dyn Listener> {
-        self.listener
-            .get_or_init(|| Arc::new(PeerListener(peer.clone())))
-            .clone()
+        self.listener.bind_if_unbound(peer);
+        self.listener.clone()
+    }
+
+    /// The session's handler is gone while the session lives on (passivated): until a new
+    /// handler serves it, its notices are dropped (it has no stream to carry them).
+    pub fn unbind(&self) {
+        self.listener.set(None);
+    }
+
+    /// A new handler serves the session (restored from passivation): notices go to its peer.
+    pub fn rebind(&self, peer: &Peer<RoleServer>) {
+        self.listener.set(Some(peer.clone()));
     }
 }
 
@@ -97,13 +111,35 @@ impl Drop for SessionScope {
     }
 }
 
-/// Sends a session's notices to its peer.
-struct PeerListener(Peer<RoleServer>);
+/// Sends a session's notices to the peer of the handler serving it, if one does.
+struct PeerListener(Mutex<Option<Peer<RoleServer>>>);
+
+impl PeerListener {
+    fn set(&self, peer: Option<Peer<RoleServer>>) {
+        // A std mutex: held for an assignment or a clone, never across an await.
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = peer;
+    }
+
+    fn bind_if_unbound(&self, peer: &Peer<RoleServer>) {
+        let mut bound = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if bound.is_none() {
+            *bound = Some(peer.clone());
+        }
+    }
+}
 
 impl Listener for PeerListener {
     fn notify(&self, notice: Notice) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
-        let peer = self.0.clone();
+        let peer = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         Box::pin(async move {
+            // Passivated: nobody to tell, and not gone (a gone session is forgotten on error).
+            let Some(peer) = peer else {
+                return Ok(());
+            };
             let sent = match notice {
                 Notice::ToolsChanged => peer.notify_tool_list_changed().await,
                 Notice::PromptsChanged => peer.notify_prompt_list_changed().await,

@@ -9,7 +9,7 @@
 //! (`actors::Tenant`).
 //!
 //! Entries of sessions that ended are dropped in passing: every [`PRUNE_EVERY`] sessions opened,
-//! the map keeps only the sessions rmcp still serves. The map is only written when a session
+//! the map keeps only the sessions the server still holds (live or passivated). The map is only written when a session
 //! opens and read once per request.
 
 use std::sync::{
@@ -18,9 +18,8 @@ use std::sync::{
 };
 
 use dashmap::DashMap;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
-use super::auth::Principal;
+use super::{auth::Principal, session_records::SessionRecords};
 
 /// How many sessions open between two prunings of ended sessions' entries.
 const PRUNE_EVERY: usize = 1024;
@@ -35,17 +34,10 @@ pub struct SessionOwners {
 impl SessionOwners {
     /// Records that `principal` opened `session`; now and then drops the entries of sessions
     /// that `sessions` no longer serves.
-    pub async fn opened(
-        &self,
-        session: &str,
-        principal: Principal,
-        sessions: &LocalSessionManager,
-    ) {
+    pub fn opened(&self, session: &str, principal: Principal, sessions: &SessionRecords) {
         self.owners.insert(session.into(), principal);
         if self.opened.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1 {
-            let live = sessions.sessions.read().await;
-            self.owners
-                .retain(|session, _| live.contains_key(&rmcp_session_id(session)));
+            self.owners.retain(|session, _| sessions.exists(session));
         }
     }
 
@@ -70,20 +62,28 @@ impl SessionOwners {
     }
 }
 
-fn rmcp_session_id(session: &str) -> rmcp::transport::streamable_http_server::session::SessionId {
-    rmcp::transport::streamable_http_server::session::SessionId::from(session)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+
     use super::*;
+
+    fn no_sessions() -> Arc<SessionRecords> {
+        SessionRecords::new(
+            Arc::new(LocalSessionManager::default()),
+            None,
+            Duration::from_secs(300),
+        )
+    }
 
     #[tokio::test]
     async fn a_session_is_its_openers_alone() {
         let owners = SessionOwners::default();
-        let sessions = LocalSessionManager::default();
+        let sessions = no_sessions();
         let alice = Principal("alice".into());
-        owners.opened("s1", alice.clone(), &sessions).await;
+        owners.opened("s1", alice.clone(), &sessions);
         assert!(!owners.is_foreign("s1", Some(&alice)));
         assert!(owners.is_foreign("s1", Some(&Principal("bob".into()))));
         assert!(owners.is_foreign("s1", None));
@@ -98,11 +98,9 @@ mod tests {
     #[tokio::test]
     async fn entries_of_ended_sessions_are_pruned() {
         let owners = SessionOwners::default();
-        let sessions = LocalSessionManager::default();
+        let sessions = no_sessions();
         for n in 0..PRUNE_EVERY {
-            owners
-                .opened(&format!("s{n}"), Principal("alice".into()), &sessions)
-                .await;
+            owners.opened(&format!("s{n}"), Principal("alice".into()), &sessions);
         }
         // None of them is served by `sessions`: the PRUNE_EVERY-th opening dropped them all.
         assert_eq!(owners.len(), 0);

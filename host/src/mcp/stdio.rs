@@ -46,7 +46,7 @@ pub async fn serve_stdio(shared: Arc<Shared>) -> anyhow::Result<()> {
     // rmcp's stdio handles: non-blocking pipes when stdin and stdout are pipes, as under a client.
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
     let (transport, writer) = LineTransport::new(stdin, stdout);
-    let running = TurnstileServer::new(shared).serve(transport).await?;
+    let running = TurnstileServer::new(shared, None).serve(transport).await?;
     let reason = running.waiting().await?;
     tracing::info!(?reason, "stdio client disconnected");
     // The writer ends once the transport (and with it the last sender) is gone.
