@@ -198,6 +198,23 @@ impl RawSession {
         );
     }
 
+    /// Opens the session's event stream (GET), where notices unrelated to a request arrive.
+    async fn open_stream(&self) -> reqwest::Response {
+        let stream = self
+            .raw
+            .http
+            .get(&self.raw.url)
+            .header("Accept", "text/event-stream")
+            .header("Mcp-Session-Id", &self.id)
+            .header("MCP-Protocol-Version", PROTOCOL)
+            .timeout(Duration::from_secs(120))
+            .send()
+            .await
+            .expect("GET stream");
+        assert_eq!(stream.status(), StatusCode::OK, "GET stream of {}", self.id);
+        stream
+    }
+
     /// What a request on this session gets now.
     async fn probe(&self) -> StatusCode {
         let message = json!({"jsonrpc": "2.0", "id": 999_999, "method": "tools/list"});
@@ -538,17 +555,7 @@ async fn an_idle_session_is_passivated_and_its_next_request_finds_it_as_it_was()
 
     // Passivated again, then back through its event stream: it hears its own transition.
     wait_for_passivated(&server, 1).await;
-    let mut stream = raw
-        .http
-        .get(&raw.url)
-        .header("Accept", "text/event-stream")
-        .header("Mcp-Session-Id", &session.id)
-        .header("MCP-Protocol-Version", PROTOCOL)
-        .timeout(Duration::from_secs(60))
-        .send()
-        .await
-        .expect("GET stream");
-    assert_eq!(stream.status(), StatusCode::OK);
+    let mut stream = session.open_stream().await;
     let rejected = session
         .call("invoice.reject", json!({"reason": "no PO number"}))
         .await;
@@ -668,18 +675,7 @@ async fn sessions_that_stop_without_delete_end_after_the_idle_timeout() {
             }
             if i % 4 == 0 {
                 // An open GET stream is not a request: it must not keep the session alive.
-                let stream = raw
-                    .http
-                    .get(&raw.url)
-                    .header("Accept", "text/event-stream")
-                    .header("Mcp-Session-Id", &session.id)
-                    .header("MCP-Protocol-Version", PROTOCOL)
-                    .timeout(Duration::from_secs(120))
-                    .send()
-                    .await
-                    .expect("GET stream");
-                assert_eq!(stream.status(), StatusCode::OK, "GET stream of session {i}");
-                streams.lock().await.push(stream);
+                streams.lock().await.push(session.open_stream().await);
             }
             ids.lock().unwrap().push(session.id.clone());
             // No DELETE: the client just goes away.
