@@ -419,10 +419,16 @@ impl Batch {
         if self.sends.is_empty() {
             return;
         }
-        let gone = self
-            .sends
-            .filter_map(std::future::ready)
-            .collect::<Vec<_>>();
+        // Outside tokio's cooperative budget: within it, a task may do only 128 channel
+        // operations per poll, after which every send's semaphore answers "pending" and wakes
+        // itself, so a batch to N sessions was polled over and over (at 10,000 sessions the
+        // notifier's thread spent most of its time there; BENCHMARKS.md, "Fan-out"). Each send
+        // only queues a message on its session's channel, so the batch cannot hog the thread.
+        let gone = tokio::task::unconstrained(
+            self.sends
+                .filter_map(std::future::ready)
+                .collect::<Vec<_>>(),
+        );
         let gone = actix::fut::wrap_future::<_, Notifier>(gone);
         ctx.spawn(gone.map(|gone, notifier, _ctx| {
             for session_id in gone {
