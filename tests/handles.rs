@@ -272,16 +272,7 @@ async fn a_starting_call_that_fails_creates_nothing_and_returns_no_handle() {
     // The session touched no instance: only what starts one (and needs no handle) is listed.
     assert_eq!(
         client.tool_names().await,
-        names(&[
-            "testkit.abort",
-            "testkit.content",
-            "testkit.echo",
-            "testkit.go",
-            "testkit.panic",
-            "testkit.quick_slow",
-            "testkit.report",
-            "testkit.slow"
-        ])
+        names(&common::TESTKIT_STARTING_TOOLS)
     );
     assert_eq!(server.stats().await["registry"]["instances"], 0);
     // A successful start does create it, with its handle.

@@ -136,12 +136,7 @@ async fn a_workflow_call_that_crashes_its_plugin_fires_nothing() {
     assert_ne!(moved.is_error, Some(true), "{moved:?}");
     assert_eq!(moved.structured_content.unwrap()["state"], "done");
     client.changes.wait_for(1).await;
-    assert!(
-        client
-            .tool_names()
-            .await
-            .contains(&"testkit.reset".to_string())
-    );
+    assert!(client.offers("testkit.reset").await);
 }
 
 #[tokio::test]
@@ -205,12 +200,7 @@ async fn host_services_and_deadlines_cross_the_process_boundary() {
     })
     .await;
     // It gave up, so the transition did not happen.
-    assert!(
-        client
-            .tool_names()
-            .await
-            .contains(&"testkit.reset".to_string())
-    );
+    assert!(client.offers("testkit.reset").await);
 }
 
 /// A plugin can ask for isolation itself; its configuration reaches its process.
@@ -291,15 +281,6 @@ async fn replacing_an_isolated_plugin_starts_a_new_process_and_stops_the_old_one
     );
     assert_eq!(
         client.tool_names().await,
-        names(&[
-            "testkit.abort",
-            "testkit.content",
-            "testkit.echo",
-            "testkit.go",
-            "testkit.panic",
-            "testkit.quick_slow",
-            "testkit.report",
-            "testkit.slow"
-        ])
+        names(&common::TESTKIT_STARTING_TOOLS)
     );
 }

@@ -141,12 +141,7 @@ async fn a_plugin_guard_decides_a_transition_after_the_call() {
     let plugins = PluginDir::with(&["testkit"]);
     let server = Server::http(plugins.path(), &[]);
     let client = Client::http(&server.url).await;
-    assert!(
-        client
-            .tool_names()
-            .await
-            .contains(&"testkit.go".to_string())
-    );
+    assert!(client.offers("testkit.go").await);
     let stopped = client.call("testkit.go", json!({"word": "stop"})).await;
     assert_ne!(stopped.is_error, Some(true), "{stopped:?}");
     assert_eq!(stopped.structured_content.unwrap()["state"], "idle");

@@ -573,6 +573,11 @@ impl Client {
             .tools
     }
 
+    /// Whether `tools/list` offers `tool` now.
+    pub async fn offers(&self, tool: &str) -> bool {
+        self.tool_names().await.iter().any(|name| name == tool)
+    }
+
     pub async fn tool_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self
             .tools()
@@ -584,7 +589,6 @@ impl Client {
         names
     }
 
-    /// `tools/list` naming instances in `_meta` (handle mode).
     /// `tools/list` with `_meta` (naming handles, in handle mode).
     pub async fn tools_with_meta(&self, meta: Value) -> Vec<Tool> {
         self.try_tools_with_meta(meta).await.expect("tools/list")
@@ -889,6 +893,19 @@ pub fn text_of(result: &CallToolResult) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// What `tools/list` offers a session of the testkit plugin that has touched no instance: the
+/// tools that start one (`testkit.go`) and those bound to no workflow.
+pub const TESTKIT_STARTING_TOOLS: [&str; 8] = [
+    "testkit.abort",
+    "testkit.content",
+    "testkit.echo",
+    "testkit.go",
+    "testkit.panic",
+    "testkit.quick_slow",
+    "testkit.report",
+    "testkit.slow",
+];
 
 /// Sorted owned names, for comparing menus.
 pub fn names(list: &[&str]) -> Vec<String> {

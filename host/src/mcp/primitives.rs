@@ -434,7 +434,10 @@ impl TurnstileServer {
         self.settle(&key, &answer);
         let view = answer.map_err(|error| match error {
             crate::actors::InstanceError::UnknownHandle(_) => not_found(),
-            other => reply::instance_unavailable(&format!("resource {}", reply::clip(uri)), &other),
+            other => reply::instance_unreadable(
+                &format!("the instance of resource {}", reply::clip(uri)),
+                &other,
+            ),
         })?;
         Ok(Subject {
             token: Some(token.clone()),

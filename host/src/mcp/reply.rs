@@ -22,9 +22,9 @@ use rmcp::{
 use serde_json::{Value, json};
 
 pub use self::primitives::{
-    instance_unavailable, invalid_prompt_arguments, listed_instance_resource, listed_prompt,
-    listed_resource, listed_template, prompt_result, read_failure, resource_not_found,
-    resource_result, unknown_prompt, withheld,
+    invalid_prompt_arguments, listed_instance_resource, listed_prompt, listed_resource,
+    listed_template, prompt_result, read_failure, resource_not_found, resource_result,
+    unknown_prompt, withheld,
 };
 use super::target::NoTarget;
 use crate::{
@@ -319,8 +319,8 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
     )
 }
 
-/// A listing (`tools/list`, `prompts/list`, `prompts/get`, …) could not read the state of the
-/// instance it names. An unknown handle is the caller's mistake (-32602), with the stable code
+/// A listing or read (`tools/list`, `prompts/get`, `resources/read`, …) could not read the state
+/// of the instance it names. An unknown handle is the caller's mistake (-32602), with the stable code
 /// `UNKNOWN_HANDLE` a tool call's refusal carries; anything else is the server's (-32603).
 pub fn instance_unreadable(instance: &str, error: &InstanceError) -> ErrorData {
     match error {

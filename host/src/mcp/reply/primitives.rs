@@ -19,7 +19,6 @@ use serde_json::{Value, json};
 
 use super::clip;
 use crate::{
-    actors::InstanceError,
     catalog::{PromptEntry, ResourceEntry, TemplateEntry},
     gate::Withheld,
     invoke::InvokeError,
@@ -151,21 +150,6 @@ pub fn invalid_prompt_arguments(name: &str, problems: &[String]) -> ErrorData {
         ),
         Some(json!({ "code": "INVALID_ARGUMENTS", "prompt": clip(name), "problems": problems })),
     )
-}
-
-/// The instance a prompt or resource is about could not be read. An unknown handle is the
-/// caller's mistake (-32602); anything else is the server's (-32603).
-pub fn instance_unavailable(what: &str, error: &InstanceError) -> ErrorData {
-    match error {
-        InstanceError::UnknownHandle(_) => ErrorData::invalid_params(
-            format!("{what}: {error}"),
-            Some(json!({ "code": "UNKNOWN_HANDLE" })),
-        ),
-        other => ErrorData::internal_error(
-            format!("{what}: cannot read the state of its workflow instance: {other}"),
-            Some(json!({ "code": "STATE_UNAVAILABLE" })),
-        ),
-    }
 }
 
 /// The `prompts/get` result for what the plugin produced: a string is one user message; an
