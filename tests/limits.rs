@@ -197,8 +197,8 @@ async fn an_instance_whose_call_timed_out_is_busy_until_its_plugin_returns() {
 }
 
 /// A tool that declares itself quick runs on the request's thread, where it cannot be cut off.
-/// A first overrun or two within a minute are forgiven (a shared machine can delay any call);
-/// the third takes the privilege away, with one warning, and from then on its plugin's calls run
+/// A first overrun or two within a minute are forgiven (a shared machine can delay any call),
+/// as are rare ones; a third in three calls takes the privilege away, with one warning, and from then on its plugin's calls run
 /// on worker threads, where the tool deadline applies again.
 #[tokio::test]
 async fn a_quick_tool_that_keeps_overrunning_its_budget_loses_the_privilege_once() {

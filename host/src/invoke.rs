@@ -226,6 +226,7 @@ fn run_quick(
     host: Option<Arc<HostCall>>,
     budget_ms: u32,
 ) -> Result<PluginOutput, PluginError> {
+    tool.plugin.pool().quick_call_begins();
     let started = std::time::Instant::now();
     let before = ThreadTime::now();
     let output = tool.plugin.call_with(tool.name(), arguments, context, host);
@@ -241,8 +242,8 @@ fn run_quick(
         );
         let (tool_name, plugin) = (tool.name(), tool.plugin.path().display());
         match tool.plugin.pool().quick_call_overran() {
-            Overrun::Forgiven { recent } => tracing::debug!(
-                tool = %tool_name, %plugin, budget_ms, took_ms, cpu_ms, blocked_ms, recent,
+            Overrun::Forgiven { recent, calls } => tracing::debug!(
+                tool = %tool_name, %plugin, budget_ms, took_ms, cpu_ms, blocked_ms, recent, calls,
                 "a quick tool overran its budget; forgiven, as one of few"
             ),
             Overrun::Withdrawn => tracing::warn!(

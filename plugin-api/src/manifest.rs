@@ -227,8 +227,9 @@ pub struct ToolManifest {
     /// host may then run it on the thread that handles the request instead of handing it to a
     /// worker thread, which saves two thread switches per call. A synchronous call cannot be cut
     /// off, so a quick call that overruns its budget (by its own CPU time, or by blocking; being
-    /// paused by a busy machine does not count) is noted; after a few within a minute the host
-    /// logs it and the plugin's later calls all go to its worker threads. `None`: the tool may block; it always runs on a worker thread.
+    /// paused by a busy machine does not count) is noted; when overruns are more than a rare
+    /// few (see the host's `plugin/quick.rs`), the host logs it and the plugin's later calls all
+    /// go to its worker threads. `None`: the tool may block; it always runs on a worker thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quick_ms: Option<u32>,
 }

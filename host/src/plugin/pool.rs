@@ -51,6 +51,11 @@ impl CallPool {
         self.quick.trusted()
     }
 
+    /// A quick call of this plugin begins (overruns are weighed against the calls made).
+    pub fn quick_call_begins(&self) {
+        self.quick.calling();
+    }
+
     /// A quick call overran its budget: forgiven when it is one of few, else from now on every
     /// call of this plugin runs on a worker thread (`plugin/quick.rs` has the rule).
     pub fn quick_call_overran(&self) -> Overrun {
