@@ -140,9 +140,10 @@ impl Conversation {
     }
 
     /// Notes a transition this session is subscribed to, so it must hear one more
-    /// `list_changed`; when `since` is given, waits for it (up to `--notify-timeout`) and records
-    /// how long after `since` it came.
-    pub async fn subscribed_transition(&mut self, since: Option<Instant>) {
+    /// `list_changed`; when `since` is given, waits for it (up to `--notify-timeout`) and, if the
+    /// transition was `counted` ([`super::stats::Stats::transition`]), records how long after
+    /// `since` it came.
+    pub async fn subscribed_transition(&mut self, since: Option<Instant>, counted: bool) {
         self.transitions += 1;
         let Some(since) = since else {
             return;
@@ -152,7 +153,9 @@ impl Conversation {
             .notices()
             .wait_for(self.transitions, self.shared.settings.notify_timeout)
             .await;
-        if let Some(at) = heard {
+        if let Some(at) = heard
+            && counted
+        {
             let at = Instant::from_std(at);
             self.shared
                 .stats

@@ -245,7 +245,7 @@ async fn fire(
     if !matches!(outcome, Outcome::Ok { .. }) || !menus_differ(menu, &after) {
         return Fired::Nothing(after);
     }
-    shared.stats.transition();
+    let counted = shared.stats.transition();
     shared.stats.iteration();
     let timeout = shared.settings.notify_timeout;
     let arrivals = join_all(
@@ -261,7 +261,7 @@ async fn fire(
         .flatten()
         .map(|at| Instant::from_std(*at).saturating_duration_since(sent))
         .collect();
-    for delay in &delays {
+    for delay in delays.iter().filter(|_| counted) {
         shared.stats.notification_delay(*delay);
     }
     delays.sort();

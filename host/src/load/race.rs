@@ -81,7 +81,7 @@ pub async fn run(shared: Arc<Shared>) {
             });
         }
         if moved {
-            shared.stats.transition();
+            let counted = shared.stats.transition();
             // With sessions, every racer touched the instance and is subscribed; without (2026-07-28)
             // only a winner hears it, on its own call's stream.
             let subscribed: Vec<&mut Conversation> = if shared.endpoint.protocol().has_sessions() {
@@ -97,7 +97,7 @@ pub async fn run(shared: Arc<Shared>) {
             join_all(
                 subscribed
                     .into_iter()
-                    .map(|conversation| conversation.subscribed_transition(Some(started))),
+                    .map(|conversation| conversation.subscribed_transition(Some(started), counted)),
             )
             .await;
         }
@@ -116,8 +116,8 @@ async fn mint(
     let (leader, others) = conversations.split_first_mut()?;
     let Minted { before, after, due } = leader.mint(rng, "race").await?;
     if menus_differ(&before, &after) {
-        shared.stats.transition();
-        leader.subscribed_transition(Some(due)).await;
+        let counted = shared.stats.transition();
+        leader.subscribed_transition(Some(due), counted).await;
     }
     for other in others.iter_mut() {
         other.handle = leader.handle.clone();

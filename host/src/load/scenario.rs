@@ -171,8 +171,8 @@ async fn run_steps(conversation: &mut Conversation, steps: &[Step], shared: &Sha
             });
         }
         if step.transition && matches!(outcome, Outcome::Ok { .. }) {
-            shared.stats.transition();
-            conversation.subscribed_transition(None).await;
+            let counted = shared.stats.transition();
+            conversation.subscribed_transition(None, counted).await;
         }
     }
     true

@@ -120,16 +120,21 @@ impl Stats {
         }
     }
 
+    /// How long a transition that [`Stats::transition`] counted took to be heard. Recorded
+    /// even if the measurement closed while the notice was on its way, so that every counted
+    /// transition has its delay.
     pub fn notification_delay(&self, delay: Duration) {
-        if self.is_measuring() {
-            record(&self.notification_delay, delay);
-        }
+        record(&self.notification_delay, delay);
     }
 
-    pub fn transition(&self) {
-        if self.is_measuring() {
+    /// A transition; `true` if it is counted (the measurement is running), and only then is
+    /// its notification delay to be recorded.
+    pub fn transition(&self) -> bool {
+        let measuring = self.is_measuring();
+        if measuring {
             self.transitions.fetch_add(1, Ordering::Relaxed);
         }
+        measuring
     }
 
     pub fn iteration(&self) {

@@ -114,8 +114,8 @@ async fn walk(conversation: &mut Conversation, shared: &Shared, rng: &mut StdRng
             return;
         };
         if menus_differ(&menu, &after) {
-            shared.stats.transition();
-            conversation.subscribed_transition(Some(due)).await;
+            let counted = shared.stats.transition();
+            conversation.subscribed_transition(Some(due), counted).await;
         }
         remember(&mut seen, &after);
         menu = after;
