@@ -923,3 +923,135 @@ async fn every_session_that_touched_a_handle_hears_one_transition() {
     }
     minter.close().await;
 }
+
+/// Issue 10, item 3: a session's request whose response can carry nothing but its result comes
+/// back as plain JSON (no event stream to frame it); one that asks for progress, which may come
+/// ahead of the result, still gets an event stream. Both give the same answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answer_only_requests_of_a_session_come_back_as_plain_json() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &["--store", "memory:"]);
+    let raw = Raw::new(&server);
+    let mut session = raw.open().await;
+    let post = |id: u64, method: &str, params: Value| {
+        raw.post(
+            Some(&session.id),
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .send()
+    };
+    let framing = |response: &reqwest::Response| {
+        response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+
+    // The server takes up the session once it has handled `notifications/initialized`, which
+    // it accepts (202) before handling; until then rmcp streams. A moment at most.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while framing(&post(0, "ping", json!({})).await.expect("ping")) != "application/json" {
+        assert!(Instant::now() < deadline, "never answered with plain JSON");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for (id, method, params) in [
+        (1, "ping", json!({})),
+        (2, "tools/list", json!({})),
+        (
+            3,
+            "tools/call",
+            json!({"name": "invoice.status", "arguments": {}}),
+        ),
+        (
+            4,
+            "tools/call",
+            json!({"name": "invoice.submit", "arguments": {"amount": 3}}),
+        ),
+        (
+            5,
+            "tools/call",
+            json!({"name": "invoice.submit", "arguments": {"amount": 3}}),
+        ),
+        (
+            6,
+            "tools/call",
+            json!({"name": "no.such.tool", "arguments": {}}),
+        ),
+    ] {
+        let response = post(id, method, params).await.expect(method);
+        assert_eq!(response.status(), StatusCode::OK, "{method}");
+        assert_eq!(
+            framing(&response),
+            "application/json",
+            "{method} (request {id})"
+        );
+        let body = response.text().await.expect("body");
+        let answer: Value = serde_json::from_str(&body).expect("one JSON-RPC message");
+        assert_eq!(answer["jsonrpc"], "2.0");
+        assert_eq!(answer["id"], id);
+        match id {
+            4 => assert_eq!(answer["result"]["structuredContent"]["state"], "review"),
+            // The same gating as ever: submitted once, the second submit is refused.
+            5 => assert_eq!(
+                answer["result"]["structuredContent"]["error"]["code"],
+                "FORBIDDEN"
+            ),
+            6 => assert_eq!(answer["error"]["code"], -32602),
+            _ => assert!(answer.get("result").is_some(), "{method}: {answer}"),
+        }
+    }
+
+    let response = post(
+        7,
+        "tools/call",
+        json!({"name": "invoice.status", "arguments": {}, "_meta": {"progressToken": "p7"}}),
+    )
+    .await
+    .expect("tools/call with a progress token");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(framing(&response), "text/event-stream");
+    let status = result_of(&response.text().await.unwrap(), 7, "status");
+    assert_eq!(status["structuredContent"]["state"], "review");
+    session.next_request = 8;
+    assert_eq!(
+        session.call("invoice.status", json!({})).await["state"],
+        "review"
+    );
+    session.end().await;
+}
+
+/// A `list_changed` that falls due before the session opens its event stream is not lost: it
+/// arrives when the stream opens (the Python SDK 1.x opens its stream only after the handshake,
+/// and a client may call before it does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notice_due_before_the_event_stream_opens_arrives_when_it_opens() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &["--store", "memory:"]);
+    let raw = Raw::new(&server);
+    let mut session = raw.open().await;
+    assert_eq!(
+        session.call("invoice.submit", json!({"amount": 5})).await["state"],
+        "review"
+    );
+    let mut stream = session.open_stream().await;
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seen.contains("notifications/tools/list_changed") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.chunk()).await {
+            Ok(Ok(Some(chunk))) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+            other => panic!("no list_changed on the stream within 10 s ({other:?}): {seen:?}"),
+        }
+    }
+    // Exactly the one transition's notice, and it came as an SSE event.
+    assert_eq!(
+        seen.matches("notifications/tools/list_changed").count(),
+        1,
+        "{seen}"
+    );
+    assert!(seen.contains("data: "), "{seen}");
+    drop(stream);
+    session.end().await;
+}

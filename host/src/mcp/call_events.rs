@@ -3,14 +3,17 @@
 //!
 //! The plugin's words arrive on a channel from its thread. The request's task drains that channel
 //! while it waits for the call, and drains it once more after the call ended and before it
-//! answers, so every message the plugin sent before returning reaches the client ahead of the
-//! result, on the same stream, every time. (A forwarder task of its own would race the result.)
+//! answers, so every message the plugin sent before returning is handed on ahead of the result,
+//! every time. (A forwarder task of its own would race the result.) Progress goes on the
+//! request's own stream; a session's log messages go where its other messages go, its event
+//! stream (`outbox.rs`; rmcp sends them there too); a request without a session has only its own
+//! stream for both.
 
 // rmcp marks MCP logging deprecated (SEP-2577, a future revision); 2025-06-18 and 2025-11-25
 // clients, which Turnstile serves, still use it.
 #![allow(deprecated)]
 
-use std::future::Future;
+use std::{future::Future, sync::Arc};
 
 use rmcp::{
     Peer, RoleServer,
@@ -20,11 +23,16 @@ use rmcp::{
 };
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use super::outbox::Outbox;
 use crate::plugin::{CallEvent, LogLevel};
 
 /// Where one call's events go, and which of them the client wants.
 pub struct CallEvents {
+    /// Progress goes here, on the request's own stream.
     pub peer: Peer<RoleServer>,
+    /// A session's log messages go where its other messages go (`outbox.rs`); a request
+    /// without a session has only its own stream, through `peer`.
+    pub outbox: Option<Arc<Outbox>>,
     /// The request's `_meta.progressToken`: progress is sent only when the client asked for it.
     pub progress_token: Option<ProgressToken>,
     /// Messages below this level are not sent (`logging/setLevel`); `None`: none are.
@@ -67,7 +75,14 @@ impl CallEvents {
                 }
                 let mut message = LoggingMessageNotificationParam::new(to_rmcp(level), data);
                 message.logger = logger;
-                self.peer.notify_logging_message(message).await
+                match &self.outbox {
+                    Some(outbox) => outbox.log(message).await,
+                    None => self
+                        .peer
+                        .notify_logging_message(message)
+                        .await
+                        .map_err(|error| error.to_string()),
+                }
             }
             CallEvent::Progress {
                 progress,
@@ -80,7 +95,10 @@ impl CallEvents {
                 let mut report = ProgressNotificationParam::new(token.clone(), progress);
                 report.total = total;
                 report.message = message;
-                self.peer.notify_progress(report).await
+                self.peer
+                    .notify_progress(report)
+                    .await
+                    .map_err(|error| error.to_string())
             }
         };
         if let Err(error) = sent {

@@ -165,7 +165,9 @@ pub async fn serve_http(
         // there (BENCHMARKS.md measures what the framing costs).
         .with_json_response(true);
     let mut workers = LocalSessionManager::default();
-    workers.session_config.keep_alive = Some(options.session_idle_timeout);
+    // The idle timeout is the session records' (`session_records.rs`): requests served outside
+    // rmcp's session machinery (`direct.rs`) never reach the worker whose timer this would be.
+    workers.session_config.keep_alive = None;
     let sessions = SessionRecords::new(
         Arc::new(workers),
         options.session_passivate_after,
@@ -201,6 +203,8 @@ pub async fn serve_http(
                 handshakes: handshakes.clone(),
                 // Each session is its opener's: a principal exists only with authentication.
                 owners: authenticated.then(Arc::default),
+                sse_keep_alive: idle::sse_keepalive_interval(options.connections.keepalive_timeout),
+                closing_streams: streams.child_token(),
             },
             http_layer::by_the_book,
         ))

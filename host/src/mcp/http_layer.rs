@@ -34,6 +34,7 @@ use serde_json::Value;
 
 use super::{
     auth::Principal,
+    direct, event_stream,
     handshake::{Handshakes, is_initialized_notification},
     idle,
     jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
@@ -62,6 +63,10 @@ pub struct McpLayer {
     pub handshakes: Arc<Handshakes>,
     /// With authentication on: who opened each session (only they may use it).
     pub owners: Option<Arc<SessionOwners>>,
+    /// How often an event stream served here says it is alive.
+    pub sse_keep_alive: std::time::Duration,
+    /// Cancelled when a shutdown closes the event streams.
+    pub closing_streams: tokio_util::sync::CancellationToken,
 }
 
 /// How long a client refused for the session cap is told to wait (`Retry-After`, seconds).
@@ -87,6 +92,7 @@ pub async fn by_the_book(State(layer): State<McpLayer>, request: Request, next: 
             None => post(&layer, request, next).await,
         },
         Method::DELETE => delete(&layer, request, next).await,
+        Method::GET => get(&layer, request, next).await,
         _ => as_json_rpc(next.run(request).await, &[]).await,
     };
     match visit {
@@ -112,9 +118,53 @@ fn unknown_session() -> Response {
     .into_response(StatusCode::NOT_FOUND)
 }
 
-/// Serves a POST, keeping handles on the body's chunks in case rmcp refuses it (or, on a session
-/// still in its handshake, to see whether it is the `notifications/initialized` that ends it).
+/// Serves a GET: a live session's event stream right here (`event_stream.rs`), any other
+/// through rmcp, which then gets the session's messages.
+async fn get(layer: &McpLayer, request: Request, next: Next) -> Response {
+    if let Some((outbox, live)) =
+        session_of(request.headers()).and_then(|id| layer.sessions.outbox(id))
+    {
+        if live && event_stream::may_serve(request.headers()) {
+            return event_stream::serve(
+                &outbox,
+                layer.sse_keep_alive,
+                layer.closing_streams.clone(),
+            );
+        }
+        outbox.route_through_peer();
+    }
+    as_json_rpc(next.run(request).await, &[]).await
+}
+
+/// Serves a POST: a live session's answer-only request right here (`direct.rs`), anything else
+/// through rmcp.
 async fn post(layer: &McpLayer, request: Request, next: Next) -> Response {
+    let served = session_of(request.headers())
+        .and_then(|session| layer.sessions.served(session))
+        .filter(|_| direct::may_serve(request.headers()).is_some());
+    let Some(served) = served else {
+        return post_to_rmcp(layer, request, next).await;
+    };
+    let (parts, body) = request.into_parts();
+    let body = match axum::body::to_bytes(body, direct::MAX_BODY_BYTES).await {
+        Ok(body) => body,
+        Err(error) => {
+            // The declared length was within the limit: the client sent more, or went away.
+            tracing::debug!(%error, "cannot read a request body");
+            return Rejection::invalid_request(Value::Null, format!("Bad Request: {error}"))
+                .into_response(StatusCode::BAD_REQUEST);
+        }
+    };
+    match direct::serve(served, parts, &body).await {
+        Ok(response) => response,
+        Err(parts) => post_to_rmcp(layer, Request::from_parts(parts, Body::from(body)), next).await,
+    }
+}
+
+/// Serves a POST through rmcp, keeping handles on the body's chunks in case rmcp refuses it (or,
+/// on a session still in its handshake, to see whether it is the `notifications/initialized`
+/// that ends it).
+async fn post_to_rmcp(layer: &McpLayer, request: Request, next: Next) -> Response {
     let session = session_of(request.headers()).map(str::to_owned);
     let principal = request.extensions().get::<Principal>().cloned();
     let (parts, body) = request.into_parts();

@@ -5,6 +5,10 @@
 //! - `primitives.rs`: prompts and resources, gated like the tools (same instances, same gate).
 //! - `call_events.rs`: what a plugin logs or reports during a call, sent ahead of its result.
 //! - `reply.rs`: every result and error a client can see is built there, in one place.
+//! - `direct.rs`: a live session's answer-only requests (`tools/call`, `tools/list`, ...) served
+//!   on the HTTP task, past rmcp's per-session worker and service loop.
+//! - `outbox.rs`: where a session's unprompted messages go (`list_changed`, log messages);
+//!   `event_stream.rs`: a live session's GET stream, served here and fed by its outbox.
 //! - `session.rs`: a session's identity, its listener for `list_changed`, and its end.
 //! - `target.rs`: which instance a request is about (session, or handle).
 //! - `stdio.rs`, `http.rs`: serving over stdin/stdout, and Streamable HTTP on axum.
@@ -25,6 +29,8 @@
 mod auth;
 mod call_events;
 mod connections;
+mod direct;
+mod event_stream;
 mod handshake;
 mod health;
 mod host_check;
@@ -34,6 +40,7 @@ mod idle;
 mod jsonrpc_errors;
 mod metrics;
 mod oauth;
+mod outbox;
 mod primitives;
 mod reply;
 mod server;

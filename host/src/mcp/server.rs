@@ -14,12 +14,12 @@ use std::sync::{Arc, OnceLock};
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult,
-        GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
-        InitializeResult, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
-        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-        ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams,
-        SubscriptionFilter, Tool, UnsubscribeRequestParams,
+        CallToolRequestParams, CallToolResponse, CancelledNotificationParam, CustomRequest,
+        CustomResult, GetPromptRequestParams, GetPromptResponse, Implementation,
+        InitializeRequestParams, InitializeResult, JsonObject, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+        ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+        SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
     transport::streamable_http_server::SessionRestoreMarker,
@@ -30,6 +30,7 @@ use tracing::Instrument;
 use super::{
     auth::Principal,
     call_events::{self, CallEvents},
+    direct::Served,
     metrics::CallRecord,
     reply,
     session::{SessionScope, SinkListener},
@@ -83,10 +84,26 @@ impl TurnstileServer {
         }
     }
 
-    /// The session this handler serves.
+    /// This handler for `direct.rs`, which serves its session's requests outside rmcp's session
+    /// machinery: without the session records (which hold it; only a handshake needs them).
+    fn detached(&self) -> TurnstileServer {
+        TurnstileServer {
+            shared: self.shared.clone(),
+            session: self.session.clone(),
+            records: None,
+        }
+    }
+
+    /// The session this handler serves. An HTTP session's messages wait for its event stream
+    /// (`outbox.rs`) from the start.
     pub(super) fn session(&self) -> &Arc<SessionScope> {
-        self.session
-            .get_or_init(|| Arc::new(SessionScope::new(self.shared.runtime.clone())))
+        self.session.get_or_init(|| {
+            let scope = SessionScope::new(self.shared.runtime.clone());
+            if self.records.is_some() {
+                scope.outbox().hold_for_stream();
+            }
+            Arc::new(scope)
+        })
     }
 
     /// Subscribes the session to `key`. Done before the instance is asked anything, so that the
@@ -273,6 +290,7 @@ impl TurnstileServer {
         };
         CallEvents {
             peer: context.peer.clone(),
+            outbox: (!is_sessionless(context)).then(|| self.session().outbox().clone()),
             progress_token: context.meta.get_progress_token(),
             min_level,
         }
@@ -575,20 +593,45 @@ impl ServerHandler for TurnstileServer {
     /// From its start, a session hears about the plugin catalog changing, before it has touched
     /// any instance; with its handshake done, it may be passivated when idle.
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let http_session = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.headers.get("mcp-session-id"))
+            .and_then(|id| id.to_str().ok());
+        let records = self.records.as_ref().zip(http_session);
+        if let Some((records, id)) = records
+            && let Some((outbox, _)) = records.outbox(id)
+        {
+            // The session's messages go where its event stream may already be reading them. A
+            // restored session has its scope already (`initialize`), and keeps it.
+            let _ = self.session.set(Arc::new(SessionScope::with_outbox(
+                self.shared.runtime.clone(),
+                outbox,
+            )));
+        }
         let session = self.session();
         tracing::debug!(session = %session.id, "client initialized");
         self.shared
             .runtime
             .join(&session.id, session.listener(&context.peer));
-        if let (Some(records), Some(id)) = (
-            &self.records,
-            context
-                .extensions
-                .get::<axum::http::request::Parts>()
-                .and_then(|parts| parts.headers.get("mcp-session-id"))
-                .and_then(|id| id.to_str().ok()),
-        ) {
-            records.bind(id, session);
+        if let Some((records, id)) = records {
+            records.bind(
+                id,
+                session,
+                Served::new(self.detached(), context.peer.clone()),
+            );
+        }
+    }
+
+    /// `notifications/cancelled` for a request served outside rmcp's service loop (rmcp has
+    /// already cancelled it if it was one of its own).
+    async fn on_cancelled(
+        &self,
+        notification: CancelledNotificationParam,
+        _context: NotificationContext<RoleServer>,
+    ) {
+        if let Some(id) = &notification.request_id {
+            self.session().cancel(id);
         }
     }
 

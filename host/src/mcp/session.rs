@@ -1,7 +1,7 @@
 //! One MCP session as the host sees it: an id, a way to notify it, and a clean end.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeSet, HashMap},
     future::Future,
     pin::Pin,
     sync::{Arc, Mutex, PoisonError},
@@ -9,10 +9,12 @@ use std::{
 
 use rmcp::{
     Peer, RoleServer,
-    model::ResourceUpdatedNotificationParam,
+    model::RequestId,
     service::{SubscriptionSendError, SubscriptionSink},
 };
+use tokio_util::sync::CancellationToken;
 
+use super::outbox::Outbox;
 use crate::{
     actors::{InstanceKey, Listener, Notice, Owner, Runtime, SessionId},
     plugin::LogLevel,
@@ -30,24 +32,57 @@ pub const DEFAULT_LOG_LEVEL: LogLevel = LogLevel::Info;
 pub struct SessionScope {
     pub id: SessionId,
     runtime: Runtime,
-    /// One for the session's whole life (the notifier keeps the first listener it is given),
-    /// pointed at whichever handler serves the session now.
-    listener: Arc<PeerListener>,
+    /// One for the session's whole life (the notifier keeps the first listener it is given):
+    /// where its messages go, through whichever handler or stream serves it now.
+    outbox: Arc<Outbox>,
     /// Handle-keyed instances this session has touched, for `tools/list` without a handle.
     /// A std mutex: it is held for an insert or a copy, never across an await.
     touched: Mutex<BTreeSet<InstanceKey>>,
     /// The least severe plugin log message the client wants (`logging/setLevel`).
     log_level: Mutex<LogLevel>,
+    /// Requests served outside rmcp's service loop (`direct.rs`), by id, for
+    /// `notifications/cancelled` to reach them. A std mutex: held for an insert or a removal.
+    cancellable: Mutex<HashMap<RequestId, CancellationToken>>,
 }
 
 impl SessionScope {
     pub fn new(runtime: Runtime) -> Self {
+        SessionScope::with_outbox(runtime, Arc::new(Outbox::new()))
+    }
+
+    /// A session whose messages go to `outbox` (an HTTP session's, made when it opened).
+    pub fn with_outbox(runtime: Runtime, outbox: Arc<Outbox>) -> Self {
         SessionScope {
             id: SessionId::new(),
             runtime,
-            listener: Arc::new(PeerListener(Mutex::new(None))),
+            outbox,
             touched: Mutex::new(BTreeSet::new()),
             log_level: Mutex::new(DEFAULT_LOG_LEVEL),
+            cancellable: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Request `id` of this session can be cancelled through `token` until the returned guard
+    /// is dropped (rmcp keeps such a table for the requests its service loop serves).
+    pub fn cancellable(&self, id: RequestId, token: CancellationToken) -> Cancellable<'_> {
+        self.cancellable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.clone(), token);
+        Cancellable { scope: self, id }
+    }
+
+    /// The client cancelled request `id` (`notifications/cancelled`): if it is one served
+    /// outside rmcp's service loop and still running, its token is cancelled.
+    pub fn cancel(&self, id: &RequestId) {
+        let token = self
+            .cancellable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id);
+        if let Some(token) = token {
+            tracing::debug!(session = %self.id, request = %id, "request cancelled");
+            token.cancel();
         }
     }
 
@@ -88,19 +123,24 @@ impl SessionScope {
     /// The session's listener, sending to `peer` unless it already sends to a peer of this
     /// session's (every request of one handler carries the same peer).
     pub fn listener(&self, peer: &Peer<RoleServer>) -> Arc<dyn Listener> {
-        self.listener.bind_if_unbound(peer);
-        self.listener.clone()
+        self.outbox.bind_if_unbound(peer);
+        self.outbox.clone()
+    }
+
+    /// Where the session's messages go (its event stream's side: `event_stream.rs`).
+    pub fn outbox(&self) -> &Arc<Outbox> {
+        &self.outbox
     }
 
     /// The session's handler is gone while the session lives on (passivated): until a new
     /// handler serves it, its notices are dropped (it has no stream to carry them).
     pub fn unbind(&self) {
-        self.listener.set(None);
+        self.outbox.passivate();
     }
 
     /// A new handler serves the session (restored from passivation): notices go to its peer.
     pub fn rebind(&self, peer: &Peer<RoleServer>) {
-        self.listener.set(Some(peer.clone()));
+        self.outbox.restore(peer);
     }
 }
 
@@ -111,46 +151,19 @@ impl Drop for SessionScope {
     }
 }
 
-/// Sends a session's notices to the peer of the handler serving it, if one does.
-struct PeerListener(Mutex<Option<Peer<RoleServer>>>);
-
-impl PeerListener {
-    fn set(&self, peer: Option<Peer<RoleServer>>) {
-        // A std mutex: held for an assignment or a clone, never across an await.
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = peer;
-    }
-
-    fn bind_if_unbound(&self, peer: &Peer<RoleServer>) {
-        let mut bound = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if bound.is_none() {
-            *bound = Some(peer.clone());
-        }
-    }
+/// A request that [`SessionScope::cancel`] can reach, until dropped.
+pub struct Cancellable<'a> {
+    scope: &'a SessionScope,
+    id: RequestId,
 }
 
-impl Listener for PeerListener {
-    fn notify(&self, notice: Notice) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
-        let peer = self
-            .0
+impl Drop for Cancellable<'_> {
+    fn drop(&mut self) {
+        self.scope
+            .cancellable
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        Box::pin(async move {
-            // Passivated: nobody to tell, and not gone (a gone session is forgotten on error).
-            let Some(peer) = peer else {
-                return Ok(());
-            };
-            let sent = match notice {
-                Notice::ToolsChanged => peer.notify_tool_list_changed().await,
-                Notice::PromptsChanged => peer.notify_prompt_list_changed().await,
-                Notice::ResourcesChanged => peer.notify_resource_list_changed().await,
-                Notice::ResourceUpdated(uri) => {
-                    peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(&*uri))
-                        .await
-                }
-            };
-            sent.map_err(|error| error.to_string())
-        })
+            .remove(&self.id);
     }
 }
 

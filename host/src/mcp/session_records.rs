@@ -17,13 +17,15 @@
 //! (`Last-Event-ID`) after the session passivated gets an error, as it would after a restart.
 //!
 //! A session ends (its record goes, and with it the scope) on DELETE (rmcp deletes it from the
-//! store), when a passivated one has seen no request for `--session-idle-timeout`, when its
-//! handshake never finished (`handshake.rs`), or when rmcp ended a live one (its own idle
-//! timeout); a sweep every [`sweep_interval`] finds the last two kinds.
+//! store), when it has seen no request begin or end for `--session-idle-timeout` (live or
+//! passivated; an open event stream is no request), when its handshake never finished
+//! (`handshake.rs`), or when rmcp's worker for a live one failed. The idle timeout is kept here
+//! and not by rmcp's worker, because the requests `direct.rs` serves never reach the worker; a
+//! sweep every [`sweep_interval`] finds idle and failed sessions.
 //!
 //! `http_layer.rs` reports each request of a session ([`SessionRecords::visit`]); the handler
-//! (`server.rs`) binds a new session's scope once its handshake is done and adopts it back on
-//! a restore. It must not look into requests: it counts them.
+//! (`server.rs`) binds a new session's scope and its [`Served`] once its handshake is done and
+//! adopts the scope back on a restore. It must not look into requests: it counts them.
 
 use std::{
     sync::{Arc, Weak},
@@ -41,7 +43,7 @@ use rmcp::{
 };
 use tokio::{sync::watch, time::Instant};
 
-use super::session::SessionScope;
+use super::{direct::Served, outbox::Outbox, session::SessionScope};
 
 /// One session's record.
 struct Record {
@@ -49,6 +51,11 @@ struct Record {
     initialize: InitializeRequestParams,
     /// The session's state; `None` until its handshake is done (only then can it passivate).
     scope: Option<Arc<SessionScope>>,
+    /// How `direct.rs` serves its requests: set while it is live with its handshake done.
+    served: Option<Served>,
+    /// Where its messages go, from its `initialize` on: its handler's scope takes it up, and a
+    /// GET that comes before the handler did (right after the handshake) finds it here.
+    outbox: Arc<Outbox>,
     /// Requests of the session whose responses are not sent in full (open streams among them).
     in_flight: usize,
     /// When a request of the session last began or ended.
@@ -169,10 +176,36 @@ impl SessionRecords {
         }
     }
 
-    /// Session `id` finished its handshake with `scope`: it may passivate from now on.
-    pub fn bind(&self, id: &str, scope: &Arc<SessionScope>) {
+    /// Session `id` finished its handshake with `scope` (a first one, or the replay of a
+    /// restore), served by `served`: it may passivate from now on.
+    pub fn bind(&self, id: &str, scope: &Arc<SessionScope>, served: Served) {
         if let Some(mut record) = self.records.get_mut(id) {
             record.scope.get_or_insert_with(|| scope.clone());
+            record.served = Some(served);
+            if !Arc::ptr_eq(&record.outbox, scope.outbox()) {
+                // The handler made its scope before it took up the record's (a request it
+                // handled before `notifications/initialized`): that scope's outbox carries the
+                // session's messages, and takes over the stream a GET may have opened meanwhile.
+                scope.outbox().take_over(&record.outbox);
+                record.outbox = scope.outbox().clone();
+            }
+        }
+    }
+
+    /// Where session `id`'s messages go, and whether it is live (a GET of a passivated one
+    /// goes to rmcp, which restores it).
+    pub fn outbox(&self, id: &str) -> Option<(Arc<Outbox>, bool)> {
+        let record = self.records.get(id)?;
+        Some((record.outbox.clone(), matches!(record.phase, Phase::Live)))
+    }
+
+    /// How to serve a request of session `id` outside rmcp's session machinery (`direct.rs`):
+    /// `None` unless the session is live with its handshake done.
+    pub fn served(&self, id: &str) -> Option<Served> {
+        let record = self.records.get(id)?;
+        match record.phase {
+            Phase::Live => record.served.clone(),
+            Phase::Closing(_) | Phase::Passivated => None,
         }
     }
 
@@ -186,11 +219,19 @@ impl SessionRecords {
         record.scope.clone()
     }
 
-    /// Ends session `id` now: its record goes, and rmcp's worker if it has one.
+    /// Ends session `id` now: its record goes, its event stream ends, and rmcp's worker if it
+    /// has one.
     pub async fn end(&self, id: &SessionId) {
-        self.records.remove(id.as_ref());
+        self.forget(id.as_ref());
         if let Err(error) = self.rmcp.close_session(id).await {
             tracing::debug!(session = %id, %error, "could not close a session's worker");
+        }
+    }
+
+    /// Forgets session `id`, and ends the event stream this server serves it, if one is open.
+    fn forget(&self, id: &str) {
+        if let Some((_, record)) = self.records.remove(id) {
+            record.outbox.close_stream();
         }
     }
 
@@ -199,6 +240,7 @@ impl SessionRecords {
         let now = Instant::now();
         let mut to_passivate = Vec::new();
         let mut ended = Vec::new();
+        let mut to_end = Vec::new();
         {
             let workers = self.rmcp.sessions.read().await;
             for mut entry in self.records.iter_mut() {
@@ -211,6 +253,10 @@ impl SessionRecords {
                         // stored a moment ago has its worker already.
                         ended.push(id.clone());
                     }
+                    Phase::Live if idle >= self.idle_timeout => {
+                        // No request began or ended for so long (an open stream is no request).
+                        to_end.push(id.clone());
+                    }
                     Phase::Live
                         if quiet
                             && record.scope.is_some()
@@ -218,6 +264,7 @@ impl SessionRecords {
                     {
                         let (done, closing) = watch::channel(false);
                         record.phase = Phase::Closing(closing);
+                        record.served = None;
                         if let Some(scope) = &record.scope {
                             scope.unbind();
                         }
@@ -232,7 +279,11 @@ impl SessionRecords {
         }
         for id in ended {
             tracing::debug!(session = %id, "session ended");
-            self.records.remove(&id);
+            self.forget(&id);
+        }
+        for id in to_end {
+            tracing::debug!(session = %id, "idle session ended");
+            self.end(&SessionId::from(&*id)).await;
         }
         for (id, done) in to_passivate {
             if let Err(error) = self.rmcp.close_session(&SessionId::from(&*id)).await {
@@ -277,6 +328,14 @@ impl SessionStore for SessionRecords {
             Record {
                 initialize: state.initialize_params.clone(),
                 scope: None,
+                served: None,
+                // Its event stream is served by Turnstile (`event_stream.rs`); its messages wait
+                // for it meanwhile.
+                outbox: {
+                    let outbox = Outbox::new();
+                    outbox.hold_for_stream();
+                    Arc::new(outbox)
+                },
                 in_flight: 0,
                 last_seen: Instant::now(),
                 phase: Phase::Live,
@@ -286,7 +345,7 @@ impl SessionStore for SessionRecords {
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
-        self.records.remove(session_id);
+        self.forget(session_id);
         Ok(())
     }
 }

@@ -1,0 +1,244 @@
+//! A live session's answer-only requests, served on the HTTP task that read them.
+//!
+//! rmcp serves a session's request through its session machinery: the HTTP task hands the
+//! message to the session's worker task, which hands it to the session's service loop, which
+//! spawns a task for the handler; the answer travels back through the service loop's sink, the
+//! worker and an SSE channel to hyper. Four task hand-offs and an SSE stream for every
+//! `tools/call`, and that, not the gate or the plugin, was most of a call's cost
+//! (BENCHMARKS.md, "Session 8").
+//!
+//! A request whose response can carry nothing but its result does not need any of it. So for a
+//! request of a **live** session (its handshake done, not passivated) that is one of
+//! [`ANSWER_ONLY`] and asks for no progress, this module does what rmcp's service loop would do
+//! for it, on the spot: the same handler (the session's [`TurnstileServer`]), the same
+//! `RequestContext` (the session's peer, the request's `_meta` and HTTP parts, a cancellation
+//! token that `notifications/cancelled` reaches through [`SessionScope::cancel`]), and answers
+//! with the JSON-RPC response as `application/json`, which every client accepting
+//! `text/event-stream` must also accept. What a call sends besides its result goes where rmcp
+//! sends it anyway: log messages and `list_changed` to the session's GET stream.
+//!
+//! Everything else goes to rmcp as before, and so does anything this module is not sure of: a
+//! request with an `Origin` (rmcp checks it), a protocol revision of the standard-headers era,
+//! a body without `Content-Length` or over rmcp's limit, a body that does not parse (rmcp's
+//! refusal, turned into JSON-RPC by `http_layer.rs`, is the one a client gets).
+//!
+//! It must not decide anything a handler decides: it only moves the request to the handler.
+
+use std::sync::Arc;
+
+use axum::{
+    body::{Body, Bytes},
+    http::{HeaderMap, HeaderValue, StatusCode, header, request::Parts},
+    response::Response,
+};
+use rmcp::{
+    Peer, RoleServer, Service,
+    model::{ClientJsonRpcMessage, GetExtensions, GetMeta, ProtocolVersion, ServerJsonRpcMessage},
+    service::RequestContext,
+    transport::common::http_header::{HEADER_MCP_PROTOCOL_VERSION, HEADER_SESSION_ID},
+};
+use tokio_util::sync::CancellationToken;
+
+use super::{server::TurnstileServer, session::SessionScope};
+
+/// The methods served here: each one's response is its result alone (no progress asked).
+const ANSWER_ONLY: &[&str] = &[
+    "ping",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
+/// rmcp's limit on a request body (its `DEFAULT_MAX_REQUEST_BODY_BYTES`, not exported); a larger
+/// body goes to rmcp, which refuses it.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// What serves one live session's requests here: its handler and its peer (set when its
+/// handshake is done, dropped when it passivates or ends).
+#[derive(Clone)]
+pub struct Served {
+    handler: TurnstileServer,
+    peer: Peer<RoleServer>,
+}
+
+impl Served {
+    pub fn new(handler: TurnstileServer, peer: Peer<RoleServer>) -> Self {
+        Served { handler, peer }
+    }
+}
+
+/// Whether a POST with these headers may be served here once its body is read: the checks rmcp
+/// would make first that need no body, answered the way rmcp would let the request through.
+/// `Some(length)`: the body's declared length.
+pub fn may_serve(headers: &HeaderMap) -> Option<usize> {
+    if !headers.contains_key(HEADER_SESSION_ID) || headers.contains_key(header::ORIGIN) {
+        return None;
+    }
+    if !accepts(headers, "application/json") || !accepts(headers, "text/event-stream") {
+        return None;
+    }
+    let content_type = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    let essence = content_type.split(';').next().unwrap_or_default().trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return None;
+    }
+    if let Some(version) = headers.get(HEADER_MCP_PROTOCOL_VERSION) {
+        let version = version.to_str().ok()?;
+        let known = ProtocolVersion::KNOWN_VERSIONS
+            .iter()
+            .any(|known| known.as_str() == version);
+        // From this revision on rmcp checks `Mcp-Method` and `Mcp-Param-*` against the body.
+        if !known || version >= ProtocolVersion::STANDARD_HEADERS.as_str() {
+            return None;
+        }
+    }
+    let length: usize = headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()?;
+    (length <= MAX_BODY_BYTES).then_some(length)
+}
+
+/// Whether `Accept` names `media` (exactly: a wildcard or a weight of 0 is left to rmcp).
+pub fn accepts(headers: &HeaderMap, media: &str) -> bool {
+    let Some(accept) = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok())
+    else {
+        return false;
+    };
+    accept.split(',').any(|range| {
+        let mut pieces = range.split(';');
+        pieces
+            .next()
+            .is_some_and(|essence| essence.trim().eq_ignore_ascii_case(media))
+            && pieces.all(|parameter| !parameter.trim().starts_with("q=0"))
+    })
+}
+
+/// Serves `body`, the whole request body of a POST of the session `served` serves, if it is an
+/// answer-only request; `None`: rmcp should serve it.
+pub async fn serve(served: Served, parts: Parts, body: &Bytes) -> Result<Response, Parts> {
+    let Ok(ClientJsonRpcMessage::Request(request)) =
+        serde_json::from_slice::<ClientJsonRpcMessage>(body)
+    else {
+        return Err(parts);
+    };
+    let (mut request, id) = (request.request, request.id);
+    let meta = request.get_meta();
+    let answer_only = ANSWER_ONLY.contains(&request.method())
+        && meta.get_progress_token().is_none()
+        && meta.protocol_version().is_none();
+    if !answer_only {
+        return Err(parts);
+    }
+    // The handler reads who is calling from the request's parts, as it does under rmcp.
+    request.extensions_mut().insert(parts);
+    let mut context = RequestContext::new(id.clone(), served.peer.clone());
+    std::mem::swap(&mut context.meta, request.get_meta_mut());
+    std::mem::swap(&mut context.extensions, request.extensions_mut());
+    let scope: &Arc<SessionScope> = served.handler.session();
+    let cancel = CancellationToken::new();
+    context.ct = cancel.child_token();
+    let _cancellable = scope.cancellable(id.clone(), cancel);
+    let message = match served.handler.handle_request(request, context).await {
+        Ok(result) => ServerJsonRpcMessage::response(result, id),
+        Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+    };
+    Ok(json_response(&message))
+}
+
+/// `message` as a 200 `application/json` response.
+fn json_response(message: &ServerJsonRpcMessage) -> Response {
+    match serde_json::to_vec(message) {
+        Ok(bytes) => {
+            let mut response = Response::new(Body::from(bytes));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(error) => {
+            // A result the handler built is always serializable; say so loudly if not.
+            tracing::error!(%error, "cannot serialize a response");
+            let mut response = Response::new(Body::empty());
+            *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            response
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(
+                header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        headers
+    }
+
+    const GOOD: &[(&str, &str)] = &[
+        ("mcp-session-id", "abc"),
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+        ("content-length", "120"),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+
+    fn without(name: &str) -> Vec<(&'static str, &'static str)> {
+        GOOD.iter().copied().filter(|(n, _)| *n != name).collect()
+    }
+
+    fn with(name: &'static str, value: &'static str) -> Vec<(&'static str, &'static str)> {
+        let mut pairs = without(name);
+        pairs.push((name, value));
+        pairs
+    }
+
+    #[test]
+    fn a_plain_session_post_may_be_served_here() {
+        assert_eq!(may_serve(&headers(GOOD)), Some(120));
+        assert_eq!(
+            may_serve(&headers(&without("mcp-protocol-version"))),
+            Some(120)
+        );
+        assert_eq!(
+            may_serve(&headers(&with(
+                "content-type",
+                "Application/JSON; charset=utf-8"
+            ))),
+            Some(120)
+        );
+    }
+
+    #[test]
+    fn what_rmcp_must_check_goes_to_rmcp() {
+        for pairs in [
+            without("mcp-session-id"),
+            without("content-length"),
+            without("accept"),
+            with("accept", "application/json"),
+            with("accept", "application/json, text/event-stream;q=0"),
+            with("content-type", "text/plain"),
+            with("mcp-protocol-version", "2026-07-28"),
+            with("mcp-protocol-version", "1999-01-01"),
+            with("content-length", "99999999"),
+            with("origin", "http://localhost:3000"),
+        ] {
+            assert_eq!(may_serve(&headers(&pairs)), None, "{pairs:?}");
+        }
+    }
+}

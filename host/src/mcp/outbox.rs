@@ -1,0 +1,351 @@
+//! Where one session's unprompted messages go: `list_changed`, `resources/updated`, and the
+//! plugins' log messages.
+//!
+//! Over stdio, and over HTTP for an event stream rmcp serves, they go through rmcp's peer, as
+//! they always did. But that path crosses four tasks per message and session (the peer, the
+//! service loop, the session worker, the SSE channel) before hyper writes it, and a transition
+//! watched by 10,000 sessions reached the last of them after a second (BENCHMARKS.md,
+//! "Fan-out"). So a live HTTP session's event stream (its GET) is served by Turnstile itself
+//! (`event_stream.rs`), and its messages are put straight on the channel that stream reads: a
+//! notice is encoded once, the same bytes for every session, and one task, hyper's, writes it.
+//!
+//! While such a session has no stream open, its messages wait here, the last
+//! [`MAX_WAITING`] of them, for the stream it opens next (rmcp kept them the same way). A
+//! passivated session is told nothing: it has no stream, and lists again when it comes back.
+//!
+//! It must not decide who is told what (the notifier does): it only carries messages.
+
+// rmcp marks MCP logging deprecated (SEP-2577, a future revision); 2025-06-18 and 2025-11-25
+// clients, which Turnstile serves, still use it.
+#![allow(deprecated)]
+
+use std::{
+    collections::VecDeque,
+    future::Future,
+    pin::Pin,
+    sync::{Mutex, PoisonError},
+};
+
+use axum::body::Bytes;
+use rmcp::{
+    Peer, RoleServer,
+    model::{
+        LoggingMessageNotification, LoggingMessageNotificationParam,
+        ResourceUpdatedNotificationParam, ServerJsonRpcMessage, ServerNotification,
+    },
+};
+use tokio::sync::mpsc;
+
+use crate::actors::{Listener, Notice};
+
+/// How many messages wait for a session's next stream; older ones are dropped.
+pub const MAX_WAITING: usize = 64;
+
+/// How many messages may be on their way to a stream's client (written by hyper, not yet taken
+/// by the client) before more are dropped: a client this far behind is not reading.
+pub const STREAM_CAPACITY: usize = 256;
+
+/// One session's messages (see the module doc).
+pub struct Outbox {
+    /// A std mutex: held to pick a route and queue bytes, never across an await.
+    state: Mutex<State>,
+}
+
+struct State {
+    /// The peer of the handler serving the session.
+    peer: Option<Peer<RoleServer>>,
+    /// The session is passivated: it has no handler and no stream, and is told nothing.
+    passivated: bool,
+    route: Route,
+}
+
+enum Route {
+    /// Through rmcp's peer (stdio, or a stream rmcp serves).
+    Peer,
+    /// Onto the stream Turnstile serves.
+    Stream(mpsc::Sender<Bytes>),
+    /// No stream is open: the messages wait for the next one.
+    Waiting(VecDeque<Bytes>),
+}
+
+/// A message for the session, as it is carried.
+enum Message {
+    Notice(Notice),
+    Log(LoggingMessageNotificationParam),
+}
+
+impl Outbox {
+    /// Everything goes through rmcp's peer, until [`Outbox::hold_for_stream`].
+    pub fn new() -> Outbox {
+        Outbox {
+            state: Mutex::new(State {
+                peer: None,
+                passivated: false,
+                route: Route::Peer,
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The session is passivated: until [`Outbox::restore`], it is told nothing.
+    pub fn passivate(&self) {
+        let mut state = self.state();
+        state.passivated = true;
+        state.peer = None;
+        if let Route::Stream(_) = state.route {
+            state.route = Route::Waiting(VecDeque::new());
+        }
+    }
+
+    /// A new handler serves the passivated session: messages go to its peer or its streams.
+    pub fn restore(&self, peer: &Peer<RoleServer>) {
+        let mut state = self.state();
+        state.passivated = false;
+        state.peer = Some(peer.clone());
+    }
+
+    /// Sets the peer unless one is set (every request of one handler carries the same peer).
+    pub fn bind_if_unbound(&self, peer: &Peer<RoleServer>) {
+        self.state().peer.get_or_insert_with(|| peer.clone());
+    }
+
+    /// An HTTP session whose streams Turnstile serves: messages wait for its stream from now on.
+    pub fn hold_for_stream(&self) {
+        let mut state = self.state();
+        if matches!(state.route, Route::Peer) {
+            state.route = Route::Waiting(VecDeque::new());
+        }
+    }
+
+    /// A stream Turnstile serves opens: the returned receiver gets what waited and what comes.
+    /// `None`: another stream of the session is open and gets the messages (the caller serves
+    /// this one with keep-alives only, as rmcp does a second stream).
+    pub fn open_stream(&self) -> Option<mpsc::Receiver<Bytes>> {
+        let mut state = self.state();
+        if let Route::Stream(open) = &state.route
+            && !open.is_closed()
+        {
+            return None;
+        }
+        let (sender, receiver) = mpsc::channel(STREAM_CAPACITY);
+        if let Route::Waiting(waiting) = &mut state.route {
+            for bytes in waiting.drain(..) {
+                // A new channel has room for every waiting message (MAX_WAITING < capacity).
+                let _ = sender.try_send(bytes);
+            }
+        }
+        state.route = Route::Stream(sender);
+        Some(receiver)
+    }
+
+    /// rmcp serves the session's stream from now on (a GET this server leaves to rmcp):
+    /// messages go through the peer, those that waited first (rmcp keeps them for its stream).
+    pub fn route_through_peer(&self) {
+        let (peer, waiting) = {
+            let mut state = self.state();
+            let waiting = match std::mem::replace(&mut state.route, Route::Peer) {
+                Route::Waiting(waiting) => waiting,
+                Route::Peer | Route::Stream(_) => VecDeque::new(),
+            };
+            (state.peer.clone(), waiting)
+        };
+        let Some(peer) = peer else { return };
+        if waiting.is_empty() {
+            return;
+        }
+        tokio::spawn(async move {
+            for bytes in waiting {
+                if let Some(message) = decode(&bytes) {
+                    let _ = peer.send_notification(message).await;
+                }
+            }
+        });
+    }
+
+    /// Takes over what `earlier` carried: its open stream, or its waiting messages, or its
+    /// choice of rmcp's stream. For an HTTP session whose handler made its own scope (and with
+    /// it this outbox) before it took up the one its session record made when it opened: a GET
+    /// may have found the earlier one meanwhile (`session_records.rs`).
+    pub fn take_over(&self, earlier: &Outbox) {
+        let taken = std::mem::replace(&mut earlier.state().route, Route::Waiting(VecDeque::new()));
+        if matches!(taken, Route::Peer) {
+            // rmcp serves the session's stream: this outbox's messages go there too.
+            self.route_through_peer();
+            return;
+        }
+        let mut state = self.state();
+        let mine = std::mem::replace(&mut state.route, Route::Waiting(VecDeque::new()));
+        state.route = match (taken, mine) {
+            (Route::Stream(stream), Route::Waiting(waiting))
+            | (Route::Waiting(waiting), Route::Stream(stream)) => {
+                for bytes in waiting {
+                    let _ = stream.try_send(bytes);
+                }
+                Route::Stream(stream)
+            }
+            (Route::Waiting(mut waiting), Route::Waiting(later)) => {
+                waiting.extend(later);
+                while waiting.len() > MAX_WAITING {
+                    waiting.pop_front();
+                }
+                Route::Waiting(waiting)
+            }
+            (_, mine) => mine,
+        };
+    }
+
+    /// Ends the stream Turnstile serves, if one is open (the session ends).
+    pub fn close_stream(&self) {
+        let mut state = self.state();
+        if matches!(state.route, Route::Stream(_)) {
+            state.route = Route::Waiting(VecDeque::new());
+        }
+    }
+
+    /// A plugin's log message, sent as a notice is.
+    pub fn log(
+        &self,
+        message: LoggingMessageNotificationParam,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        self.send(Message::Log(message))
+    }
+
+    fn send(&self, message: Message) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        let mut state = self.state();
+        if state.passivated {
+            // Nobody to tell, and not gone (a gone session is forgotten on error).
+            return Box::pin(std::future::ready(Ok(())));
+        }
+        let bytes = match (&state.route, &state.peer) {
+            (Route::Peer, Some(peer)) => return Box::pin(through_peer(peer.clone(), message)),
+            (Route::Peer, None) => return Box::pin(std::future::ready(Ok(()))),
+            (Route::Stream(_) | Route::Waiting(_), _) => encode(&message),
+        };
+        if let Route::Stream(stream) = &state.route {
+            match stream.try_send(bytes) {
+                Ok(()) => return Box::pin(std::future::ready(Ok(()))),
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracing::debug!("a session's event stream is full; a message is dropped");
+                    return Box::pin(std::future::ready(Ok(())));
+                }
+                Err(mpsc::error::TrySendError::Closed(bytes)) => {
+                    // The client closed its stream: keep the message for the next one.
+                    state.route = Route::Waiting(VecDeque::from([bytes]));
+                    return Box::pin(std::future::ready(Ok(())));
+                }
+            }
+        }
+        if let Route::Waiting(waiting) = &mut state.route {
+            if waiting.len() >= MAX_WAITING {
+                waiting.pop_front();
+            }
+            waiting.push_back(bytes);
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+impl Default for Outbox {
+    fn default() -> Self {
+        Outbox::new()
+    }
+}
+
+impl Listener for Outbox {
+    fn notify(&self, notice: Notice) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        self.send(Message::Notice(notice))
+    }
+}
+
+async fn through_peer(peer: Peer<RoleServer>, message: Message) -> Result<(), String> {
+    let sent = match message {
+        Message::Notice(Notice::ToolsChanged) => peer.notify_tool_list_changed().await,
+        Message::Notice(Notice::PromptsChanged) => peer.notify_prompt_list_changed().await,
+        Message::Notice(Notice::ResourcesChanged) => peer.notify_resource_list_changed().await,
+        Message::Notice(Notice::ResourceUpdated(uri)) => {
+            peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(&*uri))
+                .await
+        }
+        Message::Log(message) => peer.notify_logging_message(message).await,
+    };
+    sent.map_err(|error| error.to_string())
+}
+
+/// One SSE event, `data: <JSON-RPC notification>` and a blank line; the `list_changed` ones are
+/// the same bytes for every session, encoded once.
+fn encode(message: &Message) -> Bytes {
+    const TOOLS: &[u8] =
+        b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n";
+    const PROMPTS: &[u8] =
+        b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/prompts/list_changed\"}\n\n";
+    const RESOURCES: &[u8] =
+        b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/list_changed\"}\n\n";
+    let notification = match message {
+        Message::Notice(Notice::ToolsChanged) => return Bytes::from_static(TOOLS),
+        Message::Notice(Notice::PromptsChanged) => return Bytes::from_static(PROMPTS),
+        Message::Notice(Notice::ResourcesChanged) => return Bytes::from_static(RESOURCES),
+        Message::Notice(Notice::ResourceUpdated(uri)) => {
+            ServerNotification::ResourceUpdatedNotification(
+                rmcp::model::ResourceUpdatedNotification::new(
+                    ResourceUpdatedNotificationParam::new(&**uri),
+                ),
+            )
+        }
+        Message::Log(message) => ServerNotification::LoggingMessageNotification(
+            LoggingMessageNotification::new(message.clone()),
+        ),
+    };
+    let json =
+        serde_json::to_vec(&ServerJsonRpcMessage::notification(notification)).unwrap_or_default();
+    let mut event = Vec::with_capacity(json.len() + 8);
+    event.extend_from_slice(b"data: ");
+    event.extend_from_slice(&json);
+    event.extend_from_slice(b"\n\n");
+    Bytes::from(event)
+}
+
+/// The notification in an event [`encode`] made, for a stream rmcp serves after all.
+fn decode(event: &[u8]) -> Option<ServerNotification> {
+    let json = event.strip_prefix(b"data: ")?.strip_suffix(b"\n\n")?;
+    match serde_json::from_slice::<ServerJsonRpcMessage>(json).ok()? {
+        ServerJsonRpcMessage::Notification(notification) => Some(notification.notification),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_encoded_notice_decodes_as_the_notification_it_is() {
+        for (message, method) in [
+            (
+                Message::Notice(Notice::ToolsChanged),
+                "notifications/tools/list_changed",
+            ),
+            (
+                Message::Notice(Notice::PromptsChanged),
+                "notifications/prompts/list_changed",
+            ),
+            (
+                Message::Notice(Notice::ResourcesChanged),
+                "notifications/resources/list_changed",
+            ),
+            (
+                Message::Notice(Notice::ResourceUpdated("invoice://h1".into())),
+                "notifications/resources/updated",
+            ),
+        ] {
+            let event = encode(&message);
+            let json: serde_json::Value =
+                serde_json::from_slice(&event[6..event.len() - 2]).unwrap();
+            assert_eq!(json["method"], method);
+            assert_eq!(json["jsonrpc"], "2.0");
+            assert!(decode(&event).is_some(), "{method}");
+        }
+    }
+}
