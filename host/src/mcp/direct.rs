@@ -26,6 +26,7 @@
 
 use std::sync::Arc;
 
+use super::{server::TurnstileServer, session::SessionScope};
 use axum::{
     body::{Body, Bytes},
     http::{HeaderMap, HeaderValue, StatusCode, header, request::Parts},
@@ -37,9 +38,6 @@ use rmcp::{
     service::RequestContext,
     transport::common::http_header::{HEADER_MCP_PROTOCOL_VERSION, HEADER_SESSION_ID},
 };
-use tokio_util::sync::CancellationToken;
-
-use super::{server::TurnstileServer, session::SessionScope};
 
 /// The methods served here: each one's response is its result alone (no progress asked).
 const ANSWER_ONLY: &[&str] = &[
@@ -123,7 +121,7 @@ pub fn accepts(headers: &HeaderMap, media: &str) -> bool {
 }
 
 /// Serves `body`, the whole request body of a POST of the session `served` serves, if it is an
-/// answer-only request; `None`: rmcp should serve it.
+/// answer-only request; otherwise gives the request's parts back, for rmcp to serve it.
 pub async fn serve(served: Served, parts: Parts, body: &Bytes) -> Result<Response, Parts> {
     let Ok(ClientJsonRpcMessage::Request(request)) =
         serde_json::from_slice::<ClientJsonRpcMessage>(body)
@@ -144,9 +142,7 @@ pub async fn serve(served: Served, parts: Parts, body: &Bytes) -> Result<Respons
     std::mem::swap(&mut context.meta, request.get_meta_mut());
     std::mem::swap(&mut context.extensions, request.extensions_mut());
     let scope: &Arc<SessionScope> = served.handler.session();
-    let cancel = CancellationToken::new();
-    context.ct = cancel.child_token();
-    let _cancellable = scope.cancellable(id.clone(), cancel);
+    let _cancellable = scope.cancellable(id.clone(), context.ct.clone());
     let message = match served.handler.handle_request(request, context).await {
         Ok(result) => ServerJsonRpcMessage::response(result, id),
         Err(error) => ServerJsonRpcMessage::error(error, Some(id)),

@@ -137,8 +137,7 @@ mod tests {
     #[tokio::test]
     async fn the_stream_carries_what_waited_then_what_comes_and_ends_with_the_session() {
         use crate::actors::{Listener, Notice};
-        let outbox = Outbox::new();
-        outbox.hold_for_stream();
+        let outbox = Outbox::for_stream();
         outbox.notify(Notice::ToolsChanged).await.unwrap();
         let response = serve(&outbox, Duration::from_secs(60), CancellationToken::new());
         assert_eq!(

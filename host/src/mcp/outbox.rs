@@ -75,13 +75,22 @@ enum Message {
 }
 
 impl Outbox {
-    /// Everything goes through rmcp's peer, until [`Outbox::hold_for_stream`].
+    /// Everything goes through rmcp's peer (stdio).
     pub fn new() -> Outbox {
+        Outbox::with_route(Route::Peer)
+    }
+
+    /// An HTTP session's: its messages wait for the event stream Turnstile will serve it.
+    pub fn for_stream() -> Outbox {
+        Outbox::with_route(Route::Waiting(VecDeque::new()))
+    }
+
+    fn with_route(route: Route) -> Outbox {
         Outbox {
             state: Mutex::new(State {
                 peer: None,
                 passivated: false,
-                route: Route::Peer,
+                route,
             }),
         }
     }
@@ -110,14 +119,6 @@ impl Outbox {
     /// Sets the peer unless one is set (every request of one handler carries the same peer).
     pub fn bind_if_unbound(&self, peer: &Peer<RoleServer>) {
         self.state().peer.get_or_insert_with(|| peer.clone());
-    }
-
-    /// An HTTP session whose streams Turnstile serves: messages wait for its stream from now on.
-    pub fn hold_for_stream(&self) {
-        let mut state = self.state();
-        if matches!(state.route, Route::Peer) {
-            state.route = Route::Waiting(VecDeque::new());
-        }
     }
 
     /// A stream Turnstile serves opens: the returned receiver gets what waited and what comes.

@@ -32,6 +32,7 @@ use super::{
     call_events::{self, CallEvents},
     direct::Served,
     metrics::CallRecord,
+    outbox::Outbox,
     reply,
     session::{SessionScope, SinkListener},
     session_records::SessionRecords,
@@ -98,11 +99,11 @@ impl TurnstileServer {
     /// (`outbox.rs`) from the start.
     pub(super) fn session(&self) -> &Arc<SessionScope> {
         self.session.get_or_init(|| {
-            let scope = SessionScope::new(self.shared.runtime.clone());
-            if self.records.is_some() {
-                scope.outbox().hold_for_stream();
-            }
-            Arc::new(scope)
+            let runtime = self.shared.runtime.clone();
+            Arc::new(match self.records {
+                Some(_) => SessionScope::with_outbox(runtime, Arc::new(Outbox::for_stream())),
+                None => SessionScope::new(runtime),
+            })
         })
     }
 

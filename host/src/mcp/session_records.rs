@@ -331,11 +331,7 @@ impl SessionStore for SessionRecords {
                 served: None,
                 // Its event stream is served by Turnstile (`event_stream.rs`); its messages wait
                 // for it meanwhile.
-                outbox: {
-                    let outbox = Outbox::new();
-                    outbox.hold_for_stream();
-                    Arc::new(outbox)
-                },
+                outbox: Arc::new(Outbox::for_stream()),
                 in_flight: 0,
                 last_seen: Instant::now(),
                 phase: Phase::Live,
