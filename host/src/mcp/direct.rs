@@ -172,10 +172,11 @@ fn json_response(message: &ServerJsonRpcMessage) -> Response {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    /// A header map of `(name, value)` pairs (also for `event_stream.rs`'s tests).
+    pub fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut headers = HeaderMap::new();
         for (name, value) in pairs {
             headers.append(

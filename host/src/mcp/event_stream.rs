@@ -97,17 +97,7 @@ async fn next(messages: &mut Option<mpsc::Receiver<Bytes>>) -> Option<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in pairs {
-            headers.append(
-                header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        headers
-    }
+    use crate::mcp::direct::tests::headers;
 
     #[test]
     fn a_plain_get_of_a_session_is_served_here_and_a_resumption_is_not() {
