@@ -1055,3 +1055,60 @@ async fn a_notice_due_before_the_event_stream_opens_arrives_when_it_opens() {
     drop(stream);
     session.end().await;
 }
+
+/// `notifications/cancelled` reaches a call served without rmcp's service loop (one without a
+/// progress token, answered as plain JSON): the plugin, which watches for cancellation, stops
+/// long before its 5 s, and its transition does not fire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_plain_call_stops_its_plugin_and_fires_nothing() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let server = Server::http(plugins.path(), &["--store", "memory:"]);
+    let raw = Raw::new(&server);
+    let mut session = raw.open().await;
+    session.call("testkit.go", json!({})).await;
+    let names = session.tool_names(None).await;
+    assert!(has(&names, "testkit.reset"), "{names:?}");
+
+    let call = raw
+        .post(
+            Some(&session.id),
+            &json!({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
+                    "params": {"name": "testkit.reset", "arguments": {"watch_ms": 5000}}}),
+        )
+        .send();
+    let call = tokio::spawn(call);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cancelled = raw
+        .post(
+            Some(&session.id),
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": 77, "reason": "the user gave up"}}),
+        )
+        .send()
+        .await
+        .expect("notifications/cancelled");
+    assert_eq!(cancelled.status(), StatusCode::ACCEPTED);
+    let started = Instant::now();
+    loop {
+        let stats = server.stats().await;
+        if stats["plugins"]["testkit"]["calls_running"] == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the plugin did not stop on cancellation: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let answered = call.await.expect("the call's task").expect("the call");
+    assert_eq!(answered.status(), StatusCode::OK);
+    assert_eq!(
+        answered.headers()[CONTENT_TYPE],
+        "application/json",
+        "the call was served on the plain path"
+    );
+    // Nothing fired: the instance is still `done`, where reset is offered.
+    session.next_request = 100;
+    assert!(has(&session.tool_names(None).await, "testkit.reset"));
+    session.end().await;
+}
