@@ -17,6 +17,11 @@
 //! `text/event-stream` must also accept. What a call sends besides its result goes where rmcp
 //! sends it anyway: log messages and `list_changed` to the session's GET stream.
 //!
+//! A request with a progress token goes to rmcp, whose worker routes the progress onto the
+//! request's own stream. rmcp's own client sends a token with every request, so a client built
+//! on rmcp is served by rmcp's machinery for its POSTs (its GET stream is still Turnstile's); the
+//! Python and TypeScript SDKs send one only when asked to report progress.
+//!
 //! Everything else goes to rmcp as before, and so does anything this module is not sure of: a
 //! request with an `Origin` (rmcp checks it), a protocol revision of the standard-headers era,
 //! a body without `Content-Length` or over rmcp's limit, a body that does not parse (rmcp's
