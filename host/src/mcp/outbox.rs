@@ -65,7 +65,7 @@ enum Route {
     /// Onto the stream Turnstile serves.
     Stream(mpsc::Sender<Bytes>),
     /// No stream is open: the messages wait for the next one.
-    Waiting(VecDeque<Bytes>),
+    Waiting(VecDeque<Message>),
 }
 
 /// A message for the session, as it is carried.
@@ -133,9 +133,9 @@ impl Outbox {
         }
         let (sender, receiver) = mpsc::channel(STREAM_CAPACITY);
         if let Route::Waiting(waiting) = &mut state.route {
-            for bytes in waiting.drain(..) {
+            for message in waiting.drain(..) {
                 // A new channel has room for every waiting message (MAX_WAITING < capacity).
-                let _ = sender.try_send(bytes);
+                let _ = sender.try_send(encode(&message));
             }
         }
         state.route = Route::Stream(sender);
@@ -158,10 +158,8 @@ impl Outbox {
             return;
         }
         tokio::spawn(async move {
-            for bytes in waiting {
-                if let Some(message) = decode(&bytes) {
-                    let _ = peer.send_notification(message).await;
-                }
+            for message in waiting {
+                let _ = through_peer(peer.clone(), message).await;
             }
         });
     }
@@ -182,15 +180,14 @@ impl Outbox {
         state.route = match (taken, mine) {
             (Route::Stream(stream), Route::Waiting(waiting))
             | (Route::Waiting(waiting), Route::Stream(stream)) => {
-                for bytes in waiting {
-                    let _ = stream.try_send(bytes);
+                for message in waiting {
+                    let _ = stream.try_send(encode(&message));
                 }
                 Route::Stream(stream)
             }
             (Route::Waiting(mut waiting), Route::Waiting(later)) => {
-                waiting.extend(later);
-                while waiting.len() > MAX_WAITING {
-                    waiting.pop_front();
+                for message in later {
+                    wait(&mut waiting, message);
                 }
                 Route::Waiting(waiting)
             }
@@ -216,37 +213,43 @@ impl Outbox {
 
     fn send(&self, message: Message) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
         let mut state = self.state();
-        if state.passivated {
+        let State {
+            peer,
+            passivated,
+            route,
+        } = &mut *state;
+        if *passivated {
             // Nobody to tell, and not gone (a gone session is forgotten on error).
             return Box::pin(std::future::ready(Ok(())));
         }
-        let bytes = match (&state.route, &state.peer) {
-            (Route::Peer, Some(peer)) => return Box::pin(through_peer(peer.clone(), message)),
-            (Route::Peer, None) => return Box::pin(std::future::ready(Ok(()))),
-            (Route::Stream(_) | Route::Waiting(_), _) => encode(&message),
-        };
-        if let Route::Stream(stream) = &state.route {
-            match stream.try_send(bytes) {
-                Ok(()) => return Box::pin(std::future::ready(Ok(()))),
+        match route {
+            Route::Peer => {
+                if let Some(peer) = peer {
+                    return Box::pin(through_peer(peer.clone(), message));
+                }
+            }
+            Route::Stream(stream) => match stream.try_send(encode(&message)) {
+                Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     tracing::debug!("a session's event stream is full; a message is dropped");
-                    return Box::pin(std::future::ready(Ok(())));
                 }
-                Err(mpsc::error::TrySendError::Closed(bytes)) => {
+                Err(mpsc::error::TrySendError::Closed(_)) => {
                     // The client closed its stream: keep the message for the next one.
-                    state.route = Route::Waiting(VecDeque::from([bytes]));
-                    return Box::pin(std::future::ready(Ok(())));
+                    *route = Route::Waiting(VecDeque::from([message]));
                 }
-            }
-        }
-        if let Route::Waiting(waiting) = &mut state.route {
-            if waiting.len() >= MAX_WAITING {
-                waiting.pop_front();
-            }
-            waiting.push_back(bytes);
+            },
+            Route::Waiting(waiting) => wait(waiting, message),
         }
         Box::pin(std::future::ready(Ok(())))
     }
+}
+
+/// Keeps `message` for the next stream, dropping the oldest past [`MAX_WAITING`].
+fn wait(waiting: &mut VecDeque<Message>, message: Message) {
+    if waiting.len() >= MAX_WAITING {
+        waiting.pop_front();
+    }
+    waiting.push_back(message);
 }
 
 impl Default for Outbox {
@@ -308,15 +311,6 @@ fn encode(message: &Message) -> Bytes {
     Bytes::from(event)
 }
 
-/// The notification in an event [`encode`] made, for a stream rmcp serves after all.
-fn decode(event: &[u8]) -> Option<ServerNotification> {
-    let json = event.strip_prefix(b"data: ")?.strip_suffix(b"\n\n")?;
-    match serde_json::from_slice::<ServerJsonRpcMessage>(json).ok()? {
-        ServerJsonRpcMessage::Notification(notification) => Some(notification.notification),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,7 +340,13 @@ mod tests {
                 serde_json::from_slice(&event[6..event.len() - 2]).unwrap();
             assert_eq!(json["method"], method);
             assert_eq!(json["jsonrpc"], "2.0");
-            assert!(decode(&event).is_some(), "{method}");
+            assert!(
+                matches!(
+                    serde_json::from_slice(&event[6..event.len() - 2]),
+                    Ok(ServerJsonRpcMessage::Notification(_))
+                ),
+                "{method}"
+            );
         }
     }
 }
