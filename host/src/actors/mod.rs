@@ -12,6 +12,10 @@
 //! - `wake.rs`: the instance actor's timers and retention ([`Woke`]): due timers fired before
 //!   every call and view, and on the timer task's `Wake`.
 //! - `idempotency.rs`: what a call retried with the same idempotency key gets (pure decisions).
+//! - `workers.rs`: [`Workers`], the threads instance actors run on, which serve the HTTP
+//!   connections too, so a session's calls reach its instances without leaving their thread.
+//! - `watching.rs`: which instances each session watches, the notifier's table that callers
+//!   read to skip a subscription already made.
 //! - `tables.rs`: gives the actors' tables their capacity back after a burst.
 //!
 //! **Architecture Invariant:** nothing outside this module names an actix type; callers use
@@ -30,6 +34,8 @@ mod tables;
 #[cfg(test)]
 mod tests;
 mod wake;
+mod watching;
+mod workers;
 
 pub use self::{
     instance::{CallOutcome, InstanceError, InstanceView},
@@ -39,4 +45,5 @@ pub use self::{
     runtime::Runtime,
     system::{ActorOptions, start},
     wake::Woke,
+    workers::Workers,
 };

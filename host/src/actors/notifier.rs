@@ -24,7 +24,7 @@ use std::{
 use actix::prelude::*;
 use futures_util::{StreamExt, stream::FuturesUnordered};
 
-use super::{InstanceKey, SessionId, tables::shrink_if_sparse};
+use super::{InstanceKey, SessionId, tables::shrink_if_sparse, watching::Watching};
 use crate::{
     gate::ListsChanged,
     metrics::{self, Cause},
@@ -144,15 +144,27 @@ pub struct NotifierStats {
     pub watched_instances: usize,
 }
 
-#[derive(Default)]
 pub struct Notifier {
     watchers: HashMap<InstanceKey, HashSet<SessionId>>,
     sessions: HashMap<SessionId, Session>,
+    /// What each session watches, the other side of `watchers`; shared with
+    /// [`super::Runtime`], which reads it to skip a subscription already made, and written only
+    /// here.
+    watching: Arc<Watching>,
+}
+
+impl Notifier {
+    pub(super) fn new(watching: Arc<Watching>) -> Self {
+        Notifier {
+            watchers: HashMap::new(),
+            sessions: HashMap::new(),
+            watching,
+        }
+    }
 }
 
 struct Session {
     listener: Arc<dyn Listener>,
-    watching: HashSet<InstanceKey>,
     /// Joined (see [`Join`]): kept until it ends, even while it watches nothing.
     joined: bool,
     /// The instance resources it subscribed to, by instance (each instance is also watched).
@@ -163,7 +175,6 @@ impl Session {
     fn new(listener: Arc<dyn Listener>, joined: bool) -> Session {
         Session {
             listener,
-            watching: HashSet::new(),
             joined,
             resources: HashMap::new(),
         }
@@ -215,9 +226,9 @@ impl Handler<Unsubscribe> for Notifier {
 
     fn handle(&mut self, msg: Unsubscribe, _ctx: &mut Self::Context) {
         if let Some(session) = self.sessions.get_mut(&msg.session) {
-            session.watching.remove(&msg.instance);
+            let still_watching = self.watching.remove(&msg.session, &msg.instance);
             session.resources.remove(&msg.instance);
-            if session.watching.is_empty() && !session.joined {
+            if !still_watching && !session.joined {
                 self.sessions.remove(&msg.session);
             }
         }
@@ -325,7 +336,7 @@ impl Handler<Stats> for Notifier {
     fn handle(&mut self, _: Stats, _ctx: &mut Self::Context) -> Self::Result {
         MessageResult(NotifierStats {
             sessions: self.sessions.len(),
-            subscriptions: self.sessions.values().map(|s| s.watching.len()).sum(),
+            subscriptions: self.watching.pairs(),
             watched_instances: self.watchers.len(),
         })
     }
@@ -334,11 +345,10 @@ impl Handler<Stats> for Notifier {
 impl Notifier {
     /// `session` watches `instance` from now on (idempotent).
     fn watch(&mut self, session_id: SessionId, listener: Arc<dyn Listener>, instance: InstanceKey) {
-        let session = self
-            .sessions
+        self.sessions
             .entry(session_id.clone())
             .or_insert_with(|| Session::new(listener, false));
-        if session.watching.insert(instance.clone()) {
+        if self.watching.insert(session_id.clone(), instance.clone()) {
             self.watchers
                 .entry(instance)
                 .or_default()
@@ -354,10 +364,10 @@ impl Notifier {
     }
 
     fn forget(&mut self, session_id: &SessionId) {
-        let Some(session) = self.sessions.remove(session_id) else {
+        if self.sessions.remove(session_id).is_none() {
             return;
-        };
-        for instance in session.watching {
+        }
+        for instance in self.watching.take(session_id) {
             if let Some(watchers) = self.watchers.get_mut(&instance) {
                 watchers.remove(session_id);
                 if watchers.is_empty() {

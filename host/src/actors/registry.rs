@@ -26,8 +26,8 @@ use super::{
     InstanceKey, Owner, SessionId,
     instance::{self, InstanceActor, InstanceDeps},
     routes::Routes,
-    system,
     tables::shrink_if_sparse,
+    workers::Workers,
 };
 
 /// The address of the actor for `key`, started if needed.
@@ -35,6 +35,8 @@ use super::{
 #[rtype(result = "Result<Addr<InstanceActor>, UnknownWorkflow>")]
 pub struct Resolve {
     pub key: InstanceKey,
+    /// The worker thread the caller runs on, if any: a new actor starts there.
+    pub caller: Option<usize>,
 }
 
 /// Like [`Resolve`], for the timer task, which finds keys in the store: `None` for a
@@ -82,10 +84,8 @@ pub struct UnknownWorkflow(pub String);
 
 pub struct Registry {
     deps: Arc<InstanceDeps>,
-    /// Threads the instance actors are spread over, round-robin. A panic in an actor's handler
-    /// takes its whole thread down (actix does not catch it), so a dead one is replaced.
-    workers: Vec<Arbiter>,
-    next_worker: usize,
+    /// The threads instance actors run on.
+    workers: Arc<Workers>,
     /// The live instance actors; shared with [`super::Runtime`], written only here.
     instances: Arc<Routes>,
     /// Every instance a session owns, live or passivated, so that all of them end with it.
@@ -98,18 +98,13 @@ pub struct Registry {
 impl Registry {
     pub fn new(
         deps: Arc<InstanceDeps>,
-        workers: Vec<Arbiter>,
+        workers: Arc<Workers>,
         idle_after: Option<Duration>,
         instances: Arc<Routes>,
     ) -> Self {
-        assert!(
-            !workers.is_empty(),
-            "the registry needs at least one worker arbiter"
-        );
         Registry {
             deps,
             workers,
-            next_worker: 0,
             instances,
             by_session: HashMap::new(),
             idle_after,
@@ -138,6 +133,7 @@ impl Registry {
     fn start_instance(
         &mut self,
         key: &InstanceKey,
+        caller: Option<usize>,
     ) -> Result<Addr<InstanceActor>, UnknownWorkflow> {
         let workflow = self
             .deps
@@ -146,20 +142,10 @@ impl Registry {
             .workflow(&key.workflow)
             .cloned()
             .ok_or_else(|| UnknownWorkflow(key.workflow.to_string()))?;
-        let index = self.next_worker % self.workers.len();
-        self.next_worker = self.next_worker.wrapping_add(1);
-        // `spawn` reports whether the thread is still there to run anything.
-        if !self.workers[index].spawn(std::future::ready(())) {
-            tracing::error!(
-                worker = index,
-                "an instance worker thread died; starting a new one"
-            );
-            self.workers[index] = system::worker_arbiter();
-        }
-        let worker = &self.workers[index].handle();
+        let worker = self.workers.for_new_actor(caller);
         let deps = self.deps.clone();
         let actor_key = key.clone();
-        let addr = Supervisor::start_in_arbiter(worker, move |_| {
+        let addr = Supervisor::start_in_arbiter(&worker, move |_| {
             InstanceActor::new(actor_key, workflow, deps)
         });
         Ok(addr)
@@ -179,14 +165,18 @@ impl Actor for Registry {
 }
 
 impl Registry {
-    fn resolve(&mut self, key: InstanceKey) -> Result<Addr<InstanceActor>, UnknownWorkflow> {
+    fn resolve(
+        &mut self,
+        key: InstanceKey,
+        caller: Option<usize>,
+    ) -> Result<Addr<InstanceActor>, UnknownWorkflow> {
         // Another caller may have missed on the same key just before: its actor is live now.
         if let Some(addr) = self.instances.live(&key) {
             return Ok(addr);
         }
         // Not in memory, or an actor whose handler panicked is gone (actix does not restart on
         // panic): start a new one, which reloads the last saved snapshot.
-        let addr = self.start_instance(&key)?;
+        let addr = self.start_instance(&key, caller)?;
         if self.instances.insert(key.clone(), addr.clone())
             && let Owner::Session(session) = &key.owner
         {
@@ -203,7 +193,7 @@ impl Handler<Resolve> for Registry {
     type Result = Result<Addr<InstanceActor>, UnknownWorkflow>;
 
     fn handle(&mut self, msg: Resolve, _ctx: &mut Self::Context) -> Self::Result {
-        self.resolve(msg.key)
+        self.resolve(msg.key, msg.caller)
     }
 }
 
@@ -220,7 +210,7 @@ impl Handler<ResolveDue> for Registry {
         {
             return Ok(None);
         }
-        self.resolve(msg.key).map(Some)
+        self.resolve(msg.key, None).map(Some)
     }
 }
 

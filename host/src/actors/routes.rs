@@ -21,10 +21,7 @@ use std::{
 use actix::Addr;
 use dashmap::DashMap;
 
-use super::{InstanceKey, instance::InstanceActor};
-
-/// Below this capacity the table is left alone: shrinking it would save too little to matter.
-const SMALL: usize = 64;
+use super::{InstanceKey, instance::InstanceActor, tables::shrink_shared_if_sparse};
 
 pub(super) struct Routes {
     table: DashMap<InstanceKey, Route>,
@@ -70,7 +67,7 @@ impl Routes {
     /// Drops `key`'s entry, handing back its address if it had one.
     pub(super) fn remove(&self, key: &InstanceKey) -> Option<Addr<InstanceActor>> {
         let removed = self.table.remove(key).map(|(_, route)| route.addr);
-        self.shrink_if_sparse();
+        shrink_shared_if_sparse(&self.table);
         removed
     }
 
@@ -84,7 +81,7 @@ impl Routes {
         });
         let dropped = before.saturating_sub(self.table.len());
         if dropped > 0 {
-            self.shrink_if_sparse();
+            shrink_shared_if_sparse(&self.table);
         }
         dropped
     }
@@ -99,14 +96,5 @@ impl Routes {
 
     fn now_ms(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
-    /// Gives capacity back once the table uses under a quarter of it, like `tables.rs` does for
-    /// the actors' own maps.
-    fn shrink_if_sparse(&self) {
-        let capacity = self.table.capacity();
-        if capacity > SMALL && capacity > 4 * self.table.len() {
-            self.table.shrink_to_fit();
-        }
     }
 }

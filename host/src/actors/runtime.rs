@@ -12,6 +12,8 @@ use super::{
     registry::{self, Registry, RegistryStats},
     routes::Routes,
     wake::{Wake, Woke},
+    watching::Watching,
+    workers::{self, Workers},
 };
 use crate::{
     catalog::{Affected, CatalogChange, ToolEntry},
@@ -26,6 +28,10 @@ pub struct Runtime {
     /// The registry's table, read directly: a call to a live instance skips the registry.
     pub(super) routes: Arc<Routes>,
     pub(super) notifier: Addr<Notifier>,
+    /// The notifier's table of who watches what, read directly: a subscription already made
+    /// is not sent again.
+    pub(super) watching: Arc<Watching>,
+    pub(super) workers: Arc<Workers>,
 }
 
 impl Runtime {
@@ -131,6 +137,9 @@ impl Runtime {
         listener: Arc<dyn Listener>,
         instance: InstanceKey,
     ) {
+        if self.watching.contains(session, &instance) {
+            return;
+        }
         self.notifier.do_send(notifier::Subscribe {
             session: session.clone(),
             listener,
@@ -269,6 +278,12 @@ impl Runtime {
         Ok((registry, notifier))
     }
 
+    /// The threads instance actors run on, where HTTP connections are served too, so that a
+    /// session's calls reach the instances it started without leaving its thread (`workers`).
+    pub fn workers(&self) -> Arc<Workers> {
+        self.workers.clone()
+    }
+
     /// Test hook: makes the instance actor of `key` panic inside a handler, as a bug would.
     #[cfg(test)]
     pub(crate) async fn crash(&self, key: InstanceKey) -> Result<(), actix::MailboxError> {
@@ -284,7 +299,10 @@ impl Runtime {
             return Ok(live);
         }
         self.registry
-            .send(registry::Resolve { key })
+            .send(registry::Resolve {
+                key,
+                caller: workers::current(),
+            })
             .await
             .map_err(|_| InstanceError::Stopped)?
             .map_err(|unknown| InstanceError::UnknownWorkflow(unknown.0))

@@ -1,9 +1,10 @@
 //! Starting the actors.
 //!
-//! actix actors need an actix `System`; the MCP side runs on a plain tokio runtime where
-//! `Actor::start()` would panic. So the system gets its own thread, plus one worker arbiter
-//! (thread) per core for instance actors, and the rest of the host only ever holds addresses,
-//! whose `send(..).await` works from any task.
+//! actix actors need an actix `System`; the rest of the host runs on a plain tokio runtime where
+//! `Actor::start()` would panic. So the system gets its own thread (the registry and the
+//! notifier run there), plus one worker thread per core for instance actors and the HTTP
+//! connections ([`Workers`]), and the rest of the host only ever holds addresses, whose
+//! `send(..).await` works from any task.
 
 use std::{sync::Arc, thread, time::Duration};
 
@@ -11,6 +12,7 @@ use actix::prelude::*;
 
 use super::{
     Runtime, instance::InstanceDeps, notifier::Notifier, registry::Registry, routes::Routes,
+    watching::Watching, workers::Workers,
 };
 use crate::{catalog::LiveCatalog, store::StateStore};
 
@@ -67,8 +69,9 @@ pub fn start(
         .spawn(move || {
             let system = System::new();
             system.block_on(async move {
-                let arbiters: Vec<Arbiter> = (0..workers).map(|_| worker_arbiter()).collect();
-                let notifier = Notifier::default().start();
+                let workers = Arc::new(Workers::start(workers));
+                let watching = Arc::new(Watching::default());
+                let notifier = Notifier::new(watching.clone()).start();
                 let deps = Arc::new(InstanceDeps {
                     node,
                     limits: crate::invoke::Limits {
@@ -86,12 +89,15 @@ pub fn start(
                 });
                 let routes = Arc::new(Routes::default());
                 let registry =
-                    Registry::new(deps, arbiters, options.idle_after, routes.clone()).start();
+                    Registry::new(deps, workers.clone(), options.idle_after, routes.clone())
+                        .start();
                 // The receiver waits in `start`, so this only fails if that thread is gone.
                 let _ = ready_tx.send(Runtime {
                     registry,
                     routes,
                     notifier,
+                    watching,
+                    workers,
                 });
             });
             system.run()
@@ -99,16 +105,4 @@ pub fn start(
     ready_rx
         .recv()
         .map_err(|_| std::io::Error::other("the actor system failed to start"))
-}
-
-/// A new worker thread for instance actors. Its runtime's blocking pool (where plugin calls run)
-/// lets idle threads go after [`crate::memory::IDLE_THREAD_LIFETIME`].
-pub(super) fn worker_arbiter() -> Arbiter {
-    Arbiter::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .thread_keep_alive(crate::memory::IDLE_THREAD_LIFETIME)
-            .build()
-            .expect("a current-thread tokio runtime builds (it only fails without OS resources)")
-    })
 }

@@ -6,6 +6,8 @@
 
 use std::{collections::HashMap, hash::Hash};
 
+use dashmap::DashMap;
+
 /// Below this capacity a table is left alone: shrinking it would save too little to matter.
 const SMALL: usize = 64;
 
@@ -13,6 +15,15 @@ const SMALL: usize = 64;
 /// slack at all) keeps a table that is emptying from being reallocated at every removal.
 pub(super) fn shrink_if_sparse<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
     if map.capacity() > SMALL && map.capacity() > 4 * map.len() {
+        map.shrink_to_fit();
+    }
+}
+
+/// [`shrink_if_sparse`] for the concurrent tables callers read directly (`routes.rs`,
+/// `watching.rs`).
+pub(super) fn shrink_shared_if_sparse<K: Eq + Hash, V>(map: &DashMap<K, V>) {
+    let capacity = map.capacity();
+    if capacity > SMALL && capacity > 4 * map.len() {
         map.shrink_to_fit();
     }
 }

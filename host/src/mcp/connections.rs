@@ -25,6 +25,7 @@ use tokio::{net::TcpListener, sync::Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::{idle::Activity, tls::Tls};
+use crate::actors::Workers;
 
 /// How connections are accepted and bounded.
 #[derive(Debug, Clone)]
@@ -66,13 +67,16 @@ pub fn default_max_connections() -> usize {
 
 /// Serves `app` on `listener` until `stop_accepting` is cancelled, then lets every open
 /// connection finish its responses in flight (idle keep-alive connections are closed at once,
-/// open event streams end when the app ends them).
+/// open event streams end when the app ends them). Each connection is served on one of
+/// `workers`, the threads its calls' instance actors run on (`actors::Workers`), or on this
+/// runtime without them.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
     tls: Option<Tls>,
     stop_accepting: CancellationToken,
+    workers: Option<Arc<Workers>>,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
@@ -120,18 +124,27 @@ pub async fn serve(
         without_nagle(&stream);
         let tls = tls.as_ref().map(Tls::acceptor);
         let handshake_timeout = limits.header_timeout;
-        tokio::spawn(async move {
-            match tls {
-                None => connection.serve(stream).await,
-                // The TLS handshake is part of sending a request: the header timeout bounds it.
-                Some(acceptor) => {
-                    match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => connection.serve(stream).await,
-                        Ok(Err(error)) => {
-                            tracing::debug!(%peer, %error, "TLS handshake failed");
-                        }
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
+        let Some(workers) = &workers else {
+            tokio::spawn(connection.serve_accepted(stream, tls, handshake_timeout));
+            continue;
+        };
+        // Moved to the worker's own reactor, so the socket's readiness wakes that thread only.
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::debug!(%peer, %error, "cannot hand an accepted connection over");
+                continue;
+            }
+        };
+        workers.spawn(async move {
+            match tokio::net::TcpStream::from_std(stream) {
+                Ok(stream) => {
+                    connection
+                        .serve_accepted(stream, tls, handshake_timeout)
+                        .await;
+                }
+                Err(error) => {
+                    tracing::debug!(%peer, %error, "cannot take an accepted connection up")
                 }
             }
         });
@@ -161,6 +174,27 @@ struct Connection {
 }
 
 impl Connection {
+    /// Serves the accepted `stream`, over TLS when there is an acceptor.
+    async fn serve_accepted(
+        self,
+        stream: tokio::net::TcpStream,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        handshake_timeout: Duration,
+    ) {
+        let peer = self.peer;
+        match tls {
+            None => self.serve(stream).await,
+            // The TLS handshake is part of sending a request: the header timeout bounds it.
+            Some(acceptor) => {
+                match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                    Ok(Ok(stream)) => self.serve(stream).await,
+                    Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                }
+            }
+        }
+    }
+
     /// Serves HTTP on `io` (the TCP stream, or TLS over it) until the client leaves, the drain
     /// closes it, or it stays idle past its deadline.
     async fn serve<IO>(self, io: IO)
@@ -224,7 +258,7 @@ mod tests {
         };
         let stop = CancellationToken::new();
         let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
-        let server = tokio::spawn(serve(listener, app, limits, None, stop.clone()));
+        let server = tokio::spawn(serve(listener, app, limits, None, stop.clone(), None));
 
         let mut slow = tokio::net::TcpStream::connect(address).await.unwrap();
         slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
@@ -287,7 +321,7 @@ mod tests {
                 "/stream",
                 axum::routing::get(move || async move { ticks() }),
             );
-        let server = tokio::spawn(serve(listener, app, limits, None, stop.clone()));
+        let server = tokio::spawn(serve(listener, app, limits, None, stop.clone(), None));
 
         let mut idle = tokio::net::TcpStream::connect(address).await.unwrap();
         idle.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -252,6 +252,7 @@ pub async fn serve_http(
         }
         None => app,
     };
+    let workers = shared.runtime.workers();
     let app = app
         // Every route above refuses a foreign `Host`; the probes below answer any.
         .layer(middleware::from_fn_with_state(
@@ -269,6 +270,7 @@ pub async fn serve_http(
         options.connections.clone(),
         tls,
         shutdown.draining,
+        Some(workers),
     )
     .await;
     Ok(())
