@@ -34,11 +34,11 @@ const CONCURRENCY: usize = 64;
 /// on a loaded machine, so that most of the burst is live at once, as in a real surge.
 const IDLE_AFTER: u64 = 40;
 
-/// Bytes in live heap allocations, from `/stats` (glibc 2.33 or later, as on this machine).
+/// Bytes in live heap allocations, from `/stats` (jemalloc's counters).
 fn live_bytes(stats: &Value) -> u64 {
     stats["memory"]["allocated"]
         .as_u64()
-        .unwrap_or_else(|| panic!("/stats has no memory.allocated (glibc 2.33+ only): {stats}"))
+        .unwrap_or_else(|| panic!("/stats has no memory.allocated: {stats}"))
 }
 
 /// The highest live count, resident memory (KiB) and live heap bytes seen during the burst.
@@ -254,7 +254,7 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
          allocated: something keeps what passivated instances or ended sessions owned"
     );
     // And the process's resident memory follows. Not all of it: freed chunks that share a page
-    // with a live allocation stay resident (glibc cannot return part of a page); that is a
+    // with a live allocation stay resident (no allocator can return part of a page); that is a
     // roughly fixed ~10 MiB here, so the share given back grows with the burst (92% at 100,000
     // instances in BENCHMARKS.md).
     println!(

@@ -25,6 +25,10 @@
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map and its invariants.
 
+/// jemalloc for everything the host allocates (see [`memory`]); plugins keep their own.
+#[global_allocator]
+static ALLOCATOR: memory::Allocator = tikv_jemallocator::Jemalloc;
+
 pub mod actors;
 pub mod catalog;
 pub mod commands;

@@ -1,45 +1,65 @@
-//! Handing memory the process no longer uses back to the OS, and reading what the allocator
-//! holds.
+//! The allocator, handing memory the process no longer uses back to the OS, and reading what
+//! the allocator holds.
 //!
-//! A burst of instances and sessions is allocated on many threads (the actix workers, tokio's
-//! blocking pool, the store's writer) and freed on others when it passivates. glibc's malloc
-//! keeps what is freed in per-thread arenas and only returns the top of the main heap by itself,
-//! so without [`release_free_memory_every`] an idle server would stay at its peak size.
+//! The host allocates with jemalloc ([`Allocator`], the process's global allocator wherever this
+//! library is linked). A call allocates and frees a few hundred small blocks (request and answer
+//! JSON, the event, the snapshot's save), on the worker threads and the store's writer; with
+//! glibc's malloc that was about 15% of the server's CPU under load, and jemalloc's thread caches
+//! cut the CPU per call by 15–20% (BENCHMARKS.md, session 9). Plugins keep their own allocator:
+//! each side of the C ABI frees only what it allocated.
+//!
+//! A burst of instances and sessions is freed when it passivates, and jemalloc returns the freed
+//! pages only as it goes on allocating (its decay runs on allocator activity), so an idle server
+//! would stay at its peak size without [`release_free_memory_every`].
 
 use std::time::Duration;
+
+/// The allocator of the process: jemalloc, with its statistics compiled in ([`stats`]).
+pub type Allocator = tikv_jemallocator::Jemalloc;
 
 /// How long a blocking-pool thread with nothing to do lives (tokio's default is 10 s), in the
 /// server's runtime and in the instance workers' runtimes, where plugin calls run.
 ///
-/// A plugin call runs on a blocking thread, so a burst of concurrent calls starts dozens of them.
-/// Each keeps its stack and glibc's per-thread cache of freed chunks while it lives, and those
-/// chunks pin arena pages that `malloc_trim` cannot return. Threads that leave soon after the
-/// burst hand both back; under steady load they are reused and this changes nothing.
+/// A plugin call that is not quick runs on a blocking thread, so a burst of concurrent calls
+/// starts dozens of them. Each keeps its stack and its allocator's thread cache while it lives.
+/// Threads that leave soon after the burst hand both back; under steady load they are reused and
+/// this changes nothing.
 pub const IDLE_THREAD_LIFETIME: Duration = Duration::from_secs(2);
 
-/// Starts a thread that returns the free pages of every malloc arena to the OS every `period`.
+/// Starts a thread that returns the free pages of every jemalloc arena to the OS every `period`.
 ///
-/// A thread of its own, because `malloc_trim` walks every free chunk of every arena (under that
-/// arena's lock) and is slowest right after a burst: on an actor that every call goes through it
-/// would delay those calls. With another allocator than glibc's there is nothing to do and no
-/// thread is started (musl and the others return memory by themselves or not at all).
+/// A thread of its own, because a purge walks every arena's dirty pages and is slowest right
+/// after a burst: on an actor that every call goes through it would delay those calls.
 pub fn release_free_memory_every(period: Duration) -> std::io::Result<()> {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
     std::thread::Builder::new()
         .name("memory-trim".to_owned())
         .spawn(move || {
             loop {
                 std::thread::sleep(period);
-                // SAFETY: malloc_trim only walks the allocator's own free lists; it has no
-                // preconditions.
-                unsafe {
-                    libc::malloc_trim(0);
+                if !purge_all_arenas() {
+                    tracing::debug!("jemalloc refused arena.all.purge");
                 }
             }
         })?;
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    let _ = period;
     Ok(())
+}
+
+/// `arena.<all>.purge`: every arena hands its unused dirty pages back to the OS now. Returns
+/// whether jemalloc took the command.
+fn purge_all_arenas() -> bool {
+    // 4096 is `MALLCTL_ARENAS_ALL`, which names every arena at once.
+    let name = c"arena.4096.purge";
+    // SAFETY: a void mallctl: `name` is NUL-terminated, and it reads and writes nothing, which
+    // the null pointers and zero length say.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(
+            name.as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        ) == 0
+    }
 }
 
 /// What the allocator holds, in bytes.
@@ -47,46 +67,21 @@ pub fn release_free_memory_every(period: Duration) -> std::io::Result<()> {
 pub struct MemoryStats {
     /// Bytes in live allocations.
     pub allocated: u64,
-    /// Bytes the allocator holds free (in its arenas, resident or already returned).
+    /// Bytes the allocator holds resident beyond them (free blocks, its own metadata).
     pub free: u64,
 }
 
-/// A reading of the allocator's counters, where the platform has one (glibc 2.33 or later).
+/// A reading of the allocator's counters (`None` if jemalloc refused one).
 pub fn stats() -> Option<MemoryStats> {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        let mallinfo2 = glibc::mallinfo2()?;
-        // SAFETY: mallinfo2 takes nothing and only reads the allocator's counters.
-        let info = unsafe { mallinfo2() };
-        Some(MemoryStats {
-            allocated: (info.uordblks + info.hblkhd) as u64,
-            free: info.fordblks as u64,
-        })
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    None
-}
-
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-mod glibc {
-    use std::sync::OnceLock;
-
-    pub type Mallinfo2 = unsafe extern "C" fn() -> libc::mallinfo2;
-
-    /// glibc's `mallinfo2`, looked up at run time: it only exists since glibc 2.33, and linking
-    /// it directly would keep the binary from starting on older systems.
-    pub fn mallinfo2() -> Option<Mallinfo2> {
-        static FOUND: OnceLock<Option<Mallinfo2>> = OnceLock::new();
-        *FOUND.get_or_init(|| {
-            // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only searches the loaded
-            // objects; a non-null result for this name is glibc's `struct mallinfo2 (void)`.
-            let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"mallinfo2".as_ptr()) };
-            (!symbol.is_null()).then(|| {
-                // SAFETY: see above: the symbol is a function with exactly this signature.
-                unsafe { std::mem::transmute::<*mut libc::c_void, Mallinfo2>(symbol) }
-            })
-        })
-    }
+    use tikv_jemalloc_ctl::{epoch, stats};
+    // The counters are a snapshot taken at each epoch: take a new one.
+    epoch::advance().ok()?;
+    let allocated = stats::allocated::read().ok()? as u64;
+    let resident = stats::resident::read().ok()? as u64;
+    Some(MemoryStats {
+        allocated,
+        free: resident.saturating_sub(allocated),
+    })
 }
 
 #[cfg(test)]
@@ -95,9 +90,7 @@ mod tests {
 
     #[test]
     fn the_allocator_counts_a_live_allocation() {
-        let Some(before) = stats() else {
-            return; // Not glibc, or glibc older than 2.33: nothing to read.
-        };
+        let before = stats().expect("jemalloc's counters are readable");
         let block = vec![1u8; 8 << 20];
         let during = stats().expect("counters were readable a moment ago");
         assert!(
@@ -105,5 +98,11 @@ mod tests {
             "{before:?} -> {during:?}"
         );
         drop(block);
+    }
+
+    #[test]
+    fn freed_pages_can_be_purged() {
+        // A name jemalloc does not know would be refused, and memory never handed back.
+        assert!(purge_all_arenas());
     }
 }
