@@ -10,7 +10,10 @@
 //! its mailbox from wherever it runs, as before.
 //!
 //! Each thread is an actix arbiter over a current-thread tokio runtime, so a connection's
-//! sockets and timers are driven by the thread that serves it.
+//! sockets and timers are driven by the thread that serves it. Whatever blocks a worker now
+//! also holds up the connections it serves: the only synchronous work on it is a quick plugin
+//! call, which its budget bounds (`plugin/quick.rs` takes the privilege from a plugin whose
+//! quick calls overrun); everything else that may block runs on a blocking thread.
 
 use std::{
     cell::Cell,
