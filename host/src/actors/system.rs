@@ -1,10 +1,10 @@
 //! Starting the actors.
 //!
 //! actix actors need an actix `System`; the rest of the host runs on a plain tokio runtime where
-//! `Actor::start()` would panic. So the system gets its own thread (the registry and the
-//! notifier run there), plus one worker thread per core for instance actors and the HTTP
-//! connections ([`Workers`]), and the rest of the host only ever holds addresses, whose
-//! `send(..).await` works from any task.
+//! `Actor::start()` would panic. So the system gets its own thread (the registry runs there),
+//! plus one worker thread per core for instance actors, the notifier and the HTTP connections
+//! ([`Workers`]), and the rest of the host only ever holds addresses, whose `send(..).await`
+//! works from any task.
 
 use std::{sync::Arc, thread, time::Duration};
 
@@ -71,7 +71,10 @@ pub fn start(
             system.block_on(async move {
                 let workers = Arc::new(Workers::start(workers));
                 let watching = Arc::new(Watching::default());
-                let notifier = Notifier::new(watching.clone()).start();
+                let notifier = Notifier::start_in_arbiter(&workers.for_notifier(), {
+                    let watching = watching.clone();
+                    move |_| Notifier::new(watching)
+                });
                 let deps = Arc::new(InstanceDeps {
                     node,
                     limits: crate::invoke::Limits {

@@ -34,8 +34,8 @@ thread_local! {
 /// The worker threads, shared by the registry (where instance actors start) and the accept
 /// loop (where connections are served).
 pub struct Workers {
-    /// A panic in an actor's handler can take its whole thread down (actix does not catch it),
-    /// so a dead one is replaced when it is next picked.
+    /// A panic in a handler ends only its task (tokio catches it), but should a thread die all
+    /// the same, it is replaced when it is next picked.
     threads: Box<[Mutex<Arbiter>]>,
     next: AtomicUsize,
 }
@@ -58,6 +58,14 @@ impl Workers {
             Some(index) if index < self.threads.len() => self.live(index),
             _ => self.live(self.next_index()),
         }
+    }
+
+    /// Where the notifier runs: the first thread. A move's `InstanceChanged` then wakes no
+    /// thread of its own: it is handled where the instance runs, or on a worker that is serving
+    /// connections and so most likely awake, rather than on the `actors` thread, which every
+    /// move woke from its sleep (the largest cross-thread cost left in a call, session 9).
+    pub(super) fn for_notifier(&self) -> ArbiterHandle {
+        self.live(0)
     }
 
     /// Runs `future` on the next thread, round-robin: an accepted connection, which then does
@@ -156,5 +164,18 @@ mod tests {
             );
         }
         assert_eq!(seen.len(), 2, "connections are spread over both threads");
+    }
+
+    /// A bug that panics in one task (a handler, a connection) ends that task only: the thread
+    /// goes on serving its other connections and actors.
+    #[test]
+    fn a_panicking_task_leaves_its_thread_serving() {
+        let _system = System::new();
+        let workers = Workers::start(1);
+        workers.spawn(async { panic!("a bug in a handler") });
+        let (tx, rx) = std::sync::mpsc::channel();
+        workers.spawn(async move { tx.send(current()).unwrap() });
+        let ran = rx.recv_timeout(std::time::Duration::from_secs(5));
+        assert_eq!(ran, Ok(Some(0)), "the thread still runs what it is given");
     }
 }
