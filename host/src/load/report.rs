@@ -41,7 +41,7 @@
 //! fanned out), in mint mode instances minted.
 //!
 //! Latencies are from when a call was due to start: in open loop (`--rate`) that includes the
-//! time it waited for a free client. The exit code is 1 when any violation was seen, else 2 when
+//! time it waited for a free client (but not the pacer's timer lateness, see `pacing.rs`). The exit code is 1 when any violation was seen, else 2 when
 //! a request failed in transport or a mode could not set up, else 0.
 
 use std::{collections::BTreeMap, fmt::Write as _, time::Duration};
