@@ -694,6 +694,24 @@ impl Client {
         self.events.lock().unwrap().clone()
     }
 
+    /// The events once `enough` says they are complete; panics after 10 s. For events that
+    /// travel on the session's stream, which may reach the client just after the answer of the
+    /// call that caused them (two HTTP streams keep no order between them).
+    pub async fn events_when(&self, enough: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let events = self.events();
+            if enough(&events) {
+                return events;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "events never completed: {events:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Calls a tool; panics on a protocol error (tool errors are results).
     pub async fn call(&self, name: &str, arguments: Value) -> CallToolResult {
         self.try_call(name, arguments)

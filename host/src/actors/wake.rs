@@ -17,7 +17,6 @@ use actix::prelude::*;
 use super::{
     InstanceKey,
     instance::{InstanceActor, InstanceDeps, InstanceError, InstanceView, load},
-    notifier,
 };
 use crate::{
     invoke::InvokeError,
@@ -296,10 +295,7 @@ impl Handler<Wake> for InstanceActor {
                     if moved {
                         // A timer's move: what it changed besides tools is not worked out
                         // here, so every list is announced.
-                        actor.deps.notifier.do_send(notifier::InstanceChanged {
-                            instance: actor.key.clone(),
-                            lists: crate::gate::ListsChanged::ALL,
-                        });
+                        actor.announce(crate::gate::ListsChanged::ALL);
                     }
                     Ok(woke)
                 }
