@@ -76,16 +76,6 @@ impl Workers {
         self.live(self.next_index()).spawn(future);
     }
 
-    /// How many threads there are.
-    pub fn len(&self) -> usize {
-        self.threads.len()
-    }
-
-    /// Whether there are none (never: `start` makes at least one).
-    pub fn is_empty(&self) -> bool {
-        self.threads.is_empty()
-    }
-
     fn next_index(&self) -> usize {
         self.next.fetch_add(1, Ordering::Relaxed) % self.threads.len()
     }

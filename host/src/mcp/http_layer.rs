@@ -102,7 +102,7 @@ pub async fn by_the_book(State(layer): State<McpLayer>, request: Request, next: 
 }
 
 /// The `Mcp-Session-Id` a request names.
-fn session_of(headers: &HeaderMap) -> Option<&str> {
+pub(super) fn session_of(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(HEADER_SESSION_ID)
         .and_then(|value| value.to_str().ok())
@@ -139,9 +139,10 @@ async fn get(layer: &McpLayer, request: Request, next: Next) -> Response {
 /// Serves a POST: a live session's answer-only request right here (`direct.rs`), anything else
 /// through rmcp.
 async fn post(layer: &McpLayer, request: Request, next: Next) -> Response {
-    let served = session_of(request.headers())
-        .and_then(|session| layer.sessions.served(session))
-        .filter(|_| direct::may_serve(request.headers()).is_some());
+    // The headers first: they are cheaper to read than the session table.
+    let served = direct::may_serve(request.headers())
+        .and(session_of(request.headers()))
+        .and_then(|session| layer.sessions.served(session));
     let Some(served) = served else {
         return post_to_rmcp(layer, request, next).await;
     };

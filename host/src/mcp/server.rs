@@ -597,8 +597,7 @@ impl ServerHandler for TurnstileServer {
         let http_session = context
             .extensions
             .get::<axum::http::request::Parts>()
-            .and_then(|parts| parts.headers.get("mcp-session-id"))
-            .and_then(|id| id.to_str().ok());
+            .and_then(|parts| super::http_layer::session_of(&parts.headers));
         let records = self.records.as_ref().zip(http_session);
         if let Some((records, id)) = records
             && let Some((outbox, _)) = records.outbox(id)
