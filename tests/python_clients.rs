@@ -794,3 +794,21 @@ fn assert_handle_primitives(summary: &Value, transport: Transport) {
     );
     assert_no_sdk_warnings(summary);
 }
+
+/// Scenario 9: a plugin's log lines, as the SDK 1.x hands them to its user. Every line a call's
+/// plugin wrote has arrived, in the order written, by the time the SDK returns the call's result
+/// (they travel on the call's own response stream), twenty calls in a row; lines below the
+/// session's level never come. Over stdio, the one stream keeps that order too.
+#[test]
+fn mcp1_hears_a_calls_log_lines_before_its_result() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let mut server = Server::http(plugins.path(), &["--store", "memory:"]);
+    let summary = run_scenario(Sdk::Mcp1, "plugin-logs", &mut server);
+    assert_eq!(summary["rounds"], 20, "{summary}");
+    assert_no_sdk_warnings(&summary);
+    assert_quiet_server_log(&server);
+    let args = stdio_server(&plugins, &[]);
+    let summary = run_scenario_over_stdio(Sdk::Mcp1, "plugin-logs", &args);
+    assert_eq!(summary["rounds"], 20, "{summary}");
+    assert_quiet_stdio_servers(&summary, 1);
+}

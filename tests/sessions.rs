@@ -215,6 +215,27 @@ impl RawSession {
         stream
     }
 
+    /// Waits until the server serves this session's plain requests itself: it takes a session
+    /// up once it has handled `notifications/initialized`, which it accepts (202) before
+    /// handling; until then rmcp answers, with a stream. A moment at most.
+    async fn until_taken_up(&self) {
+        let ping = json!({"jsonrpc": "2.0", "id": 0, "method": "ping"});
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let response = self.raw.post(Some(&self.id), &ping).send().await;
+            let answer = response.expect("ping");
+            if answer
+                .headers()
+                .get(CONTENT_TYPE)
+                .is_some_and(|framing| framing == "application/json")
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "never answered with plain JSON");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// What a request on this session gets now.
     async fn probe(&self) -> StatusCode {
         let message = json!({"jsonrpc": "2.0", "id": 999_999, "method": "tools/list"});
@@ -949,13 +970,7 @@ async fn answer_only_requests_of_a_session_come_back_as_plain_json() {
             .to_string()
     };
 
-    // The server takes up the session once it has handled `notifications/initialized`, which
-    // it accepts (202) before handling; until then rmcp streams. A moment at most.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while framing(&post(0, "ping", json!({})).await.expect("ping")) != "application/json" {
-        assert!(Instant::now() < deadline, "never answered with plain JSON");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    session.until_taken_up().await;
     for (id, method, params) in [
         (1, "ping", json!({})),
         (2, "tools/list", json!({})),
@@ -1110,5 +1125,74 @@ async fn a_cancelled_plain_call_stops_its_plugin_and_fires_nothing() {
     // Nothing fired: the instance is still `done`, where reset is offered.
     session.next_request = 100;
     assert!(has(&session.tool_names(None).await, "testkit.reset"));
+    session.end().await;
+}
+
+/// A plugin's log lines are about the call that made them, so they travel on that call's own
+/// response stream, ahead of its result, in the order the plugin wrote them; the session's GET
+/// stream, for news unrelated to a running request, does not carry them. A call that logs
+/// nothing is still plain JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_logs_streams_its_lines_ahead_of_its_result_on_its_own_response() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let server = Server::http(plugins.path(), &["--store", "memory:"]);
+    let raw = Raw::new(&server);
+    let mut session = raw.open().await;
+    session.until_taken_up().await;
+    session
+        .request("logging/setLevel", json!({"level": "info"}))
+        .await;
+    let mut events = session.open_stream().await;
+    let call = |id: u64, count: u32, level: &str| {
+        raw.post(
+            Some(&session.id),
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "testkit.report", "arguments": {"count": count, "level": level}}}),
+        )
+        .send()
+    };
+    for id in 10..20 {
+        let response = call(id, 3, "warning").await.expect("tools/call");
+        assert_eq!(response.status(), StatusCode::OK);
+        let framing = response.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(framing, "text/event-stream", "request {id}");
+        let said = messages(&response.text().await.expect("body"));
+        let what: Vec<Value> = said
+            .iter()
+            .map(|message| match message["method"].as_str() {
+                Some(method) => json!([method, message["params"]["data"]["step"]]),
+                None => json!(["result", message["result"]["structuredContent"]["reported"]]),
+            })
+            .collect();
+        assert_eq!(
+            what,
+            [
+                json!(["notifications/message", 1]),
+                json!(["notifications/message", 2]),
+                json!(["notifications/message", 3]),
+                json!(["result", 3]),
+            ],
+            "request {id}: {said:?}"
+        );
+        assert_eq!(said[3]["id"], id);
+    }
+    // Below the session's level: nothing to say, so nothing but the result.
+    let response = call(30, 2, "debug").await.expect("tools/call");
+    assert_eq!(response.headers()[CONTENT_TYPE], "application/json");
+    let answer: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert_eq!(answer["result"]["structuredContent"]["reported"], 2);
+
+    // The GET stream heard none of it (it carries keep-alive comments at most).
+    let mut heard = String::new();
+    while let Ok(Ok(Some(chunk))) =
+        tokio::time::timeout(Duration::from_millis(500), events.chunk()).await
+    {
+        heard.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(!heard.contains("notifications/message"), "{heard}");
+    session.next_request = 40;
     session.end().await;
 }

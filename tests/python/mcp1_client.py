@@ -22,6 +22,8 @@ Usage: python mcp1_client.py SCENARIO URL
   primitives-handles:ALICE,CAROL  server with --state-handle-key and these bearer tokens: the
                      same for `invoice://<handle>`, with `_meta.handle` and without,
                      `resources/updated` for a subscriber, and nothing of it for another principal
+  plugin-logs        server with the testkit plugin: every log line a call's plugin writes has
+                     arrived, in order, when the SDK returns the call's result
 URL may also be `stdio:["PROGRAM", "ARG", ...]`: each connection starts that server over stdio.
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
@@ -84,6 +86,8 @@ class Notices:
     resources: ListChanges = field(init=False)
     updated: ListChanges = field(init=False)
     updated_uris: list[str] = field(default_factory=list)
+    # `notifications/message` data, in the order the SDK handed them on.
+    logs: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.prompts = ListChanges(self.name, "notifications/prompts/list_changed")
@@ -257,6 +261,8 @@ async def connect(url: str, name: str, token: str | None = None) -> AsyncIterato
             elif isinstance(notification, types.ResourceUpdatedNotification):
                 notices.updated_uris.append(str(notification.params.uri))
                 notices.updated.record()
+            elif isinstance(notification, types.LoggingMessageNotification):
+                notices.logs.append(notification.params.data)
         elif isinstance(message, Exception):
             # The SDK hands transport errors to the message handler; a test must see them.
             print(f"{name}: transport error: {message!r}", file=sys.stderr, flush=True)
@@ -739,6 +745,28 @@ async def primitives_handles(url: str, tokens: str) -> dict[str, Any]:
         }
 
 
+# --- 9. a plugin's log lines ---------------------------------------------------------------------
+
+
+async def plugin_logs(url: str) -> dict[str, Any]:
+    """A call's log lines have all arrived when the SDK returns the call's result, in order."""
+    async with connect(url, "logs") as c:
+        await c.session.set_logging_level("info")
+        rounds = []
+        for round_ in range(20):
+            c.notices.logs.clear()
+            result = await c.call("testkit.report", {"count": 3, "level": "warning"})
+            expect(not result.isError, f"round {round_}: testkit.report failed: {result!r}")
+            steps = [entry.get("step") if isinstance(entry, dict) else entry for entry in c.notices.logs]
+            expect_equal(steps, [1, 2, 3], f"round {round_}: log lines heard when the result came")
+            rounds.append(steps)
+        c.notices.logs.clear()
+        await c.call("testkit.report", {"count": 2, "level": "debug"})
+        await settle(c)
+        expect_equal(c.notices.logs, [], "lines below the session's level")
+        return {"protocol": c.protocol, "rounds": len(rounds), "server_logs": STDIO_SERVER_LOGS}
+
+
 if __name__ == "__main__":
     run(
         {
@@ -749,6 +777,7 @@ if __name__ == "__main__":
             "model-client": model_client,
             "primitives-session": primitives_session,
             "primitives-handles": primitives_handles,
+            "plugin-logs": plugin_logs,
         },
         SDK,
     )

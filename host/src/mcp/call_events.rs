@@ -5,9 +5,12 @@
 //! while it waits for the call, and drains it once more after the call ended and before it
 //! answers, so every message the plugin sent before returning is handed on ahead of the result,
 //! every time. (A forwarder task of its own would race the result.) Progress goes on the
-//! request's own stream; a session's log messages go where its other messages go, its event
-//! stream (`outbox.rs`; rmcp sends them there too); a request without a session has only its own
-//! stream for both.
+//! request's own stream. Log messages go there too when the request has one Turnstile writes
+//! (`direct.rs`'s [`RequestStream`]: a session's request without a progress token, which is how
+//! the Python and TypeScript SDKs call) or when it has no session. A session's request that rmcp
+//! serves has its log messages sent where the session's other messages go, its event stream
+//! (`outbox.rs`): rmcp would route them to the GET stream anyway, and sending them there
+//! ourselves keeps their order with the session's other news.
 
 // rmcp marks MCP logging deprecated (SEP-2577, a future revision); 2025-06-18 and 2025-11-25
 // clients, which Turnstile serves, still use it.
@@ -18,18 +21,21 @@ use std::{future::Future, sync::Arc};
 use rmcp::{
     Peer, RoleServer,
     model::{
-        LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+        LoggingLevel, LoggingMessageNotification, LoggingMessageNotificationParam,
+        ProgressNotificationParam, ProgressToken, ServerJsonRpcMessage, ServerNotification,
     },
 };
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::outbox::Outbox;
+use super::{direct::RequestStream, outbox::Outbox};
 use crate::plugin::{CallEvent, LogLevel};
 
 /// Where one call's events go, and which of them the client wants.
 pub struct CallEvents {
     /// Progress goes here, on the request's own stream.
     pub peer: Peer<RoleServer>,
+    /// The request's own stream, when Turnstile writes it (`direct.rs`): log messages go there.
+    pub own_stream: Option<RequestStream>,
     /// A session's log messages go where its other messages go (`outbox.rs`); a request
     /// without a session has only its own stream, through `peer`.
     pub outbox: Option<Arc<Outbox>>,
@@ -75,9 +81,14 @@ impl CallEvents {
                 }
                 let mut message = LoggingMessageNotificationParam::new(to_rmcp(level), data);
                 message.logger = logger;
-                match &self.outbox {
-                    Some(outbox) => outbox.log(message).await,
-                    None => self
+                match (&self.own_stream, &self.outbox) {
+                    (Some(stream), _) => stream.send(ServerJsonRpcMessage::notification(
+                        ServerNotification::LoggingMessageNotification(
+                            LoggingMessageNotification::new(message),
+                        ),
+                    )),
+                    (None, Some(outbox)) => outbox.log(message).await,
+                    (None, None) => self
                         .peer
                         .notify_logging_message(message)
                         .await

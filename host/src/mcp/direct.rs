@@ -14,8 +14,14 @@
 //! `RequestContext` (the session's peer, the request's `_meta` and HTTP parts, a cancellation
 //! token that `notifications/cancelled` reaches through [`SessionScope::cancel`]), and answers
 //! with the JSON-RPC response as `application/json`, which every client accepting
-//! `text/event-stream` must also accept. What a call sends besides its result goes where rmcp
-//! sends it anyway: log messages and `list_changed` to the session's GET stream.
+//! `text/event-stream` must also accept.
+//!
+//! What the handler says about the request before its result (a plugin's log lines, through
+//! [`RequestStream`]) goes on the request's own stream, as MCP asks (the GET stream is for
+//! messages unrelated to a running request): the answer becomes an SSE stream from the first
+//! such message, which is sent at once, and ends with the result, so a client has every line
+//! before the call returns. `list_changed` still goes to the session's GET stream: it is news
+//! for every session watching the instance, not only for this request.
 //!
 //! A request with a progress token goes to rmcp, whose worker routes the progress onto the
 //! request's own stream. rmcp's own client sends a token with every request, so a client built
@@ -29,20 +35,22 @@
 //!
 //! It must not decide anything a handler decides: it only moves the request to the handler.
 
-use std::sync::Arc;
+use std::{convert::Infallible, future::Future, sync::Arc};
 
-use super::{server::TurnstileServer, session::SessionScope};
+use super::{event_stream, server::TurnstileServer};
 use axum::{
     body::{Body, Bytes},
     http::{HeaderMap, HeaderValue, StatusCode, header, request::Parts},
     response::Response,
 };
+use futures_util::StreamExt;
 use rmcp::{
     Peer, RoleServer, Service,
     model::{ClientJsonRpcMessage, GetExtensions, GetMeta, ProtocolVersion, ServerJsonRpcMessage},
     service::RequestContext,
     transport::common::http_header::{HEADER_MCP_PROTOCOL_VERSION, HEADER_SESSION_ID},
 };
+use tokio::sync::mpsc;
 
 /// The methods served here: each one's response is its result alone (no progress asked).
 const ANSWER_ONLY: &[&str] = &[
@@ -146,13 +154,85 @@ pub async fn serve(served: Served, parts: Parts, body: &Bytes) -> Result<Respons
     let mut context = RequestContext::new(id.clone(), served.peer.clone());
     std::mem::swap(&mut context.meta, request.get_meta_mut());
     std::mem::swap(&mut context.extensions, request.extensions_mut());
-    let scope: &Arc<SessionScope> = served.handler.session();
-    let _cancellable = scope.cancellable(id.clone(), context.ct.clone());
-    let message = match served.handler.handle_request(request, context).await {
-        Ok(result) => ServerJsonRpcMessage::response(result, id),
-        Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
-    };
-    Ok(json_response(&message))
+    let (stream, mut said) = mpsc::unbounded_channel();
+    context.extensions.insert(RequestStream(stream));
+    let Served { handler, .. } = served;
+    let mut answering = Box::pin(async move {
+        let scope = Arc::clone(handler.session());
+        let _cancellable = scope.cancellable(id.clone(), context.ct.clone());
+        match handler.handle_request(request, context).await {
+            Ok(result) => ServerJsonRpcMessage::response(result, id),
+            Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+        }
+    });
+    Ok(tokio::select! {
+        biased;
+        message = &mut answering => {
+            let before = said_before(&mut said);
+            if before.is_empty() {
+                json_response(&message)
+            } else {
+                event_stream::streaming(Body::from(
+                    [&before[..], &encode(&message)[..]].concat(),
+                ))
+            }
+        }
+        Some(first) = said.recv() => {
+            let first = futures_util::stream::once(std::future::ready(encode(&first)));
+            event_stream::streaming(Body::from_stream(
+                first.chain(the_rest(answering, said)).map(Ok::<_, Infallible>),
+            ))
+        }
+    })
+}
+
+/// The stream of one request served here, for what its handler says about it before its result
+/// (a plugin's log lines: `call_events.rs`). Found in the request's `RequestContext` extensions.
+#[derive(Clone)]
+pub struct RequestStream(mpsc::UnboundedSender<ServerJsonRpcMessage>);
+
+impl RequestStream {
+    /// Sends `message` ahead of the request's result. Fails once the result is out (a thread the
+    /// plugin left running), or the client has gone.
+    pub fn send(&self, message: ServerJsonRpcMessage) -> Result<(), String> {
+        self.0
+            .send(message)
+            .map_err(|_| "the request has been answered".to_owned())
+    }
+}
+
+/// The request's stream after its first message: what the handler says, as it says it, then
+/// the result. The handler runs as the body is read, as it runs within the request without a
+/// stream; a client that hangs up drops it with the body.
+fn the_rest(
+    answering: impl Future<Output = ServerJsonRpcMessage> + Unpin,
+    said: mpsc::UnboundedReceiver<ServerJsonRpcMessage>,
+) -> impl futures_util::Stream<Item = Bytes> {
+    futures_util::stream::unfold(Some((answering, said)), |running| async move {
+        let (mut answering, mut said) = running?;
+        tokio::select! {
+            biased;
+            Some(message) = said.recv() => Some((encode(&message), Some((answering, said)))),
+            message = &mut answering => {
+                let last = [&said_before(&mut said)[..], &encode(&message)[..]].concat();
+                Some((Bytes::from(last), None))
+            }
+        }
+    })
+}
+
+/// What the handler said and the stream has not carried yet, as SSE events, in order.
+fn said_before(said: &mut mpsc::UnboundedReceiver<ServerJsonRpcMessage>) -> Vec<u8> {
+    let mut events = Vec::new();
+    while let Ok(message) = said.try_recv() {
+        events.extend_from_slice(&encode(&message));
+    }
+    events
+}
+
+/// `message` as one SSE event.
+fn encode(message: &ServerJsonRpcMessage) -> Bytes {
+    event_stream::event(&serde_json::to_vec(message).unwrap_or_default())
 }
 
 /// `message` as a 200 `application/json` response.
@@ -223,6 +303,57 @@ pub(super) mod tests {
                 "Application/JSON; charset=utf-8"
             ))),
             Some(120)
+        );
+    }
+
+    fn message(json: serde_json::Value) -> ServerJsonRpcMessage {
+        serde_json::from_value(json).expect("a server message")
+    }
+
+    fn line(step: u32) -> ServerJsonRpcMessage {
+        message(
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/message",
+            "params": {"level": "info", "data": {"step": step}}}),
+        )
+    }
+
+    /// What a request's stream carries, event by event: the `data` of each SSE event.
+    fn events(chunk: &Bytes) -> Vec<serde_json::Value> {
+        std::str::from_utf8(chunk)
+            .unwrap()
+            .split_terminator("\n\n")
+            .map(|event| serde_json::from_str(event.strip_prefix("data: ").unwrap()).unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_request_stream_carries_each_line_as_it_is_said_then_the_result() {
+        let (say, said) = mpsc::unbounded_channel();
+        let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+        let answering = Box::pin({
+            let say = say.clone();
+            async move {
+                finished.await.unwrap();
+                // Said as the handler returns: still ahead of the result.
+                say.send(line(3)).unwrap();
+                message(serde_json::json!({"jsonrpc": "2.0", "id": 7, "result": {}}))
+            }
+        });
+        let mut stream = Box::pin(the_rest(answering, said));
+        say.send(line(1)).unwrap();
+        let first = events(&stream.next().await.unwrap());
+        assert_eq!(first[0]["params"]["data"]["step"], 1, "{first:?}");
+        say.send(line(2)).unwrap();
+        let second = events(&stream.next().await.unwrap());
+        assert_eq!(second[0]["params"]["data"]["step"], 2, "{second:?}");
+        finish.send(()).unwrap();
+        let last = events(&stream.next().await.unwrap());
+        assert_eq!(last.len(), 2, "{last:?}");
+        assert_eq!(last[0]["params"]["data"]["step"], 3);
+        assert_eq!(last[1]["id"], 7);
+        assert!(
+            stream.next().await.is_none(),
+            "the stream ends with the result"
         );
     }
 

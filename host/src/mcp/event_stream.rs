@@ -74,7 +74,13 @@ pub fn serve(outbox: &Outbox, keep_alive: Duration, closing: CancellationToken) 
             Some((Ok::<_, Infallible>(Frame::data(event)), (messages, ticks)))
         })
         .take_until(closing.cancelled_owned());
-    let mut response = Response::new(Body::new(http_body_util::StreamBody::new(events)));
+    streaming(Body::new(http_body_util::StreamBody::new(events)))
+}
+
+/// A 200 response whose body is SSE events, with the headers that keep proxies from buffering
+/// them (also the stream of a POST that says something before its result: `direct.rs`).
+pub fn streaming(body: Body) -> Response {
+    let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -83,6 +89,15 @@ pub fn serve(outbox: &Outbox, keep_alive: Duration, closing: CancellationToken) 
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
+}
+
+/// One SSE event carrying `json`, a JSON-RPC message on one line (serde_json writes no newline).
+pub fn event(json: &[u8]) -> Bytes {
+    let mut event = Vec::with_capacity(json.len() + 8);
+    event.extend_from_slice(b"data: ");
+    event.extend_from_slice(json);
+    event.extend_from_slice(b"\n\n");
+    Bytes::from(event)
 }
 
 /// The next message; `None` when the stream's sender is gone (the session ended). A shadow

@@ -36,6 +36,7 @@ use rmcp::{
 };
 use tokio::sync::mpsc;
 
+use super::event_stream;
 use crate::actors::{Listener, Notice};
 
 /// How many messages wait for a session's next stream; older ones are dropped.
@@ -304,11 +305,7 @@ fn encode(message: &Message) -> Bytes {
     };
     let json =
         serde_json::to_vec(&ServerJsonRpcMessage::notification(notification)).unwrap_or_default();
-    let mut event = Vec::with_capacity(json.len() + 8);
-    event.extend_from_slice(b"data: ");
-    event.extend_from_slice(&json);
-    event.extend_from_slice(b"\n\n");
-    Bytes::from(event)
+    event_stream::event(&json)
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use tracing::Instrument;
 use super::{
     auth::Principal,
     call_events::{self, CallEvents},
-    direct::Served,
+    direct::{RequestStream, Served},
     metrics::CallRecord,
     outbox::Outbox,
     reply,
@@ -291,6 +291,7 @@ impl TurnstileServer {
         };
         CallEvents {
             peer: context.peer.clone(),
+            own_stream: context.extensions.get::<RequestStream>().cloned(),
             outbox: (!is_sessionless(context)).then(|| self.session().outbox().clone()),
             progress_token: context.meta.get_progress_token(),
             min_level,
