@@ -82,11 +82,14 @@ impl CallEvents {
                 let mut message = LoggingMessageNotificationParam::new(to_rmcp(level), data);
                 message.logger = logger;
                 match (&self.own_stream, &self.outbox) {
-                    (Some(stream), _) => stream.send(ServerJsonRpcMessage::notification(
-                        ServerNotification::LoggingMessageNotification(
-                            LoggingMessageNotification::new(message),
-                        ),
-                    )),
+                    (Some(stream), _) => {
+                        stream.send(&ServerJsonRpcMessage::notification(
+                            ServerNotification::LoggingMessageNotification(
+                                LoggingMessageNotification::new(message),
+                            ),
+                        ));
+                        Ok(())
+                    }
                     (None, Some(outbox)) => outbox.log(message).await,
                     (None, None) => self
                         .peer

@@ -35,7 +35,11 @@
 //!
 //! It must not decide anything a handler decides: it only moves the request to the handler.
 
-use std::{convert::Infallible, future::Future, sync::Arc};
+use std::{
+    convert::Infallible,
+    future::Future,
+    sync::{Arc, Mutex, PoisonError},
+};
 
 use super::{event_stream, server::TurnstileServer};
 use axum::{
@@ -50,7 +54,7 @@ use rmcp::{
     service::RequestContext,
     transport::common::http_header::{HEADER_MCP_PROTOCOL_VERSION, HEADER_SESSION_ID},
 };
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 
 /// The methods served here: each one's response is its result alone (no progress asked).
 const ANSWER_ONLY: &[&str] = &[
@@ -154,8 +158,8 @@ pub async fn serve(served: Served, parts: Parts, body: &Bytes) -> Result<Respons
     let mut context = RequestContext::new(id.clone(), served.peer.clone());
     std::mem::swap(&mut context.meta, request.get_meta_mut());
     std::mem::swap(&mut context.extensions, request.extensions_mut());
-    let (stream, mut said) = mpsc::unbounded_channel();
-    context.extensions.insert(RequestStream(stream));
+    let said = Arc::new(Said::default());
+    context.extensions.insert(RequestStream(Arc::clone(&said)));
     let Served { handler, .. } = served;
     let mut answering = Box::pin(async move {
         let scope = Arc::clone(handler.session());
@@ -168,71 +172,83 @@ pub async fn serve(served: Served, parts: Parts, body: &Bytes) -> Result<Respons
     Ok(tokio::select! {
         biased;
         message = &mut answering => {
-            let before = said_before(&mut said);
+            let before = said.take();
             if before.is_empty() {
                 json_response(&message)
             } else {
-                event_stream::streaming(Body::from(
-                    [&before[..], &encode(&message)[..]].concat(),
-                ))
+                event_stream::streaming(Body::from([before, encode(&message)].concat()))
             }
         }
-        Some(first) = said.recv() => {
-            let first = futures_util::stream::once(std::future::ready(encode(&first)));
-            event_stream::streaming(Body::from_stream(
-                first.chain(the_rest(answering, said)).map(Ok::<_, Infallible>),
-            ))
+        () = said.arrived.notified() => {
+            let events = the_rest(answering, said).map(Ok::<_, Infallible>);
+            event_stream::streaming(Body::from_stream(events))
         }
     })
+}
+
+/// What a request's handler said about it that its stream has not carried yet: SSE events, in
+/// the order said. A lock and a buffer rather than a channel: most requests say nothing, and
+/// this is all they pay for the chance.
+#[derive(Default)]
+struct Said {
+    events: Mutex<Vec<u8>>,
+    arrived: Notify,
+}
+
+impl Said {
+    fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(PoisonError::into_inner))
+    }
 }
 
 /// The stream of one request served here, for what its handler says about it before its result
 /// (a plugin's log lines: `call_events.rs`). Found in the request's `RequestContext` extensions.
 #[derive(Clone)]
-pub struct RequestStream(mpsc::UnboundedSender<ServerJsonRpcMessage>);
+pub struct RequestStream(Arc<Said>);
 
 impl RequestStream {
-    /// Sends `message` ahead of the request's result. Fails once the result is out (a thread the
-    /// plugin left running), or the client has gone.
-    pub fn send(&self, message: ServerJsonRpcMessage) -> Result<(), String> {
+    /// Sends `message` ahead of the request's result. What is said after the result is out (a
+    /// thread the plugin left running) is never carried.
+    pub fn send(&self, message: &ServerJsonRpcMessage) {
+        let event = encode(message);
         self.0
-            .send(message)
-            .map_err(|_| "the request has been answered".to_owned())
+            .events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend_from_slice(&event);
+        self.0.arrived.notify_one();
     }
 }
 
-/// The request's stream after its first message: what the handler says, as it says it, then
+/// The request's stream once its handler has said something: what it says, as it says it, then
 /// the result. The handler runs as the body is read, as it runs within the request without a
 /// stream; a client that hangs up drops it with the body.
 fn the_rest(
     answering: impl Future<Output = ServerJsonRpcMessage> + Unpin,
-    said: mpsc::UnboundedReceiver<ServerJsonRpcMessage>,
+    said: Arc<Said>,
 ) -> impl futures_util::Stream<Item = Bytes> {
     futures_util::stream::unfold(Some((answering, said)), |running| async move {
-        let (mut answering, mut said) = running?;
-        tokio::select! {
-            biased;
-            Some(message) = said.recv() => Some((encode(&message), Some((answering, said)))),
-            message = &mut answering => {
-                let last = [&said_before(&mut said)[..], &encode(&message)[..]].concat();
-                Some((Bytes::from(last), None))
+        let (mut answering, said) = running?;
+        loop {
+            let now = said.take();
+            if !now.is_empty() {
+                return Some((Bytes::from(now), Some((answering, said))));
+            }
+            tokio::select! {
+                biased;
+                message = &mut answering => {
+                    let last = [said.take(), encode(&message)].concat();
+                    return Some((Bytes::from(last), None));
+                }
+                () = said.arrived.notified() => {}
             }
         }
     })
 }
 
-/// What the handler said and the stream has not carried yet, as SSE events, in order.
-fn said_before(said: &mut mpsc::UnboundedReceiver<ServerJsonRpcMessage>) -> Vec<u8> {
-    let mut events = Vec::new();
-    while let Ok(message) = said.try_recv() {
-        events.extend_from_slice(&encode(&message));
-    }
-    events
-}
-
 /// `message` as one SSE event.
-fn encode(message: &ServerJsonRpcMessage) -> Bytes {
-    event_stream::event(&serde_json::to_vec(message).unwrap_or_default())
+fn encode(message: &ServerJsonRpcMessage) -> Vec<u8> {
+    event_stream::event(&serde_json::to_vec(message).unwrap_or_default()).into()
 }
 
 /// `message` as a 200 `application/json` response.
@@ -328,22 +344,23 @@ pub(super) mod tests {
 
     #[tokio::test]
     async fn a_request_stream_carries_each_line_as_it_is_said_then_the_result() {
-        let (say, said) = mpsc::unbounded_channel();
+        let said = Arc::new(Said::default());
+        let stream_of_request = RequestStream(Arc::clone(&said));
         let (finish, finished) = tokio::sync::oneshot::channel::<()>();
         let answering = Box::pin({
-            let say = say.clone();
+            let stream_of_request = stream_of_request.clone();
             async move {
                 finished.await.unwrap();
                 // Said as the handler returns: still ahead of the result.
-                say.send(line(3)).unwrap();
+                stream_of_request.send(&line(3));
                 message(serde_json::json!({"jsonrpc": "2.0", "id": 7, "result": {}}))
             }
         });
         let mut stream = Box::pin(the_rest(answering, said));
-        say.send(line(1)).unwrap();
+        stream_of_request.send(&line(1));
         let first = events(&stream.next().await.unwrap());
         assert_eq!(first[0]["params"]["data"]["step"], 1, "{first:?}");
-        say.send(line(2)).unwrap();
+        stream_of_request.send(&line(2));
         let second = events(&stream.next().await.unwrap());
         assert_eq!(second[0]["params"]["data"]["step"], 2, "{second:?}");
         finish.send(()).unwrap();
