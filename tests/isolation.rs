@@ -169,9 +169,10 @@ async fn host_services_and_deadlines_cross_the_process_boundary() {
         .await;
     assert_eq!(reported.structured_content.unwrap()["services"], true);
     // Each kind arrives in order; a log line and a progress report cross the pipe as separate
-    // frames relayed to two notification kinds, so their relative order may differ. Log lines
-    // go on the session's stream, progress on the request's: the last log line may reach the
-    // client just after the answer.
+    // frames relayed to two notification kinds, so their relative order may differ. A request
+    // with a progress token is served by rmcp, which sends log lines on the session's stream and
+    // progress on the request's: the last log line may reach the client just after the answer.
+    // (Without a progress token both go on the request's stream: `tests/sessions.rs`.)
     let events = client
         .events_when(|events| events.iter().filter(|e| e.starts_with("log:")).count() >= 2)
         .await;
