@@ -40,6 +40,24 @@ fn outage_options() -> StoreOptions {
     }
 }
 
+/// Connects to a healthy server, trying again if a try times out. This is the tests' setup, not
+/// what they check: the op timeout here is short (400 ms), and on a loaded 2-core box a healthy
+/// PostgreSQL's first round trips (the schema migration) can take longer (seen in CI).
+async fn patiently<S, Fut>(what: &str, connect: impl Fn() -> Fut) -> S
+where
+    Fut: std::future::Future<Output = Result<S, StoreError>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match connect().await {
+            Ok(store) => return store,
+            Err(error) if tries < 5 => eprintln!("{what}: try {tries} failed ({error}); again"),
+            Err(error) => panic!("{what}: {error} (after {tries} tries)"),
+        }
+    }
+}
+
 /// A port nothing listens on right now (the kernel picks it; we close it at once).
 async fn spare_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -287,9 +305,11 @@ async fn postgres_stalled_then_cut_then_back() {
     let url = postgres_url();
     let proxy = Proxy::start(0, upstream_of(&url, 5432)).await;
     let proxied = via_proxy(&url, proxy.port);
-    let store = PostgresStore::connect(&proxied, &outage_options())
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL via proxy to {url}: {e}"));
+    let options = outage_options();
+    let store = patiently(&format!("PostgreSQL via proxy to {url}"), || {
+        PostgresStore::connect(&proxied, &options)
+    })
+    .await;
     let v1 = InstanceRecord::first("w", json!("a"));
     store.save("k", &v1, 0).await.unwrap();
 
@@ -321,9 +341,11 @@ async fn redis_stalled_times_out_then_recovers() {
     let url = super::contract::redis_url();
     let proxy = Proxy::start(0, upstream_of(&url, 6379)).await;
     let proxied = via_proxy(&url, proxy.port);
-    let store = RedisStore::connect(&proxied, &outage_options())
-        .await
-        .unwrap_or_else(|e| panic!("Redis via proxy to {url}: {e}"));
+    let options = outage_options();
+    let store = patiently(&format!("Redis via proxy to {url}"), || {
+        RedisStore::connect(&proxied, &options)
+    })
+    .await;
     let v1 = InstanceRecord::first("w", json!("a"));
     store.save("k", &v1, 0).await.unwrap();
 
