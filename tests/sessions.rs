@@ -138,14 +138,18 @@ impl Raw {
 }
 
 impl RawSession {
+    /// A POST of request `id` on this session, ready to send (the answer is the caller's to read).
+    fn post_request(&self, id: u64, method: &str, params: Value) -> reqwest::RequestBuilder {
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.raw.post(Some(&self.id), &message)
+    }
+
     /// Sends a request and returns its result.
     async fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_request;
         self.next_request += 1;
-        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let response = self
-            .raw
-            .post(Some(&self.id), &message)
+            .post_request(id, method, params)
             .send()
             .await
             .unwrap_or_else(|error| panic!("{method}: {error}"));
@@ -219,10 +223,9 @@ impl RawSession {
     /// up once it has handled `notifications/initialized`, which it accepts (202) before
     /// handling; until then rmcp answers, with a stream. A moment at most.
     async fn until_taken_up(&self) {
-        let ping = json!({"jsonrpc": "2.0", "id": 0, "method": "ping"});
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            let response = self.raw.post(Some(&self.id), &ping).send().await;
+            let response = self.post_request(0, "ping", json!({})).send().await;
             let answer = response.expect("ping");
             if answer
                 .headers()
@@ -954,13 +957,8 @@ async fn answer_only_requests_of_a_session_come_back_as_plain_json() {
     let server = Server::http(plugins.path(), &["--store", "memory:"]);
     let raw = Raw::new(&server);
     let mut session = raw.open().await;
-    let post = |id: u64, method: &str, params: Value| {
-        raw.post(
-            Some(&session.id),
-            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-        )
-        .send()
-    };
+    let post =
+        |id: u64, method: &str, params: Value| session.post_request(id, method, params).send();
     let framing = |response: &reqwest::Response| {
         response
             .headers()
@@ -1084,11 +1082,11 @@ async fn a_cancelled_plain_call_stops_its_plugin_and_fires_nothing() {
     let names = session.tool_names(None).await;
     assert!(has(&names, "testkit.reset"), "{names:?}");
 
-    let call = raw
-        .post(
-            Some(&session.id),
-            &json!({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
-                    "params": {"name": "testkit.reset", "arguments": {"watch_ms": 5000}}}),
+    let call = session
+        .post_request(
+            77,
+            "tools/call",
+            json!({"name": "testkit.reset", "arguments": {"watch_ms": 5000}}),
         )
         .send();
     let call = tokio::spawn(call);
@@ -1144,12 +1142,14 @@ async fn a_call_that_logs_streams_its_lines_ahead_of_its_result_on_its_own_respo
         .await;
     let mut events = session.open_stream().await;
     let call = |id: u64, count: u32, level: &str| {
-        raw.post(
-            Some(&session.id),
-            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                "params": {"name": "testkit.report", "arguments": {"count": count, "level": level}}}),
-        )
-        .send()
+        let arguments = json!({"count": count, "level": level});
+        session
+            .post_request(
+                id,
+                "tools/call",
+                json!({"name": "testkit.report", "arguments": arguments}),
+            )
+            .send()
     };
     for id in 10..20 {
         let response = call(id, 3, "warning").await.expect("tools/call");
