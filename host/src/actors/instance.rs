@@ -510,10 +510,6 @@ impl Handler<Call> for InstanceActor {
                     };
                 }
             };
-            // What the instance is offered besides tools, to tell its watchers whether a move
-            // changed it (nothing to compute for a workflow without prompts or resources).
-            let catalog = deps.catalog.current();
-            let offered_before = gate::Offered::of(&catalog, &key.workflow, &view.snapshot);
             let finished = run_call(&deps, &plugin_lock, &key, view.clone(), call).await;
             match finished {
                 Ok((after, moved, outcome)) => Finished {
@@ -521,10 +517,17 @@ impl Handler<Call> for InstanceActor {
                         // Timers fired before the call: its before is not at hand.
                         Some(ListsChanged::ALL)
                     } else {
+                        // What the instance is offered besides tools before and after, to
+                        // tell its watchers whether the move changed it (computed for a move
+                        // only; nothing to compute for a workflow without prompts or resources).
                         moved.then(|| {
+                            let catalog = deps.catalog.current();
                             let offered =
-                                gate::Offered::of(&catalog, &key.workflow, &after.snapshot);
-                            ListsChanged::between(&offered_before, &offered)
+                                |snapshot| gate::Offered::of(&catalog, &key.workflow, snapshot);
+                            ListsChanged::between(
+                                &offered(&view.snapshot),
+                                &offered(&after.snapshot),
+                            )
                         })
                     },
                     adopt: Some(after),

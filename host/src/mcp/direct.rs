@@ -41,7 +41,7 @@ use std::{
     sync::{Arc, Mutex, PoisonError},
 };
 
-use super::{event_stream, server::TurnstileServer};
+use super::{event_stream, request_body, server::TurnstileServer};
 use axum::{
     body::{Body, Bytes},
     http::{HeaderMap, HeaderValue, StatusCode, header, request::Parts},
@@ -50,7 +50,7 @@ use axum::{
 use futures_util::StreamExt;
 use rmcp::{
     Peer, RoleServer, Service,
-    model::{ClientJsonRpcMessage, GetExtensions, GetMeta, ProtocolVersion, ServerJsonRpcMessage},
+    model::{GetExtensions, GetMeta, ProtocolVersion, ServerJsonRpcMessage},
     service::RequestContext,
     transport::common::http_header::{HEADER_MCP_PROTOCOL_VERSION, HEADER_SESSION_ID},
 };
@@ -140,12 +140,9 @@ pub fn accepts(headers: &HeaderMap, media: &str) -> bool {
 /// Serves `body`, the whole request body of a POST of the session `served` serves, if it is an
 /// answer-only request; otherwise gives the request's parts back, for rmcp to serve it.
 pub async fn serve(served: Served, parts: Parts, body: &Bytes) -> Result<Response, Parts> {
-    let Ok(ClientJsonRpcMessage::Request(request)) =
-        serde_json::from_slice::<ClientJsonRpcMessage>(body)
-    else {
+    let Some((id, mut request)) = request_body::parse(body) else {
         return Err(parts);
     };
-    let (mut request, id) = (request.request, request.id);
     let meta = request.get_meta();
     let answer_only = ANSWER_ONLY.contains(&request.method())
         && meta.get_progress_token().is_none()

@@ -11,7 +11,7 @@
 //!
 //! It must not build client-visible results (that is `reply`) or name metric series itself.
 
-use std::{sync::Arc, time::Instant};
+use std::{fmt::Write, sync::Arc, time::Instant};
 
 use axum::{
     extract::State,
@@ -78,11 +78,15 @@ impl CallRecord {
             return;
         }
         let digest = Sha256::digest(key.store_key().as_bytes());
-        let short: String = digest[..6]
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect();
-        span.record("instance", format!("{}#{short}", key.workflow));
+        // One string, written in place: this runs on every call.
+        let mut label = String::with_capacity(key.workflow.len() + 13);
+        label.push_str(&key.workflow);
+        label.push('#');
+        for byte in &digest[..6] {
+            // Writing to a String cannot fail.
+            let _ = write!(label, "{byte:02x}");
+        }
+        span.record("instance", label);
     }
 
     /// The call was answered with `answer`: count it, close its span, and pass the answer on.

@@ -43,6 +43,7 @@ mod oauth;
 mod outbox;
 mod primitives;
 mod reply;
+mod request_body;
 mod server;
 mod session;
 mod session_owners;
