@@ -25,8 +25,8 @@ use serde::Deserialize;
 #[derive(Deserialize)]
 struct Envelope<'a> {
     /// Checked, as rmcp checks it: a body that is not JSON-RPC 2.0 is not parsed here.
-    #[allow(dead_code)]
-    jsonrpc: JsonRpcVersion2_0,
+    #[serde(rename = "jsonrpc")]
+    _jsonrpc: JsonRpcVersion2_0,
     id: RequestId,
     #[serde(borrow)]
     method: Cow<'a, str>,
@@ -93,7 +93,9 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                    "params": {"name": "invoice.status", "arguments": {}}}),
             json!({"jsonrpc": "2.0", "id": "a-7", "method": "tools/call",
-                   "params": {"name": "invoice.submit", "arguments": {"amount": 5},
+                   "params": {"name": "invoice.submit",
+                              "arguments": {"amount": 5.25, "count": 18446744073709551615_u64,
+                                            "note": "a \"quoted\" \u{e9} line\n"},
                               "_meta": {"idempotencyKey": "k1", "progressToken": 3}}}),
             json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                    "params": {"name": "invoice.status"}, "extra": true}),
