@@ -3,7 +3,8 @@
 //! (`quick_ms` in its manifest), on the caller's own thread, which saves the two thread switches
 //! of a hand-off that would cost more than the call itself. A quick call cannot be cut off either,
 //! so a plugin whose quick calls keep overrunning their budget loses the privilege for good
-//! (`plugin/quick.rs`: a few overruns are forgiven).
+//! (`plugin/quick.rs`: a few overruns are forgiven, and only those measured as the plugin's own
+//! doing can withdraw it).
 //!
 //! A successful output is checked against the tool's declared output (`ToolEntry::check_output`)
 //! here, before anything else sees it: a mismatch is an error and fires nothing. So is an output
@@ -218,7 +219,9 @@ pub async fn read(
 }
 
 /// Runs a quick tool right here, on the caller's thread, and tells its plugin's pool if the call
-/// took longer than the tool promised (the pool decides whether that costs the privilege).
+/// took longer than the tool promised (the pool decides whether that costs the privilege). The
+/// call is only timed, unless the pool asks for it to be measured too (after a recent overrun):
+/// reading the thread's CPU time and scheduler waits costs two system calls on each side.
 fn run_quick(
     tool: &ToolEntry,
     arguments: &Value,
@@ -226,33 +229,46 @@ fn run_quick(
     host: Option<Arc<HostCall>>,
     budget_ms: u32,
 ) -> Result<PluginOutput, PluginError> {
-    tool.plugin.pool().quick_call_begins();
     let started = std::time::Instant::now();
-    let before = ThreadTime::now();
+    let measuring = tool.plugin.pool().quick_call_begins(started);
+    let before = if measuring { ThreadTime::now() } else { None };
     let output = tool.plugin.call_with(tool.name(), arguments, context, host);
     let took = started.elapsed();
     let budget = Duration::from_millis(budget_ms.into());
-    if took > budget
-        && let Some(used) = ThreadTime::overran(before, took, budget)
-    {
-        let (took_ms, cpu_ms, blocked_ms) = (
-            took.as_secs_f64() * 1000.0,
-            used.cpu.as_secs_f64() * 1000.0,
-            used.blocked.as_secs_f64() * 1000.0,
-        );
-        let (tool_name, plugin) = (tool.name(), tool.plugin.path().display());
-        match tool.plugin.pool().quick_call_overran() {
-            Overrun::Forgiven { recent, calls } => tracing::debug!(
-                tool = %tool_name, %plugin, budget_ms, took_ms, cpu_ms, blocked_ms, recent, calls,
-                "a quick tool overran its budget; forgiven, as one of few"
-            ),
-            Overrun::Withdrawn => tracing::warn!(
-                tool = %tool_name, %plugin, budget_ms, took_ms, cpu_ms, blocked_ms,
-                "a quick tool keeps overrunning its budget; this plugin's calls run on worker \
-                 threads from now on"
-            ),
-            Overrun::AlreadyWithdrawn => {}
+    if took <= budget {
+        return output;
+    }
+    // An unmeasured overrun is reported with what the wall clock saw: all of it unexplained.
+    let used = if measuring {
+        match ThreadTime::overran(before, took, budget) {
+            Some(used) => used,
+            // The thread waited for a core: the machine's doing, not the plugin's.
+            None => return output,
         }
+    } else {
+        Used {
+            cpu: Duration::ZERO,
+            blocked: took,
+        }
+    };
+    let (took_ms, cpu_ms, blocked_ms) = (
+        took.as_secs_f64() * 1000.0,
+        used.cpu.as_secs_f64() * 1000.0,
+        used.blocked.as_secs_f64() * 1000.0,
+    );
+    let (tool_name, plugin) = (tool.name(), tool.plugin.path().display());
+    match tool.plugin.pool().quick_call_overran(measuring) {
+        Overrun::Forgiven { recent, calls } => tracing::debug!(
+            tool = %tool_name, %plugin, budget_ms, took_ms, measured = measuring, cpu_ms,
+            blocked_ms, recent, calls,
+            "a quick tool overran its budget; forgiven, as one of few"
+        ),
+        Overrun::Withdrawn => tracing::warn!(
+            tool = %tool_name, %plugin, budget_ms, took_ms, cpu_ms, blocked_ms,
+            "a quick tool keeps overrunning its budget; this plugin's calls run on worker \
+             threads from now on"
+        ),
+        Overrun::AlreadyWithdrawn => {}
     }
     output
 }

@@ -51,15 +51,17 @@ impl CallPool {
         self.quick.trusted()
     }
 
-    /// A quick call of this plugin begins (overruns are weighed against the calls made).
-    pub fn quick_call_begins(&self) {
-        self.quick.calling();
+    /// A quick call of this plugin begins at `now` (overruns are weighed against the calls
+    /// made); answers whether to measure it, not only time it (`plugin/quick.rs` says when).
+    pub fn quick_call_begins(&self, now: std::time::Instant) -> bool {
+        self.quick.calling(now)
     }
 
-    /// A quick call overran its budget: forgiven when it is one of few, else from now on every
-    /// call of this plugin runs on a worker thread (`plugin/quick.rs` has the rule).
-    pub fn quick_call_overran(&self) -> Overrun {
-        self.quick.overran(std::time::Instant::now())
+    /// A quick call overran its budget, by its own doing if `measured`, else by the wall clock:
+    /// forgiven when it is one of few or unmeasured, else from now on every call of this plugin
+    /// runs on a worker thread (`plugin/quick.rs` has the rule).
+    pub fn quick_call_overran(&self, measured: bool) -> Overrun {
+        self.quick.overran(std::time::Instant::now(), measured)
     }
 
     /// A slot for one call, waiting at most `wait` for one to free up.

@@ -11,6 +11,15 @@
 //! privilege only when more than [`OVERRUNS_TOLERATED`] happened within [`WINDOW`] and they are
 //! more than one in [`CALLS_PER_OVERRUN`] of the plugin's quick calls since the oldest of them;
 //! the others are forgiven.
+//!
+//! Telling the plugin's doing from the machine's takes the thread's CPU clock and scheduler
+//! statistics, two system calls before and two after a call that itself may need a few
+//! microseconds. So a plugin's quick calls are read by the wall clock alone until one overruns;
+//! that overrun counts (nothing says whose it was) but cannot withdraw the privilege by itself,
+//! and for the next [`WINDOW`] every quick call of the plugin is measured, so the overruns that
+//! follow are counted only when they were the plugin's own. A plugin that breaks its promise on
+//! most calls loses the privilege on its third overrun, as before; a machine that pauses
+//! threads now and then costs one counted overrun a window, below [`OVERRUNS_TOLERATED`].
 
 use std::{
     collections::VecDeque,
@@ -33,7 +42,8 @@ pub const WINDOW: Duration = Duration::from_secs(60);
 /// What one overrun did to the plugin's privilege.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Overrun {
-    /// Forgiven: this many overruns (this one included) are within the window.
+    /// Forgiven: this many overruns (this one included) are within the window, or this one was
+    /// not measured (only the wall clock saw it).
     Forgiven { recent: usize, calls: u64 },
     /// This overrun took the privilege away.
     Withdrawn,
@@ -47,6 +57,10 @@ pub struct QuickTrust {
     trusted: AtomicBool,
     /// Quick calls begun so far.
     calls: AtomicU64,
+    /// Until when quick calls are measured (not only timed), in nanoseconds since `born`: a
+    /// [`WINDOW`] past the last overrun seen by the wall clock alone. 0: not measuring.
+    measured_until: AtomicU64,
+    born: Instant,
     /// The recent overruns, oldest first: when, and how many quick calls had begun by then.
     /// Locked only on an overrun.
     overruns: Mutex<VecDeque<(Instant, u64)>>,
@@ -57,6 +71,8 @@ impl QuickTrust {
         QuickTrust {
             trusted: AtomicBool::new(true),
             calls: AtomicU64::new(0),
+            measured_until: AtomicU64::new(0),
+            born: Instant::now(),
             overruns: Mutex::new(VecDeque::new()),
         }
     }
@@ -66,15 +82,23 @@ impl QuickTrust {
         self.trusted.load(Ordering::Relaxed)
     }
 
-    /// A quick call of this plugin begins.
-    pub fn calling(&self) {
+    /// A quick call of this plugin begins at `now`; answers whether to measure it (the thread's
+    /// CPU time and scheduler waits), which is only while an unmeasured overrun is recent.
+    pub fn calling(&self, now: Instant) -> bool {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        self.nanos_since_born(now) < self.measured_until.load(Ordering::Relaxed)
     }
 
-    /// A quick call overran its budget at `now`.
-    pub fn overran(&self, now: Instant) -> Overrun {
+    /// A quick call overran its budget at `now`: by its own doing if `measured`, else by the
+    /// wall clock, which may be the machine's doing. An unmeasured overrun counts but never
+    /// withdraws the privilege, and has the plugin's calls measured for the next [`WINDOW`].
+    pub fn overran(&self, now: Instant, measured: bool) -> Overrun {
         if !self.trusted() {
             return Overrun::AlreadyWithdrawn;
+        }
+        if !measured {
+            let until = self.nanos_since_born(now + WINDOW);
+            self.measured_until.fetch_max(until, Ordering::Relaxed);
         }
         let calls_now = self.calls.load(Ordering::Relaxed);
         let mut overruns = self.overruns.lock().unwrap_or_else(PoisonError::into_inner);
@@ -90,7 +114,8 @@ impl QuickTrust {
         });
         overruns.push_back((now, calls_now));
         let recent = overruns.len();
-        if recent <= OVERRUNS_TOLERATED || (recent as u64) * CALLS_PER_OVERRUN <= calls {
+        if !measured || recent <= OVERRUNS_TOLERATED || (recent as u64) * CALLS_PER_OVERRUN <= calls
+        {
             return Overrun::Forgiven { recent, calls };
         }
         if self.trusted.swap(false, Ordering::Relaxed) {
@@ -98,6 +123,12 @@ impl QuickTrust {
         } else {
             Overrun::AlreadyWithdrawn
         }
+    }
+
+    /// `at` as nanoseconds since this record was made (0 for an earlier instant); a `u64` of
+    /// nanoseconds lasts 584 years.
+    fn nanos_since_born(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.born).as_nanos()).unwrap_or(u64::MAX)
     }
 }
 
@@ -111,12 +142,13 @@ impl Default for QuickTrust {
 mod tests {
     use super::*;
 
-    /// `calls` quick calls, then an overrun at `at`.
+    /// `calls` quick calls, then an overrun at `at`, measured or not as the calls were.
     fn after_calls(trust: &QuickTrust, calls: u64, at: Instant) -> Overrun {
+        let mut measured = false;
         for _ in 0..calls {
-            trust.calling();
+            measured = trust.calling(at);
         }
-        trust.overran(at)
+        trust.overran(at, measured)
     }
 
     #[test]
@@ -178,5 +210,41 @@ mod tests {
             !trust.trusted(),
             "for good: a quiet window does not give it back"
         );
+    }
+
+    #[test]
+    fn calls_are_measured_only_for_a_window_after_an_overrun_seen_by_the_wall_clock() {
+        let trust = QuickTrust::new();
+        let start = Instant::now();
+        assert!(
+            !trust.calling(start),
+            "no overrun yet: the wall clock alone"
+        );
+        assert!(matches!(
+            trust.overran(start, false),
+            Overrun::Forgiven { recent: 1, .. }
+        ));
+        assert!(trust.calling(start + WINDOW / 2), "measured after it");
+        assert!(
+            !trust.calling(start + WINDOW),
+            "a quiet window later, the wall clock alone again"
+        );
+    }
+
+    #[test]
+    fn overruns_the_wall_clock_alone_saw_never_withdraw_the_privilege() {
+        let trust = QuickTrust::new();
+        let start = Instant::now();
+        for n in 0..10 {
+            trust.calling(start);
+            assert!(
+                matches!(trust.overran(start, false), Overrun::Forgiven { .. }),
+                "overrun {n}"
+            );
+        }
+        assert!(trust.trusted());
+        // The same plugin's next overrun, measured as its own, is the one that counts.
+        assert!(trust.calling(start));
+        assert_eq!(trust.overran(start, true), Overrun::Withdrawn);
     }
 }
