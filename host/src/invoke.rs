@@ -220,7 +220,7 @@ pub async fn read(
 
 /// Runs a quick tool right here, on the caller's thread, and tells its plugin's pool if the call
 /// took longer than the tool promised (the pool decides whether that costs the privilege). The
-/// call is only timed, unless the pool asks for it to be measured too (after a recent overrun):
+/// call is only timed, unless the pool asks for it to be measured too (just after an overrun):
 /// reading the thread's CPU time and scheduler waits costs two system calls on each side.
 fn run_quick(
     tool: &ToolEntry,
@@ -229,8 +229,8 @@ fn run_quick(
     host: Option<Arc<HostCall>>,
     budget_ms: u32,
 ) -> Result<PluginOutput, PluginError> {
+    let measuring = tool.plugin.pool().quick_call_begins();
     let started = std::time::Instant::now();
-    let measuring = tool.plugin.pool().quick_call_begins(started);
     let before = if measuring { ThreadTime::now() } else { None };
     let output = tool.plugin.call_with(tool.name(), arguments, context, host);
     let took = started.elapsed();

@@ -51,10 +51,10 @@ impl CallPool {
         self.quick.trusted()
     }
 
-    /// A quick call of this plugin begins at `now` (overruns are weighed against the calls
-    /// made); answers whether to measure it, not only time it (`plugin/quick.rs` says when).
-    pub fn quick_call_begins(&self, now: std::time::Instant) -> bool {
-        self.quick.calling(now)
+    /// A quick call of this plugin begins (overruns are weighed against the calls made);
+    /// answers whether to measure it, not only time it (`plugin/quick.rs` says when).
+    pub fn quick_call_begins(&self) -> bool {
+        self.quick.calling()
     }
 
     /// A quick call overran its budget, by its own doing if `measured`, else by the wall clock:
