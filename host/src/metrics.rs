@@ -22,8 +22,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+use dashmap::DashMap;
 use metrics::{
-    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+    Counter, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge,
+    histogram,
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -151,11 +153,49 @@ fn describe_recorded() {
     );
 }
 
-/// A `tools/call` was answered. `tool` is a catalog name or [`UNKNOWN_TOOL`]; `outcome` is
-/// [`OK`] or the result's error code.
-pub fn call_answered(tool: &str, outcome: &str, took: Duration) {
-    counter!(CALLS, "tool" => tool.to_owned(), "outcome" => outcome.to_owned()).increment(1);
-    histogram!(CALL_DURATION, "tool" => tool.to_owned()).record(took);
+/// The handles of the `tools/call` metrics, by tool and outcome, each registered once, with the
+/// recorder current at its first call (the global one, in a server). Building a metric's key
+/// (its labels as owned strings) and finding it in the recorder's registry cost more than the
+/// count itself, and every call did both twice. The maps stay small: tools come from the
+/// catalog and outcomes from the host's codes (see the module's docs).
+#[derive(Default)]
+pub struct CallMetrics {
+    by_tool: DashMap<String, ToolCallMetrics>,
+}
+
+/// One tool's call metrics.
+struct ToolCallMetrics {
+    duration: Histogram,
+    by_outcome: DashMap<String, Counter>,
+}
+
+impl CallMetrics {
+    /// A `tools/call` was answered. `tool` is a catalog name or [`UNKNOWN_TOOL`]; `outcome` is
+    /// [`OK`] or the result's error code.
+    pub fn answered(&self, tool: &str, outcome: &str, took: Duration) {
+        let metrics = match self.by_tool.get(tool) {
+            Some(metrics) => metrics,
+            None => self
+                .by_tool
+                .entry(tool.to_owned())
+                .or_insert_with(|| ToolCallMetrics {
+                    duration: histogram!(CALL_DURATION, "tool" => tool.to_owned()),
+                    by_outcome: DashMap::new(),
+                })
+                .downgrade(),
+        };
+        metrics.duration.record(took);
+        match metrics.by_outcome.get(outcome) {
+            Some(calls) => calls.increment(1),
+            None => metrics
+                .by_outcome
+                .entry(outcome.to_owned())
+                .or_insert_with(
+                    || counter!(CALLS, "tool" => tool.to_owned(), "outcome" => outcome.to_owned()),
+                )
+                .increment(1),
+        }
+    }
 }
 
 /// A transition of an instance of `workflow`, fired by `event`, was saved.
@@ -320,9 +360,11 @@ mod tests {
     #[test]
     fn a_call_counts_once_under_its_tool_and_outcome() {
         let text = rendered(|| {
-            call_answered("invoice.submit", OK, Duration::from_millis(3));
-            call_answered("invoice.submit", "FORBIDDEN", Duration::from_millis(1));
-            call_answered("invoice.submit", OK, Duration::from_millis(2));
+            let calls = CallMetrics::default();
+            calls.answered("invoice.submit", OK, Duration::from_millis(3));
+            calls.answered("invoice.submit", "FORBIDDEN", Duration::from_millis(1));
+            calls.answered("invoice.submit", OK, Duration::from_millis(2));
+            calls.answered("invoice.status", OK, Duration::from_millis(1));
         });
         assert!(
             text.contains(r#"turnstile_calls_total{tool="invoice.submit",outcome="ok"} 2"#),
@@ -330,6 +372,14 @@ mod tests {
         );
         assert!(
             text.contains(r#"turnstile_calls_total{tool="invoice.submit",outcome="FORBIDDEN"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"turnstile_calls_total{tool="invoice.status",outcome="ok"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"turnstile_call_duration_seconds_count{tool="invoice.submit"} 3"#),
             "{text}"
         );
     }

@@ -191,6 +191,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         shutdown: shutdown.clone(),
         connection_is_session: matches!(options.transport, Transport::Stdio),
         readiness,
+        call_metrics: Default::default(),
     });
     let drain = {
         let (shutdown, timeout) = (shutdown.clone(), options.shutdown_timeout);

@@ -2,8 +2,8 @@
 //!
 //! [`CallRecord`] follows one `tools/call` from the handler's start to its answer: it opens the
 //! call's `tracing` span (tool, instance, outcome: what an OpenTelemetry layer would export) and,
-//! once answered, counts the call under its tool and outcome (see `crate::metrics`). The outcome
-//! is read back from the answer itself, so it is what the client saw.
+//! once answered, counts the call under its tool and outcome (`crate::metrics::CallMetrics`).
+//! The outcome is read back from the answer itself, so it is what the client saw.
 //!
 //! [`serve`] answers a scrape: it reads what the actors, the plugin pools and rmcp's session
 //! table hold at that moment (the numbers `/stats` shows) and renders them with the recorded
@@ -11,7 +11,7 @@
 //!
 //! It must not build client-visible results (that is `reply`) or name metric series itself.
 
-use std::{fmt::Write, sync::Arc, time::Instant};
+use std::{sync::Arc, time::Instant};
 
 use axum::{
     extract::State,
@@ -26,7 +26,7 @@ use super::{handshake::Handshakes, server::Shared, session_records::SessionRecor
 use crate::{
     actors::InstanceKey,
     catalog::LiveCatalog,
-    metrics::{self, Gauges, PluginPool},
+    metrics::{self, CallMetrics, Gauges, PluginPool},
 };
 
 /// The content type of the Prometheus text exposition format.
@@ -77,31 +77,39 @@ impl CallRecord {
         if span.is_disabled() {
             return;
         }
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let digest = Sha256::digest(key.store_key().as_bytes());
-        // One string, written in place: this runs on every call.
+        // One string, written in place, without the formatting machinery: this runs on every
+        // call.
         let mut label = String::with_capacity(key.workflow.len() + 13);
         label.push_str(&key.workflow);
         label.push('#');
         for byte in &digest[..6] {
-            // Writing to a String cannot fail.
-            let _ = write!(label, "{byte:02x}");
+            label.push(char::from(HEX[usize::from(byte >> 4)]));
+            label.push(char::from(HEX[usize::from(byte & 0x0f)]));
         }
         span.record("instance", label);
     }
 
-    /// The call was answered with `answer`: count it, close its span, and pass the answer on.
+    /// The call was answered with `answer`: count it in `calls`, close its span, and pass the
+    /// answer on.
     pub fn finish(
         self,
+        calls: &CallMetrics,
         answer: Result<CallToolResponse, ErrorData>,
     ) -> Result<CallToolResponse, ErrorData> {
         let outcome = outcome(&answer);
         let took = self.started.elapsed();
         self.span.record("outcome", outcome);
-        // A line per call only for those who ask (`RUST_LOG=info,turnstile::call=debug`).
-        self.span.in_scope(|| {
-            tracing::debug!(target: "turnstile::call", took_ms = took.as_secs_f64() * 1e3, "call answered");
-        });
-        metrics::call_answered(&self.tool, outcome, took);
+        // A line per call only for those who ask (`RUST_LOG=info,turnstile::call=debug`), in
+        // the call's span without entering it.
+        tracing::debug!(
+            target: "turnstile::call",
+            parent: &self.span,
+            took_ms = took.as_secs_f64() * 1e3,
+            "call answered"
+        );
+        calls.answered(&self.tool, outcome, took);
         answer
     }
 }

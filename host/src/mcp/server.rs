@@ -62,6 +62,8 @@ pub struct Shared {
     pub connection_is_session: bool,
     /// What `/readyz` asks (see `health`).
     pub readiness: super::health::Readiness,
+    /// The `tools/call` metrics, counted as calls are answered.
+    pub call_metrics: crate::metrics::CallMetrics,
 }
 
 /// One per MCP session (stdio: one per connection; sessionless HTTP: one per request; a session
@@ -496,7 +498,7 @@ impl ServerHandler for TurnstileServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let record = CallRecord::start(&self.shared.catalog, &request.name);
         let answer = self.answer_call(request, context).instrument(record.span());
-        record.finish(answer.await)
+        record.finish(&self.shared.call_metrics, answer.await)
     }
 
     async fn list_prompts(
