@@ -62,13 +62,20 @@ struct State {
     /// Requests whose response has not been sent in full.
     in_flight: usize,
     wait: Wait,
+    /// The deadline [`Activity::expired`] sleeps until, `None` when it sleeps without one.
+    armed: Option<Instant>,
 }
 
 /// One connection's activity (see the module doc).
 #[derive(Debug)]
 pub struct Activity {
     state: Mutex<State>,
-    /// Woken on every change of state, so [`Activity::expired`] recomputes its deadline.
+    /// Woken when the deadline moves before the one [`Activity::expired`] sleeps until. Only
+    /// then: the waiter shares the connection's task with hyper, so every wake-up re-polls the
+    /// connection too, and waking it on each of a request's three changes (head, start, end)
+    /// cost more than the rest of this module. A deadline that moves later (every change of a
+    /// busy keep-alive connection once it has armed the header timeout) lets the waiter wake
+    /// early, find the later deadline and sleep again.
     changed: Notify,
     header_timeout: Duration,
     keepalive_timeout: Duration,
@@ -82,6 +89,7 @@ impl Activity {
                 wait: Wait::FirstRequest {
                     since: Instant::now(),
                 },
+                armed: None,
             }),
             changed: Notify::new(),
             header_timeout,
@@ -97,7 +105,10 @@ impl Activity {
 
     /// When the current wait ends the connection; `None` while a request is in flight.
     fn deadline(&self) -> Option<Instant> {
-        let state = self.lock();
+        self.deadline_of(&self.lock())
+    }
+
+    fn deadline_of(&self, state: &State) -> Option<Instant> {
         if state.in_flight > 0 {
             return None;
         }
@@ -107,12 +118,33 @@ impl Activity {
         })
     }
 
+    /// The state changed: wakes the waiter if the deadline now comes before the one it sleeps
+    /// until (see the `changed` field).
+    fn wake_if_sooner(&self, state: std::sync::MutexGuard<'_, State>) {
+        let sooner = match (self.deadline_of(&state), state.armed) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(deadline), Some(armed)) => deadline < armed,
+        };
+        drop(state);
+        if sooner {
+            self.changed.notify_one();
+        }
+    }
+
+    /// The current deadline, recorded as the one the waiter sleeps until.
+    fn arm(&self) -> Option<Instant> {
+        let mut state = self.lock();
+        state.armed = self.deadline_of(&state);
+        state.armed
+    }
+
     /// Resolves once the connection has waited past its current deadline.
     pub async fn expired(&self) {
         loop {
-            // `notify_one` keeps a permit when nobody waits, so a change made between reading
-            // the deadline and waiting below is not missed.
-            match self.deadline() {
+            // `notify_one` keeps a permit when nobody waits, so a change made between arming
+            // and waiting below is not missed.
+            match self.arm() {
                 None => self.changed.notified().await,
                 Some(deadline) => {
                     tokio::select! {
@@ -135,14 +167,14 @@ impl Activity {
             state.wait = Wait::Head {
                 since: Instant::now(),
             };
-            drop(state);
-            self.changed.notify_one();
+            self.wake_if_sooner(state);
         }
     }
 
     fn request_started(self: &Arc<Self>) -> InFlight {
-        self.lock().in_flight += 1;
-        self.changed.notify_one();
+        let mut state = self.lock();
+        state.in_flight += 1;
+        self.wake_if_sooner(state);
         InFlight {
             activity: self.clone(),
         }
@@ -156,8 +188,7 @@ impl Activity {
                 since: Instant::now(),
             };
         }
-        drop(state);
-        self.changed.notify_one();
+        self.wake_if_sooner(state);
     }
 
     /// `io` reporting its reads to this activity.
@@ -320,6 +351,56 @@ mod tests {
             Some(idle + Duration::from_secs(10)),
             "the next head has the header timeout"
         );
+    }
+
+    /// Whether a wake-up is waiting for [`Activity::expired`] (consumes it).
+    fn woken(activity: &Activity) -> bool {
+        use futures_util::FutureExt;
+        activity.changed.notified().now_or_never().is_some()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_sooner_deadline_wakes_the_waiter() {
+        let activity = Activity::new(Duration::from_secs(10), Duration::from_secs(60));
+        activity.arm();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // A busy connection's requests: every deadline is later than the armed one.
+        for _ in 0..3 {
+            activity.bytes_read();
+            let request = activity.request_started();
+            drop(request);
+        }
+        assert!(!woken(&activity), "later deadlines let the waiter sleep");
+        // Idle, armed at the keep-alive deadline: a new head has the sooner header timeout.
+        activity.arm();
+        activity.bytes_read();
+        assert!(woken(&activity), "a sooner deadline wakes it");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_connection_expires_a_keepalive_after_its_last_response() {
+        let activity = Activity::new(Duration::from_secs(10), Duration::from_secs(60));
+        let expired = tokio::spawn({
+            let activity = activity.clone();
+            async move { activity.expired().await }
+        });
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_secs(1)).await;
+        activity.bytes_read();
+        let request = activity.request_started();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        drop(request);
+        let ended = Instant::now();
+        // Past the header timeout the waiter wakes, finds the later deadline and sleeps again.
+        tokio::time::advance(Duration::from_secs(58)).await;
+        tokio::task::yield_now().await;
+        assert!(
+            !expired.is_finished(),
+            "expired before the keep-alive timeout"
+        );
+        tokio::time::advance(Duration::from_secs(3)).await;
+        expired.await.unwrap();
+        assert!(Instant::now() >= ended + Duration::from_secs(60));
     }
 
     #[tokio::test(start_paused = true)]
