@@ -18,6 +18,7 @@
 //! - [`timers`]: the task that wakes instances whose timers (or retention) fall due.
 //! - [`retention`]: when an instance's record is deleted.
 //! - [`memory`]: the allocator, and giving freed memory back to the OS.
+//! - [`fast_hash`]: the hasher of the tables a call looks things up in.
 //! - [`metrics`]: what the server counts, and the Prometheus text of `GET /metrics`.
 //! - [`logs`]: the log's format (`--log-format`) and filters (`RUST_LOG`, rmcp at debug only).
 //! - [`load`]: `turnstile load`, a load tester and contract checker for any MCP server (a
@@ -33,6 +34,7 @@ pub mod actors;
 pub mod catalog;
 pub mod commands;
 pub mod config;
+pub mod fast_hash;
 pub mod gate;
 pub mod hotplug;
 pub mod invoke;

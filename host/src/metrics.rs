@@ -22,7 +22,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use dashmap::DashMap;
 use metrics::{
     Counter, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge,
     histogram,
@@ -31,6 +30,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::{
     actors::{NotifierStats, RegistryStats},
+    fast_hash::ConcurrentMap,
     store::StoreError,
 };
 
@@ -160,13 +160,13 @@ fn describe_recorded() {
 /// catalog and outcomes from the host's codes (see the module's docs).
 #[derive(Default)]
 pub struct CallMetrics {
-    by_tool: DashMap<String, ToolCallMetrics>,
+    by_tool: ConcurrentMap<String, ToolCallMetrics>,
 }
 
 /// One tool's call metrics.
 struct ToolCallMetrics {
     duration: Histogram,
-    by_outcome: DashMap<String, Counter>,
+    by_outcome: ConcurrentMap<String, Counter>,
 }
 
 impl CallMetrics {
@@ -180,7 +180,7 @@ impl CallMetrics {
                 .entry(tool.to_owned())
                 .or_insert_with(|| ToolCallMetrics {
                     duration: histogram!(CALL_DURATION, "tool" => tool.to_owned()),
-                    by_outcome: DashMap::new(),
+                    by_outcome: ConcurrentMap::default(),
                 })
                 .downgrade(),
         };

@@ -18,13 +18,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use actix::Addr;
-use dashmap::DashMap;
-
 use super::{InstanceKey, instance::InstanceActor, tables::shrink_shared_if_sparse};
+use crate::fast_hash::ConcurrentMap;
+use actix::Addr;
 
 pub(super) struct Routes {
-    table: DashMap<InstanceKey, Route>,
+    table: ConcurrentMap<InstanceKey, Route>,
     /// Last-use stamps are milliseconds since this instant, so they fit an atomic.
     epoch: Instant,
 }
@@ -37,7 +36,7 @@ struct Route {
 impl Default for Routes {
     fn default() -> Self {
         Routes {
-            table: DashMap::new(),
+            table: ConcurrentMap::default(),
             epoch: Instant::now(),
         }
     }

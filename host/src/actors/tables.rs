@@ -4,7 +4,10 @@
 //! 10,000 sessions end, the registry's and notifier's tables would otherwise stay sized for the
 //! burst for the life of the process, and the server would not fall back to its resting memory.
 
-use std::{collections::HashMap, hash::Hash};
+use std::{
+    collections::HashMap,
+    hash::{BuildHasher, Hash},
+};
 
 use dashmap::DashMap;
 
@@ -21,7 +24,9 @@ pub(super) fn shrink_if_sparse<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
 
 /// [`shrink_if_sparse`] for the concurrent tables callers read directly (`routes.rs`,
 /// `watching.rs`).
-pub(super) fn shrink_shared_if_sparse<K: Eq + Hash, V>(map: &DashMap<K, V>) {
+pub(super) fn shrink_shared_if_sparse<K: Eq + Hash, V, S: BuildHasher + Clone>(
+    map: &DashMap<K, V, S>,
+) {
     let capacity = map.capacity();
     if capacity > SMALL && capacity > 4 * map.len() {
         map.shrink_to_fit();

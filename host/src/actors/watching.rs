@@ -10,15 +10,12 @@
 //! session it forgets (gone, or ended) is taken out here in the same step, so its next request
 //! subscribes it again.
 
-use std::collections::HashSet;
-
-use dashmap::DashMap;
-
 use super::{InstanceKey, SessionId, tables::shrink_shared_if_sparse};
+use crate::fast_hash::{ConcurrentMap, Set};
 
 #[derive(Default)]
 pub(super) struct Watching {
-    table: DashMap<SessionId, HashSet<InstanceKey>>,
+    table: ConcurrentMap<SessionId, Set<InstanceKey>>,
 }
 
 impl Watching {
@@ -51,7 +48,7 @@ impl Watching {
     }
 
     /// Everything `session` watched, which it watches no more. The notifier's only.
-    pub(super) fn take(&self, session: &SessionId) -> HashSet<InstanceKey> {
+    pub(super) fn take(&self, session: &SessionId) -> Set<InstanceKey> {
         let watched = self
             .table
             .remove(session)
@@ -91,7 +88,8 @@ mod tests {
         assert!(!watching.remove(&session, &key), "it watches nothing more");
         assert!(!watching.contains(&session, &key));
         watching.insert(session.clone(), key.clone());
-        assert_eq!(watching.take(&session), HashSet::from([key.clone()]));
+        let taken: Vec<InstanceKey> = watching.take(&session).into_iter().collect();
+        assert_eq!(taken, std::slice::from_ref(&key));
         assert!(!watching.contains(&session, &key));
         assert_eq!(watching.pairs(), 0);
     }

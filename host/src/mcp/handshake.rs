@@ -12,14 +12,14 @@
 
 use std::{sync::Arc, time::Duration};
 
-use dashmap::DashSet;
+use crate::fast_hash::ConcurrentSet;
 use rmcp::transport::streamable_http_server::session::SessionId;
 
 use super::session_records::SessionRecords;
 
 /// The sessions still waiting for their client's `notifications/initialized`.
 pub struct Handshakes {
-    pending: DashSet<SessionId>,
+    pending: ConcurrentSet<SessionId>,
     timeout: Duration,
     sessions: Arc<SessionRecords>,
 }
@@ -27,7 +27,7 @@ pub struct Handshakes {
 impl Handshakes {
     pub fn new(sessions: Arc<SessionRecords>, timeout: Duration) -> Arc<Handshakes> {
         Arc::new(Handshakes {
-            pending: DashSet::new(),
+            pending: ConcurrentSet::default(),
             timeout,
             sessions,
         })

@@ -32,7 +32,7 @@ use std::{
     time::Duration,
 };
 
-use dashmap::DashMap;
+use crate::fast_hash::ConcurrentMap;
 use rmcp::{
     model::InitializeRequestParams,
     transport::streamable_http_server::session::{
@@ -76,7 +76,7 @@ enum Phase {
 /// The HTTP sessions (see the module doc).
 pub struct SessionRecords {
     rmcp: Arc<LocalSessionManager>,
-    records: DashMap<Arc<str>, Record>,
+    records: ConcurrentMap<Arc<str>, Record>,
     /// `None`: sessions are never passivated.
     passivate_after: Option<Duration>,
     idle_timeout: Duration,
@@ -97,7 +97,7 @@ impl SessionRecords {
     ) -> Arc<SessionRecords> {
         Arc::new(SessionRecords {
             rmcp,
-            records: DashMap::new(),
+            records: ConcurrentMap::default(),
             passivate_after,
             idle_timeout,
         })

@@ -19,7 +19,7 @@ use std::{
     },
 };
 
-use dashmap::DashMap;
+use crate::fast_hash::ConcurrentMap;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -109,7 +109,8 @@ impl std::fmt::Debug for HostCall {
 }
 
 /// The calls running right now, by the id their plugin holds.
-static LIVE_CALLS: LazyLock<DashMap<usize, Arc<HostCall>>> = LazyLock::new(DashMap::new);
+static LIVE_CALLS: LazyLock<ConcurrentMap<usize, Arc<HostCall>>> =
+    LazyLock::new(ConcurrentMap::default);
 
 /// Ids start at 1, so a plugin never sees 0 (which reads like NULL) for a live call.
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
