@@ -238,23 +238,21 @@ fn run_quick(
     if took <= budget {
         return output;
     }
-    // An unmeasured overrun is reported with what the wall clock saw: all of it unexplained.
+    // An unmeasured overrun has only the wall clock's figure: where its time went is unknown.
     let used = if measuring {
         match ThreadTime::overran(before, took, budget) {
-            Some(used) => used,
+            Some(used) => Some(used),
             // The thread waited for a core: the machine's doing, not the plugin's.
             None => return output,
         }
     } else {
-        Used {
-            cpu: Duration::ZERO,
-            blocked: took,
-        }
+        None
     };
+    let ms = |duration: Duration| duration.as_secs_f64() * 1000.0;
     let (took_ms, cpu_ms, blocked_ms) = (
-        took.as_secs_f64() * 1000.0,
-        used.cpu.as_secs_f64() * 1000.0,
-        used.blocked.as_secs_f64() * 1000.0,
+        ms(took),
+        used.as_ref().map(|used| ms(used.cpu)),
+        used.as_ref().map(|used| ms(used.blocked)),
     );
     let (tool_name, plugin) = (tool.name(), tool.plugin.path().display());
     match tool.plugin.pool().quick_call_overran(measuring) {
