@@ -18,9 +18,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+use actix::Addr;
+
 use super::{InstanceKey, instance::InstanceActor, tables::shrink_shared_if_sparse};
 use crate::fast_hash::ConcurrentMap;
-use actix::Addr;
 
 pub(super) struct Routes {
     table: ConcurrentMap<InstanceKey, Route>,

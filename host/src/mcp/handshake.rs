@@ -12,10 +12,10 @@
 
 use std::{sync::Arc, time::Duration};
 
-use crate::fast_hash::ConcurrentSet;
 use rmcp::transport::streamable_http_server::session::SessionId;
 
 use super::session_records::SessionRecords;
+use crate::fast_hash::ConcurrentSet;
 
 /// The sessions still waiting for their client's `notifications/initialized`.
 pub struct Handshakes {

@@ -32,7 +32,6 @@ use std::{
     time::Duration,
 };
 
-use crate::fast_hash::ConcurrentMap;
 use rmcp::{
     model::InitializeRequestParams,
     transport::streamable_http_server::session::{
@@ -44,6 +43,7 @@ use rmcp::{
 use tokio::{sync::watch, time::Instant};
 
 use super::{direct::Served, outbox::Outbox, session::SessionScope};
+use crate::fast_hash::ConcurrentMap;
 
 /// One session's record.
 struct Record {

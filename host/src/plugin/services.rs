@@ -19,7 +19,6 @@ use std::{
     },
 };
 
-use crate::fast_hash::ConcurrentMap;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -27,6 +26,8 @@ use turnstile_plugin_api::{
     LogLevel,
     abi::{RawHostServices, Status},
 };
+
+use crate::fast_hash::ConcurrentMap;
 
 /// Something a plugin said during a call, for the client.
 #[derive(Debug, Clone, PartialEq)]
