@@ -1035,6 +1035,69 @@ async fn answer_only_requests_of_a_session_come_back_as_plain_json() {
     session.end().await;
 }
 
+/// A `tools/call` served on the spot (no progress token) gets the answer rmcp's own dispatch
+/// gives the same call (with one): the same result, the same tool error, the same JSON-RPC
+/// error. The direct path answers `tools/call` itself, as rmcp does around the handler
+/// (`mcp/direct.rs`); this is what keeps the two the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_answered_on_the_spot_is_answered_as_rmcp_answers_it() {
+    let plugins = PluginDir::with(&["invoice", "testkit"]);
+    let server = Server::http(plugins.path(), &["--store", "memory:"]);
+    let raw = Raw::new(&server);
+    let mut session = raw.open().await;
+    session.until_taken_up().await;
+    assert_eq!(
+        session.call("invoice.submit", json!({"amount": 5})).await["state"],
+        "review"
+    );
+    let mut id = 100;
+    for (name, arguments) in [
+        ("invoice.status", json!({})),
+        // Refused by the gate: a tool error (`isError`).
+        ("invoice.submit", json!({"amount": 5})),
+        // Wrong arguments, an unknown tool: JSON-RPC errors.
+        ("invoice.approve", json!({"note": 5})),
+        ("no.such.tool", json!({})),
+        // An image block beside structured content.
+        ("testkit.content", json!({})),
+        ("testkit.echo", json!({"word": "same"})),
+    ] {
+        let mut answers = Vec::new();
+        for progress in [None, Some(json!("p"))] {
+            id += 1;
+            let mut params = json!({"name": name, "arguments": arguments});
+            if let Some(token) = &progress {
+                params["_meta"] = json!({"progressToken": token});
+            }
+            let response = session
+                .post_request(id, "tools/call", params)
+                .send()
+                .await
+                .expect(name);
+            assert_eq!(response.status(), StatusCode::OK, "{name}");
+            let body = response.text().await.expect("body");
+            let mut answer = messages(&body)
+                .into_iter()
+                .find(|message| message["id"] == json!(id))
+                .unwrap_or_else(|| panic!("{name}: no answer to request {id} in {body:?}"));
+            answer.as_object_mut().unwrap().remove("id");
+            if name == "testkit.echo" {
+                // Each call has an id of its own; nothing else may differ.
+                answer["result"]["structuredContent"]
+                    .as_object_mut()
+                    .map(|echo| echo.remove("call_id"));
+                answer["result"]["content"] = Value::Null;
+            }
+            answers.push(answer);
+        }
+        assert_eq!(
+            answers[0], answers[1],
+            "{name}: served on the spot (left) and by rmcp (right)"
+        );
+    }
+    session.end().await;
+}
+
 /// A `list_changed` that falls due before the session opens its event stream is not lost: it
 /// arrives when the stream opens (the Python SDK 1.x opens its stream only after the handshake,
 /// and a client may call before it does).

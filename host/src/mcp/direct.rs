@@ -38,10 +38,10 @@
 use std::{
     convert::Infallible,
     future::Future,
+    pin::Pin,
     sync::{Arc, Mutex, PoisonError},
 };
 
-use super::{event_stream, request_body, server::TurnstileServer};
 use axum::{
     body::{Body, Bytes},
     http::{HeaderMap, HeaderValue, StatusCode, header, request::Parts},
@@ -49,12 +49,17 @@ use axum::{
 };
 use futures_util::StreamExt;
 use rmcp::{
-    Peer, RoleServer, Service,
-    model::{GetExtensions, GetMeta, ProtocolVersion, ServerJsonRpcMessage},
+    ErrorData, Peer, RoleServer, ServerHandler, Service,
+    model::{
+        CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientRequest, GetExtensions,
+        GetMeta, ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult,
+    },
     service::RequestContext,
     transport::common::http_header::{HEADER_MCP_PROTOCOL_VERSION, HEADER_SESSION_ID},
 };
 use tokio::sync::Notify;
+
+use super::{event_stream, request_body, server::TurnstileServer};
 
 /// The methods served here: each one's response is its result alone (no progress asked).
 const ANSWER_ONLY: &[&str] = &[
@@ -157,15 +162,23 @@ pub async fn serve(served: Served, parts: Parts, body: &Bytes) -> Result<Respons
     std::mem::swap(&mut context.extensions, request.extensions_mut());
     let said = Arc::new(Said::default());
     context.extensions.insert(RequestStream(Arc::clone(&said)));
-    let Served { handler, .. } = served;
-    let mut answering = Box::pin(async move {
-        let scope = Arc::clone(handler.session());
-        let _cancellable = scope.cancellable(id.clone(), context.ct.clone());
-        match handler.handle_request(request, context).await {
-            Ok(result) => ServerJsonRpcMessage::response(result, id),
-            Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+    let Served { handler, peer } = served;
+    let scope = Arc::clone(handler.session());
+    let cancelled = context.ct.clone();
+    // Two futures, each boxed on its own: one future for both would be as large as rmcp's
+    // dispatch, and be copied whole into its box for every call.
+    let mut answering: Answering = match request {
+        ClientRequest::CallToolRequest(call) if peer.peer_info().is_some() => {
+            Box::pin(async move {
+                let _cancellable = scope.cancellable(id.clone(), cancelled);
+                message(call_tool(&handler, call.params, context).await, id)
+            })
         }
-    });
+        request => Box::pin(async move {
+            let _cancellable = scope.cancellable(id.clone(), cancelled);
+            message(handler.handle_request(request, context).await, id)
+        }),
+    };
     Ok(tokio::select! {
         biased;
         message = &mut answering => {
@@ -181,6 +194,64 @@ pub async fn serve(served: Served, parts: Parts, body: &Bytes) -> Result<Respons
             event_stream::streaming(Body::from_stream(events))
         }
     })
+}
+
+/// A request being answered: the JSON-RPC message its answer will be.
+type Answering = Pin<Box<dyn Future<Output = ServerJsonRpcMessage> + Send>>;
+
+/// The JSON-RPC response of request `id` answered with `answer`.
+fn message(answer: Result<ServerResult, ErrorData>, id: RequestId) -> ServerJsonRpcMessage {
+    match answer {
+        Ok(result) => ServerJsonRpcMessage::response(result, id),
+        Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+    }
+}
+
+/// A `tools/call` answered as rmcp's dispatch (`Service::handle_request`, in rmcp's
+/// `handler/server.rs`) answers it for a session that negotiated with `initialize` and whose
+/// request names no protocol version of its own (the only ones [`serve`] takes), without the
+/// dispatch: its future has room for every method's handler, rmcp's own `subscriptions/listen`
+/// the largest (16 KiB, copied into its box on every request), where this one has room for the
+/// call's alone (BENCHMARKS.md, "Session 14").
+///
+/// What rmcp does around the handler for such a request, done here the same way: no check of
+/// per-request metadata (a session that initialized keeps the session model); a task the
+/// client did not declare it can take is refused; a handler's error is passed on as it is; an
+/// `InputRequired` result is refused before protocol revision 2026-07-28; the result keeps the
+/// shape older revisions know (no `resultType: "complete"`, no structured content that is not
+/// an object) unless the revision is 2026-07-28 or later. A test in `tests/sessions.rs` checks
+/// that the same calls get the same answers from rmcp and from here.
+async fn call_tool(
+    handler: &TurnstileServer,
+    params: CallToolRequestParams,
+    context: RequestContext<RoleServer>,
+) -> Result<ServerResult, ErrorData> {
+    // ISO `YYYY-MM-DD` versions compare lexically the same as chronologically.
+    let is_2026_07_28_or_later = context
+        .protocol_version()
+        .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+    let client_declared_tasks = context
+        .client_capabilities()
+        .is_some_and(|capabilities| capabilities.supports_tasks());
+    let response = handler.call_tool(params, context).await?;
+    if matches!(response, CallToolResponse::Task(_)) && !client_declared_tasks {
+        return Err(ErrorData::missing_required_client_capability(
+            ClientCapabilities::builder().enable_tasks().build(),
+        ));
+    }
+    let mut result = ServerResult::from(response);
+    if is_2026_07_28_or_later {
+        result.fill_missing_cache_hints();
+    } else if matches!(result, ServerResult::InputRequiredResult(_)) {
+        return Err(ErrorData::invalid_request(
+            "InputRequiredResult requires negotiated protocol version 2026-07-28 or newer",
+            None,
+        ));
+    } else {
+        result.strip_result_type_for_legacy_peer();
+        result.strip_non_object_output_for_legacy_peer();
+    }
+    Ok(result)
 }
 
 /// What a request's handler said about it that its stream has not carried yet: SSE events, in
