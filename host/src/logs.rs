@@ -66,8 +66,14 @@ pub fn init(format: LogFormat) {
             .with_writer(std::io::stderr)
             .boxed(),
     };
+    // Global filters, not per-layer ones: with one layer they let through the same lines, and
+    // per-layer filters keep a bitmap per span that every span operation consults (the call
+    // span's enter, exit and records: about 2% of a status call's CPU, BENCHMARKS.md "Session
+    // 15").
     tracing_subscriber::registry()
-        .with(stderr.with_filter(filter).with_filter(rmcp_only_at_debug))
+        .with(rmcp_only_at_debug)
+        .with(filter)
+        .with(stderr)
         .init();
 }
 
