@@ -203,7 +203,7 @@ fn success(output: Value) -> CallToolResult {
             let mut result = CallToolResult::success(Vec::new());
             if !object.is_empty() {
                 let structured = Value::Object(object);
-                content.push(ContentBlock::text(structured.to_string()));
+                content.push(ContentBlock::text(json_text(&structured)));
                 result.structured_content = Some(structured);
             }
             result.content = content;
@@ -212,7 +212,7 @@ fn success(output: Value) -> CallToolResult {
         output => {
             let text = match &output {
                 Value::String(text) => text.clone(),
-                other => other.to_string(),
+                other => json_text(other),
             };
             let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
             if output.is_object() {
@@ -221,6 +221,13 @@ fn success(output: Value) -> CallToolResult {
             result
         }
     }
+}
+
+/// `value` as JSON text, for a text block. `serde_json::to_string`, not `Value`'s `Display`
+/// (`to_string`): that one writes each piece through a `fmt::Formatter`, several times slower,
+/// and every successful call writes one (BENCHMARKS.md, "Session 15").
+fn json_text(value: &Value) -> String {
+    serde_json::to_string(value).expect("a JSON value always serializes")
 }
 
 /// The tool ran and reported a failure of its own.

@@ -229,7 +229,7 @@ impl LoadedPlugin {
             Backend::InProcess(library) => library,
             Backend::Isolated(isolated) => return isolated.call(tool, input, ctx, host),
         };
-        let c_string = |what: &'static str, text: String| {
+        let c_string = |what: &'static str, text: Vec<u8>| {
             CString::new(text).map_err(|_| PluginError::BadArgument {
                 path: path.clone(),
                 tool: tool.to_owned(),
@@ -238,12 +238,12 @@ impl LoadedPlugin {
         };
         // JSON text never holds a raw NUL (serde_json escapes control characters), so only the
         // tool name, call id and handle can fail here.
-        let tool_name = c_string("the tool name", tool.to_owned())?;
-        let input_json = c_string("the input", input.to_string())?;
-        let call_id = c_string("the call id", ctx.call_id.clone())?;
-        let handle = c_string("the handle", ctx.handle.clone())?;
-        let state_json = c_string("the state", ctx.state.to_string())?;
-        let context_json = c_string("the context", ctx.context.to_string())?;
+        let tool_name = c_string("the tool name", tool.into())?;
+        let input_json = c_string("the input", json_bytes(input))?;
+        let call_id = c_string("the call id", ctx.call_id.as_str().into())?;
+        let handle = c_string("the handle", ctx.handle.as_str().into())?;
+        let state_json = c_string("the state", json_bytes(&ctx.state))?;
+        let context_json = c_string("the context", json_bytes(&ctx.context))?;
         // Registered for exactly the duration of the plugin's call.
         let services = host.map(Registered::new);
         let output = library.call(&CallArgs {
@@ -462,6 +462,13 @@ impl std::fmt::Debug for LoadedPlugin {
             .field("isolated", &self.is_isolated())
             .finish_non_exhaustive()
     }
+}
+
+/// `value` as JSON text. `serde_json::to_vec`, not `Value`'s `Display` (`to_string`): that one
+/// writes each piece through a `fmt::Formatter`, several times slower, and this runs three
+/// times per call (BENCHMARKS.md, "Session 15").
+fn json_bytes(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).expect("a JSON value always serializes")
 }
 
 /// The `message` string of `{"message": ...}`, if that is what `bytes` holds.
