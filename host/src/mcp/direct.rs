@@ -55,11 +55,15 @@ use rmcp::{
         GetMeta, ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult,
     },
     service::RequestContext,
-    transport::common::http_header::{HEADER_MCP_PROTOCOL_VERSION, HEADER_SESSION_ID},
 };
 use tokio::sync::Notify;
 
-use super::{event_stream, request_body, server::TurnstileServer};
+use super::{
+    event_stream,
+    header_names::{PROTOCOL_VERSION, SESSION_ID},
+    request_body,
+    server::TurnstileServer,
+};
 
 /// The methods served here: each one's response is its result alone (no progress asked).
 const ANSWER_ONLY: &[&str] = &[
@@ -95,10 +99,10 @@ impl Served {
 /// would make first that need no body, answered the way rmcp would let the request through.
 /// `Some(length)`: the body's declared length.
 pub fn may_serve(headers: &HeaderMap) -> Option<usize> {
-    if !headers.contains_key(HEADER_SESSION_ID) || headers.contains_key(header::ORIGIN) {
+    if !headers.contains_key(SESSION_ID) || headers.contains_key(header::ORIGIN) {
         return None;
     }
-    if !accepts(headers, "application/json") || !accepts(headers, "text/event-stream") {
+    if !accepts(headers, &["application/json", "text/event-stream"]) {
         return None;
     }
     let content_type = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
@@ -106,7 +110,7 @@ pub fn may_serve(headers: &HeaderMap) -> Option<usize> {
     if !essence.eq_ignore_ascii_case("application/json") {
         return None;
     }
-    if let Some(version) = headers.get(HEADER_MCP_PROTOCOL_VERSION) {
+    if let Some(version) = headers.get(PROTOCOL_VERSION) {
         let version = version.to_str().ok()?;
         let known = ProtocolVersion::KNOWN_VERSIONS
             .iter()
@@ -125,20 +129,23 @@ pub fn may_serve(headers: &HeaderMap) -> Option<usize> {
     (length <= MAX_BODY_BYTES).then_some(length)
 }
 
-/// Whether `Accept` names `media` (exactly: a wildcard or a weight of 0 is left to rmcp).
-pub fn accepts(headers: &HeaderMap, media: &str) -> bool {
+/// Whether `Accept` names each of `media` (exactly: a wildcard or a weight of 0 is left to
+/// rmcp).
+pub fn accepts(headers: &HeaderMap, media: &[&str]) -> bool {
     let Some(accept) = headers
         .get(header::ACCEPT)
         .and_then(|value| value.to_str().ok())
     else {
         return false;
     };
-    accept.split(',').any(|range| {
-        let mut pieces = range.split(';');
-        pieces
-            .next()
-            .is_some_and(|essence| essence.trim().eq_ignore_ascii_case(media))
-            && pieces.all(|parameter| !parameter.trim().starts_with("q=0"))
+    media.iter().all(|media| {
+        accept.split(',').any(|range| {
+            let mut pieces = range.split(';');
+            pieces
+                .next()
+                .is_some_and(|essence| essence.trim().eq_ignore_ascii_case(media))
+                && pieces.all(|parameter| !parameter.trim().starts_with("q=0"))
+        })
     })
 }
 
@@ -319,10 +326,15 @@ fn encode(message: &ServerJsonRpcMessage) -> Vec<u8> {
     event_stream::event(&serde_json::to_vec(message).unwrap_or_default()).into()
 }
 
+/// Room for a typical answer (a tool result with its text block is most of a kilobyte), so
+/// that writing it does not grow the buffer three times from `serde_json::to_vec`'s 128 bytes.
+const ANSWER_BYTES: usize = 1024;
+
 /// `message` as a 200 `application/json` response.
 fn json_response(message: &ServerJsonRpcMessage) -> Response {
-    match serde_json::to_vec(message) {
-        Ok(bytes) => {
+    let mut bytes = Vec::with_capacity(ANSWER_BYTES);
+    match serde_json::to_writer(&mut bytes, message) {
+        Ok(()) => {
             let mut response = Response::new(Body::from(bytes));
             response.headers_mut().insert(
                 header::CONTENT_TYPE,

@@ -22,16 +22,15 @@ use axum::{
 };
 use futures_util::StreamExt;
 use http_body::Frame;
-use rmcp::{
-    model::ProtocolVersion,
-    transport::common::http_header::{
-        HEADER_LAST_EVENT_ID, HEADER_MCP_PROTOCOL_VERSION, HEADER_SESSION_ID,
-    },
-};
+use rmcp::model::ProtocolVersion;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{direct::accepts, outbox::Outbox};
+use super::{
+    direct::accepts,
+    header_names::{LAST_EVENT_ID, PROTOCOL_VERSION, SESSION_ID},
+    outbox::Outbox,
+};
 
 /// An SSE comment: ignored by clients, proof of life for everything in between.
 const KEEP_ALIVE: &[u8] = b":\n\n";
@@ -39,14 +38,14 @@ const KEEP_ALIVE: &[u8] = b":\n\n";
 /// Whether a GET with these headers may be served here (given a live session): what rmcp would
 /// check first, answered the way rmcp would let it through.
 pub fn may_serve(headers: &HeaderMap) -> bool {
-    if !headers.contains_key(HEADER_SESSION_ID)
+    if !headers.contains_key(SESSION_ID)
         || headers.contains_key(header::ORIGIN)
-        || headers.contains_key(HEADER_LAST_EVENT_ID)
-        || !accepts(headers, "text/event-stream")
+        || headers.contains_key(LAST_EVENT_ID)
+        || !accepts(headers, &["text/event-stream"])
     {
         return false;
     }
-    match headers.get(HEADER_MCP_PROTOCOL_VERSION) {
+    match headers.get(PROTOCOL_VERSION) {
         None => true,
         Some(version) => version.to_str().is_ok_and(|version| {
             ProtocolVersion::KNOWN_VERSIONS

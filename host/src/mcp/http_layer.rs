@@ -27,15 +27,14 @@ use axum::{
     response::Response,
 };
 use futures_util::StreamExt;
-use rmcp::transport::{
-    common::http_header::HEADER_SESSION_ID, streamable_http_server::session::SessionId,
-};
+use rmcp::transport::streamable_http_server::session::SessionId;
 use serde_json::Value;
 
 use super::{
     auth::Principal,
     direct, event_stream,
     handshake::{Handshakes, is_initialized_notification},
+    header_names::SESSION_ID,
     idle,
     jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
     session_owners::SessionOwners,
@@ -104,7 +103,7 @@ pub async fn by_the_book(State(layer): State<McpLayer>, request: Request, next: 
 /// The `Mcp-Session-Id` a request names.
 pub(super) fn session_of(headers: &HeaderMap) -> Option<&str> {
     headers
-        .get(HEADER_SESSION_ID)
+        .get(SESSION_ID)
         .and_then(|value| value.to_str().ok())
 }
 
@@ -211,7 +210,7 @@ fn follow_handshake(
         None => {
             if let Some(opened) = response
                 .headers()
-                .get(HEADER_SESSION_ID)
+                .get(SESSION_ID)
                 .and_then(|value| value.to_str().ok())
             {
                 handshakes.begun(SessionId::from(opened));
@@ -236,7 +235,7 @@ fn follow_handshake(
 fn sessions_full(layer: &McpLayer, headers: &HeaderMap) -> Option<Response> {
     let max = layer.max_sessions?;
     let sessionless = layer.stateless
-        || headers.contains_key(HEADER_SESSION_ID)
+        || headers.contains_key(SESSION_ID)
         || headers
             .get("mcp-protocol-version")
             .is_some_and(|version| version == "2026-07-28");

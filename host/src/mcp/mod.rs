@@ -32,6 +32,7 @@ mod connections;
 mod direct;
 mod event_stream;
 mod handshake;
+mod header_names;
 mod health;
 mod host_check;
 mod http;
