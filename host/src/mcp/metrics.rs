@@ -1,7 +1,8 @@
 //! What the MCP layer reports of its calls, and `GET /metrics`.
 //!
 //! [`CallRecord`] follows one `tools/call` from the handler's start to its answer: it opens the
-//! call's `tracing` span (tool, instance, outcome: what an OpenTelemetry layer would export) and,
+//! call's `tracing` span (tool, instance, and the outcome when the line that shows it is
+//! logged) and,
 //! once answered, counts the call under its tool and outcome (`crate::metrics::CallMetrics`).
 //! The outcome is read back from the answer itself, so it is what the client saw.
 //!
@@ -100,15 +101,21 @@ impl CallRecord {
     ) -> Result<CallToolResponse, ErrorData> {
         let outcome = outcome(&answer);
         let took = self.started.elapsed();
-        self.span.record("outcome", outcome);
         // A line per call only for those who ask (`RUST_LOG=info,turnstile::call=debug`), in
-        // the call's span without entering it.
-        tracing::debug!(
-            target: "turnstile::call",
-            parent: &self.span,
-            took_ms = took.as_secs_f64() * 1e3,
-            "call answered"
-        );
+        // the call's span without entering it. The outcome is recorded in the span only then:
+        // the log, the only layer, shows a span's fields on the lines logged in it, and past
+        // this point there is none but this one, so recording it for nothing was a formatted
+        // field per call (BENCHMARKS.md, "Sessions 14 and 15"). A layer that exports spans
+        // would record it always.
+        if tracing::enabled!(target: "turnstile::call", tracing::Level::DEBUG) {
+            self.span.record("outcome", outcome);
+            tracing::debug!(
+                target: "turnstile::call",
+                parent: &self.span,
+                took_ms = took.as_secs_f64() * 1e3,
+                "call answered"
+            );
+        }
         calls.answered(&self.tool, outcome, took);
         answer
     }
