@@ -89,7 +89,9 @@ impl CallRecord {
             label.push(char::from(HEX[usize::from(byte >> 4)]));
             label.push(char::from(HEX[usize::from(byte & 0x0f)]));
         }
-        span.record("instance", label);
+        // As `Display`, like the tool: the log writes a `Debug` string escaped a character at a
+        // time, and quoted.
+        span.record("instance", field::display(label));
     }
 
     /// The call was answered with `answer`: count it in `calls`, close its span, and pass the
@@ -108,7 +110,7 @@ impl CallRecord {
         // field per call (BENCHMARKS.md, "Sessions 14 and 15"). A layer that exports spans
         // would record it always.
         if tracing::enabled!(target: "turnstile::call", tracing::Level::DEBUG) {
-            self.span.record("outcome", outcome);
+            self.span.record("outcome", field::display(outcome));
             tracing::debug!(
                 target: "turnstile::call",
                 parent: &self.span,
