@@ -219,7 +219,7 @@ fn message(answer: Result<ServerResult, ErrorData>, id: RequestId) -> ServerJson
 /// request names no protocol version of its own (the only ones [`serve`] takes), without the
 /// dispatch: its future has room for every method's handler, rmcp's own `subscriptions/listen`
 /// the largest (16 KiB, copied into its box on every request), where this one has room for the
-/// call's alone (BENCHMARKS.md, "Session 14").
+/// call's alone (BENCHMARKS.md, "Sessions 14 and 15").
 ///
 /// What rmcp does around the handler for such a request, done here the same way: no check of
 /// per-request metadata (a session that initialized keeps the session model); a task the

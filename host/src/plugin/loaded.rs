@@ -466,7 +466,7 @@ impl std::fmt::Debug for LoadedPlugin {
 
 /// `value` as JSON text. `serde_json::to_vec`, not `Value`'s `Display` (`to_string`): that one
 /// writes each piece through a `fmt::Formatter`, several times slower, and this runs three
-/// times per call (BENCHMARKS.md, "Session 15").
+/// times per call (BENCHMARKS.md, "Sessions 14 and 15").
 fn json_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).expect("a JSON value always serializes")
 }
