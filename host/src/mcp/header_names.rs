@@ -2,7 +2,7 @@
 //!
 //! rmcp spells them as `&str` (`"Mcp-Session-Id"`), and a `HeaderMap` looked up by a `&str`
 //! parses and lowercases the name again on every lookup; a session's POST looks up its session
-//! id four times before its answer. A test holds each name to rmcp's spelling.
+//! id several times before its answer. A test holds each name to rmcp's spelling.
 
 use axum::http::HeaderName;
 

@@ -34,7 +34,7 @@ use super::{
     auth::Principal,
     direct, event_stream,
     handshake::{Handshakes, is_initialized_notification},
-    header_names::SESSION_ID,
+    header_names::{PROTOCOL_VERSION, SESSION_ID},
     idle,
     jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
     session_owners::SessionOwners,
@@ -237,7 +237,7 @@ fn sessions_full(layer: &McpLayer, headers: &HeaderMap) -> Option<Response> {
     let sessionless = layer.stateless
         || headers.contains_key(SESSION_ID)
         || headers
-            .get("mcp-protocol-version")
+            .get(PROTOCOL_VERSION)
             .is_some_and(|version| version == "2026-07-28");
     if sessionless || layer.sessions.count() < max {
         return None;

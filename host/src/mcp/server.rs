@@ -31,6 +31,7 @@ use super::{
     auth::Principal,
     call_events::{self, CallEvents},
     direct::{RequestStream, Served},
+    header_names::SESSION_ID,
     metrics::CallRecord,
     outbox::Outbox,
     reply,
@@ -443,7 +444,7 @@ fn is_sessionless(context: &RequestContext<RoleServer>) -> bool {
     context
         .extensions
         .get::<axum::http::request::Parts>()
-        .is_some_and(|parts| !parts.headers.contains_key("mcp-session-id"))
+        .is_some_and(|parts| !parts.headers.contains_key(SESSION_ID))
 }
 
 impl ServerHandler for TurnstileServer {
