@@ -276,7 +276,7 @@ impl LoadedPlugin {
             tool: format!("guard {name}"),
             reason,
         };
-        let c_string = |text: String| {
+        let c_string = |text: Vec<u8>| {
             CString::new(text).map_err(|_| refused("the guard name holds a NUL byte".into()))
         };
         let library = match &self.inner.backend {
@@ -295,10 +295,10 @@ impl LoadedPlugin {
             }
         };
         let output = library.guard(&GuardArgs {
-            name: &c_string(name.to_owned())?,
-            params_json: &c_string(params.to_string())?,
-            context_json: &c_string(context.to_string())?,
-            event_json: &c_string(event.to_string())?,
+            name: &c_string(name.into())?,
+            params_json: &c_string(json_bytes(params))?,
+            context_json: &c_string(json_bytes(context))?,
+            event_json: &c_string(json_bytes(event))?,
         });
         let Some(output) = output else {
             return Err(refused(
@@ -331,16 +331,16 @@ impl LoadedPlugin {
             what: what.clone(),
             reason,
         };
-        let c_string = |text: String| {
+        let c_string = |text: Vec<u8>| {
             CString::new(text).map_err(|_| failed("an argument contains a NUL byte".into()))
         };
         // JSON text never holds a raw NUL; only the name, call id and handle could.
-        let name_c = c_string(name.to_owned())?;
-        let request_json = c_string(request.to_string())?;
-        let call_id = c_string(ctx.call_id.clone())?;
-        let handle = c_string(ctx.handle.clone())?;
-        let state_json = c_string(ctx.state.to_string())?;
-        let context_json = c_string(ctx.context.to_string())?;
+        let name_c = c_string(name.into())?;
+        let request_json = c_string(json_bytes(request))?;
+        let call_id = c_string(ctx.call_id.as_str().into())?;
+        let handle = c_string(ctx.handle.as_str().into())?;
+        let state_json = c_string(json_bytes(&ctx.state))?;
+        let context_json = c_string(json_bytes(&ctx.context))?;
         let library = match &self.inner.backend {
             Backend::InProcess(library) => library,
             Backend::Isolated(_) => {
@@ -464,9 +464,9 @@ impl std::fmt::Debug for LoadedPlugin {
     }
 }
 
-/// `value` as JSON text. `serde_json::to_vec`, not `Value`'s `Display` (`to_string`): that one
-/// writes each piece through a `fmt::Formatter`, several times slower, and this runs three
-/// times per call (BENCHMARKS.md, "Sessions 14 and 15").
+/// `value` as JSON text for the plugin. `serde_json::to_vec`, not `Value`'s `Display`
+/// (`to_string`): that one writes each piece through a `fmt::Formatter`, several times slower,
+/// and a call writes three (BENCHMARKS.md, "Sessions 14 and 15").
 fn json_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).expect("a JSON value always serializes")
 }
