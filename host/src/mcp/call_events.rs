@@ -57,14 +57,15 @@ impl CallEvents {
         let output = loop {
             tokio::select! {
                 biased;
-                Some(event) = events.recv() => self.send(event).await,
+                // Boxed: most calls send nothing, and need no room for sending.
+                Some(event) = events.recv() => Box::pin(self.send(event)).await,
                 output = &mut call => break output,
             }
         };
         // Whatever a plugin sends from now on (a thread it left running) is not for this answer.
         events.close();
         while let Ok(event) = events.try_recv() {
-            self.send(event).await;
+            Box::pin(self.send(event)).await;
         }
         output
     }

@@ -90,9 +90,11 @@ pub async fn by_the_book(State(layer): State<McpLayer>, request: Request, next: 
             Some(refusal) => refusal,
             None => post(&layer, request, next).await,
         },
-        Method::DELETE => delete(&layer, request, next).await,
-        Method::GET => get(&layer, request, next).await,
-        _ => as_json_rpc(next.run(request).await, &[]).await,
+        // The others boxed: this future is copied whole into its box for every request, and
+        // most are POSTs (BENCHMARKS.md, "Session 16").
+        Method::DELETE => Box::pin(delete(&layer, request, next)).await,
+        Method::GET => Box::pin(get(&layer, request, next)).await,
+        _ => Box::pin(async { as_json_rpc(next.run(request).await, &[]).await }).await,
     };
     match visit {
         Some(visit) => idle::hold_until_sent(response, visit),
@@ -143,7 +145,8 @@ async fn post(layer: &McpLayer, request: Request, next: Next) -> Response {
         .and(session_of(request.headers()))
         .and_then(|session| layer.sessions.served(session));
     let Some(served) = served else {
-        return post_to_rmcp(layer, request, next).await;
+        // Boxed, as below: room for rmcp's path is not carried by every call served here.
+        return Box::pin(post_to_rmcp(layer, request, next)).await;
     };
     let (parts, body) = request.into_parts();
     let body = match axum::body::to_bytes(body, direct::MAX_BODY_BYTES).await {
@@ -157,7 +160,10 @@ async fn post(layer: &McpLayer, request: Request, next: Next) -> Response {
     };
     match direct::serve(served, parts, &body).await {
         Ok(response) => response,
-        Err(parts) => post_to_rmcp(layer, Request::from_parts(parts, Body::from(body)), next).await,
+        Err(parts) => {
+            let request = Request::from_parts(parts, Body::from(body));
+            Box::pin(post_to_rmcp(layer, request, next)).await
+        }
     }
 }
 

@@ -318,9 +318,8 @@ impl TurnstileServer {
             if let Err(problems) = tool.check_arguments(&Value::Object(arguments.clone())) {
                 return Ok(reply::invalid_arguments(tool.name(), &problems).into());
             }
-            return Ok(self
-                .call_unbound(tool, Value::Object(arguments), &context)
-                .await);
+            // Boxed: a call of a workflow's tool, the common one, does not carry room for it.
+            return Ok(Box::pin(self.call_unbound(tool, Value::Object(arguments), &context)).await);
         };
         // The handle is the host's argument, not the plugin's: take it out before the schema check.
         let target = match target::resolve(
@@ -403,7 +402,8 @@ impl TurnstileServer {
                 if moved && is_sessionless(&context) {
                     // This request's stream is the only place the caller can hear of the change:
                     // say it there, before the result, every time.
-                    match context.peer.notify_tool_list_changed().await {
+                    // Boxed, as only sessionless calls that move send it.
+                    match Box::pin(context.peer.notify_tool_list_changed()).await {
                         Ok(()) => metrics::list_changed_sent(metrics::Cause::Transition),
                         Err(error) => {
                             tracing::debug!(%error, "cannot tell the caller its list changed")
@@ -498,8 +498,14 @@ impl ServerHandler for TurnstileServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let record = CallRecord::start(&self.shared.catalog, &request.name);
-        let answer = self.answer_call(request, context).instrument(record.span());
-        record.finish(&self.shared.call_metrics, answer.await)
+        // Awaited where it is made: a future held in a local before its `.await` keeps a second
+        // slot of its size in this one (rust-lang/rust#62958), and this one is copied whole
+        // into its box for every call (BENCHMARKS.md, "Session 16").
+        let answer = self
+            .answer_call(request, context)
+            .instrument(record.span())
+            .await;
+        record.finish(&self.shared.call_metrics, answer)
     }
 
     async fn list_prompts(
