@@ -42,16 +42,44 @@ impl AllowedHosts {
 
     /// Whether `host` (a `Host` header value) is one of them.
     pub fn allows(&self, host: &str) -> bool {
-        let Some((name, port)) = Authority::try_from(host)
-            .ok()
-            .map(|authority| (normalize(authority.host()), authority.port_u16()))
-        else {
+        let Some((name, port)) = split_host(host) else {
             return false;
         };
         self.0.iter().any(|(allowed, allowed_port)| {
-            *allowed == name && allowed_port.is_none_or(|allowed_port| port == Some(allowed_port))
+            allowed.eq_ignore_ascii_case(name)
+                && allowed_port.is_none_or(|allowed_port| port == Some(allowed_port))
         })
     }
+}
+
+/// A `Host` value as its name (IPv6 brackets removed) and port: `name`, `name:port`, `[v6]` or
+/// `[v6]:port`. Split by hand, as this runs on every request and `Authority`'s parse copies the
+/// value into a buffer of its own. The name is not checked further: it passes only if it equals
+/// an allowed entry, which is itself a name.
+fn split_host(host: &str) -> Option<(&str, Option<u16>)> {
+    let (name, port) = match host.strip_prefix('[') {
+        Some(bracketed) => {
+            let (name, rest) = bracketed.split_once(']')?;
+            let port = if rest.is_empty() {
+                None
+            } else {
+                Some(rest.strip_prefix(':')?)
+            };
+            (name, port)
+        }
+        None => match host.split_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, None),
+        },
+    };
+    let port = match port {
+        None => None,
+        Some(digits) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => {
+            Some(digits.parse().ok()?)
+        }
+        Some(_) => return None,
+    };
+    (!name.is_empty()).then_some((name, port))
 }
 
 /// An allowed entry as (name, port); rmcp takes an entry it cannot parse as an authority as a bare
@@ -120,6 +148,13 @@ mod tests {
             "localhost.evil.example",
             "",
             "not a host",
+            "localhost:",
+            "localhost:http",
+            "localhost:99999",
+            "[::1",
+            "[::1]x",
+            "::1",
+            "evil@localhost",
         ] {
             assert!(!allowed.allows(host), "{host} is refused");
         }

@@ -196,7 +196,7 @@ pub async fn serve_http(
         .nest_service("/mcp", RmcpService(Arc::new(mcp)))
         // Only on `/mcp`: a layer applies to the routes added before it.
         .layer(middleware::from_fn_with_state(
-            McpLayer {
+            Arc::new(McpLayer {
                 sessions: sessions.clone(),
                 max_sessions: options.max_sessions,
                 stateless: options.stateless,
@@ -205,7 +205,7 @@ pub async fn serve_http(
                 owners: authenticated.then(Arc::default),
                 sse_keep_alive: idle::sse_keepalive_interval(options.connections.keepalive_timeout),
                 closing_streams: streams.child_token(),
-            },
+            }),
             http_layer::by_the_book,
         ))
         .route(

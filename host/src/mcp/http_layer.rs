@@ -50,8 +50,9 @@ const MAX_REJECTION_TEXT: usize = 64 * 1024;
 
 /// What the layer needs besides the request: the sessions held, to tell a live session from an
 /// unknown one on `DELETE`, to hold their number under `max_sessions`, and to count each
-/// session's requests (an idle one is passivated).
-#[derive(Clone)]
+/// session's requests (an idle one is passivated). Held in an `Arc`: axum clones a middleware's
+/// state twice per request, and a clone of this one is four reference counts and a cancellation
+/// token's lock.
 pub struct McpLayer {
     pub sessions: Arc<SessionRecords>,
     /// `--max-sessions`: a request that would open a session past it gets 503.
@@ -72,7 +73,11 @@ pub struct McpLayer {
 const SESSIONS_FULL_RETRY_AFTER_S: u64 = 5;
 
 /// The middleware (`axum::middleware::from_fn_with_state`).
-pub async fn by_the_book(State(layer): State<McpLayer>, request: Request, next: Next) -> Response {
+pub async fn by_the_book(
+    State(layer): State<Arc<McpLayer>>,
+    request: Request,
+    next: Next,
+) -> Response {
     if let Some(owners) = &layer.owners
         && let Some(session) = session_of(request.headers())
         && owners.is_foreign(session, request.extensions().get::<Principal>())
