@@ -209,10 +209,8 @@ pub unsafe extern "C" fn call<T: Plugin>(
             .map_err(|err| bad_input(format!("input is not JSON: {err}")))?;
         // SAFETY: as above, for the context and its strings.
         let ctx = unsafe { call_context(ctx)? };
-        match plugin.call(tool, input, &ctx) {
-            Ok(value) => serde_json::to_vec(&value)
-                .map(Some)
-                .map_err(|err| internal(format!("cannot serialise the output: {err}"))),
+        match plugin.call_json(tool, input, &ctx) {
+            Ok(json) => Ok(Some(json)),
             Err(err) => Err((status_of(&err), err.message())),
         }
     })

@@ -35,6 +35,16 @@ pub trait Plugin: Send + Sync + 'static {
     /// output convention.
     fn call(&self, tool: &str, input: Value, ctx: &CallContext) -> Result<Value, ToolError>;
 
+    /// [`Plugin::call`], its result written as JSON text: what the C entry point hands the
+    /// host. The default writes `call`'s value. A plugin that can write its result directly
+    /// overrides it, saving a `Value` built only to be written (the SDK's toolkit writes each
+    /// handler's typed output in one pass).
+    fn call_json(&self, tool: &str, input: Value, ctx: &CallContext) -> Result<Vec<u8>, ToolError> {
+        let output = self.call(tool, input, ctx)?;
+        serde_json::to_vec(&output)
+            .map_err(|error| ToolError::failed(format!("cannot serialise the output: {error}")))
+    }
+
     /// Decides the named guard `name` (one the manifest lists in `guards`) for a transition of
     /// one of this plugin's workflows: `params` as written in the machine (`null` when none),
     /// the instance's `context`, and the whole `event` (`{"type", "input", "output"}`). Must be

@@ -29,9 +29,10 @@ pub struct Untyped;
 /// Marks a [`ToolBuilder`] whose output schema was derived from `O`: the handler must return `O`.
 pub struct Typed<O>(PhantomData<fn() -> O>);
 
-/// The function the dispatcher calls for a tool: JSON arguments in, JSON result out.
+/// The function the dispatcher calls for a tool: JSON arguments in, the result out as JSON
+/// text, written straight from the handler's output type.
 pub(crate) type Handler =
-    Box<dyn Fn(Value, &CallContext) -> Result<Value, ToolError> + Send + Sync + 'static>;
+    Box<dyn Fn(Value, &CallContext) -> Result<Vec<u8>, ToolError> + Send + Sync + 'static>;
 
 /// A tool declared so far. Start one with [`Workflow::action`] (a tool of that workflow) or
 /// [`action`] (a tool bound to no workflow); finish it with `handle`.
@@ -196,7 +197,7 @@ impl<Output> ToolBuilder<Output> {
         let name: Arc<str> = manifest.name.as_str().into();
         let handler: Handler = Box::new(move |input, ctx| {
             let output = handler(parse_input::<I>(input)?, ctx)?;
-            serde_json::to_value(output).map_err(|error| {
+            serde_json::to_vec(&output).map_err(|error| {
                 ToolError::failed(format!(
                     "{name} produced an output JSON cannot hold: {error}"
                 ))
@@ -242,6 +243,7 @@ mod tests {
             ..CallContext::default()
         };
         let out = (tool.handler)(json!({"name": "Ada", "extra": 1}), &ctx).unwrap();
+        let out: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(out, json!({"text": "Hello, Ada (c1)"}));
         assert_eq!(
             tool.manifest.input_schema["properties"]["name"]["description"],
@@ -291,6 +293,6 @@ mod tests {
             json!({"type": "object", "properties": {}})
         );
         let out = (tool.handler)(json!({"ignored": true}), &CallContext::default()).unwrap();
-        assert_eq!(out, json!("done"));
+        assert_eq!(out, br#""done""#);
     }
 }

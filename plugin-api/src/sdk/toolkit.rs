@@ -259,6 +259,13 @@ impl Plugin for ToolkitPlugin {
     }
 
     fn call(&self, tool: &str, input: Value, ctx: &CallContext) -> Result<Value, ToolError> {
+        let json = self.call_json(tool, input, ctx)?;
+        serde_json::from_slice(&json).map_err(|error| {
+            ToolError::failed(format!("{tool} produced output that is not JSON: {error}"))
+        })
+    }
+
+    fn call_json(&self, tool: &str, input: Value, ctx: &CallContext) -> Result<Vec<u8>, ToolError> {
         match self.handlers.get(tool) {
             Some(handler) => handler(input, ctx),
             None => Err(ToolError::UnknownTool(tool.to_owned())),
