@@ -1,8 +1,8 @@
 //! What the MCP layer reports of its calls, and `GET /metrics`.
 //!
 //! [`CallRecord`] follows one `tools/call` from the handler's start to its answer: it opens the
-//! call's `tracing` span (tool, instance, and the outcome when the line that shows it is
-//! logged) and,
+//! call's `tracing` span once the instance is known (tool, instance, and the outcome when the
+//! line that shows it is logged) and,
 //! once answered, counts the call under its tool and outcome (`crate::metrics::CallMetrics`).
 //! The outcome is read back from the answer itself, so it is what the client saw.
 //!
@@ -12,7 +12,10 @@
 //!
 //! It must not build client-visible results (that is `reply`) or name metric series itself.
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    sync::{Arc, OnceLock},
+    time::Instant,
+};
 
 use axum::{
     extract::State,
@@ -37,7 +40,9 @@ const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub struct CallRecord {
     /// A catalog name, or [`metrics::UNKNOWN_TOOL`]: never the raw name a client sent.
     tool: String,
-    span: tracing::Span,
+    /// Made once the instance is known ([`CallRecord::span`]), so that the log formats its
+    /// fields once; none for a call answered before (an unknown tool, bad arguments).
+    span: OnceLock<tracing::Span>,
     started: Instant,
 }
 
@@ -48,50 +53,43 @@ impl CallRecord {
             Some(tool) => tool.name().to_string(),
             None => metrics::UNKNOWN_TOOL.to_string(),
         };
-        // INFO, so that it is there for an exporting layer and gives context to a warning logged
-        // during the call; the log prints spans only around events, so it adds no line of its own.
-        let span = tracing::info_span!(
-            target: "turnstile::call",
-            "call",
-            tool = %tool,
-            instance = field::Empty,
-            outcome = field::Empty,
-        );
         CallRecord {
             tool,
-            span,
+            span: OnceLock::new(),
             started: Instant::now(),
         }
     }
 
-    /// The span the call runs in; the handler records the instance in it once known.
-    pub fn span(&self) -> tracing::Span {
-        self.span.clone()
-    }
-
-    /// Records in the current call's span which instance the call is about, as
-    /// `<workflow>#<digest>`: a handle and a session id are credentials, so the span (which a
-    /// log line or an exporter may carry anywhere) holds a digest of the instance's key, the
-    /// same for every call on that instance, and not the key itself.
-    pub fn record_instance(key: &InstanceKey) {
-        let span = tracing::Span::current();
-        if span.is_disabled() {
-            return;
-        }
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let digest = Sha256::digest(key.store_key().as_bytes());
-        // One string, written in place, without the formatting machinery: this runs on every
-        // call.
-        let mut label = String::with_capacity(key.workflow.len() + 13);
-        label.push_str(&key.workflow);
-        label.push('#');
-        for byte in &digest[..6] {
-            label.push(char::from(HEX[usize::from(byte >> 4)]));
-            label.push(char::from(HEX[usize::from(byte & 0x0f)]));
-        }
-        // As `Display`, like the tool: the log writes a `Debug` string escaped a character at a
-        // time, and quoted.
-        span.record("instance", field::display(label));
+    /// The span the call runs in from here on, naming the instance it is about (`None` for a
+    /// tool of no workflow). Made at the first ask; a later one gets the same span.
+    ///
+    /// The instance is named `<workflow>#<digest>`: a handle and a session id are credentials,
+    /// so the span (which a log line or an exporter may carry anywhere) holds a digest of the
+    /// instance's key, the same for every call on that instance, and not the key itself.
+    pub fn span(&self, instance: Option<&InstanceKey>) -> tracing::Span {
+        self.span
+            .get_or_init(|| {
+                // INFO, so that it is there for an exporting layer and gives context to a
+                // warning logged during the call; the log prints spans only around events, so it
+                // adds no line of its own. Made with every field it will have at once: a field
+                // recorded later is formatted again, appended to a copy grown for it.
+                match instance {
+                    Some(key) => tracing::info_span!(
+                        target: "turnstile::call",
+                        "call",
+                        tool = %self.tool,
+                        instance = %instance_label(key),
+                        outcome = field::Empty,
+                    ),
+                    None => tracing::info_span!(
+                        target: "turnstile::call",
+                        "call",
+                        tool = %self.tool,
+                        outcome = field::Empty,
+                    ),
+                }
+            })
+            .clone()
     }
 
     /// The call was answered with `answer`: count it in `calls`, close its span, and pass the
@@ -110,10 +108,11 @@ impl CallRecord {
         // field per call (BENCHMARKS.md, "Sessions 14 and 15"). A layer that exports spans
         // would record it always.
         if tracing::enabled!(target: "turnstile::call", tracing::Level::DEBUG) {
-            self.span.record("outcome", field::display(outcome));
+            let span = self.span(None);
+            span.record("outcome", field::display(outcome));
             tracing::debug!(
                 target: "turnstile::call",
-                parent: &self.span,
+                parent: &span,
                 took_ms = took.as_secs_f64() * 1e3,
                 "call answered"
             );
@@ -121,6 +120,21 @@ impl CallRecord {
         calls.answered(&self.tool, outcome, took);
         answer
     }
+}
+
+/// `<workflow>#<digest>`, the first 6 bytes of the SHA-256 of the instance's store key in hex.
+fn instance_label(key: &InstanceKey) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha256::digest(key.store_key().as_bytes());
+    // One string, written in place, without the formatting machinery: this runs on every call.
+    let mut label = String::with_capacity(key.workflow.len() + 13);
+    label.push_str(&key.workflow);
+    label.push('#');
+    for byte in &digest[..6] {
+        label.push(char::from(HEX[usize::from(byte >> 4)]));
+        label.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    label
 }
 
 /// The `outcome` label of an answer: [`metrics::OK`], the error code of an `isError` result, or

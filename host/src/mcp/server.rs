@@ -302,10 +302,14 @@ impl TurnstileServer {
     }
 
     /// `tools/call`: DESIGN behaviours 2 to 6, in the order a call meets them.
+    ///
+    /// The call's span (`record`) is made once the instance is known, with all its fields at
+    /// once; what comes before it decides nothing that logs.
     async fn answer_call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
+        record: &CallRecord,
     ) -> Result<CallToolResponse, ErrorData> {
         // A shutdown waits for this call to deliver its result.
         let _in_flight = self.shared.shutdown.call_started();
@@ -319,7 +323,8 @@ impl TurnstileServer {
                 return Ok(reply::invalid_arguments(tool.name(), &problems).into());
             }
             // Boxed: a call of a workflow's tool, the common one, does not carry room for it.
-            return Ok(Box::pin(self.call_unbound(tool, Value::Object(arguments), &context)).await);
+            let running = Box::pin(self.call_unbound(tool, Value::Object(arguments), &context));
+            return Ok(running.instrument(record.span(None)).await);
         };
         // The handle is the host's argument, not the plugin's: take it out before the schema check.
         let target = match target::resolve(
@@ -347,14 +352,30 @@ impl TurnstileServer {
             }
             Some(bad) => return Err(reply::invalid_idempotency_key(bad)),
         };
-        let name = tool.name().to_string();
         // A minted instance is created by the call itself (one message, one save), and only
         // if the call succeeds.
         let (key, mint) = match target {
             Target::Existing(key) => (key, false),
             Target::Mint(key) => (key, true),
         };
-        CallRecord::record_instance(&key);
+        let span = record.span(Some(&key));
+        self.call_instance(tool, key, mint, arguments, idempotency_key, context)
+            .instrument(span)
+            .await
+    }
+
+    /// [`TurnstileServer::answer_call`] once it knows the instance `key` the call is for, and
+    /// whether the call mints it.
+    async fn call_instance(
+        &self,
+        tool: Arc<ToolEntry>,
+        key: InstanceKey,
+        mint: bool,
+        arguments: Value,
+        idempotency_key: Option<String>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = tool.name().to_string();
         self.watch(&key, &context);
         let call_id = uuid::Uuid::new_v4().to_string();
         let (host, events) = HostCall::new(context.ct.child_token());
@@ -501,10 +522,7 @@ impl ServerHandler for TurnstileServer {
         // Awaited where it is made: a future held in a local before its `.await` keeps a second
         // slot of its size in this one (rust-lang/rust#62958), and this one is copied whole
         // into its box for every call (BENCHMARKS.md, "Session 16").
-        let answer = self
-            .answer_call(request, context)
-            .instrument(record.span())
-            .await;
+        let answer = self.answer_call(request, context, &record).await;
         record.finish(&self.shared.call_metrics, answer)
     }
 
