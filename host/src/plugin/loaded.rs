@@ -7,7 +7,7 @@
 //! runs the tool it is asked to run.
 
 use std::{
-    ffi::CString,
+    ffi::{CStr, CString},
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -229,31 +229,36 @@ impl LoadedPlugin {
             Backend::InProcess(library) => library,
             Backend::Isolated(isolated) => return isolated.call(tool, input, ctx, host),
         };
-        let c_string = |what: &'static str, text: Vec<u8>| {
-            CString::new(text).map_err(|_| PluginError::BadArgument {
-                path: path.clone(),
-                tool: tool.to_owned(),
-                what,
-            })
+        let bad_argument = |what: &'static str| PluginError::BadArgument {
+            path: path.clone(),
+            tool: tool.to_owned(),
+            what,
         };
-        // JSON text never holds a raw NUL (serde_json escapes control characters), so only the
-        // tool name, call id and handle can fail here.
-        let tool_name = c_string("the tool name", tool.into())?;
-        let input_json = c_string("the input", json_bytes(input))?;
-        let call_id = c_string("the call id", ctx.call_id.as_str().into())?;
-        let handle = c_string("the handle", ctx.handle.as_str().into())?;
-        let state_json = c_string("the state", json_bytes(&ctx.state))?;
-        let context_json = c_string("the context", json_bytes(&ctx.context))?;
+        // Buffers ending in their NUL, lent to the plugin as `&CStr`: a `CString` shrinks its
+        // buffer to fit when made, a reallocation per string. JSON text never holds a raw NUL
+        // (serde_json escapes control characters), so only the tool name, call id and handle
+        // can fail here.
+        let tool_name = with_nul(tool.as_bytes());
+        let input_json = json_with_nul(input);
+        let call_id = with_nul(ctx.call_id.as_bytes());
+        let handle = with_nul(ctx.handle.as_bytes());
+        let state_json = json_with_nul(&ctx.state);
+        let context_json = json_with_nul(&ctx.context);
+        let c_str = |bytes, what| CStr::from_bytes_with_nul(bytes).map_err(|_| bad_argument(what));
+        let args = CallArgs {
+            tool: c_str(&tool_name, "the tool name")?,
+            input_json: c_str(&input_json, "the input")?,
+            call_id: c_str(&call_id, "the call id")?,
+            handle: c_str(&handle, "the handle")?,
+            state_json: c_str(&state_json, "the state")?,
+            context_json: c_str(&context_json, "the context")?,
+            host: None,
+        };
         // Registered for exactly the duration of the plugin's call.
         let services = host.map(Registered::new);
         let output = library.call(&CallArgs {
-            tool: &tool_name,
-            input_json: &input_json,
-            call_id: &call_id,
-            handle: &handle,
-            state_json: &state_json,
-            context_json: &context_json,
             host: services.as_ref().map(|services| &services.raw),
+            ..args
         });
         drop(services);
         self.interpret(tool, output.status, &output.bytes)
@@ -469,6 +474,22 @@ impl std::fmt::Debug for LoadedPlugin {
 /// and a call writes three (BENCHMARKS.md, "Sessions 14 and 15").
 fn json_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).expect("a JSON value always serializes")
+}
+
+/// `text` followed by a NUL, in a buffer of exactly that size.
+fn with_nul(text: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(text.len() + 1);
+    bytes.extend_from_slice(text);
+    bytes.push(0);
+    bytes
+}
+
+/// [`json_bytes`] followed by a NUL (its buffer starts at 128 bytes and doubles, so the NUL
+/// mostly fits without growing it).
+fn json_with_nul(value: &Value) -> Vec<u8> {
+    let mut bytes = json_bytes(value);
+    bytes.push(0);
+    bytes
 }
 
 /// The `message` string of `{"message": ...}`, if that is what `bytes` holds.
