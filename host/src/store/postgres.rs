@@ -186,7 +186,9 @@ impl PostgresStore {
     }
 
     /// Creates the table, or brings an older one up to date. Serialized across processes by an
-    /// advisory lock, since two servers starting at once would both try `CREATE TABLE`.
+    /// advisory lock, since two servers starting at once would both try `CREATE TABLE`. The lock
+    /// is keyed by the table, so servers on other namespaces (each test has its own) do not queue
+    /// behind each other's DDL; a hash collision between two namespaces only serializes them.
     async fn migrate(&self) -> Result<(), StoreError> {
         let t = &self.table;
         let ddl = format!(
@@ -224,8 +226,8 @@ impl PostgresStore {
                 .await
                 .map_err(|e| self.down("migrate", e))?;
             txn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext('turnstile_store_migrate'))",
-                &[],
+                "SELECT pg_advisory_xact_lock(hashtext($1))",
+                &[&format!("turnstile_store_migrate:{t}")],
             )
             .await
             .map_err(|e| self.down("migrate lock", e))?;
