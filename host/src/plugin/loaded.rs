@@ -281,9 +281,6 @@ impl LoadedPlugin {
             tool: format!("guard {name}"),
             reason,
         };
-        let c_string = |text: Vec<u8>| {
-            CString::new(text).map_err(|_| refused("the guard name holds a NUL byte".into()))
-        };
         let library = match &self.inner.backend {
             Backend::InProcess(library) => library,
             Backend::Isolated(isolated) => {
@@ -299,11 +296,20 @@ impl LoadedPlugin {
                 };
             }
         };
+        // As in `call_with`: buffers ending in their NUL, of which only the name can hold one.
+        let name_c = with_nul(name.as_bytes());
+        let params_json = json_with_nul(params);
+        let context_json = json_with_nul(context);
+        let event_json = json_with_nul(event);
+        let c_str = |bytes| {
+            CStr::from_bytes_with_nul(bytes)
+                .map_err(|_| refused("the guard name holds a NUL byte".into()))
+        };
         let output = library.guard(&GuardArgs {
-            name: &c_string(name.into())?,
-            params_json: &c_string(json_bytes(params))?,
-            context_json: &c_string(json_bytes(context))?,
-            event_json: &c_string(json_bytes(event))?,
+            name: c_str(&name_c)?,
+            params_json: c_str(&params_json)?,
+            context_json: c_str(&context_json)?,
+            event_json: c_str(&event_json)?,
         });
         let Some(output) = output else {
             return Err(refused(
@@ -336,16 +342,6 @@ impl LoadedPlugin {
             what: what.clone(),
             reason,
         };
-        let c_string = |text: Vec<u8>| {
-            CString::new(text).map_err(|_| failed("an argument contains a NUL byte".into()))
-        };
-        // JSON text never holds a raw NUL; only the name, call id and handle could.
-        let name_c = c_string(name.into())?;
-        let request_json = c_string(json_bytes(request))?;
-        let call_id = c_string(ctx.call_id.as_str().into())?;
-        let handle = c_string(ctx.handle.as_str().into())?;
-        let state_json = c_string(json_bytes(&ctx.state))?;
-        let context_json = c_string(json_bytes(&ctx.context))?;
         let library = match &self.inner.backend {
             Backend::InProcess(library) => library,
             Backend::Isolated(_) => {
@@ -356,15 +352,27 @@ impl LoadedPlugin {
                 ));
             }
         };
+        // As in `call_with`: buffers ending in their NUL. JSON text never holds a raw NUL; only
+        // the name, call id and handle could.
+        let name_c = with_nul(name.as_bytes());
+        let request_json = json_with_nul(request);
+        let call_id = with_nul(ctx.call_id.as_bytes());
+        let handle = with_nul(ctx.handle.as_bytes());
+        let state_json = json_with_nul(&ctx.state);
+        let context_json = json_with_nul(&ctx.context);
+        let c_str = |bytes| {
+            CStr::from_bytes_with_nul(bytes)
+                .map_err(|_| failed("an argument contains a NUL byte".into()))
+        };
         let output = library
             .read(&ReadArgs {
                 kind: kind.raw(),
-                name: &name_c,
-                request_json: &request_json,
-                call_id: &call_id,
-                handle: &handle,
-                state_json: &state_json,
-                context_json: &context_json,
+                name: c_str(&name_c)?,
+                request_json: c_str(&request_json)?,
+                call_id: c_str(&call_id)?,
+                handle: c_str(&handle)?,
+                state_json: c_str(&state_json)?,
+                context_json: c_str(&context_json)?,
             })
             .ok_or_else(|| failed("the plugin has no read entry point (ABI 1.3)".into()))?;
         let bytes = &output.bytes;

@@ -196,6 +196,26 @@ fn read_is_optional_and_reaches_a_plugin_that_has_it() {
             .ends_with("resource p.hello: the plugin's read does not know it: unknown"),
         "{err}"
     );
+    // A NUL byte cannot cross as a C string: refused before the plugin is asked.
+    let nul = CallContext {
+        handle: "a\0b".into(),
+        ..context
+    };
+    let err = plugin
+        .read(PrimitiveKind::Prompt, "p.hello", &request, &nul)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("prompt p.hello: an argument contains a NUL byte"),
+        "{err}"
+    );
+    let err = plugin
+        .guard("a\0b", &json!({}), &json!({}), &json!({}))
+        .unwrap_err();
+    assert!(
+        err.to_string().ends_with("the guard name holds a NUL byte"),
+        "{err}"
+    );
 }
 
 #[test]
