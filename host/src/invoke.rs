@@ -181,7 +181,7 @@ pub async fn read(
     limits: &Limits,
 ) -> Result<PluginOutput, InvokeError> {
     if let Some(text) = plugin.static_text(kind, name) {
-        return Ok(PluginOutput::Success(text));
+        return Ok(PluginOutput::success(text));
     }
     let Some(slot) = plugin.pool().enter(crate::plugin::QUEUE_WAIT).await else {
         return Err(InvokeError::Busy(plugin.pool().size()));
@@ -362,7 +362,7 @@ fn check_output(
 ) -> Result<PluginOutput, InvokeError> {
     check_size(&output, limits.max_result_bytes)?;
     match output {
-        PluginOutput::Success(output) => match tool.check_output(&output) {
+        PluginOutput::Success(output) => match tool.check_output(&output.value) {
             Ok(()) => Ok(PluginOutput::Success(output)),
             Err(problems) => Err(InvokeError::BadOutput(problems)),
         },
@@ -374,7 +374,11 @@ fn check_output(
 /// before the output schema, whose validation of a huge value would cost more than this count.
 fn check_size(output: &PluginOutput, limit: usize) -> Result<(), InvokeError> {
     let size = match output {
-        PluginOutput::Success(value) => json_size(value),
+        // The plugin's own text, when there is one: it is the same value, and already written.
+        PluginOutput::Success(output) => match output.text() {
+            Some(text) => text.len(),
+            None => json_size(&output.value),
+        },
         PluginOutput::ToolError(message) | PluginOutput::BadInput(message) => message.len(),
     };
     if size > limit {
@@ -455,7 +459,7 @@ mod tests {
 
     #[test]
     fn an_output_over_the_limit_is_refused_with_its_size() {
-        let output = PluginOutput::Success(json!({"text": "x".repeat(100)}));
+        let output = PluginOutput::success(json!({"text": "x".repeat(100)}));
         let size = json_size(&json!({"text": "x".repeat(100)}));
         assert!(
             check_size(&output, size).is_ok(),
@@ -467,6 +471,15 @@ mod tests {
             }
             other => panic!("expected ResultTooLarge, got {other:?}"),
         }
+        // A plugin's own text is what is counted, as it wrote it.
+        let written = PluginOutput::Success(crate::plugin::Returned::written(
+            json!({"a": 1}),
+            r#"{ "a" : 1 }"#.to_owned(),
+        ));
+        assert!(matches!(
+            check_size(&written, 10),
+            Err(InvokeError::ResultTooLarge { size: 11, .. })
+        ));
         let error = PluginOutput::ToolError("y".repeat(50));
         assert!(matches!(
             check_size(&error, 49),

@@ -592,7 +592,7 @@ async fn run_call(
             Lookup::Miss => {}
             Lookup::Replay(entry) => {
                 let outcome = CallOutcome::Ran {
-                    output: PluginOutput::Success(entry.output.clone()),
+                    output: PluginOutput::success(entry.output.clone()),
                     moved: entry.moved,
                     state: entry.state.clone(),
                 };
@@ -653,7 +653,7 @@ async fn run_call(
         (PluginOutput::Success(structured), Some(event), _) => Some(Event::with_call(
             event.as_str(),
             input,
-            Some(structured.clone()),
+            Some(structured.value.clone()),
         )),
         // A failed call that would have minted the instance leaves none behind to move.
         (PluginOutput::ToolError(message), _, Some(event)) if !call.mint => {
@@ -671,9 +671,14 @@ async fn run_call(
                 tracing::warn!(instance = %key, tool = %tool.name(), "an eventless loop stopped a transition; the instance keeps its state");
                 let state = view.snapshot.value();
                 return Ok(match output {
-                    PluginOutput::Success(output) => {
-                        (view, false, CallOutcome::Looped { output, state })
-                    }
+                    PluginOutput::Success(output) => (
+                        view,
+                        false,
+                        CallOutcome::Looped {
+                            output: output.value,
+                            state,
+                        },
+                    ),
                     // The caller is told its call failed, which it did; nothing moved.
                     failed @ (PluginOutput::ToolError(_) | PluginOutput::BadInput(_)) => (
                         view,
@@ -715,7 +720,7 @@ async fn run_call(
                 tool: call.tool.name().to_string(),
                 arguments,
                 at_ms: now,
-                output: output.clone(),
+                output: output.value.clone(),
                 moved,
                 state: state.clone(),
             })

@@ -159,11 +159,16 @@ pub fn unroutable_request(method: &str, params: Option<&Value>) -> ErrorData {
 /// never has to name the next state).
 pub fn ran(tool: &str, output: PluginOutput, state: Option<Value>) -> CallToolResult {
     match output {
-        PluginOutput::Success(mut output) => {
-            if let (Value::Object(object), Some(state)) = (&mut output, state) {
-                object.entry(STATE_KEY).or_insert(state);
+        PluginOutput::Success(output) => {
+            let (mut output, mut text) = output.into_parts();
+            if let (Value::Object(object), Some(state)) = (&mut output, state)
+                && !object.contains_key(STATE_KEY)
+            {
+                object.insert(STATE_KEY.to_owned(), state);
+                // The plugin's text no longer shows the whole value.
+                text = None;
             }
-            success(output)
+            success(output, text)
         }
         PluginOutput::ToolError(message) | PluginOutput::BadInput(message) => {
             let mut result = tool_error(tool, &message);
@@ -185,8 +190,9 @@ pub fn ran(tool: &str, output: PluginOutput, state: Option<Value>) -> CallToolRe
 /// embedded resource, resource link): they become the result's content, in order, and the rest
 /// of the object, if any, its `structuredContent` (also appended as a text block, as MCP asks of
 /// structured results). Any other value is shown as text, and as `structuredContent` when it is
-/// an object.
-fn success(output: Value) -> CallToolResult {
+/// an object. `written` is the plugin's JSON text of `output`, if it has it: used as is for that
+/// text rather than writing the value out again.
+fn success(output: Value, written: Option<String>) -> CallToolResult {
     match output {
         Value::Object(mut object) if object.contains_key(CONTENT_KEY) => {
             let blocks = object.remove(CONTENT_KEY).unwrap_or_default();
@@ -210,9 +216,10 @@ fn success(output: Value) -> CallToolResult {
             result
         }
         output => {
-            let text = match &output {
-                Value::String(text) => text.clone(),
-                other => json_text(other),
+            let text = match (&output, written) {
+                (Value::String(text), _) => text.clone(),
+                (_, Some(written)) => written,
+                (other, None) => json_text(other),
             };
             let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
             if output.is_object() {
@@ -472,6 +479,7 @@ fn error_result(text: String, code: &str, details: Value) -> CallToolResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugin::Returned;
 
     #[test]
     fn clip_keeps_short_strings_and_cuts_long_ones_on_a_character() {
@@ -502,7 +510,7 @@ mod tests {
         let state = Some(json!({"paying": "card"}));
         let result = ran(
             "p.pay",
-            PluginOutput::Success(json!({"ok": true})),
+            PluginOutput::success(json!({"ok": true})),
             state.clone(),
         );
         let expected = json!({"ok": true, "state": {"paying": "card"}});
@@ -512,14 +520,50 @@ mod tests {
 
         let own = ran(
             "p.status",
-            PluginOutput::Success(json!({"state": "mine"})),
+            PluginOutput::success(json!({"state": "mine"})),
             state.clone(),
         );
         assert_eq!(own.structured_content, Some(json!({"state": "mine"})));
-        let text = ran("p.say", PluginOutput::Success(json!("hi")), state);
+        let text = ran("p.say", PluginOutput::success(json!("hi")), state);
         assert_eq!(text.structured_content, None);
-        let unbound = ran("p.free", PluginOutput::Success(json!({"ok": 1})), None);
+        let unbound = ran("p.free", PluginOutput::success(json!({"ok": 1})), None);
         assert_eq!(unbound.structured_content, Some(json!({"ok": 1})));
+    }
+
+    #[test]
+    fn the_text_block_is_the_plugins_own_text_unless_the_host_added_the_state() {
+        let text_of = |result: &CallToolResult| {
+            serde_json::to_value(&result.content[0]).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        let written = |text: &str| {
+            PluginOutput::Success(Returned::written(
+                serde_json::from_str(text).unwrap(),
+                text.to_owned(),
+            ))
+        };
+        let state = Some(json!("review"));
+        let own = ran(
+            "p.status",
+            written(r#"{"state": "mine", "n": 1}"#),
+            state.clone(),
+        );
+        assert_eq!(text_of(&own), r#"{"state": "mine", "n": 1}"#);
+        assert_eq!(
+            own.structured_content,
+            Some(json!({"state": "mine", "n": 1}))
+        );
+
+        let added = ran("p.pay", written(r#"{"ok": true}"#), state);
+        assert_eq!(text_of(&added), r#"{"ok":true,"state":"review"}"#);
+        assert_eq!(
+            added.structured_content,
+            Some(json!({"ok": true, "state": "review"}))
+        );
+        let unbound = ran("p.free", written("[1, 2]"), None);
+        assert_eq!(text_of(&unbound), "[1, 2]");
     }
 
     #[test]

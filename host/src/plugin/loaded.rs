@@ -62,7 +62,7 @@ enum Backend {
 pub enum PluginOutput {
     /// The tool's result (status `OK`): any JSON value. Shown as the tool result's text and,
     /// when it is an object, as `structuredContent`.
-    Success(Value),
+    Success(Returned),
     /// The tool failed in a way the agent should read (status `TOOL_ERROR`): return an
     /// `isError` result with this message; its transition does not fire, its `on_error` does.
     ToolError(String),
@@ -70,6 +70,61 @@ pub enum PluginOutput {
     /// tool error, but nothing fires, not even `on_error`: the handler did not fail, the caller
     /// asked wrongly, and may ask again.
     BadInput(String),
+}
+
+/// A tool's result: its JSON value and, for a plugin in this process, the text the plugin wrote
+/// it as. The text is kept because every successful call needs its output as JSON text twice
+/// more (the result size check and the result's text block): writing the value out again for
+/// them was 4% of a status call's instructions (BENCHMARKS.md, "Session 17").
+///
+/// Two results are equal when their values are: the text is the same value, written.
+#[derive(Clone, Debug)]
+pub struct Returned {
+    /// The value, to check against the output schema, fire transitions with and show.
+    pub value: Value,
+    /// The plugin's own JSON text of `value` (any whitespace and escapes it chose), while
+    /// nothing has changed the value since; `None` once something has, or when the output did
+    /// not come as text (an isolated plugin's crosses the pipe parsed, a replay is stored).
+    text: Option<String>,
+}
+
+impl PluginOutput {
+    /// A success with `value`, not written by a plugin (see [`Returned`]).
+    pub fn success(value: Value) -> Self {
+        PluginOutput::Success(value.into())
+    }
+}
+
+impl Returned {
+    /// `value` as the plugin wrote it, `text`; `text` must be JSON text of exactly `value`.
+    pub(crate) fn written(value: Value, text: String) -> Self {
+        Returned {
+            value,
+            text: Some(text),
+        }
+    }
+
+    /// The plugin's JSON text of the value, if it is still the value's.
+    pub fn text(&self) -> Option<&str> {
+        self.text.as_deref()
+    }
+
+    /// The value and the plugin's text of it (see [`Returned::text`]).
+    pub fn into_parts(self) -> (Value, Option<String>) {
+        (self.value, self.text)
+    }
+}
+
+impl From<Value> for Returned {
+    fn from(value: Value) -> Self {
+        Returned { value, text: None }
+    }
+}
+
+impl PartialEq for Returned {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
 }
 
 impl LoadedPlugin {
@@ -261,7 +316,7 @@ impl LoadedPlugin {
             ..args
         });
         drop(services);
-        self.interpret(tool, output.status, &output.bytes)
+        self.interpret(tool, output.status, output.bytes)
     }
 
     /// Decides the plugin's named guard `name` (ABI 1.2) over `params`, the instance's
@@ -290,7 +345,10 @@ impl LoadedPlugin {
                 });
                 let name = format!("{}{name}", super::isolated::GUARD_CALL_PREFIX);
                 return match isolated.call(&name, &request, &CallContext::default(), None) {
-                    Ok(PluginOutput::Success(Value::Bool(answer))) => Ok(answer),
+                    Ok(PluginOutput::Success(Returned {
+                        value: Value::Bool(answer),
+                        ..
+                    })) => Ok(answer),
                     Ok(other) => Err(refused(format!("the guard answered {other:?}"))),
                     Err(error) => Err(refused(error.to_string())),
                 };
@@ -378,7 +436,7 @@ impl LoadedPlugin {
         let bytes = &output.bytes;
         match output.status {
             Status::OK => serde_json::from_slice(bytes)
-                .map(PluginOutput::Success)
+                .map(PluginOutput::success)
                 .map_err(|err| failed(format!("output is not JSON: {err}"))),
             Status::TOOL_ERROR | Status::BAD_INPUT => match message(bytes) {
                 Some(message) if output.status == Status::BAD_INPUT => {
@@ -429,18 +487,23 @@ impl LoadedPlugin {
         &self,
         tool: &str,
         status: Status,
-        bytes: &[u8],
+        bytes: Vec<u8>,
     ) -> Result<PluginOutput, PluginError> {
-        // The common case, a JSON answer, borrows; an error names the plugin and the tool.
+        // The common case, a JSON answer, keeps its text (see `Returned`); an error names the
+        // plugin and the tool.
         if status == Status::OK {
-            return serde_json::from_slice(bytes)
-                .map(PluginOutput::Success)
-                .map_err(|err| PluginError::BadResponse {
-                    path: self.inner.path.clone(),
-                    tool: tool.to_owned(),
-                    reason: format!("output is not JSON: {err}"),
-                });
+            let not_json = |reason: String| PluginError::BadResponse {
+                path: self.inner.path.clone(),
+                tool: tool.to_owned(),
+                reason: format!("output is not JSON: {reason}"),
+            };
+            let text = String::from_utf8(bytes).map_err(|err| not_json(err.to_string()))?;
+            return match serde_json::from_str(&text) {
+                Ok(value) => Ok(PluginOutput::Success(Returned::written(value, text))),
+                Err(err) => Err(not_json(err.to_string())),
+            };
         }
+        let bytes = &bytes[..];
         let path = self.inner.path.clone();
         let tool = tool.to_owned();
         let bad_response = |path, tool, reason| PluginError::BadResponse { path, tool, reason };

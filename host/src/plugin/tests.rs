@@ -60,14 +60,14 @@ fn loads_the_invoice_plugin_and_calls_it() {
     let PluginOutput::Success(out) = out else {
         panic!("{out:?}")
     };
-    assert_eq!(out["invoice"], "inv-1");
-    assert_eq!(out["amount"], 12.5);
+    assert_eq!(out.value["invoice"], "inv-1");
+    assert_eq!(out.value["amount"], 12.5);
 
     let out = plugin
         .call("invoice.status", &json!({}), &ctx(json!("review")))
         .unwrap();
     assert!(
-        matches!(&out, PluginOutput::Success(v) if v["state"] == "review"),
+        matches!(&out, PluginOutput::Success(v) if v.value["state"] == "review"),
         "{out:?}"
     );
 
@@ -152,7 +152,7 @@ fn a_panicking_tool_is_reported_and_the_plugin_stays_usable() {
         .unwrap();
     assert_eq!(
         out,
-        PluginOutput::Success(json!({"input": {"a": [1]}, "call_id": "call-1",
+        PluginOutput::success(json!({"input": {"a": [1]}, "call_id": "call-1",
             "handle": "inv-1", "state": {"p": "c"}, "config": null}))
     );
 }
@@ -168,7 +168,7 @@ fn calls_run_concurrently_from_many_threads() {
                 let out = plugin
                     .call("testkit.slow", &json!({"ms": 200}), &ctx(json!(i)))
                     .unwrap();
-                assert_eq!(out, PluginOutput::Success(json!({"slept_ms": 200})));
+                assert_eq!(out, PluginOutput::success(json!({"slept_ms": 200})));
             })
         })
         .collect();
@@ -213,7 +213,7 @@ fn the_c_migration_plugin_loads_and_walks_its_workflow() {
             panic!("{tool}: {out:?}")
         };
         assert_eq!(
-            (out["event"].as_str(), out["migration"].as_str()),
+            (out.value["event"].as_str(), out.value["migration"].as_str()),
             (Some(event), Some("inv-1"))
         );
     }
@@ -239,14 +239,14 @@ fn the_c_migration_plugin_loads_and_walks_its_workflow() {
         panic!("{out:?}")
     };
     assert_eq!(
-        (&out["migration"], &out["state"]),
+        (&out.value["migration"], &out.value["state"]),
         (&json!("h\"\\\n"), &json!({"a": "b"}))
     );
     let out = plugin
         .call("migration.status", &json!({}), &ctx(json!("applied")))
         .unwrap();
     assert!(
-        matches!(out, PluginOutput::Success(ref v) if v["message"] == "The migration is at step applied."),
+        matches!(out, PluginOutput::Success(ref v) if v.value["message"] == "The migration is at step applied."),
         "{out:?}"
     );
 }
@@ -343,5 +343,5 @@ fn a_plugin_gets_its_configuration_at_init() {
     else {
         panic!("echo failed");
     };
-    assert_eq!(out["config"], config);
+    assert_eq!(out.value["config"], config);
 }

@@ -209,7 +209,7 @@ pub fn resource_result(
 /// The plugin's output, or the error its failure is for the client.
 fn succeeded(what: &str, output: PluginOutput) -> Result<Value, ErrorData> {
     match output {
-        PluginOutput::Success(value) => Ok(value),
+        PluginOutput::Success(output) => Ok(output.value),
         PluginOutput::BadInput(message) => Err(ErrorData::invalid_params(
             format!("{what}: {message}"),
             Some(json!({ "code": "INVALID_ARGUMENTS", "message": message })),
@@ -285,22 +285,22 @@ mod tests {
 
     #[test]
     fn content_shorthands_and_full_forms_become_results() {
-        let result = prompt_result("p", PluginOutput::Success(json!("Check it."))).unwrap();
+        let result = prompt_result("p", PluginOutput::success(json!("Check it."))).unwrap();
         assert_eq!(
             serde_json::to_value(&result.messages).unwrap(),
             json!([{"role": "user", "content": {"type": "text", "text": "Check it."}}])
         );
         let full = json!({"description": "d", "messages": [
             {"role": "assistant", "content": {"type": "text", "text": "ok"}}]});
-        let result = prompt_result("p", PluginOutput::Success(full)).unwrap();
+        let result = prompt_result("p", PluginOutput::success(full)).unwrap();
         assert_eq!(result.description.as_deref(), Some("d"));
-        let error = prompt_result("p", PluginOutput::Success(json!({"messages": 3}))).unwrap_err();
+        let error = prompt_result("p", PluginOutput::success(json!({"messages": 3}))).unwrap_err();
         assert_eq!(error.data.unwrap()["code"], "BAD_OUTPUT");
 
         let result = resource_result(
             "a://x",
             Some("text/markdown"),
-            PluginOutput::Success(json!("# A")),
+            PluginOutput::success(json!("# A")),
         )
         .unwrap();
         assert_eq!(
@@ -308,18 +308,18 @@ mod tests {
             json!([{"uri": "a://x", "mimeType": "text/markdown", "text": "# A"}])
         );
         let blob = json!({"contents": [{"blob": "AAEC", "mimeType": "image/png"}]});
-        let result = resource_result("a://x", None, PluginOutput::Success(blob)).unwrap();
+        let result = resource_result("a://x", None, PluginOutput::success(blob)).unwrap();
         assert_eq!(
             serde_json::to_value(&result.contents).unwrap(),
             json!([{"uri": "a://x", "mimeType": "image/png", "blob": "AAEC"}])
         );
         let result =
-            resource_result("a://x", None, PluginOutput::Success(json!({"a": 1}))).unwrap();
+            resource_result("a://x", None, PluginOutput::success(json!({"a": 1}))).unwrap();
         assert_eq!(
             serde_json::to_value(&result.contents).unwrap(),
             json!([{"uri": "a://x", "mimeType": "application/json", "text": "{\"a\":1}"}])
         );
-        let error = resource_result("a://x", None, PluginOutput::Success(json!({"contents": 1})))
+        let error = resource_result("a://x", None, PluginOutput::success(json!({"contents": 1})))
             .unwrap_err();
         assert_eq!(error.data.unwrap()["code"], "BAD_OUTPUT");
         let error =

@@ -94,7 +94,7 @@ pub fn run(library: &Path) -> io::Result<()> {
                     let result = match tool.strip_prefix(GUARD_CALL_PREFIX) {
                         Some(guard) => plugin
                             .guard(guard, &input["params"], &input["context"], &input["event"])
-                            .map(|passes| PluginOutput::Success(Value::Bool(passes))),
+                            .map(|passes| PluginOutput::success(Value::Bool(passes))),
                         None => plugin.call_with(&tool, &input, &context, host),
                     };
                     lock(&calls).remove(&id);

@@ -113,7 +113,9 @@ impl Outcome {
     /// What the child's call produced, for the wire.
     pub fn of(result: Result<PluginOutput, PluginError>) -> Outcome {
         match result {
-            Ok(PluginOutput::Success(output)) => Outcome::Success { output },
+            Ok(PluginOutput::Success(output)) => Outcome::Success {
+                output: output.value,
+            },
             Ok(PluginOutput::ToolError(message)) => Outcome::ToolError { message },
             Ok(PluginOutput::BadInput(message)) => Outcome::BadInput { message },
             Err(PluginError::UnknownTool { .. }) => Outcome::UnknownTool,
@@ -134,7 +136,7 @@ impl Outcome {
     pub fn into_result(self, path: &Path, tool: &str) -> Result<PluginOutput, PluginError> {
         let (path, tool_name) = (path.to_owned(), tool.to_owned());
         match self {
-            Outcome::Success { output } => Ok(PluginOutput::Success(output)),
+            Outcome::Success { output } => Ok(PluginOutput::success(output)),
             Outcome::ToolError { message } => Ok(PluginOutput::ToolError(message)),
             Outcome::BadInput { message } => Ok(PluginOutput::BadInput(message)),
             Outcome::UnknownTool => Err(PluginError::UnknownTool {

@@ -100,7 +100,7 @@ fn plugins_built_for_older_and_newer_layouts_load() {
     let out = plugin
         .call("fixture.ok", &json!({}), &ctx(json!("s")))
         .unwrap();
-    assert_eq!(out, PluginOutput::Success(json!({"tool": "fixture.ok"})));
+    assert_eq!(out, PluginOutput::success(json!({"tool": "fixture.ok"})));
 
     let newer = CLibrary::build(
         "abinewer",
@@ -185,7 +185,7 @@ fn read_is_optional_and_reaches_a_plugin_that_has_it() {
         plugin
             .read(PrimitiveKind::Prompt, "p.hello", &request, &context)
             .unwrap(),
-        PluginOutput::Success(json!({"name": "p.hello", "request": request,
+        PluginOutput::success(json!({"name": "p.hello", "request": request,
             "state": "review", "context": {"amount": 5}}))
     );
     let err = plugin
@@ -271,7 +271,7 @@ fn a_c_plugin_round_trips_and_protocol_violations_are_errors() {
     let call = |tool: &str| plugin.call(tool, &json!({"x": 1}), &ctx(json!("s")));
     assert_eq!(
         call("fixture.ok").unwrap(),
-        PluginOutput::Success(json!({"tool": "fixture.ok"}))
+        PluginOutput::success(json!({"tool": "fixture.ok"}))
     );
     assert_eq!(
         call("fixture.fail").unwrap(),
