@@ -10,6 +10,7 @@ use std::{
         Arc,
         atomic::{AtomicU64, Ordering},
     },
+    time::Duration,
 };
 
 use serde_json::json;
@@ -31,13 +32,19 @@ pub(super) fn postgres_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
-/// Options with a namespace no other test (in this process or another) is using.
+/// Options with a namespace no other test (in this process or another) is using, for a healthy
+/// server. Their bounds are generous: these tests check what a store does, not how fast, and
+/// this machine's PostgreSQL has been seen to take over 2 s (the default bound) for a
+/// `CREATE TABLE` while its disk was busy, failing a contract case in its setup. The outage tests
+/// set short bounds of their own.
 pub(super) fn unique_options() -> StoreOptions {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let nanos = super::now_ms() % 1_000_000_000;
     StoreOptions {
         namespace: format!("tst_{}_{nanos}_{n}", std::process::id()),
+        op_timeout: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(10),
         ..StoreOptions::default()
     }
 }
