@@ -14,6 +14,8 @@
 //!
 //! It must not decide what is logged where events happen; it only routes and filters.
 
+mod fields;
+
 use tracing::{Level, Metadata};
 use tracing_subscriber::{
     EnvFilter, Layer,
@@ -58,6 +60,7 @@ pub fn init(format: LogFormat) {
     let rmcp_only_at_debug = filter_fn(move |metadata| shows(&verbose, metadata));
     let stderr = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
+            .fmt_fields(fields::PlainFields)
             .with_writer(std::io::stderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .boxed(),
