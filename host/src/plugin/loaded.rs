@@ -82,7 +82,8 @@ pub enum PluginOutput {
 pub struct Returned {
     /// The value, to check against the output schema, fire transitions with and show.
     pub value: Value,
-    /// The plugin's own JSON text of `value` (any whitespace and escapes it chose), while
+    /// The plugin's own JSON text of `value` (any whitespace and escapes it chose; a key it
+    /// wrote twice shows twice here, and once, with its last value, in `value`), while
     /// nothing has changed the value since; `None` once something has, or when the output did
     /// not come as text (an isolated plugin's crosses the pipe parsed, a replay is stored).
     text: Option<String>,
@@ -295,18 +296,15 @@ impl LoadedPlugin {
         // can fail here.
         let tool_name = with_nul(tool.as_bytes());
         let input_json = json_with_nul(input);
-        let call_id = with_nul(ctx.call_id.as_bytes());
-        let handle = with_nul(ctx.handle.as_bytes());
-        let state_json = json_with_nul(&ctx.state);
-        let context_json = json_with_nul(&ctx.context);
+        let instance = InstanceStrings::new(ctx);
         let c_str = |bytes, what| CStr::from_bytes_with_nul(bytes).map_err(|_| bad_argument(what));
         let args = CallArgs {
             tool: c_str(&tool_name, "the tool name")?,
             input_json: c_str(&input_json, "the input")?,
-            call_id: c_str(&call_id, "the call id")?,
-            handle: c_str(&handle, "the handle")?,
-            state_json: c_str(&state_json, "the state")?,
-            context_json: c_str(&context_json, "the context")?,
+            call_id: c_str(&instance.call_id, "the call id")?,
+            handle: c_str(&instance.handle, "the handle")?,
+            state_json: c_str(&instance.state_json, "the state")?,
+            context_json: c_str(&instance.context_json, "the context")?,
             host: None,
         };
         // Registered for exactly the duration of the plugin's call.
@@ -414,10 +412,7 @@ impl LoadedPlugin {
         // the name, call id and handle could.
         let name_c = with_nul(name.as_bytes());
         let request_json = json_with_nul(request);
-        let call_id = with_nul(ctx.call_id.as_bytes());
-        let handle = with_nul(ctx.handle.as_bytes());
-        let state_json = json_with_nul(&ctx.state);
-        let context_json = json_with_nul(&ctx.context);
+        let instance = InstanceStrings::new(ctx);
         let c_str = |bytes| {
             CStr::from_bytes_with_nul(bytes)
                 .map_err(|_| failed("an argument contains a NUL byte".into()))
@@ -427,10 +422,10 @@ impl LoadedPlugin {
                 kind: kind.raw(),
                 name: c_str(&name_c)?,
                 request_json: c_str(&request_json)?,
-                call_id: c_str(&call_id)?,
-                handle: c_str(&handle)?,
-                state_json: c_str(&state_json)?,
-                context_json: c_str(&context_json)?,
+                call_id: c_str(&instance.call_id)?,
+                handle: c_str(&instance.handle)?,
+                state_json: c_str(&instance.state_json)?,
+                context_json: c_str(&instance.context_json)?,
             })
             .ok_or_else(|| failed("the plugin has no read entry point (ABI 1.3)".into()))?;
         let bytes = &output.bytes;
@@ -545,6 +540,25 @@ impl std::fmt::Debug for LoadedPlugin {
 /// and a call writes three (BENCHMARKS.md, "Sessions 14 and 15").
 fn json_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).expect("a JSON value always serializes")
+}
+
+/// What a call or a read tells the plugin of its instance, as buffers ending in their NUL.
+struct InstanceStrings {
+    call_id: Vec<u8>,
+    handle: Vec<u8>,
+    state_json: Vec<u8>,
+    context_json: Vec<u8>,
+}
+
+impl InstanceStrings {
+    fn new(ctx: &CallContext) -> Self {
+        InstanceStrings {
+            call_id: with_nul(ctx.call_id.as_bytes()),
+            handle: with_nul(ctx.handle.as_bytes()),
+            state_json: json_with_nul(&ctx.state),
+            context_json: json_with_nul(&ctx.context),
+        }
+    }
 }
 
 /// `text` followed by a NUL, in a buffer of exactly that size.
