@@ -535,13 +535,6 @@ impl std::fmt::Debug for LoadedPlugin {
     }
 }
 
-/// `value` as JSON text for the plugin. `serde_json::to_vec`, not `Value`'s `Display`
-/// (`to_string`): that one writes each piece through a `fmt::Formatter`, several times slower,
-/// and a call writes three (BENCHMARKS.md, "Sessions 14 and 15").
-fn json_bytes(value: &Value) -> Vec<u8> {
-    serde_json::to_vec(value).expect("a JSON value always serializes")
-}
-
 /// What a call or a read tells the plugin of its instance, as buffers ending in their NUL.
 struct InstanceStrings {
     call_id: Vec<u8>,
@@ -569,10 +562,12 @@ fn with_nul(text: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// [`json_bytes`] followed by a NUL (its buffer starts at 128 bytes and doubles, so the NUL
-/// mostly fits without growing it).
+/// `value` as JSON text for the plugin, followed by a NUL (the buffer starts at 128 bytes and
+/// doubles, so the NUL mostly fits without growing it). `serde_json::to_vec`, not `Value`'s
+/// `Display` (`to_string`): that one writes each piece through a `fmt::Formatter`, several times
+/// slower, and a call writes three (BENCHMARKS.md, "Sessions 14 and 15").
 fn json_with_nul(value: &Value) -> Vec<u8> {
-    let mut bytes = json_bytes(value);
+    let mut bytes = serde_json::to_vec(value).expect("a JSON value always serializes");
     bytes.push(0);
     bytes
 }
