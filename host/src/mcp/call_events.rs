@@ -1,8 +1,8 @@
 //! What a plugin says while its call runs — log messages and progress (host services, ABI 1.1) —
 //! forwarded to the client **before** the call's result.
 //!
-//! The plugin's words arrive on a channel from its thread. The request's task drains that channel
-//! while it waits for the call, and drains it once more after the call ended and before it
+//! The plugin's words arrive from its thread through the call's [`EventReceiver`]. The request's
+//! task takes them while it waits for the call, and once more after the call ended and before it
 //! answers, so every message the plugin sent before returning is handed on ahead of the result,
 //! every time. (A forwarder task of its own would race the result.) Progress goes on the
 //! request's own stream. Log messages go there too when the request has one Turnstile writes
@@ -18,6 +18,8 @@
 
 use std::{future::Future, sync::Arc};
 
+use super::{direct::RequestStream, outbox::Outbox};
+use crate::plugin::{CallEvent, EventReceiver, LogLevel};
 use rmcp::{
     Peer, RoleServer,
     model::{
@@ -25,10 +27,6 @@ use rmcp::{
         ProgressNotificationParam, ProgressToken, ServerJsonRpcMessage, ServerNotification,
     },
 };
-use tokio::sync::mpsc::UnboundedReceiver;
-
-use super::{direct::RequestStream, outbox::Outbox};
-use crate::plugin::{CallEvent, LogLevel};
 
 /// Where one call's events go, and which of them the client wants.
 pub struct CallEvents {
@@ -51,7 +49,7 @@ impl CallEvents {
     pub async fn forward_during<T>(
         &self,
         call: impl Future<Output = T>,
-        mut events: UnboundedReceiver<CallEvent>,
+        mut events: EventReceiver,
     ) -> T {
         tokio::pin!(call);
         let output = loop {
@@ -64,7 +62,7 @@ impl CallEvents {
         };
         // Whatever a plugin sends from now on (a thread it left running) is not for this answer.
         events.close();
-        while let Ok(event) = events.try_recv() {
+        while let Some(event) = events.try_recv() {
             Box::pin(self.send(event)).await;
         }
         output

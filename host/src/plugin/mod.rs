@@ -59,7 +59,7 @@ pub use self::{
     loaded::{LoadedPlugin, PluginOutput, Returned},
     pool::{CallPool, DEFAULT_POOL_SIZE, QUEUE_WAIT},
     quick::Overrun,
-    services::{CallEvent, HostCall},
+    services::{CallEvent, EventReceiver, HostCall},
 };
 
 /// How the server loads each plugin: the bound on its concurrent calls, and whether it runs in

@@ -6,21 +6,23 @@
 //! so a plugin that keeps the services and uses them after its call returned (or from a thread
 //! that outlives it) reaches nothing and gets an error status instead of freed memory.
 //!
-//! This module only moves what the plugin said onto a channel (or, in an isolated plugin's
-//! process, onto the pipe to the server); what the client sees of it (levels, progress tokens,
-//! the order against the result) is the MCP layer's business.
+//! This module only moves what the plugin said to the request waiting for the call (or, in an
+//! isolated plugin's process, onto the pipe to the server); what the client sees of it (levels,
+//! progress tokens, the order against the result) is the MCP layer's business.
 
 use std::{
+    collections::VecDeque,
     ffi::{CStr, c_char, c_void},
+    future::poll_fn,
     panic::{AssertUnwindSafe, catch_unwind},
     sync::{
-        Arc, LazyLock,
+        Arc, LazyLock, Mutex, PoisonError,
         atomic::{AtomicUsize, Ordering},
     },
+    task::{Poll, Waker},
 };
 
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use turnstile_plugin_api::{
     LogLevel,
@@ -53,21 +55,32 @@ pub struct HostCall {
 
 /// Where a call's events go.
 enum Events {
-    /// To the request being answered (the server's own calls).
-    Channel(mpsc::UnboundedSender<CallEvent>),
+    /// Held for the request being answered (the server's own calls), which takes them through
+    /// the call's [`EventReceiver`].
+    Held(Mutex<Held>),
     /// Onward to another process: an isolated plugin's process relays what its plugin says to
     /// the server (`child.rs`). Returns whether the event went out.
     Relay(Box<dyn Fn(CallEvent) -> bool + Send + Sync>),
 }
 
+/// What a plugin said that its request has not taken yet. A queue inside the call rather than a
+/// channel beside it: most calls say nothing, and a channel costs them an allocation and a
+/// wake-up of the request's task when the call's end drops its sender.
+#[derive(Default)]
+struct Held {
+    said: VecDeque<CallEvent>,
+    /// The request's task, waiting for the next event.
+    waiting: Option<Waker>,
+    /// The request took its last event: what is said from now on is not for it.
+    closed: bool,
+}
+
 impl HostCall {
     /// A call whose events arrive on the returned receiver, cancelled when `cancelled` is.
-    pub fn new(
-        cancelled: CancellationToken,
-    ) -> (Arc<HostCall>, mpsc::UnboundedReceiver<CallEvent>) {
-        let (events, receiver) = mpsc::unbounded_channel();
-        let events = Events::Channel(events);
-        (Arc::new(HostCall { events, cancelled }), receiver)
+    pub fn new(cancelled: CancellationToken) -> (Arc<HostCall>, EventReceiver) {
+        let events = Events::Held(Mutex::default());
+        let call = Arc::new(HostCall { events, cancelled });
+        (Arc::clone(&call), EventReceiver(call))
     }
 
     /// A call whose events are handed to `relay`, cancelled when `cancelled` is.
@@ -91,12 +104,80 @@ impl HostCall {
 
     /// Hands `event` on to whoever follows the call.
     pub(super) fn send(&self, event: CallEvent) -> Status {
-        // The receiver is gone once the client's request is answered; the plugin need not care.
+        // Once the client's request is answered nobody takes events; the plugin need not care.
         let sent = match &self.events {
-            Events::Channel(events) => events.send(event).is_ok(),
+            Events::Held(held) => {
+                let mut held = lock(held);
+                if held.closed {
+                    false
+                } else {
+                    held.said.push_back(event);
+                    let waiting = held.waiting.take();
+                    drop(held);
+                    if let Some(waiting) = waiting {
+                        waiting.wake();
+                    }
+                    true
+                }
+            }
             Events::Relay(relay) => relay(event),
         };
         if sent { Status::OK } else { Status::INTERNAL }
+    }
+}
+
+fn lock(held: &Mutex<Held>) -> std::sync::MutexGuard<'_, Held> {
+    held.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The request's end of a call's events ([`HostCall::new`]): what the plugin says, in order.
+/// Dropping it closes the call to further events.
+pub struct EventReceiver(Arc<HostCall>);
+
+impl EventReceiver {
+    fn held(&self) -> &Mutex<Held> {
+        match &self.0.events {
+            Events::Held(held) => held,
+            Events::Relay(_) => unreachable!("a receiver is made only for held events"),
+        }
+    }
+
+    /// The next event the plugin says; `None` once closed and empty.
+    pub async fn recv(&mut self) -> Option<CallEvent> {
+        poll_fn(|context| {
+            let mut held = lock(self.held());
+            if let Some(event) = held.said.pop_front() {
+                return Poll::Ready(Some(event));
+            }
+            if held.closed {
+                return Poll::Ready(None);
+            }
+            match &mut held.waiting {
+                Some(waiting) if waiting.will_wake(context.waker()) => {}
+                waiting => *waiting = Some(context.waker().clone()),
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// An event already said, if there is one.
+    pub fn try_recv(&mut self) -> Option<CallEvent> {
+        lock(self.held()).said.pop_front()
+    }
+
+    /// Takes no further events: what the plugin says from now on is refused. What was said
+    /// before is still there to take.
+    pub fn close(&mut self) {
+        let mut held = lock(self.held());
+        held.closed = true;
+        held.waiting = None;
+    }
+}
+
+impl Drop for EventReceiver {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 
@@ -261,12 +342,12 @@ mod tests {
         };
         assert_eq!(status, Status::OK);
         assert_eq!(
-            events.try_recv().unwrap(),
-            CallEvent::Log {
+            events.try_recv(),
+            Some(CallEvent::Log {
                 level: LogLevel::Warning,
                 logger: None,
                 data: Value::from("hi")
-            }
+            })
         );
         // SAFETY: as above.
         let bad = unsafe { log(raw.call, c"loud".as_ptr(), std::ptr::null(), c"1".as_ptr()) };
@@ -286,6 +367,44 @@ mod tests {
             Status::INTERNAL,
             "a finished call's services do nothing"
         );
-        assert!(events.try_recv().is_err());
+        assert_eq!(events.try_recv(), None);
+    }
+
+    fn line(n: u64) -> CallEvent {
+        CallEvent::Log {
+            level: LogLevel::Info,
+            logger: None,
+            data: Value::from(n),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_request_takes_what_was_said_in_order_until_it_closes() {
+        let (call, mut events) = HostCall::new(CancellationToken::new());
+        let plugin = {
+            let call = Arc::clone(&call);
+            std::thread::spawn(move || {
+                for n in 1..=3 {
+                    assert_eq!(call.send(line(n)), Status::OK);
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            })
+        };
+        // Waits for each one: the plugin's thread wakes the request's task.
+        for n in 1..=3 {
+            assert_eq!(events.recv().await, Some(line(n)));
+        }
+        plugin.join().unwrap();
+        assert_eq!(call.send(line(4)), Status::OK);
+        events.close();
+        assert_eq!(
+            call.send(line(5)),
+            Status::INTERNAL,
+            "said after the request closed"
+        );
+        assert_eq!(events.try_recv(), Some(line(4)), "said before it closed");
+        assert_eq!(events.recv().await, None);
+        drop(events);
+        assert_eq!(call.send(line(6)), Status::INTERNAL);
     }
 }
