@@ -7,17 +7,26 @@
 //! malformed or missing `Host`) is answered 403 with a short JSON-RPC error body, the shape rmcp's
 //! refusals take on `/mcp` (see `http_layer.rs`), before the route runs.
 //!
+//! A tower layer of its own rather than `axum::middleware::from_fn`: `from_fn` clones and boxes
+//! the route it wraps and boxes its future on every request, for a check that needs neither.
+//!
 //! It must not wrap `/healthz` and `/readyz`: a probe sends the pod's address as `Host`.
 
-use std::sync::Arc;
+use std::{
+    convert::Infallible,
+    future::{Ready, ready},
+    sync::Arc,
+    task::{Context, Poll},
+};
 
 use axum::{
-    extract::{Request, State},
+    extract::Request,
     http::{StatusCode, header, uri::Authority},
-    middleware::Next,
     response::Response,
 };
+use futures_util::future::Either;
 use serde_json::Value;
+use tower::{Layer, Service};
 
 use super::jsonrpc_errors::Rejection;
 
@@ -99,21 +108,54 @@ fn normalize(host: &str) -> String {
     host.trim_matches(['[', ']']).to_ascii_lowercase()
 }
 
-/// The middleware (`axum::middleware::from_fn_with_state`).
-pub async fn refuse_foreign_host(
-    State(allowed): State<AllowedHosts>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let host = match request.headers().get(header::HOST) {
-        Some(value) => value.to_str().ok(),
-        None => request.uri().authority().map(Authority::as_str),
-    };
-    if host.is_some_and(|host| allowed.allows(host)) {
-        return next.run(request).await;
+/// The check, as a layer for the routes that need it (`Router::layer`).
+#[derive(Clone, Debug)]
+pub struct RefuseForeignHost(pub AllowedHosts);
+
+impl<S> Layer<S> for RefuseForeignHost {
+    type Service = HostChecked<S>;
+
+    fn layer(&self, route: S) -> HostChecked<S> {
+        HostChecked {
+            allowed: self.0.clone(),
+            route,
+        }
     }
-    Rejection::invalid_request(Value::Null, "Forbidden: Host header is not allowed")
-        .into_response(StatusCode::FORBIDDEN)
+}
+
+/// A route behind the check.
+#[derive(Clone, Debug)]
+pub struct HostChecked<S> {
+    allowed: AllowedHosts,
+    route: S,
+}
+
+impl<S> Service<Request> for HostChecked<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<S::Future, Ready<Result<Response, Infallible>>>;
+
+    fn poll_ready(&mut self, context: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.route.poll_ready(context)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let host = match request.headers().get(header::HOST) {
+            Some(value) => value.to_str().ok(),
+            None => request.uri().authority().map(Authority::as_str),
+        };
+        if host.is_some_and(|host| self.allowed.allows(host)) {
+            return Either::Left(self.route.call(request));
+        }
+        Either::Right(ready(Ok(Rejection::invalid_request(
+            Value::Null,
+            "Forbidden: Host header is not allowed",
+        )
+        .into_response(StatusCode::FORBIDDEN))))
+    }
 }
 
 #[cfg(test)]
@@ -162,15 +204,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_foreign_host_gets_403_json_and_the_route_never_runs() {
-        use axum::{Router, middleware, routing::get};
+        use axum::{Router, routing::get};
         use tower::ServiceExt;
 
         let app = Router::new()
             .route("/stats", get(|| async { "ran" }))
-            .layer(middleware::from_fn_with_state(
-                AllowedHosts::loopback_and(&[]),
-                refuse_foreign_host,
-            ));
+            .layer(RefuseForeignHost(AllowedHosts::loopback_and(&[])));
         let request = |host: &str| {
             Request::builder()
                 .uri("/stats")

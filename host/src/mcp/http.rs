@@ -18,7 +18,7 @@ use super::{
     connections::{self, ConnectionLimits},
     handshake::Handshakes,
     health,
-    host_check::{self, AllowedHosts},
+    host_check::{self, AllowedHosts, RefuseForeignHost},
     http_layer::{self, McpLayer},
     idle, metrics,
     oauth::{OAuth, OAuthOptions},
@@ -255,10 +255,9 @@ pub async fn serve_http(
     let workers = shared.runtime.workers();
     let app = app
         // Every route above refuses a foreign `Host`; the probes below answer any.
-        .layer(middleware::from_fn_with_state(
-            AllowedHosts::loopback_and(&options.allowed_hosts),
-            host_check::refuse_foreign_host,
-        ))
+        .layer(RefuseForeignHost(AllowedHosts::loopback_and(
+            &options.allowed_hosts,
+        )))
         .route("/healthz", get(health::alive))
         .route("/readyz", get(health::ready))
         .with_state(shared);
