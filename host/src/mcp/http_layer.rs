@@ -32,13 +32,14 @@ use serde_json::Value;
 
 use super::{
     auth::Principal,
-    direct, event_stream,
+    direct::{self, Served},
+    event_stream,
     handshake::{Handshakes, is_initialized_notification},
     header_names::{PROTOCOL_VERSION, SESSION_ID},
     idle,
     jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
     session_owners::SessionOwners,
-    session_records::SessionRecords,
+    session_records::{SessionRecords, Visit},
 };
 
 /// rmcp's answer when the body it read is not a JSON-RPC message it accepts (its 415).
@@ -86,14 +87,17 @@ pub async fn by_the_book(
     }
     // A session's request is its activity until the response is sent in full (an event stream
     // until it closes): a session with none in flight for a while is passivated.
-    let visit = match session_of(request.headers()) {
+    let mut visit = match session_of(request.headers()) {
         Some(session) => layer.sessions.visit(session).await,
         None => None,
     };
     let response = match *request.method() {
         Method::POST => match sessions_full(&layer, request.headers()) {
             Some(refusal) => refusal,
-            None => post(&layer, request, next).await,
+            None => {
+                let served = visit.as_mut().and_then(Visit::take_served);
+                post(&layer, request, next, served).await
+            }
         },
         // The others boxed: this future is copied whole into its box for every request, and
         // most are POSTs (BENCHMARKS.md, "Session 16").
@@ -142,13 +146,10 @@ async fn get(layer: &McpLayer, request: Request, next: Next) -> Response {
     as_json_rpc(next.run(request).await, &[]).await
 }
 
-/// Serves a POST: a live session's answer-only request right here (`direct.rs`), anything else
-/// through rmcp.
-async fn post(layer: &McpLayer, request: Request, next: Next) -> Response {
-    // The headers first: they are cheaper to read than the session table.
-    let served = direct::may_serve(request.headers())
-        .and(session_of(request.headers()))
-        .and_then(|session| layer.sessions.served(session));
+/// Serves a POST: a live session's answer-only request right here (`direct.rs`, with `served`,
+/// the session's), anything else through rmcp.
+async fn post(layer: &McpLayer, request: Request, next: Next, served: Option<Served>) -> Response {
+    let served = served.filter(|_| direct::may_serve(request.headers()).is_some());
     let Some(served) = served else {
         // Boxed, as below: room for rmcp's path is not carried by every call served here.
         return Box::pin(post_to_rmcp(layer, request, next)).await;

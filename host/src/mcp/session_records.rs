@@ -157,9 +157,14 @@ impl SessionRecords {
                     Phase::Live | Phase::Passivated => {
                         record.in_flight += 1;
                         record.last_seen = Instant::now();
+                        let served = match record.phase {
+                            Phase::Live => record.served.clone(),
+                            Phase::Closing(_) | Phase::Passivated => None,
+                        };
                         return Some(Visit {
                             records: self.clone(),
                             id: key,
+                            served,
                         });
                     }
                 }
@@ -197,16 +202,6 @@ impl SessionRecords {
     pub fn outbox(&self, id: &str) -> Option<(Arc<Outbox>, bool)> {
         let record = self.records.get(id)?;
         Some((record.outbox.clone(), matches!(record.phase, Phase::Live)))
-    }
-
-    /// How to serve a request of session `id` outside rmcp's session machinery (`direct.rs`):
-    /// `None` unless the session is live with its handshake done.
-    pub fn served(&self, id: &str) -> Option<Served> {
-        let record = self.records.get(id)?;
-        match record.phase {
-            Phase::Live => record.served.clone(),
-            Phase::Closing(_) | Phase::Passivated => None,
-        }
     }
 
     /// A new handler restores session `id`: its scope, if the session is passivated.
@@ -302,6 +297,16 @@ impl SessionRecords {
 pub struct Visit {
     records: Arc<SessionRecords>,
     id: Arc<str>,
+    /// Found with the record, rather than looked up again: see [`Visit::take_served`].
+    served: Option<Served>,
+}
+
+impl Visit {
+    /// How to serve the request outside rmcp's session machinery (`direct.rs`): `None` unless
+    /// the session was live with its handshake done when the request began.
+    pub fn take_served(&mut self) -> Option<Served> {
+        self.served.take()
+    }
 }
 
 impl Drop for Visit {
