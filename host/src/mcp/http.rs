@@ -19,7 +19,7 @@ use super::{
     handshake::Handshakes,
     health,
     host_check::{self, AllowedHosts, RefuseForeignHost},
-    http_layer::{self, McpLayer},
+    http_layer::{McpEndpoint, McpLayer},
     idle, metrics,
     oauth::{OAuth, OAuthOptions},
     server::{Shared, TurnstileServer},
@@ -193,10 +193,10 @@ pub async fn serve_http(
     // Events are counted from here on, for `/metrics` (over stdio nothing is counted).
     crate::metrics::install();
     let app = Router::new()
-        .nest_service("/mcp", RmcpService(Arc::new(mcp)))
-        // Only on `/mcp`: a layer applies to the routes added before it.
-        .layer(middleware::from_fn_with_state(
-            Arc::new(McpLayer {
+        .route_service(
+            "/mcp",
+            McpEndpoint::new(McpLayer {
+                rmcp: mcp,
                 sessions: sessions.clone(),
                 max_sessions: options.max_sessions,
                 stateless: options.stateless,
@@ -206,8 +206,7 @@ pub async fn serve_http(
                 sse_keep_alive: idle::sse_keepalive_interval(options.connections.keepalive_timeout),
                 closing_streams: streams.child_token(),
             }),
-            http_layer::by_the_book,
-        ))
+        )
         .route(
             "/stats",
             get({
@@ -273,33 +272,6 @@ pub async fn serve_http(
     )
     .await;
     Ok(())
-}
-
-/// rmcp's service behind an `Arc`. axum clones a route's service for every request, and a clone
-/// of rmcp's copies its whole configuration (the allowed hosts and origins, each a `String`),
-/// then clones itself again to serve; most requests do not even reach it (`direct.rs`). This
-/// clone is one reference count, and rmcp's `handle` needs no clone at all.
-#[derive(Clone)]
-struct RmcpService(Arc<StreamableHttpService<TurnstileServer, LocalSessionManager>>);
-
-impl tower::Service<axum::extract::Request> for RmcpService {
-    type Response = axum::response::Response;
-    type Error = std::convert::Infallible;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
-    >;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: axum::extract::Request) -> Self::Future {
-        let rmcp = self.0.clone();
-        Box::pin(async move { Ok(rmcp.handle(request).await.map(axum::body::Body::new)) })
-    }
 }
 
 /// The `Origin`s to accept: loopback ones on any port when the server listens on loopback (or on

@@ -1,4 +1,5 @@
-//! The middleware in front of rmcp's `/mcp` service: it changes only the answers rmcp gets wrong.
+//! The `/mcp` endpoint: rmcp's service, with this module in front of it changing only the
+//! answers rmcp gets wrong (and `direct.rs` and `event_stream.rs` serving what rmcp need not).
 //!
 //! rmcp answers what it refuses as plain text: 415 for a body that is not a JSON-RPC message (not
 //! JSON, a batch, a bad `params`...), 406 / 415 / 413 for a wrong `Accept`, `Content-Type` or a
@@ -17,17 +18,25 @@
 //! calls in one session (`timing_of_valid_requests` in `tests/protocol_errors.rs`), runs with
 //! and without the layer overlap (1216–1454 µs vs 1199–1672 µs a call): no measurable cost.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::{
+    convert::Infallible,
+    future::Future,
+    pin::Pin,
+    sync::{Arc, Mutex, PoisonError},
+    task::{Context, Poll},
+};
 
 use axum::{
     body::{Body, Bytes},
-    extract::{Request, State},
+    extract::Request,
     http::{HeaderMap, HeaderValue, Method, StatusCode, header, response::Parts},
-    middleware::Next,
     response::Response,
 };
 use futures_util::StreamExt;
-use rmcp::transport::streamable_http_server::session::SessionId;
+use rmcp::transport::streamable_http_server::{
+    StreamableHttpService,
+    session::{SessionId, local::LocalSessionManager},
+};
 use serde_json::Value;
 
 use super::{
@@ -38,6 +47,7 @@ use super::{
     header_names::{PROTOCOL_VERSION, SESSION_ID},
     idle,
     jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
+    server::TurnstileServer,
     session_owners::SessionOwners,
     session_records::{SessionRecords, Visit},
 };
@@ -49,12 +59,12 @@ const UNREADABLE_BODY_PREFIX: &str = "fail to deserialize";
 /// line; this only bounds the read).
 const MAX_REJECTION_TEXT: usize = 64 * 1024;
 
-/// What the layer needs besides the request: the sessions held, to tell a live session from an
-/// unknown one on `DELETE`, to hold their number under `max_sessions`, and to count each
-/// session's requests (an idle one is passivated). Held in an `Arc`: axum clones a middleware's
-/// state twice per request, and a clone of this one is four reference counts and a cancellation
-/// token's lock.
+/// What the layer needs besides the request: rmcp's service, the sessions held, to tell a live
+/// session from an unknown one on `DELETE`, to hold their number under `max_sessions`, and to
+/// count each session's requests (an idle one is passivated).
 pub struct McpLayer {
+    /// rmcp's service, for everything not served here.
+    pub rmcp: StreamableHttpService<TurnstileServer, LocalSessionManager>,
     pub sessions: Arc<SessionRecords>,
     /// `--max-sessions`: a request that would open a session past it gets 503.
     pub max_sessions: Option<usize>,
@@ -73,12 +83,44 @@ pub struct McpLayer {
 /// How long a client refused for the session cap is told to wait (`Retry-After`, seconds).
 const SESSIONS_FULL_RETRY_AFTER_S: u64 = 5;
 
-/// The middleware (`axum::middleware::from_fn_with_state`).
-pub async fn by_the_book(
-    State(layer): State<Arc<McpLayer>>,
-    request: Request,
-    next: Next,
-) -> Response {
+impl McpLayer {
+    /// `request` served by rmcp.
+    async fn rmcp(&self, request: Request) -> Response {
+        self.rmcp.handle(request).await.map(Body::new)
+    }
+}
+
+/// The `/mcp` route's service (`Router::route_service`). A service of its own rather than a
+/// middleware (`axum::middleware::from_fn`) around rmcp's: a middleware clones and boxes the
+/// service it wraps on every request, and this endpoint needs rmcp's only for some requests.
+/// axum clones a route's service for every request too: a clone of this one is one reference
+/// count.
+#[derive(Clone)]
+pub struct McpEndpoint(Arc<McpLayer>);
+
+impl McpEndpoint {
+    pub fn new(layer: McpLayer) -> McpEndpoint {
+        McpEndpoint(Arc::new(layer))
+    }
+}
+
+impl tower::Service<Request> for McpEndpoint {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let layer = self.0.clone();
+        Box::pin(async move { Ok(by_the_book(&layer, request).await) })
+    }
+}
+
+/// One request to `/mcp`.
+async fn by_the_book(layer: &McpLayer, request: Request) -> Response {
     if let Some(owners) = &layer.owners
         && let Some(session) = session_of(request.headers())
         && owners.is_foreign(session, request.extensions().get::<Principal>())
@@ -92,18 +134,18 @@ pub async fn by_the_book(
         None => None,
     };
     let response = match *request.method() {
-        Method::POST => match sessions_full(&layer, request.headers()) {
+        Method::POST => match sessions_full(layer, request.headers()) {
             Some(refusal) => refusal,
             None => {
                 let served = visit.as_mut().and_then(Visit::take_served);
-                post(&layer, request, next, served).await
+                post(layer, request, served).await
             }
         },
         // The others boxed: this future is copied whole into its box for every request, and
         // most are POSTs (BENCHMARKS.md, "Session 16").
-        Method::DELETE => Box::pin(delete(&layer, request, next)).await,
-        Method::GET => Box::pin(get(&layer, request, next)).await,
-        _ => Box::pin(async { as_json_rpc(next.run(request).await, &[]).await }).await,
+        Method::DELETE => Box::pin(delete(layer, request)).await,
+        Method::GET => Box::pin(get(layer, request)).await,
+        _ => Box::pin(async { as_json_rpc(layer.rmcp(request).await, &[]).await }).await,
     };
     match visit {
         Some(visit) => idle::hold_until_sent(response, visit),
@@ -130,7 +172,7 @@ fn unknown_session() -> Response {
 
 /// Serves a GET: a live session's event stream right here (`event_stream.rs`), any other
 /// through rmcp, which then gets the session's messages.
-async fn get(layer: &McpLayer, request: Request, next: Next) -> Response {
+async fn get(layer: &McpLayer, request: Request) -> Response {
     if let Some((outbox, live)) =
         session_of(request.headers()).and_then(|id| layer.sessions.outbox(id))
     {
@@ -143,16 +185,16 @@ async fn get(layer: &McpLayer, request: Request, next: Next) -> Response {
         }
         outbox.route_through_peer();
     }
-    as_json_rpc(next.run(request).await, &[]).await
+    as_json_rpc(layer.rmcp(request).await, &[]).await
 }
 
 /// Serves a POST: a live session's answer-only request right here (`direct.rs`, with `served`,
 /// the session's), anything else through rmcp.
-async fn post(layer: &McpLayer, request: Request, next: Next, served: Option<Served>) -> Response {
+async fn post(layer: &McpLayer, request: Request, served: Option<Served>) -> Response {
     let served = served.filter(|_| direct::may_serve(request.headers()).is_some());
     let Some(served) = served else {
         // Boxed, as below: room for rmcp's path is not carried by every call served here.
-        return Box::pin(post_to_rmcp(layer, request, next)).await;
+        return Box::pin(post_to_rmcp(layer, request)).await;
     };
     let (parts, body) = request.into_parts();
     let body = match axum::body::to_bytes(body, direct::MAX_BODY_BYTES).await {
@@ -168,7 +210,7 @@ async fn post(layer: &McpLayer, request: Request, next: Next, served: Option<Ser
         Ok(response) => response,
         Err(parts) => {
             let request = Request::from_parts(parts, Body::from(body));
-            Box::pin(post_to_rmcp(layer, request, next)).await
+            Box::pin(post_to_rmcp(layer, request)).await
         }
     }
 }
@@ -176,7 +218,7 @@ async fn post(layer: &McpLayer, request: Request, next: Next, served: Option<Ser
 /// Serves a POST through rmcp, keeping handles on the body's chunks in case rmcp refuses it (or,
 /// on a session still in its handshake, to see whether it is the `notifications/initialized`
 /// that ends it).
-async fn post_to_rmcp(layer: &McpLayer, request: Request, next: Next) -> Response {
+async fn post_to_rmcp(layer: &McpLayer, request: Request) -> Response {
     let session = session_of(request.headers()).map(str::to_owned);
     let principal = request.extensions().get::<Principal>().cloned();
     let (parts, body) = request.into_parts();
@@ -192,7 +234,7 @@ async fn post_to_rmcp(layer: &McpLayer, request: Request, next: Next) -> Respons
                 .push(chunk.clone());
         }
     }));
-    let response = next.run(Request::from_parts(parts, body)).await;
+    let response = layer.rmcp(Request::from_parts(parts, body)).await;
     if !is_plain_rejection(&response) {
         follow_handshake(&layer.handshakes, session.as_deref(), &response, &chunks);
         if let (Some(owners), None, Some(principal), Some(opened)) = (
@@ -275,14 +317,14 @@ fn sessions_full(layer: &McpLayer, headers: &HeaderMap) -> Option<Response> {
 }
 
 /// Serves a DELETE: 204 when it ended a live session, 404 when there was none to end.
-async fn delete(layer: &McpLayer, request: Request, next: Next) -> Response {
+async fn delete(layer: &McpLayer, request: Request) -> Response {
     // Checked before rmcp runs, so that rmcp still validates the request (Host, Origin, protocol
     // version) first; two DELETEs racing for one session may both see it alive, and both get 204.
     let session = session_of(request.headers()).map(str::to_owned);
     let unknown = session
         .as_deref()
         .is_some_and(|id| !layer.sessions.exists(id));
-    let response = next.run(request).await;
+    let response = layer.rmcp(request).await;
     if response.status() != StatusCode::ACCEPTED {
         return as_json_rpc(response, &[]).await;
     }
