@@ -26,16 +26,37 @@ use tracing_subscriber::{
 #[derive(Debug, Default)]
 pub struct PlainFields;
 
+/// Room for a call span's fields (`tool=… instance=…#…`) in one allocation.
+const FIELDS_BYTES: usize = 128;
+
 impl<'writer> FormatFields<'writer> for PlainFields {
-    fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
-        let mut visitor = PlainVisitor {
-            writer,
-            is_empty: true,
-            result: Ok(()),
-        };
-        fields.record(&mut visitor);
-        visitor.result
+    fn format_fields<R: RecordFields>(
+        &self,
+        mut writer: Writer<'writer>,
+        fields: R,
+    ) -> fmt::Result {
+        // A span's fields are written into a string the fmt layer starts empty, which grows as
+        // each piece arrives (three or four times for a call's span). Plain output is written
+        // here first and handed over whole: the layer's string is then allocated once, at its
+        // size. (A `Writer` of our own cannot be styled, so styled output goes straight there.)
+        if writer.has_ansi_escapes() || !writer.sanitizes_ansi_escapes() {
+            return record(writer, fields);
+        }
+        let mut line = String::with_capacity(FIELDS_BYTES);
+        record(Writer::new(&mut line), fields)?;
+        writer.write_str(&line)
     }
+}
+
+/// Writes `fields` to `writer`.
+fn record(writer: Writer<'_>, fields: impl RecordFields) -> fmt::Result {
+    let mut visitor = PlainVisitor {
+        writer,
+        is_empty: true,
+        result: Ok(()),
+    };
+    fields.record(&mut visitor);
+    visitor.result
 }
 
 struct PlainVisitor<'writer> {
