@@ -136,24 +136,27 @@ impl InstanceKey {
 
     /// The key under which the instance is stored. Session-keyed instances share the prefix
     /// `session/`, so an operator (or start-up clean-up) can find them all.
-    ///
-    /// Joined from its pieces, not formatted: every call digests it for its span
-    /// (`mcp/metrics.rs`), and `format!` cost more than the digest.
     pub fn store_key(&self) -> String {
         let mut separator = [0u8; 4];
-        let pieces: [&str; 4] = match &self.owner {
+        self.store_key_pieces(&mut separator).concat()
+    }
+
+    /// [`InstanceKey::store_key`] in the pieces it is joined from (`separator` is room for one
+    /// of them). Every call digests the key for its span (`mcp/metrics.rs`), from these pieces:
+    /// joining them costs an allocation, and `format!` cost more than the digest.
+    pub fn store_key_pieces<'a>(&'a self, separator: &'a mut [u8; 4]) -> [&'a str; 4] {
+        match &self.owner {
             Owner::Session(session) => [SESSION_PREFIX, session.as_str(), "/", &self.workflow],
             Owner::Handle(handle) => match &self.tenant {
                 None => ["handle/", handle, "", ""],
                 Some(tenant) => [
                     "handle/",
                     handle,
-                    TENANT_SEPARATOR.encode_utf8(&mut separator),
+                    TENANT_SEPARATOR.encode_utf8(separator),
                     &tenant.0,
                 ],
             },
-        };
-        pieces.concat()
+        }
     }
 
     /// The handle-keyed instance stored under `store_key`, if it is one (session-keyed
@@ -187,7 +190,8 @@ impl InstanceKey {
     /// What a plugin sees as the instance handle in its call context.
     pub fn handle(&self) -> String {
         match &self.owner {
-            Owner::Session(session) => format!("session:{session}"),
+            // Joined, not formatted: this runs on every call.
+            Owner::Session(session) => ["session:", session.as_str()].concat(),
             Owner::Handle(handle) => handle.to_string(),
         }
     }

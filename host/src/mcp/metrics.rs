@@ -125,7 +125,12 @@ impl CallRecord {
 /// `<workflow>#<digest>`, the first 6 bytes of the SHA-256 of the instance's store key in hex.
 fn instance_label(key: &InstanceKey) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(key.store_key().as_bytes());
+    let mut separator = [0u8; 4];
+    let mut hasher = Sha256::new();
+    for piece in key.store_key_pieces(&mut separator) {
+        hasher.update(piece.as_bytes());
+    }
+    let digest = hasher.finalize();
     // One string, written in place, without the formatting machinery: this runs on every call.
     let mut label = String::with_capacity(key.workflow.len() + 13);
     label.push_str(&key.workflow);
@@ -216,6 +221,22 @@ mod tests {
 
     fn complete(result: CallToolResult) -> Result<CallToolResponse, ErrorData> {
         Ok(CallToolResponse::Complete(result))
+    }
+
+    #[test]
+    fn an_instance_is_named_by_a_digest_of_its_store_key() {
+        use crate::actors::{SessionId, Tenant};
+        let session = SessionId::new();
+        let minted = InstanceKey::mint("invoice");
+        for key in [
+            InstanceKey::for_session(&session, "invoice"),
+            minted.clone(),
+            minted.owned_by(Some(&Tenant::of("alice"))),
+        ] {
+            let digest = Sha256::digest(key.store_key().as_bytes());
+            let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(instance_label(&key), format!("invoice#{hex}"), "{key}");
+        }
     }
 
     #[test]
