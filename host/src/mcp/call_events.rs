@@ -28,22 +28,23 @@ use rmcp::{
     },
 };
 
-/// Where one call's events go, and which of them the client wants.
-pub struct CallEvents {
+/// Where one call's events go, and which of them the client wants. Borrowed from the request
+/// for as long as its call runs: most calls say nothing.
+pub struct CallEvents<'a> {
     /// Progress goes here, on the request's own stream.
-    pub peer: Peer<RoleServer>,
+    pub peer: &'a Peer<RoleServer>,
     /// The request's own stream, when Turnstile writes it (`direct.rs`): log messages go there.
-    pub own_stream: Option<RequestStream>,
+    pub own_stream: Option<&'a RequestStream>,
     /// A session's log messages go where its other messages go (`outbox.rs`); a request
     /// without a session has only its own stream, through `peer`.
-    pub outbox: Option<Arc<Outbox>>,
+    pub outbox: Option<&'a Arc<Outbox>>,
     /// The request's `_meta.progressToken`: progress is sent only when the client asked for it.
     pub progress_token: Option<ProgressToken>,
     /// Messages below this level are not sent (`logging/setLevel`); `None`: none are.
     pub min_level: Option<LogLevel>,
 }
 
-impl CallEvents {
+impl CallEvents<'_> {
     /// Runs `call` to its end while forwarding what arrives on `events`; returns the call's output
     /// once everything the plugin sent before returning has been handed to the transport.
     pub async fn forward_during<T>(

@@ -164,23 +164,22 @@ pub async fn serve(served: Served, parts: Parts, body: &Bytes) -> Result<Respons
     }
     // The handler reads who is calling from the request's parts, as it does under rmcp.
     request.extensions_mut().insert(parts);
-    let mut context = RequestContext::new(id.clone(), served.peer.clone());
+    let Served { handler, peer } = served;
+    let initialized = peer.peer_info().is_some();
+    let mut context = RequestContext::new(id.clone(), peer);
     std::mem::swap(&mut context.meta, request.get_meta_mut());
     std::mem::swap(&mut context.extensions, request.extensions_mut());
     let said = Arc::new(Said::default());
     context.extensions.insert(RequestStream(Arc::clone(&said)));
-    let Served { handler, peer } = served;
     let scope = Arc::clone(handler.session());
     let cancelled = context.ct.clone();
     // Two futures, each boxed on its own: one future for both would be as large as rmcp's
     // dispatch, and be copied whole into its box for every call.
     let mut answering: Answering = match request {
-        ClientRequest::CallToolRequest(call) if peer.peer_info().is_some() => {
-            Box::pin(async move {
-                let _cancellable = scope.cancellable(id.clone(), cancelled);
-                message(call_tool(&handler, call.params, context).await, id)
-            })
-        }
+        ClientRequest::CallToolRequest(call) if initialized => Box::pin(async move {
+            let _cancellable = scope.cancellable(id.clone(), cancelled);
+            message(call_tool(&handler, call.params, context).await, id)
+        }),
         request => Box::pin(async move {
             let _cancellable = scope.cancellable(id.clone(), cancelled);
             message(handler.handle_request(request, context).await, id)

@@ -284,7 +284,7 @@ impl TurnstileServer {
     }
 
     /// Where the plugin's logs and progress go during a call made by this request.
-    fn call_events(&self, context: &RequestContext<RoleServer>) -> CallEvents {
+    fn call_events<'a>(&'a self, context: &'a RequestContext<RoleServer>) -> CallEvents<'a> {
         // A request without a session gets logs only if it names a level in `_meta` (2026-07-28
         // has no `logging/setLevel`); a session has a level, the default until it sets one.
         let min_level = if is_sessionless(context) {
@@ -293,9 +293,9 @@ impl TurnstileServer {
             Some(self.session().log_level())
         };
         CallEvents {
-            peer: context.peer.clone(),
-            own_stream: context.extensions.get::<RequestStream>().cloned(),
-            outbox: (!is_sessionless(context)).then(|| self.session().outbox().clone()),
+            peer: &context.peer,
+            own_stream: context.extensions.get::<RequestStream>(),
+            outbox: (!is_sessionless(context)).then(|| self.session().outbox()),
             progress_token: context.meta.get_progress_token(),
             min_level,
         }
