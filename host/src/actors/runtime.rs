@@ -40,8 +40,11 @@ impl Runtime {
     /// call starts: it exists (is saved) only if the call succeeds. With `idempotency_key`, a
     /// call that repeats one the instance answered within the idempotency window gets that
     /// answer and runs nothing. `principal` (authentication on) goes to the audit trail.
+    ///
+    /// Not an `async fn`: one would keep each argument twice (as itself and as the local it is
+    /// moved to), where this future keeps them once, as the message.
     #[allow(clippy::too_many_arguments)] // One call's whole request, each part named.
-    pub async fn call(
+    pub fn call(
         &self,
         key: InstanceKey,
         tool: Arc<ToolEntry>,
@@ -51,20 +54,23 @@ impl Runtime {
         mint: bool,
         idempotency_key: Option<String>,
         principal: Option<String>,
-    ) -> Result<CallOutcome, InstanceError> {
-        let instance = self.resolve(key).await?;
-        instance
-            .send(instance::Call {
-                tool,
-                arguments,
-                call_id,
-                host,
-                mint,
-                idempotency_key,
-                principal,
-            })
-            .await
-            .map_err(|_| InstanceError::Stopped)?
+    ) -> impl Future<Output = Result<CallOutcome, InstanceError>> + '_ {
+        let call = instance::Call {
+            tool,
+            arguments,
+            call_id,
+            host,
+            mint,
+            idempotency_key,
+            principal,
+        };
+        async move {
+            let instance = self.resolve(key).await?;
+            instance
+                .send(call)
+                .await
+                .map_err(|_| InstanceError::Stopped)?
+        }
     }
 
     /// Test hook: creates the handle-keyed instance `key` in its initial state, saved. (Serving

@@ -16,7 +16,7 @@
 // clients, which Turnstile serves, still use it.
 #![allow(deprecated)]
 
-use std::{future::Future, sync::Arc};
+use std::{future::Future, pin::Pin, sync::Arc};
 
 use super::{direct::RequestStream, outbox::Outbox};
 use crate::plugin::{CallEvent, EventReceiver, LogLevel};
@@ -47,12 +47,15 @@ pub struct CallEvents<'a> {
 impl CallEvents<'_> {
     /// Runs `call` to its end while forwarding what arrives on `events`; returns the call's output
     /// once everything the plugin sent before returning has been handed to the transport.
+    ///
+    /// `call` comes pinned where its caller holds it: a future taken by value would be kept
+    /// twice in this one (as the argument and as the pinned local), and this one is kept in
+    /// every `tools/call`'s future.
     pub async fn forward_during<T>(
         &self,
-        call: impl Future<Output = T>,
+        mut call: Pin<&mut impl Future<Output = T>>,
         mut events: EventReceiver,
     ) -> T {
-        tokio::pin!(call);
         let output = loop {
             tokio::select! {
                 biased;

@@ -151,55 +151,62 @@ pub fn accepts(headers: &HeaderMap, media: &[&str]) -> bool {
 
 /// Serves `body`, the whole request body of a POST of the session `served` serves, if it is an
 /// answer-only request; otherwise gives the request's parts back, for rmcp to serve it.
-pub async fn serve(served: Served, parts: Parts, body: &Bytes) -> Result<Response, Parts> {
-    let Some((id, mut request)) = request_body::parse(body) else {
-        return Err(parts);
-    };
-    let meta = request.get_meta();
-    let answer_only = ANSWER_ONLY.contains(&request.method())
-        && meta.get_progress_token().is_none()
-        && meta.protocol_version().is_none();
-    if !answer_only {
-        return Err(parts);
-    }
-    // The handler reads who is calling from the request's parts, as it does under rmcp.
-    request.extensions_mut().insert(parts);
-    let Served { handler, peer } = served;
-    let initialized = peer.peer_info().is_some();
-    let mut context = RequestContext::new(id.clone(), peer);
-    std::mem::swap(&mut context.meta, request.get_meta_mut());
-    std::mem::swap(&mut context.extensions, request.extensions_mut());
-    let said = Arc::new(Said::default());
-    context.extensions.insert(RequestStream(Arc::clone(&said)));
-    let scope = Arc::clone(handler.session());
-    let cancelled = context.ct.clone();
-    // Two futures, each boxed on its own: one future for both would be as large as rmcp's
-    // dispatch, and be copied whole into its box for every call.
-    let mut answering: Answering = match request {
-        ClientRequest::CallToolRequest(call) if initialized => Box::pin(async move {
-            let _cancellable = scope.cancellable(id.clone(), cancelled);
-            message(call_tool(&handler, call.params, context).await, id)
-        }),
-        request => Box::pin(async move {
-            let _cancellable = scope.cancellable(id.clone(), cancelled);
-            message(handler.handle_request(request, context).await, id)
-        }),
-    };
-    Ok(tokio::select! {
-        biased;
-        message = &mut answering => {
-            let before = said.take();
-            if before.is_empty() {
-                json_response(&message)
-            } else {
-                event_stream::streaming(Body::from([before, encode(&message)].concat()))
+#[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
+pub fn serve(
+    served: Served,
+    parts: Parts,
+    body: &Bytes,
+) -> impl Future<Output = Result<Response, Parts>> + '_ {
+    async move {
+        let Some((id, mut request)) = request_body::parse(body) else {
+            return Err(parts);
+        };
+        let meta = request.get_meta();
+        let answer_only = ANSWER_ONLY.contains(&request.method())
+            && meta.get_progress_token().is_none()
+            && meta.protocol_version().is_none();
+        if !answer_only {
+            return Err(parts);
+        }
+        // The handler reads who is calling from the request's parts, as it does under rmcp.
+        request.extensions_mut().insert(parts);
+        let Served { handler, peer } = served;
+        let initialized = peer.peer_info().is_some();
+        let mut context = RequestContext::new(id.clone(), peer);
+        std::mem::swap(&mut context.meta, request.get_meta_mut());
+        std::mem::swap(&mut context.extensions, request.extensions_mut());
+        let said = Arc::new(Said::default());
+        context.extensions.insert(RequestStream(Arc::clone(&said)));
+        let scope = Arc::clone(handler.session());
+        let cancelled = context.ct.clone();
+        // Two futures, each boxed on its own: one future for both would be as large as rmcp's
+        // dispatch, and be copied whole into its box for every call.
+        let mut answering: Answering = match request {
+            ClientRequest::CallToolRequest(call) if initialized => Box::pin(async move {
+                let _cancellable = scope.cancellable(id.clone(), cancelled);
+                message(call_tool(&handler, call.params, context).await, id)
+            }),
+            request => Box::pin(async move {
+                let _cancellable = scope.cancellable(id.clone(), cancelled);
+                message(handler.handle_request(request, context).await, id)
+            }),
+        };
+        Ok(tokio::select! {
+            biased;
+            message = &mut answering => {
+                let before = said.take();
+                if before.is_empty() {
+                    json_response(&message)
+                } else {
+                    event_stream::streaming(Body::from([before, encode(&message)].concat()))
+                }
             }
-        }
-        () = said.arrived.notified() => {
-            let events = the_rest(answering, said).map(Ok::<_, Infallible>);
-            event_stream::streaming(Body::from_stream(events))
-        }
-    })
+            () = said.arrived.notified() => {
+                let events = the_rest(answering, said).map(Ok::<_, Infallible>);
+                event_stream::streaming(Body::from_stream(events))
+            }
+        })
+    }
 }
 
 /// A request being answered: the JSON-RPC message its answer will be.
@@ -227,37 +234,40 @@ fn message(answer: Result<ServerResult, ErrorData>, id: RequestId) -> ServerJson
 /// shape older revisions know (no `resultType: "complete"`, no structured content that is not
 /// an object) unless the revision is 2026-07-28 or later. A test in `tests/sessions.rs` checks
 /// that the same calls get the same answers from rmcp and from here.
-async fn call_tool(
+#[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
+fn call_tool(
     handler: &TurnstileServer,
     params: CallToolRequestParams,
     context: RequestContext<RoleServer>,
-) -> Result<ServerResult, ErrorData> {
-    // ISO `YYYY-MM-DD` versions compare lexically the same as chronologically.
-    let is_2026_07_28_or_later = context
-        .protocol_version()
-        .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
-    let client_declared_tasks = context
-        .client_capabilities()
-        .is_some_and(|capabilities| capabilities.supports_tasks());
-    let response = handler.call_tool(params, context).await?;
-    if matches!(response, CallToolResponse::Task(_)) && !client_declared_tasks {
-        return Err(ErrorData::missing_required_client_capability(
-            ClientCapabilities::builder().enable_tasks().build(),
-        ));
+) -> impl Future<Output = Result<ServerResult, ErrorData>> + '_ {
+    async move {
+        // ISO `YYYY-MM-DD` versions compare lexically the same as chronologically.
+        let is_2026_07_28_or_later = context
+            .protocol_version()
+            .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        let client_declared_tasks = context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
+        let response = handler.call_tool(params, context).await?;
+        if matches!(response, CallToolResponse::Task(_)) && !client_declared_tasks {
+            return Err(ErrorData::missing_required_client_capability(
+                ClientCapabilities::builder().enable_tasks().build(),
+            ));
+        }
+        let mut result = ServerResult::from(response);
+        if is_2026_07_28_or_later {
+            result.fill_missing_cache_hints();
+        } else if matches!(result, ServerResult::InputRequiredResult(_)) {
+            return Err(ErrorData::invalid_request(
+                "InputRequiredResult requires negotiated protocol version 2026-07-28 or newer",
+                None,
+            ));
+        } else {
+            result.strip_result_type_for_legacy_peer();
+            result.strip_non_object_output_for_legacy_peer();
+        }
+        Ok(result)
     }
-    let mut result = ServerResult::from(response);
-    if is_2026_07_28_or_later {
-        result.fill_missing_cache_hints();
-    } else if matches!(result, ServerResult::InputRequiredResult(_)) {
-        return Err(ErrorData::invalid_request(
-            "InputRequiredResult requires negotiated protocol version 2026-07-28 or newer",
-            None,
-        ));
-    } else {
-        result.strip_result_type_for_legacy_peer();
-        result.strip_non_object_output_for_legacy_peer();
-    }
-    Ok(result)
 }
 
 /// What a request's handler said about it that its stream has not carried yet: SSE events, in

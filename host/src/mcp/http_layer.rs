@@ -120,36 +120,39 @@ impl tower::Service<Request> for McpEndpoint {
 }
 
 /// One request to `/mcp`.
-async fn by_the_book(layer: &McpLayer, request: Request) -> Response {
-    if let Some(owners) = &layer.owners
-        && let Some(session) = session_of(request.headers())
-        && owners.is_foreign(session, request.extensions().get::<Principal>())
-    {
-        return unknown_session();
-    }
-    // A session's request is its activity until the response is sent in full (an event stream
-    // until it closes): a session with none in flight for a while is passivated.
-    let mut visit = match session_of(request.headers()) {
-        Some(session) => layer.sessions.visit(session).await,
-        None => None,
-    };
-    let response = match *request.method() {
-        Method::POST => match sessions_full(layer, request.headers()) {
-            Some(refusal) => refusal,
-            None => {
-                let served = visit.as_mut().and_then(Visit::take_served);
-                post(layer, request, served).await
-            }
-        },
-        // The others boxed: this future is copied whole into its box for every request, and
-        // most are POSTs (BENCHMARKS.md, "Session 16").
-        Method::DELETE => Box::pin(delete(layer, request)).await,
-        Method::GET => Box::pin(get(layer, request)).await,
-        _ => Box::pin(async { as_json_rpc(layer.rmcp(request).await, &[]).await }).await,
-    };
-    match visit {
-        Some(visit) => idle::hold_until_sent(response, visit),
-        None => response,
+#[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
+fn by_the_book(layer: &McpLayer, request: Request) -> impl Future<Output = Response> + '_ {
+    async move {
+        if let Some(owners) = &layer.owners
+            && let Some(session) = session_of(request.headers())
+            && owners.is_foreign(session, request.extensions().get::<Principal>())
+        {
+            return unknown_session();
+        }
+        // A session's request is its activity until the response is sent in full (an event stream
+        // until it closes): a session with none in flight for a while is passivated.
+        let mut visit = match session_of(request.headers()) {
+            Some(session) => layer.sessions.visit(session).await,
+            None => None,
+        };
+        let response = match *request.method() {
+            Method::POST => match sessions_full(layer, request.headers()) {
+                Some(refusal) => refusal,
+                None => {
+                    let served = visit.as_mut().and_then(Visit::take_served);
+                    post(layer, request, served).await
+                }
+            },
+            // The others boxed: this future is copied whole into its box for every request, and
+            // most are POSTs (BENCHMARKS.md, "Session 16").
+            Method::DELETE => Box::pin(delete(layer, request)).await,
+            Method::GET => Box::pin(get(layer, request)).await,
+            _ => Box::pin(async { as_json_rpc(layer.rmcp(request).await, &[]).await }).await,
+        };
+        match visit {
+            Some(visit) => idle::hold_until_sent(response, visit),
+            None => response,
+        }
     }
 }
 
@@ -190,27 +193,34 @@ async fn get(layer: &McpLayer, request: Request) -> Response {
 
 /// Serves a POST: a live session's answer-only request right here (`direct.rs`, with `served`,
 /// the session's), anything else through rmcp.
-async fn post(layer: &McpLayer, request: Request, served: Option<Served>) -> Response {
-    let served = served.filter(|_| direct::may_serve(request.headers()).is_some());
-    let Some(served) = served else {
-        // Boxed, as below: room for rmcp's path is not carried by every call served here.
-        return Box::pin(post_to_rmcp(layer, request)).await;
-    };
-    let (parts, body) = request.into_parts();
-    let body = match axum::body::to_bytes(body, direct::MAX_BODY_BYTES).await {
-        Ok(body) => body,
-        Err(error) => {
-            // The declared length was within the limit: the client sent more, or went away.
-            tracing::debug!(%error, "cannot read a request body");
-            return Rejection::invalid_request(Value::Null, format!("Bad Request: {error}"))
-                .into_response(StatusCode::BAD_REQUEST);
-        }
-    };
-    match direct::serve(served, parts, &body).await {
-        Ok(response) => response,
-        Err(parts) => {
-            let request = Request::from_parts(parts, Body::from(body));
-            Box::pin(post_to_rmcp(layer, request)).await
+#[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
+fn post(
+    layer: &McpLayer,
+    request: Request,
+    served: Option<Served>,
+) -> impl Future<Output = Response> + '_ {
+    async move {
+        let served = served.filter(|_| direct::may_serve(request.headers()).is_some());
+        let Some(served) = served else {
+            // Boxed, as below: room for rmcp's path is not carried by every call served here.
+            return Box::pin(post_to_rmcp(layer, request)).await;
+        };
+        let (parts, body) = request.into_parts();
+        let body = match axum::body::to_bytes(body, direct::MAX_BODY_BYTES).await {
+            Ok(body) => body,
+            Err(error) => {
+                // The declared length was within the limit: the client sent more, or went away.
+                tracing::debug!(%error, "cannot read a request body");
+                return Rejection::invalid_request(Value::Null, format!("Bad Request: {error}"))
+                    .into_response(StatusCode::BAD_REQUEST);
+            }
+        };
+        match direct::serve(served, parts, &body).await {
+            Ok(response) => response,
+            Err(parts) => {
+                let request = Request::from_parts(parts, Body::from(body));
+                Box::pin(post_to_rmcp(layer, request)).await
+            }
         }
     }
 }

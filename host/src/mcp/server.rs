@@ -21,6 +21,7 @@ use rmcp::{
         ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
         SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
     },
+    service::MaybeSendFuture,
     service::{NotificationContext, RequestContext, SubscriptionContext},
     transport::streamable_http_server::SessionRestoreMarker,
 };
@@ -264,14 +265,14 @@ impl TurnstileServer {
         };
         let name = tool.name().to_string();
         let (host, events) = HostCall::new(context.ct.child_token());
-        let running = invoke::run(
+        let running = std::pin::pin!(invoke::run(
             tool,
             arguments,
             call_context,
             Some(host),
             &self.shared.call_limits,
             None,
-        );
+        ));
         match self
             .call_events(context)
             .forward_during(running, events)
@@ -305,68 +306,75 @@ impl TurnstileServer {
     ///
     /// The call's span (`record`) is made once the instance is known, with all its fields at
     /// once; what comes before it decides nothing that logs.
-    async fn answer_call(
-        &self,
+    #[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
+    fn answer_call<'a>(
+        &'a self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-        record: &CallRecord,
-    ) -> Result<CallToolResponse, ErrorData> {
-        // A shutdown waits for this call to deliver its result.
-        let _in_flight = self.shared.shutdown.call_started();
-        let catalog = self.shared.catalog.current();
-        let Some(tool) = catalog.tool(&request.name).cloned() else {
-            return Err(reply::unknown_tool(&request.name));
-        };
-        let mut arguments: JsonObject = request.arguments.unwrap_or_default();
-        let Some(workflow) = tool.workflow().and_then(|id| catalog.workflow(id)).cloned() else {
-            if let Err(problems) = tool.check_arguments(&Value::Object(arguments.clone())) {
+        record: &'a CallRecord,
+    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + 'a {
+        async move {
+            // A shutdown waits for this call to deliver its result.
+            let _in_flight = self.shared.shutdown.call_started();
+            let catalog = self.shared.catalog.current();
+            let Some(tool) = catalog.tool(&request.name).cloned() else {
+                return Err(reply::unknown_tool(&request.name));
+            };
+            let mut arguments: JsonObject = request.arguments.unwrap_or_default();
+            let Some(workflow) = tool.workflow().and_then(|id| catalog.workflow(id)).cloned()
+            else {
+                if let Err(problems) = tool.check_arguments(&Value::Object(arguments.clone())) {
+                    return Ok(reply::invalid_arguments(tool.name(), &problems).into());
+                }
+                // Boxed: a call of a workflow's tool, the common one, does not carry room for it.
+                let running = Box::pin(self.call_unbound(tool, Value::Object(arguments), &context));
+                return Ok(running.instrument(record.span(None)).await);
+            };
+            // The handle is the host's argument, not the plugin's: take it out before the schema
+            // check.
+            let target = match target::resolve(
+                self.handle_mode(&context),
+                &self.session().id,
+                tenant_of(&context).as_ref(),
+                &tool,
+                &workflow,
+                &mut arguments,
+                &context.meta,
+            ) {
+                Ok(target) => target,
+                Err(no_target) => return Ok(reply::no_target(tool.name(), &no_target).into()),
+            };
+            let arguments = Value::Object(arguments);
+            if let Err(problems) = tool.check_arguments(&arguments) {
                 return Ok(reply::invalid_arguments(tool.name(), &problems).into());
             }
-            // Boxed: a call of a workflow's tool, the common one, does not carry room for it.
-            let running = Box::pin(self.call_unbound(tool, Value::Object(arguments), &context));
-            return Ok(running.instrument(record.span(None)).await);
-        };
-        // The handle is the host's argument, not the plugin's: take it out before the schema check.
-        let target = match target::resolve(
-            self.handle_mode(&context),
-            &self.session().id,
-            tenant_of(&context).as_ref(),
-            &tool,
-            &workflow,
-            &mut arguments,
-            &context.meta,
-        ) {
-            Ok(target) => target,
-            Err(no_target) => return Ok(reply::no_target(tool.name(), &no_target).into()),
-        };
-        let arguments = Value::Object(arguments);
-        if let Err(problems) = tool.check_arguments(&arguments) {
-            return Ok(reply::invalid_arguments(tool.name(), &problems).into());
+            let idempotency_key = match context.meta.get("idempotencyKey") {
+                None => None,
+                Some(Value::String(key))
+                    if !key.is_empty()
+                        && key.chars().count() <= reply::MAX_IDEMPOTENCY_KEY_CHARS =>
+                {
+                    Some(key.clone())
+                }
+                Some(bad) => return Err(reply::invalid_idempotency_key(bad)),
+            };
+            // A minted instance is created by the call itself (one message, one save), and only
+            // if the call succeeds.
+            let (key, mint) = match target {
+                Target::Existing(key) => (key, false),
+                Target::Mint(key) => (key, true),
+            };
+            let span = record.span(Some(&key));
+            self.call_instance(tool, key, mint, arguments, idempotency_key, context)
+                .instrument(span)
+                .await
         }
-        let idempotency_key = match context.meta.get("idempotencyKey") {
-            None => None,
-            Some(Value::String(key))
-                if !key.is_empty() && key.chars().count() <= reply::MAX_IDEMPOTENCY_KEY_CHARS =>
-            {
-                Some(key.clone())
-            }
-            Some(bad) => return Err(reply::invalid_idempotency_key(bad)),
-        };
-        // A minted instance is created by the call itself (one message, one save), and only
-        // if the call succeeds.
-        let (key, mint) = match target {
-            Target::Existing(key) => (key, false),
-            Target::Mint(key) => (key, true),
-        };
-        let span = record.span(Some(&key));
-        self.call_instance(tool, key, mint, arguments, idempotency_key, context)
-            .instrument(span)
-            .await
     }
 
     /// [`TurnstileServer::answer_call`] once it knows the instance `key` the call is for, and
     /// whether the call mints it.
-    async fn call_instance(
+    #[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
+    fn call_instance(
         &self,
         tool: Arc<ToolEntry>,
         key: InstanceKey,
@@ -374,74 +382,77 @@ impl TurnstileServer {
         arguments: Value,
         idempotency_key: Option<String>,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let name = tool.name().to_string();
-        self.watch(&key, &context);
-        let call_id = uuid::Uuid::new_v4().to_string();
-        let (host, events) = HostCall::new(context.ct.child_token());
-        let running = self.shared.runtime.call(
-            key.clone(),
-            tool,
-            arguments,
-            call_id,
-            Some(host),
-            mint,
-            idempotency_key,
-            principal_of(&context).map(|principal| principal.0),
-        );
-        let answer = self
-            .call_events(&context)
-            .forward_during(running, events)
-            .await;
-        let created = !mint
-            || matches!(
-                answer,
-                Ok(CallOutcome::Ran {
-                    output: PluginOutput::Success(_),
-                    ..
-                })
-            );
-        if created {
-            self.settle(&key, &answer);
-        } else {
-            // The instance was never created: no handle goes out, no subscription or actor stays.
-            self.shared
-                .runtime
-                .unsubscribe(&self.session().id, key.clone());
-            self.shared.runtime.forget(key.clone());
-        }
-        let result = match answer {
-            Ok(CallOutcome::Forbidden(refusal)) => reply::forbidden(&refusal),
-            Ok(CallOutcome::Looped { output, state }) => {
-                reply::transition_loop(&name, output, state)
+    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + '_ {
+        async move {
+            let name = tool.name().to_string();
+            self.watch(&key, &context);
+            let call_id = uuid::Uuid::new_v4().to_string();
+            let (host, events) = HostCall::new(context.ct.child_token());
+            let running = std::pin::pin!(self.shared.runtime.call(
+                key.clone(),
+                tool,
+                arguments,
+                call_id,
+                Some(host),
+                mint,
+                idempotency_key,
+                principal_of(&context).map(|principal| principal.0),
+            ));
+            let answer = self
+                .call_events(&context)
+                .forward_during(running, events)
+                .await;
+            let created = !mint
+                || matches!(
+                    answer,
+                    Ok(CallOutcome::Ran {
+                        output: PluginOutput::Success(_),
+                        ..
+                    })
+                );
+            if created {
+                self.settle(&key, &answer);
+            } else {
+                // The instance was never created: no handle goes out, no subscription or actor
+                // stays.
+                self.shared
+                    .runtime
+                    .unsubscribe(&self.session().id, key.clone());
+                self.shared.runtime.forget(key.clone());
             }
-            Ok(CallOutcome::Ran {
-                output,
-                moved,
-                state,
-            }) => {
-                if moved && is_sessionless(&context) {
-                    // This request's stream is the only place the caller can hear of the change:
-                    // say it there, before the result, every time.
-                    // Boxed, as only sessionless calls that move send it.
-                    match Box::pin(context.peer.notify_tool_list_changed()).await {
-                        Ok(()) => metrics::list_changed_sent(metrics::Cause::Transition),
-                        Err(error) => {
-                            tracing::debug!(%error, "cannot tell the caller its list changed")
+            let result = match answer {
+                Ok(CallOutcome::Forbidden(refusal)) => reply::forbidden(&refusal),
+                Ok(CallOutcome::Looped { output, state }) => {
+                    reply::transition_loop(&name, output, state)
+                }
+                Ok(CallOutcome::Ran {
+                    output,
+                    moved,
+                    state,
+                }) => {
+                    if moved && is_sessionless(&context) {
+                        // This request's stream is the only place the caller can hear of the
+                        // change: say it there, before the result, every time.
+                        // Boxed, as only sessionless calls that move send it.
+                        match Box::pin(context.peer.notify_tool_list_changed()).await {
+                            Ok(()) => metrics::list_changed_sent(metrics::Cause::Transition),
+                            Err(error) => {
+                                tracing::debug!(%error, "cannot tell the caller its list changed")
+                            }
                         }
                     }
+                    reply::ran(&name, output, Some(state))
                 }
-                reply::ran(&name, output, Some(state))
-            }
-            Err(error) => reply::failure(&name, &error),
-        };
-        let result = match (self.handle_mode(&context), &key.owner) {
-            (Some(mode), Owner::Handle(handle)) if created => {
-                reply::with_handle(result, &mode.key, handle)
-            }
-            _ => result,
-        };
-        Ok(result.into())
+                Err(error) => reply::failure(&name, &error),
+            };
+            let result = match (self.handle_mode(&context), &key.owner) {
+                (Some(mode), Owner::Handle(handle)) if created => {
+                    reply::with_handle(result, &mode.key, handle)
+                }
+                _ => result,
+            };
+            Ok(result.into())
+        }
     }
 }
 
@@ -513,17 +524,20 @@ impl ServerHandler for TurnstileServer {
         Ok(ListToolsResult::with_all_items(tools).with_ttl_ms(0))
     }
 
-    async fn call_tool(
+    #[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
+    fn call_tool(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let record = CallRecord::start(&self.shared.catalog, &request.name);
-        // Awaited where it is made: a future held in a local before its `.await` keeps a second
-        // slot of its size in this one (rust-lang/rust#62958), and this one is copied whole
-        // into its box for every call (BENCHMARKS.md, "Session 16").
-        let answer = self.answer_call(request, context, &record).await;
-        record.finish(&self.shared.call_metrics, answer)
+    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + MaybeSendFuture + '_ {
+        async move {
+            let record = CallRecord::start(&self.shared.catalog, &request.name);
+            // Awaited where it is made: a future held in a local before its `.await` keeps a second
+            // slot of its size in this one (rust-lang/rust#62958), and this one is copied whole
+            // into its box for every call (BENCHMARKS.md, "Session 16").
+            let answer = self.answer_call(request, context, &record).await;
+            record.finish(&self.shared.call_metrics, answer)
+        }
     }
 
     async fn list_prompts(
