@@ -75,6 +75,14 @@ pub(super) async fn settle(
     mut view: InstanceView,
     now: u64,
 ) -> Result<Settled, InstanceError> {
+    // Nearly every call finds nothing to do: it need not look up the catalog's machine.
+    if !has_work(&view, now) {
+        return Ok(Settled {
+            view,
+            moved: false,
+            saved: false,
+        });
+    }
     for _ in 1..SETTLE_ATTEMPTS {
         // Reloaded onto the catalog's machine, as the actor loads it.
         let workflow = deps
@@ -93,16 +101,22 @@ pub(super) async fn settle(
     settle_once(deps, key, view, now).await
 }
 
+/// Whether settling `view` at `now` does anything: a timer is due, or the instance was never
+/// saved and has a timer (its deadline must reach the store's index).
+fn has_work(view: &InstanceView, now: u64) -> bool {
+    let deadline = view.snapshot.next_deadline();
+    let due = deadline.is_some_and(|deadline| deadline <= now);
+    let unsaved_timer = view.version == 0 && deadline.is_some();
+    due || unsaved_timer
+}
+
 async fn settle_once(
     deps: &InstanceDeps,
     key: &InstanceKey,
     view: InstanceView,
     now: u64,
 ) -> Result<Settled, InstanceError> {
-    let deadline = view.snapshot.next_deadline();
-    let due = deadline.is_some_and(|deadline| deadline <= now);
-    let unsaved_timer = view.version == 0 && deadline.is_some();
-    if !due && !unsaved_timer {
+    if !has_work(&view, now) {
         return Ok(Settled {
             view,
             moved: false,
