@@ -18,8 +18,6 @@
 
 use std::{future::Future, pin::Pin, sync::Arc};
 
-use super::{direct::RequestStream, outbox::Outbox};
-use crate::plugin::{CallEvent, EventReceiver, LogLevel};
 use rmcp::{
     Peer, RoleServer,
     model::{
@@ -27,6 +25,9 @@ use rmcp::{
         ProgressNotificationParam, ProgressToken, ServerJsonRpcMessage, ServerNotification,
     },
 };
+
+use super::{direct::RequestStream, outbox::Outbox};
+use crate::plugin::{CallEvent, EventReceiver, LogLevel};
 
 /// Where one call's events go, and which of them the client wants. Borrowed from the request
 /// for as long as its call runs: most calls say nothing.

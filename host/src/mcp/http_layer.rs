@@ -85,7 +85,7 @@ const SESSIONS_FULL_RETRY_AFTER_S: u64 = 5;
 
 impl McpLayer {
     /// `request` served by rmcp.
-    async fn rmcp(&self, request: Request) -> Response {
+    async fn through_rmcp(&self, request: Request) -> Response {
         self.rmcp.handle(request).await.map(Body::new)
     }
 }
@@ -147,7 +147,9 @@ fn by_the_book(layer: &McpLayer, request: Request) -> impl Future<Output = Respo
             // most are POSTs (BENCHMARKS.md, "Session 16").
             Method::DELETE => Box::pin(delete(layer, request)).await,
             Method::GET => Box::pin(get(layer, request)).await,
-            _ => Box::pin(async { as_json_rpc(layer.rmcp(request).await, &[]).await }).await,
+            _ => {
+                Box::pin(async { as_json_rpc(layer.through_rmcp(request).await, &[]).await }).await
+            }
         };
         match visit {
             Some(visit) => idle::hold_until_sent(response, visit),
@@ -188,7 +190,7 @@ async fn get(layer: &McpLayer, request: Request) -> Response {
         }
         outbox.route_through_peer();
     }
-    as_json_rpc(layer.rmcp(request).await, &[]).await
+    as_json_rpc(layer.through_rmcp(request).await, &[]).await
 }
 
 /// Serves a POST: a live session's answer-only request right here (`direct.rs`, with `served`,
@@ -244,7 +246,7 @@ async fn post_to_rmcp(layer: &McpLayer, request: Request) -> Response {
                 .push(chunk.clone());
         }
     }));
-    let response = layer.rmcp(Request::from_parts(parts, body)).await;
+    let response = layer.through_rmcp(Request::from_parts(parts, body)).await;
     if !is_plain_rejection(&response) {
         follow_handshake(&layer.handshakes, session.as_deref(), &response, &chunks);
         if let (Some(owners), None, Some(principal), Some(opened)) = (
@@ -334,7 +336,7 @@ async fn delete(layer: &McpLayer, request: Request) -> Response {
     let unknown = session
         .as_deref()
         .is_some_and(|id| !layer.sessions.exists(id));
-    let response = layer.rmcp(request).await;
+    let response = layer.through_rmcp(request).await;
     if response.status() != StatusCode::ACCEPTED {
         return as_json_rpc(response, &[]).await;
     }

@@ -157,10 +157,8 @@ impl SessionRecords {
                     Phase::Live | Phase::Passivated => {
                         record.in_flight += 1;
                         record.last_seen = Instant::now();
-                        let served = match record.phase {
-                            Phase::Live => record.served.clone(),
-                            Phase::Closing(_) | Phase::Passivated => None,
-                        };
+                        let live = matches!(record.phase, Phase::Live);
+                        let served = if live { record.served.clone() } else { None };
                         return Some(Visit {
                             records: self.clone(),
                             id: key,
