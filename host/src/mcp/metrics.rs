@@ -29,7 +29,7 @@ use tracing::field;
 use super::{handshake::Handshakes, server::Shared, session_records::SessionRecords};
 use crate::{
     actors::InstanceKey,
-    catalog::LiveCatalog,
+    catalog::ToolEntry,
     metrics::{self, CallMetrics, Gauges, PluginPool},
 };
 
@@ -38,8 +38,9 @@ const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// One `tools/call` being answered.
 pub struct CallRecord {
-    /// A catalog name, or [`metrics::UNKNOWN_TOOL`]: never the raw name a client sent.
-    tool: String,
+    /// The catalog's tool, or none for a name it does not hold: counted as
+    /// [`metrics::UNKNOWN_TOOL`], never under the raw name a client sent.
+    tool: Option<Arc<ToolEntry>>,
     /// Made once the instance is known ([`CallRecord::span`]), so that the log formats its
     /// fields once; none for a call answered before (an unknown tool, bad arguments).
     span: OnceLock<tracing::Span>,
@@ -47,17 +48,26 @@ pub struct CallRecord {
 }
 
 impl CallRecord {
-    /// Starts the record of a call of `requested`, as named by the client.
-    pub fn start(catalog: &LiveCatalog, requested: &str) -> CallRecord {
-        let tool = match catalog.current().tool(requested) {
-            Some(tool) => tool.name().to_string(),
-            None => metrics::UNKNOWN_TOOL.to_string(),
-        };
+    /// Starts the record of a call of `tool`, the catalog's entry for the name the client
+    /// sent (none if it holds no such tool).
+    pub fn start(tool: Option<Arc<ToolEntry>>) -> CallRecord {
         CallRecord {
             tool,
             span: OnceLock::new(),
             started: Instant::now(),
         }
+    }
+
+    /// The tool called, if the catalog knows it.
+    pub fn tool(&self) -> Option<&Arc<ToolEntry>> {
+        self.tool.as_ref()
+    }
+
+    /// The name the call is counted and logged under.
+    fn tool_name(&self) -> &str {
+        self.tool
+            .as_ref()
+            .map_or(metrics::UNKNOWN_TOOL, |tool| tool.name())
     }
 
     /// The span the call runs in from here on, naming the instance it is about (`None` for a
@@ -77,14 +87,14 @@ impl CallRecord {
                     Some(key) => tracing::info_span!(
                         target: "turnstile::call",
                         "call",
-                        tool = %self.tool,
+                        tool = %self.tool_name(),
                         instance = %instance_label(key),
                         outcome = field::Empty,
                     ),
                     None => tracing::info_span!(
                         target: "turnstile::call",
                         "call",
-                        tool = %self.tool,
+                        tool = %self.tool_name(),
                         outcome = field::Empty,
                     ),
                 }
@@ -117,7 +127,7 @@ impl CallRecord {
                 "call answered"
             );
         }
-        calls.answered(&self.tool, outcome, took);
+        calls.answered(self.tool_name(), outcome, took);
         answer
     }
 }

@@ -4,8 +4,8 @@
 //! reload never changes the catalog under a request. `tools/list` asks the caller's workflow
 //! instances for their state and the gate for their menus (prompts and resources are served the
 //! same way, in `primitives.rs`); `tools/call` resolves the tool, finds the instance (see
-//! [`super::target`]), checks the arguments and hands the call to the instance's actor. Every request that touches an instance
-//! subscribes the session to it.
+//! [`super::target`]), checks the arguments and hands the call to the instance's actor. Every
+//! request that touches an instance subscribes the session to it.
 //!
 //! It must not decide visibility (gate) or hold state (actors); its replies come from `reply`.
 
@@ -44,7 +44,7 @@ use crate::{
     actors::{
         CallOutcome, InstanceError, InstanceKey, InstanceView, Owner, Runtime, SessionId, Tenant,
     },
-    catalog::{LiveCatalog, ToolEntry, Workflow},
+    catalog::{Catalog, LiveCatalog, ToolEntry, Workflow},
     gate, invoke, metrics,
     plugin::{CallContext, HostCall, PluginOutput},
 };
@@ -311,13 +311,13 @@ impl TurnstileServer {
         &'a self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
+        catalog: &'a Catalog,
         record: &'a CallRecord,
     ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + 'a {
         async move {
             // A shutdown waits for this call to deliver its result.
             let _in_flight = self.shared.shutdown.call_started();
-            let catalog = self.shared.catalog.current();
-            let Some(tool) = catalog.tool(&request.name).cloned() else {
+            let Some(tool) = record.tool().cloned() else {
                 return Err(reply::unknown_tool(&request.name));
             };
             let mut arguments: JsonObject = request.arguments.unwrap_or_default();
@@ -531,11 +531,12 @@ impl ServerHandler for TurnstileServer {
         context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + MaybeSendFuture + '_ {
         async move {
-            let record = CallRecord::start(&self.shared.catalog, &request.name);
+            let catalog = self.shared.catalog.current();
+            let record = CallRecord::start(catalog.tool(&request.name).cloned());
             // Awaited where it is made: a future held in a local before its `.await` keeps a second
             // slot of its size in this one (rust-lang/rust#62958), and this one is copied whole
             // into its box for every call (BENCHMARKS.md, "Session 16").
-            let answer = self.answer_call(request, context, &record).await;
+            let answer = self.answer_call(request, context, &catalog, &record).await;
             record.finish(&self.shared.call_metrics, answer)
         }
     }
