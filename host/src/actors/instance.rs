@@ -324,17 +324,22 @@ impl InstanceActor {
         }
     }
 
+    /// The view in memory, if it can stand for the stored one: with a store other processes
+    /// write to, the copy in memory may be stale, so it is reread.
+    fn trusted_current(&self) -> Option<InstanceView> {
+        if self.deps.store.is_shared() {
+            None
+        } else {
+            self.current.clone()
+        }
+    }
+
     /// The current view, loading it from the store first if needed. Runs outside the actor, so
     /// it takes what it needs by value.
     pub(super) fn current_or_load(
         &self,
     ) -> impl Future<Output = Result<InstanceView, InstanceError>> + 'static {
-        // With a store other processes write to, the copy in memory may be stale: reread it.
-        let current = if self.deps.store.is_shared() {
-            None
-        } else {
-            self.current.clone()
-        };
+        let current = self.trusted_current();
         let deps = self.deps.clone();
         let workflow = self.workflow.clone();
         let key = self.key.clone();
@@ -477,21 +482,27 @@ impl Handler<Call> for InstanceActor {
     fn handle(&mut self, call: Call, _ctx: &mut Self::Context) -> Self::Result {
         self.follow_catalog();
         let mint = call.mint;
-        let loading: std::pin::Pin<Box<dyn Future<Output = _>>> = if mint {
-            let fresh = InstanceView::new(
+        // The view is in memory for most calls: only a load is a future of its own (boxed, so
+        // that the call's future does not carry room for it).
+        let ready = if mint {
+            Some(InstanceView::new(
                 self.workflow.clone(),
                 self.workflow.machine.initial_snapshot_at(now_ms()),
                 0,
-            );
-            Box::pin(std::future::ready(Ok(fresh)))
+            ))
         } else {
-            Box::pin(self.current_or_load())
+            self.trusted_current()
         };
         let deps = self.deps.clone();
         let plugin_lock = self.plugin_lock.clone();
         let key = self.key.clone();
+        let workflow = self.workflow.clone();
         let work = async move {
-            let loaded = match loading.await {
+            let current = match ready {
+                Some(view) => Ok(view),
+                None => Box::pin(load(&deps, &key, &workflow)).await,
+            };
+            let loaded = match current {
                 // Timers that fell due fire first: the call sees the state they left. (A mint
                 // starts now: nothing of it is due, and it is saved only if its call succeeds.)
                 Ok(view) if !mint => settle(&deps, &key, view, now_ms())
