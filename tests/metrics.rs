@@ -198,6 +198,17 @@ async fn counters_move_by_exactly_the_calls_made_by_tool_and_outcome() {
         after.moved_since(&before, "turnstile_store_save_duration_seconds"),
         expect(&[(&[("outcome", "ok")], 2.0 * n)])
     );
+    // The default store is the embedded one. Its commits carried those saves and the invoice
+    // machine's definition (kept before the first record naming it), some sharing a sync.
+    let writes = after.value("turnstile_store_committed_writes_total", &[])
+        - before.value("turnstile_store_committed_writes_total", &[]);
+    let commits = after.value("turnstile_store_commits_total", &[])
+        - before.value("turnstile_store_commits_total", &[]);
+    assert_eq!(writes, 2.0 * n + 1.0);
+    assert!(
+        (1.0..=writes).contains(&commits),
+        "{commits} commits for {writes} writes"
+    );
     assert_eq!(
         after.moved_since(&before, "turnstile_list_changed_sent_total"),
         expect(&[(&[("cause", "transition")], 2.0 * n)])

@@ -42,6 +42,12 @@ pub const CALL_DURATION: &str = "turnstile_call_duration_seconds";
 pub const TRANSITIONS: &str = "turnstile_transitions_total";
 /// `turnstile_store_save_duration_seconds{outcome}`: compare-and-set saves of an instance.
 pub const STORE_SAVE_DURATION: &str = "turnstile_store_save_duration_seconds";
+/// `turnstile_store_commits_total`: the embedded store's durable commits, one sync of its file
+/// each.
+pub const STORE_COMMITS: &str = "turnstile_store_commits_total";
+/// `turnstile_store_committed_writes_total`: the writes those commits carried. Over
+/// [`STORE_COMMITS`], how many writes share a sync: what group commit is doing under the load.
+pub const STORE_COMMITTED_WRITES: &str = "turnstile_store_committed_writes_total";
 /// `turnstile_list_changed_sent_total{cause}`: `notifications/tools/list_changed` sent.
 pub const LIST_CHANGED_SENT: &str = "turnstile_list_changed_sent_total";
 
@@ -148,6 +154,15 @@ fn describe_recorded() {
         "Time of one compare-and-set save of an instance, by outcome (ok, conflict, error)"
     );
     describe_counter!(
+        STORE_COMMITS,
+        "Durable commits of the embedded store, one sync of its file each"
+    );
+    describe_counter!(
+        STORE_COMMITTED_WRITES,
+        "Writes (saves, deletes, machine definitions) the embedded store's commits carried; \
+         over turnstile_store_commits_total, how many share a sync"
+    );
+    describe_counter!(
         LIST_CHANGED_SENT,
         "notifications/tools/list_changed sent, by cause (transition, catalog)"
     );
@@ -207,6 +222,12 @@ pub fn transition_saved(workflow: &str, event: &str) {
 /// A `list_changed` reached a session's transport.
 pub fn list_changed_sent(cause: Cause) {
     counter!(LIST_CHANGED_SENT, "cause" => cause.label()).increment(1);
+}
+
+/// The embedded store made `writes` writes durable in one commit.
+pub fn store_committed(writes: usize) {
+    counter!(STORE_COMMITS).increment(1);
+    counter!(STORE_COMMITTED_WRITES).increment(writes as u64);
 }
 
 /// Runs a store save, recording how long it took and how it ended.

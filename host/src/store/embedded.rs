@@ -37,6 +37,7 @@ use super::{
     AuditEntry, Due, InstanceRecord, StateStore, StoreError, check_key, check_save, conflict,
     format, machine_key, versions_match,
 };
+use crate::metrics;
 
 /// Key: instance key. Value: (version, updated_at_ms, workflow, snapshot as JSON text). The
 /// version comes first and stands apart so a save checks it without parsing the snapshot.
@@ -306,7 +307,7 @@ fn commit_batch(
 ) -> Result<Vec<Result<bool, StoreError>>, redb::Error> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
-    let mut changed = false;
+    let mut writes = 0;
     let results = {
         let mut tables = Tables {
             instances: txn.open_table(INSTANCES)?,
@@ -319,19 +320,20 @@ fn commit_batch(
         let mut results = Vec::with_capacity(batch.len());
         for op in batch {
             let result = apply(&mut tables, op)?;
-            changed |= matches!(
+            writes += usize::from(matches!(
                 (op, &result),
                 (Op::Save { .. }, Ok(_))
                     | (Op::SaveMachine { .. }, Ok(true))
                     | (Op::Delete { .. }, Ok(true))
-            );
+            ));
             results.push(result);
         }
         results
     };
-    if changed {
+    if writes > 0 {
         txn.commit()?;
         stats.commits.fetch_add(1, Ordering::Relaxed);
+        metrics::store_committed(writes);
     } else {
         // Only conflicts and no-op deletes: skip the fsync.
         txn.abort()?;
