@@ -134,6 +134,15 @@ impl InstanceView {
             due_at_ms: None,
         }
     }
+
+    /// A new instance of `workflow`, in its initial state as of now, never saved.
+    fn unsaved(workflow: &Arc<Workflow>) -> Self {
+        InstanceView::new(
+            workflow.clone(),
+            workflow.machine.initial_snapshot_at(now_ms()),
+            0,
+        )
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -363,11 +372,7 @@ pub(super) async fn load(
     match load_record(deps, &key.store_key(), workflow).await? {
         Some(view) => Ok(view),
         None => match &key.owner {
-            Owner::Session(_) => Ok(InstanceView::new(
-                workflow.clone(),
-                workflow.machine.initial_snapshot_at(now_ms()),
-                0,
-            )),
+            Owner::Session(_) => Ok(InstanceView::unsaved(workflow)),
             Owner::Handle(handle) => Err(InstanceError::UnknownHandle(handle.to_string())),
         },
     }
@@ -485,11 +490,7 @@ impl Handler<Call> for InstanceActor {
         // The view is in memory for most calls: only a load is a future of its own (boxed, so
         // that the call's future does not carry room for it).
         let ready = if mint {
-            Some(InstanceView::new(
-                self.workflow.clone(),
-                self.workflow.machine.initial_snapshot_at(now_ms()),
-                0,
-            ))
+            Some(InstanceView::unsaved(&self.workflow))
         } else {
             self.trusted_current()
         };

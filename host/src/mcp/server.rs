@@ -21,8 +21,7 @@ use rmcp::{
         ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
         SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
     },
-    service::MaybeSendFuture,
-    service::{NotificationContext, RequestContext, SubscriptionContext},
+    service::{MaybeSendFuture, NotificationContext, RequestContext, SubscriptionContext},
     transport::streamable_http_server::SessionRestoreMarker,
 };
 use serde_json::Value;
