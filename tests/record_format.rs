@@ -76,9 +76,11 @@ async fn check_served_after_migration(server: &Server, handle: &str) {
 async fn on_the_embedded_store() {
     let plugins = PluginDir::with(&["invoice"]);
     let data = tempfile::tempdir().expect("temp dir");
-    let server = start(&plugins, data.path(), None, "");
+    let mut server = start(&plugins, data.path(), None, "");
     let handle = make_instance(&server).await;
-    drop(server);
+    // A clean stop: the file alone then holds the instance (a kill would leave it in the
+    // journal beside the file, for the next start to replay).
+    server.stop();
 
     let file = data.path().join("state.redb");
     let key = format!("handle/{handle}");
@@ -96,9 +98,9 @@ async fn on_the_embedded_store() {
         txn.commit().unwrap();
     }
 
-    let server = start(&plugins, data.path(), None, "");
+    let mut server = start(&plugins, data.path(), None, "");
     check_served_after_migration(&server, &handle).await;
-    drop(server);
+    server.stop();
     let db = redb::Database::create(&file).expect("open the store file");
     let txn = db.begin_read().unwrap();
     let formats = txn.open_table(FORMATS).unwrap();

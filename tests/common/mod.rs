@@ -292,6 +292,17 @@ impl Server {
         }
     }
 
+    /// SIGTERM, and waits for a clean exit: the server drains and folds the embedded store's
+    /// journal into its file, so the file alone holds every instance afterwards.
+    pub fn stop(&mut self) {
+        self.signal(libc::SIGTERM);
+        assert_eq!(
+            self.exit_code_within(Duration::from_secs(30)),
+            Some(0),
+            "turnstile should exit cleanly on SIGTERM"
+        );
+    }
+
     /// SIGKILL (`Child::kill` on Unix) and reap: no shutdown code of the server runs.
     pub fn kill9(&mut self) {
         self.child.kill().expect("kill -9 turnstile");

@@ -143,6 +143,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         .await
         .with_context(|| format!("cannot open the state store {}", options.store))?;
     tracing::info!(store = %store.describe(), "state store open");
+    let closing_store = store.clone();
     // In a store other servers share, `session/` records belong to their live sessions.
     if !store.is_shared() {
         forget_ended_sessions(&*store).await;
@@ -197,7 +198,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         let (shutdown, timeout) = (shutdown.clone(), options.shutdown_timeout);
         async move { shutdown.drain(timeout).await }
     };
-    match options.transport {
+    let served = match options.transport {
         Transport::Stdio => {
             tokio::select! {
                 served = mcp::serve_stdio(shared) => served.map(|()| true),
@@ -216,7 +217,13 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
             tracing::info!(in_time, "shut down");
             Ok(in_time)
         }
+    };
+    // The calls are drained (or abandoned, saving nothing more): fold the embedded store's
+    // journal into its file, so a clean stop leaves nothing to replay.
+    if let Err(error) = closing_store.checkpoint().await {
+        tracing::warn!(%error, "the store's journal stays; the next start replays it");
     }
+    served
 }
 
 /// Rewrites the format-1 records the store holds in the current format, and records whose due

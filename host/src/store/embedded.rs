@@ -1,28 +1,39 @@
-//! `EmbeddedStore`: the durable default, one redb file on local disk, with group commit.
+//! `EmbeddedStore`: the durable default, one redb file on local disk with a journal in front of
+//! it, and group commit.
 //!
-//! This module owns the file, the one writer thread that commits to it, and the batching that
-//! lets many instances share one fsync. It must not acknowledge a save before the transaction
-//! holding it is committed with `Durability::Immediate`, and must not let one record's conflict
-//! fail another record's save in the same batch.
+//! This module owns the store's files, the one writer thread that makes saves durable, and the
+//! batching that lets many instances share one sync. It must not acknowledge a save before the
+//! journal frame holding it is synced, and must not let one record's conflict fail another
+//! record's save in the same batch.
 //!
 //! How a save travels: the caller serializes the snapshot on its own task, sends an [`Op`] down a
 //! channel with a oneshot for the answer, and awaits it. The writer thread takes every op that
-//! is waiting (up to [`MAX_BATCH`]), applies them in order inside one write transaction, commits
-//! once, and only then answers each caller. While one batch is being fsync'd the next one
-//! queues up, so the batch size grows with the load without any timer.
+//! is waiting (up to [`MAX_BATCH`]), checks each one's expected version, appends the accepted
+//! changes to the journal (`embedded/journal.rs`) in one write, syncs it once, adds them to the
+//! overlay (`embedded/overlay.rs`), and only then answers each caller. While one batch is being
+//! synced the next one queues up, so the batch size grows with the load without any timer.
 //!
-//! Reads (`load`, `list_keys`, `count`, `due`) do not go through the writer: redb serves read
-//! transactions concurrently with the writer, and they run on tokio's blocking pool.
+//! Why a journal rather than a durable redb commit per batch: such a commit wrote some three
+//! scattered 4 KiB pages per save, and its CPU cost held the store at half the memory store's
+//! rate (BENCHMARKS.md, "Session 20"). A journal frame is the save's bytes, written once, in
+//! order. redb gets the changes at a checkpoint (`embedded/checkpoint.rs`), one entry per key
+//! however often it was saved since, in a transaction of its own beside the saves.
 //!
-//! Due times live in two tables written in the save's transaction: [`DUE`], keyed by
-//! (due, key) so that "due by T, earliest first" is a range scan, and [`DUE_OF`], the due time
-//! a key has now, so that a save or delete finds the entry to remove.
+//! Reads (`load`, `list_keys`, `count`, `due`, `audit`) do not go through the writer: they ask
+//! the overlay, then a redb read transaction for the keys the overlay does not know. A `load`
+//! the overlay answers returns at once; redb reads run on tokio's blocking pool.
+//!
+//! Due times live in two tables: [`DUE`], keyed by (due, key) so that "due by T, earliest first"
+//! is a range scan, and [`DUE_OF`], the due time a key has now, so that a save or delete finds
+//! the entry to remove. Machine definitions are rare and small: they skip the journal and are
+//! committed straight into redb.
 
 use std::{
+    collections::{BTreeMap, HashMap},
     ops::Bound,
     path::{Path, PathBuf},
     sync::{
-        Arc,
+        Arc, RwLock, RwLockReadGuard, RwLockWriteGuard,
         atomic::{AtomicU64, Ordering},
         mpsc,
     },
@@ -30,9 +41,14 @@ use std::{
 };
 
 use async_trait::async_trait;
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 
+use self::{
+    checkpoint::{CHECKPOINT_BYTES, Checkpointer, Job},
+    journal::Segment,
+    overlay::{Change, Layer, Overlay, Row},
+};
 use super::{
     AuditEntry, Due, InstanceRecord, StateStore, StoreError, check_key, check_save, conflict,
     format, machine_key, versions_match,
@@ -65,25 +81,29 @@ const AUDIT: TableDefinition<(&str, u64), &str> = TableDefinition::new("instance
 /// Key: `workflow@version`. Value: the machine's definition as JSON text.
 const MACHINES: TableDefinition<&str, &str> = TableDefinition::new("machines_v1");
 
-/// Most ops committed in one transaction. Bounds the latency one batch adds to the next and
-/// the memory a transaction holds; large enough that the fsync, not the batch size, limits
-/// throughput.
+/// Key: [`FOLDED_THROUGH`]. Value: the number of the last journal segment whose changes are all
+/// in the file, written by each checkpoint in the transaction that folds them in. Replay skips
+/// segments up to it, so a segment whose deletion failed is never applied twice, over newer
+/// state.
+const JOURNAL: TableDefinition<&str, u64> = TableDefinition::new("journal_v1");
+const FOLDED_THROUGH: &str = "folded_through";
+
+/// Most ops made durable by one sync. Bounds the latency one batch adds to the next and the
+/// memory a batch holds; large enough that the sync, not the batch size, limits throughput.
 const MAX_BATCH: usize = 1024;
+
+/// How long the writer waits with nothing to write before it folds what the journal holds into
+/// redb: an idle server keeps no changes in memory, and a crash then has nothing to replay.
+const IDLE_CHECKPOINT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A write request for the writer thread. Every op answers exactly once on `reply`.
 enum Op {
     Save {
         key: String,
         expected: u64,
-        version: u64,
-        updated_at_ms: u64,
-        workflow: String,
-        snapshot_json: String,
-        format: u64,
-        extras_json: String,
-        due_at_ms: Option<u64>,
+        row: Row,
         /// The audit entry this save appends (JSON text), if it records a transition.
-        audit_json: Option<String>,
+        audit: Option<String>,
         reply: oneshot::Sender<Result<bool, StoreError>>,
     },
     /// Keep a machine definition unless one is kept under that key already.
@@ -97,45 +117,34 @@ enum Op {
         expected: Option<u64>,
         reply: oneshot::Sender<Result<bool, StoreError>>,
     },
-}
-
-impl Op {
-    fn key(&self) -> &str {
-        match self {
-            Op::Save { key, .. } | Op::SaveMachine { key, .. } | Op::Delete { key, .. } => key,
-        }
-    }
-
-    fn answer(self, result: Result<bool, StoreError>) {
-        let reply = match self {
-            Op::Save { reply, .. } | Op::SaveMachine { reply, .. } | Op::Delete { reply, .. } => {
-                reply
-            }
-        };
-        // The caller may have given up (its future was dropped); nobody is left to tell.
-        let _ = reply.send(result);
-    }
+    /// Fold everything acknowledged so far into the file ([`StateStore::checkpoint`]).
+    Checkpoint {
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
 }
 
 /// What the writer thread has done, for tests, benchmarks and operators: `ops / commits` is
 /// the average group-commit batch size.
 #[derive(Debug, Default)]
 pub struct BatchStats {
-    /// Write transactions committed (one fsync each).
+    /// Durable commits: journal syncs, and redb commits of machine definitions.
     pub commits: AtomicU64,
     /// Saves and deletes answered, conflicts included.
     pub ops: AtomicU64,
+    /// Checkpoints that folded the journal into redb, the last one on close included.
+    pub checkpoints: AtomicU64,
 }
 
-/// Durable store in one redb file. Dropping it waits for the writer thread to finish the batch
-/// in hand (milliseconds: one commit) and closes the file, so the same path can be opened again
-/// right after.
+/// Durable store in one redb file and its journal. Dropping it waits for the writer thread to
+/// finish the batch in hand and for a last checkpoint, which folds the journal into the file and
+/// deletes it, then closes the file, so the same path can be opened again right after.
 ///
 /// The channel to the writer is unbounded, but every caller awaits its own op, so the queue
 /// never holds more ops than there are concurrent callers.
 pub struct EmbeddedStore {
     name: String,
     db: Arc<Database>,
+    overlay: Arc<RwLock<Overlay>>,
     stats: Arc<BatchStats>,
     /// `Some` until `Drop` takes it to close the channel and join the thread.
     writer: Option<(mpsc::Sender<Op>, JoinHandle<()>)>,
@@ -145,17 +154,19 @@ impl EmbeddedStore {
     /// Most bytes of file pages redb keeps in memory. redb's default (1 GiB) caches every page
     /// it writes until the cache is full, so the server's memory would grow with the number of
     /// instances ever saved, passivated or not. Instances are read once per activation and
-    /// written once per transition, so a cache that holds the b-tree's upper levels and the pages
+    /// written once per checkpoint, so a cache that holds the b-tree's upper levels and the pages
     /// being written is enough; the rest is served from the OS page cache. BENCHMARKS.md compares
     /// mint rates with and without the bound.
     pub const PAGE_CACHE_BYTES: usize = 4 << 20;
 
-    /// Opens (or creates) the store file at `path`, creating missing parent directories. A new
-    /// file is `0600` and a new directory `0700`; an existing file is tightened to `0600` (see
+    /// Opens (or creates) the store file at `path`, creating missing parent directories, and
+    /// replays its journal if the last server to use it did not close it (a crash). A new file is
+    /// `0600` and a new directory `0700`; an existing file is tightened to `0600` (see
     /// [`files`]).
     ///
     /// Fails with [`StoreError::Unavailable`] when the directory cannot be created, the file is
-    /// not a redb file, or another process (or another `EmbeddedStore`) has it open.
+    /// not a redb file, a journal segment is not readable, or another process (or another
+    /// `EmbeddedStore`) has it open.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         if path.as_os_str().is_empty() {
@@ -166,22 +177,48 @@ impl EmbeddedStore {
         let name = format!("embedded:{}", path.display());
         let opened = {
             let name = name.clone();
-            tokio::task::spawn_blocking(move || open_file(&path, &name)).await
+            tokio::task::spawn_blocking(move || {
+                let db = open_file(&path, &name)?;
+                let segment = replay(&db, &path, &name)?;
+                Ok::<_, StoreError>((db, segment, path))
+            })
+            .await
         };
-        let db = Arc::new(opened.map_err(|e| {
+        let (db, segment, path) = opened.map_err(|e| {
             StoreError::Unavailable(format!("{name}: opening the file panicked: {e}"))
-        })??);
-        let (tx, rx) = mpsc::channel();
-        let writer_db = Arc::clone(&db);
+        })??;
+        let db = Arc::new(db);
+        let overlay = Arc::new(RwLock::new(Overlay::default()));
         let stats = Arc::new(BatchStats::default());
-        let writer_stats = Arc::clone(&stats);
+        let cannot_start = |e: std::io::Error| {
+            StoreError::Unavailable(format!("{name}: cannot start writer: {e}"))
+        };
+        let checkpointer = Checkpointer::start(
+            name.clone(),
+            path.clone(),
+            Arc::clone(&db),
+            Arc::clone(&overlay),
+        )
+        .map_err(cannot_start)?;
+        let writer = Writer {
+            name: name.clone(),
+            path,
+            db: Arc::clone(&db),
+            overlay: Arc::clone(&overlay),
+            stats: Arc::clone(&stats),
+            segment,
+            checkpointer: Some(checkpointer),
+            frames: Vec::new(),
+        };
+        let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("store-writer".to_owned())
-            .spawn(move || run_writer(&writer_db, &rx, &writer_stats))
-            .map_err(|e| StoreError::Unavailable(format!("{name}: cannot start writer: {e}")))?;
+            .spawn(move || writer.run(&rx))
+            .map_err(cannot_start)?;
         Ok(Self {
             name,
             db,
+            overlay,
             stats,
             writer: Some((tx, thread)),
         })
@@ -203,31 +240,45 @@ impl EmbeddedStore {
         reply.await.map_err(|_| stopped())?
     }
 
-    /// Runs `f` on a read transaction of the instances table, on the blocking pool.
+    /// Runs `f` on a redb read transaction, on the blocking pool. Call it after reading the
+    /// overlay, never before (see `overlay.rs`).
     async fn read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&redb::ReadOnlyTable<&str, (u64, u64, &str, &str)>) -> Result<T, StoreError>
-        + Send
-        + 'static,
+        f: impl FnOnce(&redb::ReadTransaction, &str) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let db = Arc::clone(&self.db);
         let name = self.name.clone();
         tokio::task::spawn_blocking(move || {
             let txn = db.begin_read().map_err(|e| storage(&name, e))?;
-            let table = txn.open_table(INSTANCES).map_err(|e| storage(&name, e))?;
-            f(&table)
+            f(&txn, &name)
         })
         .await
         .map_err(|e| StoreError::Unavailable(format!("{}: read task failed: {e}", self.name)))?
     }
+
+    fn overlay(&self) -> RwLockReadGuard<'_, Overlay> {
+        self.overlay
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The overlay, for writing. A panic while it was held cannot leave it half-changed (each change
+/// is one map operation), so a poisoned lock is used as it is.
+fn write_lock(overlay: &RwLock<Overlay>) -> RwLockWriteGuard<'_, Overlay> {
+    overlay
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Drop for EmbeddedStore {
     fn drop(&mut self) {
         if let Some((tx, thread)) = self.writer.take() {
-            // Closing the channel ends the writer loop once it has answered what it holds.
+            // Closing the channel ends the writer loop once it has answered what it holds; it
+            // then makes the last checkpoint.
             drop(tx);
-            // A panicked writer has already failed its callers; nothing more to report here.
+            // A panicked writer has already failed its callers; the journal keeps what it
+            // acknowledged, for the next open to replay.
             let _ = thread.join();
         }
     }
@@ -259,177 +310,443 @@ fn open_file(path: &PathBuf, name: &str) -> Result<Database, StoreError> {
     txn.open_table(DUE_OF).map_err(|e| storage(name, e))?;
     txn.open_table(AUDIT).map_err(|e| storage(name, e))?;
     txn.open_table(MACHINES).map_err(|e| storage(name, e))?;
+    txn.open_table(JOURNAL).map_err(|e| storage(name, e))?;
     txn.commit().map_err(|e| storage(name, e))?;
     Ok(db)
+}
+
+/// Folds what the journal on disk holds past the last checkpoint (a server that stopped without
+/// closing the store left it) into redb, deletes its segments, and starts the next one.
+fn replay(db: &Database, path: &Path, name: &str) -> Result<Segment, StoreError> {
+    let unavailable = |what: String| StoreError::Unavailable(format!("{name}: {what}"));
+    let segments = journal::segments(path)
+        .map_err(|e| unavailable(format!("cannot list the journal's segments: {e}")))?;
+    let folded_through = checkpoint::folded_through(db).map_err(|e| storage(name, e))?;
+    let mut layer = Layer::default();
+    let mut replayed = 0;
+    for (number, segment) in &segments {
+        if folded_through.is_some_and(|folded| *number <= folded) {
+            continue;
+        }
+        let read = journal::read(segment).map_err(unavailable)?;
+        if let Some(bytes) = read.torn_tail {
+            tracing::info!(store = %name, segment = %segment.display(), bytes,
+                "the journal ends in a write cut short; it was never acknowledged");
+        }
+        replayed += read.changes.len();
+        for change in read.changes {
+            layer.apply(change);
+        }
+    }
+    if let Some((last, _)) = segments.last() {
+        checkpoint::fold(db, &[&layer], *last).map_err(|e| storage(name, e))?;
+    }
+    if replayed > 0 {
+        tracing::info!(store = %name, changes = replayed, segments = segments.len(),
+            "replayed the journal of a server that did not close the store");
+    }
+    let next = segments
+        .last()
+        .map(|(number, _)| number + 1)
+        .max(folded_through.map(|folded| folded + 1))
+        .unwrap_or(0);
+    checkpoint::delete_segments(path, next);
+    Segment::create(path, next)
+        .map_err(|e| unavailable(format!("cannot create a journal segment: {e}")))
 }
 
 fn storage(name: &str, e: impl Into<redb::Error>) -> StoreError {
     StoreError::Unavailable(format!("{name}: {}", e.into()))
 }
 
-/// The writer thread: take what is waiting, commit it as one transaction, answer, repeat.
-/// Returns when every sender is gone (the store was dropped).
-fn run_writer(db: &Database, rx: &mpsc::Receiver<Op>, stats: &BatchStats) {
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(op) => batch.push(op),
-                Err(_) => break,
+/// The writer thread's state: the segment it appends to and the checkpoint thread it feeds.
+struct Writer {
+    name: String,
+    path: PathBuf,
+    db: Arc<Database>,
+    overlay: Arc<RwLock<Overlay>>,
+    stats: Arc<BatchStats>,
+    segment: Segment,
+    /// `None` only while closing.
+    checkpointer: Option<Checkpointer>,
+    /// A batch's frames, kept between batches so its buffer is reused.
+    frames: Vec<u8>,
+}
+
+impl Writer {
+    /// Take what is waiting, make it durable, answer, repeat; when every sender is gone (the
+    /// store was dropped), make the last checkpoint.
+    fn run(mut self, rx: &mpsc::Receiver<Op>) {
+        yield_to_requests();
+        loop {
+            let first = match rx.recv_timeout(IDLE_CHECKPOINT) {
+                Ok(op) => op,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.start_checkpoint();
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(op) => batch.push(op),
+                    Err(_) => break,
+                }
+            }
+            let (asked, batch): (Vec<Op>, Vec<Op>) = batch
+                .into_iter()
+                .partition(|op| matches!(op, Op::Checkpoint { .. }));
+            self.stats
+                .ops
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            self.commit(batch);
+            if !asked.is_empty() {
+                // After this batch's saves, which the checkpoint then covers.
+                let replies = asked.into_iter().map(|op| match op {
+                    Op::Checkpoint { reply } => reply,
+                    _ => unreachable!("partitioned above"),
+                });
+                self.checkpoint_now(replies.collect());
+            } else if self.segment.len() >= CHECKPOINT_BYTES {
+                self.start_checkpoint();
             }
         }
-        stats.ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        match commit_batch(db, &batch, stats) {
-            Ok(results) => {
-                for (op, result) in batch.into_iter().zip(results) {
-                    op.answer(result);
+        self.close();
+    }
+
+    /// Makes `batch` durable and answers each op.
+    fn commit(&mut self, batch: Vec<Op>) {
+        let mut instance_ops = Vec::with_capacity(batch.len());
+        let mut machines = Vec::new();
+        for op in batch {
+            match op {
+                Op::SaveMachine {
+                    key,
+                    definition_json,
+                    reply,
+                } => machines.push((key, definition_json, reply)),
+                Op::Checkpoint { .. } => unreachable!("taken out of the batch by `run`"),
+                op => instance_ops.push(op),
+            }
+        }
+        if !machines.is_empty() {
+            self.commit_machines(machines);
+        }
+        let checked = self.check(instance_ops);
+        let mut changes = Vec::with_capacity(checked.len());
+        let mut replies = Vec::with_capacity(checked.len());
+        self.frames.clear();
+        for (change, reply) in checked {
+            journal::encode(&change, &mut self.frames);
+            changes.push(change);
+            replies.push(reply);
+        }
+        if changes.is_empty() {
+            // Only conflicts and no-op deletes: nothing to sync.
+            return;
+        }
+        if let Err(e) = self.segment.append(&self.frames) {
+            // Nothing of the batch counts: every caller hears it, none hears success.
+            let reason = format!("{}: journal write failed: {e}", self.name);
+            for reply in replies {
+                let _ = reply.send(Err(StoreError::Unavailable(reason.clone())));
+            }
+            return;
+        }
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        metrics::store_committed(changes.len());
+        write_lock(&self.overlay).apply(changes);
+        for reply in replies {
+            // The caller may have given up (its future was dropped); nobody is left to tell.
+            let _ = reply.send(Ok(true));
+        }
+    }
+
+    /// Checks each save's and delete's expected version against the key's current one, in
+    /// order, so a later op in the batch sees what an earlier one did. Answers the ops that
+    /// write nothing (a conflict, a delete of a key that is not there, a failed read of the
+    /// current version); the others come back as changes to journal, each with the reply that
+    /// waits for it to be synced.
+    fn check(&self, ops: Vec<Op>) -> Vec<(Change, Reply)> {
+        let mut in_batch: HashMap<String, Option<u64>> = HashMap::new();
+        // Opened on the first key the overlay does not know, and only then.
+        let mut redb = None;
+        let mut checked = Vec::with_capacity(ops.len());
+        for op in ops {
+            let key = match &op {
+                Op::Save { key, .. } | Op::Delete { key, .. } => key.as_str(),
+                Op::SaveMachine { .. } | Op::Checkpoint { .. } => {
+                    unreachable!("machines and checkpoints are taken apart")
+                }
+            };
+            let current = match in_batch.get(key) {
+                Some(current) => Ok(*current),
+                None => self.stored_version(key, &mut redb),
+            };
+            let current = match current {
+                Ok(current) => current,
+                Err(e) => {
+                    op.answer(Err(e));
+                    continue;
+                }
+            };
+            match op {
+                Op::Save {
+                    key,
+                    expected,
+                    row,
+                    audit,
+                    reply,
+                } => {
+                    if versions_match(current, expected) {
+                        in_batch.insert(key.clone(), Some(row.version));
+                        checked.push((Change::Save { key, row, audit }, reply));
+                    } else {
+                        let _ = reply.send(Err(conflict(&key, expected, current)));
+                    }
+                }
+                Op::Delete {
+                    key,
+                    expected,
+                    reply,
+                } => {
+                    if let Some(expected) = expected
+                        && current != Some(expected)
+                    {
+                        let _ = reply.send(Err(conflict(&key, expected, current)));
+                    } else if current.is_none() {
+                        let _ = reply.send(Ok(false));
+                    } else {
+                        in_batch.insert(key.clone(), None);
+                        checked.push((Change::Delete { key }, reply));
+                    }
+                }
+                Op::SaveMachine { .. } | Op::Checkpoint { .. } => {
+                    unreachable!("machines and checkpoints are taken apart")
+                }
+            }
+        }
+        checked
+    }
+
+    /// The version `key` has now, outside the batch in hand: the overlay's if it knows the
+    /// key, else redb's (read in `table`, opened on first use).
+    fn stored_version(
+        &self,
+        key: &str,
+        table: &mut Option<Result<InstancesTable, String>>,
+    ) -> Result<Option<u64>, StoreError> {
+        // The overlay first, redb after: see `overlay.rs`.
+        if let Some(current) = self.overlay_read().version(key) {
+            return Ok(current);
+        }
+        let table = table.get_or_insert_with(|| {
+            let opened = (|| -> Result<InstancesTable, redb::Error> {
+                Ok(self.db.begin_read()?.open_table(INSTANCES)?)
+            })();
+            opened.map_err(|e| format!("{}: {e}", self.name))
+        });
+        let table = table
+            .as_ref()
+            .map_err(|e| StoreError::Unavailable(e.clone()))?;
+        let row = table.get(key).map_err(|e| storage(&self.name, e))?;
+        Ok(row.map(|row| row.value().0))
+    }
+
+    fn overlay_read(&self) -> RwLockReadGuard<'_, Overlay> {
+        self.overlay
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keeps each machine definition not kept yet, in one durable redb commit, and answers.
+    fn commit_machines(&self, machines: Vec<(String, String, Reply)>) {
+        let committed = (|| -> Result<Vec<bool>, redb::Error> {
+            let mut txn = self.db.begin_write()?;
+            txn.set_durability(Durability::Immediate)?;
+            let mut kept = Vec::with_capacity(machines.len());
+            {
+                let mut table = txn.open_table(MACHINES)?;
+                for (key, definition, _) in &machines {
+                    // A version names one definition: the first one kept stays.
+                    let new = table.get(key.as_str())?.is_none();
+                    if new {
+                        table.insert(key.as_str(), definition.as_str())?;
+                    }
+                    kept.push(new);
+                }
+            }
+            if kept.contains(&true) {
+                txn.commit()?;
+            } else {
+                txn.abort()?;
+            }
+            Ok(kept)
+        })();
+        match committed {
+            Ok(kept) => {
+                let writes = kept.iter().filter(|&&new| new).count();
+                if writes > 0 {
+                    self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                    metrics::store_committed(writes);
+                }
+                for ((_, _, reply), new) in machines.into_iter().zip(kept) {
+                    let _ = reply.send(Ok(new));
                 }
             }
             Err(e) => {
-                // Nothing in the batch is on disk: every caller hears it, none hears success.
-                let reason = e.to_string();
-                for op in batch {
-                    let msg = format!("embedded store write of {:?} failed: {reason}", op.key());
-                    op.answer(Err(StoreError::Unavailable(msg)));
+                let reason = format!("{}: keeping a machine definition failed: {e}", self.name);
+                for (_, _, reply) in machines {
+                    let _ = reply.send(Err(StoreError::Unavailable(reason.clone())));
                 }
             }
         }
     }
-}
 
-/// Applies `batch` in order in one write transaction and commits it durably. The outer error
-/// (storage failure) fails the whole batch; the inner results are per op (a conflict for one
-/// key does not touch the others).
-fn commit_batch(
-    db: &Database,
-    batch: &[Op],
-    stats: &BatchStats,
-) -> Result<Vec<Result<bool, StoreError>>, redb::Error> {
-    let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate)?;
-    let mut writes = 0;
-    let results = {
-        let mut tables = Tables {
-            instances: txn.open_table(INSTANCES)?,
-            formats: txn.open_table(FORMATS)?,
-            due: txn.open_table(DUE)?,
-            due_of: txn.open_table(DUE_OF)?,
-            audit: txn.open_table(AUDIT)?,
-            machines: txn.open_table(MACHINES)?,
-        };
-        let mut results = Vec::with_capacity(batch.len());
-        for op in batch {
-            let result = apply(&mut tables, op)?;
-            writes += usize::from(matches!(
-                (op, &result),
-                (Op::Save { .. }, Ok(_))
-                    | (Op::SaveMachine { .. }, Ok(true))
-                    | (Op::Delete { .. }, Ok(true))
-            ));
-            results.push(result);
+    /// Starts a checkpoint if one is worth it: none is under way, and the overlay holds
+    /// something to fold (else the next batch, or the next idle second, asks again).
+    fn start_checkpoint(&mut self) {
+        if self.overlay_read().can_freeze() {
+            // It can only fail to start, which it logs; the next batch tries again.
+            let _ = self.checkpoint(Vec::new());
         }
-        results
-    };
-    if writes > 0 {
-        txn.commit()?;
-        stats.commits.fetch_add(1, Ordering::Relaxed);
-        metrics::store_committed(writes);
-    } else {
-        // Only conflicts and no-op deletes: skip the fsync.
-        txn.abort()?;
     }
-    Ok(results)
-}
 
-/// The tables one write transaction has open.
-struct Tables<'txn> {
-    instances: Table<'txn, &'static str, (u64, u64, &'static str, &'static str)>,
-    formats: Table<'txn, &'static str, (u64, &'static str)>,
-    due: Table<'txn, (u64, &'static str), ()>,
-    due_of: Table<'txn, &'static str, u64>,
-    audit: Table<'txn, (&'static str, u64), &'static str>,
-    machines: Table<'txn, &'static str, &'static str>,
-}
+    /// Folds everything acknowledged so far into the file, answering each of `replies` when it
+    /// is done: after the checkpoints already under way, whether or not there is anything new.
+    fn checkpoint_now(&mut self, replies: Vec<oneshot::Sender<Result<(), StoreError>>>) {
+        if let Err(replies) = self.checkpoint(replies) {
+            for reply in replies {
+                let _ = reply.send(Err(StoreError::Unavailable(format!(
+                    "{}: cannot start a checkpoint (see the log)",
+                    self.name
+                ))));
+            }
+        }
+    }
 
-impl Tables<'_> {
-    /// Removes `key`'s due-time entry, if it has one.
-    fn clear_due(&mut self, key: &str) -> Result<(), redb::Error> {
-        if let Some(old) = self.due_of.remove(key)? {
-            let old = old.value();
-            self.due.remove((old, key))?;
+    /// Moves saves to a new segment and hands the changes of the older ones to the checkpoint
+    /// thread, which answers `done` when redb has them. Gives `done` back when it cannot start
+    /// one (a new segment cannot be made).
+    #[allow(clippy::type_complexity)]
+    fn checkpoint(
+        &mut self,
+        done: Vec<oneshot::Sender<Result<(), StoreError>>>,
+    ) -> Result<(), Vec<oneshot::Sender<Result<(), StoreError>>>> {
+        let Some(checkpointer) = &self.checkpointer else {
+            return Err(done);
+        };
+        let next = match Segment::create(&self.path, self.segment.number() + 1) {
+            Ok(next) => next,
+            Err(e) => {
+                // Saves go on into the segment in hand; the next batch tries again.
+                tracing::error!(store = %self.name, error = %e, "cannot start a journal segment for a checkpoint");
+                return Err(done);
+            }
+        };
+        let layer = write_lock(&self.overlay).freeze();
+        self.segment = next;
+        let job = Job {
+            layer,
+            segments_below: self.segment.number(),
+            done,
+        };
+        if checkpointer.jobs.send(job).is_ok() {
+            self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
+
+    /// The last checkpoint, when the store closes: waits for the one under way, folds
+    /// everything still in the overlay into redb and deletes the journal. If that fails the
+    /// journal stays, and the next open replays it.
+    fn close(mut self) {
+        if let Some(checkpointer) = self.checkpointer.take() {
+            drop(checkpointer.jobs);
+            let _ = checkpointer.thread.join();
+        }
+        let layers = write_lock(&self.overlay).take_all();
+        let layers: Vec<&Layer> = layers.iter().map(|layer| &**layer).collect();
+        match checkpoint::fold(&self.db, &layers, self.segment.number()) {
+            Ok(()) => {
+                self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                checkpoint::delete_segments(&self.path, u64::MAX);
+            }
+            Err(e) => tracing::error!(store = %self.name, error = %e,
+                "the last checkpoint failed; the journal stays for the next open to replay"),
+        }
+    }
 }
 
-fn apply(tables: &mut Tables<'_>, op: &Op) -> Result<Result<bool, StoreError>, redb::Error> {
-    let key = op.key();
-    if let Op::SaveMachine {
-        definition_json, ..
-    } = op
+/// Makes the calling thread (the writer or the checkpoint thread) give way to the threads that
+/// serve requests: under Linux's `SCHED_BATCH` policy it runs as soon as a core is free, but its
+/// wake-up never preempts a running thread.
+///
+/// Why: the writer wakes several times a batch (for the batch, for each disk write it waits on).
+/// Each such wake-up used to preempt a request thread on the other core, some 6,500 times a
+/// second under load, costing that thread a cache-cold return. With `SCHED_BATCH` the server's
+/// CPU per call fell 8% (BENCHMARKS.md, "Session 20"); the batch waits for a core only while
+/// both are busy serving, which is also when waiting gathers more saves into it.
+fn yield_to_requests() {
+    #[cfg(target_os = "linux")]
     {
-        // A version names one definition: the first one kept stays.
-        if tables.machines.get(key)?.is_some() {
-            return Ok(Ok(false));
-        }
-        tables.machines.insert(key, definition_json.as_str())?;
-        return Ok(Ok(true));
-    }
-    let current = tables.instances.get(key)?.map(|guard| guard.value().0);
-    match op {
-        Op::SaveMachine { .. } => unreachable!("answered above"),
-        Op::Save {
-            expected,
-            version,
-            updated_at_ms,
-            workflow,
-            snapshot_json,
-            format,
-            extras_json,
-            due_at_ms,
-            audit_json,
-            ..
-        } => {
-            if !versions_match(current, *expected) {
-                return Ok(Err(conflict(key, *expected, current)));
-            }
-            tables.clear_due(key)?;
-            if let Some(due) = *due_at_ms {
-                tables.due.insert((due, key), ())?;
-                tables.due_of.insert(key, due)?;
-            }
-            tables
-                .formats
-                .insert(key, (*format, extras_json.as_str()))?;
-            let table = &mut tables.instances;
-            table.insert(
-                key,
-                (
-                    *version,
-                    *updated_at_ms,
-                    workflow.as_str(),
-                    snapshot_json.as_str(),
-                ),
-            )?;
-            if let Some(entry) = audit_json {
-                tables.audit.insert((key, *version), entry.as_str())?;
-            }
-            Ok(Ok(true))
-        }
-        Op::Delete { expected, .. } => {
-            if let Some(expected) = expected
-                && current != Some(*expected)
-            {
-                return Ok(Err(conflict(key, *expected, current)));
-            }
-            tables.formats.remove(key)?;
-            tables.clear_due(key)?;
-            tables
-                .audit
-                .retain_in((key, 0)..=(key, u64::MAX), |_, _| false)?;
-            Ok(Ok(tables.instances.remove(key)?.is_some()))
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `sched_setscheduler` reads the one `sched_param` it is given, which lives on
+        // this stack for the whole call; pid 0 names the calling thread.
+        let set = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+        if set != 0 {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "SCHED_BATCH refused; the thread keeps the default policy");
         }
     }
+}
+
+type Reply = oneshot::Sender<Result<bool, StoreError>>;
+type InstancesTable = redb::ReadOnlyTable<&'static str, (u64, u64, &'static str, &'static str)>;
+
+impl Op {
+    fn answer(self, result: Result<bool, StoreError>) {
+        let reply = match self {
+            Op::Save { reply, .. } | Op::SaveMachine { reply, .. } | Op::Delete { reply, .. } => {
+                reply
+            }
+            Op::Checkpoint { reply } => {
+                let _ = reply.send(result.map(drop));
+                return;
+            }
+        };
+        // The caller may have given up (its future was dropped); nobody is left to tell.
+        let _ = reply.send(result);
+    }
+}
+
+/// The record a stored row describes. `format` and `extras` are `None` for a row format-1 code
+/// wrote (it has no row in [`FORMATS`]).
+#[allow(clippy::too_many_arguments)]
+fn record_of(
+    key: &str,
+    format: Option<u64>,
+    extras: Option<&str>,
+    version: u64,
+    updated_at_ms: u64,
+    workflow: &str,
+    snapshot_json: &str,
+    due_at_ms: Option<u64>,
+) -> Result<InstanceRecord, StoreError> {
+    let (format, extras) = format::decode(key, format, extras)?;
+    let snapshot = serde_json::from_str(snapshot_json).map_err(|e| StoreError::Corrupt {
+        key: key.to_owned(),
+        reason: format!("snapshot is not JSON: {e}"),
+    })?;
+    Ok(InstanceRecord::assemble(
+        format,
+        extras,
+        workflow.to_owned(),
+        snapshot,
+        version,
+        updated_at_ms,
+    )
+    .due(due_at_ms))
 }
 
 #[async_trait]
@@ -440,7 +757,11 @@ impl StateStore for EmbeddedStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         // Opening the table in a read transaction touches the file's header and root pages.
-        self.read(|_| Ok(())).await?;
+        self.read(|txn, name| {
+            txn.open_table(INSTANCES).map_err(|e| storage(name, e))?;
+            Ok(())
+        })
+        .await?;
         if self
             .writer
             .as_ref()
@@ -454,51 +775,68 @@ impl StateStore for EmbeddedStore {
         Ok(())
     }
 
+    async fn checkpoint(&self) -> Result<(), StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let stopped = || StoreError::Unavailable(format!("{}: writer thread stopped", self.name));
+        let (tx, _) = self.writer.as_ref().ok_or_else(stopped)?;
+        tx.send(Op::Checkpoint { reply }).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
     async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
+        let known = self.overlay().row(key).map(|row| row.cloned());
+        if let Some(row) = known {
+            return row
+                .map(|row| {
+                    record_of(
+                        key,
+                        Some(row.format),
+                        Some(&row.extras_json),
+                        row.version,
+                        row.updated_at_ms,
+                        &row.workflow,
+                        &row.snapshot_json,
+                        row.due_at_ms,
+                    )
+                })
+                .transpose();
+        }
         let key = key.to_owned();
-        let name = self.name.clone();
-        let db = Arc::clone(&self.db);
-        let read = tokio::task::spawn_blocking(move || {
-            // One read transaction for both tables: the row and its format are one snapshot.
-            let txn = db.begin_read().map_err(|e| storage(&name, e))?;
-            let table = txn.open_table(INSTANCES).map_err(|e| storage(&name, e))?;
-            let formats = txn.open_table(FORMATS).map_err(|e| storage(&name, e))?;
-            let due_of = txn.open_table(DUE_OF).map_err(|e| storage(&name, e))?;
-            let Some(guard) = table.get(key.as_str()).map_err(|e| storage(&name, e))? else {
+        self.read(move |txn, name| {
+            // One read transaction for the three tables: the row, its format and its due time
+            // are one snapshot.
+            let table = txn.open_table(INSTANCES).map_err(|e| storage(name, e))?;
+            let formats = txn.open_table(FORMATS).map_err(|e| storage(name, e))?;
+            let due_of = txn.open_table(DUE_OF).map_err(|e| storage(name, e))?;
+            let Some(guard) = table.get(key.as_str()).map_err(|e| storage(name, e))? else {
                 return Ok(None);
             };
             let due = due_of
                 .get(key.as_str())
-                .map_err(|e| storage(&name, e))?
+                .map_err(|e| storage(name, e))?
                 .map(|due| due.value());
-            let format_guard = formats.get(key.as_str()).map_err(|e| storage(&name, e))?;
+            let format_guard = formats.get(key.as_str()).map_err(|e| storage(name, e))?;
             let (format, extras) = match &format_guard {
                 Some(guard) => {
                     let (format, extras) = guard.value();
-                    format::decode(&key, Some(format), Some(extras))?
+                    (Some(format), Some(extras))
                 }
-                None => format::decode(&key, None, None)?,
+                None => (None, None),
             };
             let (version, updated_at_ms, workflow, snapshot_json) = guard.value();
-            let snapshot =
-                serde_json::from_str(snapshot_json).map_err(|e| StoreError::Corrupt {
-                    key: key.clone(),
-                    reason: format!("snapshot is not JSON: {e}"),
-                })?;
-            Ok(Some(
-                InstanceRecord::assemble(
-                    format,
-                    extras,
-                    workflow.to_owned(),
-                    snapshot,
-                    version,
-                    updated_at_ms,
-                )
-                .due(due),
-            ))
-        });
-        read.await
-            .map_err(|e| StoreError::Unavailable(format!("{}: read task failed: {e}", self.name)))?
+            record_of(
+                &key,
+                format,
+                extras,
+                version,
+                updated_at_ms,
+                workflow,
+                snapshot_json,
+                due,
+            )
+            .map(Some)
+        })
+        .await
     }
 
     async fn save(
@@ -509,19 +847,20 @@ impl StateStore for EmbeddedStore {
     ) -> Result<(), StoreError> {
         check_save(key, record, expected)?;
         // Serialized here, on the caller's task, so the writer thread only copies bytes.
-        let snapshot_json = record.snapshot.to_string();
         let (reply, answer) = oneshot::channel();
         let op = Op::Save {
             key: key.to_owned(),
             expected,
-            version: record.version,
-            updated_at_ms: record.updated_at_ms,
-            workflow: record.workflow.clone(),
-            snapshot_json,
-            format: record.format.into(),
-            extras_json: format::encode(&record.extras()),
-            due_at_ms: record.due_at_ms,
-            audit_json: record.audit.as_ref().map(AuditEntry::encode),
+            row: Row {
+                version: record.version,
+                updated_at_ms: record.updated_at_ms,
+                workflow: record.workflow.clone(),
+                snapshot_json: record.snapshot.to_string(),
+                format: record.format.into(),
+                extras_json: format::encode(&record.extras()),
+                due_at_ms: record.due_at_ms,
+            },
+            audit: record.audit.as_ref().map(AuditEntry::encode),
             reply,
         };
         self.write(op, answer).await.map(|_| ())
@@ -548,12 +887,9 @@ impl StateStore for EmbeddedStore {
         version: &str,
     ) -> Result<Option<serde_json::Value>, StoreError> {
         let key = machine_key(workflow, version);
-        let name = self.name.clone();
-        let db = Arc::clone(&self.db);
-        let read = tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(|e| storage(&name, e))?;
-            let table = txn.open_table(MACHINES).map_err(|e| storage(&name, e))?;
-            let Some(guard) = table.get(key.as_str()).map_err(|e| storage(&name, e))? else {
+        self.read(move |txn, name| {
+            let table = txn.open_table(MACHINES).map_err(|e| storage(name, e))?;
+            let Some(guard) = table.get(key.as_str()).map_err(|e| storage(name, e))? else {
                 return Ok(None);
             };
             serde_json::from_str(guard.value())
@@ -562,9 +898,8 @@ impl StateStore for EmbeddedStore {
                     key: key.clone(),
                     reason: format!("machine is not JSON: {e}"),
                 })
-        });
-        read.await
-            .map_err(|e| StoreError::Unavailable(format!("{}: read task failed: {e}", self.name)))?
+        })
+        .await
     }
 
     async fn delete(&self, key: &str, expected: Option<u64>) -> Result<bool, StoreError> {
@@ -584,70 +919,92 @@ impl StateStore for EmbeddedStore {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<String>, StoreError> {
+        let known = self.overlay().known(prefix);
         let prefix = prefix.to_owned();
-        let after = after.map(str::to_owned);
-        let name = self.name.clone();
-        self.read(move |table| {
-            let start = match &after {
-                Some(after) if after.as_str() >= prefix.as_str() => Bound::Excluded(after.as_str()),
-                _ => Bound::Included(prefix.as_str()),
-            };
-            let mut keys = Vec::new();
-            for entry in table
-                .range::<&str>((start, Bound::Unbounded))
-                .map_err(|e| storage(&name, e))?
-            {
-                let (key, _) = entry.map_err(|e| storage(&name, e))?;
-                let key = key.value();
-                if !key.starts_with(prefix.as_str()) || keys.len() >= limit {
-                    break;
+        let after = after
+            .filter(|after| *after >= prefix.as_str())
+            .map(str::to_owned);
+        let past_start = move |key: &str| after.as_deref().is_none_or(|after| key > after);
+        // The first `limit` keys redb has that the overlay does not decide, merged with the live
+        // keys the overlay has: together they hold the first `limit` keys there are.
+        let from_overlay: Vec<String> = known
+            .iter()
+            .filter(|(key, known)| known.live && past_start(key))
+            .map(|(key, _)| key.clone())
+            .collect();
+        let mut keys = self
+            .read(move |txn, name| {
+                let table = txn.open_table(INSTANCES).map_err(|e| storage(name, e))?;
+                let mut keys = Vec::new();
+                for entry in table
+                    .range::<&str>(prefix.as_str()..)
+                    .map_err(|e| storage(name, e))?
+                {
+                    let (key, _) = entry.map_err(|e| storage(name, e))?;
+                    let key = key.value();
+                    if !key.starts_with(prefix.as_str()) || keys.len() >= limit {
+                        break;
+                    }
+                    if past_start(key) && !known.contains_key(key) {
+                        keys.push(key.to_owned());
+                    }
                 }
-                keys.push(key.to_owned());
-            }
-            Ok(keys)
-        })
-        .await
+                Ok(keys)
+            })
+            .await?;
+        keys.extend(from_overlay);
+        keys.sort_unstable();
+        keys.truncate(limit);
+        Ok(keys)
     }
 
     async fn count(&self, prefix: &str) -> Result<u64, StoreError> {
+        let known = self.overlay().known(prefix);
+        let live_in_overlay = known.values().filter(|known| known.live).count() as u64;
         let prefix = prefix.to_owned();
-        let name = self.name.clone();
-        self.read(move |table| {
-            let mut n = 0;
-            for entry in table
-                .range::<&str>(prefix.as_str()..)
-                .map_err(|e| storage(&name, e))?
-            {
-                let (key, _) = entry.map_err(|e| storage(&name, e))?;
-                if !key.value().starts_with(prefix.as_str()) {
-                    break;
+        let in_redb = self
+            .read(move |txn, name| {
+                let table = txn.open_table(INSTANCES).map_err(|e| storage(name, e))?;
+                let mut n = 0;
+                for entry in table
+                    .range::<&str>(prefix.as_str()..)
+                    .map_err(|e| storage(name, e))?
+                {
+                    let (key, _) = entry.map_err(|e| storage(name, e))?;
+                    let key = key.value();
+                    if !key.starts_with(prefix.as_str()) {
+                        break;
+                    }
+                    n += u64::from(!known.contains_key(key));
                 }
-                n += 1;
-            }
-            Ok(n)
-        })
-        .await
+                Ok(n)
+            })
+            .await?;
+        Ok(in_redb + live_in_overlay)
     }
 
     async fn audit(&self, key: &str) -> Result<Vec<AuditEntry>, StoreError> {
+        let (stored_first, pending) = self.overlay().audit(key);
         let key = key.to_owned();
-        let name = self.name.clone();
-        let db = Arc::clone(&self.db);
-        let read = tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(|e| storage(&name, e))?;
-            let table = txn.open_table(AUDIT).map_err(|e| storage(&name, e))?;
-            let mut trail = Vec::new();
-            for entry in table
-                .range((key.as_str(), 0)..=(key.as_str(), u64::MAX))
-                .map_err(|e| storage(&name, e))?
-            {
-                let (_, text) = entry.map_err(|e| storage(&name, e))?;
-                trail.push(AuditEntry::decode(&key, text.value())?);
+        self.read(move |txn, name| {
+            // By version: an entry a checkpoint committed while this read ran is in both.
+            let mut trail = BTreeMap::new();
+            if stored_first {
+                let table = txn.open_table(AUDIT).map_err(|e| storage(name, e))?;
+                for entry in table
+                    .range((key.as_str(), 0)..=(key.as_str(), u64::MAX))
+                    .map_err(|e| storage(name, e))?
+                {
+                    let (at, text) = entry.map_err(|e| storage(name, e))?;
+                    trail.insert(at.value().1, AuditEntry::decode(&key, text.value())?);
+                }
             }
-            Ok(trail)
-        });
-        read.await
-            .map_err(|e| StoreError::Unavailable(format!("{}: read task failed: {e}", self.name)))?
+            for (version, text) in pending {
+                trail.insert(version, AuditEntry::decode(&key, &text)?);
+            }
+            Ok(trail.into_values().collect())
+        })
+        .await
     }
 
     async fn due(
@@ -656,38 +1013,63 @@ impl StateStore for EmbeddedStore {
         after: Option<&Due>,
         limit: usize,
     ) -> Result<Vec<Due>, StoreError> {
+        let known = self.overlay().known("");
         let after = after.cloned();
-        let name = self.name.clone();
-        let db = Arc::clone(&self.db);
-        let read = tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(|e| storage(&name, e))?;
-            let table = txn.open_table(DUE).map_err(|e| storage(&name, e))?;
-            let start = match &after {
-                Some(after) => Bound::Excluded((after.at_ms, after.key.as_str())),
-                None => Bound::Unbounded,
-            };
-            let mut due = Vec::new();
-            for entry in table
-                .range::<(u64, &str)>((start, Bound::Unbounded))
-                .map_err(|e| storage(&name, e))?
-            {
-                let (entry, _) = entry.map_err(|e| storage(&name, e))?;
-                let (at_ms, key) = entry.value();
-                if at_ms > until || due.len() >= limit {
-                    break;
-                }
-                due.push(Due {
-                    at_ms,
-                    key: key.to_owned(),
-                });
+        let past_start = {
+            let after = after.clone();
+            move |at_ms: u64, key: &str| {
+                after
+                    .as_ref()
+                    .is_none_or(|after| (at_ms, key) > (after.at_ms, after.key.as_str()))
             }
-            Ok(due)
-        });
-        read.await
-            .map_err(|e| StoreError::Unavailable(format!("{}: read task failed: {e}", self.name)))?
+        };
+        let mut due: Vec<Due> = known
+            .iter()
+            .filter_map(|(key, known)| Some((key, known.due_at_ms?)))
+            .filter(|(key, at_ms)| *at_ms <= until && past_start(*at_ms, key))
+            .map(|(key, at_ms)| Due {
+                at_ms,
+                key: key.clone(),
+            })
+            .collect();
+        let stored = self
+            .read(move |txn, name| {
+                let table = txn.open_table(DUE).map_err(|e| storage(name, e))?;
+                let start = match &after {
+                    Some(after) => Bound::Excluded((after.at_ms, after.key.as_str())),
+                    None => Bound::Unbounded,
+                };
+                let mut due = Vec::new();
+                for entry in table
+                    .range::<(u64, &str)>((start, Bound::Unbounded))
+                    .map_err(|e| storage(name, e))?
+                {
+                    let (entry, _) = entry.map_err(|e| storage(name, e))?;
+                    let (at_ms, key) = entry.value();
+                    if at_ms > until || due.len() >= limit {
+                        break;
+                    }
+                    // The overlay decides the keys it knows: their stored entries may be stale.
+                    if !known.contains_key(key) {
+                        due.push(Due {
+                            at_ms,
+                            key: key.to_owned(),
+                        });
+                    }
+                }
+                Ok(due)
+            })
+            .await?;
+        due.extend(stored);
+        due.sort_unstable();
+        due.truncate(limit);
+        Ok(due)
     }
 }
 
+mod checkpoint;
 pub mod files;
+mod journal;
+mod overlay;
 #[cfg(test)]
 mod tests;

@@ -11,9 +11,11 @@
 //! - `migrate.rs`: [`migrate`], rewriting format-1 records as the current format on start, and
 //!   records whose due time is not the one their snapshot gives.
 //! - `memory.rs`: [`MemoryStore`], in-process, for tests and throwaway servers.
-//! - `embedded.rs`: [`EmbeddedStore`], one redb file, fsync'd, with group commit
-//!   (`embedded/tests.rs`: its own tests; `embedded/files.rs`: its files `0600`, its data
-//!   directory `0700`).
+//! - `embedded.rs`: [`EmbeddedStore`], one redb file with a journal in front of it, synced once
+//!   per batch of saves (group commit), and folded into the file by checkpoints
+//!   (`embedded/journal.rs`: the journal's format; `embedded/overlay.rs`: what is acknowledged
+//!   but not yet in the file; `embedded/checkpoint.rs`: folding it in; `embedded/tests.rs`: its
+//!   own tests; `embedded/files.rs`: its files `0600`, its data directory `0700`).
 //! - `redis.rs`: [`RedisStore`], shared by several server processes; CAS in a Lua script.
 //! - `postgres.rs`: [`PostgresStore`], one table; CAS in `UPDATE … WHERE version = $n`.
 //! - `contract.rs` (tests only): the one suite every store must pass.
@@ -331,6 +333,14 @@ pub trait StateStore: Send + Sync {
     /// (Redis `PING`, PostgreSQL `SELECT 1`, a read transaction on the embedded file), bounded
     /// like every other operation. Returns `Ok(())` when it answered; reads and writes nothing.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Makes everything acknowledged so far part of the store's main file, for a store that
+    /// keeps a journal in front of it (the embedded store), so that a clean stop leaves nothing
+    /// to replay and the file alone holds every instance. Stores without a journal have nothing
+    /// to do. Not needed for durability: an acknowledged save is durable already.
+    async fn checkpoint(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// Announced changes: `(origin, key)`.

@@ -136,3 +136,333 @@ async fn format_1_records_are_migrated() {
         Err(StoreError::UnsupportedFormat { .. })
     ));
 }
+
+fn record(workflow: &str, version: u64, due: Option<u64>, to: &str) -> InstanceRecord {
+    InstanceRecord {
+        version,
+        due_at_ms: due,
+        audit: Some(crate::store::AuditEntry {
+            at_ms: 1_700_000_000_000 + version,
+            version,
+            by: "test".into(),
+            event: Some("GO".into()),
+            from: json!("before"),
+            to: json!(to),
+            principal: None,
+        }),
+        ..InstanceRecord::first(workflow, json!({"value": to}))
+    }
+}
+
+fn due(at_ms: u64, key: &str) -> crate::store::Due {
+    crate::store::Due {
+        at_ms,
+        key: key.to_owned(),
+    }
+}
+
+/// Reads see one store whether a record's latest change is still in the journal (and the
+/// overlay) or already folded into redb: keys, counts, due times and audit trails merge, and a
+/// delete in the journal hides what redb still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_merge_the_journal_with_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    {
+        let store = EmbeddedStore::open(&path).await.unwrap();
+        store
+            .save("k/a", &record("w", 1, Some(50), "a1"), 0)
+            .await
+            .unwrap();
+        store
+            .save("k/b", &record("w", 1, Some(10), "b1"), 0)
+            .await
+            .unwrap();
+        store
+            .save("k/c", &record("w", 1, None, "c1"), 0)
+            .await
+            .unwrap();
+        store
+            .save("k/b", &record("w", 2, Some(20), "b2"), 1)
+            .await
+            .unwrap();
+    }
+    // Closing folded everything into the file and left no journal behind.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(left, vec!["s.redb".to_owned()], "{left:?}");
+
+    let store = EmbeddedStore::open(&path).await.unwrap();
+    store
+        .save("k/a", &record("w", 2, Some(5), "a2"), 1)
+        .await
+        .unwrap();
+    assert!(store.delete("k/b", Some(2)).await.unwrap());
+    store
+        .save("k/d", &record("w", 1, Some(30), "d1"), 0)
+        .await
+        .unwrap();
+    store
+        .save("j/x", &record("w", 1, None, "x1"), 0)
+        .await
+        .unwrap();
+
+    assert_eq!(store.count("k/").await.unwrap(), 3);
+    assert_eq!(store.count("").await.unwrap(), 4);
+    assert_eq!(
+        store.list_keys("k/", None, 10).await.unwrap(),
+        vec!["k/a", "k/c", "k/d"]
+    );
+    assert_eq!(
+        store.list_keys("k/", None, 2).await.unwrap(),
+        vec!["k/a", "k/c"]
+    );
+    assert_eq!(
+        store.list_keys("k/", Some("k/a"), 1).await.unwrap(),
+        vec!["k/c"]
+    );
+    assert_eq!(
+        store.list_keys("k/", Some("k/c"), 5).await.unwrap(),
+        vec!["k/d"]
+    );
+    // `k/a`'s stored due time (50) is stale and `k/b`'s gone with it.
+    assert_eq!(
+        store.due(u64::MAX, None, 10).await.unwrap(),
+        vec![due(5, "k/a"), due(30, "k/d")]
+    );
+    assert_eq!(
+        store.due(u64::MAX, Some(&due(5, "k/a")), 10).await.unwrap(),
+        vec![due(30, "k/d")]
+    );
+    assert_eq!(store.due(29, None, 10).await.unwrap(), vec![due(5, "k/a")]);
+    let trail: Vec<_> = store
+        .audit("k/a")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|entry| entry.to)
+        .collect();
+    assert_eq!(trail, vec![json!("a1"), json!("a2")]);
+    assert!(store.audit("k/b").await.unwrap().is_empty());
+    assert_eq!(store.load("k/b").await.unwrap(), None);
+    assert_eq!(
+        store.load("k/c").await.unwrap().unwrap().snapshot,
+        json!({"value": "c1"})
+    );
+    // A recreated key starts a new trail, and its version check sees the delete.
+    assert!(matches!(
+        store.save("k/b", &record("w", 3, None, "b3"), 2).await,
+        Err(StoreError::Conflict { current: None, .. })
+    ));
+    store
+        .save("k/b", &record("w", 1, None, "b-new"), 0)
+        .await
+        .unwrap();
+    let trail = store.audit("k/b").await.unwrap();
+    assert_eq!(trail.len(), 1);
+    assert_eq!(trail[0].to, json!("b-new"));
+}
+
+/// What a server acknowledged and then lost with its process (the journal, never folded into
+/// the file) is there when the store opens again; a batch the crash cut short is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_of_a_crashed_server_is_replayed() {
+    use super::{journal, overlay::Change, overlay::Row};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    {
+        let store = EmbeddedStore::open(&path).await.unwrap();
+        store
+            .save("kept", &record("w", 1, Some(7), "k1"), 0)
+            .await
+            .unwrap();
+        store
+            .save("gone", &record("w", 1, None, "g1"), 0)
+            .await
+            .unwrap();
+    }
+    // What a crashed server leaves: two segments, the second ending in a torn write.
+    let row = |version: u64, to: &str, due: Option<u64>| Row {
+        version,
+        updated_at_ms: 1,
+        workflow: "w".into(),
+        snapshot_json: json!({"value": to}).to_string(),
+        format: crate::store::CURRENT_FORMAT.into(),
+        extras_json: "{}".into(),
+        due_at_ms: due,
+    };
+    let mut first = journal::Segment::create(&path, 4).unwrap();
+    let mut frames = Vec::new();
+    journal::encode(
+        &Change::Save {
+            key: "kept".into(),
+            row: row(2, "k2", Some(9)),
+            audit: Some(
+                r#"{"at_ms":1,"version":2,"by":"t","event":"E","from":"a","to":"k2"}"#.into(),
+            ),
+        },
+        &mut frames,
+    );
+    journal::encode(&Change::Delete { key: "gone".into() }, &mut frames);
+    first.append(&frames).unwrap();
+    let mut second = journal::Segment::create(&path, 5).unwrap();
+    frames.clear();
+    journal::encode(
+        &Change::Save {
+            key: "new".into(),
+            row: row(1, "n1", None),
+            audit: None,
+        },
+        &mut frames,
+    );
+    second.append(&frames).unwrap();
+    let mut torn = Vec::new();
+    journal::encode(
+        &Change::Save {
+            key: "new".into(),
+            row: row(2, "n2", None),
+            audit: None,
+        },
+        &mut torn,
+    );
+    torn.truncate(torn.len() - 5);
+    second.append(&torn).unwrap();
+    drop((first, second));
+
+    let store = EmbeddedStore::open(&path).await.unwrap();
+    let kept = store.load("kept").await.unwrap().unwrap();
+    assert_eq!((kept.version, kept.due_at_ms), (2, Some(9)));
+    assert_eq!(store.audit("kept").await.unwrap().len(), 2);
+    assert_eq!(store.load("gone").await.unwrap(), None);
+    assert_eq!(store.load("new").await.unwrap().unwrap().version, 1);
+    assert_eq!(
+        store.due(u64::MAX, None, 10).await.unwrap(),
+        vec![due(9, "kept")]
+    );
+    // Replayed into the file: the old segments are gone, and a save follows on from them.
+    let segments: Vec<u64> = journal::segments(&path)
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(segments, vec![6]);
+    store
+        .save("new", &record("w", 2, None, "n2"), 1)
+        .await
+        .unwrap();
+}
+
+/// Checkpoints run while saves and reads go on, and lose nothing: every key reads back at its
+/// last version, with its whole trail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_under_load_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let store = Arc::new(EmbeddedStore::open(&path).await.unwrap());
+    const KEYS: u64 = 8;
+    const VERSIONS: u64 = 120;
+    let writers: Vec<_> = (0..KEYS)
+        .map(|k| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                for v in 1..=VERSIONS {
+                    let rec = record("w", v, Some(v), &format!("{k}-{v}"));
+                    store.save(&format!("k{k}"), &rec, v - 1).await.unwrap();
+                    // Each key reads back its own last write at once, checkpoint or not.
+                    let back = store.load(&format!("k{k}")).await.unwrap().unwrap();
+                    assert_eq!(back.version, v);
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    assert!(
+        store.batch_stats().checkpoints.load(Ordering::Relaxed) >= 2,
+        "the test should cross checkpoints"
+    );
+    assert_eq!(store.count("k").await.unwrap(), KEYS);
+    for k in 0..KEYS {
+        let key = format!("k{k}");
+        assert_eq!(store.load(&key).await.unwrap().unwrap().version, VERSIONS);
+        let trail = store.audit(&key).await.unwrap();
+        let versions: Vec<u64> = trail.iter().map(|entry| entry.version).collect();
+        assert_eq!(versions, (1..=VERSIONS).collect::<Vec<_>>());
+    }
+    let due = store.due(u64::MAX, None, 100).await.unwrap();
+    assert_eq!(due.len() as u64, KEYS);
+    assert!(due.iter().all(|due| due.at_ms == VERSIONS));
+}
+
+/// An idle store folds its journal into the file by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_store_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let store = EmbeddedStore::open(&path).await.unwrap();
+    store
+        .save("a", &record("w", 1, None, "a1"), 0)
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.batch_stats().checkpoints.load(Ordering::Relaxed) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint after 10 s idle"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(store.load("a").await.unwrap().unwrap().version, 1);
+}
+
+/// A segment a checkpoint already folded in (its deletion failed, say) is not replayed over the
+/// newer state the file holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folded_segment_is_not_replayed() {
+    use super::{journal, overlay::Change, overlay::Row};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    {
+        let store = EmbeddedStore::open(&path).await.unwrap();
+        store
+            .save("a", &record("w", 1, None, "a1"), 0)
+            .await
+            .unwrap();
+        store
+            .save("a", &record("w", 2, None, "a2"), 1)
+            .await
+            .unwrap();
+    }
+    // Segment 0 was the one the closed store folded in; put an older change back in it.
+    let mut stale = journal::Segment::create(&path, 0).unwrap();
+    let mut frames = Vec::new();
+    journal::encode(
+        &Change::Save {
+            key: "a".into(),
+            row: Row {
+                version: 1,
+                updated_at_ms: 1,
+                workflow: "w".into(),
+                snapshot_json: json!({"value": "a1"}).to_string(),
+                format: crate::store::CURRENT_FORMAT.into(),
+                extras_json: "{}".into(),
+                due_at_ms: None,
+            },
+            audit: None,
+        },
+        &mut frames,
+    );
+    stale.append(&frames).unwrap();
+    drop(stale);
+    let store = EmbeddedStore::open(&path).await.unwrap();
+    assert_eq!(store.load("a").await.unwrap().unwrap().version, 2);
+    assert!(
+        journal::segments(&path)
+            .unwrap()
+            .iter()
+            .all(|(n, _)| *n > 0)
+    );
+}
