@@ -5,7 +5,10 @@ use std::sync::{Arc, atomic::Ordering};
 
 use serde_json::json;
 
-use super::{EmbeddedStore, InstanceRecord, StateStore, StoreError};
+use super::{
+    EmbeddedStore, InstanceRecord, StateStore, StoreError, journal,
+    overlay::{Change, Row},
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn saved_state_survives_reopen() {
@@ -154,6 +157,30 @@ fn record(workflow: &str, version: u64, due: Option<u64>, to: &str) -> InstanceR
     }
 }
 
+/// Saves each `(key, record, expected)` in turn, as a caller that waits for each would.
+async fn save_all(store: &EmbeddedStore, saves: &[(&str, InstanceRecord, u64)]) {
+    for (key, record, expected) in saves {
+        store.save(key, record, *expected).await.unwrap();
+    }
+}
+
+/// A journal frame's save of `key` at `version`, as the writer would have written it.
+fn journaled(key: &str, version: u64, to: &str, due: Option<u64>, audit: Option<&str>) -> Change {
+    Change::Save {
+        key: key.into(),
+        row: Row {
+            version,
+            updated_at_ms: 1,
+            workflow: "w".into(),
+            snapshot_json: json!({"value": to}).to_string(),
+            format: crate::store::CURRENT_FORMAT.into(),
+            extras_json: "{}".into(),
+            due_at_ms: due,
+        },
+        audit: audit.map(str::to_owned),
+    }
+}
+
 fn due(at_ms: u64, key: &str) -> crate::store::Due {
     crate::store::Due {
         at_ms,
@@ -170,22 +197,16 @@ async fn reads_merge_the_journal_with_the_file() {
     let path = dir.path().join("s.redb");
     {
         let store = EmbeddedStore::open(&path).await.unwrap();
-        store
-            .save("k/a", &record("w", 1, Some(50), "a1"), 0)
-            .await
-            .unwrap();
-        store
-            .save("k/b", &record("w", 1, Some(10), "b1"), 0)
-            .await
-            .unwrap();
-        store
-            .save("k/c", &record("w", 1, None, "c1"), 0)
-            .await
-            .unwrap();
-        store
-            .save("k/b", &record("w", 2, Some(20), "b2"), 1)
-            .await
-            .unwrap();
+        save_all(
+            &store,
+            &[
+                ("k/a", record("w", 1, Some(50), "a1"), 0),
+                ("k/b", record("w", 1, Some(10), "b1"), 0),
+                ("k/c", record("w", 1, None, "c1"), 0),
+                ("k/b", record("w", 2, Some(20), "b2"), 1),
+            ],
+        )
+        .await;
     }
     // Closing folded everything into the file and left no journal behind.
     let left: Vec<_> = std::fs::read_dir(dir.path())
@@ -195,19 +216,16 @@ async fn reads_merge_the_journal_with_the_file() {
     assert_eq!(left, vec!["s.redb".to_owned()], "{left:?}");
 
     let store = EmbeddedStore::open(&path).await.unwrap();
-    store
-        .save("k/a", &record("w", 2, Some(5), "a2"), 1)
-        .await
-        .unwrap();
+    save_all(&store, &[("k/a", record("w", 2, Some(5), "a2"), 1)]).await;
     assert!(store.delete("k/b", Some(2)).await.unwrap());
-    store
-        .save("k/d", &record("w", 1, Some(30), "d1"), 0)
-        .await
-        .unwrap();
-    store
-        .save("j/x", &record("w", 1, None, "x1"), 0)
-        .await
-        .unwrap();
+    save_all(
+        &store,
+        &[
+            ("k/d", record("w", 1, Some(30), "d1"), 0),
+            ("j/x", record("w", 1, None, "x1"), 0),
+        ],
+    )
+    .await;
 
     assert_eq!(store.count("k/").await.unwrap(), 3);
     assert_eq!(store.count("").await.unwrap(), 4);
@@ -269,64 +287,35 @@ async fn reads_merge_the_journal_with_the_file() {
 /// the file) is there when the store opens again; a batch the crash cut short is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_journal_of_a_crashed_server_is_replayed() {
-    use super::{journal, overlay::Change, overlay::Row};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
     {
         let store = EmbeddedStore::open(&path).await.unwrap();
-        store
-            .save("kept", &record("w", 1, Some(7), "k1"), 0)
-            .await
-            .unwrap();
-        store
-            .save("gone", &record("w", 1, None, "g1"), 0)
-            .await
-            .unwrap();
+        save_all(
+            &store,
+            &[
+                ("kept", record("w", 1, Some(7), "k1"), 0),
+                ("gone", record("w", 1, None, "g1"), 0),
+            ],
+        )
+        .await;
     }
     // What a crashed server leaves: two segments, the second ending in a torn write.
-    let row = |version: u64, to: &str, due: Option<u64>| Row {
-        version,
-        updated_at_ms: 1,
-        workflow: "w".into(),
-        snapshot_json: json!({"value": to}).to_string(),
-        format: crate::store::CURRENT_FORMAT.into(),
-        extras_json: "{}".into(),
-        due_at_ms: due,
-    };
+    let audit = r#"{"at_ms":1,"version":2,"by":"t","event":"E","from":"a","to":"k2"}"#;
     let mut first = journal::Segment::create(&path, 4).unwrap();
     let mut frames = Vec::new();
     journal::encode(
-        &Change::Save {
-            key: "kept".into(),
-            row: row(2, "k2", Some(9)),
-            audit: Some(
-                r#"{"at_ms":1,"version":2,"by":"t","event":"E","from":"a","to":"k2"}"#.into(),
-            ),
-        },
+        &journaled("kept", 2, "k2", Some(9), Some(audit)),
         &mut frames,
     );
     journal::encode(&Change::Delete { key: "gone".into() }, &mut frames);
     first.append(&frames).unwrap();
     let mut second = journal::Segment::create(&path, 5).unwrap();
     frames.clear();
-    journal::encode(
-        &Change::Save {
-            key: "new".into(),
-            row: row(1, "n1", None),
-            audit: None,
-        },
-        &mut frames,
-    );
+    journal::encode(&journaled("new", 1, "n1", None, None), &mut frames);
     second.append(&frames).unwrap();
     let mut torn = Vec::new();
-    journal::encode(
-        &Change::Save {
-            key: "new".into(),
-            row: row(2, "n2", None),
-            audit: None,
-        },
-        &mut torn,
-    );
+    journal::encode(&journaled("new", 2, "n2", None, None), &mut torn);
     torn.truncate(torn.len() - 5);
     second.append(&torn).unwrap();
     drop((first, second));
@@ -422,39 +411,23 @@ async fn an_idle_store_checkpoints() {
 /// newer state the file holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_folded_segment_is_not_replayed() {
-    use super::{journal, overlay::Change, overlay::Row};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
     {
         let store = EmbeddedStore::open(&path).await.unwrap();
-        store
-            .save("a", &record("w", 1, None, "a1"), 0)
-            .await
-            .unwrap();
-        store
-            .save("a", &record("w", 2, None, "a2"), 1)
-            .await
-            .unwrap();
+        save_all(
+            &store,
+            &[
+                ("a", record("w", 1, None, "a1"), 0),
+                ("a", record("w", 2, None, "a2"), 1),
+            ],
+        )
+        .await;
     }
     // Segment 0 was the one the closed store folded in; put an older change back in it.
     let mut stale = journal::Segment::create(&path, 0).unwrap();
     let mut frames = Vec::new();
-    journal::encode(
-        &Change::Save {
-            key: "a".into(),
-            row: Row {
-                version: 1,
-                updated_at_ms: 1,
-                workflow: "w".into(),
-                snapshot_json: json!({"value": "a1"}).to_string(),
-                format: crate::store::CURRENT_FORMAT.into(),
-                extras_json: "{}".into(),
-                due_at_ms: None,
-            },
-            audit: None,
-        },
-        &mut frames,
-    );
+    journal::encode(&journaled("a", 1, "a1", None, None), &mut frames);
     stale.append(&frames).unwrap();
     drop(stale);
     let store = EmbeddedStore::open(&path).await.unwrap();
