@@ -452,6 +452,11 @@ impl Writer {
             for reply in replies {
                 let _ = reply.send(Err(StoreError::Unavailable(reason.clone())));
             }
+            if self.segment.is_broken() {
+                // Its unacknowledged tail could not be cut off: move on to a new segment, and
+                // let a checkpoint put the broken one behind `folded_through`.
+                let _ = self.checkpoint(Vec::new());
+            }
             return;
         }
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
@@ -470,8 +475,6 @@ impl Writer {
     /// waits for it to be synced.
     fn check(&self, ops: Vec<Op>) -> Vec<(Change, Reply)> {
         let mut in_batch: HashMap<String, Option<u64>> = HashMap::new();
-        // Opened on the first key the overlay does not know, and only then.
-        let mut redb = None;
         let mut checked = Vec::with_capacity(ops.len());
         for op in ops {
             let key = match &op {
@@ -482,7 +485,7 @@ impl Writer {
             };
             let current = match in_batch.get(key) {
                 Some(current) => Ok(*current),
-                None => self.stored_version(key, &mut redb),
+                None => self.stored_version(key),
             };
             let current = match current {
                 Ok(current) => current,
@@ -532,26 +535,18 @@ impl Writer {
 
     /// The version `key` has now, outside the batch in hand: the overlay's if it knows the
     /// key, else redb's (read in `table`, opened on first use).
-    fn stored_version(
-        &self,
-        key: &str,
-        table: &mut Option<Result<InstancesTable, String>>,
-    ) -> Result<Option<u64>, StoreError> {
-        // The overlay first, redb after: see `overlay.rs`.
+    fn stored_version(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        // The overlay first, redb after, in a read transaction opened after the overlay said it
+        // does not know the key (see `overlay.rs`): a transaction opened earlier in the batch
+        // could predate the checkpoint that took the key out of the overlay.
         if let Some(current) = self.overlay_read().version(key) {
             return Ok(current);
         }
-        let table = table.get_or_insert_with(|| {
-            let opened = (|| -> Result<InstancesTable, redb::Error> {
-                Ok(self.db.begin_read()?.open_table(INSTANCES)?)
-            })();
-            opened.map_err(|e| format!("{}: {e}", self.name))
-        });
-        let table = table
-            .as_ref()
-            .map_err(|e| StoreError::Unavailable(e.clone()))?;
-        let row = table.get(key).map_err(|e| storage(&self.name, e))?;
-        Ok(row.map(|row| row.value().0))
+        let read = || -> Result<Option<u64>, redb::Error> {
+            let table = self.db.begin_read()?.open_table(INSTANCES)?;
+            Ok(table.get(key)?.map(|row| row.value().0))
+        };
+        read().map_err(|e| storage(&self.name, e))
     }
 
     fn overlay_read(&self) -> RwLockReadGuard<'_, Overlay> {
@@ -702,7 +697,6 @@ fn yield_to_requests() {
 }
 
 type Reply = oneshot::Sender<Result<bool, StoreError>>;
-type InstancesTable = redb::ReadOnlyTable<&'static str, (u64, u64, &'static str, &'static str)>;
 
 impl Op {
     fn answer(self, result: Result<bool, StoreError>) {
@@ -924,7 +918,7 @@ impl StateStore for EmbeddedStore {
         let after = after
             .filter(|after| *after >= prefix.as_str())
             .map(str::to_owned);
-        let past_start = move |key: &str| after.as_deref().is_none_or(|after| key > after);
+        let past_start = |key: &str| after.as_deref().is_none_or(|after| key > after);
         // The first `limit` keys redb has that the overlay does not decide, merged with the live
         // keys the overlay has: together they hold the first `limit` keys there are.
         let from_overlay: Vec<String> = known
@@ -936,8 +930,12 @@ impl StateStore for EmbeddedStore {
             .read(move |txn, name| {
                 let table = txn.open_table(INSTANCES).map_err(|e| storage(name, e))?;
                 let mut keys = Vec::new();
+                let start = match &after {
+                    Some(after) => Bound::Excluded(after.as_str()),
+                    None => Bound::Included(prefix.as_str()),
+                };
                 for entry in table
-                    .range::<&str>(prefix.as_str()..)
+                    .range::<&str>((start, Bound::Unbounded))
                     .map_err(|e| storage(name, e))?
                 {
                     let (key, _) = entry.map_err(|e| storage(name, e))?;
@@ -945,7 +943,7 @@ impl StateStore for EmbeddedStore {
                     if !key.starts_with(prefix.as_str()) || keys.len() >= limit {
                         break;
                     }
-                    if past_start(key) && !known.contains_key(key) {
+                    if !known.contains_key(key) {
                         keys.push(key.to_owned());
                     }
                 }

@@ -19,7 +19,7 @@ use std::{
     time::Duration,
 };
 
-use redb::{Database, Durability, ReadableDatabase, Table, WriteTransaction};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, Table, WriteTransaction};
 use tokio::sync::oneshot;
 
 use super::{
@@ -114,7 +114,13 @@ pub fn fold(db: &Database, layers: &[&Layer], through: u64) -> Result<(), redb::
                 tables.put(key, pending)?;
             }
         }
-        txn.open_table(JOURNAL)?.insert(FOLDED_THROUGH, through)?;
+        // Never backwards: replay passes over a leftover older segment without folding it.
+        let mut journal = txn.open_table(JOURNAL)?;
+        let before = journal.get(FOLDED_THROUGH)?.map(|value| value.value());
+        journal.insert(
+            FOLDED_THROUGH,
+            before.map_or(through, |before| before.max(through)),
+        )?;
     }
     txn.commit()?;
     Ok(())
@@ -221,8 +227,13 @@ fn run(
             Err(e) => {
                 tracing::error!(store = %name, error = %e, retry_in_ms = wait.as_millis() as u64,
                     "checkpoint failed; the changes stay in the journal");
-                // Whoever asked hears of the failure now; the retries go on without them.
-                for done in job.done.drain(..) {
+                // Whoever asked, for this job or one queued behind it, hears of the failure now
+                // (a stopping server must not wait on retries); the retries go on without them.
+                for done in job
+                    .done
+                    .drain(..)
+                    .chain(waiting.iter_mut().flat_map(|queued| queued.done.drain(..)))
+                {
                     let _ = done.send(Err(StoreError::Unavailable(format!(
                         "{name}: checkpoint failed: {e}"
                     ))));

@@ -162,6 +162,11 @@ impl Segment {
         &self.path
     }
 
+    /// Whether a failed write could not be cut off: the segment takes no more frames.
+    pub fn is_broken(&self) -> bool {
+        self.broken.is_some()
+    }
+
     /// Bytes written so far, header included.
     pub fn len(&self) -> u64 {
         self.end
@@ -203,9 +208,15 @@ impl Segment {
                 Ok(())
             }
             Err(e) => {
-                // Cut back to the last synced frame; the zeros ahead are written again as needed.
+                // Cut back to the last synced frame, and sync the cut: else a crash could leave
+                // the failed frames inside the synced length for a replay to apply. The zeros
+                // ahead are written again as needed.
                 self.zeroed = self.end;
-                if let Err(cut) = self.file.set_len(self.end) {
+                let cut = self
+                    .file
+                    .set_len(self.end)
+                    .and_then(|()| self.file.sync_all());
+                if let Err(cut) = cut {
                     self.broken = Some(format!(
                         "{}: a failed write ({e}) could not be cut off ({cut}); restart to replay \
                          what was acknowledged",
@@ -264,6 +275,13 @@ pub fn read(path: &Path) -> Result<Replayed, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     if bytes.len() < HEADER_LEN as usize {
         // Created, but the crash came before its header was synced: it holds nothing.
+        return Ok(Replayed {
+            changes: Vec::new(),
+            torn_tail: None,
+        });
+    }
+    if bytes[..HEADER_LEN as usize].iter().all(|&b| b == 0) {
+        // Created, and its length reached the disk but not its header: it holds nothing.
         return Ok(Replayed {
             changes: Vec::new(),
             torn_tail: None,

@@ -439,3 +439,53 @@ async fn a_folded_segment_is_not_replayed() {
             .all(|(n, _)| *n > 0)
     );
 }
+
+/// A save's version check reads redb only after the overlay said it does not know the key, so
+/// a checkpoint that folds a key into redb and drops it from the overlay between two saves of
+/// one batch cannot make the second check miss it (and accept a stale write).
+#[test]
+fn a_version_check_does_not_miss_a_key_a_checkpoint_moved() {
+    use std::sync::RwLock;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let db = Arc::new(super::open_file(&path, "t").unwrap());
+    let overlay = Arc::new(RwLock::new(super::overlay::Overlay::default()));
+    // "b" v1 acknowledged (in the journal and the overlay), then frozen by a checkpoint.
+    overlay
+        .write()
+        .unwrap()
+        .apply([journaled("b", 1, "b1", None, None)]);
+    let frozen = overlay.write().unwrap().freeze();
+    let writer = super::Writer {
+        name: "t".into(),
+        path: path.clone(),
+        db: Arc::clone(&db),
+        overlay: Arc::clone(&overlay),
+        stats: Arc::default(),
+        segment: journal::Segment::create(&path, 1).unwrap(),
+        checkpointer: None,
+        frames: Vec::new(),
+    };
+    // First op of the batch: a key nobody knows, read from redb.
+    assert_eq!(writer.stored_version("a").unwrap(), None);
+    // The checkpoint thread: commit, then drop the layer.
+    super::checkpoint::fold(&db, &[&frozen], 0).unwrap();
+    overlay.write().unwrap().checkpointed();
+    // Second op of the batch: "b" is at version 1, now in redb only.
+    assert_eq!(writer.stored_version("b").unwrap(), Some(1));
+}
+
+/// A segment whose length reached the disk before its header did (a crash while it was being
+/// created) holds nothing, and does not stop the store opening.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segment_of_zeros_is_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    drop(EmbeddedStore::open(&path).await.unwrap());
+    std::fs::write(journal::segment_path(&path, 3), [0u8; 4096]).unwrap();
+    let store = EmbeddedStore::open(&path).await.unwrap();
+    store
+        .save("a", &record("w", 1, None, "a1"), 0)
+        .await
+        .unwrap();
+}
