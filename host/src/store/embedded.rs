@@ -229,11 +229,11 @@ impl EmbeddedStore {
         &self.stats
     }
 
-    async fn write(
+    async fn write<T>(
         &self,
         op: Op,
-        reply: oneshot::Receiver<Result<bool, StoreError>>,
-    ) -> Result<bool, StoreError> {
+        reply: oneshot::Receiver<Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         let stopped = || StoreError::Unavailable(format!("{}: writer thread stopped", self.name));
         let (tx, _) = self.writer.as_ref().ok_or_else(stopped)?;
         tx.send(op).map_err(|_| stopped())?;
@@ -257,10 +257,15 @@ impl EmbeddedStore {
     }
 
     fn overlay(&self) -> RwLockReadGuard<'_, Overlay> {
-        self.overlay
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        read_lock(&self.overlay)
     }
+}
+
+/// The overlay, for reading (see [`write_lock`] on a poisoned lock).
+fn read_lock(overlay: &RwLock<Overlay>) -> RwLockReadGuard<'_, Overlay> {
+    overlay
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The overlay, for writing. A panic while it was held cannot leave it half-changed (each change
@@ -534,12 +539,12 @@ impl Writer {
     }
 
     /// The version `key` has now, outside the batch in hand: the overlay's if it knows the
-    /// key, else redb's (read in `table`, opened on first use).
+    /// key, else redb's.
     fn stored_version(&self, key: &str) -> Result<Option<u64>, StoreError> {
         // The overlay first, redb after, in a read transaction opened after the overlay said it
         // does not know the key (see `overlay.rs`): a transaction opened earlier in the batch
         // could predate the checkpoint that took the key out of the overlay.
-        if let Some(current) = self.overlay_read().version(key) {
+        if let Some(current) = read_lock(&self.overlay).version(key) {
             return Ok(current);
         }
         let read = || -> Result<Option<u64>, redb::Error> {
@@ -547,12 +552,6 @@ impl Writer {
             Ok(table.get(key)?.map(|row| row.value().0))
         };
         read().map_err(|e| storage(&self.name, e))
-    }
-
-    fn overlay_read(&self) -> RwLockReadGuard<'_, Overlay> {
-        self.overlay
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Keeps each machine definition not kept yet, in one durable redb commit, and answers.
@@ -602,7 +601,7 @@ impl Writer {
     /// Starts a checkpoint if one is worth it: none is under way, and the overlay holds
     /// something to fold (else the next batch, or the next idle second, asks again).
     fn start_checkpoint(&mut self) {
-        if self.overlay_read().can_freeze() {
+        if read_lock(&self.overlay).can_freeze() {
             // It can only fail to start, which it logs; the next batch tries again.
             let _ = self.checkpoint(Vec::new());
         }
@@ -771,10 +770,7 @@ impl StateStore for EmbeddedStore {
 
     async fn checkpoint(&self) -> Result<(), StoreError> {
         let (reply, answer) = oneshot::channel();
-        let stopped = || StoreError::Unavailable(format!("{}: writer thread stopped", self.name));
-        let (tx, _) = self.writer.as_ref().ok_or_else(stopped)?;
-        tx.send(Op::Checkpoint { reply }).map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.write(Op::Checkpoint { reply }, answer).await
     }
 
     async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
@@ -1013,13 +1009,10 @@ impl StateStore for EmbeddedStore {
     ) -> Result<Vec<Due>, StoreError> {
         let known = self.overlay().known("");
         let after = after.cloned();
-        let past_start = {
-            let after = after.clone();
-            move |at_ms: u64, key: &str| {
-                after
-                    .as_ref()
-                    .is_none_or(|after| (at_ms, key) > (after.at_ms, after.key.as_str()))
-            }
+        let past_start = |at_ms: u64, key: &str| {
+            after
+                .as_ref()
+                .is_none_or(|after| (at_ms, key) > (after.at_ms, after.key.as_str()))
         };
         let mut due: Vec<Due> = known
             .iter()

@@ -273,15 +273,10 @@ pub struct Replayed {
 /// Reads every whole change in the segment at `path`, in order.
 pub fn read(path: &Path) -> Result<Replayed, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if bytes.len() < HEADER_LEN as usize {
-        // Created, but the crash came before its header was synced: it holds nothing.
-        return Ok(Replayed {
-            changes: Vec::new(),
-            torn_tail: None,
-        });
-    }
-    if bytes[..HEADER_LEN as usize].iter().all(|&b| b == 0) {
-        // Created, and its length reached the disk but not its header: it holds nothing.
+    let header = bytes.get(..HEADER_LEN as usize);
+    if header.is_none_or(|header| header.iter().all(|&b| b == 0)) {
+        // Created, but the crash came before its header was synced (the file is shorter, or its
+        // length reached the disk and its bytes did not): it holds nothing.
         return Ok(Replayed {
             changes: Vec::new(),
             torn_tail: None,
