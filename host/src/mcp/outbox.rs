@@ -42,9 +42,17 @@ use crate::actors::{Listener, Notice};
 /// How many messages wait for a session's next stream; older ones are dropped.
 pub const MAX_WAITING: usize = 64;
 
-/// How many messages may be on their way to a stream's client (written by hyper, not yet taken
-/// by the client) before more are dropped: a client this far behind is not reading.
-pub const STREAM_CAPACITY: usize = 256;
+/// How many messages may be on their way to a stream's client (queued here, not yet taken by
+/// hyper) before more are dropped: a client this far behind is not reading.
+///
+/// Why this many: one transition can send three notices (tools, prompts and resources
+/// `list_changed`, as the invoice workflow does), and under `turnstile load` at 128 sessions a
+/// stream whose client was reading (no gap over 150 ms between its reads) still fell some 200
+/// messages behind at times. A bound of 256 then dropped notices in about one run in six
+/// (BENCHMARKS.md, "Session 21"). The channel holds only what is queued, so a stream that keeps
+/// up costs no more for the larger bound; one whose client stopped reading holds at most this
+/// many (~100 KiB).
+pub const STREAM_CAPACITY: usize = 1024;
 
 /// One session's messages (see the module doc).
 pub struct Outbox {
@@ -345,5 +353,37 @@ mod tests {
                 "{method}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_falls_hundreds_of_notices_behind_loses_none() {
+        use crate::actors::Listener;
+        let outbox = Outbox::for_stream();
+        let mut stream = outbox
+            .open_stream()
+            .expect("the first stream gets the messages");
+        // 300 transitions of a workflow whose tools, prompts and resources all change, sent
+        // while the stream's writer takes nothing (a 256-message bound dropped notices here
+        // under load: see `STREAM_CAPACITY`).
+        let transitions = 300;
+        for _ in 0..transitions {
+            for notice in [
+                Notice::ToolsChanged,
+                Notice::PromptsChanged,
+                Notice::ResourcesChanged,
+            ] {
+                outbox.notify(notice).await.unwrap();
+            }
+        }
+        let mut tools_changed = 0;
+        let mut received = 0;
+        while let Ok(event) = stream.try_recv() {
+            received += 1;
+            if String::from_utf8_lossy(&event).contains("tools/list_changed") {
+                tools_changed += 1;
+            }
+        }
+        assert_eq!(received, 3 * transitions);
+        assert_eq!(tools_changed, transitions);
     }
 }
