@@ -48,7 +48,7 @@ pub const MAX_WAITING: usize = 64;
 /// Why this many: one transition can send three notices (tools, prompts and resources
 /// `list_changed`, as the invoice workflow does), and under `turnstile load` at 128 sessions a
 /// stream whose client was reading (no gap over 150 ms between its reads) still fell some 200
-/// messages behind at times. A bound of 256 then dropped notices in about one run in six
+/// messages behind at times. A bound of 256 then dropped notices in about one run in four
 /// (BENCHMARKS.md, "Session 21"). The channel holds only what is queued, so a stream that keeps
 /// up costs no more for the larger bound; one whose client stopped reading holds at most this
 /// many (~100 KiB).
