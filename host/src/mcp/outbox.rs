@@ -357,7 +357,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_stream_that_falls_hundreds_of_notices_behind_loses_none() {
-        use crate::actors::Listener;
         let outbox = Outbox::for_stream();
         let mut stream = outbox
             .open_stream()
