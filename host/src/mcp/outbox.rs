@@ -46,12 +46,13 @@ pub const MAX_WAITING: usize = 64;
 /// hyper) before more are dropped: a client this far behind is not reading.
 ///
 /// Why this many: one transition can send three notices (tools, prompts and resources
-/// `list_changed`, as the invoice workflow does), and under `turnstile load` at 128 sessions a
-/// stream whose client was reading (no gap over 150 ms between its reads) still fell some 200
-/// messages behind at times. A bound of 256 then dropped notices in about one run in four
-/// (BENCHMARKS.md, "Session 21"). The channel holds only what is queued, so a stream that keeps
-/// up costs no more for the larger bound; one whose client stopped reading holds at most this
-/// many (~100 KiB).
+/// `list_changed`, as the invoice workflow does), and on a saturated server a stream's task can
+/// wait tens of milliseconds between runs while its session's notices keep coming. Under
+/// `turnstile load` at 128 sessions on 2 cores, streams whose clients were reading fell 40–209
+/// messages behind that way, and a bound of 256 dropped notices in about one run in four
+/// (BENCHMARKS.md, "Session 21" and "Session 22"). The channel holds only what is queued, so a
+/// stream that keeps up costs no more for the larger bound; one whose client stopped reading
+/// holds at most this many (~100 KiB).
 pub const STREAM_CAPACITY: usize = 1024;
 
 /// One session's messages (see the module doc).
