@@ -812,3 +812,49 @@ fn mcp1_hears_a_calls_log_lines_before_its_result() {
     assert_eq!(summary["rounds"], 20, "{summary}");
     assert_quiet_stdio_servers(&summary, 1);
 }
+
+/// Issue 37: a 2026-07-28 client that does not declare the gated-lists extension lists once, and
+/// the list is the catalog (cacheable); it drives two interleaved invoices to `discharged`
+/// choosing each call from the previous result's next step alone, and an out-of-order call is
+/// refused FORBIDDEN. The SDK has nothing to warn about: every tool it calls was listed.
+#[test]
+fn mcp2_drives_invoices_from_the_stable_list_and_the_next_step() {
+    let (_plugins, mut server) = invoice_server(&[]);
+    let summary = run_scenario(Sdk::Mcp2, "by-the-book", &mut server);
+    assert_eq!(summary["protocol"], "2026-07-28");
+    assert_eq!(
+        summary["final"],
+        json!({"A": "discharged", "B": "discharged"}),
+        "{summary}"
+    );
+    let trail = summary["trail"].as_array().expect("a trail");
+    assert_eq!(trail.len(), 8, "two mints and six steps: {summary}");
+    assert_eq!(trail.last().unwrap()["next"], json!([]), "{summary}");
+    assert_no_sdk_warnings(&summary);
+}
+
+/// Issue 37: a 2025 session client that never re-reads its first list (as the most-used clients
+/// behave) completes the lifecycle from each result's next step.
+#[test]
+fn mcp1_that_never_relists_completes_the_lifecycle_from_the_next_step() {
+    let (_plugins, mut server) = invoice_server(&[]);
+    let summary = run_scenario(Sdk::Mcp1, "never-relists", &mut server);
+    assert_eq!(
+        summary["first_list"],
+        json!(["invoice.status", "invoice.submit"])
+    );
+    let trail: Vec<&str> = summary["trail"]
+        .as_array()
+        .expect("a trail")
+        .iter()
+        .map(|sentence| sentence.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        trail,
+        [
+            "Invoice is now in review. Next: invoice.approve, invoice.reject, invoice.status.",
+            "Invoice is now in approved. Next: invoice.discharge, invoice.status.",
+            "Invoice is now in discharged, a final state: there is no next step.",
+        ]
+    );
+}

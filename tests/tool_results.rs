@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Client, PluginDir, Server, error_code, text_of};
+use common::{Client, PluginDir, Server, error_code};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -76,8 +76,21 @@ async fn a_workflow_result_names_the_state_the_call_left_the_instance_in() {
             .clone()
             .expect("structuredContent");
         assert_eq!(structured["state"], state, "{tool}: {structured}");
-        let text: Value = serde_json::from_str(&text_of(&result)).expect("the text is the JSON");
+        let texts: Vec<&str> = result
+            .content
+            .iter()
+            .filter_map(|block| block.as_text().map(|text| text.text.as_str()))
+            .collect();
+        let [json_text, next_step] = texts[..] else {
+            panic!("{tool}: the result, then its next step: {texts:?}");
+        };
+        let text: Value = serde_json::from_str(json_text).expect("the text is the JSON");
         assert_eq!(text, structured, "{tool}: the text says the same");
+        let workflow = tool.split('.').next().unwrap();
+        assert!(
+            next_step.to_lowercase().starts_with(workflow),
+            "{tool}: the last block says where the {workflow} is: {next_step}"
+        );
     }
     assert!(
         client
@@ -208,7 +221,12 @@ async fn sessionless_exchange(
 ) -> (String, Vec<Value>) {
     let mut meta = meta;
     meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
-    meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    if meta
+        .get("io.modelcontextprotocol/clientCapabilities")
+        .is_none()
+    {
+        meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    }
     meta["io.modelcontextprotocol/clientInfo"] =
         json!({"name": "tool-results-test", "version": "0"});
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
@@ -243,15 +261,29 @@ async fn sessionless_exchange(
     (content_type, messages)
 }
 
+/// What a 2026-07-28 client puts in a request's `_meta` to declare Turnstile's gated-lists
+/// extension (per-instance menus, `list_changed` for its own transitions).
+fn gated_lists() -> Value {
+    json!({"io.modelcontextprotocol/clientCapabilities":
+        {"extensions": {"dev.turnstile/gated-lists": {}}}})
+}
+
 /// A sessionless answer that can carry nothing but its result is plain JSON; one that carries a
-/// `list_changed` before its result is a stream.
+/// `list_changed` before its result (a moving call, with the gated-lists extension) is a stream.
+/// On 2026-07-28 without the extension a transition is no list change: the answer is the result
+/// alone.
 #[tokio::test]
 async fn a_sessionless_answer_is_plain_json_unless_something_precedes_the_result() {
     let plugins = PluginDir::with(&["invoice"]);
     let server = Server::http(plugins.path(), &[]);
     let submit = json!({"amount": 5});
+    let (framing, plain) =
+        sessionless_exchange(&server.url, 1, "invoice.submit", submit.clone(), json!({})).await;
+    assert!(framing.starts_with("application/json"), "{framing}");
+    assert_eq!(plain.len(), 1, "the result alone: {plain:?}");
+    assert_eq!(plain[0]["result"]["structuredContent"]["state"], "review");
     let (framing, minted) =
-        sessionless_exchange(&server.url, 1, "invoice.submit", submit, json!({})).await;
+        sessionless_exchange(&server.url, 2, "invoice.submit", submit, gated_lists()).await;
     assert!(framing.starts_with("text/event-stream"), "{framing}");
     assert_eq!(minted[0]["method"], "notifications/tools/list_changed");
     let handle = minted[1]["result"]["structuredContent"]["handle"].clone();
@@ -300,9 +332,9 @@ async fn a_sessionless_request_gets_logs_only_when_it_names_a_level() {
     }
 }
 
-/// DESIGN behaviour 3 on 2026-07-28: a call that moves its instance carries exactly one
-/// `list_changed` on its own response stream, before its result, every time; one that moves
-/// nothing carries none.
+/// DESIGN behaviour 3 on 2026-07-28 with the gated-lists extension: a call that moves its
+/// instance carries exactly one `list_changed` on its own response stream, before its result,
+/// every time; one that moves nothing carries none.
 #[tokio::test]
 async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_time() {
     let plugins = PluginDir::with(&["invoice"]);
@@ -318,7 +350,7 @@ async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_t
         1,
         "invoice.submit",
         json!({"amount": 5}),
-        json!({}),
+        gated_lists(),
     )
     .await;
     assert_eq!(
@@ -337,7 +369,7 @@ async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_t
             id,
             "invoice.reject",
             json!({"handle": handle, "reason": "r"}),
-            json!({}),
+            gated_lists(),
         )
         .await;
         assert_eq!(
@@ -350,7 +382,7 @@ async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_t
             id + 1,
             "invoice.submit",
             json!({"handle": handle, "amount": 5}),
-            json!({}),
+            gated_lists(),
         )
         .await;
         assert_eq!(
@@ -364,7 +396,7 @@ async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_t
         99,
         "invoice.status",
         json!({"handle": handle}),
-        json!({}),
+        gated_lists(),
     )
     .await;
     assert_eq!(

@@ -64,6 +64,87 @@ pub fn description<'a>(tool: &'a ToolEntry, workflow: &Workflow, snapshot: &Snap
     }
 }
 
+/// The description a list that is the same for every instance gives `tool` (protocol
+/// 2026-07-28): the compact one for a tool not offered in the machine's initial state (an agent
+/// looking at the list for the first time cannot use it yet), the full one otherwise; then the
+/// note on when it can be used ([`usage_note`]), unless the plugin turned it off.
+pub fn catalog_description(
+    tool: &ToolEntry,
+    workflow: &Workflow,
+    handle_key: Option<&str>,
+) -> String {
+    let own = match &tool.manifest.compact_description {
+        Some(compact) if !is_visible(tool, &workflow.machine.initial_snapshot()) => compact,
+        _ => &tool.manifest.description,
+    };
+    match usage_note(tool, workflow, handle_key) {
+        Some(note) if own.trim().is_empty() => note,
+        Some(note) => format!("{} {note}", own.trim_end()),
+        None => own.clone(),
+    }
+}
+
+/// When `tool` of `workflow` can be used, in one sentence generated from the machine: "Use while
+/// the invoice is in `review` (pass `handle`); it moves the invoice to `approved`." `handle_key`
+/// is the argument that names an instance, in handle mode. `None` when the plugin turned the
+/// note off (`usage_note: false`).
+pub fn usage_note(
+    tool: &ToolEntry,
+    workflow: &Workflow,
+    handle_key: Option<&str>,
+) -> Option<String> {
+    if !tool.manifest.usage_note {
+        return None;
+    }
+    let targets = match &tool.manifest.transition {
+        Some(event) => workflow.machine.targets_of(&tool.manifest.states, event),
+        None => Vec::new(),
+    };
+    let starts = handle_key.map(|key| (key, starts_instance(tool, workflow)));
+    Some(compose_note(
+        &workflow.id,
+        &tool.manifest.states,
+        starts,
+        &targets,
+    ))
+}
+
+/// [`usage_note`]'s sentence: for an instance of `noun` in one of `states` (none: any), passing
+/// the handle key (and whether the tool may start an instance without it), moving it to one of
+/// `targets`.
+fn compose_note(
+    noun: &str,
+    states: &[String],
+    handle: Option<(&str, bool)>,
+    targets: &[String],
+) -> String {
+    let mut note = if states.is_empty() {
+        format!("Use at any step of the {noun}")
+    } else {
+        format!("Use while the {noun} is in {}", code_list(states))
+    };
+    match handle {
+        Some((key, true)) => note.push_str(&format!(" (omit `{key}` to start a new {noun})")),
+        Some((key, false)) => note.push_str(&format!(" (pass `{key}`)")),
+        None => {}
+    }
+    if !targets.is_empty() {
+        note.push_str(&format!("; it moves the {noun} to {}", code_list(targets)));
+    }
+    note.push('.');
+    note
+}
+
+/// "`a`", "`a` or `b`", "`a`, `b` or `c`".
+fn code_list(names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().map(|name| format!("`{name}`")).collect();
+    match quoted.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
 /// Whether calling `tool` starts a new instance of `workflow` in handle mode: it is gated, and on
 /// the menu of the machine's initial state. (An ungated tool such as a status report is on every
 /// menu, but calling it starts nothing.)
@@ -90,6 +171,56 @@ pub struct Refusal {
     pub state: Value,
     /// The tools that are available in this state, so the agent can recover in one turn.
     pub allowed: Vec<String>,
+    /// Whether the instance has reached a final state (its next step is: none).
+    #[serde(skip)]
+    pub done: bool,
+}
+
+/// Where an instance stands after a call, and which tools may come next: what every result of
+/// a workflow tool reports. Many clients never re-read `tools/list` after `list_changed`, and a
+/// 2026-07-28 list does not follow the instance at all, so this is how the order reaches a model
+/// on every client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NextStep {
+    /// The instance's state value, in XState's shape.
+    pub state: Value,
+    /// A final state: nothing more to do.
+    pub done: bool,
+    /// The tools on the instance's menu now, in catalog order; none in a final state.
+    pub available: Vec<String>,
+}
+
+/// The next step of an instance of `workflow` in `snapshot`.
+pub fn next_step(workflow: &Workflow, snapshot: &Snapshot) -> NextStep {
+    let done = snapshot.status() == crate::statechart::Status::Done;
+    NextStep {
+        state: snapshot.value(),
+        done,
+        available: if done {
+            Vec::new()
+        } else {
+            menu(workflow, snapshot)
+                .iter()
+                .map(|tool| tool.name().to_string())
+                .collect()
+        },
+    }
+}
+
+impl NextStep {
+    /// The next step a refusal implies: the instance stays where it was, with the menu the
+    /// refusal lists.
+    pub fn of_refusal(refusal: &Refusal) -> NextStep {
+        NextStep {
+            state: refusal.state.clone(),
+            done: refusal.done,
+            available: if refusal.done {
+                Vec::new()
+            } else {
+                refusal.allowed.clone()
+            },
+        }
+    }
 }
 
 /// Checks a call of `tool` with `arguments` on an instance of `workflow` in `snapshot`: `None`
@@ -116,6 +247,7 @@ pub fn refusal(
             .iter()
             .map(|tool| tool.name().to_string())
             .collect(),
+        done: snapshot.status() == crate::statechart::Status::Done,
     })
 }
 
@@ -267,4 +399,50 @@ pub fn withheld_resource(
         state: snapshot.value(),
         available: offer(catalog, workflow, snapshot).resource_uris(token),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(names: &[&str]) -> Vec<String> {
+        names.iter().map(|name| name.to_string()).collect()
+    }
+
+    #[test]
+    fn the_usage_note_says_when_and_where_to() {
+        assert_eq!(
+            compose_note(
+                "invoice",
+                &names(&["review"]),
+                Some(("handle", false)),
+                &names(&["approved"])
+            ),
+            "Use while the invoice is in `review` (pass `handle`); it moves the invoice to \
+             `approved`."
+        );
+        assert_eq!(
+            compose_note(
+                "invoice",
+                &names(&["draft"]),
+                Some(("handle", true)),
+                &names(&["review"])
+            ),
+            "Use while the invoice is in `draft` (omit `handle` to start a new invoice); it moves \
+             the invoice to `review`."
+        );
+        assert_eq!(
+            compose_note("payment", &[], None, &[]),
+            "Use at any step of the payment."
+        );
+        assert_eq!(
+            compose_note(
+                "migration",
+                &names(&["a", "b", "c"]),
+                None,
+                &names(&["x", "y"])
+            ),
+            "Use while the migration is in `a`, `b` or `c`; it moves the migration to `x` or `y`."
+        );
+    }
 }

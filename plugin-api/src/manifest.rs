@@ -232,6 +232,20 @@ pub struct ToolManifest {
     /// go to its worker threads. `None`: the tool may block; it always runs on a worker thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quick_ms: Option<u32>,
+    /// Whether the host appends its note on when the tool can be used to the description of a
+    /// tool bound to a workflow ("Use while the invoice is in `review` …", generated from the
+    /// machine; protocol 2026-07-28 lists every tool, whatever the instance's state). `false`:
+    /// the description is the plugin's alone. Default `true`.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub usage_note: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
 }
 
 /// The largest budget a tool may declare with `quick_ms`: longer calls belong on worker threads,
@@ -415,7 +429,15 @@ impl ToolManifest {
             annotations: None,
             output_schema: None,
             quick_ms: None,
+            usage_note: true,
         }
+    }
+
+    /// Leaves the host's note on when the tool can be used out of its description (see
+    /// [`ToolManifest::usage_note`]).
+    pub fn without_usage_note(mut self) -> ToolManifest {
+        self.usage_note = false;
+        self
     }
 
     /// Sets the display title.

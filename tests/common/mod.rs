@@ -403,11 +403,28 @@ pub struct Recorder {
     /// `progress:<progress>/<total>`.
     pub events: Arc<std::sync::Mutex<Vec<String>>>,
     protocol: ProtocolVersion,
+    /// The protocol extensions it declares in its capabilities (SEP-1724), by identifier.
+    extensions: Vec<&'static str>,
 }
+
+/// Turnstile's extension for 2026-07-28 lists that follow the instances named in `_meta`.
+pub const GATED_LISTS_EXTENSION: &str = "dev.turnstile/gated-lists";
+
+/// The `_meta` key of a workflow tool's result that carries its next step.
+pub const NEXT_STEP_META_KEY: &str = "dev.turnstile/next-step";
 
 impl ClientHandler for Recorder {
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::default().with_protocol_version(self.protocol.clone())
+        let mut config = ClientConfig::default().with_protocol_version(self.protocol.clone());
+        if !self.extensions.is_empty() {
+            config.capabilities.extensions = Some(
+                self.extensions
+                    .iter()
+                    .map(|id| (id.to_string(), rmcp::model::JsonObject::new()))
+                    .collect(),
+            );
+        }
+        config
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -476,6 +493,7 @@ fn recorder_speaking(protocol: ProtocolVersion) -> Recorder {
         notices: Arc::default(),
         events: Arc::default(),
         protocol,
+        extensions: Vec::new(),
     }
 }
 
@@ -506,8 +524,15 @@ impl Client {
     /// Connects over Streamable HTTP with protocol 2026-07-28's lifecycle: `server/discover`,
     /// no session (each request carries its own protocol metadata).
     pub async fn http_sessionless(url: &str) -> Client {
+        Self::http_sessionless_declaring(url, &[]).await
+    }
+
+    /// [`Client::http_sessionless`], declaring the protocol extensions `extensions` in every
+    /// request's capabilities.
+    pub async fn http_sessionless_declaring(url: &str, extensions: &[&'static str]) -> Client {
         use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
-        let recorder = recorder_speaking(ProtocolVersion::V_2026_07_28);
+        let mut recorder = recorder_speaking(ProtocolVersion::V_2026_07_28);
+        recorder.extensions = extensions.to_vec();
         let (changes, events, notices) = (
             recorder.changes.clone(),
             recorder.events.clone(),

@@ -24,6 +24,8 @@ Usage: python mcp1_client.py SCENARIO URL
                      `resources/updated` for a subscriber, and nothing of it for another principal
   plugin-logs        server with the testkit plugin: every log line a call's plugin writes has
                      arrived, in order, when the SDK returns the call's result
+  never-relists      server without handle flags: `tools/list` once, then submit → approve →
+                     discharge, each call chosen from the previous result's next step
 URL may also be `stdio:["PROGRAM", "ARG", ...]`: each connection starts that server over stdio.
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
@@ -767,6 +769,34 @@ async def plugin_logs(url: str) -> dict[str, Any]:
         return {"protocol": c.protocol, "rounds": len(rounds), "server_logs": STDIO_SERVER_LOGS}
 
 
+# --- 9. a client that never re-lists -------------------------------------------------------------
+
+
+async def never_relists(url: str) -> dict[str, Any]:
+    """Session mode, as the clients that keep their first list behave: `tools/list` once, then
+    every call chosen from the next step the previous result ends with ("Invoice is now in
+    review. Next: invoice.approve, ..."), through to `discharged`."""
+    async with connect(url, "never-relists") as c:
+        first = sorted(tool.name for tool in (await c.session.list_tools()).tools)
+        plan = ["invoice.submit", "invoice.approve", "invoice.discharge"]
+        offered = first
+        trail = []
+        for tool in plan:
+            expect(tool in offered, f"{tool} should be offered, the last result offered {offered}")
+            arguments = {"amount": 80, "customer": "ACME"} if tool == "invoice.submit" else {}
+            result = await c.call(tool, arguments)
+            expect(not result.isError, f"{tool} failed: {_text(result)!r}")
+            sentence = [block.text for block in result.content if isinstance(block, types.TextContent)][-1]
+            trail.append(sentence)
+            if "Next: " in sentence:
+                offered = sentence.split("Next: ", 1)[1].rstrip(".").split(", ")
+            else:
+                expect("there is no next step" in sentence, f"{tool}: no next step named: {sentence!r}")
+                offered = []
+        expect_equal(offered, [], "after the discharge, nothing comes next")
+        return {"protocol": c.protocol, "first_list": first, "trail": trail}
+
+
 if __name__ == "__main__":
     run(
         {
@@ -778,6 +808,7 @@ if __name__ == "__main__":
             "primitives-session": primitives_session,
             "primitives-handles": primitives_handles,
             "plugin-logs": plugin_logs,
+            "never-relists": never_relists,
         },
         SDK,
     )

@@ -18,6 +18,8 @@ Usage: python mcp2_client.py SCENARIO URL
                     resources/templates/list with `_meta.handle` follow the invoice, get and read
                     are refused out of state (FORBIDDEN) and served in it, and a listen naming the
                     handle hears each list's `list_changed` exactly when a transition changed it
+  by-the-book       2026-07-28 without the gated-lists extension: one stable `tools/list`, then
+                    two invoices driven to `discharged` from each result's next step alone
 URL may also be `stdio:["PROGRAM", "ARG", ...]`: each client starts that server over stdio.
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
@@ -33,6 +35,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import Client
+from mcp.client import advertise
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.subscriptions import (
     PromptsListChanged,
@@ -73,6 +76,11 @@ from turnstile_e2e import (
 
 SDK = f"mcp {importlib.metadata.version('mcp')}"
 MODERN = "2026-07-28"
+# Turnstile's extension: 2026-07-28 lists that follow the instances a request names, and
+# `list_changed` for their transitions. Scenarios 3 to 8 test those menus, so they declare it;
+# `by-the-book` does not, and sees the stable lists the revision asks for.
+GATED = [advertise("dev.turnstile/gated-lists")]
+NEXT_STEP = "dev.turnstile/next-step"
 RACERS = 6
 
 
@@ -160,7 +168,7 @@ async def count_events(subscription: Subscription, changes: ListChanges) -> None
 
 
 async def handle_lifecycle(url: str) -> dict[str, Any]:
-    async with Client(url) as client, Client(url) as other_client:
+    async with Client(url, extensions=GATED) as client, Client(url, extensions=GATED) as other_client:
         expect_equal(client.protocol_version, MODERN, "protocol version mcp.Client negotiated")
         tools_capability = client.server_capabilities.tools
         expect(
@@ -228,7 +236,7 @@ async def stateless(url: str) -> dict[str, Any]:
     async def fresh() -> AsyncIterator[Client]:
         nonlocal clients
         clients += 1
-        async with Client(url) as client:
+        async with Client(url, extensions=GATED) as client:
             expect_equal(client.protocol_version, MODERN, "protocol version mcp.Client negotiated")
             yield client
 
@@ -313,7 +321,7 @@ class HandleAgent:
 
 
 async def model_client(url: str) -> dict[str, Any]:
-    async with Client(url) as client:
+    async with Client(url, extensions=GATED) as client:
         expect_equal(client.protocol_version, MODERN, "protocol version mcp.Client negotiated")
         summary = await drive_two_invoices(HandleAgent(client), names_handles=True)
         return {"protocol": client.protocol_version, **summary}
@@ -342,7 +350,7 @@ async def listen_idle(url: str, seconds: str = "30") -> dict[str, Any]:
         except SubscriptionLost as lost:
             ended = f"lost: {lost}"
 
-    async with Client(url) as client:
+    async with Client(url, extensions=GATED) as client:
         expect_equal(client.protocol_version, MODERN, "protocol version mcp.Client negotiated")
         opened = anyio.current_time()
         async with client.listen(tools_list_changed=True) as subscription:
@@ -480,12 +488,12 @@ async def connect(url: str) -> AsyncIterator[Client]:
     starts that server as its child (its log goes to `STDIO_SERVER_LOGS`)."""
     command = stdio_command(url)
     if command is None:
-        async with Client(url) as client:
+        async with Client(url, extensions=GATED) as client:
             yield client
         return
     parameters = StdioServerParameters(command=command[0], args=command[1:])
     with stdio_server_log() as log:
-        async with Client(stdio_client(parameters, errlog=log)) as client:
+        async with Client(stdio_client(parameters, errlog=log), extensions=GATED) as client:
             yield client
 
 
@@ -587,6 +595,76 @@ async def primitives(url: str) -> dict[str, Any]:
         }
 
 
+# --- 9. by the book: stable lists and the next step ------------------------------------------
+
+
+def next_tools(result: types.CallToolResult, what: str) -> tuple[str, list[str]]:
+    """The next step a result ends with, as a model reads it (the last text block: "Invoice <h>
+    is now in <state>. Next: a, b.") and as `_meta` says it; both must agree."""
+    texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
+    expect(bool(texts), f"{what}: no text in the result")
+    sentence = texts[-1]
+    meta = (result.meta or {}).get(NEXT_STEP)
+    expect(isinstance(meta, dict), f"{what}: no {NEXT_STEP} in _meta: {result.meta!r}")
+    if meta["status"] == "done":
+        expect("there is no next step" in sentence, f"{what}: a final state should say so: {sentence!r}")
+        return meta["state"], []
+    expect("Next: " in sentence, f"{what}: the last text block names no next step: {sentence!r}")
+    named = sentence.split("Next: ", 1)[1].rstrip(".").split(", ")
+    expect_equal(named, meta["available"], f"{what}: the text's next tools and _meta's")
+    return meta["state"], named
+
+
+async def by_the_book(url: str) -> dict[str, Any]:
+    """2026-07-28 without the gated-lists extension: one `tools/list`, which is the same bytes
+    whatever was done since (and cacheable); then two invoices driven to `discharged`,
+    interleaved, each call chosen from the previous result's next step alone; an out-of-order
+    call is refused FORBIDDEN."""
+    async with Client(url) as client, Client(url) as other:
+        expect_equal(client.protocol_version, MODERN, "protocol version mcp.Client negotiated")
+        listed = await client.list_tools()
+        expect(listed.ttl_ms is not None and listed.ttl_ms > 0, f"a stable list is cacheable: ttlMs {listed.ttl_ms}")
+        catalog = sorted(tool.name for tool in listed.tools)
+        for tool in ("invoice.approve", "invoice.discharge", "invoice.submit"):
+            expect(tool in catalog, f"{tool} in the stable list {catalog}")
+        approve = next(tool for tool in listed.tools if tool.name == "invoice.approve")
+        expect("`review`" in (approve.description or ""), f"invoice.approve says when: {approve.description!r}")
+
+        # The path each invoice should take, and the tool its next step must offer at each turn.
+        plans = {"A": ["invoice.approve", "invoice.discharge"], "B": ["invoice.reject", "invoice.submit",
+                                                                     "invoice.approve", "invoice.discharge"]}
+        handles: dict[str, str] = {}
+        offered: dict[str, list[str]] = {}
+        trail: list[dict[str, Any]] = []
+        for label, amount in (("A", 40), ("B", 60)):
+            result = await client.call_tool("invoice.submit", {"amount": amount})
+            expect(not result.is_error, f"minting {label}: {_text(result)!r}")
+            handles[label] = expect_handle((result.structured_content or {}).get("handle"), f"handle of {label}")
+            now, offered[label] = next_tools(result, f"minting {label}")
+            trail.append({"invoice": label, "tool": "invoice.submit", "state": now, "next": offered[label]})
+        refused = await call_refused(other, "invoice.discharge", {"handle": handles["A"]}, "FORBIDDEN")
+        expect_equal(refused["error"]["state"], "review", "the refusal's state")
+        while any(plans.values()):
+            for label in ("A", "B"):
+                if not plans[label]:
+                    continue
+                tool = plans[label].pop(0)
+                expect(tool in offered[label], f"{label}: {tool} should be a next step, offered {offered[label]}")
+                arguments: dict[str, Any] = {"handle": handles[label]}
+                if tool == "invoice.reject":
+                    arguments["reason"] = "wrong PO"
+                if tool == "invoice.submit":
+                    arguments["amount"] = 61
+                result = await other.call_tool(tool, arguments)
+                expect(not result.is_error, f"{label}: {tool} failed: {_text(result)!r}")
+                now, offered[label] = next_tools(result, f"{label}: {tool}")
+                trail.append({"invoice": label, "tool": tool, "state": now, "next": offered[label]})
+        again = await other.list_tools()
+        expect_equal(sorted(tool.name for tool in again.tools), catalog, "the list after every transition")
+        final = {label: await state(client, handle) for label, handle in handles.items()}
+        return {"protocol": client.protocol_version, "catalog": catalog, "trail": trail, "final": final}
+
+
 if __name__ == "__main__":
     run(
         {
@@ -595,6 +673,7 @@ if __name__ == "__main__":
             "model-client": model_client,
             "listen-idle": listen_idle,
             "primitives": primitives,
+            "by-the-book": by_the_book,
         },
         SDK,
     )

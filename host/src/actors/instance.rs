@@ -30,7 +30,7 @@ use super::{
 };
 use crate::{
     catalog::{LiveCatalog, ToolEntry, Workflow},
-    gate::{self, ListsChanged, Refusal},
+    gate::{self, ListsChanged, NextStep, Refusal},
     invoke::{self, InvokeError},
     plugin::{CallContext, HostCall, PluginOutput},
     retention::Retention,
@@ -94,15 +94,22 @@ pub enum CallOutcome {
     Forbidden(Refusal),
     /// The plugin ran. If its transition moved the instance (`moved`), the new state was saved
     /// before this outcome was produced. `state` is the instance's state value after the call.
+    /// `next` is where the instance is now and what may follow (for a replayed call, now, not
+    /// when the call first ran, whose state `state` keeps).
     Ran {
         output: PluginOutput,
         moved: bool,
         state: Value,
+        next: NextStep,
     },
     /// The plugin ran, but its event started an eventless loop (over the engine's microstep
     /// limit): nothing was saved and the instance keeps `state`. `output` is what the plugin
     /// answered, which the caller still gets to see.
-    Looped { output: Value, state: Value },
+    Looped {
+        output: Value,
+        state: Value,
+        next: NextStep,
+    },
 }
 
 /// The instance as a caller may see it.
@@ -607,6 +614,7 @@ async fn run_call(
                     output: PluginOutput::success(entry.output.clone()),
                     moved: entry.moved,
                     state: entry.state.clone(),
+                    next: gate::next_step(&workflow, &view.snapshot),
                 };
                 return Ok((view, false, outcome));
             }
@@ -681,7 +689,8 @@ async fn run_call(
             Ok(step) => Some((step, event.event_type().to_string())),
             Err(TransitionLoop) => {
                 tracing::warn!(instance = %key, tool = %tool.name(), "an eventless loop stopped a transition; the instance keeps its state");
-                let state = view.snapshot.value();
+                let next = gate::next_step(&workflow, &view.snapshot);
+                let state = next.state.clone();
                 return Ok(match output {
                     PluginOutput::Success(output) => (
                         view,
@@ -689,6 +698,7 @@ async fn run_call(
                         CallOutcome::Looped {
                             output: output.value,
                             state,
+                            next,
                         },
                     ),
                     // The caller is told its call failed, which it did; nothing moved.
@@ -699,6 +709,7 @@ async fn run_call(
                             output: failed,
                             moved: false,
                             state,
+                            next,
                         },
                     ),
                 });
@@ -713,10 +724,12 @@ async fn run_call(
     let remembered = idempotent.is_some() && succeeded;
     let saves = moved || (call.mint && succeeded) || remembered;
     if !saves {
+        let next = gate::next_step(&workflow, &view.snapshot);
         let outcome = CallOutcome::Ran {
             output,
             moved: false,
-            state: view.snapshot.value(),
+            state: next.state.clone(),
+            next,
         };
         return Ok((view, false, outcome));
     }
@@ -782,6 +795,7 @@ async fn run_call(
         output,
         moved,
         state,
+        next: gate::next_step(&workflow, &after.snapshot),
     };
     Ok((after, moved, outcome))
 }

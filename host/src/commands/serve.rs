@@ -50,6 +50,10 @@ pub struct ServeOptions {
     /// Delete any instance this long after its last transition (`--instance-ttl`; `None`: keep
     /// them).
     pub instance_ttl: Option<Duration>,
+    /// Where a workflow tool's result says what may come next (`--next-step`).
+    pub next_step: mcp::NextStepMode,
+    /// How long a client may keep a list that depends only on the catalog (`--list-ttl`).
+    pub list_ttl: Duration,
 }
 
 pub enum Transport {
@@ -193,6 +197,8 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         connection_is_session: matches!(options.transport, Transport::Stdio),
         readiness,
         call_metrics: Default::default(),
+        next_step: options.next_step,
+        list_ttl: options.list_ttl,
     });
     let drain = {
         let (shutdown, timeout) = (shutdown.clone(), options.shutdown_timeout);

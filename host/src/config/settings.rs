@@ -18,7 +18,7 @@ use crate::{
     commands::serve::{self, ServeOptions, Transport},
     invoke::DEFAULT_MAX_RESULT_BYTES,
     logs::LogFormat,
-    mcp::{self, ConnectionLimits, HandleMode, HttpOptions, OAuthOptions, TlsFiles},
+    mcp::{self, ConnectionLimits, HandleMode, HttpOptions, NextStepMode, OAuthOptions, TlsFiles},
     plugin::{DEFAULT_POOL_SIZE, PluginConfigs},
 };
 
@@ -128,6 +128,27 @@ pub struct ServeSettings {
         value_parser = BoolishValueParser::new()
     )]
     pub stateless: bool,
+    /// Where a workflow tool's result says where its instance is and which tools may come
+    /// next: `both` (a closing text block and `_meta`), `text`, `meta`, or `off`.
+    #[arg(
+        long,
+        env = "TURNSTILE_NEXT_STEP",
+        hide_env = true,
+        value_name = "WHERE",
+        value_enum,
+        default_value_t = NextStepMode::Both
+    )]
+    pub next_step: NextStepMode,
+    /// How many seconds a client may keep a 2026-07-28 `tools/list`, `prompts/list` or
+    /// `resources/list` (their `ttlMs`): those lists change only with the plugin catalog.
+    #[arg(
+        long,
+        env = "TURNSTILE_LIST_TTL",
+        hide_env = true,
+        value_name = "SECS",
+        default_value_t = 300
+    )]
+    pub list_ttl: u64,
     /// Answer a tool call as timed out (firing nothing) after this many seconds.
     #[arg(
         long,
@@ -410,6 +431,8 @@ impl ServeSettings {
             retain_final: (self.retain_final > 0).then(|| secs(self.retain_final)),
             instance_ttl: (self.instance_ttl > 0).then(|| secs(self.instance_ttl)),
             shutdown_timeout: secs(self.shutdown_timeout),
+            next_step: self.next_step,
+            list_ttl: secs(self.list_ttl),
             transport: match (self.stdio, self.http) {
                 (true, _) => Transport::Stdio,
                 (false, address) => Transport::Http(

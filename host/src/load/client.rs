@@ -441,6 +441,12 @@ fn client_info() -> Value {
     json!({"name": "turnstile-load", "version": env!("CARGO_PKG_VERSION")})
 }
 
+/// The protocol extension (Turnstile's, SEP-2133 naming) under which a 2026-07-28 server's
+/// lists follow the instances a request names. The load tester judges gating by the menus it
+/// is shown, so it declares it; a server that does not know it ignores it (and its stable lists
+/// then read as menus that never change).
+const GATED_LISTS_EXTENSION: &str = "dev.turnstile/gated-lists";
+
 /// 2026-07-28 requests carry what `initialize` used to say, in every request's `_meta`.
 fn add_sessionless_meta(params: &mut Value, protocol: Protocol) {
     if !params.is_object() {
@@ -458,7 +464,7 @@ fn add_sessionless_meta(params: &mut Value, protocol: Protocol) {
         );
         meta.insert(
             "io.modelcontextprotocol/clientCapabilities".into(),
-            json!({}),
+            json!({"extensions": {GATED_LISTS_EXTENSION: {}}}),
         );
         meta.insert("io.modelcontextprotocol/clientInfo".into(), client_info());
     }

@@ -58,6 +58,7 @@ pub use self::{
     health::Readiness,
     http::{DEFAULT_SESSION_PASSIVATE_AFTER, HttpOptions, TlsFiles, serve_http},
     oauth::OAuthOptions,
+    reply::NextStepMode,
     server::{Shared, TurnstileServer},
     stdio::serve_stdio,
     target::{DEFAULT_HANDLE_KEY, HandleMode},

@@ -128,6 +128,13 @@ impl TurnstileServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let catalog = self.shared.catalog.current();
+        if !self.lists_follow_instances(context) {
+            let (ttl_ms, scope) = self.catalog_list_caching(context);
+            let prompts = catalog.prompts().map(|prompt| reply::listed_prompt(prompt));
+            return Ok(ListPromptsResult::with_all_items(prompts.collect())
+                .with_ttl_ms(ttl_ms)
+                .with_cache_scope(scope));
+        }
         let mut names = HashSet::new();
         let mut prompts: Vec<_> = catalog
             .prompts()
@@ -153,6 +160,17 @@ impl TurnstileServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let catalog = self.shared.catalog.current();
+        if !self.lists_follow_instances(context) {
+            // Instances' own resources are found through the templates: listing them would
+            // make the list follow the instances.
+            let (ttl_ms, scope) = self.catalog_list_caching(context);
+            let resources = catalog
+                .resources()
+                .map(|resource| reply::listed_resource(resource));
+            return Ok(ListResourcesResult::with_all_items(resources.collect())
+                .with_ttl_ms(ttl_ms)
+                .with_cache_scope(scope));
+        }
         let mut uris = HashSet::new();
         let mut resources: Vec<_> = catalog
             .resources()
@@ -186,6 +204,17 @@ impl TurnstileServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let catalog = self.shared.catalog.current();
+        if !self.lists_follow_instances(context) {
+            let (ttl_ms, scope) = self.catalog_list_caching(context);
+            let templates = catalog
+                .templates()
+                .map(|template| reply::listed_template(template));
+            return Ok(
+                ListResourceTemplatesResult::with_all_items(templates.collect())
+                    .with_ttl_ms(ttl_ms)
+                    .with_cache_scope(scope),
+            );
+        }
         let mut listed = HashSet::new();
         let mut templates: Vec<_> = catalog
             .templates()

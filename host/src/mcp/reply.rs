@@ -11,6 +11,7 @@
 //! Prompts and resources (`prompts/get`, `resources/read`) have no `isError` result: their
 //! answers and refusals are built in `reply/primitives.rs`.
 
+mod next_step;
 mod primitives;
 
 use std::borrow::Cow;
@@ -21,6 +22,7 @@ use rmcp::{
 };
 use serde_json::{Value, json};
 
+pub use self::next_step::{NextStepMode, Whereabouts, with_next_step};
 pub use self::primitives::{
     invalid_prompt_arguments, listed_instance_resource, listed_prompt, listed_resource,
     listed_template, prompt_result, read_failure, resource_not_found, resource_result,
@@ -448,9 +450,15 @@ fn handle_required(tool: &str, key: &str, starters: &[String]) -> CallToolResult
     )
 }
 
-/// Adds the instance's handle to a result, under `key` in `structuredContent` and as a line of
-/// text, so the agent can carry it to the next call.
-pub fn with_handle(mut result: CallToolResult, key: &str, handle: &str) -> CallToolResult {
+/// Adds the instance's handle to a result, under `key` in `structuredContent` and, unless the
+/// result's next step names it already (`in_text: false`), as a line of text, so the agent can
+/// carry it to the next call.
+pub fn with_handle(
+    mut result: CallToolResult,
+    key: &str,
+    handle: &str,
+    in_text: bool,
+) -> CallToolResult {
     match &mut result.structured_content {
         Some(Value::Object(structured)) => {
             structured.insert(key.to_string(), json!(handle));
@@ -460,9 +468,11 @@ pub fn with_handle(mut result: CallToolResult, key: &str, handle: &str) -> CallT
         }
         None => result.structured_content = Some(json!({ key: handle })),
     }
-    result
-        .content
-        .push(ContentBlock::text(format!("{key}: {handle}")));
+    if in_text {
+        result
+            .content
+            .push(ContentBlock::text(format!("{key}: {handle}")));
+    }
     result
 }
 

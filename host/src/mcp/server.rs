@@ -14,8 +14,8 @@ use std::sync::{Arc, OnceLock};
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CancelledNotificationParam, CustomRequest,
-        CustomResult, GetPromptRequestParams, GetPromptResponse, Implementation,
+        CacheScope, CallToolRequestParams, CallToolResponse, CancelledNotificationParam,
+        CustomRequest, CustomResult, GetPromptRequestParams, GetPromptResponse, Implementation,
         InitializeRequestParams, InitializeResult, JsonObject, ListPromptsResult,
         ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
         ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
@@ -65,6 +65,10 @@ pub struct Shared {
     pub readiness: super::health::Readiness,
     /// The `tools/call` metrics, counted as calls are answered.
     pub call_metrics: crate::metrics::CallMetrics,
+    /// Where a workflow tool's result says what may come next (`--next-step`).
+    pub next_step: reply::NextStepMode,
+    /// How long a client may keep a list that depends only on the catalog (`--list-ttl`).
+    pub list_ttl: std::time::Duration,
 }
 
 /// One per MCP session (stdio: one per connection; sessionless HTTP: one per request; a session
@@ -115,7 +119,8 @@ impl TurnstileServer {
     /// without a session subscribes nothing: it ends with its answer, and its own call tells
     /// it of a change directly (see `call_tool`).
     pub(super) fn watch(&self, key: &InstanceKey, context: &RequestContext<RoleServer>) {
-        if is_sessionless(context) {
+        // On 2026-07-28 (without the gated-lists extension) a transition is no list change.
+        if is_sessionless(context) || !self.lists_follow_instances(context) {
             return;
         }
         self.shared.runtime.subscribe(
@@ -176,6 +181,56 @@ impl TurnstileServer {
                 .protocol_version()
                 .is_some_and(|version| !version.has_initialize());
         sessionless.then(HandleMode::sessionless_default)
+    }
+
+    /// Whether this request's lists follow its instances (the per-state menus of DESIGN 1): on
+    /// the 2025 revisions (a session, or stdio's connection), and on 2026-07-28 for a request
+    /// whose client declares [`GATED_LISTS_EXTENSION`]. Otherwise, on 2026-07-28, a list must
+    /// not vary with the connection or with earlier requests: it depends on the catalog alone
+    /// (and so on the principal, once the catalog is per principal).
+    pub(super) fn lists_follow_instances(&self, context: &RequestContext<RoleServer>) -> bool {
+        !is_2026_07_28(context) || declares_gated_lists(context)
+    }
+
+    /// How a list that depends on the catalog alone may be cached: for `--list-ttl`, by anyone
+    /// unless authentication is on (then the answer is the principal's).
+    pub(super) fn catalog_list_caching(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> (u64, CacheScope) {
+        let scope = match principal_of(context) {
+            Some(_) => CacheScope::Private,
+            None => CacheScope::Public,
+        };
+        let ttl_ms = u64::try_from(self.shared.list_ttl.as_millis()).unwrap_or(u64::MAX);
+        (ttl_ms, scope)
+    }
+
+    /// 2026-07-28 by the book: every tool of the catalog, in name order, each workflow tool
+    /// saying when it can be used and, in handle mode, taking the handle.
+    fn list_catalog_tools(
+        &self,
+        catalog: &Catalog,
+        context: &RequestContext<RoleServer>,
+    ) -> Vec<Tool> {
+        let mode = self.handle_mode(context);
+        let key = mode.map(|mode| mode.key.as_str());
+        catalog
+            .tools()
+            .map(|tool| {
+                let Some(workflow) = tool.workflow().and_then(|id| catalog.workflow(id)) else {
+                    return reply::listed_tool(tool, &tool.manifest.description);
+                };
+                let description = gate::catalog_description(tool, workflow, key);
+                let listed = reply::listed_tool(tool, &description);
+                match mode {
+                    Some(mode) => {
+                        mode.add_handle_property(listed, gate::starts_instance(tool, workflow))
+                    }
+                    None => listed,
+                }
+            })
+            .collect()
     }
 
     /// Session mode: one instance per workflow for this session.
@@ -419,17 +474,26 @@ impl TurnstileServer {
                     .unsubscribe(&self.session().id, key.clone());
                 self.shared.runtime.forget(key.clone());
             }
-            let result = match answer {
-                Ok(CallOutcome::Forbidden(refusal)) => reply::forbidden(&refusal),
-                Ok(CallOutcome::Looped { output, state }) => {
-                    reply::transition_loop(&name, output, state)
-                }
+            let (result, next) = match answer {
+                Ok(CallOutcome::Forbidden(refusal)) => (
+                    reply::forbidden(&refusal),
+                    Some((gate::NextStep::of_refusal(&refusal), false)),
+                ),
+                Ok(CallOutcome::Looped {
+                    output,
+                    state,
+                    next,
+                }) => (
+                    reply::transition_loop(&name, output, state),
+                    Some((next, false)),
+                ),
                 Ok(CallOutcome::Ran {
                     output,
                     moved,
                     state,
+                    next,
                 }) => {
-                    if moved && is_sessionless(&context) {
+                    if moved && is_sessionless(&context) && self.lists_follow_instances(&context) {
                         // This request's stream is the only place the caller can hear of the
                         // change: say it there, before the result, every time.
                         // Boxed, as only sessionless calls that move send it.
@@ -440,15 +504,38 @@ impl TurnstileServer {
                             }
                         }
                     }
-                    reply::ran(&name, output, Some(state))
+                    (reply::ran(&name, output, Some(state)), Some((next, moved)))
                 }
-                Err(error) => reply::failure(&name, &error),
+                Err(error) => (reply::failure(&name, &error), None),
             };
-            let result = match (self.handle_mode(&context), &key.owner) {
-                (Some(mode), Owner::Handle(handle)) if created => {
-                    reply::with_handle(result, &mode.key, handle)
-                }
-                _ => result,
+            // A failed mint left no instance to have a next step.
+            let next = next.filter(|_| created);
+            let next_step = self.shared.next_step;
+            let handle = match (self.handle_mode(&context), &key.owner) {
+                (Some(mode), Owner::Handle(handle)) if created => Some((mode, &**handle)),
+                _ => None,
+            };
+            let result = match handle {
+                Some((mode, handle)) => reply::with_handle(
+                    result,
+                    &mode.key,
+                    handle,
+                    next.is_none() || !next_step.writes_text(),
+                ),
+                None => result,
+            };
+            let result = match &next {
+                Some((next, moved)) => reply::with_next_step(
+                    result,
+                    next_step,
+                    &reply::Whereabouts {
+                        workflow: &key.workflow,
+                        handle: handle.map(|(_, handle)| handle),
+                        next,
+                        moved: *moved,
+                    },
+                ),
+                None => result,
             };
             Ok(result.into())
         }
@@ -466,6 +553,29 @@ pub(super) fn tenant_of(context: &RequestContext<RoleServer>) -> Option<Tenant> 
 fn principal_of(context: &RequestContext<RoleServer>) -> Option<Principal> {
     let parts = context.extensions.get::<axum::http::request::Parts>()?;
     parts.extensions.get::<Principal>().cloned()
+}
+
+/// The protocol extension (SEP-2133 naming) a 2026-07-28 client declares in its capabilities
+/// to be served lists that follow its instances, as the 2025 revisions are (`docs/gated-lists.md`).
+pub const GATED_LISTS_EXTENSION: &str = "dev.turnstile/gated-lists";
+
+/// Whether `context` is a request of protocol 2026-07-28 (or later): its `_meta` names a
+/// revision without an `initialize` handshake.
+pub(super) fn is_2026_07_28(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .meta
+        .protocol_version()
+        .is_some_and(|version| !version.has_initialize())
+}
+
+/// Whether the client of a 2026-07-28 request declares [`GATED_LISTS_EXTENSION`] in the
+/// capabilities the request carries.
+fn declares_gated_lists(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .meta
+        .client_capabilities()
+        .and_then(|capabilities| capabilities.extensions)
+        .is_some_and(|extensions| extensions.contains_key(GATED_LISTS_EXTENSION))
 }
 
 /// Whether `context` is an HTTP request without a session (protocol 2026-07-28, or a server
@@ -491,13 +601,19 @@ impl ServerHandler for TurnstileServer {
                 .enable_resources()
                 .enable_resources_list_changed()
                 .enable_resources_subscribe()
+                .enable_extensions_with(rmcp::model::ExtensionCapabilities::from([(
+                    GATED_LISTS_EXTENSION.to_string(),
+                    JsonObject::new(),
+                )]))
                 .build(),
         )
         .with_server_info(Implementation::new("turnstile", env!("CARGO_PKG_VERSION")))
         .with_instructions(
-            "Tools, prompts and resources appear and disappear as each workflow moves on: only \
-                 the steps, instructions and documents that make sense now are listed. Re-read \
-                 a list after its notifications/.../list_changed.",
+            "Each workflow tool works only at certain steps of its workflow: its description \
+                 says when, a call at the wrong step is refused with the tools that fit, and \
+                 every result ends with where the workflow is now and which tools come next. \
+                 With a session, lists show only what fits now: re-read a list after its \
+                 notifications/.../list_changed.",
         )
     }
 
@@ -507,6 +623,14 @@ impl ServerHandler for TurnstileServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let catalog = self.shared.catalog.current();
+        if !self.lists_follow_instances(&context) {
+            let (ttl_ms, scope) = self.catalog_list_caching(&context);
+            return Ok(ListToolsResult::with_all_items(
+                self.list_catalog_tools(&catalog, &context),
+            )
+            .with_ttl_ms(ttl_ms)
+            .with_cache_scope(scope));
+        }
         let mut tools: Vec<Tool> = catalog
             .tools()
             .filter(|tool| tool.workflow().is_none())
@@ -722,20 +846,25 @@ impl ServerHandler for TurnstileServer {
         )
     }
 
-    /// 2026-07-28 `subscriptions/listen`: `list_changed` for the instances named in the request's
-    /// `_meta` (under the handle key), until the client cancels. Without a handle it is still a
-    /// valid subscription, to what concerns every client (the plugin catalog changing); the
-    /// server never ends it but at shutdown.
+    /// 2026-07-28 `subscriptions/listen`: `list_changed` when the plugin catalog changes, until
+    /// the client cancels; the server never ends it but at shutdown. With the gated-lists
+    /// extension, also for the instances named in the request's `_meta` (under the handle key)
+    /// whenever they move.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let mode = self
             .handle_mode(context.request_context())
             .unwrap_or(HandleMode::sessionless_default());
-        let keys = mode
-            .handles_in(
+        // Without the gated-lists extension a transition changes no list: the listen hears
+        // only the catalog changing, whatever handles it names.
+        let keys = if self.lists_follow_instances(context.request_context()) {
+            mode.handles_in(
                 &context.request_context().meta,
                 tenant_of(context.request_context()).as_ref(),
             )
-            .map_err(|error| ErrorData::invalid_params(error, None))?;
+            .map_err(|error| ErrorData::invalid_params(error, None))?
+        } else {
+            Vec::new()
+        };
         // A subscription to an instance that does not exist would never hear anything: refuse
         // it, as tools/list does.
         for key in &keys {

@@ -436,6 +436,40 @@ impl Machine {
         })
     }
 
+    /// The states an `event_type` event may move an instance to from any of `states` (dot paths
+    /// or `#id`s; their descendants and ancestors count, as they handle events there too), as
+    /// dot paths in document order, each once. Guards are not evaluated: every target a
+    /// transition names is one the event may reach. For describing a tool, not for stepping.
+    pub fn targets_of(&self, states: &[String], event_type: &str) -> Vec<String> {
+        let tree = &self.tree;
+        let mut handlers: Vec<tree::NodeId> = Vec::new();
+        for path in states {
+            let Some(n) = tree.lookup(path) else { continue };
+            handlers.extend(n..tree.node(n).subtree_end);
+            handlers.extend(tree.proper_ancestors(n, None));
+        }
+        let mut targets: Vec<tree::NodeId> = Vec::new();
+        for n in handlers {
+            for (descriptor, transitions) in &tree.node(n).on {
+                if !matches_descriptor(event_type, descriptor) {
+                    continue;
+                }
+                for &t in transitions {
+                    for &target in tree.transition(t).targets.iter().flatten() {
+                        if !targets.contains(&target) {
+                            targets.push(target);
+                        }
+                    }
+                }
+            }
+        }
+        targets.sort_unstable();
+        targets
+            .into_iter()
+            .map(|n| tree.node(n).path.clone())
+            .collect()
+    }
+
     /// Every state as a dot path from the root, in document order (history states excluded).
     pub fn state_paths(&self) -> Vec<String> {
         self.tree

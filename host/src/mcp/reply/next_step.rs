@@ -1,0 +1,251 @@
+//! The next step in every result of a workflow tool: where the instance is now and which tools
+//! may follow, as one closing text block a model reads and as `_meta` a client can act on.
+//!
+//! The tool list is not how most models learn the order: many 2025 clients never re-read it after
+//! `list_changed`, and a 2026-07-28 list does not follow the instance at all. The result of the
+//! call the model just made is the one thing every client shows it.
+
+use rmcp::model::{CallToolResult, ContentBlock};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::gate::NextStep;
+
+/// The `_meta` key of a workflow tool's result that carries its next step (Turnstile's vendor
+/// prefix, SEP-2133 naming; the same prefix as the gated-lists extension).
+pub const NEXT_STEP_META_KEY: &str = "dev.turnstile/next-step";
+
+/// Where a result's next step is written (`--next-step`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NextStepMode {
+    /// A closing text block and `_meta`.
+    #[default]
+    Both,
+    /// Only the closing text block.
+    Text,
+    /// Only `_meta`: the model reads nothing added.
+    Meta,
+    /// Neither: results are the plugin's alone (and the handle's line, when one is minted).
+    Off,
+}
+
+impl NextStepMode {
+    /// Whether the closing text block is written.
+    pub fn writes_text(self) -> bool {
+        matches!(self, NextStepMode::Both | NextStepMode::Text)
+    }
+
+    fn writes_meta(self) -> bool {
+        matches!(self, NextStepMode::Both | NextStepMode::Meta)
+    }
+}
+
+/// One instance's next step, as a result reports it.
+pub struct Whereabouts<'a> {
+    pub workflow: &'a str,
+    /// In handle mode: the instance's handle (the model passes it to the next call).
+    pub handle: Option<&'a str>,
+    pub next: &'a NextStep,
+    /// Whether this call moved the instance.
+    pub moved: bool,
+}
+
+/// Adds `at` to `result` as `mode` says: `_meta` under [`NEXT_STEP_META_KEY`] and one last text
+/// block. `structuredContent` is left alone, so it still matches the tool's `outputSchema`.
+pub fn with_next_step(
+    mut result: CallToolResult,
+    mode: NextStepMode,
+    at: &Whereabouts<'_>,
+) -> CallToolResult {
+    if mode.writes_meta() {
+        let mut next = json!({
+            "workflow": at.workflow,
+            "state": at.next.state,
+            "status": if at.next.done { "done" } else { "active" },
+            "available": at.next.available,
+            "moved": at.moved,
+        });
+        if let (Some(handle), Value::Object(next)) = (at.handle, &mut next) {
+            next.insert("handle".to_string(), json!(handle));
+        }
+        result
+            .meta
+            .get_or_insert_default()
+            .insert(NEXT_STEP_META_KEY.to_string(), next);
+    }
+    if mode.writes_text() {
+        result.content.push(ContentBlock::text(sentence(at)));
+    }
+    result
+}
+
+/// "Invoice invoice-… is now in approved. Next: invoice.discharge, invoice.status."
+fn sentence(at: &Whereabouts<'_>) -> String {
+    let mut subject = capitalized(at.workflow);
+    if let Some(handle) = at.handle {
+        subject.push(' ');
+        subject.push_str(handle);
+    }
+    let verb = if at.moved { "is now in" } else { "is in" };
+    let state = state_label(&at.next.state);
+    if at.next.done {
+        return format!("{subject} {verb} {state}, a final state: there is no next step.");
+    }
+    if at.next.available.is_empty() {
+        return format!(
+            "{subject} {verb} {state}. Next: no tool until the workflow moves on by itself."
+        );
+    }
+    format!(
+        "{subject} {verb} {state}. Next: {}.",
+        at.next.available.join(", ")
+    )
+}
+
+fn capitalized(word: &str) -> String {
+    let mut chars = word.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// An XState state value as a model reads it: `review`, `review.pending` for one nested state,
+/// the JSON value for parallel regions.
+pub fn state_label(state: &Value) -> String {
+    let mut path = Vec::new();
+    let mut at = state;
+    loop {
+        match at {
+            Value::String(leaf) => {
+                path.push(leaf.as_str());
+                return path.join(".");
+            }
+            Value::Object(one) if one.len() == 1 => {
+                let (name, inner) = one.iter().next().expect("one entry");
+                if inner.as_object().is_some_and(|inner| inner.is_empty()) {
+                    path.push(name);
+                    return path.join(".");
+                }
+                path.push(name);
+                at = inner;
+            }
+            _ => return serde_json::to_string(state).expect("a JSON value always serializes"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(state: Value, done: bool, available: &[&str]) -> NextStep {
+        NextStep {
+            state,
+            done,
+            available: available.iter().map(|name| name.to_string()).collect(),
+        }
+    }
+
+    fn texts(result: &CallToolResult) -> Vec<String> {
+        result
+            .content
+            .iter()
+            .filter_map(|block| block.as_text().map(|text| text.text.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn the_next_step_closes_the_result_in_text_and_meta() {
+        let next = step(
+            json!("approved"),
+            false,
+            &["invoice.discharge", "invoice.status"],
+        );
+        let at = Whereabouts {
+            workflow: "invoice",
+            handle: Some("invoice-abc"),
+            next: &next,
+            moved: true,
+        };
+        let plugin = CallToolResult::success(vec![ContentBlock::text("{\"ok\":true}")]);
+        let result = with_next_step(plugin, NextStepMode::Both, &at);
+        assert_eq!(
+            texts(&result),
+            [
+                "{\"ok\":true}",
+                "Invoice invoice-abc is now in approved. Next: invoice.discharge, invoice.status."
+            ]
+        );
+        assert_eq!(
+            result.meta.unwrap().get(NEXT_STEP_META_KEY).unwrap(),
+            &json!({
+                "workflow": "invoice",
+                "handle": "invoice-abc",
+                "state": "approved",
+                "status": "active",
+                "available": ["invoice.discharge", "invoice.status"],
+                "moved": true,
+            })
+        );
+    }
+
+    #[test]
+    fn each_mode_writes_only_its_channels() {
+        let next = step(json!("draft"), false, &["invoice.submit"]);
+        let at = Whereabouts {
+            workflow: "invoice",
+            handle: None,
+            next: &next,
+            moved: false,
+        };
+        let base = || CallToolResult::success(vec![ContentBlock::text("x")]);
+        let text_only = with_next_step(base(), NextStepMode::Text, &at);
+        assert!(text_only.meta.is_none());
+        assert_eq!(
+            texts(&text_only)[1],
+            "Invoice is in draft. Next: invoice.submit."
+        );
+        let meta_only = with_next_step(base(), NextStepMode::Meta, &at);
+        assert_eq!(texts(&meta_only), ["x"]);
+        assert!(meta_only.meta.unwrap().get(NEXT_STEP_META_KEY).is_some());
+        let off = with_next_step(base(), NextStepMode::Off, &at);
+        assert_eq!(texts(&off), ["x"]);
+        assert!(off.meta.is_none());
+    }
+
+    #[test]
+    fn a_final_state_says_so_and_lists_nothing() {
+        let next = step(json!("discharged"), true, &[]);
+        let at = Whereabouts {
+            workflow: "invoice",
+            handle: Some("invoice-abc"),
+            next: &next,
+            moved: true,
+        };
+        let result = with_next_step(CallToolResult::success(vec![]), NextStepMode::Both, &at);
+        assert_eq!(
+            texts(&result),
+            ["Invoice invoice-abc is now in discharged, a final state: there is no next step."]
+        );
+        let meta = result.meta.unwrap();
+        assert_eq!(meta.get(NEXT_STEP_META_KEY).unwrap()["status"], "done");
+        assert_eq!(
+            meta.get(NEXT_STEP_META_KEY).unwrap()["available"],
+            json!([])
+        );
+    }
+
+    #[test]
+    fn state_values_read_as_paths_where_they_are_one() {
+        assert_eq!(state_label(&json!("review")), "review");
+        assert_eq!(state_label(&json!({"review": "pending"})), "review.pending");
+        assert_eq!(state_label(&json!({"a": {"b": "c"}})), "a.b.c");
+        assert_eq!(state_label(&json!({"a": {}})), "a");
+        assert_eq!(
+            state_label(&json!({"left": "x", "right": "y"})),
+            r#"{"left":"x","right":"y"}"#
+        );
+    }
+}
