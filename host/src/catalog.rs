@@ -15,6 +15,7 @@
 mod change;
 mod guards;
 mod live;
+pub mod param_headers;
 mod primitives;
 mod version;
 
@@ -339,6 +340,9 @@ impl Catalog {
                 || manifest.tools[..index].iter().any(|t| t.name == tool.name)
             {
                 problems.push(format!("{at}: tool name is already taken"));
+            }
+            for problem in param_headers::problems(&tool.input_schema) {
+                problems.push(format!("{at}: {problem}"));
             }
             let validator = match jsonschema::validator_for(&tool.input_schema) {
                 Ok(validator) => Some(validator),

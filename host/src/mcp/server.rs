@@ -617,6 +617,17 @@ impl ServerHandler for TurnstileServer {
         )
     }
 
+    /// For rmcp's transport, which compares a 2026-07-28 call's `Mcp-Param-*` headers with its
+    /// arguments (SEP-2243) when it knows the tool's input schema. Only tools that mirror a
+    /// parameter into a header are returned: for the rest there is nothing to compare, and the
+    /// call path builds no listing.
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        let catalog = self.shared.catalog.current();
+        let tool = catalog.tool(name)?;
+        crate::catalog::param_headers::declares_any(&tool.manifest.input_schema)
+            .then(|| reply::listed_tool(tool, &tool.manifest.description))
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,

@@ -86,6 +86,22 @@ impl Plugin for Conformance {
                     "additionalProperties": false
                 }),
             ))
+            .tool(ToolManifest::new(
+                "test_custom_headers",
+                "Takes a region that clients mirror into the Mcp-Param-Region header (SEP-2243).",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "region": {
+                            "type": "string",
+                            "description": "Mirrored into the Mcp-Param-Region header.",
+                            "x-mcp-header": "Region"
+                        },
+                        "query": {"type": "string", "description": "Not mirrored."}
+                    },
+                    "required": ["region"]
+                }),
+            ))
             .prompt(
                 PromptManifest::new("test_simple_prompt", "A simple prompt without arguments.")
                     .text("This is a simple prompt for testing."),
@@ -219,6 +235,7 @@ impl Plugin for Conformance {
                 "This tool intentionally returns an error for testing",
             )),
             "json_schema_2020_12_tool" => Ok(json!("Input accepted.")),
+            "test_custom_headers" => Ok(json!("Custom headers test completed.")),
             other => Err(ToolError::UnknownTool(other.to_owned())),
         }
     }
