@@ -42,7 +42,11 @@ async fn the_review_checklist_and_the_invoice_follow_the_workflow() {
     assert_eq!(alice.prompt_names().await, Vec::<String>::new());
     assert_eq!(bob.prompt_names().await, Vec::<String>::new());
     assert_eq!(alice.resource_uris().await, Vec::<String>::new());
-    assert_eq!(alice.resource_templates().await, Vec::<String>::new());
+    // The host's template of invoice instances is offered in every state.
+    assert_eq!(
+        alice.resource_templates().await,
+        ["turnstile://invoice/{handle}"]
+    );
 
     let (code, data) = rpc_error(alice.get_prompt(CHECKLIST, json!({})).await);
     assert_eq!(code, ErrorCode::INVALID_PARAMS.0);
@@ -101,7 +105,10 @@ async fn the_review_checklist_and_the_invoice_follow_the_workflow() {
     assert_eq!(data["code"], "INVALID_ARGUMENTS");
 
     assert_eq!(alice.resource_uris().await, ["invoice://session"]);
-    assert_eq!(alice.resource_templates().await, ["invoice://{handle}"]);
+    assert_eq!(
+        alice.resource_templates().await,
+        ["invoice://{handle}", "turnstile://invoice/{handle}"]
+    );
     let invoice = read_json(alice.read_resource("invoice://session").await.unwrap());
     assert_eq!(invoice["amount"], 1234.5);
     assert_eq!(invoice["state"], "review");

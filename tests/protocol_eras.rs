@@ -302,3 +302,186 @@ async fn a_2025_session_hears_the_next_step_too_and_it_can_be_turned_off() {
         "without the next step's text, the handle keeps its own line: {minted:?}"
     );
 }
+
+/// `turnstile instances --json STORE_ARGS reset HANDLE`, as an operator runs it.
+fn reset(store_args: &[&str], handle: &str) {
+    let output = std::process::Command::new(common::turnstile_bin())
+        .args(["instances", "--json"])
+        .args(store_args)
+        .args(["reset", handle])
+        .output()
+        .expect("run turnstile instances");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn document(read: &rmcp::model::ReadResourceResult) -> Value {
+    let text = match &read.contents[0] {
+        rmcp::model::ResourceContents::TextResourceContents { text, .. } => text,
+        other => panic!("a text resource: {other:?}"),
+    };
+    serde_json::from_str(text).expect("JSON")
+}
+
+/// The host's `turnstile://invoice/<handle>`: it reads as where the instance is and what comes
+/// next, and a 2026-07-28 listen subscribed to it hears exactly one `resources/updated` per
+/// transition, whatever made it: a call on either of two servers sharing Redis, an `after`
+/// timer, an operator's `instances reset`.
+#[tokio::test]
+async fn an_instance_resource_reads_the_instance_and_is_updated_once_per_transition() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let redis = std::env::var("TURNSTILE_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let namespace = format!("eras{}", uuid::Uuid::new_v4().simple());
+    let store_args = ["--store", redis.as_str(), "--store-namespace", &namespace];
+    let deadline = [("TURNSTILE_PLUGIN_INVOICE_REVIEW_DEADLINE_MS", "2000")];
+    let east = Server::http_with_env(plugins.path(), &store_args, &deadline);
+    let west = Server::http_with_env(plugins.path(), &store_args, &deadline);
+    let caller = Client::http_sessionless(&east.url).await;
+    let other_caller = Client::http_sessionless(&west.url).await;
+    let watcher = Client::http_sessionless(&west.url).await;
+
+    let templates = watcher.resource_templates().await;
+    assert!(
+        templates
+            .iter()
+            .any(|t| t == "turnstile://invoice/{handle}"),
+        "{templates:?}"
+    );
+    let handle = handle_of(&caller.call("invoice.submit", json!({"amount": 5})).await);
+    let uri = format!("turnstile://invoice/{handle}");
+    let read = document(&watcher.read_resource(&uri).await.expect("read"));
+    assert_eq!(read["workflow"], "invoice");
+    assert_eq!(read["handle"], handle.as_str());
+    assert_eq!(read["state"], "review");
+    assert_eq!(read["status"], "active");
+    assert_eq!(
+        read["available"]["tools"],
+        json!(["invoice.approve", "invoice.reject", "invoice.status"])
+    );
+    assert_eq!(read["version"], 1);
+    assert!(read.get("context").is_none(), "no context: {read}");
+    assert_eq!(read["audit"][0]["by"], "tool:invoice.submit");
+
+    let updates = watcher
+        .listen_resources(&[uri.as_str()])
+        .await
+        .expect("listen");
+    // The review deadline passes: the timer moves it back to draft.
+    updates.wait_for(1).await;
+    moved(
+        "invoice.submit",
+        json!({"handle": handle, "amount": 5}),
+        &caller,
+    )
+    .await;
+    updates.wait_for(2).await;
+    moved("invoice.approve", json!({"handle": handle}), &other_caller).await;
+    updates.wait_for(3).await;
+    reset(&store_args, &handle);
+    updates.wait_for(4).await;
+    // A call that moves nothing is no update.
+    moved("invoice.status", json!({"handle": handle}), &caller).await;
+    updates.stays_at(4).await;
+    let read = document(&watcher.read_resource(&uri).await.expect("read"));
+    assert_eq!(read["state"], "draft");
+    let trail: Vec<&Value> = read["audit"]
+        .as_array()
+        .expect("audit")
+        .iter()
+        .map(|entry| &entry["by"])
+        .collect();
+    assert_eq!(
+        trail,
+        [
+            "tool:invoice.submit",
+            "timer",
+            "tool:invoice.submit",
+            "tool:invoice.approve",
+            "operator:reset"
+        ]
+    );
+}
+
+/// Tenancy is that of handles: another principal reading or subscribing to an instance's
+/// resource gets -32002, word for word the answer for a handle never minted.
+#[tokio::test]
+async fn another_principal_finds_no_instance_resource() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().unwrap();
+    let tokens = data.path().join("tokens");
+    fs::write(&tokens, "alice tok-alice\nbob tok-bob\n").unwrap();
+    let server = Server::http(
+        plugins.path(),
+        &[
+            "--state-handle-key",
+            "--auth-token-file",
+            tokens.to_str().unwrap(),
+        ],
+    );
+    let as_who = |token: &'static str| {
+        let url = server.url.clone();
+        async move { Client::http_through(&url, reqwest::Client::new(), Some(token)).await }
+    };
+    let alice = as_who("tok-alice").await;
+    let bob = as_who("tok-bob").await;
+    let handle = handle_of(&alice.call("invoice.submit", json!({"amount": 5})).await);
+    let uri = format!("turnstile://invoice/{handle}");
+    let read = document(&alice.read_resource(&uri).await.expect("alice reads hers"));
+    assert_eq!(read["state"], "review");
+    alice.subscribe(&uri).await.expect("alice subscribes");
+
+    let never = format!("invoice-{}", "0".repeat(32));
+    let never_uri = format!("turnstile://invoice/{never}");
+    let (code, data) = common::rpc_error(bob.read_resource(&uri).await);
+    let (never_code, never_data) = common::rpc_error(bob.read_resource(&never_uri).await);
+    assert_eq!(code, -32002);
+    assert_eq!(
+        (code, data["uri"].as_str().map(|u| u.replace(&handle, "H"))),
+        (
+            never_code,
+            never_data["uri"].as_str().map(|u| u.replace(&never, "H"))
+        )
+    );
+    let (code, _) = common::rpc_error(bob.subscribe(&uri).await);
+    assert_eq!(code, -32002);
+}
+
+/// Calls `tool`, which must succeed.
+async fn moved(tool: &str, arguments: Value, on: &Client) {
+    let result = on.call(tool, arguments).await;
+    assert_ne!(result.is_error, Some(true), "{tool}: {result:?}");
+}
+
+/// A 2025 session subscribes to its own instance's host resource, `turnstile://invoice/session`,
+/// and hears one `resources/updated` per transition of it.
+#[tokio::test]
+async fn a_session_watches_its_own_instance_resource() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &[]);
+    let session = Client::http(&server.url).await;
+    let uri = "turnstile://invoice/session";
+    session.subscribe(uri).await.expect("subscribe");
+    let read = document(&session.read_resource(uri).await.expect("read"));
+    assert_eq!(read["state"], "draft");
+    assert_eq!(read["version"], 0, "never saved yet");
+    moved("invoice.submit", json!({"amount": 5}), &session).await;
+    moved("invoice.approve", json!({}), &session).await;
+    moved("invoice.status", json!({}), &session).await;
+    session.notices.updated.wait_for(2).await;
+    session.notices.updated.stays_at(2).await;
+    assert_eq!(
+        *session.notices.updated_uris.lock().unwrap(),
+        [uri, uri],
+        "one per transition"
+    );
+    let read = document(&session.read_resource(uri).await.expect("read"));
+    assert_eq!(read["state"], "approved");
+    assert_eq!(
+        read["available"]["tools"],
+        json!(["invoice.discharge", "invoice.status"])
+    );
+}

@@ -463,9 +463,17 @@ const CHECKLIST: &str = "invoice.review_checklist";
 const INVOICE_TEMPLATE: &str = "invoice://{handle}";
 
 /// The three lists a client reads for prompts and resources, as a scenario reports them.
+/// What one invoice is offered of prompts, resources and templates; the host's template of
+/// invoice instances is offered in every state, beside the plugin's `templates`.
 fn offer(prompts: &[&str], resources: &[&str], templates: &[&str]) -> Value {
+    let mut templates = templates.to_vec();
+    templates.push(HOST_TEMPLATE);
+    templates.sort();
     json!({"prompts": prompts, "resources": resources, "templates": templates})
 }
+
+/// The host's own resource template of invoice instances (issue 37).
+const HOST_TEMPLATE: &str = "turnstile://invoice/{handle}";
 
 /// The `data` of a `prompts/get` or `resources/read` refused out of its state (always with
 /// JSON-RPC -32602, which the scenarios check): nothing of that kind is available in the states

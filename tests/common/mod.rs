@@ -796,6 +796,32 @@ impl Client {
         changes
     }
 
+    /// Opens a `subscriptions/listen` (protocol 2026-07-28) with `resourceSubscriptions` `uris`
+    /// (and nothing else), and counts the `resources/updated` that arrive on it for as long as
+    /// the client lives.
+    pub async fn listen_resources(
+        &self,
+        uris: &[&str],
+    ) -> Result<Arc<ListChanges>, rmcp::service::ServiceError> {
+        let filter = rmcp::model::SubscriptionFilter::builder()
+            .resource_subscriptions(uris.iter().copied())
+            .build();
+        let mut subscription = self.service.peer().listen(filter).await?;
+        let changes = Arc::new(ListChanges::default());
+        let counting = changes.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(notification)) = subscription.next().await {
+                if matches!(
+                    notification,
+                    rmcp::model::ServerNotification::ResourceUpdatedNotification(_)
+                ) {
+                    counting.record();
+                }
+            }
+        });
+        Ok(changes)
+    }
+
     /// `prompts/list` (with `_meta`, e.g. naming a handle): the names, sorted.
     pub async fn prompt_names_with_meta(&self, meta: Value) -> Vec<String> {
         let mut params = PaginatedRequestParams::default();

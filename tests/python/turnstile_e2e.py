@@ -56,6 +56,8 @@ START = ["invoice.status", "invoice.submit"]
 # session's own instance in session mode), from review on.
 CHECKLIST = "invoice.review_checklist"
 INVOICE_TEMPLATE = "invoice://{handle}"
+# The host's own instance resource of every workflow (issue 37), offered whatever the state.
+HOST_TEMPLATE = "turnstile://invoice/{handle}"
 PROMPTS = {"draft": [], "review": [CHECKLIST], "approved": [], "discharged": []}
 INVOICE_READABLE = {"review", "approved", "discharged"}
 
@@ -70,8 +72,9 @@ def invoice_resources(state: str, token: str) -> list[str]:
 
 
 def invoice_templates(state: str) -> list[str]:
-    """`resources/templates/list` of one invoice in `state`."""
-    return [INVOICE_TEMPLATE] if state in INVOICE_READABLE else []
+    """`resources/templates/list` of one invoice in `state`: the host's template of invoice
+    instances (`turnstile://invoice/{handle}`, in every state), and the plugin's own."""
+    return [HOST_TEMPLATE] + ([INVOICE_TEMPLATE] if state in INVOICE_READABLE else [])
 
 
 def expect_names(names: Iterable[str], wanted: Iterable[str], what: str) -> list[str]:

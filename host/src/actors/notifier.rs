@@ -66,6 +66,10 @@ pub struct Subscribe {
 pub struct Join {
     pub session: SessionId,
     pub listener: Arc<dyn Listener>,
+    /// Whether a move of an instance it watches is a change of its lists: true for the 2025
+    /// revisions' sessions, false for a 2026-07-28 listen (without the gated-lists extension),
+    /// whose lists never follow an instance, so it hears only `resources/updated` of a move.
+    pub lists_follow_instances: bool,
 }
 
 /// The instances of these workflows that some session watches.
@@ -169,6 +173,8 @@ struct Session {
     joined: bool,
     /// The instance resources it subscribed to, by instance (each instance is also watched).
     resources: HashMap<InstanceKey, HashSet<Arc<str>>>,
+    /// See [`Join::lists_follow_instances`]; true for a session that never joined.
+    lists_follow_instances: bool,
 }
 
 impl Session {
@@ -177,6 +183,7 @@ impl Session {
             listener,
             joined,
             resources: HashMap::new(),
+            lists_follow_instances: true,
         }
     }
 }
@@ -245,10 +252,12 @@ impl Handler<Join> for Notifier {
     type Result = ();
 
     fn handle(&mut self, msg: Join, _ctx: &mut Self::Context) {
-        self.sessions
+        let session = self
+            .sessions
             .entry(msg.session)
-            .or_insert_with(|| Session::new(msg.listener, true))
-            .joined = true;
+            .or_insert_with(|| Session::new(msg.listener, true));
+        session.joined = true;
+        session.lists_follow_instances = msg.lists_follow_instances;
     }
 }
 
@@ -311,17 +320,17 @@ impl Handler<InstanceChanged> for Notifier {
         };
         let mut batch = Batch::new(Cause::Transition);
         for session_id in watchers {
-            self.tell(&mut batch, session_id, Notice::ToolsChanged);
-            if msg.lists.prompts {
-                self.tell(&mut batch, session_id, Notice::PromptsChanged);
+            let session = self.sessions.get(session_id);
+            if session.is_none_or(|session| session.lists_follow_instances) {
+                self.tell(&mut batch, session_id, Notice::ToolsChanged);
+                if msg.lists.prompts {
+                    self.tell(&mut batch, session_id, Notice::PromptsChanged);
+                }
+                if msg.lists.resources {
+                    self.tell(&mut batch, session_id, Notice::ResourcesChanged);
+                }
             }
-            if msg.lists.resources {
-                self.tell(&mut batch, session_id, Notice::ResourcesChanged);
-            }
-            let subscribed = self
-                .sessions
-                .get(session_id)
-                .and_then(|session| session.resources.get(&msg.instance));
+            let subscribed = session.and_then(|session| session.resources.get(&msg.instance));
             for uri in subscribed.into_iter().flatten() {
                 self.tell(&mut batch, session_id, Notice::ResourceUpdated(uri.clone()));
             }

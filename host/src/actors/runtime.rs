@@ -154,11 +154,18 @@ impl Runtime {
     }
 
     /// `session` hears about catalog changes from now on, even while it watches no instance
-    /// (see [`Runtime::catalog_changed`]). Idempotent.
-    pub fn join(&self, session: &SessionId, listener: Arc<dyn Listener>) {
+    /// (see [`Runtime::catalog_changed`]); a move of an instance it watches changes its lists
+    /// only if `lists_follow_instances` (see [`notifier::Join`]). Idempotent.
+    pub fn join(
+        &self,
+        session: &SessionId,
+        listener: Arc<dyn Listener>,
+        lists_follow_instances: bool,
+    ) {
         self.notifier.do_send(notifier::Join {
             session: session.clone(),
             listener,
+            lists_follow_instances,
         });
     }
 

@@ -181,7 +181,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     // Timers (and retention) that fell due while no server ran fire now, in due-time order.
     crate::timers::spawn(store.clone(), runtime.clone(), alarm);
     tokio::spawn(relay_changes_from_other_servers(
-        store,
+        store.clone(),
         runtime.clone(),
         node,
     ));
@@ -199,6 +199,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         call_metrics: Default::default(),
         next_step: options.next_step,
         list_ttl: options.list_ttl,
+        store,
     });
     let drain = {
         let (shutdown, timeout) = (shutdown.clone(), options.shutdown_timeout);

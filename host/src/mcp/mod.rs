@@ -38,6 +38,7 @@ mod host_check;
 mod http;
 mod http_layer;
 mod idle;
+mod instance_resource;
 mod jsonrpc_errors;
 mod metrics;
 mod oauth;

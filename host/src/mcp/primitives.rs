@@ -18,15 +18,16 @@ use std::collections::{BTreeMap, HashSet};
 use rmcp::{
     ErrorData, RoleServer,
     model::{
-        GetPromptRequestParams, GetPromptResult, ListPromptsResult, ListResourceTemplatesResult,
-        ListResourcesResult, ReadResourceRequestParams, ReadResourceResult,
+        CacheScope, GetPromptRequestParams, GetPromptResult, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, ReadResourceRequestParams,
+        ReadResourceResult,
     },
     service::RequestContext,
 };
 use serde_json::{Value, json};
 
 use super::{
-    reply,
+    instance_resource, reply,
     server::{TurnstileServer, tenant_of},
 };
 use crate::{
@@ -152,7 +153,9 @@ impl TurnstileServer {
             }
         }
         // Like the tool list, it depends on the caller's state: never from a client's cache.
-        Ok(ListPromptsResult::with_all_items(prompts).with_ttl_ms(0))
+        Ok(ListPromptsResult::with_all_items(prompts)
+            .with_ttl_ms(0)
+            .with_cache_scope(CacheScope::Private))
     }
 
     pub(super) async fn answer_list_resources(
@@ -196,7 +199,9 @@ impl TurnstileServer {
                 }
             }
         }
-        Ok(ListResourcesResult::with_all_items(resources).with_ttl_ms(0))
+        Ok(ListResourcesResult::with_all_items(resources)
+            .with_ttl_ms(0)
+            .with_cache_scope(CacheScope::Private))
     }
 
     pub(super) async fn answer_list_templates(
@@ -208,7 +213,8 @@ impl TurnstileServer {
             let (ttl_ms, scope) = self.catalog_list_caching(context);
             let templates = catalog
                 .templates()
-                .map(|template| reply::listed_template(template));
+                .map(|template| reply::listed_template(template))
+                .chain(host_templates(&catalog));
             return Ok(
                 ListResourceTemplatesResult::with_all_items(templates.collect())
                     .with_ttl_ms(ttl_ms)
@@ -231,7 +237,11 @@ impl TurnstileServer {
                 }
             }
         }
-        Ok(ListResourceTemplatesResult::with_all_items(templates).with_ttl_ms(0))
+        // The host's own instance resources are offered in every state.
+        templates.extend(host_templates(&catalog));
+        Ok(ListResourceTemplatesResult::with_all_items(templates)
+            .with_ttl_ms(0)
+            .with_cache_scope(CacheScope::Private))
     }
 
     pub(super) async fn answer_get_prompt(
@@ -280,6 +290,11 @@ impl TurnstileServer {
     ) -> Result<ReadResourceResult, ErrorData> {
         let catalog = self.shared.catalog.current();
         let uri = request.uri;
+        if let Some((workflow, token)) = instance_resource::parse(&uri) {
+            return self
+                .read_instance_resource(&catalog, workflow, token, &uri, context)
+                .await;
+        }
         if let Some(resource) = catalog.resource(&uri).cloned() {
             let subject = match resource.workflow() {
                 None => None,
@@ -362,29 +377,99 @@ impl TurnstileServer {
         uri: &str,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        let key = match self.instance_resource_key(uri, context).await? {
+            InstanceResource::Instance(key) => key,
+            InstanceResource::Static => return Ok(()),
+        };
+        self.shared.runtime.subscribe_resource(
+            &self.session().id,
+            self.session().listener(&context.peer),
+            key,
+            uri,
+        );
+        Ok(())
+    }
+
+    /// What `uri` names, for a subscription: the instance of an instance resource (the host's
+    /// `turnstile://…`, or a plugin's template with `{handle}`), if the caller holds it, or a
+    /// resource whose content no transition changes. -32002 for what names nothing of the
+    /// caller's.
+    pub(super) async fn instance_resource_key(
+        &self,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<InstanceResource, ErrorData> {
         let catalog = self.shared.catalog.current();
+        if let Some((workflow, token)) = instance_resource::parse(uri) {
+            if catalog.workflow(workflow).is_none() {
+                return Err(reply::resource_not_found(uri));
+            }
+            let (key, _) = self.instance_view(workflow, token, uri, context).await?;
+            return Ok(InstanceResource::Instance(key));
+        }
         if catalog.resource(uri).is_some() {
-            return Ok(());
+            return Ok(InstanceResource::Static);
         }
         let Some((template, variables)) = catalog.template_for(uri) else {
             return Err(reply::resource_not_found(uri));
         };
         if !template.is_instance() {
-            return Ok(());
+            return Ok(InstanceResource::Static);
         }
         let template = template.clone();
         let subject = self
             .instance_subject(&template, &variables, uri, context)
             .await?;
-        if let Some(key) = subject.key {
-            self.shared.runtime.subscribe_resource(
-                &self.session().id,
-                self.session().listener(&context.peer),
-                key,
-                uri,
-            );
+        Ok(match subject.key {
+            Some(key) => InstanceResource::Instance(key),
+            None => InstanceResource::Static,
+        })
+    }
+
+    /// `resources/read` of the host's `turnstile://{workflow}/{token}`: where the instance is,
+    /// what it may do next, and its latest transitions.
+    async fn read_instance_resource(
+        &self,
+        catalog: &Catalog,
+        workflow: &str,
+        token: &str,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResult, ErrorData> {
+        if catalog.workflow(workflow).is_none() {
+            return Err(reply::resource_not_found(uri));
         }
-        Ok(())
+        let (key, view) = self.instance_view(workflow, token, uri, context).await?;
+        let next = gate::next_step(&view.workflow, &view.snapshot);
+        let offer = gate::offer(catalog, workflow, &view.snapshot);
+        let mut audit = self
+            .shared
+            .store
+            .audit(&key.store_key())
+            .await
+            .map_err(|error| {
+                reply::instance_unreadable(
+                    &format!("the instance of resource {}", reply::clip(uri)),
+                    &crate::actors::InstanceError::Store(error),
+                )
+            })?;
+        let newest = audit.len().saturating_sub(instance_resource::AUDIT_ENTRIES);
+        audit.drain(..newest);
+        Ok(reply::instance_document(
+            uri,
+            reply::InstanceDocument {
+                workflow,
+                token,
+                state: next.state,
+                done: next.done,
+                tools: next.available,
+                prompts: offer.prompt_names(),
+                resources: offer.resource_uris(Some(token)),
+                version: view.version,
+                updated_at_ms: view.updated_at_ms,
+                audit,
+            },
+        ))
     }
 
     pub(super) fn answer_unsubscribe(&self, uri: &str) {
@@ -446,6 +531,25 @@ impl TurnstileServer {
         let token = variables
             .get(turnstile_plugin_api::HANDLE_VARIABLE)
             .ok_or_else(not_found)?;
+        let (key, view) = self.instance_view(workflow, token, uri, context).await?;
+        Ok(Subject {
+            token: Some(token.clone()),
+            key: Some(key),
+            snapshot: view.snapshot,
+        })
+    }
+
+    /// The instance of `workflow` that `token` names in an instance resource's `uri`: `session`
+    /// is the session's own (session mode only), anything else a handle, the caller's. What
+    /// names no instance of the caller's is "not found" (-32002), whatever the reason.
+    async fn instance_view(
+        &self,
+        workflow: &str,
+        token: &str,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(InstanceKey, crate::actors::InstanceView), ErrorData> {
+        let not_found = || reply::resource_not_found(uri);
         let key = match self.handle_mode(context) {
             None if token == SESSION_TOKEN => {
                 InstanceKey::for_session(&self.session().id, workflow)
@@ -468,11 +572,7 @@ impl TurnstileServer {
                 &other,
             ),
         })?;
-        Ok(Subject {
-            token: Some(token.clone()),
-            key: Some(key),
-            snapshot: view.snapshot,
-        })
+        Ok((key, view))
     }
 
     /// Runs the plugin's `read` for `name` of `kind` about `subject` (none: a prompt or resource
@@ -503,6 +603,21 @@ impl TurnstileServer {
         .await
         .map_err(|error| reply::read_failure(kind, name, &error))
     }
+}
+
+/// What a resource URI names, for a subscription.
+pub(super) enum InstanceResource {
+    /// An instance resource: `resources/updated` each time this instance moves.
+    Instance(InstanceKey),
+    /// A resource whose content only a plugin reload changes.
+    Static,
+}
+
+/// The host's instance resource template of each loaded workflow.
+fn host_templates(catalog: &Catalog) -> impl Iterator<Item = rmcp::model::ResourceTemplate> + '_ {
+    catalog
+        .workflows()
+        .map(|workflow| reply::listed_instance_template(&workflow.id))
 }
 
 /// How an instance's resources name it in their URIs.

@@ -69,6 +69,9 @@ pub struct Shared {
     pub next_step: reply::NextStepMode,
     /// How long a client may keep a list that depends only on the catalog (`--list-ttl`).
     pub list_ttl: std::time::Duration,
+    /// The instances' store, read directly only for what no instance actor holds (the audit
+    /// trail an instance resource shows).
+    pub store: Arc<dyn crate::store::StateStore>,
 }
 
 /// One per MCP session (stdio: one per connection; sessionless HTTP: one per request; a session
@@ -655,7 +658,9 @@ impl ServerHandler for TurnstileServer {
             None => self.list_session_instances(&context, &mut tools).await?,
         }
         // The menu depends on the caller's state, so a client must not serve it from a cache.
-        Ok(ListToolsResult::with_all_items(tools).with_ttl_ms(0))
+        Ok(ListToolsResult::with_all_items(tools)
+            .with_ttl_ms(0)
+            .with_cache_scope(CacheScope::Private))
     }
 
     #[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
@@ -790,7 +795,7 @@ impl ServerHandler for TurnstileServer {
         tracing::debug!(session = %session.id, "client initialized");
         self.shared
             .runtime
-            .join(&session.id, session.listener(&context.peer));
+            .join(&session.id, session.listener(&context.peer), true);
         if let Some((records, id)) = records {
             records.bind(
                 id,
@@ -844,35 +849,49 @@ impl ServerHandler for TurnstileServer {
 
     fn accepted_subscription_filter(
         &self,
-        _requested: &SubscriptionFilter,
+        requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        // rmcp intersects this with what was requested and what get_info advertises.
-        // Resource updates are delivered to sessions (`resources/subscribe`), not on listens.
+        // rmcp intersects this with what was requested and what get_info advertises. Resource
+        // subscriptions are accepted where the URI names a resource: whether its instance is
+        // the caller's is known only in `listen`, which refuses the listen if not.
+        let catalog = self.shared.catalog.current();
+        let resources = requested
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|uri| {
+                super::instance_resource::parse(uri).is_some()
+                    || catalog.resource(uri).is_some()
+                    || catalog.template_for(uri).is_some()
+            })
+            .cloned();
         Some(
             SubscriptionFilter::builder()
                 .tools_list_changed()
                 .prompts_list_changed()
                 .resources_list_changed()
+                .resource_subscriptions(resources)
                 .build(),
         )
     }
 
-    /// 2026-07-28 `subscriptions/listen`: `list_changed` when the plugin catalog changes, until
-    /// the client cancels; the server never ends it but at shutdown. With the gated-lists
-    /// extension, also for the instances named in the request's `_meta` (under the handle key)
-    /// whenever they move.
+    /// 2026-07-28 `subscriptions/listen`: `list_changed` when the plugin catalog changes, and
+    /// one `resources/updated` per transition of each instance resource in
+    /// `resourceSubscriptions`, until the client cancels; the server never ends it but at
+    /// shutdown. With the gated-lists extension, also `list_changed` for the instances named in
+    /// the request's `_meta` (under the handle key) whenever they move. A resource naming
+    /// nothing of the caller's ends the listen with -32002, as `resources/read` answers.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let request = context.request_context();
         let mode = self
-            .handle_mode(context.request_context())
+            .handle_mode(request)
             .unwrap_or(HandleMode::sessionless_default());
+        let lists_follow_instances = self.lists_follow_instances(request);
         // Without the gated-lists extension a transition changes no list: the listen hears
         // only the catalog changing, whatever handles it names.
-        let keys = if self.lists_follow_instances(context.request_context()) {
-            mode.handles_in(
-                &context.request_context().meta,
-                tenant_of(context.request_context()).as_ref(),
-            )
-            .map_err(|error| ErrorData::invalid_params(error, None))?
+        let keys = if lists_follow_instances {
+            mode.handles_in(&request.meta, tenant_of(request).as_ref())
+                .map_err(|error| ErrorData::invalid_params(error, None))?
         } else {
             Vec::new()
         };
@@ -883,14 +902,29 @@ impl ServerHandler for TurnstileServer {
                 return Err(ErrorData::invalid_params(error.to_string(), None));
             }
         }
+        let mut resources = Vec::new();
+        for uri in context.accepted().resource_subscriptions.iter().flatten() {
+            if let super::primitives::InstanceResource::Instance(key) =
+                self.instance_resource_key(uri, request).await?
+            {
+                resources.push((key, uri.clone()));
+            }
+        }
         let listener_id = SessionId::new();
         let listener: Arc<SinkListener> = Arc::new(SinkListener::new(context.sink().clone()));
         // Every open listen hears about the plugin catalog changing.
-        self.shared.runtime.join(&listener_id, listener.clone());
+        self.shared
+            .runtime
+            .join(&listener_id, listener.clone(), lists_follow_instances);
         for key in keys {
             self.shared
                 .runtime
                 .subscribe(&listener_id, listener.clone(), key);
+        }
+        for (key, uri) in resources {
+            self.shared
+                .runtime
+                .subscribe_resource(&listener_id, listener.clone(), key, &uri);
         }
         // Ended by the client, or by the server's shutdown: then with the final result, which
         // is the graceful close a client expects.

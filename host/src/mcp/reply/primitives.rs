@@ -91,6 +91,63 @@ pub fn listed_template(entry: &TemplateEntry) -> ResourceTemplate {
     template
 }
 
+/// The host's template of `workflow`'s instances (`turnstile://{workflow}/{handle}`).
+pub fn listed_instance_template(workflow: &str) -> ResourceTemplate {
+    let mut template = ResourceTemplate::new(
+        crate::mcp::instance_resource::template(workflow),
+        format!("{workflow} instance"),
+    );
+    template.description = Some(format!(
+        "Where a {workflow} instance is and what it may do next: its state, the tools, prompts \
+         and resources available now, and its latest transitions. {{handle}} is the instance's \
+         handle (`session` for a session's own instance). Subscribe to hear of every transition."
+    ));
+    template.mime_type = Some("application/json".to_string());
+    template
+}
+
+/// What one instance is, as its host resource reads.
+pub struct InstanceDocument<'a> {
+    pub workflow: &'a str,
+    /// How its URI names it: a handle, or `session`.
+    pub token: &'a str,
+    pub state: Value,
+    pub done: bool,
+    pub tools: Vec<String>,
+    pub prompts: Vec<String>,
+    pub resources: Vec<String>,
+    /// Saves so far (0: never saved, still in its initial state).
+    pub version: u64,
+    pub updated_at_ms: u64,
+    /// The newest entries of its audit trail, oldest first.
+    pub audit: Vec<crate::store::AuditEntry>,
+}
+
+/// The content of `uri`, a host instance resource: `document` as JSON. No context: what a
+/// machine keeps may be private to the plugin.
+pub fn instance_document(uri: &str, document: InstanceDocument<'_>) -> ReadResourceResult {
+    let updated_at =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(document.updated_at_ms);
+    let body = json!({
+        "workflow": document.workflow,
+        "handle": document.token,
+        "state": document.state,
+        "status": if document.done { "done" } else { "active" },
+        "available": {
+            "tools": document.tools,
+            "prompts": document.prompts,
+            "resources": document.resources,
+        },
+        "version": document.version,
+        "updatedAt": humantime::format_rfc3339_millis(updated_at).to_string(),
+        "audit": document.audit,
+    });
+    let text = serde_json::to_string(&body).expect("a JSON value always serializes");
+    ReadResourceResult::new(vec![
+        ResourceContents::text(text, uri).with_mime_type("application/json"),
+    ])
+}
+
 /// JSON-RPC -32602: no plugin provides a prompt by that name.
 pub fn unknown_prompt(name: &str) -> ErrorData {
     let name = clip(name);
