@@ -279,3 +279,81 @@ async fn a_starting_call_that_fails_creates_nothing_and_returns_no_handle() {
     let started = client.call("testkit.go", json!({})).await;
     assert!(handle_of(&started).starts_with("testkit-"));
 }
+
+/// Issue 39, attack 5: a session whose finished invoice was deleted by retention keeps listing
+/// (tools, prompts, resources), and mints and lists a new invoice; the gone one is forgotten.
+#[tokio::test]
+async fn a_session_keeps_listing_after_an_instance_it_touched_is_deleted() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(
+        plugins.path(),
+        &["--state-handle-key", "--retain-final", "1"],
+    );
+    let client = Client::http(&server.url).await;
+    let done = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
+    client
+        .call("invoice.approve", json!({"handle": done}))
+        .await;
+    client
+        .call("invoice.discharge", json!({"handle": done}))
+        .await;
+    let mut deleted = false;
+    for _ in 0..100 {
+        let status = client.call("invoice.status", json!({"handle": done})).await;
+        if status.is_error == Some(true) {
+            assert_eq!(error_code(&status), "UNKNOWN_HANDLE");
+            deleted = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(deleted, "retention deleted the finished invoice");
+    assert_eq!(
+        client.tool_names().await,
+        names(&["invoice.status", "invoice.submit"])
+    );
+    assert_eq!(client.prompt_names().await, Vec::<String>::new());
+    client.resource_uris().await;
+    let fresh = handle_of(&client.call("invoice.submit", json!({"amount": 7})).await);
+    assert_eq!(
+        client.tool_names().await,
+        names(&[
+            "invoice.approve",
+            "invoice.reject",
+            "invoice.status",
+            "invoice.submit"
+        ])
+    );
+    assert_ne!(fresh, done);
+}
+
+/// Issue 39, attack 4: one handle named 10,000 times in `_meta` is one lookup's answer; more
+/// than `--max-handles-per-request` different handles is -32602 naming the limit.
+#[tokio::test]
+async fn handles_named_in_meta_are_deduplicated_and_capped() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(
+        plugins.path(),
+        &["--state-handle-key", "--max-handles-per-request", "8"],
+    );
+    let client = Client::http(&server.url).await;
+    let handle = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
+    let copies = vec![handle.clone(); 10_000];
+    assert_eq!(
+        client.tool_names_with_meta(json!({"handle": copies})).await,
+        names(&["invoice.approve", "invoice.reject", "invoice.status"])
+    );
+    let distinct: Vec<String> = (0..9).map(|i| format!("invoice-{i:032x}")).collect();
+    let (code, _) = common::rpc_error(
+        client
+            .try_tools_with_meta(json!({"handle": distinct}))
+            .await,
+    );
+    assert_eq!(code, -32602);
+    let error = client
+        .try_tools_with_meta(json!({"handle": distinct}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("more than 8 handles"), "{error}");
+}

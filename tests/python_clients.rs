@@ -865,4 +865,8 @@ fn mcp1_that_never_relists_completes_the_lifecycle_from_the_next_step() {
             "Invoice is now in discharged, a final state: there is no next step.",
         ]
     );
+    // The SDK validates a result against a list it takes after the call, when the called tool
+    // was not on its first one: by then `invoice.approve` has left the session's menu (see the
+    // finding above). Nothing else is printed.
+    assert_only_unlisted_tool_warnings(&summary);
 }

@@ -775,46 +775,45 @@ impl Client {
         let filter = rmcp::model::SubscriptionFilter::builder()
             .tools_list_changed()
             .build();
-        let mut subscription = self
-            .service
-            .peer()
-            .listen(filter)
-            .await
-            .expect("subscriptions/listen");
-        let changes = Arc::new(ListChanges::default());
-        let counting = changes.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(notification)) = subscription.next().await {
-                if matches!(
-                    notification,
-                    rmcp::model::ServerNotification::ToolListChangedNotification(_)
-                ) {
-                    counting.record();
-                }
-            }
-        });
-        changes
+        self.listen_counting(filter, |notification| {
+            matches!(
+                notification,
+                rmcp::model::ServerNotification::ToolListChangedNotification(_)
+            )
+        })
+        .await
+        .expect("subscriptions/listen")
     }
 
     /// Opens a `subscriptions/listen` (protocol 2026-07-28) with `resourceSubscriptions` `uris`
     /// (and nothing else), and counts the `resources/updated` that arrive on it for as long as
     /// the client lives.
-    pub async fn listen_resources(
-        &self,
-        uris: &[&str],
-    ) -> Result<Arc<ListChanges>, rmcp::service::ServiceError> {
+    pub async fn listen_resources(&self, uris: &[&str]) -> Result<Arc<ListChanges>, ServiceError> {
         let filter = rmcp::model::SubscriptionFilter::builder()
             .resource_subscriptions(uris.iter().copied())
             .build();
+        self.listen_counting(filter, |notification| {
+            matches!(
+                notification,
+                rmcp::model::ServerNotification::ResourceUpdatedNotification(_)
+            )
+        })
+        .await
+    }
+
+    /// Opens a `subscriptions/listen` for `filter` and counts the notifications on it that
+    /// `counts` picks, for as long as the client lives.
+    async fn listen_counting(
+        &self,
+        filter: rmcp::model::SubscriptionFilter,
+        counts: fn(&rmcp::model::ServerNotification) -> bool,
+    ) -> Result<Arc<ListChanges>, ServiceError> {
         let mut subscription = self.service.peer().listen(filter).await?;
         let changes = Arc::new(ListChanges::default());
         let counting = changes.clone();
         tokio::spawn(async move {
             while let Ok(Some(notification)) = subscription.next().await {
-                if matches!(
-                    notification,
-                    rmcp::model::ServerNotification::ResourceUpdatedNotification(_)
-                ) {
+                if counts(&notification) {
                     counting.record();
                 }
             }

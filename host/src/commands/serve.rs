@@ -54,6 +54,8 @@ pub struct ServeOptions {
     pub next_step: mcp::NextStepMode,
     /// How long a client may keep a list that depends only on the catalog (`--list-ttl`).
     pub list_ttl: Duration,
+    /// The most handles one request may name in `_meta` (`--max-handles-per-request`).
+    pub max_handles_per_request: usize,
 }
 
 pub enum Transport {
@@ -200,6 +202,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         next_step: options.next_step,
         list_ttl: options.list_ttl,
         store,
+        max_handles_per_request: options.max_handles_per_request,
     });
     let drain = {
         let (shutdown, timeout) = (shutdown.clone(), options.shutdown_timeout);

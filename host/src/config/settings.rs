@@ -149,6 +149,16 @@ pub struct ServeSettings {
         default_value_t = 300
     )]
     pub list_ttl: u64,
+    /// The most different handles one request may name in `_meta` (more is -32602, before
+    /// any is looked up).
+    #[arg(
+        long,
+        env = "TURNSTILE_MAX_HANDLES_PER_REQUEST",
+        hide_env = true,
+        value_name = "N",
+        default_value_t = 64
+    )]
+    pub max_handles_per_request: usize,
     /// Answer a tool call as timed out (firing nothing) after this many seconds.
     #[arg(
         long,
@@ -433,6 +443,7 @@ impl ServeSettings {
             shutdown_timeout: secs(self.shutdown_timeout),
             next_step: self.next_step,
             list_ttl: secs(self.list_ttl),
+            max_handles_per_request: self.max_handles_per_request,
             transport: match (self.stdio, self.http) {
                 (true, _) => Transport::Stdio,
                 (false, address) => Transport::Http(

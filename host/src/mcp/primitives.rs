@@ -89,23 +89,8 @@ impl TurnstileServer {
             }
             return Ok(seen);
         };
-        let named = mode
-            .handles_in(&context.meta, tenant_of(context).as_ref())
-            .map_err(|error| ErrorData::invalid_params(error, None))?;
-        let listing_named = !named.is_empty();
-        let keys = if listing_named {
-            named
-        } else {
-            self.session().touched()
-        };
-        for key in keys {
-            if catalog.workflow(&key.workflow).is_none() {
-                return Err(ErrorData::invalid_params(
-                    format!("no workflow \"{}\" is loaded", reply::clip(&key.workflow)),
-                    None,
-                ));
-            }
-            let view = self.view(&key, context).await?;
+        let (views, listing_named) = self.listed_instances(mode, &catalog, context).await?;
+        for (key, view) in views {
             seen.push(Seen {
                 workflow: key.workflow.to_string(),
                 snapshot: view.snapshot,
@@ -490,7 +475,11 @@ impl TurnstileServer {
         let key = match self.handle_mode(context) {
             None => Some(InstanceKey::for_session(&self.session().id, workflow)),
             Some(mode) => mode
-                .handles_in(&context.meta, tenant_of(context).as_ref())
+                .handles_in(
+                    &context.meta,
+                    tenant_of(context).as_ref(),
+                    self.shared.max_handles_per_request,
+                )
                 .map_err(|error| ErrorData::invalid_params(error, None))?
                 .into_iter()
                 .find(|key| *key.workflow == *workflow),

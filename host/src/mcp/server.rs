@@ -72,6 +72,8 @@ pub struct Shared {
     /// The instances' store, read directly only for what no instance actor holds (the audit
     /// trail an instance resource shows).
     pub store: Arc<dyn crate::store::StateStore>,
+    /// The most handles one request may name in `_meta` (`--max-handles-per-request`).
+    pub max_handles_per_request: usize,
 }
 
 /// One per MCP session (stdio: one per connection; sessionless HTTP: one per request; a session
@@ -262,24 +264,9 @@ impl TurnstileServer {
         tools: &mut Vec<Tool>,
     ) -> Result<(), ErrorData> {
         let catalog = &*self.shared.catalog.current();
-        let named = mode
-            .handles_in(&context.meta, tenant_of(context).as_ref())
-            .map_err(|error| ErrorData::invalid_params(error, None))?;
-        let listing_named = !named.is_empty();
-        let keys = if listing_named {
-            named
-        } else {
-            self.session().touched()
-        };
+        let (views, listing_named) = self.listed_instances(mode, catalog, context).await?;
         let mut seen = std::collections::HashSet::new();
-        for key in keys {
-            if catalog.workflow(&key.workflow).is_none() {
-                return Err(ErrorData::invalid_params(
-                    format!("no workflow \"{}\" is loaded", reply::clip(&key.workflow)),
-                    None,
-                ));
-            }
-            let view = self.view(&key, context).await?;
+        for (_, view) in views {
             for tool in gate::menu(&view.workflow, &view.snapshot) {
                 if seen.insert(tool.name().to_string()) {
                     tools.push(Self::listed(
@@ -306,6 +293,60 @@ impl TurnstileServer {
             }
         }
         Ok(())
+    }
+
+    /// Handle mode: the instances a listing shows, and whether the request named them. Named
+    /// in `_meta` (each must exist: a name that finds nothing is the caller's mistake, -32602),
+    /// else those the session touched, of which any that are gone (deleted, expired, or of a
+    /// workflow no longer loaded) are forgotten, so the session keeps listing the rest.
+    pub(super) async fn listed_instances(
+        &self,
+        mode: &HandleMode,
+        catalog: &Catalog,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(Vec<(InstanceKey, InstanceView)>, bool), ErrorData> {
+        let named = mode
+            .handles_in(
+                &context.meta,
+                tenant_of(context).as_ref(),
+                self.shared.max_handles_per_request,
+            )
+            .map_err(|error| ErrorData::invalid_params(error, None))?;
+        let mut views = Vec::new();
+        if !named.is_empty() {
+            for key in named {
+                if catalog.workflow(&key.workflow).is_none() {
+                    return Err(ErrorData::invalid_params(
+                        format!("no workflow \"{}\" is loaded", reply::clip(&key.workflow)),
+                        None,
+                    ));
+                }
+                let view = self.view(&key, context).await?;
+                views.push((key, view));
+            }
+            return Ok((views, true));
+        }
+        for key in self.session().touched() {
+            if catalog.workflow(&key.workflow).is_none() {
+                tracing::debug!(instance = %key, "forgetting an instance whose workflow is no longer loaded");
+                self.session().forget(&key);
+                continue;
+            }
+            self.watch(&key, context);
+            let answer = self.shared.runtime.view(key.clone()).await;
+            self.settle(&key, &answer);
+            match answer {
+                Ok(view) => views.push((key, view)),
+                Err(InstanceError::UnknownHandle(_)) => {
+                    tracing::debug!(instance = %key, "forgetting an instance that is gone");
+                    self.session().forget(&key);
+                }
+                Err(error) => {
+                    return Err(reply::instance_unreadable(&key.to_string(), &error));
+                }
+            }
+        }
+        Ok((views, false))
     }
 
     async fn call_unbound(
@@ -890,8 +931,12 @@ impl ServerHandler for TurnstileServer {
         // Without the gated-lists extension a transition changes no list: the listen hears
         // only the catalog changing, whatever handles it names.
         let keys = if lists_follow_instances {
-            mode.handles_in(&request.meta, tenant_of(request).as_ref())
-                .map_err(|error| ErrorData::invalid_params(error, None))?
+            mode.handles_in(
+                &request.meta,
+                tenant_of(request).as_ref(),
+                self.shared.max_handles_per_request,
+            )
+            .map_err(|error| ErrorData::invalid_params(error, None))?
         } else {
             Vec::new()
         };

@@ -110,6 +110,15 @@ impl SessionScope {
         }
     }
 
+    /// Drops `key` from the instances this session touched: it is gone (deleted, expired, or
+    /// its workflow no longer loaded), and a listing must not fail on it for ever.
+    pub fn forget(&self, key: &InstanceKey) {
+        self.touched
+            .lock()
+            .expect("no panic while holding this lock")
+            .remove(key);
+    }
+
     /// The handle-keyed instances this session has touched.
     pub fn touched(&self) -> Vec<InstanceKey> {
         self.touched

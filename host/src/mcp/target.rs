@@ -111,11 +111,13 @@ impl HandleMode {
     }
 
     /// The handles named in a request's `_meta` under the handle key (one string, or a list),
-    /// as `tenant`'s instances.
+    /// as `tenant`'s instances, each once. More than `max` different handles is refused before
+    /// any is looked up: a request must not cost a lookup per copy it carries.
     pub fn handles_in(
         &self,
         meta: &RequestMetaObject,
         tenant: Option<&Tenant>,
+        max: usize,
     ) -> Result<Vec<InstanceKey>, String> {
         let named: Vec<&str> = match meta.get(&self.key) {
             None | Some(Value::Null) => Vec::new(),
@@ -135,7 +137,20 @@ impl HandleMode {
                 ));
             }
         };
-        named
+        let mut distinct: Vec<&str> = Vec::with_capacity(named.len().min(max));
+        for handle in named {
+            if distinct.contains(&handle) {
+                continue;
+            }
+            if distinct.len() == max {
+                return Err(format!(
+                    "_meta.{} names more than {max} handles (--max-handles-per-request)",
+                    self.key
+                ));
+            }
+            distinct.push(handle);
+        }
+        distinct
             .into_iter()
             .map(|handle| {
                 InstanceKey::from_handle(handle)

@@ -119,9 +119,18 @@ impl<Output> ToolBuilder<Output> {
         self
     }
 
-    /// A short description, shown while the instance is still in the machine's initial state.
+    /// A short description, shown while the instance is still in the machine's initial state
+    /// (and, in a 2026-07-28 list, for a tool not offered in that state).
     pub fn compact(mut self, description: impl Into<String>) -> Self {
         self.manifest.compact_description = Some(description.into());
+        self
+    }
+
+    /// Leaves the host's note on when the tool can be used ("Use while the invoice is in
+    /// `review` …", which a 2026-07-28 list appends) out of this tool's description: for a
+    /// description that says it already.
+    pub fn without_usage_note(mut self) -> Self {
+        self.manifest.usage_note = false;
         self
     }
 
