@@ -357,3 +357,39 @@ async fn handles_named_in_meta_are_deduplicated_and_capped() {
         .to_string();
     assert!(error.contains("more than 8 handles"), "{error}");
 }
+
+/// Issue 39, attack 1: calls naming random well-formed handles are each `UNKNOWN_HANDLE`, and
+/// leave no instance actor behind (`/stats` `registry.instances` does not grow).
+#[tokio::test]
+async fn forged_handles_leave_no_instance_behind() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = handle_server(&plugins);
+    let client = Client::http(&server.url).await;
+    let kept = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
+    let live = |stats: Value| stats["registry"]["instances"].as_u64().expect("a count");
+    let before = live(server.stats().await);
+    for i in 0..200u32 {
+        let forged = format!("invoice-{:032x}", u128::from(i) * 7_919 + 1);
+        let refused = client
+            .call("invoice.approve", json!({"handle": forged}))
+            .await;
+        assert_eq!(error_code(&refused), "UNKNOWN_HANDLE");
+        let named = client.try_tools_with_meta(json!({"handle": forged})).await;
+        assert!(named.is_err(), "a listing naming it is refused");
+    }
+    // The registry forgets by message: wait for it to have taken them all.
+    let mut after = live(server.stats().await);
+    for _ in 0..50 {
+        if after <= before {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        after = live(server.stats().await);
+    }
+    assert_eq!(
+        after, before,
+        "no actor stays for a handle that names nothing"
+    );
+    let status = client.call("invoice.status", json!({"handle": kept})).await;
+    assert_ne!(status.is_error, Some(true), "{status:?}");
+}

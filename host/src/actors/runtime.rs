@@ -260,8 +260,8 @@ impl Runtime {
         });
     }
 
-    /// A minted instance whose starting call failed: it was never created, so nothing of it
-    /// stays in memory either.
+    /// An instance that does not exist: a minted one whose starting call failed, or one a
+    /// handle named that the store does not have. Nothing of it stays in memory.
     pub fn forget(&self, instance: InstanceKey) {
         self.registry.do_send(registry::Forget { key: instance });
     }

@@ -136,13 +136,16 @@ impl TurnstileServer {
     }
 
     /// After the instance answered: remember it among those the session touched, or, if it does
-    /// not exist, take the subscription back so a forged handle leaves nothing behind.
+    /// not exist, take the subscription back and drop the actor that looked for it, so a forged
+    /// handle leaves nothing behind (a client naming random handles must not fill the memory).
     pub(super) fn settle<T>(&self, key: &InstanceKey, answer: &Result<T, InstanceError>) {
         match answer {
-            Err(InstanceError::UnknownHandle(_)) => self
-                .shared
-                .runtime
-                .unsubscribe(&self.session().id, key.clone()),
+            Err(InstanceError::UnknownHandle(_)) => {
+                self.shared
+                    .runtime
+                    .unsubscribe(&self.session().id, key.clone());
+                self.shared.runtime.forget(key.clone());
+            }
             _ => self.session().touch(key),
         }
     }
@@ -944,6 +947,9 @@ impl ServerHandler for TurnstileServer {
         // it, as tools/list does.
         for key in &keys {
             if let Err(error) = self.shared.runtime.view(key.clone()).await {
+                if matches!(error, InstanceError::UnknownHandle(_)) {
+                    self.shared.runtime.forget(key.clone());
+                }
                 return Err(ErrorData::invalid_params(error.to_string(), None));
             }
         }
