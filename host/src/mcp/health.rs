@@ -6,14 +6,16 @@
 //! every probe.
 //!
 //! It must not touch instances: readiness asks the store for a ping (see
-//! [`StateStore::ping`](crate::store::StateStore::ping)) and the catalog for its plugins.
+//! [`StateStore::ping`](crate::store::StateStore::ping)) and the catalog for its plugins. The
+//! store is asked at most once a second, whatever the probe rate: the probe is open to anyone,
+//! and a flood of it must not take the store's connections from the calls.
 
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use axum::{Json, extract::State, http::StatusCode};
@@ -26,11 +28,18 @@ use crate::store::StateStore;
 /// (2 s by default); this also bounds a store that does not.
 const STORE_PING_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// What `/readyz` checks besides the catalog: the store, and whether it answered last time (to
-/// log changes only).
+/// How often at most `/readyz` pings the store; probes in between get the last answer.
+const STORE_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// What `/readyz` checks besides the catalog: the store, whether it answered last time (the
+/// answer probes get until the next check, and what lets a change alone be logged), and when
+/// it was last asked.
 pub struct Readiness {
     store: Arc<dyn StateStore>,
     store_was_up: AtomicBool,
+    /// Milliseconds since `epoch` when the last check started; 0: never.
+    checked_at_ms: AtomicU64,
+    epoch: Instant,
 }
 
 impl Readiness {
@@ -38,6 +47,29 @@ impl Readiness {
         Readiness {
             store,
             store_was_up: AtomicBool::new(true),
+            checked_at_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Whether the store answers: asked if the last check is a second old or more and no other
+    /// probe is asking it now (the one that claims the check asks; the others, like every
+    /// probe within the second, get the last answer). No lock is held while the store is asked.
+    async fn store_up(&self) -> bool {
+        let now = u64::try_from(self.epoch.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let last = self.checked_at_ms.load(Ordering::Acquire);
+        let fresh = last != 0 && now.saturating_sub(last) < STORE_CHECK_EVERY.as_millis() as u64;
+        let claimed = !fresh
+            && self
+                .checked_at_ms
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
+        if claimed {
+            self.store_problem().await.is_none()
+        } else {
+            self.store_was_up.load(Ordering::Relaxed)
         }
     }
 
@@ -72,7 +104,7 @@ pub async fn alive() -> Json<Value> {
 /// loaded; else 503 `{"status":"not ready","not_ready":{"store":"unreachable",...}}` naming each
 /// check that failed.
 pub async fn ready(State(shared): State<Arc<Shared>>) -> (StatusCode, Json<Value>) {
-    let store_up = shared.readiness.store_problem().await.is_none();
+    let store_up = shared.readiness.store_up().await;
     verdict(store_up, shared.catalog.current().plugins().len())
 }
 
@@ -99,8 +131,11 @@ mod tests {
     use super::*;
     use crate::store::{InstanceRecord, MemoryStore, StoreError};
 
-    /// A store whose server is gone: every operation fails.
-    struct Unreachable;
+    /// A store whose server is gone: every operation fails. It counts the pings it was sent.
+    #[derive(Default)]
+    struct Unreachable {
+        pings: std::sync::atomic::AtomicUsize,
+    }
 
     #[async_trait::async_trait]
     impl StateStore for Unreachable {
@@ -146,6 +181,7 @@ mod tests {
             Err(self.down())
         }
         async fn ping(&self) -> Result<(), StoreError> {
+            self.pings.fetch_add(1, Ordering::SeqCst);
             Err(self.down())
         }
         async fn due(
@@ -168,12 +204,36 @@ mod tests {
     async fn the_store_check_follows_the_store() {
         let up = Readiness::new(Arc::new(MemoryStore::default()));
         assert_eq!(up.store_problem().await, None);
-        let down = Readiness::new(Arc::new(Unreachable));
+        let down = Readiness::new(Arc::new(Unreachable::default()));
         let problem = down
             .store_problem()
             .await
             .expect("a store that fails is a problem");
         assert!(problem.contains("connection refused"), "{problem}");
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_probes_pings_the_store_once_a_second() {
+        let store = Arc::new(Unreachable::default());
+        let readiness = Readiness::new(store.clone());
+        let answers = futures_util::future::join_all((0..200).map(|_| readiness.store_up())).await;
+        // One probe asked; those that came while it asked had the last answer (up, at start).
+        assert_eq!(store.pings.load(Ordering::SeqCst), 1);
+        assert!(
+            answers.iter().any(|up| !up),
+            "the check that asked saw it down"
+        );
+        for _ in 0..100 {
+            assert!(!readiness.store_up().await, "the last answer, down");
+        }
+        assert_eq!(store.pings.load(Ordering::SeqCst), 1);
+        tokio::time::sleep(STORE_CHECK_EVERY + Duration::from_millis(50)).await;
+        assert!(!readiness.store_up().await);
+        assert_eq!(
+            store.pings.load(Ordering::SeqCst),
+            2,
+            "asked again after a second"
+        );
     }
 
     #[test]
