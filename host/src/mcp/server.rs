@@ -571,15 +571,15 @@ impl TurnstileServer {
                 ),
                 None => result,
             };
-            let result = match &next {
+            let result = match next {
                 Some((next, moved)) => reply::with_next_step(
                     result,
                     next_step,
-                    &reply::Whereabouts {
+                    reply::Whereabouts {
                         workflow: &key.workflow,
                         handle: handle.map(|(_, handle)| handle),
                         next,
-                        moved: *moved,
+                        moved,
                     },
                 ),
                 None => result,

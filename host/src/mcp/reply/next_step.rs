@@ -7,7 +7,7 @@
 
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::gate::NextStep;
 
@@ -46,74 +46,80 @@ pub struct Whereabouts<'a> {
     pub workflow: &'a str,
     /// In handle mode: the instance's handle (the model passes it to the next call).
     pub handle: Option<&'a str>,
-    pub next: &'a NextStep,
+    pub next: NextStep,
     /// Whether this call moved the instance.
     pub moved: bool,
 }
 
 /// Adds `at` to `result` as `mode` says: `_meta` under [`NEXT_STEP_META_KEY`] and one last text
 /// block. `structuredContent` is left alone, so it still matches the tool's `outputSchema`.
+/// Every call of a workflow tool comes here: the sentence is written first, while `at` is
+/// whole, and the `_meta` object takes `at`'s values without copying them.
 pub fn with_next_step(
     mut result: CallToolResult,
     mode: NextStepMode,
-    at: &Whereabouts<'_>,
+    at: Whereabouts<'_>,
 ) -> CallToolResult {
+    if mode.writes_text() {
+        result.content.push(ContentBlock::text(sentence(&at)));
+    }
     if mode.writes_meta() {
-        let mut next = json!({
-            "workflow": at.workflow,
-            "state": at.next.state,
-            "status": if at.next.done { "done" } else { "active" },
-            "available": at.next.available,
-            "moved": at.moved,
-        });
-        if let (Some(handle), Value::Object(next)) = (at.handle, &mut next) {
-            next.insert("handle".to_string(), json!(handle));
+        let mut next = serde_json::Map::with_capacity(6);
+        next.insert("workflow".to_string(), Value::from(at.workflow));
+        if let Some(handle) = at.handle {
+            next.insert("handle".to_string(), Value::from(handle));
         }
+        let status = if at.next.done { "done" } else { "active" };
+        next.insert("state".to_string(), at.next.state);
+        next.insert("status".to_string(), Value::from(status));
+        let available = at.next.available.into_iter().map(Value::String).collect();
+        next.insert("available".to_string(), Value::Array(available));
+        next.insert("moved".to_string(), Value::Bool(at.moved));
         result
             .meta
             .get_or_insert_default()
-            .insert(NEXT_STEP_META_KEY.to_string(), next);
-    }
-    if mode.writes_text() {
-        result.content.push(ContentBlock::text(sentence(at)));
+            .insert(NEXT_STEP_META_KEY.to_string(), Value::Object(next));
     }
     result
 }
 
 /// "Invoice invoice-… is now in approved. Next: invoice.discharge, invoice.status."
 fn sentence(at: &Whereabouts<'_>) -> String {
-    let mut subject = capitalized(at.workflow);
+    let mut text = String::with_capacity(96);
+    let mut letters = at.workflow.chars();
+    if let Some(first) = letters.next() {
+        text.extend(first.to_uppercase());
+        text.push_str(letters.as_str());
+    }
     if let Some(handle) = at.handle {
-        subject.push(' ');
-        subject.push_str(handle);
+        text.push(' ');
+        text.push_str(handle);
     }
-    let verb = if at.moved { "is now in" } else { "is in" };
-    let state = state_label(&at.next.state);
+    text.push_str(if at.moved { " is now in " } else { " is in " });
+    text.push_str(&state_label(&at.next.state));
     if at.next.done {
-        return format!("{subject} {verb} {state}, a final state: there is no next step.");
+        text.push_str(", a final state: there is no next step.");
+    } else if at.next.available.is_empty() {
+        text.push_str(". Next: no tool until the workflow moves on by itself.");
+    } else {
+        text.push_str(". Next: ");
+        for (i, tool) in at.next.available.iter().enumerate() {
+            if i > 0 {
+                text.push_str(", ");
+            }
+            text.push_str(tool);
+        }
+        text.push('.');
     }
-    if at.next.available.is_empty() {
-        return format!(
-            "{subject} {verb} {state}. Next: no tool until the workflow moves on by itself."
-        );
-    }
-    format!(
-        "{subject} {verb} {state}. Next: {}.",
-        at.next.available.join(", ")
-    )
-}
-
-fn capitalized(word: &str) -> String {
-    let mut chars = word.chars();
-    match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars).collect(),
-        None => String::new(),
-    }
+    text
 }
 
 /// An XState state value as a model reads it: `review`, `review.pending` for one nested state,
 /// the JSON value for parallel regions.
 pub fn state_label(state: &Value) -> String {
+    if let Value::String(leaf) = state {
+        return leaf.clone();
+    }
     let mut path = Vec::new();
     let mut at = state;
     loop {
@@ -138,6 +144,8 @@ pub fn state_label(state: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn step(state: Value, done: bool, available: &[&str]) -> NextStep {
@@ -166,11 +174,11 @@ mod tests {
         let at = Whereabouts {
             workflow: "invoice",
             handle: Some("invoice-abc"),
-            next: &next,
+            next: next.clone(),
             moved: true,
         };
         let plugin = CallToolResult::success(vec![ContentBlock::text("{\"ok\":true}")]);
-        let result = with_next_step(plugin, NextStepMode::Both, &at);
+        let result = with_next_step(plugin, NextStepMode::Both, at);
         assert_eq!(
             texts(&result),
             [
@@ -194,23 +202,23 @@ mod tests {
     #[test]
     fn each_mode_writes_only_its_channels() {
         let next = step(json!("draft"), false, &["invoice.submit"]);
-        let at = Whereabouts {
+        let at = || Whereabouts {
             workflow: "invoice",
             handle: None,
-            next: &next,
+            next: next.clone(),
             moved: false,
         };
         let base = || CallToolResult::success(vec![ContentBlock::text("x")]);
-        let text_only = with_next_step(base(), NextStepMode::Text, &at);
+        let text_only = with_next_step(base(), NextStepMode::Text, at());
         assert!(text_only.meta.is_none());
         assert_eq!(
             texts(&text_only)[1],
             "Invoice is in draft. Next: invoice.submit."
         );
-        let meta_only = with_next_step(base(), NextStepMode::Meta, &at);
+        let meta_only = with_next_step(base(), NextStepMode::Meta, at());
         assert_eq!(texts(&meta_only), ["x"]);
         assert!(meta_only.meta.unwrap().get(NEXT_STEP_META_KEY).is_some());
-        let off = with_next_step(base(), NextStepMode::Off, &at);
+        let off = with_next_step(base(), NextStepMode::Off, at());
         assert_eq!(texts(&off), ["x"]);
         assert!(off.meta.is_none());
     }
@@ -221,10 +229,10 @@ mod tests {
         let at = Whereabouts {
             workflow: "invoice",
             handle: Some("invoice-abc"),
-            next: &next,
+            next: next.clone(),
             moved: true,
         };
-        let result = with_next_step(CallToolResult::success(vec![]), NextStepMode::Both, &at);
+        let result = with_next_step(CallToolResult::success(vec![]), NextStepMode::Both, at);
         assert_eq!(
             texts(&result),
             ["Invoice invoice-abc is now in discharged, a final state: there is no next step."]
