@@ -1,13 +1,16 @@
 //! Prompts and resources for one session: `prompts/list`, `prompts/get`, `resources/list`,
 //! `resources/templates/list`, `resources/read`, `resources/subscribe` and `unsubscribe`.
 //!
-//! They are gated exactly as tools are (issue 15): a listing shows what the caller's instances
+//! They are gated exactly as tools are (issue 15): a listing shows (on 2026-07-28 without the
+//! gated-lists extension: the whole catalog; otherwise) what the caller's instances
 //! are offered in their current states (session mode: the session's instance of each workflow;
 //! handle mode: the instances named in `_meta`, or else those the session touched plus what a
 //! new instance is offered), and a get or read outside its states is refused with the state
 //! and what is available. An instance resource (a template with `{handle}`) names its instance
 //! in its URI: `session` for the session's own, else a handle, found under the caller's tenant
-//! like any handle, so a caller that does not hold it finds nothing.
+//! like any handle, so a caller that does not hold it finds nothing. The host's own instance
+//! resource of every workflow (`turnstile://{workflow}/{handle}`, see `instance_resource.rs`)
+//! is found the same way, and offered in every state.
 //!
 //! It must not decide visibility (that is `gate`) or build replies (that is `reply`). Reads are
 //! served from a view of the instance taken when the request arrives: they change nothing, so

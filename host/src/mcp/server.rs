@@ -1,11 +1,14 @@
 //! [`TurnstileServer`]: rmcp's `ServerHandler` for one session.
 //!
 //! Every request reads the catalog being served once ([`LiveCatalog::current`]), so a plugin
-//! reload never changes the catalog under a request. `tools/list` asks the caller's workflow
-//! instances for their state and the gate for their menus (prompts and resources are served the
-//! same way, in `primitives.rs`); `tools/call` resolves the tool, finds the instance (see
-//! [`super::target`]), checks the arguments and hands the call to the instance's actor. Every
-//! request that touches an instance subscribes the session to it.
+//! reload never changes the catalog under a request. On the 2025 revisions (and for a
+//! 2026-07-28 client declaring the gated-lists extension) `tools/list` asks the caller's
+//! workflow instances for their state and the gate for their menus; on 2026-07-28 it lists the
+//! catalog, each tool saying when it can be used (prompts and resources are served the same
+//! way, in `primitives.rs`). `tools/call` resolves the tool, finds the instance (see
+//! [`super::target`]), checks the arguments, hands the call to the instance's actor and ends
+//! its result with the instance's next step. Every request of a session that touches an
+//! instance subscribes the session to it.
 //!
 //! It must not decide visibility (gate) or hold state (actors); its replies come from `reply`.
 
