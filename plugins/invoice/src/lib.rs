@@ -324,12 +324,13 @@ fn submit(input: Submit, ctx: &CallContext) -> Result<Value, ToolError> {
             "amount must be a number greater than 0",
         ));
     }
-    let customer = input.customer.as_deref().unwrap_or("(no customer given)");
+    // The inputs are in the output once: a message that repeated them would double what a
+    // long customer name costs every reader of the result (and every remembered result).
     Ok(json!({
         "invoice": ctx.handle,
         "amount": input.amount,
         "customer": input.customer,
-        "message": format!("Invoice of {:.2} for {customer} submitted for review.", input.amount),
+        "message": "Invoice submitted for review.",
     }))
 }
 
@@ -341,7 +342,7 @@ fn reject(input: Reject, ctx: &CallContext) -> Result<Value, ToolError> {
     Ok(json!({
         "invoice": ctx.handle,
         "reason": reason,
-        "message": format!("Invoice rejected: {reason}. Fix it and submit it again."),
+        "message": "Invoice rejected: fix what the reason says and submit it again.",
     }))
 }
 
@@ -502,7 +503,9 @@ mod tests {
             )
             .unwrap();
         assert_eq!(out["amount"], 120.5);
-        assert!(out["message"].as_str().unwrap().contains("120.50 for ACME"));
+        assert_eq!(out["customer"], "ACME");
+        // Each input once: the message does not repeat the customer.
+        assert!(!out["message"].as_str().unwrap().contains("ACME"));
         assert!(out.get("state").is_none(), "the host reports the state");
     }
 
