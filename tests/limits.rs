@@ -378,3 +378,58 @@ async fn sessions_that_never_finish_their_handshake_stop_counting() {
     let result = client.call("invoice.submit", json!({"amount": 3})).await;
     assert_ne!(result.is_error, Some(true), "{result:?}");
 }
+
+/// Issue 39, attack 3: an `initialize` opens a session whatever protocol header it carries, so
+/// the cap holds for one sent with `MCP-Protocol-Version: 2026-07-28` too; and `initialize`s
+/// racing for the last places take at most those places.
+#[tokio::test]
+async fn the_session_cap_holds_whatever_the_header_and_under_a_race() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &["--max-sessions", "2"]);
+    let first = Client::http(&server.url).await;
+    let initialize = |version: &str| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": version, "capabilities": {},
+            "clientInfo": {"name": "limits-test", "version": "0"}}})
+        .to_string()
+    };
+    let post = |body: String, header: Option<&'static str>| {
+        let mut request = reqwest::Client::new()
+            .post(&server.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(body);
+        if let Some(version) = header {
+            request = request.header("MCP-Protocol-Version", version);
+        }
+        request.send()
+    };
+    // One place left: of 10 racing initializes, exactly one takes it.
+    let racing = (0..10).map(|_| post(initialize("2025-11-25"), None));
+    let statuses: Vec<u16> = futures_util::future::join_all(racing)
+        .await
+        .into_iter()
+        .map(|answer| answer.expect("an answer").status().as_u16())
+        .collect();
+    assert_eq!(
+        statuses.iter().filter(|status| **status == 200).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert!(statuses.iter().all(|status| [200, 503].contains(status)));
+    for _ in 0..10 {
+        let answer = post(initialize("2026-07-28"), Some("2026-07-28"))
+            .await
+            .expect("an answer");
+        assert_eq!(answer.status(), 503, "an initialize with a 2026 header");
+    }
+    assert_eq!(server.stats().await["http_sessions"], 2);
+    // Sessionless 2026-07-28 requests are no sessions: they are served.
+    let sessionless = Client::http_sessionless(&server.url).await;
+    let result = sessionless
+        .call("invoice.submit", json!({"amount": 3}))
+        .await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let status = first.call("invoice.status", json!({})).await;
+    assert_ne!(status.is_error, Some(true), "{status:?}");
+}

@@ -205,6 +205,7 @@ pub async fn serve_http(
                 owners: authenticated.then(Arc::default),
                 sse_keep_alive: idle::sse_keepalive_interval(options.connections.keepalive_timeout),
                 closing_streams: streams.child_token(),
+                opening: Default::default(),
             }),
         )
         .route(

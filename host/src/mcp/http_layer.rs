@@ -78,6 +78,10 @@ pub struct McpLayer {
     pub sse_keep_alive: std::time::Duration,
     /// Cancelled when a shutdown closes the event streams.
     pub closing_streams: tokio_util::sync::CancellationToken,
+    /// Sessions admitted under `--max-sessions` whose `initialize` is still being answered:
+    /// counted with the sessions held, so that concurrent `initialize`s cannot all pass the
+    /// check before any of them is held.
+    pub opening: std::sync::atomic::AtomicUsize,
 }
 
 /// How long a client refused for the session cap is told to wait (`Retry-After`, seconds).
@@ -136,9 +140,9 @@ fn by_the_book(layer: &McpLayer, request: Request) -> impl Future<Output = Respo
             None => None,
         };
         let response = match *request.method() {
-            Method::POST => match sessions_full(layer, request.headers()) {
-                Some(refusal) => refusal,
-                None => {
+            Method::POST => match admit(layer, request).await {
+                Err(refusal) => refusal,
+                Ok((request, _opening)) => {
                     let served = visit.as_mut().and_then(Visit::take_served);
                     post(layer, request, served).await
                 }
@@ -295,18 +299,56 @@ fn follow_handshake(
     }
 }
 
-/// A 503 when `request` would open a session and `max_sessions` are open already. Only a POST
-/// without `Mcp-Session-Id` on a session revision can open one (an `initialize`), so requests
-/// of live sessions and sessionless 2026-07-28 requests never pay for the count.
-fn sessions_full(layer: &McpLayer, headers: &HeaderMap) -> Option<Response> {
-    let max = layer.max_sessions?;
-    let sessionless = layer.stateless
-        || headers.contains_key(SESSION_ID)
-        || headers
-            .get(PROTOCOL_VERSION)
-            .is_some_and(|version| version == "2026-07-28");
-    if sessionless || layer.sessions.count() < max {
-        return None;
+/// Admits a POST under `--max-sessions`: one that would open a session (an `initialize`
+/// without `Mcp-Session-Id`, whatever protocol header came with it) takes a place among the
+/// sessions held, or gets 503 when they are all taken. The place is taken in one atomic step
+/// with the check, and kept (`Opening`) until the request is answered, by which time the new
+/// session is held. Requests of live sessions, `--stateless` servers and other sessionless
+/// requests (2026-07-28) pass without a count; a 2026-07-28 request is read first to see
+/// whether it is an `initialize` (only when a cap is set).
+async fn admit(
+    layer: &McpLayer,
+    request: Request,
+) -> Result<(Request, Option<Opening<'_>>), Response> {
+    let Some(max) = layer.max_sessions else {
+        return Ok((request, None));
+    };
+    if layer.stateless || request.headers().contains_key(SESSION_ID) {
+        return Ok((request, None));
+    }
+    let says_2026 = request
+        .headers()
+        .get(PROTOCOL_VERSION)
+        .is_some_and(|version| version == "2026-07-28");
+    let request = if says_2026 {
+        let (parts, body) = request.into_parts();
+        let body = match axum::body::to_bytes(body, direct::MAX_BODY_BYTES).await {
+            Ok(body) => body,
+            Err(error) => {
+                tracing::debug!(%error, "cannot read a request body");
+                return Err(Rejection::invalid_request(
+                    Value::Null,
+                    format!("Bad Request: {error}"),
+                )
+                .into_response(StatusCode::BAD_REQUEST));
+            }
+        };
+        let opens_session = is_initialize(&body);
+        let request = Request::from_parts(parts, Body::from(body));
+        if !opens_session {
+            return Ok((request, None));
+        }
+        request
+    } else {
+        request
+    };
+    let taken = layer.opening.fetch_update(
+        std::sync::atomic::Ordering::AcqRel,
+        std::sync::atomic::Ordering::Acquire,
+        |opening| (layer.sessions.count() + opening < max).then_some(opening + 1),
+    );
+    if taken.is_ok() {
+        return Ok((request, Some(Opening(&layer.opening))));
     }
     tracing::info!(
         max_sessions = max,
@@ -325,7 +367,28 @@ fn sessions_full(layer: &McpLayer, headers: &HeaderMap) -> Option<Response> {
         header::RETRY_AFTER,
         HeaderValue::from(SESSIONS_FULL_RETRY_AFTER_S),
     );
-    Some(response)
+    Err(response)
+}
+
+/// A place among the sessions, taken by [`admit`] and given back when the request that took it
+/// is answered.
+struct Opening<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Whether `body` is an `initialize` request.
+fn is_initialize(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        method: Option<&'a str>,
+    }
+    serde_json::from_slice::<Message<'_>>(body)
+        .is_ok_and(|message| message.method == Some("initialize"))
 }
 
 /// Serves a DELETE: 204 when it ended a live session, 404 when there was none to end.
