@@ -433,3 +433,75 @@ async fn the_session_cap_holds_whatever_the_header_and_under_a_race() {
     let status = first.call("invoice.status", json!({})).await;
     assert_ne!(status.is_error, Some(true), "{status:?}");
 }
+
+/// Issue 39, attack 7: event streams take at most `--stream-share` of `--max-connections`; past
+/// it a new stream gets 503 with `Retry-After`, and a new client still initializes, calls and
+/// is probed. A stream that closes gives its place back.
+#[tokio::test]
+async fn event_streams_leave_connections_for_everything_else() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(
+        plugins.path(),
+        &["--max-connections", "10", "--stream-share", "30"],
+    );
+    let stream_of = |session: String| {
+        let url = server.url.clone();
+        async move {
+            reqwest::Client::new()
+                .get(&url)
+                .header("Accept", "text/event-stream")
+                .header("Mcp-Session-Id", session)
+                .header("MCP-Protocol-Version", "2025-11-25")
+                .send()
+                .await
+                .expect("an answer")
+        }
+    };
+    let initialized = |session: String| {
+        let url = server.url.clone();
+        async move {
+            let answer = reqwest::Client::new()
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .header("Accept", "application/json, text/event-stream")
+                .header("Mcp-Session-Id", session)
+                .header("MCP-Protocol-Version", "2025-11-25")
+                .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+                .send()
+                .await
+                .expect("an answer");
+            assert_eq!(answer.status(), 202);
+        }
+    };
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let session = open_session(&server).await;
+        initialized(session.clone()).await;
+        let stream = stream_of(session).await;
+        assert_eq!(stream.status(), 200, "a stream within the share");
+        held.push(stream);
+    }
+    let session = open_session(&server).await;
+    initialized(session.clone()).await;
+    let refused = stream_of(session.clone()).await;
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    // Everything else still finds a connection.
+    let health = reqwest::get(format!("{}/healthz", server.base()))
+        .await
+        .expect("an answer");
+    assert_eq!(health.status(), 200);
+    let fresh = open_session(&server).await;
+    assert!(!fresh.is_empty());
+    // A stream that ends gives its place back.
+    drop(held.pop());
+    let mut admitted = false;
+    for _ in 0..50 {
+        if stream_of(session.clone()).await.status() == 200 {
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(admitted, "a place freed by a closed stream is taken again");
+}

@@ -238,6 +238,18 @@ pub struct ServeSettings {
         value_name = "N"
     )]
     pub max_connections: Option<usize>,
+    /// Event streams (a session's GET stream) may hold at most this percentage of
+    /// `--max-connections`; past it a new one gets 503 with `Retry-After`, so that
+    /// `initialize`, calls and probes always find a connection.
+    #[arg(
+        long,
+        env = "TURNSTILE_STREAM_SHARE",
+        hide_env = true,
+        value_name = "PERCENT",
+        default_value_t = 80,
+        value_parser = clap::value_parser!(u8).range(1..=100)
+    )]
+    pub stream_share: u8,
     /// Hold at most this many HTTP sessions; an `initialize` past it gets 503 with
     /// `Retry-After` and a JSON-RPC error saying so. Default: no cap.
     #[arg(
@@ -469,6 +481,7 @@ impl ServeSettings {
                         .unwrap_or_else(mcp::default_max_connections),
                     header_timeout: secs(self.header_timeout),
                     keepalive_timeout: secs(self.keepalive_timeout),
+                    stream_share: self.stream_share,
                 },
                 handshake_timeout: secs(self.handshake_timeout),
                 max_sessions: self.max_sessions,

@@ -38,6 +38,16 @@ pub struct ConnectionLimits {
     /// How long a keep-alive connection may sit idle, with no request in flight, between
     /// requests.
     pub keepalive_timeout: Duration,
+    /// The percentage of `max_connections` that event streams may hold (`--stream-share`).
+    pub stream_share: u8,
+}
+
+impl ConnectionLimits {
+    /// How many event streams may be open at once: `stream_share` percent of the connections,
+    /// at least one.
+    pub fn max_streams(&self) -> usize {
+        (self.max_connections * usize::from(self.stream_share) / 100).max(1)
+    }
 }
 
 impl Default for ConnectionLimits {
@@ -46,6 +56,7 @@ impl Default for ConnectionLimits {
             max_connections: default_max_connections(),
             header_timeout: Duration::from_secs(10),
             keepalive_timeout: Duration::from_secs(60),
+            stream_share: 80,
         }
     }
 }
@@ -255,6 +266,7 @@ mod tests {
             max_connections: 1,
             header_timeout: Duration::from_millis(300),
             keepalive_timeout: Duration::from_secs(60),
+            stream_share: 80,
         };
         let stop = CancellationToken::new();
         let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
@@ -303,6 +315,7 @@ mod tests {
             max_connections: 8,
             header_timeout: Duration::from_secs(30),
             keepalive_timeout: Duration::from_millis(300),
+            stream_share: 80,
         };
         let stop = CancellationToken::new();
         let ticks = || {

@@ -206,6 +206,8 @@ pub async fn serve_http(
                 sse_keep_alive: idle::sse_keepalive_interval(options.connections.keepalive_timeout),
                 closing_streams: streams.child_token(),
                 opening: Default::default(),
+                streams: Default::default(),
+                max_streams: options.connections.max_streams(),
             }),
         )
         .route(

@@ -82,6 +82,9 @@ pub struct McpLayer {
     /// counted with the sessions held, so that concurrent `initialize`s cannot all pass the
     /// check before any of them is held.
     pub opening: std::sync::atomic::AtomicUsize,
+    /// Event streams open now, and how many may be (`--stream-share` of `--max-connections`).
+    pub streams: Arc<std::sync::atomic::AtomicUsize>,
+    pub max_streams: usize,
 }
 
 /// How long a client refused for the session cap is told to wait (`Retry-After`, seconds).
@@ -182,6 +185,61 @@ fn unknown_session() -> Response {
 /// Serves a GET: a live session's event stream right here (`event_stream.rs`), any other
 /// through rmcp, which then gets the session's messages.
 async fn get(layer: &McpLayer, request: Request) -> Response {
+    // A GET is an event stream: it holds its connection for as long as it is open.
+    let Some(stream) = StreamPlace::take(&layer.streams, layer.max_streams) else {
+        tracing::info!(
+            max_streams = layer.max_streams,
+            "event stream limit reached; refusing a new stream"
+        );
+        let rejection = Rejection {
+            code: SERVER_BUSY,
+            message: format!(
+                "Service Unavailable: {} event streams are open, the most this server keeps \
+                 beside its calls (--stream-share); retry in {SESSIONS_FULL_RETRY_AFTER_S} s",
+                layer.max_streams
+            ),
+            id: Value::Null,
+        };
+        let mut response = rejection.into_response(StatusCode::SERVICE_UNAVAILABLE);
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(SESSIONS_FULL_RETRY_AFTER_S),
+        );
+        return response;
+    };
+    // The place is given back when the stream's body is dropped: the stream closed.
+    get_stream(layer, request).await.map(|body| {
+        Body::from_stream(body.into_data_stream().map(move |chunk| {
+            let _held = &stream;
+            chunk
+        }))
+    })
+}
+
+/// A place among the open event streams, given back when dropped.
+struct StreamPlace(Arc<std::sync::atomic::AtomicUsize>);
+
+impl StreamPlace {
+    /// A place, if fewer than `max` streams are open.
+    fn take(open: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<StreamPlace> {
+        open.fetch_update(
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+            |now| (now < max).then_some(now + 1),
+        )
+        .ok()
+        .map(|_| StreamPlace(open.clone()))
+    }
+}
+
+impl Drop for StreamPlace {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Serves a GET: the session's event stream, here or through rmcp.
+async fn get_stream(layer: &McpLayer, request: Request) -> Response {
     if let Some((outbox, live)) =
         session_of(request.headers()).and_then(|id| layer.sessions.outbox(id))
     {
