@@ -192,3 +192,39 @@ async fn a_malformed_key_is_invalid_params() {
         .await;
     assert_ne!(longest.is_error, Some(true), "{longest:?}");
 }
+
+/// Issue 39, attack 2: a keyed call whose result is large is remembered as having run, not
+/// with its result, so it cannot grow its instance's record by its size; a retry is told
+/// `IDEMPOTENCY_RESULT_EXPIRED`, runs nothing, and the instance stays where the call left it. A
+/// small result is still replayed.
+#[tokio::test]
+async fn a_large_result_is_remembered_as_having_run() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = start(&plugins, data.path(), None, "unused");
+    let client = Client::http(&server.url).await;
+    let handle = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
+    let reason = "r".repeat(100_000);
+    let arguments = json!({"handle": handle, "reason": reason});
+    let first = client
+        .call_with_meta("invoice.reject", arguments.clone(), key("big-1"))
+        .await;
+    assert_ne!(first.is_error, Some(true), "{first:?}");
+    let retry = client
+        .call_with_meta("invoice.reject", arguments, key("big-1"))
+        .await;
+    assert_eq!(error_code(&retry), "IDEMPOTENCY_RESULT_EXPIRED");
+    assert_eq!(state_of(&client, &handle).await, "draft", "it ran once");
+    let small = json!({"handle": handle, "amount": 6});
+    let submitted = client
+        .call_with_meta("invoice.submit", small.clone(), key("small-1"))
+        .await;
+    let replayed = client
+        .call_with_meta("invoice.submit", small, key("small-1"))
+        .await;
+    assert_eq!(
+        replayed.structured_content, submitted.structured_content,
+        "a small result is replayed"
+    );
+    assert_eq!(state_of(&client, &handle).await, "review");
+}

@@ -18,6 +18,15 @@ use crate::{catalog::canonical, store::IdempotencyEntry};
 /// instance takes.
 pub const MAX_ENTRIES: usize = 32;
 
+/// The largest output remembered whole, in bytes of JSON: a larger one is remembered as having
+/// been answered, not with what it answered, so one call cannot make every later read and save
+/// of its instance carry megabytes.
+pub const MAX_OUTPUT_BYTES: usize = 16 * 1024;
+
+/// The most bytes of output remembered per instance, over all its entries: the oldest outputs
+/// are dropped first.
+pub const MAX_TOTAL_OUTPUT_BYTES: usize = 64 * 1024;
+
 /// What an instance's entries say about a call carrying `key`.
 #[derive(Debug, PartialEq)]
 pub enum Lookup<'a> {
@@ -25,6 +34,8 @@ pub enum Lookup<'a> {
     Miss,
     /// The same call ran already: answer with its result.
     Replay(&'a IdempotencyEntry),
+    /// The same call ran already, but its result was too large to keep: say so, run nothing.
+    Expired(&'a IdempotencyEntry),
     /// The key was used for another tool or other arguments.
     Conflict,
 }
@@ -51,7 +62,13 @@ pub fn lookup<'a>(
         .find(|entry| entry.key == key && entry.at_ms >= cutoff)
     {
         None => Lookup::Miss,
-        Some(entry) if entry.tool == tool && entry.arguments == arguments => Lookup::Replay(entry),
+        Some(entry) if entry.tool == tool && entry.arguments == arguments => {
+            if entry.output_dropped {
+                Lookup::Expired(entry)
+            } else {
+                Lookup::Replay(entry)
+            }
+        }
         Some(_) => Lookup::Conflict,
     }
 }
@@ -65,6 +82,7 @@ pub fn remember(
     now_ms: u64,
 ) -> Vec<IdempotencyEntry> {
     let cutoff = now_ms.saturating_sub(window.as_millis() as u64);
+    let added = entry.is_some();
     let replaced = entry.as_ref().map(|new| new.key.clone());
     let mut kept: Vec<IdempotencyEntry> = entries
         .iter()
@@ -74,6 +92,24 @@ pub fn remember(
         .collect();
     let excess = kept.len().saturating_sub(MAX_ENTRIES);
     kept.drain(..excess);
+    // Newest first: each output is kept while it fits the entry's bound and the total's. Only
+    // an added entry can break a bound: the others kept to them when they were saved.
+    if !added {
+        return kept;
+    }
+    let mut total = 0;
+    for entry in kept.iter_mut().rev() {
+        if entry.output_dropped {
+            continue;
+        }
+        let size = serde_json::to_string(&entry.output).map_or(usize::MAX, |text| text.len());
+        if size > MAX_OUTPUT_BYTES || total + size > MAX_TOTAL_OUTPUT_BYTES {
+            entry.output = Value::Null;
+            entry.output_dropped = true;
+        } else {
+            total += size;
+        }
+    }
     kept
 }
 
@@ -92,6 +128,7 @@ mod tests {
             output: json!({"n": at_ms}),
             moved: true,
             state: json!("review"),
+            output_dropped: false,
         }
     }
 
@@ -150,5 +187,38 @@ mod tests {
             pruned.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
             ["new"]
         );
+    }
+
+    #[test]
+    fn large_outputs_are_remembered_as_having_run() {
+        let big = |key: &str, at_ms: u64, bytes: usize| IdempotencyEntry {
+            output: json!({"blob": "x".repeat(bytes)}),
+            ..entry(key, at_ms)
+        };
+        // One over the per-entry bound: kept as run, without its output; a retry hears so.
+        let kept = remember(&[], Some(big("huge", 1, MAX_OUTPUT_BYTES)), WINDOW, 1);
+        assert!(kept[0].output_dropped && kept[0].output.is_null());
+        let arguments = digest(&json!({"a": 1, "b": 2}));
+        assert!(matches!(
+            lookup(&kept, "huge", "t", &arguments, WINDOW, 2),
+            Lookup::Expired(_)
+        ));
+        // Many within it: the newest are kept whole up to the total, the oldest lose theirs.
+        let mut entries = Vec::new();
+        for at in 0..10u64 {
+            entries = remember(
+                &entries,
+                Some(big(&format!("k{at}"), at, 10_000)),
+                WINDOW,
+                at,
+            );
+        }
+        let whole = entries.iter().filter(|entry| !entry.output_dropped).count();
+        let one = serde_json::to_string(&big("k", 0, 10_000).output)
+            .unwrap()
+            .len();
+        assert_eq!(whole, MAX_TOTAL_OUTPUT_BYTES / one);
+        assert!(entries.last().is_some_and(|newest| !newest.output_dropped));
+        assert!(entries[0].output_dropped);
     }
 }

@@ -183,6 +183,17 @@ pub enum InstanceError {
          (another tool or other arguments)"
     )]
     IdempotencyConflict { key: String },
+    /// A retry of a call that ran already (the same key, tool and arguments) whose result was
+    /// too large to keep. Nothing ran again.
+    #[error(
+        "the call with idempotency key {key:?} ran already, at {at_ms} (unix ms), and left the \
+         instance in {state}; its result was too large to keep"
+    )]
+    IdempotencyResultExpired {
+        key: String,
+        at_ms: u64,
+        state: Value,
+    },
     #[error("the instance stopped while handling the call; it restarts from its last saved state")]
     Stopped,
     #[error("no loaded plugin defines workflow \"{0}\"")]
@@ -618,6 +629,13 @@ async fn run_call(
                 };
                 return Ok((view, false, outcome));
             }
+            Lookup::Expired(entry) => {
+                return Err(InstanceError::IdempotencyResultExpired {
+                    key: idempotency_key.clone(),
+                    at_ms: entry.at_ms,
+                    state: entry.state.clone(),
+                });
+            }
             Lookup::Conflict => {
                 return Err(InstanceError::IdempotencyConflict {
                     key: idempotency_key.clone(),
@@ -748,6 +766,7 @@ async fn run_call(
                 output: output.value.clone(),
                 moved,
                 state: state.clone(),
+                output_dropped: false,
             })
         }
         _ => None,

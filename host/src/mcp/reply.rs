@@ -320,6 +320,16 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
                 json!({ "tool": tool, "message": error.to_string() }),
             );
         }
+        InstanceError::IdempotencyResultExpired { .. } => {
+            return error_result(
+                format!(
+                    "{tool} did not run again: {error}. Its effect stands; read the instance \
+                     (e.g. its status tool) for where it is now."
+                ),
+                "IDEMPOTENCY_RESULT_EXPIRED",
+                json!({ "tool": tool, "message": error.to_string() }),
+            );
+        }
         InstanceError::Store(StoreError::UnsupportedFormat { .. }) => "VERSION_UNAVAILABLE",
         InstanceError::Store(_) => "STORE_UNAVAILABLE",
         InstanceError::UnknownHandle(_) => "UNKNOWN_HANDLE",

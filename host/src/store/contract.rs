@@ -175,6 +175,7 @@ fn record(workflow: &str, version: u64, step: &str) -> InstanceRecord {
             output: json!({"ok": true, "note": "ünïcødé"}),
             moved: true,
             state: json!({"review": step}),
+            output_dropped: false,
         }],
         ..InstanceRecord::first(
             workflow,

@@ -40,12 +40,16 @@ pub struct IdempotencyEntry {
     pub arguments: String,
     /// When the call ran, in unix milliseconds.
     pub at_ms: u64,
-    /// The plugin's output.
+    /// The plugin's output; `null` when it was too large to keep (`output_dropped`).
     pub output: Value,
     /// Whether the call moved the instance.
     pub moved: bool,
     /// The instance's state value after the call.
     pub state: Value,
+    /// The output was not kept (over the size remembered per entry, or pushed out by newer
+    /// ones): a retry learns that the call ran, not what it answered.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_dropped: bool,
 }
 
 /// `extras` as the text a store keeps.
@@ -112,6 +116,7 @@ mod tests {
                 output: json!({"ok": true}),
                 moved: true,
                 state: json!("review"),
+                output_dropped: false,
             }],
         };
         let text = encode(&extras);
