@@ -149,6 +149,13 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         .await
         .with_context(|| format!("cannot open the state store {}", options.store))?;
     tracing::info!(store = %store.describe(), "state store open");
+    match store.durability().await {
+        Some(store::Durability::Lost(what)) => {
+            tracing::warn!("acknowledged transitions do not survive a restart of the store: {what}")
+        }
+        Some(store::Durability::Kept(what)) => tracing::info!("durability: {what}"),
+        None => {}
+    }
     let closing_store = store.clone();
     // In a store other servers share, `session/` records belong to their live sessions.
     if !store.is_shared() {

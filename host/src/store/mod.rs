@@ -341,6 +341,24 @@ pub trait StateStore: Send + Sync {
     async fn checkpoint(&self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    /// What an acknowledged save survives, as the store's server is configured, when it can
+    /// say (read once at start and logged: a WARN for a transition a restart of the store's
+    /// server would lose). `None`: nothing to report (the memory and embedded stores are what
+    /// their names say), or the server would not tell.
+    async fn durability(&self) -> Option<Durability> {
+        None
+    }
+}
+
+/// What an acknowledged save survives (see [`StateStore::durability`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Durability {
+    /// A restart of the store's server keeps it (a crash may still lose the last moment, as
+    /// the sentence says).
+    Kept(String),
+    /// A restart of the store's server loses it.
+    Lost(String),
 }
 
 /// Announced changes: `(origin, key)`.

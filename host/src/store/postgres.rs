@@ -34,8 +34,8 @@ use deadpool_postgres::{
 };
 
 use super::{
-    AuditEntry, Due, InstanceRecord, StateStore, StoreError, StoreOptions, chain, check_key,
-    check_save, conflict, format, invalid, redact,
+    AuditEntry, Due, Durability, InstanceRecord, StateStore, StoreError, StoreOptions, chain,
+    check_key, check_save, conflict, format, invalid, redact,
 };
 
 /// Every statement, with the table name filled in once at connect time (the namespace is
@@ -385,6 +385,26 @@ impl StateStore for PostgresStore {
         self.query("ping", "SELECT 1", &[]).await.map(|_| ())
     }
 
+    /// `SHOW synchronous_commit`: `off` answers before the commit's WAL is flushed.
+    async fn durability(&self) -> Option<Durability> {
+        let rows = self
+            .query("show synchronous_commit", "SHOW synchronous_commit", &[])
+            .await
+            .ok()?;
+        let setting: String = rows.first()?.try_get(0).ok()?;
+        let name = self.describe();
+        Some(if setting == "off" {
+            Durability::Lost(format!(
+                "{name} has synchronous_commit off: a crash of PostgreSQL may lose the last \
+                 acknowledged transitions (set it to on)"
+            ))
+        } else {
+            Durability::Kept(format!(
+                "{name} has synchronous_commit {setting}: an acknowledged transition is on disk"
+            ))
+        })
+    }
+
     async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
         let rows = self.query("load", &self.sql.load, &[&key]).await?;
         let Some(row) = rows.first() else {
@@ -606,6 +626,26 @@ mod tests {
     }
 
     /// A table from before `updated_at` existed is brought up to date on connect.
+    /// The verdict follows the server's own `synchronous_commit`, read here independently.
+    #[tokio::test]
+    async fn durability_says_whether_a_crash_keeps_a_transition() {
+        let url = postgres_url();
+        let store = PostgresStore::connect(&url, &unique_options())
+            .await
+            .unwrap();
+        let client = raw_client(&url).await;
+        let setting: String = client
+            .query_one("SHOW synchronous_commit", &[])
+            .await
+            .unwrap()
+            .get(0);
+        match (setting.as_str(), store.durability().await) {
+            ("off", Some(super::Durability::Lost(_))) => {}
+            (on, Some(super::Durability::Kept(what))) if on != "off" => assert!(what.contains(on)),
+            (setting, verdict) => panic!("synchronous_commit {setting}, verdict {verdict:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn migrates_an_older_table() {
         let url = postgres_url();

@@ -36,8 +36,8 @@ use redis::{
 };
 
 use super::{
-    AuditEntry, Due, InstanceRecord, StateStore, StoreError, StoreOptions, chain, check_key,
-    check_save, conflict, format, machine_key, redact,
+    AuditEntry, Due, Durability, InstanceRecord, StateStore, StoreError, StoreOptions, chain,
+    check_key, check_save, conflict, format, machine_key, redact,
 };
 
 /// Digits of a due time in a `ns:due` member: enough for every `u64`.
@@ -360,6 +360,45 @@ impl StateStore for RedisStore {
         self.name.clone()
     }
 
+    /// `CONFIG GET appendonly appendfsync`: without the append-only file, Redis keeps writes in
+    /// memory only (snapshots, if configured, are minutes apart).
+    async fn durability(&self) -> Option<Durability> {
+        let mut con = self.con.clone();
+        let config: Vec<String> = self
+            .bounded("config get", async move {
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("append*")
+                    .query_async(&mut con)
+                    .await
+            })
+            .await
+            .ok()?;
+        let setting = |name: &str| {
+            config
+                .chunks(2)
+                .find(|pair| pair[0] == name)
+                .and_then(|pair| pair.get(1).cloned())
+        };
+        let name = &self.name;
+        Some(
+            match (setting("appendonly")?.as_str(), setting("appendfsync")) {
+                ("no", _) => Durability::Lost(format!(
+                    "{name} has appendonly no: an acknowledged transition lives in its memory only, \
+                 and a restart of Redis loses it (set appendonly yes)"
+                )),
+                (_, Some(fsync)) if fsync == "always" => Durability::Kept(format!(
+                    "{name} writes every change to its append-only file before answering"
+                )),
+                (_, fsync) => Durability::Kept(format!(
+                    "{name} keeps an append-only file (appendfsync {}): a crash of its host may lose \
+                 about the last second of acknowledged transitions",
+                    fsync.as_deref().unwrap_or("?")
+                )),
+            },
+        )
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         let mut con = self.con.clone();
         let _: String = self
@@ -627,6 +666,29 @@ mod tests {
     use super::{InstanceRecord, RedisStore, StateStore};
 
     /// The scripts run by hash (EVALSHA); a server that forgot them gets them loaded again.
+    /// The verdict follows the server's own `appendonly`, read here independently.
+    #[tokio::test]
+    async fn durability_says_whether_a_restart_keeps_a_transition() {
+        let url = redis_url();
+        let store = RedisStore::connect(&url, &unique_options()).await.unwrap();
+        let mut con = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let config: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("appendonly")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        match (config[1].as_str(), store.durability().await) {
+            ("no", Some(super::Durability::Lost(what))) => assert!(what.contains("appendonly no")),
+            ("yes", Some(super::Durability::Kept(_))) => {}
+            (setting, verdict) => panic!("appendonly {setting}, verdict {verdict:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn scripts_survive_a_script_flush() {
         let url = redis_url();
