@@ -64,13 +64,17 @@ impl Handshakes {
 
 /// Whether `body` is the `notifications/initialized` message.
 pub fn is_initialized_notification(body: &[u8]) -> bool {
+    is_method(body, "notifications/initialized")
+}
+
+/// Whether `body` is a JSON-RPC message of `method` (read without building the message).
+pub fn is_method(body: &[u8], method: &str) -> bool {
     #[derive(serde::Deserialize)]
     struct Message<'a> {
         #[serde(borrow)]
         method: Option<&'a str>,
     }
-    serde_json::from_slice::<Message<'_>>(body)
-        .is_ok_and(|message| message.method == Some("notifications/initialized"))
+    serde_json::from_slice::<Message<'_>>(body).is_ok_and(|message| message.method == Some(method))
 }
 
 #[cfg(test)]

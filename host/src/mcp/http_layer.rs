@@ -43,7 +43,7 @@ use super::{
     auth::Principal,
     direct::{self, Served},
     event_stream,
-    handshake::{Handshakes, is_initialized_notification},
+    handshake::{Handshakes, is_initialized_notification, is_method},
     header_names::{PROTOCOL_VERSION, SESSION_ID},
     idle,
     jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
@@ -391,7 +391,7 @@ async fn admit(
                 .into_response(StatusCode::BAD_REQUEST));
             }
         };
-        let opens_session = is_initialize(&body);
+        let opens_session = is_method(&body, "initialize");
         let request = Request::from_parts(parts, Body::from(body));
         if !opens_session {
             return Ok((request, None));
@@ -436,17 +436,6 @@ impl Drop for Opening<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
-}
-
-/// Whether `body` is an `initialize` request.
-fn is_initialize(body: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Message<'a> {
-        #[serde(borrow)]
-        method: Option<&'a str>,
-    }
-    serde_json::from_slice::<Message<'_>>(body)
-        .is_ok_and(|message| message.method == Some("initialize"))
 }
 
 /// Serves a DELETE: 204 when it ended a live session, 404 when there was none to end.
