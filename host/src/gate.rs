@@ -192,19 +192,29 @@ pub struct NextStep {
 
 /// The next step of an instance of `workflow` in `snapshot`.
 pub fn next_step(workflow: &Workflow, snapshot: &Snapshot) -> NextStep {
-    let done = snapshot.status() == crate::statechart::Status::Done;
+    let done = is_done(snapshot);
     NextStep {
         state: snapshot.value(),
         done,
         available: if done {
             Vec::new()
         } else {
-            menu(workflow, snapshot)
-                .iter()
-                .map(|tool| tool.name().to_string())
-                .collect()
+            menu_names(workflow, snapshot)
         },
     }
+}
+
+/// The names of [`menu`]'s tools.
+fn menu_names(workflow: &Workflow, snapshot: &Snapshot) -> Vec<String> {
+    menu(workflow, snapshot)
+        .iter()
+        .map(|tool| tool.name().to_string())
+        .collect()
+}
+
+/// Whether `snapshot` is in a top-level final state.
+fn is_done(snapshot: &Snapshot) -> bool {
+    snapshot.status() == crate::statechart::Status::Done
 }
 
 impl NextStep {
@@ -243,11 +253,8 @@ pub fn refusal(
         tool: tool.name().to_string(),
         workflow: workflow.id.clone(),
         state: snapshot.value(),
-        allowed: menu(workflow, snapshot)
-            .iter()
-            .map(|tool| tool.name().to_string())
-            .collect(),
-        done: snapshot.status() == crate::statechart::Status::Done,
+        allowed: menu_names(workflow, snapshot),
+        done: is_done(snapshot),
     })
 }
 

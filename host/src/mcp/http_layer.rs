@@ -22,7 +22,10 @@ use std::{
     convert::Infallible,
     future::Future,
     pin::Pin,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicUsize, Ordering},
+    },
     task::{Context, Poll},
 };
 
@@ -81,14 +84,51 @@ pub struct McpLayer {
     /// Sessions admitted under `--max-sessions` whose `initialize` is still being answered:
     /// counted with the sessions held, so that concurrent `initialize`s cannot all pass the
     /// check before any of them is held.
-    pub opening: std::sync::atomic::AtomicUsize,
+    pub opening: Arc<AtomicUsize>,
     /// Event streams open now, and how many may be (`--stream-share` of `--max-connections`).
-    pub streams: Arc<std::sync::atomic::AtomicUsize>,
+    pub streams: Arc<AtomicUsize>,
     pub max_streams: usize,
 }
 
-/// How long a client refused for the session cap is told to wait (`Retry-After`, seconds).
-const SESSIONS_FULL_RETRY_AFTER_S: u64 = 5;
+/// How long a client refused for the session or stream cap is told to wait (`Retry-After`,
+/// seconds).
+const BUSY_RETRY_AFTER_S: u64 = 5;
+
+/// A place under a cap (a session opening, an event stream), taken with the check in one atomic
+/// step and given back when dropped.
+struct Place(Arc<AtomicUsize>);
+
+impl Place {
+    /// A place among `taken`, if `fits` says one more fits beside those taken now.
+    fn take(taken: &Arc<AtomicUsize>, fits: impl Fn(usize) -> bool) -> Option<Place> {
+        taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                fits(now).then_some(now + 1)
+            })
+            .ok()
+            .map(|_| Place(taken.clone()))
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// 503 with `Retry-After` and a JSON-RPC error saying `message`: a cap is reached.
+fn busy(message: String) -> Response {
+    let rejection = Rejection {
+        code: SERVER_BUSY,
+        message,
+        id: Value::Null,
+    };
+    let mut response = rejection.into_response(StatusCode::SERVICE_UNAVAILABLE);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(BUSY_RETRY_AFTER_S));
+    response
+}
 
 impl McpLayer {
     /// `request` served by rmcp.
@@ -186,26 +226,16 @@ fn unknown_session() -> Response {
 /// through rmcp, which then gets the session's messages.
 async fn get(layer: &McpLayer, request: Request) -> Response {
     // A GET is an event stream: it holds its connection for as long as it is open.
-    let Some(stream) = StreamPlace::take(&layer.streams, layer.max_streams) else {
+    let max = layer.max_streams;
+    let Some(stream) = Place::take(&layer.streams, |open| open < max) else {
         tracing::info!(
-            max_streams = layer.max_streams,
+            max_streams = max,
             "event stream limit reached; refusing a new stream"
         );
-        let rejection = Rejection {
-            code: SERVER_BUSY,
-            message: format!(
-                "Service Unavailable: {} event streams are open, the most this server keeps \
-                 beside its calls (--stream-share); retry in {SESSIONS_FULL_RETRY_AFTER_S} s",
-                layer.max_streams
-            ),
-            id: Value::Null,
-        };
-        let mut response = rejection.into_response(StatusCode::SERVICE_UNAVAILABLE);
-        response.headers_mut().insert(
-            header::RETRY_AFTER,
-            HeaderValue::from(SESSIONS_FULL_RETRY_AFTER_S),
-        );
-        return response;
+        return busy(format!(
+            "Service Unavailable: {max} event streams are open, the most this server keeps \
+             beside its calls (--stream-share); retry in {BUSY_RETRY_AFTER_S} s"
+        ));
     };
     // The place is given back when the stream's body is dropped: the stream closed.
     get_stream(layer, request).await.map(|body| {
@@ -214,28 +244,6 @@ async fn get(layer: &McpLayer, request: Request) -> Response {
             chunk
         }))
     })
-}
-
-/// A place among the open event streams, given back when dropped.
-struct StreamPlace(Arc<std::sync::atomic::AtomicUsize>);
-
-impl StreamPlace {
-    /// A place, if fewer than `max` streams are open.
-    fn take(open: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<StreamPlace> {
-        open.fetch_update(
-            std::sync::atomic::Ordering::AcqRel,
-            std::sync::atomic::Ordering::Acquire,
-            |now| (now < max).then_some(now + 1),
-        )
-        .ok()
-        .map(|_| StreamPlace(open.clone()))
-    }
-}
-
-impl Drop for StreamPlace {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
 }
 
 /// Serves a GET: the session's event stream, here or through rmcp.
@@ -360,14 +368,11 @@ fn follow_handshake(
 /// Admits a POST under `--max-sessions`: one that would open a session (an `initialize`
 /// without `Mcp-Session-Id`, whatever protocol header came with it) takes a place among the
 /// sessions held, or gets 503 when they are all taken. The place is taken in one atomic step
-/// with the check, and kept (`Opening`) until the request is answered, by which time the new
+/// with the check, and kept (a [`Place`]) until the request is answered, by which time the new
 /// session is held. Requests of live sessions, `--stateless` servers and other sessionless
 /// requests (2026-07-28) pass without a count; a 2026-07-28 request is read first to see
 /// whether it is an `initialize` (only when a cap is set).
-async fn admit(
-    layer: &McpLayer,
-    request: Request,
-) -> Result<(Request, Option<Opening<'_>>), Response> {
+async fn admit(layer: &McpLayer, request: Request) -> Result<(Request, Option<Place>), Response> {
     let Some(max) = layer.max_sessions else {
         return Ok((request, None));
     };
@@ -400,42 +405,18 @@ async fn admit(
     } else {
         request
     };
-    let taken = layer.opening.fetch_update(
-        std::sync::atomic::Ordering::AcqRel,
-        std::sync::atomic::Ordering::Acquire,
-        |opening| (layer.sessions.count() + opening < max).then_some(opening + 1),
-    );
-    if taken.is_ok() {
-        return Ok((request, Some(Opening(&layer.opening))));
+    let fits = |opening| layer.sessions.count() + opening < max;
+    if let Some(place) = Place::take(&layer.opening, fits) {
+        return Ok((request, Some(place)));
     }
     tracing::info!(
         max_sessions = max,
         "session limit reached; refusing a new session"
     );
-    let rejection = Rejection {
-        code: SERVER_BUSY,
-        message: format!(
-            "Service Unavailable: this server holds its maximum of {max} sessions; retry in \
-             {SESSIONS_FULL_RETRY_AFTER_S} s, or end a session you no longer use (DELETE)"
-        ),
-        id: Value::Null,
-    };
-    let mut response = rejection.into_response(StatusCode::SERVICE_UNAVAILABLE);
-    response.headers_mut().insert(
-        header::RETRY_AFTER,
-        HeaderValue::from(SESSIONS_FULL_RETRY_AFTER_S),
-    );
-    Err(response)
-}
-
-/// A place among the sessions, taken by [`admit`] and given back when the request that took it
-/// is answered.
-struct Opening<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl Drop for Opening<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
+    Err(busy(format!(
+        "Service Unavailable: this server holds its maximum of {max} sessions; retry in \
+         {BUSY_RETRY_AFTER_S} s, or end a session you no longer use (DELETE)"
+    )))
 }
 
 /// Serves a DELETE: 204 when it ended a live session, 404 when there was none to end.

@@ -389,9 +389,6 @@ impl TurnstileServer {
     ) -> Result<InstanceResource, ErrorData> {
         let catalog = self.shared.catalog.current();
         if let Some((workflow, token)) = instance_resource::parse(uri) {
-            if catalog.workflow(workflow).is_none() {
-                return Err(reply::resource_not_found(uri));
-            }
             let (key, _) = self.instance_view(workflow, token, uri, context).await?;
             return Ok(InstanceResource::Instance(key));
         }
@@ -424,9 +421,6 @@ impl TurnstileServer {
         uri: &str,
         context: &RequestContext<RoleServer>,
     ) -> Result<ReadResourceResult, ErrorData> {
-        if catalog.workflow(workflow).is_none() {
-            return Err(reply::resource_not_found(uri));
-        }
         let (key, view) = self.instance_view(workflow, token, uri, context).await?;
         let next = gate::next_step(&view.workflow, &view.snapshot);
         let offer = gate::offer(catalog, workflow, &view.snapshot);
@@ -542,6 +536,9 @@ impl TurnstileServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<(InstanceKey, crate::actors::InstanceView), ErrorData> {
         let not_found = || reply::resource_not_found(uri);
+        if self.shared.catalog.current().workflow(workflow).is_none() {
+            return Err(not_found());
+        }
         let key = match self.handle_mode(context) {
             None if token == SESSION_TOKEN => {
                 InstanceKey::for_session(&self.session().id, workflow)
@@ -554,16 +551,16 @@ impl TurnstileServer {
         if *key.workflow != *workflow {
             return Err(not_found());
         }
-        self.watch(&key, context);
-        let answer = self.shared.runtime.view(key.clone()).await;
-        self.settle(&key, &answer);
-        let view = answer.map_err(|error| match error {
-            crate::actors::InstanceError::UnknownHandle(_) => not_found(),
-            other => reply::instance_unreadable(
-                &format!("the instance of resource {}", reply::clip(uri)),
-                &other,
-            ),
-        })?;
+        let view = self
+            .look_at(&key, context)
+            .await
+            .map_err(|error| match error {
+                crate::actors::InstanceError::UnknownHandle(_) => not_found(),
+                other => reply::instance_unreadable(
+                    &format!("the instance of resource {}", reply::clip(uri)),
+                    &other,
+                ),
+            })?;
         Ok((key, view))
     }
 

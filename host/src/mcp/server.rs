@@ -159,10 +159,23 @@ impl TurnstileServer {
         key: &InstanceKey,
         context: &RequestContext<RoleServer>,
     ) -> Result<InstanceView, ErrorData> {
+        self.look_at(key, context)
+            .await
+            .map_err(|error| reply::instance_unreadable(&key.to_string(), &error))
+    }
+
+    /// The instance `key` as it stands, watched from now on ([`Self::watch`]) and remembered,
+    /// or, if it does not exist, left behind ([`Self::settle`]); the caller says what an error
+    /// is to its client.
+    pub(super) async fn look_at(
+        &self,
+        key: &InstanceKey,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<InstanceView, InstanceError> {
         self.watch(key, context);
         let answer = self.shared.runtime.view(key.clone()).await;
         self.settle(key, &answer);
-        answer.map_err(|error| reply::instance_unreadable(&key.to_string(), &error))
+        answer
     }
 
     /// The listing of `tool` for an instance of `workflow` in `snapshot`.
@@ -338,10 +351,7 @@ impl TurnstileServer {
                 self.session().forget(&key);
                 continue;
             }
-            self.watch(&key, context);
-            let answer = self.shared.runtime.view(key.clone()).await;
-            self.settle(&key, &answer);
-            match answer {
+            match self.look_at(&key, context).await {
                 Ok(view) => views.push((key, view)),
                 Err(InstanceError::UnknownHandle(_)) => {
                     tracing::debug!(instance = %key, "forgetting an instance that is gone");
