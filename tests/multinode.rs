@@ -1,21 +1,28 @@
-//! Several server processes sharing instances through Redis: a transition made on one server
-//! reaches the sessions of the other (DESIGN behaviour 7), and each server gates on the state
-//! they share, not on a stale copy.
+//! Several server processes sharing instances through Redis or PostgreSQL: a transition made on
+//! one server reaches the sessions of the other (DESIGN behaviour 7), and only the servers whose
+//! sessions watch the instance; each server gates on the state they share, not on a stale copy.
 
 mod common;
 
-use common::{Client, PluginDir, Server, names};
+use common::{Client, PluginDir, Scrape, Server, handle_of, names};
 use serde_json::json;
 
-fn node(plugins: &PluginDir, namespace: &str) -> Server {
-    let redis = std::env::var("TURNSTILE_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+fn redis_url() -> String {
+    std::env::var("TURNSTILE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+fn postgres_url() -> String {
+    std::env::var("TURNSTILE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+fn node(plugins: &PluginDir, store: &str, namespace: &str) -> Server {
     Server::http(
         plugins.path(),
         &[
             "--state-handle-key",
             "--store",
-            &redis,
+            store,
             "--store-namespace",
             namespace,
         ],
@@ -23,11 +30,20 @@ fn node(plugins: &PluginDir, namespace: &str) -> Server {
 }
 
 #[tokio::test]
-async fn a_transition_on_one_server_notifies_and_regates_the_other() {
+async fn a_transition_on_one_server_notifies_and_regates_the_other_on_redis() {
+    a_transition_on_one_server_notifies_and_regates_the_other(&redis_url()).await;
+}
+
+#[tokio::test]
+async fn a_transition_on_one_server_notifies_and_regates_the_other_on_postgres() {
+    a_transition_on_one_server_notifies_and_regates_the_other(&postgres_url()).await;
+}
+
+async fn a_transition_on_one_server_notifies_and_regates_the_other(store: &str) {
     let plugins = PluginDir::with(&["invoice"]);
     let namespace = format!("multinode_{}", uuid::Uuid::new_v4().simple());
-    let east = node(&plugins, &namespace);
-    let west = node(&plugins, &namespace);
+    let east = node(&plugins, store, &namespace);
+    let west = node(&plugins, store, &namespace);
     let alice = Client::http(&east.url).await;
     let bob = Client::http(&west.url).await;
 
@@ -69,4 +85,49 @@ async fn a_transition_on_one_server_notifies_and_regates_the_other() {
         .call("invoice.status", json!({"handle": handle}))
         .await;
     assert_eq!(status.structured_content.unwrap()["state"], "discharged");
+}
+
+/// Ten servers on one Redis; a session on one of them watches an instance that a session on
+/// another moves. The change reaches the watching server, and none of the other eight: a
+/// transition is delivered to the servers watching it, not to every server.
+#[tokio::test]
+async fn a_transition_reaches_only_the_servers_watching_it() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let namespace = format!("multinode_{}", uuid::Uuid::new_v4().simple());
+    let store = redis_url();
+    let servers: Vec<Server> = (0..10)
+        .map(|_| node(&plugins, &store, &namespace))
+        .collect();
+    let alice = Client::http(&servers[0].url).await;
+    let bob = Client::http(&servers[7].url).await;
+    let handle = handle_of(&alice.call("invoice.submit", json!({"amount": 12})).await);
+    // Bob watches the instance from server 7.
+    assert_eq!(
+        bob.tool_names_with_meta(json!({"handle": handle})).await,
+        names(&["invoice.approve", "invoice.reject", "invoice.status"])
+    );
+    // Sessions on the other servers are busy with instances of their own.
+    let mut others = Vec::new();
+    for server in &servers[1..7] {
+        let client = Client::http(&server.url).await;
+        client.call("invoice.submit", json!({"amount": 1})).await;
+        others.push(client);
+    }
+    let approved = alice
+        .call("invoice.approve", json!({"handle": handle}))
+        .await;
+    assert_ne!(approved.is_error, Some(true), "{approved:?}");
+    bob.changes.wait_for(1).await;
+    let mut relayed = Vec::new();
+    for server in &servers {
+        relayed.push(
+            Scrape::of(server)
+                .await
+                .value("turnstile_changes_relayed_total", &[]),
+        );
+    }
+    // Server 0 made the change (its own announcement is not relayed); server 7 watches it.
+    let mut expected = vec![0.0; 10];
+    expected[7] = 1.0;
+    assert_eq!(relayed, expected);
 }

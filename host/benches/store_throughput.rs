@@ -83,7 +83,7 @@ async fn cleanup(store: &Arc<dyn StateStore>) {
             break;
         }
         for key in keys {
-            store.delete(&key, None).await.expect("delete");
+            store.delete(&key, None, None).await.expect("delete");
         }
     }
 }

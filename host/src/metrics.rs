@@ -50,6 +50,17 @@ pub const STORE_COMMITS: &str = "turnstile_store_commits_total";
 pub const STORE_COMMITTED_WRITES: &str = "turnstile_store_committed_writes_total";
 /// `turnstile_list_changed_sent_total{cause}`: `notifications/tools/list_changed` sent.
 pub const LIST_CHANGED_SENT: &str = "turnstile_list_changed_sent_total";
+/// Counter: leases on instances granted to this server anew (not renewals), by `kind`: `free`
+/// (none was held, or it was released) or `takeover` (one lapsed unreleased).
+pub const LEASES_GRANTED: &str = "turnstile_leases_granted_total";
+/// Counter: calls that found another server's lease and waited, by `outcome` (`waiting` when the
+/// wait starts, `busy` when it ended in `BUSY`).
+pub const LEASE_WAITS: &str = "turnstile_lease_waits_total";
+/// Counter: writes the store refused because the lease they named was no longer alive.
+pub const LEASE_FENCED: &str = "turnstile_lease_fenced_total";
+/// Counter: changes announced by other servers sharing the store that reached this one (only
+/// those of instances its sessions watch do).
+pub const CHANGES_RELAYED: &str = "turnstile_changes_relayed_total";
 
 /// The `tool` label of a call whose name no loaded plugin provides. Parentheses cannot occur in
 /// an MCP tool name, so it never collides with a real tool.
@@ -163,6 +174,26 @@ fn describe_recorded() {
          over turnstile_store_commits_total, how many share a sync"
     );
     describe_counter!(
+        LEASES_GRANTED,
+        "Leases on instances granted to this server anew (not renewals), by kind: free, or \
+         takeover (the previous holder's lapsed unreleased: it paused, crashed or was cut off)"
+    );
+    describe_counter!(
+        LEASE_WAITS,
+        "Calls that found another server holding their instance's lease, by outcome: waiting \
+         (counted when the wait starts), busy (the wait ran out: answered BUSY, nothing ran)"
+    );
+    describe_counter!(
+        LEASE_FENCED,
+        "Writes the store refused because the lease they were made under had lapsed or moved \
+         (the handler ran, nothing was saved)"
+    );
+    describe_counter!(
+        CHANGES_RELAYED,
+        "Changes announced by other servers sharing the store that reached this one: only those \
+         of instances its sessions or listen streams watch do"
+    );
+    describe_counter!(
         LIST_CHANGED_SENT,
         "notifications/tools/list_changed sent, by cause (transition, catalog)"
     );
@@ -224,6 +255,32 @@ pub fn list_changed_sent(cause: Cause) {
     counter!(LIST_CHANGED_SENT, "cause" => cause.label()).increment(1);
 }
 
+/// This server was granted an instance's lease anew (`took_over`: over one that lapsed).
+pub fn lease_granted(took_over: bool) {
+    let kind = if took_over { "takeover" } else { "free" };
+    counter!(LEASES_GRANTED, "kind" => kind).increment(1);
+}
+
+/// A call started waiting for another server's lease.
+pub fn lease_waiting() {
+    counter!(LEASE_WAITS, "outcome" => "waiting").increment(1);
+}
+
+/// A call's wait for another server's lease ran out: it is answered `BUSY`.
+pub fn lease_wait_ran_out() {
+    counter!(LEASE_WAITS, "outcome" => "busy").increment(1);
+}
+
+/// The store refused a write because its lease had lapsed or moved.
+pub fn lease_fenced() {
+    counter!(LEASE_FENCED).increment(1);
+}
+
+/// A change announced by another server reached this one.
+pub fn change_relayed() {
+    counter!(CHANGES_RELAYED).increment(1);
+}
+
 /// The embedded store made `writes` writes durable in one commit.
 pub fn store_committed(writes: usize) {
     counter!(STORE_COMMITS).increment(1);
@@ -239,6 +296,7 @@ pub async fn timed_save<T>(
     let outcome = match &saved {
         Ok(_) => "ok",
         Err(StoreError::Conflict { .. }) => "conflict",
+        Err(StoreError::Fenced { .. }) => "fenced",
         Err(_) => "error",
     };
     histogram!(STORE_SAVE_DURATION, "outcome" => outcome).record(started.elapsed());

@@ -25,7 +25,8 @@
  *    Added since 1.0: TurnstileCallContext.host (1.1, host services), TurnstileInitParams.config_json
  *    (1.1, the plugin's configuration), TurnstileCallContext.context_json (1.2, the instance's
  *    machine context), TurnstilePluginV1.read (1.3, the content of prompts and resources; NULL:
- *    the plugin serves only the static "text" of its manifest's prompts and resources).
+ *    the plugin serves only the static "text" of its manifest's prompts and resources),
+ *    TurnstileCallContext.idempotency_key (1.4, a key to pass on to outside services).
  *  - Strings from the host are NUL-terminated UTF-8, borrowed for the duration of the call.
  *  - Each side frees only what it allocated. Output buffers are allocated by the plugin and
  *    handed back to its free_buffer by the host.
@@ -149,6 +150,12 @@ typedef struct TurnstileCallContext {
     /* ABI 1.2, read only if TURNSTILE_HAS_FIELD(ctx, TurnstileCallContext, context_json): the
      * instance's machine context before this call as JSON, or NULL when there is no instance. */
     const char *context_json;
+    /* ABI 1.4, read only if TURNSTILE_HAS_FIELD(ctx, TurnstileCallContext, idempotency_key): a
+     * key that is the same for every run of this tool on this instance at its current version,
+     * on any server, and different for anything else ("" for a tool bound to no workflow). Pass
+     * it as the idempotency key of the outside services the handler calls (a payment
+     * provider's): a transition a paused server started and another took over then acts once. */
+    const char *idempotency_key;
 } TurnstileCallContext;
 
 /* Whether the struct at ptr (whose struct_size the other side set) holds `field` of type T. */

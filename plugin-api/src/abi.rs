@@ -35,6 +35,7 @@
 //! | [`RawCallContext`] | `context_json` | 1.2 | the instance's machine context is unknown: `null` |
 //! | [`PluginTableV1`] | `guard` | 1.2 | the plugin implements no named guards |
 //! | [`PluginTableV1`] | `read` | 1.3 | the plugin produces no prompt or resource content: only the static `text` its manifest declares is served |
+//! | [`RawCallContext`] | `idempotency_key` | 1.4 | no key: the plugin has none to pass on to the services it calls |
 //!
 //! Nothing in this module allocates or frees; see each type for who does.
 
@@ -176,6 +177,14 @@ pub struct RawCallContext {
     /// context (XState `context`) before this call, as NUL-terminated JSON, or NULL when there
     /// is no instance. Borrowed for the duration of `call`.
     pub context_json: *const c_char,
+    /// Since ABI 1.4 (read it only when `struct_size` covers it): a key that is the same for
+    /// every run of this tool on this instance at its current version, on any server, and
+    /// different for anything else, as NUL-terminated UTF-8; empty for a tool bound to no
+    /// workflow. Pass it on as the idempotency key of the outside services the handler calls
+    /// (a payment provider): if a server is paused mid-call and another takes the transition
+    /// over, both runs send the same key, and the service acts once. Borrowed for the duration
+    /// of `call`.
+    pub idempotency_key: *const c_char,
 }
 
 /// `log`: sends a log message to the client that made the call (MCP `notifications/message`),

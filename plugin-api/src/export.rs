@@ -398,13 +398,36 @@ unsafe fn call_context(ctx: *const RawCallContext) -> Result<CallContext, Failur
     };
     // SAFETY: as above; `context_json` is read only when the host's struct has it (ABI 1.2).
     let context = unsafe { machine_context(ctx) }?;
+    // SAFETY: as above; `idempotency_key` is read only when the host's struct has it (ABI 1.4).
+    let idempotency_key = unsafe { idempotency_key(ctx) }?;
     Ok(CallContext {
         call_id: call_id.to_owned(),
         handle: handle.to_owned(),
         state,
         host,
         context,
+        idempotency_key,
     })
+}
+
+/// The call's idempotency key from `ctx`, or empty when the host is older than ABI 1.4 or
+/// passed NULL.
+///
+/// # Safety
+///
+/// `ctx` is valid for reads of `ctx.struct_size` bytes, and `ctx.idempotency_key`, where
+/// present, is null or NUL-terminated.
+unsafe fn idempotency_key(ctx: &RawCallContext) -> Result<String, Failure> {
+    let has_key = covers(
+        ctx.struct_size,
+        std::mem::offset_of!(RawCallContext, idempotency_key),
+        size_of::<*const c_char>(),
+    );
+    if !has_key {
+        return Ok(String::new());
+    }
+    // SAFETY: `struct_size` covers the field; the caller guarantees the string.
+    unsafe { c_str(ctx.idempotency_key, "ctx.idempotency_key") }.map(str::to_owned)
 }
 
 /// The instance's machine context from `ctx`, or `null` when the host is older than ABI 1.2 or

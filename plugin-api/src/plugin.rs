@@ -136,6 +136,13 @@ pub struct CallContext {
     /// tool is bound to no workflow, the machine declares no context, or the host is older than
     /// ABI 1.2.
     pub context: Value,
+    /// A key that is the same for every run of this tool on this instance at its current
+    /// version, on any server, and different for anything else; empty when the tool is bound to
+    /// no workflow or the host is older than ABI 1.4. Pass it as the idempotency key of the
+    /// outside services a handler calls (a payment provider's `Idempotency-Key`): a transition
+    /// that a paused server started and another server took over then acts on the outside world
+    /// once.
+    pub idempotency_key: String,
 }
 
 /// The configuration the host passed at `init` (ABI 1.1), set once per loaded library.

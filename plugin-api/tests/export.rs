@@ -36,7 +36,8 @@ impl Plugin for Echo {
     fn call(&self, tool: &str, input: Value, ctx: &CallContext) -> Result<Value, ToolError> {
         match tool {
             "echo.echo" => Ok(json!({"input": input, "call_id": ctx.call_id,
-                "handle": ctx.handle, "state": ctx.state, "context": ctx.context})),
+                "handle": ctx.handle, "state": ctx.state, "context": ctx.context,
+                "idempotency_key": ctx.idempotency_key})),
             "echo.services" => Ok(json!({
                 "offered": ctx.host.is_offered(),
                 "logged": ctx.host.log(LogLevel::Notice, &json!("hello")),
@@ -164,6 +165,7 @@ fn context(struct_size: usize, host: *const RawHostServices) -> RawCallContext {
         state_json: c"\"draft\"".as_ptr(),
         host,
         context_json: c"{\"amount\":5}".as_ptr(),
+        idempotency_key: c"h-1/v3/echo.echo".as_ptr(),
     }
 }
 
@@ -245,6 +247,7 @@ fn bad_structs_from_the_host_are_refused_not_read() {
         state_json: ptr::null(),
         host: ptr::null(),
         context_json: ptr::null(),
+        idempotency_key: ptr::null(),
     };
     let mut out = RawBuffer::empty();
     // SAFETY: live instance; the context is valid memory with a too-small struct_size.
@@ -350,6 +353,17 @@ fn a_plugin_built_now_runs_on_an_abi_1_0_host() {
     );
     let (status, out) = Instance::new().call_in("echo.echo", "{}", &ctx_1_1);
     assert_eq!((status, &out["context"]), (Status::OK, &Value::Null));
+    // Nor is `idempotency_key` (ABI 1.4), past the end of a 1.3 host's struct; a 1.4 host's
+    // reaches the handler.
+    let ctx_1_3 = context(
+        std::mem::offset_of!(RawCallContext, idempotency_key),
+        ptr::null(),
+    );
+    let (status, out) = Instance::new().call_in("echo.echo", "{}", &ctx_1_3);
+    assert_eq!((status, &out["idempotency_key"]), (Status::OK, &json!("")));
+    let ctx_1_4 = context(size_of::<RawCallContext>(), ptr::null());
+    let (_, out) = Instance::new().call_in("echo.echo", "{}", &ctx_1_4);
+    assert_eq!(out["idempotency_key"], "h-1/v3/echo.echo");
 }
 
 /// ABI 1.3's `read`: the request and the instance's context reach `Plugin::read` by kind and

@@ -27,7 +27,7 @@ int main(void) {
     SIZE(TurnstileCallContext); OFF(TurnstileCallContext, struct_size);
     OFF(TurnstileCallContext, call_id); OFF(TurnstileCallContext, handle);
     OFF(TurnstileCallContext, state_json); OFF(TurnstileCallContext, host);
-    OFF(TurnstileCallContext, context_json);
+    OFF(TurnstileCallContext, context_json); OFF(TurnstileCallContext, idempotency_key);
     SIZE(TurnstileHostServices); OFF(TurnstileHostServices, struct_size);
     OFF(TurnstileHostServices, call); OFF(TurnstileHostServices, log);
     OFF(TurnstileHostServices, progress); OFF(TurnstileHostServices, is_cancelled);
@@ -79,6 +79,7 @@ fn rust_facts() -> String {
         off!("TurnstileCallContext", RawCallContext, state_json),
         off!("TurnstileCallContext", RawCallContext, host),
         off!("TurnstileCallContext", RawCallContext, context_json),
+        off!("TurnstileCallContext", RawCallContext, idempotency_key),
         size!("TurnstileHostServices", RawHostServices),
         off!("TurnstileHostServices", RawHostServices, struct_size),
         off!("TurnstileHostServices", RawHostServices, call),

@@ -6,6 +6,10 @@
 //! save all finish before the next message is looked at. That is what makes "of N racing calls,
 //! exactly one wins" true without a lock.
 //!
+//! With a store other servers share, a call first holds the instance's lease (`tenure.rs`), so
+//! the same is true across servers: the handler runs where the lease is, and every save names
+//! the lease's fencing token.
+//!
 //! Timers that fall due are fired here too, by the same actor, before anything else looks at
 //! the state (`wake.rs`: the timer task's [`super::wake::Wake`], and [`settle`] before every
 //! call and view), so a call never sees a state whose timer should have moved it on.
@@ -26,6 +30,7 @@ use super::{
     InstanceKey, Owner,
     idempotency::{self, Lookup},
     notifier,
+    tenure::{LeaseSettings, Tenure},
     wake::settle,
 };
 use crate::{
@@ -36,8 +41,8 @@ use crate::{
     retention::Retention,
     statechart::{Event, Snapshot, TransitionLoop},
     store::{
-        AuditEntry, CURRENT_FORMAT, IdempotencyEntry, InstanceRecord, StateStore, StoreError,
-        now_ms,
+        AuditEntry, CURRENT_FORMAT, Fence, IdempotencyEntry, InstanceRecord, StateStore,
+        StoreError, now_ms,
     },
     timers::Alarm,
 };
@@ -201,6 +206,10 @@ pub enum InstanceError {
     /// A well-formed handle that names no instance: never minted here, or deleted.
     #[error("no instance has handle {0}")]
     UnknownHandle(String),
+    /// Another server holds the instance's lease, and held it for all of `--lease-wait`: the
+    /// call did not run here.
+    #[error("another server is running a call on this instance; try again in {retry_after_ms} ms")]
+    LeaseBusy { retry_after_ms: u64 },
 }
 
 /// What the actor needs that is shared by every instance.
@@ -219,6 +228,8 @@ pub struct InstanceDeps {
     pub retention: Retention,
     /// Told every due time that is saved, so the timer task wakes in time for it.
     pub alarm: Arc<Alarm>,
+    /// How leases are held, with a store other servers share (see `tenure.rs`).
+    pub leases: LeaseSettings,
     /// The machine versions this process has put in the store (`StateStore::save_machine`),
     /// so each is saved once, before the first record that names it. Keyed by version, which
     /// hashes the whole definition (its `id` included).
@@ -260,9 +271,10 @@ impl InstanceDeps {
         crate::timers::due_at(snapshot, updated_at_ms, retention)
     }
 
-    /// Saves `record` for `key` with compare-and-set on `expected`, after keeping the machine
-    /// it names; then tells the timer task its due time and, when it `moved`, the other server
-    /// processes sharing the store (they notify their own sessions).
+    /// Saves `record` for `key` with compare-and-set on `expected` (under the lease
+    /// `record.fence` names, if any), after keeping the machine it names; then tells the timer
+    /// task its due time and, when it `moved`, the other server processes sharing the store
+    /// (they notify their own sessions).
     pub(super) async fn save(
         &self,
         key: &InstanceKey,
@@ -273,7 +285,12 @@ impl InstanceDeps {
     ) -> Result<(), InstanceError> {
         let store_key = key.store_key();
         self.keep_machine(workflow).await?;
-        crate::metrics::timed_save(self.store.save(&store_key, record, expected)).await?;
+        let saved = crate::metrics::timed_save(self.store.save(&store_key, record, expected)).await;
+        if let Err(StoreError::Fenced { .. }) = &saved {
+            crate::metrics::lease_fenced();
+            tracing::info!(instance = %key, "a save was refused: this server's lease on the instance lapsed or moved");
+        }
+        saved?;
         if let Some(due) = record.due_at_ms {
             self.alarm.set(due);
         }
@@ -295,6 +312,11 @@ pub struct InstanceActor {
     pub(super) current: Option<InstanceView>,
     /// Held by a plugin thread still running a call of this instance past its deadline.
     plugin_lock: invoke::InstanceLock,
+    /// The instance's lease, with a store other servers share (`None` otherwise).
+    pub(super) tenure: Option<Arc<Tenure>>,
+    /// When the instance was last used, and whether a check for an idle lease is scheduled.
+    last_used: std::time::Instant,
+    idle_check: bool,
     /// Its owner ended ([`End`]): the actor stops, and a restart is only actix's supervisor
     /// seeing an address still held elsewhere, not a fault.
     ended: bool,
@@ -317,14 +339,68 @@ impl InstanceActor {
     }
 
     pub fn new(key: InstanceKey, workflow: Arc<Workflow>, deps: Arc<InstanceDeps>) -> Self {
+        let tenure = deps.store.is_shared().then(|| {
+            Arc::new(Tenure::new(
+                deps.store.clone(),
+                key.store_key(),
+                deps.node.clone(),
+                deps.leases,
+            ))
+        });
         InstanceActor {
             key,
             workflow,
             deps,
             current: None,
             plugin_lock: invoke::InstanceLock::default(),
+            tenure,
+            last_used: std::time::Instant::now(),
+            idle_check: false,
             ended: false,
         }
+    }
+
+    /// After a message's work: a write the lease refused means the lease is not this
+    /// process's any more; anything else is a use that keeps it.
+    pub(super) fn after<T>(&mut self, outcome: &Result<T, InstanceError>, ctx: &mut Context<Self>) {
+        if let (Err(InstanceError::Store(StoreError::Fenced { .. })), Some(tenure)) =
+            (outcome, &self.tenure)
+        {
+            tenure.forget();
+            self.current = None;
+        }
+        self.used(ctx);
+    }
+
+    /// The fence of the lease held, if any.
+    pub(super) fn fence(&self) -> Option<Fence> {
+        self.tenure.as_ref().and_then(|tenure| tenure.fence())
+    }
+
+    /// Notes a use of the instance, and makes sure its lease, if one is held, is given up once
+    /// the instance has been idle for `--lease-idle`: one timer per idle period, not per call.
+    pub(super) fn used(&mut self, ctx: &mut Context<Self>) {
+        self.last_used = std::time::Instant::now();
+        if self.idle_check || self.fence().is_none() {
+            return;
+        }
+        self.idle_check = true;
+        self.check_idle(ctx, self.deps.leases.idle);
+    }
+
+    fn check_idle(&mut self, ctx: &mut Context<Self>, after: std::time::Duration) {
+        ctx.run_later(after, |actor, ctx| {
+            let idle = actor.deps.leases.idle;
+            let unused = actor.last_used.elapsed();
+            if unused < idle {
+                return actor.check_idle(ctx, idle - unused);
+            }
+            actor.idle_check = false;
+            if let Some(tenure) = actor.tenure.clone() {
+                // Waited on: a call that arrives meanwhile holds the lease anew after it.
+                ctx.wait(async move { tenure.release().await }.into_actor(actor));
+            }
+        });
     }
 
     /// After a plugin reload, moves this instance onto the catalog's machine when
@@ -352,12 +428,12 @@ impl InstanceActor {
     }
 
     /// The view in memory, if it can stand for the stored one: with a store other processes
-    /// write to, the copy in memory may be stale, so it is reread.
+    /// write to, only while this process holds the lease (nobody else writes then); else the
+    /// copy in memory may be stale, so it is reread.
     fn trusted_current(&self) -> Option<InstanceView> {
-        if self.deps.store.is_shared() {
-            None
-        } else {
-            self.current.clone()
+        match &self.tenure {
+            Some(tenure) if !tenure.is_fresh() => None,
+            _ => self.current.clone(),
         }
     }
 
@@ -477,6 +553,15 @@ impl Actor for InstanceActor {
     fn started(&mut self, _ctx: &mut Self::Context) {
         tracing::debug!(instance = %self.key, "instance activated");
     }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        // Passivated or ended: others need not wait for the lease to lapse.
+        if let Some(tenure) = self.tenure.clone()
+            && tenure.fence().is_some()
+        {
+            actix::spawn(async move { tenure.release().await });
+        }
+    }
 }
 
 impl Supervised for InstanceActor {
@@ -505,18 +590,54 @@ impl Handler<Call> for InstanceActor {
     fn handle(&mut self, call: Call, _ctx: &mut Self::Context) -> Self::Result {
         self.follow_catalog();
         let mint = call.mint;
+        // A mint's record does not exist yet: no lease to hold, and none needed (its first save
+        // is the compare-and-set insert). A call that can write nothing (its tool fires no
+        // event and it carries no idempotency key to remember) needs none either: it reads.
+        let tool = self.workflow.tool(call.tool.name()).unwrap_or(&call.tool);
+        let writes = tool.manifest.transition.is_some()
+            || tool.manifest.on_error.is_some()
+            || call.idempotency_key.is_some();
+        let tenure = if mint { None } else { self.tenure.clone() };
+        let leased = tenure.clone().filter(|_| writes);
         // The view is in memory for most calls: only a load is a future of its own (boxed, so
         // that the call's future does not carry room for it).
         let ready = if mint {
             Some(InstanceView::unsaved(&self.workflow))
+        } else if leased.is_some() {
+            None
         } else {
             self.trusted_current()
         };
+        let cached = self.current.clone();
         let deps = self.deps.clone();
         let plugin_lock = self.plugin_lock.clone();
         let key = self.key.clone();
         let workflow = self.workflow.clone();
         let work = async move {
+            // With a store other servers share, the lease first: the handler runs only where it
+            // is held, and the copy in memory stands if nobody wrote since it was read.
+            let ready = match &leased {
+                None => ready,
+                Some(tenure) => match tenure.hold(true).await {
+                    Ok(Ok(holding)) => cached.clone().filter(|view| holding.keeps(view.version)),
+                    Ok(Err(busy)) => {
+                        return Finished {
+                            adopt: cached,
+                            changed: None,
+                            outcome: Err(InstanceError::LeaseBusy {
+                                retry_after_ms: busy.retry_after_ms,
+                            }),
+                        };
+                    }
+                    Err(error) => {
+                        return Finished {
+                            adopt: None,
+                            changed: None,
+                            outcome: Err(error.into()),
+                        };
+                    }
+                },
+            };
             let current = match ready {
                 Some(view) => Ok(view),
                 None => Box::pin(load(&deps, &key, &workflow)).await,
@@ -524,9 +645,20 @@ impl Handler<Call> for InstanceActor {
             let loaded = match current {
                 // Timers that fell due fire first: the call sees the state they left. (A mint
                 // starts now: nothing of it is due, and it is saved only if its call succeeds.)
-                Ok(view) if !mint => settle(&deps, &key, view, now_ms())
-                    .await
-                    .map(|settled| (settled.view, settled.moved)),
+                // Without the lease, the server that holds it settles the instance: a reading
+                // call sees the record as stored.
+                Ok(view) if !mint => {
+                    let fence = tenure.as_ref().and_then(|tenure| tenure.fence());
+                    match settle(&deps, &key, view.clone(), now_ms(), fence).await {
+                        Ok(settled) => Ok((settled.view, settled.moved)),
+                        Err(InstanceError::Store(StoreError::Fenced { .. }))
+                            if leased.is_none() =>
+                        {
+                            Ok((view, false))
+                        }
+                        Err(error) => Err(error),
+                    }
+                }
                 Ok(view) => Ok((view, false)),
                 Err(error) => Err(error),
             };
@@ -540,7 +672,15 @@ impl Handler<Call> for InstanceActor {
                     };
                 }
             };
-            let finished = run_call(&deps, &plugin_lock, &key, view.clone(), call).await;
+            let finished = run_call(
+                &deps,
+                &plugin_lock,
+                leased.as_deref(),
+                &key,
+                view.clone(),
+                call,
+            )
+            .await;
             match finished {
                 Ok((after, moved, outcome)) => Finished {
                     changed: if settled {
@@ -576,7 +716,7 @@ impl Handler<Call> for InstanceActor {
             }
         };
         AtomicResponse::new(Box::pin(work.into_actor(self).map(
-            |finished, actor, _ctx| {
+            |finished, actor, ctx| {
                 if let Some(view) = &finished.adopt {
                     // The machine the load found the instance on (a pinned version, maybe).
                     actor.workflow = view.workflow.clone();
@@ -585,6 +725,7 @@ impl Handler<Call> for InstanceActor {
                 if let Some(lists) = finished.changed {
                     actor.announce(lists);
                 }
+                actor.after(&finished.outcome, ctx);
                 finished.outcome
             },
         )))
@@ -596,6 +737,7 @@ impl Handler<Call> for InstanceActor {
 async fn run_call(
     deps: &InstanceDeps,
     plugin_lock: &invoke::InstanceLock,
+    tenure: Option<&Tenure>,
     key: &InstanceKey,
     view: InstanceView,
     call: Call,
@@ -671,17 +813,29 @@ async fn run_call(
         handle: key.handle(),
         state: view.snapshot.value(),
         context: view.snapshot.context().clone(),
+        // The same for every run of this attempt, on any server (a paused server's and the one
+        // that took over from it): the instance, the version it is moved from, and the tool.
+        idempotency_key: key.attempt_key(view.version, tool.name()),
         ..CallContext::default()
     };
-    let output = invoke::run(
+    let running = invoke::run(
         tool.clone(),
         call.arguments,
         context,
         call.host,
         limits,
         Some(plugin_lock),
-    )
-    .await?;
+    );
+    // The lease is renewed while the plugin works, however long it takes.
+    let output = match tenure {
+        Some(tenure) => {
+            tokio::select! {
+                output = running => output,
+                () = tenure.keep_alive() => unreachable!("keep_alive never returns"),
+            }
+        }
+        None => running.await,
+    }?;
 
     // A success fires the tool's transition, a handler error its `on_error` (if any); a tool
     // without one, or an event the state does not take, moves nothing (but a successful mint
@@ -790,6 +944,7 @@ async fn run_call(
             to: state.clone(),
             principal: call.principal.clone(),
         }),
+        fence: tenure.and_then(Tenure::fence),
     };
     // Past a shutdown's deadline the caller is told SHUTTING_DOWN: save nothing it was not told.
     if limits.abandon.is_cancelled() {
@@ -862,8 +1017,9 @@ impl Handler<End> for InstanceActor {
         let saved = self.current.as_ref().is_none_or(|view| view.version > 0);
         let store = self.deps.store.clone();
         let key = self.key.store_key();
+        let fence = self.fence();
         let work = async move {
-            if saved && let Err(error) = store.delete(&key, None).await {
+            if saved && let Err(error) = store.delete(&key, None, fence.as_ref()).await {
                 tracing::warn!(instance = %key, %error, "could not delete an ended session's instance");
             }
         };
@@ -881,14 +1037,20 @@ impl Handler<View> for InstanceActor {
     fn handle(&mut self, _: View, _ctx: &mut Self::Context) -> Self::Result {
         self.follow_catalog();
         let loading = self.current_or_load();
-        let (deps, key) = (self.deps.clone(), self.key.clone());
-        // Timers that fell due fire first: a menu never shows a state they should have left.
+        let (deps, key, fence) = (self.deps.clone(), self.key.clone(), self.fence());
+        // Timers that fell due fire first: a menu never shows a state they should have left. A
+        // view takes no lease: if another server holds it, that server settles the instance,
+        // and this view shows the record as read.
         let work = async move {
-            let settled = settle(&deps, &key, loading.await?, now_ms()).await?;
-            Ok((settled.view, settled.moved))
+            let view = loading.await?;
+            match settle(&deps, &key, view.clone(), now_ms(), fence).await {
+                Ok(settled) => Ok((settled.view, settled.moved)),
+                Err(InstanceError::Store(StoreError::Fenced { .. })) => Ok((view, false)),
+                Err(error) => Err(error),
+            }
         };
         AtomicResponse::new(Box::pin(work.into_actor(self).map(
-            |settled, actor, _ctx| match settled {
+            |settled, actor, ctx| match settled {
                 Ok((view, moved)) => {
                     actor.current = Some(view.clone());
                     if moved {
@@ -896,6 +1058,7 @@ impl Handler<View> for InstanceActor {
                         // here, so every list is announced.
                         actor.announce(crate::gate::ListsChanged::ALL);
                     }
+                    actor.used(ctx);
                     Ok(view)
                 }
                 Err(error) => {

@@ -72,6 +72,31 @@ impl Tenant {
     }
 }
 
+impl InstanceKey {
+    /// The key of one attempt to move this instance from `version` with `tool`, for the
+    /// services a plugin calls (ABI 1.4's `idempotency_key`): the same on every server and for
+    /// every run of that attempt, different for anything else. A digest, so that neither the
+    /// handle nor a session's id (both credentials) reaches an outside service.
+    pub fn attempt_key(&self, version: u64, tool: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        for piece in [
+            self.store_key().as_bytes(),
+            b"\n",
+            version.to_string().as_bytes(),
+            b"\n",
+            tool.as_bytes(),
+        ] {
+            hasher.update(piece);
+        }
+        let digest = hasher.finalize();
+        digest[..16]
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
+    }
+}
+
 /// Separates a handle from its tenant in a store key: never part of a handle.
 const TENANT_SEPARATOR: char = '@';
 

@@ -9,6 +9,8 @@
 //!   serializes every call on it through its mailbox.
 //! - `notifier.rs`: [`notifier::Notifier`] knows which session watches which instance and tells
 //!   exactly those sessions when an instance's menu changes.
+//! - `tenure.rs`: [`Tenure`](tenure::Tenure), an instance actor's lease on its record in a store
+//!   other servers share, so a handler runs on one server only and a lapsed lease cannot commit.
 //! - `wake.rs`: the instance actor's timers and retention ([`Woke`]): due timers fired before
 //!   every call and view, and on the timer task's `Wake`.
 //! - `idempotency.rs`: what a call retried with the same idempotency key gets (pure decisions).
@@ -31,6 +33,7 @@ mod routes;
 mod runtime;
 mod system;
 mod tables;
+mod tenure;
 #[cfg(test)]
 mod tests;
 mod wake;
@@ -40,10 +43,11 @@ mod workers;
 pub use self::{
     instance::{CallOutcome, InstanceError, InstanceView},
     key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId, Tenant},
-    notifier::{Listener, Notice, NotifierStats},
+    notifier::{Listener, Notice, NotifierStats, WatchEvent, WatchEvents},
     registry::RegistryStats,
     runtime::Runtime,
     system::{ActorOptions, start},
+    tenure::LeaseSettings,
     wake::Woke,
     workers::Workers,
 };

@@ -133,6 +133,18 @@ pub struct InstanceChanged {
     pub lists: ListsChanged,
 }
 
+/// An instance gained its first watcher in this process, or lost its last: what the relay of
+/// other servers' changes listens to, so that this process hears only the changes of the
+/// instances its sessions watch (see `store/changes.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchEvent {
+    Watched(InstanceKey),
+    Unwatched(InstanceKey),
+}
+
+/// Where [`WatchEvent`]s go: `serve`'s relay, with a store other processes share.
+pub type WatchEvents = tokio::sync::mpsc::UnboundedSender<WatchEvent>;
+
 /// How much the notifier holds, for operators and leak tests.
 #[derive(Message)]
 #[rtype(result = "NotifierStats")]
@@ -155,14 +167,36 @@ pub struct Notifier {
     /// [`super::Runtime`], which reads it to skip a subscription already made, and written only
     /// here.
     watching: Arc<Watching>,
+    /// Told when an instance gains its first watcher or loses its last, if anyone listens.
+    watch_events: Option<WatchEvents>,
 }
 
 impl Notifier {
-    pub(super) fn new(watching: Arc<Watching>) -> Self {
+    pub(super) fn new(watching: Arc<Watching>, watch_events: Option<WatchEvents>) -> Self {
         Notifier {
             watchers: HashMap::new(),
             sessions: HashMap::new(),
             watching,
+            watch_events,
+        }
+    }
+
+    fn emit(&self, event: WatchEvent) {
+        if let Some(events) = &self.watch_events {
+            // The relay ended (the server is stopping): nobody needs to know.
+            let _ = events.send(event);
+        }
+    }
+
+    /// Removes `session` from `instance`'s watchers; the instance's last watcher gone, it is
+    /// no longer watched here.
+    fn unwatch(&mut self, session: &SessionId, instance: &InstanceKey) {
+        if let Some(watchers) = self.watchers.get_mut(instance) {
+            watchers.remove(session);
+            if watchers.is_empty() {
+                self.watchers.remove(instance);
+                self.emit(WatchEvent::Unwatched(instance.clone()));
+            }
         }
     }
 }
@@ -239,12 +273,7 @@ impl Handler<Unsubscribe> for Notifier {
                 self.sessions.remove(&msg.session);
             }
         }
-        if let Some(watchers) = self.watchers.get_mut(&msg.instance) {
-            watchers.remove(&msg.session);
-            if watchers.is_empty() {
-                self.watchers.remove(&msg.instance);
-            }
-        }
+        self.unwatch(&msg.session, &msg.instance);
     }
 }
 
@@ -358,10 +387,12 @@ impl Notifier {
             .entry(session_id.clone())
             .or_insert_with(|| Session::new(listener, false));
         if self.watching.insert(session_id.clone(), instance.clone()) {
-            self.watchers
-                .entry(instance)
-                .or_default()
-                .insert(session_id);
+            let watchers = self.watchers.entry(instance.clone()).or_default();
+            let first = watchers.is_empty();
+            watchers.insert(session_id);
+            if first {
+                self.emit(WatchEvent::Watched(instance));
+            }
         }
     }
 
@@ -377,12 +408,7 @@ impl Notifier {
             return;
         }
         for instance in self.watching.take(session_id) {
-            if let Some(watchers) = self.watchers.get_mut(&instance) {
-                watchers.remove(session_id);
-                if watchers.is_empty() {
-                    self.watchers.remove(&instance);
-                }
-            }
+            self.unwatch(session_id, &instance);
         }
         shrink_if_sparse(&mut self.sessions);
         shrink_if_sparse(&mut self.watchers);

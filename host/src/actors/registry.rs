@@ -239,7 +239,7 @@ impl Handler<SessionEnded> for Registry {
         ctx.spawn(
             async move {
                 for key in passivated {
-                    if let Err(error) = store.delete(&key, None).await {
+                    if let Err(error) = store.delete(&key, None, None).await {
                         tracing::warn!(instance = %key, %error, "could not delete an ended session's instance");
                     }
                 }

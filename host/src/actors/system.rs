@@ -37,6 +37,11 @@ pub struct ActorOptions {
     pub retention: crate::retention::Retention,
     /// The timer task's alarm, rung with every due time saved (see `timers`).
     pub alarm: Arc<crate::timers::Alarm>,
+    /// How instances' leases are held in a store other servers share (see `tenure.rs`).
+    pub leases: super::LeaseSettings,
+    /// Told when an instance gains its first watcher here or loses its last (`serve`'s relay of
+    /// other servers' changes, with a store other processes share).
+    pub watch_events: Option<super::WatchEvents>,
 }
 
 impl Default for ActorOptions {
@@ -50,6 +55,8 @@ impl Default for ActorOptions {
             idempotency_window: Duration::from_secs(600),
             retention: crate::retention::Retention::default(),
             alarm: Arc::default(),
+            leases: super::LeaseSettings::default(),
+            watch_events: None,
         }
     }
 }
@@ -73,7 +80,8 @@ pub fn start(
                 let watching = Arc::new(Watching::default());
                 let notifier = Notifier::start_in_arbiter(&workers.for_notifier(), {
                     let watching = watching.clone();
-                    move |_| Notifier::new(watching)
+                    let watch_events = options.watch_events.clone();
+                    move |_| Notifier::new(watching, watch_events)
                 });
                 let deps = Arc::new(InstanceDeps {
                     node,
@@ -88,6 +96,7 @@ pub fn start(
                     idempotency_window: options.idempotency_window,
                     retention: options.retention,
                     alarm: options.alarm,
+                    leases: options.leases,
                     saved_machines: Default::default(),
                 });
                 let routes = Arc::new(Routes::default());

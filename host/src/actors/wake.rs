@@ -21,7 +21,7 @@ use super::{
 use crate::{
     invoke::InvokeError,
     statechart::{Status, TransitionLoop},
-    store::{AuditEntry, CURRENT_FORMAT, InstanceRecord, StoreError, now_ms},
+    store::{AuditEntry, CURRENT_FORMAT, Fence, InstanceRecord, StoreError, now_ms},
 };
 
 /// The instance's due time came: fire its due timers, delete it if retention says so, or
@@ -68,12 +68,14 @@ pub(super) struct Settled {
 /// is in the store's index.
 ///
 /// A save that loses a compare-and-set race rereads the record and tries again: what another
-/// writer saved is the truth, and its timers may already have fired.
+/// writer saved is the truth, and its timers may already have fired. Saves are made under
+/// `fence`, the lease held (if any); a lease that refuses them is the caller's to handle.
 pub(super) async fn settle(
     deps: &InstanceDeps,
     key: &InstanceKey,
     mut view: InstanceView,
     now: u64,
+    fence: Option<Fence>,
 ) -> Result<Settled, InstanceError> {
     // Nearly every call finds nothing to do: it need not look up the catalog's machine.
     if !has_work(&view, now) {
@@ -91,14 +93,14 @@ pub(super) async fn settle(
             .workflow(&key.workflow)
             .cloned()
             .unwrap_or_else(|| view.workflow.clone());
-        match settle_once(deps, key, view, now).await {
+        match settle_once(deps, key, view, now, fence.clone()).await {
             Err(InstanceError::Store(StoreError::Conflict { .. })) => {
                 view = load(deps, key, &workflow).await?;
             }
             settled => return settled,
         }
     }
-    settle_once(deps, key, view, now).await
+    settle_once(deps, key, view, now, fence).await
 }
 
 /// Whether settling `view` at `now` does anything: a timer is due, or the instance was never
@@ -115,6 +117,7 @@ async fn settle_once(
     key: &InstanceKey,
     view: InstanceView,
     now: u64,
+    fence: Option<Fence>,
 ) -> Result<Settled, InstanceError> {
     if !has_work(&view, now) {
         return Ok(Settled {
@@ -168,6 +171,7 @@ async fn settle_once(
             to: fired.snapshot.value(),
             principal: None,
         }),
+        fence,
     };
     deps.save(key, &workflow, &record, view.version, moved)
         .await?;
@@ -202,17 +206,18 @@ async fn wake(
     key: &InstanceKey,
     view: InstanceView,
     now: u64,
+    fence: Option<Fence>,
 ) -> Result<(Option<InstanceView>, bool, Woke), InstanceError> {
     if expired(deps, key, &view, now) {
-        return retire(deps, key, &view).await;
+        return retire(deps, key, &view, fence.as_ref()).await;
     }
-    let Settled { view, moved, saved } = settle(deps, key, view, now).await?;
+    let Settled { view, moved, saved } = settle(deps, key, view, now, fence.clone()).await?;
     if saved {
         return Ok((Some(view), moved, Woke::Fired { moved }));
     }
     // Settling may have reread the record (another writer saved it meanwhile).
     if expired(deps, key, &view, now) {
-        return retire(deps, key, &view).await;
+        return retire(deps, key, &view, fence.as_ref()).await;
     }
     // Nothing was due: the stored due time is wrong (written by code that predates due times,
     // or under other retention settings). Store the right one, or the key stays due.
@@ -230,6 +235,7 @@ async fn wake(
         idempotency: view.idempotency.clone(),
         due_at_ms: due,
         audit: None,
+        fence,
     };
     match deps
         .save(key, &view.workflow, &record, view.version, false)
@@ -265,10 +271,11 @@ async fn retire(
     deps: &InstanceDeps,
     key: &InstanceKey,
     view: &InstanceView,
+    fence: Option<&Fence>,
 ) -> Result<(Option<InstanceView>, bool, Woke), InstanceError> {
     match deps
         .store
-        .delete(&key.store_key(), Some(view.version))
+        .delete(&key.store_key(), Some(view.version), fence)
         .await
     {
         Ok(_) => {
@@ -285,22 +292,38 @@ impl Handler<Wake> for InstanceActor {
 
     fn handle(&mut self, _: Wake, _ctx: &mut Self::Context) -> Self::Result {
         self.follow_catalog();
-        let loading = self.current_or_load();
-        let (deps, key) = (self.deps.clone(), self.key.clone());
+        let (deps, key, tenure) = (self.deps.clone(), self.key.clone(), self.tenure.clone());
+        let cached = self.current.clone();
+        let workflow = self.workflow.clone();
         let work = async move {
-            let view = match loading.await {
+            // With a store other servers share, the timer fires where the lease is: taken here
+            // if free, else left to its holder, who settles the instance on its next message.
+            let cached = match &tenure {
+                None => cached,
+                Some(tenure) => match tenure.hold(false).await? {
+                    Ok(holding) => cached.filter(|view| holding.keeps(view.version)),
+                    Err(_busy) => return Ok((cached, false, Woke::Elsewhere)),
+                },
+            };
+            let loaded = match cached {
+                Some(view) => Ok(view),
+                None => load(&deps, &key, &workflow).await,
+            };
+            let view = match loaded {
                 Ok(view) => view,
                 // Deleted, by code that left its due-time entry behind: remove that too.
                 Err(InstanceError::UnknownHandle(_)) => {
-                    deps.store.delete(&key.store_key(), None).await?;
+                    deps.store.delete(&key.store_key(), None, None).await?;
                     return Ok((None, false, Woke::Gone));
                 }
                 Err(error) => return Err(error),
             };
-            wake(&deps, &key, view, now_ms()).await
+            let fence = tenure.as_ref().and_then(|tenure| tenure.fence());
+            wake(&deps, &key, view, now_ms(), fence).await
         };
-        AtomicResponse::new(Box::pin(work.into_actor(self).map(
-            |woke, actor, _ctx| match woke {
+        AtomicResponse::new(Box::pin(work.into_actor(self).map(|woke, actor, ctx| {
+            actor.after(&woke, ctx);
+            match woke {
                 Ok((view, moved, woke)) => {
                     if let Some(view) = &view {
                         actor.workflow = view.workflow.clone();
@@ -317,7 +340,7 @@ impl Handler<Wake> for InstanceActor {
                     actor.current = None;
                     Err(error)
                 }
-            },
-        )))
+            }
+        })))
     }
 }

@@ -14,14 +14,23 @@
 //! value, status and context, so listing needs no machine; a reset takes the machine version
 //! the record names from the store (`StateStore::load_machine`).
 
-use std::{io::Write, path::PathBuf, process::ExitCode};
+use std::{
+    io::Write,
+    path::PathBuf,
+    process::ExitCode,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use crate::{
     statechart::Machine,
-    store::{self, AuditEntry, InstanceRecord, StateStore, StoreError, StoreOptions, now_ms},
+    store::{
+        self, AuditEntry, Fence, InstanceRecord, LeaseGrant, StateStore, StoreError, StoreOptions,
+        now_ms,
+    },
 };
 
 /// `turnstile instances …`: the store to open, as `serve` names it, and what to do.
@@ -171,13 +180,30 @@ pub async fn run(
             }
         }
         Action::Reset { instance } => {
-            let (key, record) = find(store, &instance).await?;
-            let reset = reset(store, &key, &record).await?;
-            report(out, json, "reset", &key, Some(&reset))?;
+            let (key, _) = find(store, &instance).await?;
+            let fence = operator_lease(store, &key).await?;
+            let reset = match reread(store, &key).await {
+                Ok(record) => reset(store, &key, &record, fence.as_ref()).await,
+                Err(error) => Err(error),
+            };
+            release(store, &key, fence.as_ref()).await;
+            report(out, json, "reset", &key, Some(&reset?))?;
         }
         Action::Delete { instance } => {
-            let (key, record) = find(store, &instance).await?;
-            if !store.delete(&key, Some(record.version)).await? {
+            let (key, _) = find(store, &instance).await?;
+            let fence = operator_lease(store, &key).await?;
+            let deleted = match reread(store, &key).await {
+                Ok(record) => store
+                    .delete(&key, Some(record.version), fence.as_ref())
+                    .await
+                    .map_err(anyhow::Error::from),
+                Err(error) => Err(error),
+            };
+            // A delete removes the lease with the record; only a failed one leaves it to release.
+            if !matches!(deleted, Ok(true)) {
+                release(store, &key, fence.as_ref()).await;
+            }
+            if !deleted? {
                 bail!(changed_meanwhile(&key));
             }
             announce(store, &key).await;
@@ -276,6 +302,61 @@ async fn load_instance(
 
 /// The key and record `instance` names: a store key (`handle/…`, `session/…`), or a handle,
 /// whose key may carry a tenant (`handle/<handle>@<tenant>`).
+/// How long `reset` and `delete` wait for a server to give up the instance's lease.
+const OPERATOR_LEASE_WAIT: Duration = Duration::from_secs(10);
+/// How long the command's own lease lives: well past what a reset or delete takes.
+const OPERATOR_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// In a store servers share, takes the instance's lease for an operator's write (see
+/// `store/lease.rs`), so that no server runs a call on the instance while it is reset or
+/// deleted, and no call that ran before can commit after: waits for the server holding it to
+/// give it up (it does once the instance is idle), up to [`OPERATOR_LEASE_WAIT`]. `None` for
+/// a store no server shares, or an instance that is gone.
+async fn operator_lease(store: &dyn StateStore, key: &str) -> anyhow::Result<Option<Fence>> {
+    if !store.is_shared() {
+        return Ok(None);
+    }
+    let holder: Arc<str> = format!("operator-{}", std::process::id()).into();
+    let deadline = Instant::now() + OPERATOR_LEASE_WAIT;
+    loop {
+        match store
+            .acquire_lease(key, &holder, OPERATOR_LEASE_TTL)
+            .await?
+        {
+            LeaseGrant::Held { token, .. } => return Ok(Some(Fence { token, holder })),
+            LeaseGrant::Absent => return Ok(None),
+            LeaseGrant::Busy { remaining_ms } => {
+                if Instant::now() >= deadline {
+                    bail!(
+                        "{key} is busy: a server has been running calls on it for {}s; nothing \
+                         was done: run the command again",
+                        OPERATOR_LEASE_WAIT.as_secs()
+                    );
+                }
+                let pause = Duration::from_millis(remaining_ms.clamp(1, 100));
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+}
+
+/// Gives the operator's lease back (best effort: it lapses by itself).
+async fn release(store: &dyn StateStore, key: &str, fence: Option<&Fence>) {
+    if let Some(fence) = fence
+        && let Err(error) = store.release_lease(key, fence).await
+    {
+        tracing::debug!(%key, %error, "could not release the operator's lease; it lapses by itself");
+    }
+}
+
+/// The record under `key`, read again once the lease is held.
+async fn reread(store: &dyn StateStore, key: &str) -> anyhow::Result<InstanceRecord> {
+    store
+        .load(key)
+        .await?
+        .with_context(|| format!("{key} was deleted while this command ran; nothing was done"))
+}
+
 async fn find(store: &dyn StateStore, instance: &str) -> anyhow::Result<(String, InstanceRecord)> {
     let keys: Vec<String> = if instance.contains('/') {
         vec![instance.to_string()]
@@ -316,6 +397,7 @@ async fn reset(
     store: &dyn StateStore,
     key: &str,
     record: &InstanceRecord,
+    fence: Option<&Fence>,
 ) -> anyhow::Result<Value> {
     let Some(version) = &record.machine else {
         bail!(
@@ -357,9 +439,12 @@ async fn reset(
         to: snapshot.value(),
         principal: None,
     });
+    next.fence = fence.cloned();
     match store.save(key, &next, record.version).await {
         Ok(()) => {}
-        Err(StoreError::Conflict { .. }) => bail!(changed_meanwhile(key)),
+        Err(StoreError::Conflict { .. } | StoreError::Fenced { .. }) => {
+            bail!(changed_meanwhile(key))
+        }
         Err(error) => return Err(error.into()),
     }
     announce(store, key).await;

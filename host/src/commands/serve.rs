@@ -2,6 +2,7 @@
 //! directory, serve MCP.
 
 use std::{
+    collections::HashSet,
     net::SocketAddr,
     path::{Path, PathBuf},
     process::ExitCode,
@@ -174,6 +175,12 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         abandon: shutdown.deadline.clone(),
         max_result_bytes: options.actors.max_result_bytes,
     };
+    // With a store other servers share, the relay hears their changes of the instances watched
+    // here, and the notifier tells it which those are.
+    let (watch_events, watched) = tokio::sync::mpsc::unbounded_channel();
+    if store.is_shared() {
+        options.actors.watch_events = Some(watch_events);
+    }
     let runtime = actors::start(catalog.clone(), store.clone(), options.actors)?;
     hotplug::start(
         plugin_dir,
@@ -193,6 +200,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         store.clone(),
         runtime.clone(),
         node,
+        watched,
     ));
     if let Some(mode) = &options.handles {
         tracing::info!(key = %mode.key, "handle mode: instances are named by the `{}` argument", mode.key);
@@ -276,7 +284,7 @@ async fn forget_ended_sessions(store: &dyn StateStore) {
             }
         };
         for key in keys {
-            match store.delete(&key, None).await {
+            match store.delete(&key, None, None).await {
                 Ok(_) => removed += 1,
                 Err(error) => {
                     tracing::warn!(%error, "could not delete stale session instance {key}");
@@ -294,33 +302,80 @@ async fn forget_ended_sessions(store: &dyn StateStore) {
 }
 
 /// With a store that several server processes share, a transition made on another process must
-/// still notify the sessions here that watch the instance (DESIGN behaviour 7). Resubscribes
-/// when the store's connection drops.
+/// still notify the sessions here that watch the instance (DESIGN behaviour 7). The feed
+/// listens to the instances watched here only (`watched` says when one gains its first watcher
+/// or loses its last), so a transition reaches the servers watching it and no others. Opens a
+/// new feed, and watches again, when the store's connection drops.
 async fn relay_changes_from_other_servers(
     store: Arc<dyn StateStore>,
     runtime: actors::Runtime,
     node: Arc<str>,
+    mut watched: tokio::sync::mpsc::UnboundedReceiver<actors::WatchEvent>,
 ) {
     use futures_util::StreamExt;
+    // Handle-keyed instances only: a session's instances live with the session, on one server.
+    let key_of = |instance: &InstanceKey| {
+        matches!(instance.owner, actors::Owner::Handle(_)).then(|| instance.store_key())
+    };
+    let mut keys: HashSet<String> = HashSet::new();
+    let mut announced = false;
     loop {
-        let mut changes = match store.watch_changes().await {
+        let mut feed = match store.watch_changes().await {
             None => return,
-            Some(Ok(changes)) => changes,
+            Some(Ok(feed)) => feed,
             Some(Err(error)) => {
                 tracing::warn!(%error, "cannot watch other servers' changes; retrying");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
         };
-        tracing::info!("watching changes made by other servers sharing the store");
-        while let Some((origin, key)) = changes.next().await {
-            if *origin != *node
-                && let Some(instance) = InstanceKey::from_store_key(&key)
-            {
-                runtime.changed_elsewhere(instance);
+        let mut listening = true;
+        for key in &keys {
+            if let Err(error) = feed.subscriptions.watch(key).await {
+                tracing::warn!(%error, "cannot watch other servers' changes; retrying");
+                listening = false;
+                break;
+            }
+        }
+        if listening && !announced {
+            tracing::info!("watching changes made by other servers sharing the store");
+            announced = true;
+        }
+        while listening {
+            tokio::select! {
+                change = feed.changes.next() => match change {
+                    Some((origin, key)) => {
+                        if *origin != *node
+                            && let Some(instance) = InstanceKey::from_store_key(&key)
+                        {
+                            crate::metrics::change_relayed();
+                            runtime.changed_elsewhere(instance);
+                        }
+                    }
+                    None => listening = false,
+                },
+                event = watched.recv() => {
+                    let outcome = match event {
+                        None => return,
+                        Some(actors::WatchEvent::Watched(instance)) => match key_of(&instance) {
+                            Some(key) if keys.insert(key.clone()) => {
+                                feed.subscriptions.watch(&key).await
+                            }
+                            _ => Ok(()),
+                        },
+                        Some(actors::WatchEvent::Unwatched(instance)) => match key_of(&instance) {
+                            Some(key) if keys.remove(&key) => feed.subscriptions.unwatch(&key).await,
+                            _ => Ok(()),
+                        },
+                    };
+                    if let Err(error) = outcome {
+                        tracing::warn!(%error, "lost the store's change feed; resubscribing");
+                        listening = false;
+                    }
+                }
             }
         }
         tracing::warn!("lost the store's change feed; resubscribing");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -14,7 +14,7 @@ use clap::{Args, builder::BoolishValueParser};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    actors::ActorOptions,
+    actors::{ActorOptions, LeaseSettings},
     commands::serve::{self, ServeOptions, Transport},
     invoke::DEFAULT_MAX_RESULT_BYTES,
     logs::LogFormat,
@@ -364,6 +364,39 @@ pub struct ServeSettings {
         default_value_t = 600
     )]
     pub idempotency_window: u64,
+    /// With a store several servers share: how long a server's lease on an instance lives
+    /// unless renewed, which is how long a server that crashed or paused keeps calls on its
+    /// instances waiting. Keep it below --lease-wait, so that such calls outwait it rather than
+    /// being answered BUSY (see docs/several-servers.md).
+    #[arg(
+        long,
+        env = "TURNSTILE_LEASE_TTL",
+        hide_env = true,
+        value_name = "MS",
+        default_value_t = 1500,
+        value_parser = clap::value_parser!(u64).range(100..)
+    )]
+    pub lease_ttl: u64,
+    /// With a store several servers share: how long a call waits for another server's lease on
+    /// its instance before it is answered BUSY (with retryAfterMs), its handler not run.
+    #[arg(
+        long,
+        env = "TURNSTILE_LEASE_WAIT",
+        hide_env = true,
+        value_name = "MS",
+        default_value_t = 2000
+    )]
+    pub lease_wait: u64,
+    /// With a store several servers share: how long an instance goes without calls before its
+    /// server gives up the lease, so that calls at other servers need not wait for it.
+    #[arg(
+        long,
+        env = "TURNSTILE_LEASE_IDLE",
+        hide_env = true,
+        value_name = "MS",
+        default_value_t = 200
+    )]
+    pub lease_idle: u64,
     /// `--log-format`, a global flag of `turnstile` (every subcommand logs); here so that the
     /// file may set it too. The layers fill it in from the global flag.
     #[arg(skip)]
@@ -509,6 +542,11 @@ impl ServeSettings {
                 tool_timeout: secs(self.tool_timeout),
                 max_result_bytes: self.max_result_bytes,
                 idempotency_window: secs(self.idempotency_window),
+                leases: LeaseSettings {
+                    ttl: Duration::from_millis(self.lease_ttl),
+                    wait: Duration::from_millis(self.lease_wait),
+                    idle: Duration::from_millis(self.lease_idle),
+                },
                 ..Default::default()
             },
         }

@@ -148,7 +148,12 @@ mod tests {
         async fn save(&self, _: &str, _: &InstanceRecord, _: u64) -> Result<(), StoreError> {
             Err(self.down())
         }
-        async fn delete(&self, _: &str, _: Option<u64>) -> Result<bool, StoreError> {
+        async fn delete(
+            &self,
+            _: &str,
+            _: Option<u64>,
+            _: Option<&crate::store::Fence>,
+        ) -> Result<bool, StoreError> {
             Err(self.down())
         }
         async fn list_keys(

@@ -330,6 +330,32 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
                 json!({ "tool": tool, "message": error.to_string() }),
             );
         }
+        InstanceError::Store(StoreError::Fenced { .. }) => {
+            return error_result(
+                format!(
+                    "{tool} ran, but this server's hold on the instance lapsed before its result \
+                     was saved (the server paused or lost the store), so its transition was not \
+                     applied; another server may have moved the instance on. Re-read the \
+                     instance before the next step."
+                ),
+                "CONFLICT",
+                json!({ "tool": tool, "message": error.to_string() }),
+            );
+        }
+        InstanceError::LeaseBusy { retry_after_ms } => {
+            return error_result(
+                format!(
+                    "{tool} did not run and changed nothing: another server is running a call on \
+                     this instance. Try again in {retry_after_ms} ms."
+                ),
+                "BUSY",
+                json!({
+                    "tool": tool,
+                    "message": error.to_string(),
+                    "retryAfterMs": retry_after_ms,
+                }),
+            );
+        }
         InstanceError::Store(StoreError::UnsupportedFormat { .. }) => "VERSION_UNAVAILABLE",
         InstanceError::Store(_) => "STORE_UNAVAILABLE",
         InstanceError::UnknownHandle(_) => "UNKNOWN_HANDLE",

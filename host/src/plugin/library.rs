@@ -81,6 +81,8 @@ pub(super) struct CallArgs<'a> {
     pub state_json: &'a CStr,
     /// The instance's machine context (ABI 1.2); `null` when there is none.
     pub context_json: &'a CStr,
+    /// The call's idempotency key (ABI 1.4); empty for a tool bound to no workflow.
+    pub idempotency_key: &'a CStr,
     /// The host services for this call (ABI 1.1), if any.
     pub host: Option<&'a RawHostServices>,
 }
@@ -186,6 +188,7 @@ impl Library {
             state_json: args.state_json.as_ptr(),
             host: args.host.map_or(ptr::null(), ptr::from_ref),
             context_json: args.context_json.as_ptr(),
+            idempotency_key: args.idempotency_key.as_ptr(),
         };
         let mut out = RawBuffer::empty();
         // SAFETY: `instance` is live until `Drop` (which cannot run while `&self` is held); all
@@ -246,6 +249,8 @@ impl Library {
             // Reads report nothing back: no progress, no logs, nothing to cancel.
             host: ptr::null(),
             context_json: args.context_json.as_ptr(),
+            // A read changes nothing: there is no attempt to name.
+            idempotency_key: c"".as_ptr(),
         };
         let mut out = RawBuffer::empty();
         // SAFETY: as in `call`: a live instance, NUL-terminated strings and a context and buffer

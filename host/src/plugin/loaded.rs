@@ -305,6 +305,7 @@ impl LoadedPlugin {
             handle: c_str(&instance.handle, "the handle")?,
             state_json: c_str(&instance.state_json, "the state")?,
             context_json: c_str(&instance.context_json, "the context")?,
+            idempotency_key: c_str(&instance.idempotency_key, "the idempotency key")?,
             host: None,
         };
         // Registered for exactly the duration of the plugin's call.
@@ -541,6 +542,7 @@ struct InstanceStrings {
     handle: Vec<u8>,
     state_json: Vec<u8>,
     context_json: Vec<u8>,
+    idempotency_key: Vec<u8>,
 }
 
 impl InstanceStrings {
@@ -550,6 +552,7 @@ impl InstanceStrings {
             handle: with_nul(ctx.handle.as_bytes()),
             state_json: json_with_nul(&ctx.state),
             context_json: json_with_nul(&ctx.context),
+            idempotency_key: with_nul(ctx.idempotency_key.as_bytes()),
         }
     }
 }

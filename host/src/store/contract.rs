@@ -16,8 +16,8 @@ use std::{
 use serde_json::json;
 
 use super::{
-    AuditEntry, Due, EmbeddedStore, InstanceRecord, MAX_DUE_MS, PostgresStore, RedisStore,
-    StateStore, StoreError, StoreOptions,
+    AuditEntry, Due, EmbeddedStore, Fence, InstanceRecord, LeaseGrant, MAX_DUE_MS, PostgresStore,
+    RedisStore, StateStore, StoreError, StoreOptions,
 };
 
 pub(super) const REDIS_URL_VAR: &str = "TURNSTILE_TEST_REDIS_URL";
@@ -117,7 +117,10 @@ impl Fixture {
 /// One `#[tokio::test]` per case per store, so a failure names both.
 macro_rules! contract_tests {
     ($store:ident: $($case:ident),* $(,)?) => {
-        mod $store {
+        contract_tests!($store = $store: $($case),*);
+    };
+    ($module:ident = $store:ident: $($case:ident),* $(,)?) => {
+        mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
@@ -162,6 +165,25 @@ all_stores!(
     the_audit_trail_grows_with_saves_and_goes_with_the_record,
 );
 
+/// The lease cases: every store other processes share, and the memory store (which keeps
+/// leases for tests that run several servers' actors on it). The embedded store has one
+/// process, so no leases.
+macro_rules! leasing_stores {
+    ($($case:ident),* $(,)?) => {
+        contract_tests!(memory_leases = memory: $($case),*);
+        contract_tests!(redis_leases = redis: $($case),*);
+        contract_tests!(postgres_leases = postgres: $($case),*);
+    };
+}
+
+leasing_stores!(
+    a_lease_has_one_holder_at_a_time,
+    writes_are_fenced_by_the_live_lease,
+    a_lapsed_lease_is_taken_over_with_a_larger_token,
+    a_delete_takes_the_lease_with_the_record,
+    racing_holders_get_one_lease,
+);
+
 fn record(workflow: &str, version: u64, step: &str) -> InstanceRecord {
     InstanceRecord {
         version,
@@ -182,6 +204,190 @@ fn record(workflow: &str, version: u64, step: &str) -> InstanceRecord {
             json!({"value": {"review": step}, "context": {"n": version, "note": "ünïcødé ✓"}}),
         )
     }
+}
+
+fn fence(token: u64, holder: &str) -> Option<Fence> {
+    Some(Fence {
+        token,
+        holder: holder.into(),
+    })
+}
+
+async fn acquire(store: &dyn StateStore, key: &str, holder: &str, ttl_ms: u64) -> LeaseGrant {
+    store
+        .acquire_lease(key, holder, Duration::from_millis(ttl_ms))
+        .await
+        .unwrap()
+}
+
+fn token_of(grant: LeaseGrant) -> u64 {
+    match grant {
+        LeaseGrant::Held { token, .. } => token,
+        other => panic!("expected the lease, got {other:?}"),
+    }
+}
+
+fn assert_fenced<T: std::fmt::Debug>(result: Result<T, StoreError>, live: bool) {
+    match result {
+        Err(StoreError::Fenced { remaining_ms, .. }) => {
+            assert_eq!(remaining_ms.is_some(), live, "{remaining_ms:?}")
+        }
+        other => panic!("expected a refusal by the lease, got {other:?}"),
+    }
+}
+
+async fn a_lease_has_one_holder_at_a_time(store: Arc<dyn StateStore>) {
+    assert_eq!(acquire(&*store, "k", "a", 30_000).await, LeaseGrant::Absent);
+    store.save("k", &record("w", 1, "a"), 0).await.unwrap();
+    let first = acquire(&*store, "k", "a", 30_000).await;
+    assert!(
+        matches!(
+            first,
+            LeaseGrant::Held {
+                took_over: false,
+                ..
+            }
+        ),
+        "{first:?}"
+    );
+    // Renewed by its holder: the same token.
+    assert_eq!(
+        token_of(acquire(&*store, "k", "a", 30_000).await),
+        token_of(first)
+    );
+    match acquire(&*store, "k", "b", 30_000).await {
+        LeaseGrant::Busy { remaining_ms } => {
+            assert!((1..=30_000).contains(&remaining_ms), "{remaining_ms}")
+        }
+        other => panic!("b must wait, got {other:?}"),
+    }
+}
+
+async fn writes_are_fenced_by_the_live_lease(store: Arc<dyn StateStore>) {
+    store.save("k", &record("w", 1, "a"), 0).await.unwrap();
+    let a = token_of(acquire(&*store, "k", "a", 30_000).await);
+    // No fence, another holder's, or a's token under another name: refused, nothing written.
+    assert_fenced(store.save("k", &record("w", 2, "b"), 1).await, true);
+    assert_fenced(
+        store
+            .save("k", &record("w", 2, "b").fenced(fence(a, "b")), 1)
+            .await,
+        true,
+    );
+    assert_fenced(
+        store
+            .save("k", &record("w", 2, "b").fenced(fence(a + 1, "a")), 1)
+            .await,
+        true,
+    );
+    assert_fenced(store.delete("k", None, None).await, true);
+    assert_eq!(store.load("k").await.unwrap().unwrap().version, 1);
+    // a's own fence writes, and still loses a version race as ever.
+    store
+        .save("k", &record("w", 2, "b").fenced(fence(a, "a")), 1)
+        .await
+        .unwrap();
+    assert_conflict(
+        store
+            .save("k", &record("w", 2, "c").fenced(fence(a, "a")), 1)
+            .await,
+        Some(2),
+    );
+    // Released: b is granted it at once, with a larger token, not as a takeover; a's old
+    // fence is refused from now on.
+    store
+        .release_lease("k", &fence(a, "a").unwrap())
+        .await
+        .unwrap();
+    let b = acquire(&*store, "k", "b", 30_000).await;
+    assert!(
+        matches!(b, LeaseGrant::Held { token, took_over: false, version: 2 } if token > a),
+        "{b:?}"
+    );
+    assert_fenced(
+        store
+            .save("k", &record("w", 3, "c").fenced(fence(a, "a")), 2)
+            .await,
+        true,
+    );
+    // Releasing a lease that is not the live one changes nothing.
+    store
+        .release_lease("k", &fence(a, "a").unwrap())
+        .await
+        .unwrap();
+    store
+        .save("k", &record("w", 3, "c").fenced(fence(token_of(b), "b")), 2)
+        .await
+        .unwrap();
+    // With no lease alive, an unfenced write goes through.
+    store
+        .release_lease("k", &fence(token_of(b), "b").unwrap())
+        .await
+        .unwrap();
+    store.save("k", &record("w", 4, "d"), 3).await.unwrap();
+}
+
+async fn a_lapsed_lease_is_taken_over_with_a_larger_token(store: Arc<dyn StateStore>) {
+    store.save("k", &record("w", 1, "a"), 0).await.unwrap();
+    let a = token_of(acquire(&*store, "k", "a", 50).await);
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    // a paused past its lease: its write is refused though nobody took the lease yet.
+    assert_fenced(
+        store
+            .save("k", &record("w", 2, "a").fenced(fence(a, "a")), 1)
+            .await,
+        false,
+    );
+    let b = acquire(&*store, "k", "b", 30_000).await;
+    assert!(
+        matches!(b, LeaseGrant::Held { token, took_over: true, version: 1 } if token > a),
+        "{b:?}"
+    );
+    // a coming back finds it busy, and its old fence still refused.
+    assert!(matches!(
+        acquire(&*store, "k", "a", 30_000).await,
+        LeaseGrant::Busy { .. }
+    ));
+    assert_fenced(
+        store
+            .save("k", &record("w", 2, "a").fenced(fence(a, "a")), 1)
+            .await,
+        true,
+    );
+    assert_eq!(store.load("k").await.unwrap().unwrap().version, 1);
+}
+
+async fn a_delete_takes_the_lease_with_the_record(store: Arc<dyn StateStore>) {
+    store.save("k", &record("w", 1, "a"), 0).await.unwrap();
+    let a = token_of(acquire(&*store, "k", "a", 30_000).await);
+    assert!(
+        store
+            .delete("k", Some(1), fence(a, "a").as_ref())
+            .await
+            .unwrap()
+    );
+    assert_eq!(acquire(&*store, "k", "b", 30_000).await, LeaseGrant::Absent);
+    // A new record under the key needs no lease for its first save, and is free to lease.
+    store.save("k", &record("w", 1, "b"), 0).await.unwrap();
+    assert!(matches!(
+        acquire(&*store, "k", "b", 30_000).await,
+        LeaseGrant::Held { .. }
+    ));
+}
+
+async fn racing_holders_get_one_lease(store: Arc<dyn StateStore>) {
+    store.save("k", &record("w", 1, "a"), 0).await.unwrap();
+    let racers = (0..16).map(|n| {
+        let store = store.clone();
+        tokio::spawn(async move { acquire(&*store, "k", &format!("h{n}"), 30_000).await })
+    });
+    let mut held = 0;
+    for racer in racers {
+        if matches!(racer.await.unwrap(), LeaseGrant::Held { .. }) {
+            held += 1;
+        }
+    }
+    assert_eq!(held, 1);
 }
 
 fn assert_conflict(result: Result<(), StoreError>, want_current: Option<u64>) {
@@ -253,22 +459,22 @@ async fn bad_version_is_rejected(store: Arc<dyn StateStore>) {
 }
 
 async fn delete(store: Arc<dyn StateStore>) {
-    assert!(!store.delete("k", None).await.unwrap());
+    assert!(!store.delete("k", None, None).await.unwrap());
     store.save("k", &record("w", 1, "a"), 0).await.unwrap();
     store.save("k", &record("w", 2, "b"), 1).await.unwrap();
-    match store.delete("k", Some(1)).await {
+    match store.delete("k", Some(1), None).await {
         Err(StoreError::Conflict { current, .. }) => assert_eq!(current, Some(2)),
         other => panic!("stale delete must conflict, got {other:?}"),
     }
-    assert!(store.delete("k", Some(2)).await.unwrap());
+    assert!(store.delete("k", Some(2), None).await.unwrap());
     assert_eq!(store.load("k").await.unwrap(), None);
-    match store.delete("k", Some(2)).await {
+    match store.delete("k", Some(2), None).await {
         Err(StoreError::Conflict { current, .. }) => assert_eq!(current, None),
         other => panic!("conditional delete of an absent key must conflict, got {other:?}"),
     }
     // A deleted key starts over at version 1.
     store.save("k", &record("w", 1, "again"), 0).await.unwrap();
-    assert!(store.delete("k", None).await.unwrap());
+    assert!(store.delete("k", None, None).await.unwrap());
     assert_eq!(store.count("").await.unwrap(), 0);
 }
 
@@ -296,7 +502,7 @@ async fn list_and_count(store: Arc<dyn StateStore>) {
         store.list_keys("", None, 0).await.unwrap(),
         Vec::<String>::new()
     );
-    store.delete("a/10", None).await.unwrap();
+    store.delete("a/10", None, None).await.unwrap();
     assert_eq!(store.count("a/").await.unwrap(), 3);
     assert_eq!(
         store.list_keys("a", Some("a/1"), 10).await.unwrap(),
@@ -566,8 +772,8 @@ async fn due_times_move_with_saves_and_go_with_deletes(store: Arc<dyn StateStore
         .save("k", &due_record("w", 5, Some(60)), 4)
         .await
         .unwrap();
-    assert!(store.delete("k", Some(5)).await.unwrap());
-    assert!(store.delete("j", None).await.unwrap());
+    assert!(store.delete("k", Some(5), None).await.unwrap());
+    assert!(store.delete("j", None, None).await.unwrap());
     assert!(store.due(u64::MAX, None, 10).await.unwrap().is_empty());
     // A key saved again after its delete starts without the old entry.
     store
@@ -591,7 +797,7 @@ async fn a_conflicting_save_keeps_the_due_time(store: Arc<dyn StateStore>) {
         store.save("k", &due_record("w", 2, Some(5)), 1).await,
         Some(2),
     );
-    assert_conflict(store.delete("k", Some(1)).await.map(|_| ()), Some(2));
+    assert_conflict(store.delete("k", Some(1), None).await.map(|_| ()), Some(2));
     assert_eq!(
         store.due(u64::MAX, None, 10).await.unwrap(),
         [due(200, "k")]
@@ -688,7 +894,7 @@ async fn the_audit_trail_grows_with_saves_and_goes_with_the_record(store: Arc<dy
         store.audit("k").await.unwrap(),
         vec![audit_entry(1, "a"), audit_entry(3, "b")]
     );
-    assert!(store.delete("k", Some(3)).await.unwrap());
+    assert!(store.delete("k", Some(3), None).await.unwrap());
     assert!(store.audit("k").await.unwrap().is_empty());
     assert_eq!(store.audit("j").await.unwrap(), vec![audit_entry(1, "x")]);
     // A new instance under the deleted key starts a new trail.

@@ -50,8 +50,8 @@ use self::{
     overlay::{Change, Layer, Overlay, Row},
 };
 use super::{
-    AuditEntry, Due, InstanceRecord, StateStore, StoreError, check_key, check_save, conflict,
-    format, machine_key, versions_match,
+    AuditEntry, Due, Fence, InstanceRecord, StateStore, StoreError, check_key, check_save,
+    conflict, format, machine_key, versions_match,
 };
 use crate::metrics;
 
@@ -892,7 +892,13 @@ impl StateStore for EmbeddedStore {
         .await
     }
 
-    async fn delete(&self, key: &str, expected: Option<u64>) -> Result<bool, StoreError> {
+    /// One process owns the file, so there are no leases to honour: `fence` is not checked.
+    async fn delete(
+        &self,
+        key: &str,
+        expected: Option<u64>,
+        _fence: Option<&Fence>,
+    ) -> Result<bool, StoreError> {
         check_key(key)?;
         let (reply, answer) = oneshot::channel();
         let op = Op::Delete {

@@ -24,6 +24,18 @@ pub enum StoreError {
         current: Option<u64>,
     },
 
+    /// A save or delete was refused by the instance's lease (see `lease.rs`): the fence it
+    /// named is no longer the live lease (it lapsed, or another server holds it now), or it
+    /// named none while another server holds one. Nothing was written.
+    #[error("the lease on {key:?} is {}", fmt_lease(.remaining_ms))]
+    Fenced {
+        /// The record's key.
+        key: String,
+        /// How long the lease that refused the write still lives (`None`: none lives; the
+        /// writer's own lapsed).
+        remaining_ms: Option<u64>,
+    },
+
     /// The store could not be reached or did not answer in time. The message names the store
     /// and what happened ("redis://127.0.0.1:6379: timed out after 2s", "connection refused").
     /// A save that fails with this did not report success; whether it was applied is unknown
@@ -67,6 +79,13 @@ pub enum StoreError {
     /// The store URL or options are wrong (unknown scheme, bad namespace, unparsable URL).
     #[error("state store configuration: {0}")]
     Config(String),
+}
+
+fn fmt_lease(remaining_ms: &Option<u64>) -> String {
+    match remaining_ms {
+        Some(ms) => format!("held by another server for about {ms} ms more"),
+        None => "no longer held by this writer".to_owned(),
+    }
 }
 
 fn fmt_version(current: &Option<u64>) -> String {

@@ -9,19 +9,22 @@
 //! or not. A record is parsed only when an instance is activated.
 //!
 //! Due times are indexed in an ordered set of (due, key) beside the records, under the same lock,
-//! so a save changes both at once.
+//! so a save changes both at once. Leases are kept there too, with the full contract of
+//! `lease.rs`, though only a store made with [`MemoryStore::shared`] says it is shared (so that
+//! instance actors take leases): tests run several "servers" on one such store.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     ops::Bound,
     sync::{Mutex, MutexGuard},
+    time::{Duration, Instant},
 };
 
 use async_trait::async_trait;
 
 use super::{
-    AuditEntry, Due, InstanceRecord, StateStore, StoreError, check_save, conflict, format,
-    machine_key, versions_match,
+    AuditEntry, Due, Fence, InstanceRecord, LeaseGrant, StateStore, StoreError, check_save,
+    conflict, format, machine_key, versions_match,
 };
 
 /// In-memory store. Cloning is not offered: share it as `Arc<dyn StateStore>`.
@@ -32,6 +35,8 @@ pub struct MemoryStore {
     records: Mutex<Records>,
     /// Machine definitions by `workflow@version`, as JSON text.
     machines: Mutex<BTreeMap<String, Box<str>>>,
+    /// Whether it says it is shared ([`MemoryStore::shared`]).
+    shared: bool,
 }
 
 /// The records and their due-time index, kept consistent under one lock.
@@ -43,6 +48,19 @@ struct Records {
     due: BTreeSet<(u64, String)>,
     /// Each instance's audit trail, oldest first; removed with the record by `delete`.
     audit: HashMap<String, Vec<AuditEntry>>,
+    /// The last lease granted on each record (alive until `until`), kept after it lapses for
+    /// its token; removed with the record by `delete`.
+    leases: HashMap<String, Lease>,
+}
+
+/// A lease as this store keeps it.
+#[derive(Debug)]
+struct Lease {
+    token: u64,
+    holder: Box<str>,
+    until: Instant,
+    /// Ended by its holder rather than lapsed.
+    released: bool,
 }
 
 impl Records {
@@ -56,6 +74,35 @@ impl Records {
         }
         true
     }
+
+    /// The lease on `key` alive at `now`, if any.
+    fn live_lease(&self, key: &str, now: Instant) -> Option<&Lease> {
+        self.leases.get(key).filter(|lease| lease.until > now)
+    }
+
+    /// Whether a write under `fence` may change `key` now (see `lease.rs`).
+    fn check_fence(&self, key: &str, fence: Option<&Fence>) -> Result<(), StoreError> {
+        let now = Instant::now();
+        let live = self.live_lease(key, now);
+        let allowed = match (fence, live) {
+            (Some(fence), Some(lease)) => {
+                lease.token == fence.token && *lease.holder == *fence.holder
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        if allowed {
+            return Ok(());
+        }
+        Err(StoreError::Fenced {
+            key: key.to_owned(),
+            remaining_ms: live.map(|lease| remaining_ms(lease, now)),
+        })
+    }
+}
+
+fn remaining_ms(lease: &Lease, now: Instant) -> u64 {
+    lease.until.saturating_duration_since(now).as_millis() as u64
 }
 
 /// An [`InstanceRecord`] as this store holds it: the snapshot as compact JSON text.
@@ -108,6 +155,16 @@ impl MemoryStore {
         Self::default()
     }
 
+    /// An empty store that says it is shared ([`StateStore::is_shared`]), so instance actors
+    /// take leases on it and reread what they do not hold: for tests that run several server
+    /// processes' actors on one store.
+    pub fn shared() -> Self {
+        Self {
+            shared: true,
+            ..Self::default()
+        }
+    }
+
     fn records(&self) -> MutexGuard<'_, Records> {
         // A panic while holding the lock can only come from a bug in this file (the sections
         // below do not panic); the map is still consistent then, so keep serving it.
@@ -121,6 +178,71 @@ impl MemoryStore {
 impl StateStore for MemoryStore {
     fn describe(&self) -> String {
         "memory:".to_owned()
+    }
+
+    fn is_shared(&self) -> bool {
+        self.shared
+    }
+
+    async fn acquire_lease(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<LeaseGrant, StoreError> {
+        let now = Instant::now();
+        let mut records = self.records();
+        let Some(version) = records.by_key.get(key).map(|record| record.version) else {
+            return Ok(LeaseGrant::Absent);
+        };
+        let (token, took_over) = match records.leases.get_mut(key) {
+            Some(lease) if lease.until > now && *lease.holder != *holder => {
+                return Ok(LeaseGrant::Busy {
+                    remaining_ms: remaining_ms(lease, now),
+                });
+            }
+            Some(lease) => {
+                let took_over = lease.until <= now && !lease.released;
+                if lease.until <= now {
+                    lease.token += 1;
+                    lease.holder = holder.into();
+                    lease.released = false;
+                }
+                lease.until = now + ttl;
+                (lease.token, took_over)
+            }
+            None => {
+                records.leases.insert(
+                    key.to_owned(),
+                    Lease {
+                        token: 1,
+                        holder: holder.into(),
+                        until: now + ttl,
+                        released: false,
+                    },
+                );
+                (1, false)
+            }
+        };
+        Ok(LeaseGrant::Held {
+            token,
+            took_over,
+            version,
+        })
+    }
+
+    async fn release_lease(&self, key: &str, fence: &Fence) -> Result<(), StoreError> {
+        let now = Instant::now();
+        let mut records = self.records();
+        if let Some(lease) = records.leases.get_mut(key)
+            && lease.token == fence.token
+            && *lease.holder == *fence.holder
+            && lease.until > now
+        {
+            lease.until = now;
+            lease.released = true;
+        }
+        Ok(())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -144,6 +266,7 @@ impl StateStore for MemoryStore {
         // Serialized before the lock is taken, so the critical section stays a map lookup.
         let stored = StoredRecord::new(record);
         let mut records = self.records();
+        records.check_fence(key, record.fence.as_ref())?;
         let current = records.by_key.get(key).map(|r| r.version);
         if !versions_match(current, expected) {
             return Err(conflict(key, expected, current));
@@ -163,8 +286,14 @@ impl StateStore for MemoryStore {
         Ok(())
     }
 
-    async fn delete(&self, key: &str, expected: Option<u64>) -> Result<bool, StoreError> {
+    async fn delete(
+        &self,
+        key: &str,
+        expected: Option<u64>,
+        fence: Option<&Fence>,
+    ) -> Result<bool, StoreError> {
         let mut records = self.records();
+        records.check_fence(key, fence)?;
         let current = records.by_key.get(key).map(|r| r.version);
         if let Some(expected) = expected
             && current != Some(expected)
@@ -172,6 +301,7 @@ impl StateStore for MemoryStore {
             return Err(conflict(key, expected, current));
         }
         records.audit.remove(key);
+        records.leases.remove(key);
         Ok(records.remove(key))
     }
 

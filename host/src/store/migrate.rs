@@ -129,7 +129,8 @@ async fn migrate_one(
     match store.save(key, &rewritten, record.version).await {
         Ok(()) if outdated => Ok(Outcome::Migrated),
         Ok(()) => Ok(Outcome::Reindexed),
-        Err(StoreError::Conflict { .. }) => Ok(Outcome::Raced),
+        // Another server holds its lease: it is that server's to save, in the current format.
+        Err(StoreError::Conflict { .. } | StoreError::Fenced { .. }) => Ok(Outcome::Raced),
         Err(error) => Err(error),
     }
 }
@@ -176,6 +177,7 @@ pub(super) async fn check_format_1_migration(store: &dyn StateStore) {
             idempotency: Vec::new(),
             due_at_ms: None,
             audit: None,
+            fence: None,
         }
     );
     // The damaged record is left for an operator, not deleted; a second run has nothing to do.

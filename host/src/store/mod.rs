@@ -74,9 +74,11 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 mod audit;
+mod changes;
 mod embedded;
 mod error;
 mod format;
+mod lease;
 mod memory;
 mod migrate;
 mod postgres;
@@ -89,13 +91,15 @@ mod outage;
 
 pub use self::{
     audit::AuditEntry,
+    changes::{ChangeFeed, ChangeStream, FeedSubscriptions},
     embedded::{BatchStats, EmbeddedStore, files::private_dir as private_data_dir},
     error::StoreError,
     format::{CURRENT_FORMAT, IdempotencyEntry},
+    lease::{Fence, LeaseGrant},
     memory::MemoryStore,
     migrate::{MigrationReport, migrate},
     postgres::PostgresStore,
-    redis::{ChangedStream, RedisStore},
+    redis::RedisStore,
 };
 
 /// One workflow instance as stored: what an instance actor needs to come back to life.
@@ -129,6 +133,10 @@ pub struct InstanceRecord {
     /// part of the record: [`StateStore::audit`] reads the trail.
     #[serde(skip)]
     pub audit: Option<AuditEntry>,
+    /// The lease this save is made under (see `lease.rs`): checked by the same atomic write,
+    /// never stored. `None`: the save is refused while anyone holds a lease on the record.
+    #[serde(skip)]
+    pub fence: Option<Fence>,
 }
 
 /// The latest due time any store accepts: PostgreSQL keeps it as a `bigint`. (A deadline that
@@ -161,6 +169,7 @@ impl InstanceRecord {
             idempotency: Vec::new(),
             due_at_ms: None,
             audit: None,
+            fence: None,
         }
     }
 
@@ -178,7 +187,13 @@ impl InstanceRecord {
             idempotency: self.idempotency.clone(),
             due_at_ms: None,
             audit: None,
+            fence: None,
         }
+    }
+
+    /// `self`, saved under `fence` (see [`InstanceRecord::fence`]).
+    pub fn fenced(self, fence: Option<Fence>) -> Self {
+        Self { fence, ..self }
     }
 
     /// The fields added since format 1, as a store keeps them.
@@ -209,6 +224,7 @@ impl InstanceRecord {
             idempotency: extras.idempotency,
             due_at_ms: None,
             audit: None,
+            fence: None,
         }
     }
 
@@ -247,16 +263,18 @@ pub trait StateStore: Send + Sync {
     }
 
     /// Tells the other server processes sharing this store that the record under `key` changed,
-    /// so that they can notify their own sessions. `origin` names the announcing process, so it
-    /// can skip its own announcements. Stores no other process reads do nothing.
+    /// so that those watching it can notify their own sessions (see `changes.rs`: it reaches
+    /// only the processes whose feed watches `key`). `origin` names the announcing process, so
+    /// it can skip its own announcements. Stores no other process reads do nothing.
     async fn announce_change(&self, _origin: &str, _key: &str) -> Result<(), StoreError> {
         Ok(())
     }
 
-    /// The changes other processes announce, as `(origin, key)` pairs; `None` for a store no
-    /// other process shares. The stream ends when its connection drops: subscribe again (changes
-    /// announced meanwhile are lost, so a subscriber must not rely on them for correctness).
-    async fn watch_changes(&self) -> Option<Result<ChangeStream, StoreError>> {
+    /// A feed of the changes other processes announce for the keys it is told to watch; `None`
+    /// for a store no other process shares. The feed ends when its connection drops: open
+    /// another and watch again (changes announced meanwhile are lost, so a subscriber must not
+    /// rely on them for correctness).
+    async fn watch_changes(&self) -> Option<Result<ChangeFeed, StoreError>> {
         None
     }
 
@@ -278,10 +296,41 @@ pub trait StateStore: Send + Sync {
         expected: u64,
     ) -> Result<(), StoreError>;
 
-    /// Removes the record under `key`. With `expected = Some(v)` only if the stored version is
-    /// `v` (else [`StoreError::Conflict`], also when the record is absent); with `None`
-    /// unconditionally. Returns whether a record was removed.
-    async fn delete(&self, key: &str, expected: Option<u64>) -> Result<bool, StoreError>;
+    /// Removes the record under `key`, and its lease. With `expected = Some(v)` only if the
+    /// stored version is `v` (else [`StoreError::Conflict`], also when the record is absent);
+    /// with `None` whatever its version. Under `fence` only if that lease is alive, and without
+    /// one only if no lease is (else [`StoreError::Fenced`]; see `lease.rs`). Returns whether a
+    /// record was removed.
+    async fn delete(
+        &self,
+        key: &str,
+        expected: Option<u64>,
+        fence: Option<&Fence>,
+    ) -> Result<bool, StoreError>;
+
+    /// Grants `holder` the lease on the record under `key` for `ttl`, or renews it (see
+    /// `lease.rs` for the contract): [`LeaseGrant::Busy`] while another holder's lease lives,
+    /// [`LeaseGrant::Absent`] when there is no record. Stores no other process shares grant
+    /// every lease at once, with token 0 (they are not asked: nobody needs a lease there).
+    async fn acquire_lease(
+        &self,
+        key: &str,
+        _holder: &str,
+        _ttl: Duration,
+    ) -> Result<LeaseGrant, StoreError> {
+        let version = self.load(key).await?.map_or(0, |record| record.version);
+        Ok(LeaseGrant::Held {
+            token: 0,
+            took_over: false,
+            version,
+        })
+    }
+
+    /// Ends the lease `fence` names, if it is still alive, so another holder need not wait for
+    /// it to lapse. A lease that lapsed or passed to another holder is left alone.
+    async fn release_lease(&self, _key: &str, _fence: &Fence) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     /// Up to `limit` keys starting with `prefix`, in ascending byte order, strictly after
     /// `after` when given. Page through everything by passing the last key of one page as
@@ -360,10 +409,6 @@ pub enum Durability {
     /// A restart of the store's server loses it.
     Lost(String),
 }
-
-/// Announced changes: `(origin, key)`.
-pub type ChangeStream =
-    std::pin::Pin<Box<dyn futures_util::Stream<Item = (String, String)> + Send>>;
 
 /// Options for [`open`]. `Default` is what a server should use unless told otherwise.
 #[derive(Debug, Clone)]

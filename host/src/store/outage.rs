@@ -369,13 +369,24 @@ async fn redis_publish_reaches_subscribers() {
     let store = RedisStore::connect(&url, &unique_options())
         .await
         .unwrap_or_else(|e| panic!("Redis at {url}: {e}"));
-    let mut changed = store.subscribe_changed().await.unwrap();
-    store.publish_changed("inv/42").await.unwrap();
+    let mut feed = store.subscribe_changed().await.unwrap();
+    feed.subscriptions.watch("inv/42").await.unwrap();
+    // Only watched keys come: a change of another instance does not.
+    store.publish_changed("elsewhere", "inv/7").await.unwrap();
+    store.publish_changed("node-a", "inv/42").await.unwrap();
     let got = tokio::time::timeout(
         Duration::from_secs(5),
-        futures_util::StreamExt::next(&mut changed),
+        futures_util::StreamExt::next(&mut feed.changes),
     )
     .await
     .expect("notification within 5 s");
-    assert_eq!(got.as_deref(), Some("inv/42"));
+    assert_eq!(got, Some(("node-a".to_owned(), "inv/42".to_owned())));
+    feed.subscriptions.unwatch("inv/42").await.unwrap();
+    store.publish_changed("node-a", "inv/42").await.unwrap();
+    let quiet = tokio::time::timeout(
+        Duration::from_millis(300),
+        futures_util::StreamExt::next(&mut feed.changes),
+    )
+    .await;
+    assert!(quiet.is_err(), "an unwatched change arrived: {quiet:?}");
 }

@@ -14,6 +14,16 @@
 //! `{namespace}_instances_due` on `(due_at, key) WHERE due_at IS NOT NULL`, so the due query is an
 //! index range scan that never touches the rows without one.
 //!
+//! Leases (see `lease.rs`) are three columns of the instance's row: `fence bigint` (the token of
+//! the last grant), `lease_holder text` and `lease_until timestamptz` (PostgreSQL's clock, so
+//! servers' clocks need not agree). A save or delete checks them in its `WHERE`, under the same
+//! row lock as the version, so a grant and a write on one instance are serialized by the row.
+//!
+//! Changes are announced with `NOTIFY` on a channel named by a digest of the instance's key
+//! (`{namespace}_chg_` and 16 hex digits: a channel name is at most 63 bytes, a key up to 1024),
+//! carrying `origin` and the key; a server `LISTEN`s, on a connection of its own, to the
+//! channels of the instances it watches (see `changes.rs`).
+//!
 //! Machine definitions live in `{namespace}_machines` (`workflow, version, definition jsonb`),
 //! written once per version.
 //!
@@ -34,8 +44,9 @@ use deadpool_postgres::{
 };
 
 use super::{
-    AuditEntry, Due, Durability, InstanceRecord, StateStore, StoreError, StoreOptions, chain,
-    check_key, check_save, conflict, format, invalid, redact,
+    AuditEntry, ChangeFeed, Due, Durability, FeedSubscriptions, Fence, InstanceRecord, LeaseGrant,
+    StateStore, StoreError, StoreOptions, chain, check_key, check_save, conflict, format, invalid,
+    redact,
 };
 
 /// Every statement, with the table name filled in once at connect time (the namespace is
@@ -53,8 +64,14 @@ struct Sql {
     update_audited: String,
     audit: String,
     version: String,
+    /// What a conditional write that changed nothing found: version and whether its lease
+    /// check passed, with the live lease's remaining ms.
+    write_state: String,
     delete: String,
     delete_if: String,
+    acquire: String,
+    lease_left: String,
+    release: String,
     list: String,
     count: String,
     due: String,
@@ -74,7 +91,19 @@ impl Sql {
         format!(
             "UPDATE {t} SET workflow = $2, snapshot = $3, version = $4, \
              updated_at = to_timestamp($5::float8 / 1000), format = $7, extras = $8, \
-             due_at = $9 WHERE key = $1 AND version = $6"
+             due_at = $9 WHERE key = $1 AND version = $6 AND {}",
+            Self::lease_allows("$10", "$11")
+        )
+    }
+
+    /// The condition under which a write naming fence token `token` of holder `holder` (both
+    /// NULL for none) may change a row (see `lease.rs`).
+    fn lease_allows(token: &str, holder: &str) -> String {
+        format!(
+            "COALESCE(CASE WHEN {token}::bigint IS NULL \
+               THEN lease_until IS NULL OR lease_until <= clock_timestamp() \
+               ELSE fence = {token}::bigint AND lease_holder = {holder}::text \
+                    AND lease_until > clock_timestamp() END, false)"
         )
     }
 
@@ -102,13 +131,54 @@ impl Sql {
             ),
             update_audited: format!(
                 "WITH saved AS ({} RETURNING key) \
-                 INSERT INTO {audit} (key, version, entry) SELECT key, $4, $10 FROM saved",
+                 INSERT INTO {audit} (key, version, entry) SELECT key, $4, $12 FROM saved",
                 Self::update(t)
             ),
             audit: format!("SELECT entry FROM {audit} WHERE key = $1 ORDER BY version"),
             version: format!("SELECT version FROM {t} WHERE key = $1"),
-            delete: format!("DELETE FROM {t} WHERE key = $1"),
-            delete_if: format!("DELETE FROM {t} WHERE key = $1 AND version = $2"),
+            write_state: format!(
+                "SELECT version, {}, \
+                 GREATEST(0, (EXTRACT(EPOCH FROM lease_until - clock_timestamp()) * 1000)::bigint) \
+                 FROM {t} WHERE key = $1",
+                Self::lease_allows("$2", "$3")
+            ),
+            delete: format!(
+                "DELETE FROM {t} WHERE key = $1 AND {}",
+                Self::lease_allows("$2", "$3")
+            ),
+            delete_if: format!(
+                "DELETE FROM {t} WHERE key = $1 AND {} AND version = $4",
+                Self::lease_allows("$2", "$3")
+            ),
+            // A live lease of the asker is renewed with its token; a lapsed one (anyone's) is
+            // granted anew with the next token.
+            // A released lease has no holder; one that lapsed keeps it: granting over that is a
+            // takeover.
+            acquire: format!(
+                "WITH old AS (SELECT key, lease_holder, lease_until FROM {t} \
+                   WHERE key = $1 FOR UPDATE) \
+                 UPDATE {t} SET \
+                   fence = CASE WHEN {t}.lease_holder = $2 \
+                                 AND {t}.lease_until > clock_timestamp() \
+                           THEN {t}.fence ELSE {t}.fence + 1 END, \
+                   lease_holder = $2, \
+                   lease_until = clock_timestamp() + $3::bigint * interval '1 millisecond' \
+                 FROM old WHERE {t}.key = old.key \
+                   AND (old.lease_until IS NULL OR old.lease_until <= clock_timestamp() \
+                        OR old.lease_holder = $2) \
+                 RETURNING {t}.fence, \
+                   old.lease_holder IS NOT NULL AND old.lease_until <= clock_timestamp(), \
+                   {t}.version"
+            ),
+            lease_left: format!(
+                "SELECT GREATEST(0, \
+                   (EXTRACT(EPOCH FROM lease_until - clock_timestamp()) * 1000)::bigint) \
+                 FROM {t} WHERE key = $1"
+            ),
+            release: format!(
+                "UPDATE {t} SET lease_holder = NULL, lease_until = NULL \
+                 WHERE key = $1 AND fence = $2 AND lease_holder = $3"
+            ),
             list: format!(
                 "SELECT key FROM {t} WHERE key LIKE $1 AND key > $2 ORDER BY key LIMIT $3"
             ),
@@ -133,6 +203,9 @@ fn audit_table(t: &str) -> String {
 /// PostgreSQL-backed store.
 pub struct PostgresStore {
     name: String,
+    /// How to connect, for the change feed's own connection.
+    config: tokio_postgres::Config,
+    namespace: String,
     pool: Pool,
     table: String,
     machines: String,
@@ -154,7 +227,7 @@ impl PostgresStore {
             .map_err(|e| StoreError::Config(format!("{name}: bad PostgreSQL URL: {e}")))?;
         config.connect_timeout(options.connect_timeout);
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             // `Fast` only drops connections whose socket is closed: after a server restart
             // every old connection is closed, and a query on a half-dead one fails (and is
@@ -175,6 +248,8 @@ impl PostgresStore {
         let machines = format!("{}_machines", options.namespace);
         let store = Self {
             name,
+            config,
+            namespace: options.namespace.clone(),
             pool,
             sql: Sql::new(&table, &machines),
             table,
@@ -203,6 +278,9 @@ impl PostgresStore {
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS format integer;
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS extras text;
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS due_at bigint;
+             ALTER TABLE {t} ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0;
+             ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_holder text;
+             ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_until timestamptz;
              CREATE INDEX IF NOT EXISTS {t}_due ON {t} (due_at, key) WHERE due_at IS NOT NULL;
              CREATE TABLE IF NOT EXISTS {a} (
                  key text COLLATE \"C\" NOT NULL REFERENCES {t} (key) ON DELETE CASCADE,
@@ -313,6 +391,87 @@ impl PostgresStore {
             .transpose()
     }
 
+    /// Why a write under `fence` expecting `expected` changed nothing: the lease refused it
+    /// ([`StoreError::Fenced`], checked first, as the other stores do) or the version did
+    /// ([`StoreError::Conflict`]; `Ok(None)` for a delete of a record that is not there).
+    async fn refusal(
+        &self,
+        key: &str,
+        expected: Option<u64>,
+        fence: Option<&Fence>,
+    ) -> Result<Option<StoreError>, StoreError> {
+        let (token, holder) = fence_params(fence);
+        let rows = self
+            .query(
+                "read write state",
+                &self.sql.write_state,
+                &[&key, &token, &holder],
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(expected.map(|expected| conflict(key, expected, None)));
+        };
+        let version = version_from(key, column(key, row, 0)?)?;
+        let allowed: bool = column(key, row, 1)?;
+        let left: Option<i64> = column(key, row, 2)?;
+        if !allowed {
+            return Ok(Some(StoreError::Fenced {
+                key: key.to_owned(),
+                remaining_ms: left.filter(|&ms| ms > 0).map(|ms| ms as u64),
+            }));
+        }
+        Ok(expected
+            .filter(|&expected| expected != version)
+            .map(|expected| conflict(key, expected, Some(version))))
+    }
+
+    /// The `NOTIFY` channel of the instance under `key`.
+    fn changed_channel(&self, key: &str) -> String {
+        changed_channel(&self.namespace, key)
+    }
+
+    /// A feed of the changes announced on the channels it is told to watch, on a connection of
+    /// its own (`LISTEN` holds a session), which ends when that connection does.
+    async fn subscribe_changed(&self) -> Result<ChangeFeed, StoreError> {
+        use futures_util::StreamExt;
+        let connected = tokio::time::timeout(self.op_timeout, self.config.connect(NoTls)).await;
+        let (client, mut connection) = match connected {
+            Ok(Ok(pair)) => pair,
+            Ok(Err(e)) => return Err(self.down("listen connect", e)),
+            Err(_) => {
+                return Err(StoreError::Unavailable(format!(
+                    "{}: listen connect timed out after {:?}",
+                    self.name, self.op_timeout
+                )));
+            }
+        };
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        // The connection delivers notifications only while it is polled: a task of its own
+        // polls it until it closes, which ends the feed.
+        tokio::spawn(async move {
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = messages.next().await {
+                if let tokio_postgres::AsyncMessage::Notification(note) = message
+                    && let Some((origin, key)) = note.payload().split_once('\n')
+                    && sender.send((origin.to_owned(), key.to_owned())).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        Ok(ChangeFeed {
+            changes: Box::pin(futures_util::stream::poll_fn(move |cx| {
+                receiver.poll_recv(cx)
+            })),
+            subscriptions: Box::new(PostgresSubscriptions {
+                client,
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                op_timeout: self.op_timeout,
+            }),
+        })
+    }
+
     /// Drops this store's table. For tests: a namespace per test keeps parallel runs apart.
     #[cfg(test)]
     pub(super) async fn destroy_namespace(&self) -> Result<(), StoreError> {
@@ -359,6 +518,64 @@ fn pg_version(key: &str, v: u64) -> Result<i64, StoreError> {
 }
 
 /// A `LIKE` pattern matching keys that start with `prefix` (backslash is `LIKE`'s escape).
+/// The `NOTIFY` channel of the instance under `key` in `namespace` (see the module docs).
+fn changed_channel(namespace: &str, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(key.as_bytes());
+    let hex: String = digest[..8]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("{namespace}_chg_{hex}")
+}
+
+/// The channels a [`PostgresStore::subscribe_changed`] feed listens to.
+struct PostgresSubscriptions {
+    client: tokio_postgres::Client,
+    namespace: String,
+    name: String,
+    op_timeout: Duration,
+}
+
+impl PostgresSubscriptions {
+    async fn run(&self, what: &str, statement: String) -> Result<(), StoreError> {
+        match tokio::time::timeout(self.op_timeout, self.client.batch_execute(&statement)).await {
+            Ok(result) => result.map_err(|e| {
+                StoreError::Unavailable(format!("{}: {what} failed: {}", self.name, chain(&e)))
+            }),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "{}: {what} timed out after {:?}",
+                self.name, self.op_timeout
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl FeedSubscriptions for PostgresSubscriptions {
+    // The channel is a digest of the namespace's pattern `[a-z0-9_]`: safe to interpolate.
+    async fn watch(&mut self, key: &str) -> Result<(), StoreError> {
+        let channel = changed_channel(&self.namespace, key);
+        self.run("listen", format!("LISTEN {channel}")).await
+    }
+
+    async fn unwatch(&mut self, key: &str) -> Result<(), StoreError> {
+        let channel = changed_channel(&self.namespace, key);
+        self.run("unlisten", format!("UNLISTEN {channel}")).await
+    }
+}
+
+/// A fence as the statements' token and holder parameters (both NULL for none).
+fn fence_params(fence: Option<&Fence>) -> (Option<i64>, Option<&str>) {
+    match fence {
+        Some(fence) => (
+            Some(i64::try_from(fence.token).unwrap_or(i64::MAX)),
+            Some(&*fence.holder),
+        ),
+        None => (None, None),
+    }
+}
+
 fn like_prefix(prefix: &str) -> String {
     let mut pattern = String::with_capacity(prefix.len() + 1);
     for c in prefix.chars() {
@@ -375,6 +592,18 @@ fn like_prefix(prefix: &str) -> String {
 impl StateStore for PostgresStore {
     fn is_shared(&self) -> bool {
         true
+    }
+
+    async fn announce_change(&self, origin: &str, key: &str) -> Result<(), StoreError> {
+        let channel = self.changed_channel(key);
+        let payload = format!("{origin}\n{key}");
+        self.execute("notify", "SELECT pg_notify($1, $2)", &[&channel, &payload])
+            .await
+            .map(|_| ())
+    }
+
+    async fn watch_changes(&self) -> Option<Result<ChangeFeed, StoreError>> {
+        Some(self.subscribe_changed().await)
     }
 
     fn describe(&self) -> String {
@@ -467,17 +696,20 @@ impl StateStore for PostgresStore {
             };
             self.execute("save", sql, &params).await?
         } else {
-            let expected = pg_version(key, expected)?;
+            let pg_expected = pg_version(key, expected)?;
+            let (token, holder) = fence_params(record.fence.as_ref());
             let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
                 &key,
                 &record.workflow,
                 &record.snapshot,
                 &version,
                 &updated_at,
-                &expected,
+                &pg_expected,
                 &format,
                 &extras,
                 &due,
+                &token,
+                &holder,
             ];
             let sql = match &audit {
                 Some(entry) => {
@@ -491,7 +723,14 @@ impl StateStore for PostgresStore {
         if changed == 1 {
             return Ok(());
         }
-        Err(conflict(key, expected, self.current_version(key).await?))
+        if expected == 0 {
+            return Err(conflict(key, expected, self.current_version(key).await?));
+        }
+        Err(self
+            .refusal(key, Some(expected), record.fence.as_ref())
+            .await?
+            // Changed meanwhile so that the write would pass now: report what it raced.
+            .unwrap_or_else(|| conflict(key, expected, Some(expected))))
     }
 
     async fn audit(&self, key: &str) -> Result<Vec<AuditEntry>, StoreError> {
@@ -532,20 +771,81 @@ impl StateStore for PostgresStore {
         rows.first().map(|row| column(&key, row, 0)).transpose()
     }
 
-    async fn delete(&self, key: &str, expected: Option<u64>) -> Result<bool, StoreError> {
+    async fn delete(
+        &self,
+        key: &str,
+        expected: Option<u64>,
+        fence: Option<&Fence>,
+    ) -> Result<bool, StoreError> {
         check_key(key)?;
-        let Some(expected) = expected else {
-            return Ok(self.execute("delete", &self.sql.delete, &[&key]).await? == 1);
+        let (token, holder) = fence_params(fence);
+        let deleted = match expected {
+            None => {
+                self.execute("delete", &self.sql.delete, &[&key, &token, &holder])
+                    .await?
+            }
+            Some(expected) => {
+                let pg_expected = pg_version(key, expected)?;
+                self.execute(
+                    "delete",
+                    &self.sql.delete_if,
+                    &[&key, &token, &holder, &pg_expected],
+                )
+                .await?
+            }
         };
-        let pg_expected = pg_version(key, expected)?;
-        if self
-            .execute("delete", &self.sql.delete_if, &[&key, &pg_expected])
-            .await?
-            == 1
-        {
+        if deleted == 1 {
             return Ok(true);
         }
-        Err(conflict(key, expected, self.current_version(key).await?))
+        match self.refusal(key, expected, fence).await? {
+            Some(refusal) => Err(refusal),
+            None => Ok(false),
+        }
+    }
+
+    async fn acquire_lease(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<LeaseGrant, StoreError> {
+        check_key(key)?;
+        let ttl_ms = i64::try_from(ttl.as_millis().max(1)).unwrap_or(i64::MAX);
+        let rows = self
+            .query(
+                "acquire lease",
+                &self.sql.acquire,
+                &[&key, &holder, &ttl_ms],
+            )
+            .await?;
+        if let Some(row) = rows.first() {
+            let token: i64 = column(key, row, 0)?;
+            return Ok(LeaseGrant::Held {
+                token: token.max(0) as u64,
+                took_over: column(key, row, 1)?,
+                version: version_from(key, column(key, row, 2)?)?,
+            });
+        }
+        let rows = self
+            .query("read lease", &self.sql.lease_left, &[&key])
+            .await?;
+        Ok(match rows.first() {
+            None => LeaseGrant::Absent,
+            Some(row) => LeaseGrant::Busy {
+                remaining_ms: column::<Option<i64>>(key, row, 0)?.unwrap_or(0).max(0) as u64,
+            },
+        })
+    }
+
+    async fn release_lease(&self, key: &str, fence: &Fence) -> Result<(), StoreError> {
+        let token = i64::try_from(fence.token).unwrap_or(i64::MAX);
+        self.execute(
+            "release lease",
+            &self.sql.release,
+            &[&key, &token, &&*fence.holder],
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn list_keys(

@@ -18,7 +18,13 @@
 //!   and a page boundary is exact even among keys due in the same millisecond. The save and
 //!   delete scripts update it with the record. Code that predates due times does not: the
 //!   query script drops a member whose record is gone or has another due time;
-//! - `ns:changed`: pub/sub channel carrying the key of an instance that changed.
+//! - `ns:lease:<key>`: the instance's lease (see `lease.rs`), `"<token> <holder>"`, expiring by
+//!   itself (`PX`, Redis's clock). The record hash's field `n` counts the grants: the fencing
+//!   token. The save and delete scripts check the lease in the same step as the version;
+//!   delete removes it with the record;
+//! - `ns:changed:<key>`: the pub/sub channel of one instance, carrying the name of the server
+//!   process that changed it (see `changes.rs`); a process subscribes to the channels of the
+//!   instances it watches, so a change reaches only those.
 //!
 //! The record and the index live in different hash slots: Redis Cluster is not supported.
 //!
@@ -26,28 +32,41 @@
 //! background after the connection drops; every operation also runs under `op_timeout`, so a
 //! caller waiting on a reconnect gets [`StoreError::Unavailable`] instead of hanging.
 
-use std::{future::Future, pin::Pin, time::Duration};
+use std::{future::Future, time::Duration};
 
 use async_trait::async_trait;
-use futures_util::{Stream, StreamExt};
+use futures_util::StreamExt;
 use redis::{
     AsyncCommands, RedisError, Script,
     aio::{ConnectionManager, ConnectionManagerConfig},
 };
 
 use super::{
-    AuditEntry, Due, Durability, InstanceRecord, StateStore, StoreError, StoreOptions, chain,
-    check_key, check_save, conflict, format, machine_key, redact,
+    AuditEntry, ChangeFeed, Due, Durability, FeedSubscriptions, Fence, InstanceRecord, LeaseGrant,
+    StateStore, StoreError, StoreOptions, chain, check_key, check_save, conflict, format,
+    machine_key, redact,
 };
 
 /// Digits of a due time in a `ns:due` member: enough for every `u64`.
 const DUE_DIGITS: usize = 20;
 
-/// CAS save. KEYS: record hash, index, due index, audit list. ARGV: expected, version, workflow,
-/// snapshot, updated_at_ms, key, format, extras, due time (decimal, or "" for none), audit entry
-/// (JSON, or "" for none: appended to the audit list with the record). Returns "ok", or the
-/// stored version ("none" when absent) on conflict. Versions are compared as decimal strings:
-/// Lua numbers are doubles and would round above 2^53; due times are padded as strings too.
+/// The lease check every write script starts with (see `lease.rs`): KEYS[5] is the lease key,
+/// ARGV[LEASE] the writer's `"<token> <holder>"` or "" for none. Refuses with "fenced <ms>"
+/// (the live lease's remaining time, -2 when none lives).
+const LEASE_CHECK_LUA: &str = r"
+local lease = redis.call('GET', KEYS[5])
+if lease ~= (ARGV[LEASE] ~= '' and ARGV[LEASE] or false) then
+  return 'fenced ' .. redis.call('PTTL', KEYS[5])
+end
+";
+
+/// CAS save. KEYS: record hash, index, due index, audit list, lease. ARGV: expected, version,
+/// workflow, snapshot, updated_at_ms, key, format, extras, due time (decimal, or "" for none),
+/// audit entry (JSON, or "" for none: appended to the audit list with the record), fence
+/// (`"<token> <holder>"`, or "" for none). Returns "ok", "fenced <ms>" when the lease refuses
+/// it, or the stored version ("none" when absent) on conflict. Versions are compared as decimal
+/// strings: Lua numbers are doubles and would round above 2^53; due times are padded as strings
+/// too.
 const SAVE_LUA: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'v')
 if cur then
@@ -75,8 +94,8 @@ return 'ok'
 ";
 
 /// Delete, conditional when ARGV[1] is not empty. KEYS: record hash, index, due index, audit
-/// list (deleted with the record). ARGV:
-/// expected or "", key. Returns "deleted", "absent", or the stored version ("none") on conflict.
+/// list and lease (deleted with the record). ARGV: expected or "", key, fence or "". Returns
+/// "deleted", "absent", "fenced <ms>", or the stored version ("none") on conflict.
 const DELETE_LUA: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'v')
 if ARGV[1] ~= '' and cur ~= ARGV[1] then
@@ -88,8 +107,41 @@ if old then
 end
 local n = redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[2])
-if KEYS[4] then redis.call('DEL', KEYS[4]) end
+redis.call('DEL', KEYS[4], KEYS[5])
 if n == 1 then return 'deleted' else return 'absent' end
+";
+
+/// Grants or renews a lease (see `lease.rs`). KEYS: record hash, lease. ARGV: holder, time to
+/// live (ms). Returns {"held", token, "1" for a takeover else "0", version}, {"busy",
+/// remaining ms, "", ""} or {"absent", "", "", ""}. The record's field `r` is the token last
+/// released: a grant after any other token lapsed is a takeover.
+const ACQUIRE_LUA: &str = r"
+local lease = redis.call('GET', KEYS[2])
+if lease then
+  local space = string.find(lease, ' ', 1, true)
+  if string.sub(lease, space + 1) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[2], ARGV[2])
+    return {'held', string.sub(lease, 1, space - 1), '0', redis.call('HGET', KEYS[1], 'v')}
+  end
+  return {'busy', tostring(redis.call('PTTL', KEYS[2])), '', ''}
+end
+local version = redis.call('HGET', KEYS[1], 'v')
+if not version then return {'absent', '', '', ''} end
+local token = redis.call('HINCRBY', KEYS[1], 'n', 1)
+local released = redis.call('HGET', KEYS[1], 'r')
+local took_over = (token > 1 and released ~= tostring(token - 1)) and '1' or '0'
+redis.call('SET', KEYS[2], token .. ' ' .. ARGV[1], 'PX', ARGV[2])
+return {'held', tostring(token), took_over, version}
+";
+
+/// Releases a lease if it is still the one named. KEYS: lease, record hash. ARGV:
+/// `"<token> <holder>"`, token.
+const RELEASE_LUA: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[2], 'r', ARGV[2])
+end
+return 'ok'
 ";
 
 /// The due query. KEYS: due index. ARGV: lexical min and max, limit, the prefix of record hash
@@ -127,10 +179,53 @@ pub struct RedisStore {
     save_script: Script,
     delete_script: Script,
     due_script: Script,
+    acquire_script: Script,
+    release_script: Script,
 }
 
-/// Stream of changed instance keys from [`RedisStore::subscribe_changed`].
-pub type ChangedStream = Pin<Box<dyn Stream<Item = String> + Send>>;
+/// The channels a [`RedisStore::subscribe_changed`] feed listens to.
+struct RedisSubscriptions {
+    sink: redis::aio::PubSubSink,
+    namespace: String,
+    name: String,
+    op_timeout: Duration,
+}
+
+impl RedisSubscriptions {
+    async fn bounded(
+        &self,
+        what: &str,
+        op: impl Future<Output = Result<(), RedisError>>,
+    ) -> Result<(), StoreError> {
+        match tokio::time::timeout(self.op_timeout, op).await {
+            Ok(result) => result.map_err(|e| unavailable(&self.name, what, &e)),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "{}: {what} timed out after {:?}",
+                self.name, self.op_timeout
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl FeedSubscriptions for RedisSubscriptions {
+    async fn watch(&mut self, key: &str) -> Result<(), StoreError> {
+        let channel = format!("{}:changed:{key}", self.namespace);
+        let mut sink = self.sink.clone();
+        self.bounded("subscribe", async move { sink.subscribe(channel).await })
+            .await
+    }
+
+    async fn unwatch(&mut self, key: &str) -> Result<(), StoreError> {
+        let channel = format!("{}:changed:{key}", self.namespace);
+        let mut sink = self.sink.clone();
+        self.bounded(
+            "unsubscribe",
+            async move { sink.unsubscribe(channel).await },
+        )
+        .await
+    }
+}
 
 impl RedisStore {
     /// Connects to `url` and checks the server answers `PING`.
@@ -172,9 +267,11 @@ impl RedisStore {
             con,
             namespace: options.namespace.clone(),
             op_timeout: options.op_timeout,
-            save_script: Script::new(SAVE_LUA),
-            delete_script: Script::new(DELETE_LUA),
+            save_script: Script::new(&lease_checked(SAVE_LUA, 11)),
+            delete_script: Script::new(&lease_checked(DELETE_LUA, 3)),
             due_script: Script::new(DUE_LUA),
+            acquire_script: Script::new(ACQUIRE_LUA),
+            release_script: Script::new(RELEASE_LUA),
         };
         let mut con = store.con.clone();
         store
@@ -201,13 +298,14 @@ impl RedisStore {
         format!("{}:due", self.namespace)
     }
 
+    /// The key holding `key`'s lease.
+    fn lease_key(&self, key: &str) -> String {
+        format!("{}:lease:{key}", self.namespace)
+    }
+
     /// The list holding `key`'s audit trail, oldest first.
     fn audit_key(&self, key: &str) -> String {
         format!("{}:audit:{key}", self.namespace)
-    }
-
-    fn channel(&self) -> String {
-        format!("{}:changed", self.namespace)
     }
 
     /// Runs one Redis round trip under `op_timeout`, turning every failure into `Unavailable`.
@@ -226,36 +324,52 @@ impl RedisStore {
         }
     }
 
-    /// Tells every subscriber (in any server process) that instance `key` changed.
-    /// Returns once Redis accepted the message; delivery is at most once.
-    pub async fn publish_changed(&self, key: &str) -> Result<(), StoreError> {
+    /// The pub/sub channel of the instance under `key`.
+    fn changed_channel(&self, key: &str) -> String {
+        format!("{}:changed:{key}", self.namespace)
+    }
+
+    /// Tells the subscribers of `key`'s channel (in any server process) that `origin` changed
+    /// it. Returns once Redis accepted the message; delivery is at most once.
+    pub async fn publish_changed(&self, origin: &str, key: &str) -> Result<(), StoreError> {
         let mut con = self.con.clone();
-        let channel = self.channel();
+        let channel = self.changed_channel(key);
         self.bounded("publish", async move {
-            con.publish::<_, _, i64>(channel, key).await
+            con.publish::<_, _, i64>(channel, origin).await
         })
         .await
         .map(|_| ())
     }
 
-    /// Subscribes to the changed-instance channel on a dedicated connection.
+    /// A feed of the changes announced on the channels it is told to watch, on a dedicated
+    /// connection.
     ///
     /// The stream ends when that connection drops (pub/sub messages sent meanwhile are lost,
-    /// as Redis never queues them): the caller subscribes again and reloads what it caches.
-    pub async fn subscribe_changed(&self) -> Result<ChangedStream, StoreError> {
+    /// as Redis never queues them): the caller opens another and watches again.
+    pub async fn subscribe_changed(&self) -> Result<ChangeFeed, StoreError> {
         let client = self.client.clone();
-        let channel = self.channel();
         let pubsub = self
-            .bounded("subscribe", async move {
-                let mut pubsub = client.get_async_pubsub().await?;
-                pubsub.subscribe(channel).await?;
-                Ok(pubsub)
-            })
+            .bounded("subscribe", async move { client.get_async_pubsub().await })
             .await?;
-        let stream = pubsub
-            .into_on_message()
-            .filter_map(|msg| async move { msg.get_payload::<String>().ok() });
-        Ok(Box::pin(stream))
+        let (sink, stream) = pubsub.split();
+        let prefix = format!("{}:changed:", self.namespace);
+        let changes = stream.filter_map(move |msg| {
+            let key = msg
+                .get_channel_name()
+                .strip_prefix(prefix.as_str())
+                .map(str::to_owned);
+            let origin = msg.get_payload::<String>().ok();
+            async move { key.zip(origin).map(|(key, origin)| (origin, key)) }
+        });
+        Ok(ChangeFeed {
+            changes: Box::pin(changes),
+            subscriptions: Box::new(RedisSubscriptions {
+                sink,
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                op_timeout: self.op_timeout,
+            }),
+        })
     }
 
     /// Deletes every key of this store's namespace. For tests: a namespace per test keeps
@@ -280,6 +394,27 @@ impl RedisStore {
         })
         .await
     }
+}
+
+/// `script` behind the lease check, which reads the writer's fence from `ARGV[lease_arg]`.
+fn lease_checked(script: &str, lease_arg: usize) -> String {
+    LEASE_CHECK_LUA.replace("ARGV[LEASE]", &format!("ARGV[{lease_arg}]")) + script
+}
+
+/// A fence as the scripts compare it with the lease key's value.
+fn fence_arg(fence: Option<&Fence>) -> String {
+    fence.map_or_else(String::new, |fence| {
+        format!("{} {}", fence.token, fence.holder)
+    })
+}
+
+/// The refusal a script answered `"fenced <ms>"` with, if it did.
+fn fenced(key: &str, answer: &str) -> Option<StoreError> {
+    let ms: i64 = answer.strip_prefix("fenced ")?.parse().ok()?;
+    Some(StoreError::Fenced {
+        key: key.to_owned(),
+        remaining_ms: u64::try_from(ms).ok(),
+    })
 }
 
 fn unavailable(name: &str, what: &str, e: &RedisError) -> StoreError {
@@ -340,20 +475,11 @@ impl StateStore for RedisStore {
     }
 
     async fn announce_change(&self, origin: &str, key: &str) -> Result<(), StoreError> {
-        self.publish_changed(&format!("{origin}\n{key}")).await
+        self.publish_changed(origin, key).await
     }
 
-    async fn watch_changes(&self) -> Option<Result<super::ChangeStream, StoreError>> {
-        let stream = match self.subscribe_changed().await {
-            Ok(stream) => stream,
-            Err(error) => return Some(Err(error)),
-        };
-        let changes = stream.filter_map(|payload| async move {
-            payload
-                .split_once('\n')
-                .map(|(origin, key)| (origin.to_owned(), key.to_owned()))
-        });
-        Some(Ok(Box::pin(changes)))
+    async fn watch_changes(&self) -> Option<Result<ChangeFeed, StoreError>> {
+        Some(self.subscribe_changed().await)
     }
 
     fn describe(&self) -> String {
@@ -468,6 +594,7 @@ impl StateStore for RedisStore {
             .key(self.index_key())
             .key(self.due_key())
             .key(self.audit_key(key))
+            .key(self.lease_key(key))
             .arg(expected)
             .arg(record.version)
             .arg(&record.workflow)
@@ -488,7 +615,8 @@ impl StateStore for RedisStore {
                     .as_ref()
                     .map(AuditEntry::encode)
                     .unwrap_or_default(),
-            );
+            )
+            .arg(fence_arg(record.fence.as_ref()));
         let answer: String = self
             .bounded(
                 "save",
@@ -497,6 +625,9 @@ impl StateStore for RedisStore {
             .await?;
         if answer == "ok" {
             return Ok(());
+        }
+        if let Some(refusal) = fenced(key, &answer) {
+            return Err(refusal);
         }
         Err(conflict(key, expected, parse_current(key, &answer)?))
     }
@@ -555,7 +686,12 @@ impl StateStore for RedisStore {
         .transpose()
     }
 
-    async fn delete(&self, key: &str, expected: Option<u64>) -> Result<bool, StoreError> {
+    async fn delete(
+        &self,
+        key: &str,
+        expected: Option<u64>,
+        fence: Option<&Fence>,
+    ) -> Result<bool, StoreError> {
         check_key(key)?;
         let mut con = self.con.clone();
         let mut invocation = self.delete_script.key(self.record_key(key));
@@ -563,14 +699,19 @@ impl StateStore for RedisStore {
             .key(self.index_key())
             .key(self.due_key())
             .key(self.audit_key(key))
+            .key(self.lease_key(key))
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
-            .arg(key);
+            .arg(key)
+            .arg(fence_arg(fence));
         let answer: String = self
             .bounded(
                 "delete",
                 async move { invocation.invoke_async(&mut con).await },
             )
             .await?;
+        if let Some(refusal) = fenced(key, &answer) {
+            return Err(refusal);
+        }
         match (answer.as_str(), expected) {
             ("deleted", _) => Ok(true),
             ("absent", _) => Ok(false),
@@ -580,6 +721,57 @@ impl StateStore for RedisStore {
                 reason: format!("unexpected delete answer {other:?}"),
             }),
         }
+    }
+
+    async fn acquire_lease(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<LeaseGrant, StoreError> {
+        check_key(key)?;
+        let mut con = self.con.clone();
+        let mut invocation = self.acquire_script.key(self.record_key(key));
+        invocation
+            .key(self.lease_key(key))
+            .arg(holder)
+            .arg(ttl.as_millis().max(1) as u64);
+        let answer: (String, String, String, String) = self
+            .bounded("acquire lease", async move {
+                invocation.invoke_async(&mut con).await
+            })
+            .await?;
+        let number = |text: &str| {
+            text.parse::<i64>().map_err(|_| StoreError::Corrupt {
+                key: key.to_owned(),
+                reason: format!("lease answer {answer:?}"),
+            })
+        };
+        match answer.0.as_str() {
+            "held" => Ok(LeaseGrant::Held {
+                token: number(&answer.1)?.max(0) as u64,
+                took_over: answer.2 == "1",
+                version: parse_current(key, &answer.3)?.unwrap_or(0),
+            }),
+            "busy" => Ok(LeaseGrant::Busy {
+                remaining_ms: number(&answer.1)?.max(0) as u64,
+            }),
+            _ => Ok(LeaseGrant::Absent),
+        }
+    }
+
+    async fn release_lease(&self, key: &str, fence: &Fence) -> Result<(), StoreError> {
+        let mut con = self.con.clone();
+        let mut invocation = self.release_script.key(self.lease_key(key));
+        invocation
+            .key(self.record_key(key))
+            .arg(fence_arg(Some(fence)))
+            .arg(fence.token);
+        self.bounded("release lease", async move {
+            invocation.invoke_async::<String>(&mut con).await
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn list_keys(
@@ -704,7 +896,7 @@ mod tests {
             .await
             .unwrap();
         store.save("k", &v1.next(json!(2)), 1).await.unwrap();
-        assert!(store.delete("k", Some(2)).await.unwrap());
+        assert!(store.delete("k", Some(2), None).await.unwrap());
         store.destroy_namespace().await.unwrap();
     }
 

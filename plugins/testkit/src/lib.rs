@@ -13,7 +13,9 @@
 //!   `"panic": true`, and breaks its declared `output_schema` with `"bad_output": true`) and
 //!   `testkit.reset` (bound to `done`, fires `RESET`; sleeps `sleep_ms` first, or up to
 //!   `watch_ms` while polling for cancellation), to check that a
-//!   failed, panicked, malformed or abandoned call fires no transition.
+//!   failed, panicked, malformed or abandoned call fires no transition. `testkit.reset` first
+//!   appends a line (call id, idempotency key, process id) to the file `run_log` names, when
+//!   given, so tests count its handler's runs across server processes.
 //! - `testkit.content` (ungated): returns an image content block and structured data beside it
 //!   (the `_content` output convention).
 //! - `testkit.report` (ungated): logs `count` messages at `level` and reports progress `count`
@@ -58,6 +60,24 @@ struct GoInput {
 struct ReportInput {
     count: u32,
     level: String,
+}
+
+/// Appends the call's id, its idempotency key and this process's id as one line to the file at
+/// `path`: one `write` of an `O_APPEND` file, so lines from several processes never interleave.
+fn log_run(path: &str, ctx: &CallContext) -> Result<(), ToolError> {
+    use std::io::Write;
+    let line = format!(
+        "{} {} {}\n",
+        ctx.call_id,
+        ctx.idempotency_key,
+        std::process::id()
+    );
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(line.as_bytes()))
+        .map_err(|error| ToolError::failed(format!("cannot append to {path}: {error}")))
 }
 
 impl Plugin for Testkit {
@@ -224,6 +244,9 @@ impl Plugin for Testkit {
                 Ok(json!({"reported": count, "services": ctx.host.is_offered()}))
             }
             "testkit.reset" => {
+                if let Some(path) = input.get("run_log").and_then(Value::as_str) {
+                    log_run(path, ctx)?;
+                }
                 // `sleep_ms`: a slow transition, for shutdown tests. `watch_ms`: as slow, but it
                 // stops early with an error once the host says the call was cancelled.
                 let sleep_ms = input.get("sleep_ms").and_then(Value::as_u64).unwrap_or(0);

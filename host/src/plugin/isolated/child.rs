@@ -70,6 +70,7 @@ pub fn run(library: &Path) -> io::Result<()> {
                 handle,
                 state,
                 context,
+                idempotency_key,
                 services,
             })) => {
                 // Registered before the call is queued, so a cancel that follows at once finds
@@ -89,6 +90,7 @@ pub fn run(library: &Path) -> io::Result<()> {
                         handle,
                         state,
                         context,
+                        idempotency_key,
                         ..CallContext::default()
                     };
                     let result = match tool.strip_prefix(GUARD_CALL_PREFIX) {

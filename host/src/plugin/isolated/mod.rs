@@ -155,6 +155,7 @@ impl Isolated {
             handle: ctx.handle.clone(),
             state: ctx.state.clone(),
             context: ctx.context.clone(),
+            idempotency_key: ctx.idempotency_key.clone(),
             services: host.is_some(),
         })
         .map_err(|error| shared.crashed(tool, format!("cannot be sent the call: {error}")))?;

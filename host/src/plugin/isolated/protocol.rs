@@ -42,6 +42,9 @@ pub enum ToChild {
         /// The instance's machine context (ABI 1.2); absent from an older server: `null`.
         #[serde(default)]
         context: Value,
+        /// The call's idempotency key (ABI 1.4); absent from an older server: empty.
+        #[serde(default)]
+        idempotency_key: String,
         /// Whether the call gets host services (logging, progress, cancellation).
         services: bool,
     },
@@ -254,13 +257,15 @@ mod tests {
             call_id: "c".into(),
             handle: String::new(),
             context: Value::Null,
+            idempotency_key: "h/v1/t".into(),
             state: Value::Null,
             services: true,
         };
         assert_eq!(
             serde_json::to_value(&call).unwrap(),
             json!({"type": "call", "id": 1, "tool": "t", "input": {"a": 1}, "call_id": "c",
-                   "handle": "", "state": null, "context": null, "services": true})
+                   "handle": "", "state": null, "context": null,
+                   "idempotency_key": "h/v1/t", "services": true})
         );
         let done = FromChild::Done {
             id: 1,

@@ -217,7 +217,7 @@ async fn reads_merge_the_journal_with_the_file() {
 
     let store = EmbeddedStore::open(&path).await.unwrap();
     save_all(&store, &[("k/a", record("w", 2, Some(5), "a2"), 1)]).await;
-    assert!(store.delete("k/b", Some(2)).await.unwrap());
+    assert!(store.delete("k/b", Some(2), None).await.unwrap());
     save_all(
         &store,
         &[

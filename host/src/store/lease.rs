@@ -1,0 +1,58 @@
+//! Leases: which server process may run calls on an instance, and the fencing token that keeps
+//! a process whose lease lapsed from committing.
+//!
+//! This module owns the vocabulary of the lease contract ([`Fence`], [`LeaseGrant`]); each
+//! shared store keeps leases beside its records (Redis: a `PX` key per instance and a counter in
+//! the record's hash; PostgreSQL: three columns of the instance's row). It must not decide when
+//! to take or give up a lease: that is the instance actor's (`actors/tenure.rs`).
+//!
+//! # The contract
+//!
+//! - [`super::StateStore::acquire_lease`] grants the lease on an existing record to one holder
+//!   at a time, for a time to live the store's own clock counts (so servers' clocks need not
+//!   agree). Asked again by the holder while it lives, it is renewed with the same token. Once
+//!   it lapses, the next grant (to anyone, the old holder included) carries a larger token: the
+//!   token is the record's **fencing token**, and never goes back while the record exists.
+//! - A save or delete that names a [`Fence`] is applied only if that fence is the lease alive
+//!   now, in the same atomic step as the version check. One that names none is applied only if
+//!   no lease is alive. Either refusal is [`super::StoreError::Fenced`], and writes nothing.
+//! - A record that does not exist has no lease ([`LeaseGrant::Absent`]): its first save (with
+//!   `expected = 0`) needs none, and a delete removes the lease with the record.
+//!
+//! Stores that no other process shares (memory, embedded) grant every lease at once with token 0
+//! and check nothing: one process cannot race itself past the instance actor's mailbox.
+
+use std::sync::Arc;
+
+/// A lease as a writer names it: the token it was granted and who it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// The fencing token of the grant.
+    pub token: u64,
+    /// The holder the lease was granted to (a server process's node name).
+    pub holder: Arc<str>,
+}
+
+/// The answer to [`super::StateStore::acquire_lease`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseGrant {
+    /// The asker holds the lease now.
+    Held {
+        /// The fencing token: the one it had when the lease was renewed, a larger one when it
+        /// was granted anew (whatever the asker cached may be stale then).
+        token: u64,
+        /// The lease was granted over one that lapsed without being released (its holder
+        /// paused, crashed or was cut off): a takeover, which operators want to count.
+        took_over: bool,
+        /// The record's version when the lease was granted: a holder whose copy has this
+        /// version need not read the record again.
+        version: u64,
+    },
+    /// Another holder has it, for about `remaining_ms` more unless it is released sooner.
+    Busy {
+        /// Milliseconds the other holder's lease still lives, by the store's clock.
+        remaining_ms: u64,
+    },
+    /// There is no record under the key: nothing to lease.
+    Absent,
+}

@@ -1,0 +1,272 @@
+//! One instance, one runner, across servers (issue 38): several server processes share a Redis
+//! or PostgreSQL store, and a transition's handler runs on one of them only, however many calls
+//! race for it. The testkit's `testkit.reset` writes a line per run of its handler to a file, so
+//! the runs are counted across processes; a server paused mid-call loses its lease and cannot
+//! commit once it resumes.
+
+mod common;
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use common::{Client, PluginDir, Scrape, Server, error_code, handle_of};
+use rmcp::model::CallToolResult;
+use serde_json::{Value, json};
+
+fn redis_url() -> String {
+    std::env::var("TURNSTILE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+fn postgres_url() -> String {
+    std::env::var("TURNSTILE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A server in handle mode on `store`, in `namespace`, with `extra` flags.
+fn node(plugins: &PluginDir, store: &str, namespace: &str, extra: &[&str]) -> Server {
+    let mut args = vec![
+        "--state-handle-key",
+        "--store",
+        store,
+        "--store-namespace",
+        namespace,
+    ];
+    args.extend_from_slice(extra);
+    Server::http(plugins.path(), &args)
+}
+
+fn namespace() -> String {
+    format!("leases_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// `calls` calls of `tool` with `arguments`, spread over `clients` round-robin, all at once.
+async fn race(
+    clients: &[Client],
+    calls: usize,
+    tool: &str,
+    arguments: Value,
+) -> Vec<CallToolResult> {
+    let racing = (0..calls).map(|n| clients[n % clients.len()].call(tool, arguments.clone()));
+    futures_util::future::join_all(racing).await
+}
+
+/// How many results succeeded, were refused by the gate, and got each other code.
+fn tally(results: &[CallToolResult]) -> (usize, usize, Vec<Value>) {
+    let won = results.iter().filter(|r| r.is_error != Some(true)).count();
+    let forbidden = results
+        .iter()
+        .filter(|r| r.is_error == Some(true) && error_code(r) == "FORBIDDEN")
+        .count();
+    let others = results
+        .iter()
+        .filter(|r| r.is_error == Some(true) && error_code(r) != "FORBIDDEN")
+        .map(error_code)
+        .collect();
+    (won, forbidden, others)
+}
+
+fn runs(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .map(|text| text.lines().count())
+        .unwrap_or(0)
+}
+
+/// Three servers on `store`, 60 racing `testkit.reset` calls on one instance, three rounds:
+/// one winner each round, every other call refused by the gate, and one run of the handler.
+async fn racing_resets_run_once(store: &str) {
+    let plugins = PluginDir::with(&["testkit"]);
+    let namespace = namespace();
+    let servers: Vec<Server> = (0..3)
+        .map(|_| node(&plugins, store, &namespace, &[]))
+        .collect();
+    let mut clients = Vec::new();
+    for server in &servers {
+        for _ in 0..2 {
+            clients.push(Client::http(&server.url).await);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let minted = clients[0].call("testkit.go", json!({})).await;
+    let handle = handle_of(&minted);
+    for round in 0..3 {
+        let log = dir.path().join(format!("round-{round}.log"));
+        let results = race(
+            &clients,
+            60,
+            "testkit.reset",
+            json!({"handle": handle, "run_log": log, "sleep_ms": 20}),
+        )
+        .await;
+        let (won, forbidden, others) = tally(&results);
+        assert_eq!(
+            (won, forbidden, others.clone()),
+            (1, 59, Vec::<Value>::new()),
+            "round {round}: {others:?}"
+        );
+        assert_eq!(
+            runs(&log),
+            1,
+            "round {round}: the handler ran more than once"
+        );
+        // Back to `done` for the next round (one call: nothing races it).
+        let again = clients[round % clients.len()]
+            .call("testkit.go", json!({"handle": handle}))
+            .await;
+        assert_ne!(again.is_error, Some(true), "{again:?}");
+    }
+}
+
+#[tokio::test]
+async fn racing_calls_on_three_servers_run_the_handler_once_on_redis() {
+    racing_resets_run_once(&redis_url()).await;
+}
+
+#[tokio::test]
+async fn racing_calls_on_three_servers_run_the_handler_once_on_postgres() {
+    racing_resets_run_once(&postgres_url()).await;
+}
+
+/// 60 racing captures of one authorized payment over three servers: one capture, no conflict.
+async fn racing_captures_capture_once(store: &str) {
+    let plugins = PluginDir::with(&["payment"]);
+    let namespace = namespace();
+    let servers: Vec<Server> = (0..3)
+        .map(|_| node(&plugins, store, &namespace, &[]))
+        .collect();
+    let mut clients = Vec::new();
+    for server in &servers {
+        for _ in 0..2 {
+            clients.push(Client::http(&server.url).await);
+        }
+    }
+    let authorized = clients[0]
+        .call("payment.authorize", json!({"amount": 5, "currency": "EUR"}))
+        .await;
+    assert_ne!(authorized.is_error, Some(true), "{authorized:?}");
+    let handle = handle_of(&authorized);
+    let results = race(&clients, 60, "payment.capture", json!({"handle": handle})).await;
+    let (won, forbidden, others) = tally(&results);
+    assert_eq!(
+        (won, forbidden, others.clone()),
+        (1, 59, Vec::<Value>::new()),
+        "{others:?}"
+    );
+    let status = clients[5]
+        .call("payment.status", json!({"handle": handle}))
+        .await;
+    assert_eq!(status.structured_content.unwrap()["state"], "captured");
+}
+
+#[tokio::test]
+async fn racing_captures_on_three_servers_capture_once_on_redis() {
+    racing_captures_capture_once(&redis_url()).await;
+}
+
+#[tokio::test]
+async fn racing_captures_on_three_servers_capture_once_on_postgres() {
+    racing_captures_capture_once(&postgres_url()).await;
+}
+
+/// A server paused (SIGSTOP) in the middle of a slow call loses its lease; another server takes
+/// the instance over and commits; the paused server, resumed, runs to the end of its handler but
+/// its save is refused by the fencing token. The instance moved once, and after the takeover
+/// only the new holder ran the handler.
+#[tokio::test]
+async fn a_paused_server_cannot_commit_after_another_took_over() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let namespace = namespace();
+    let store = redis_url();
+    let short = ["--lease-ttl", "600", "--lease-wait", "5000"];
+    let paused = node(&plugins, &store, &namespace, &short);
+    let other = node(&plugins, &store, &namespace, &short);
+    let alice = Client::http(&paused.url).await;
+    let bob = Client::http(&other.url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("runs.log");
+    let handle = handle_of(&alice.call("testkit.go", json!({})).await);
+
+    let slow = {
+        let arguments = json!({"handle": handle, "run_log": log, "sleep_ms": 2500});
+        tokio::spawn(async move { alice.call("testkit.reset", arguments).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runs(&log) == 0 {
+        assert!(Instant::now() < deadline, "the slow call never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    paused.signal(libc::SIGSTOP);
+    // Bob's call waits out the paused server's lease, then runs and commits.
+    let taken = bob
+        .call("testkit.reset", json!({"handle": handle, "run_log": log}))
+        .await;
+    assert_ne!(taken.is_error, Some(true), "{taken:?}");
+    assert_eq!(runs(&log), 2, "the paused run, then the new holder's");
+    // Both runs were one attempt (this instance, from this version, by this tool): they got
+    // the same idempotency key to pass on to outside services, which then act once.
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let keys: Vec<&str> = lines
+        .lines()
+        .map(|line| line.split(' ').nth(1).unwrap())
+        .collect();
+    assert!(keys[0].len() == 32 && keys[0] == keys[1], "{lines}");
+    paused.signal(libc::SIGCONT);
+    let refused = slow.await.unwrap();
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    assert_eq!(error_code(&refused), "CONFLICT", "{refused:?}");
+    // One transition: the instance is in `idle` once (bob's), and nothing else ran.
+    let status = bob.call("testkit.go", json!({"handle": handle})).await;
+    assert_ne!(
+        status.is_error,
+        Some(true),
+        "idle after one reset: {status:?}"
+    );
+    assert_eq!(runs(&log), 2);
+    assert_eq!(
+        Scrape::of(&paused)
+            .await
+            .value("turnstile_lease_fenced_total", &[]),
+        1.0
+    );
+    assert_eq!(
+        Scrape::of(&other)
+            .await
+            .value("turnstile_leases_granted_total", &[("kind", "takeover")]),
+        1.0
+    );
+}
+
+/// A call that waits longer than `--lease-wait` for another server's lease is answered BUSY,
+/// with a retry hint, and its handler never runs.
+#[tokio::test]
+async fn a_call_that_waits_too_long_is_busy_and_runs_nothing() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let namespace = namespace();
+    let store = redis_url();
+    let holder = node(&plugins, &store, &namespace, &[]);
+    let waiter = node(&plugins, &store, &namespace, &["--lease-wait", "200"]);
+    let alice = Client::http(&holder.url).await;
+    let bob = Client::http(&waiter.url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("runs.log");
+    let handle = handle_of(&alice.call("testkit.go", json!({})).await);
+    let slow = {
+        let arguments = json!({"handle": handle, "run_log": log, "sleep_ms": 1500});
+        tokio::spawn(async move { alice.call("testkit.reset", arguments).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runs(&log) == 0 {
+        assert!(Instant::now() < deadline, "the slow call never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let busy = bob
+        .call("testkit.reset", json!({"handle": handle, "run_log": log}))
+        .await;
+    assert_eq!(error_code(&busy), "BUSY", "{busy:?}");
+    let retry = &busy.structured_content.as_ref().unwrap()["error"]["retryAfterMs"];
+    assert!(retry.as_u64().is_some_and(|ms| ms > 0), "{busy:?}");
+    assert_eq!(runs(&log), 1, "the waiting call ran nothing");
+    let finished = slow.await.unwrap();
+    assert_ne!(finished.is_error, Some(true), "{finished:?}");
+}
