@@ -189,7 +189,7 @@ fn ok_carries_the_result_and_the_context() {
     assert_eq!(
         out,
         json!({"input": {"x": 1}, "call_id": "c-1", "handle": "h-1", "state": "draft",
-            "context": {"amount": 5}})
+            "context": {"amount": 5}, "idempotency_key": "h-1/v3/echo.echo"})
     );
 }
 
