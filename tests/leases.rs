@@ -187,8 +187,10 @@ async fn a_paused_server_cannot_commit_after_another_took_over() {
     let log = dir.path().join("runs.log");
     let handle = handle_of(&alice.call("testkit.go", json!({})).await);
 
+    // The same request, as a client retrying at another server after a timeout sends it.
+    let arguments = json!({"handle": handle, "run_log": log, "sleep_ms": 1500});
     let slow = {
-        let arguments = json!({"handle": handle, "run_log": log, "sleep_ms": 2500});
+        let arguments = arguments.clone();
         tokio::spawn(async move { alice.call("testkit.reset", arguments).await })
     };
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -198,13 +200,12 @@ async fn a_paused_server_cannot_commit_after_another_took_over() {
     }
     paused.signal(libc::SIGSTOP);
     // Bob's call waits out the paused server's lease, then runs and commits.
-    let taken = bob
-        .call("testkit.reset", json!({"handle": handle, "run_log": log}))
-        .await;
+    let taken = bob.call("testkit.reset", arguments).await;
     assert_ne!(taken.is_error, Some(true), "{taken:?}");
     assert_eq!(runs(&log), 2, "the paused run, then the new holder's");
-    // Both runs were one attempt (this instance, from this version, by this tool): they got
-    // the same idempotency key to pass on to outside services, which then act once.
+    // Both runs were one attempt (this instance, from this version, by this tool, with these
+    // arguments): they got the same idempotency key to pass on to outside services, which then
+    // act once.
     let lines = std::fs::read_to_string(&log).unwrap();
     let keys: Vec<&str> = lines
         .lines()

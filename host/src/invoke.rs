@@ -71,6 +71,12 @@ pub struct InstanceLock(Arc<std::sync::atomic::AtomicBool>);
 pub struct HeldLock(Arc<std::sync::atomic::AtomicBool>);
 
 impl InstanceLock {
+    /// Whether a plugin thread runs a call of the instance now (one past its deadline, when no
+    /// call is in progress): the instance's lease must outlive it.
+    pub fn is_held(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn take(&self) -> Option<HeldLock> {
         use std::sync::atomic::Ordering;
         self.0

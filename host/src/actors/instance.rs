@@ -66,6 +66,9 @@ pub struct Call {
     pub idempotency_key: Option<String>,
     /// Who made the call, with authentication on (for the audit trail).
     pub principal: Option<String>,
+    /// When the call was sent to the instance: a wait for another server's lease ends
+    /// `--lease-wait` after it, however long the call queued behind others here.
+    pub sent_at: std::time::Instant,
 }
 
 /// Test hook: create a handle-keyed instance in its initial state and save it, so that its
@@ -236,6 +239,15 @@ pub struct InstanceDeps {
     pub saved_machines: Mutex<HashSet<String>>,
 }
 
+/// The name this actor holds leases under: the process's node name and a number of its own, so
+/// that two actors of one instance in one process (a passivated one still finishing a call, and
+/// its successor) never take each other's lease for their own.
+fn holder_name(node: &str) -> Arc<str> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("{node}.{}", NEXT.fetch_add(1, Ordering::Relaxed)).into()
+}
+
 impl InstanceDeps {
     /// Makes sure the store keeps `workflow`'s machine definition, so a record naming its
     /// version can be restored after the plugin that brings it is gone.
@@ -343,7 +355,7 @@ impl InstanceActor {
             Arc::new(Tenure::new(
                 deps.store.clone(),
                 key.store_key(),
-                deps.node.clone(),
+                holder_name(&deps.node),
                 deps.leases,
             ))
         });
@@ -358,6 +370,11 @@ impl InstanceActor {
             idle_check: false,
             ended: false,
         }
+    }
+
+    /// Whether a plugin thread still runs a call of this instance past its deadline.
+    pub(super) fn plugin_running(&self) -> bool {
+        self.plugin_lock.is_held()
     }
 
     /// After a message's work: a write the lease refused means the lease is not this
@@ -394,6 +411,19 @@ impl InstanceActor {
             let unused = actor.last_used.elapsed();
             if unused < idle {
                 return actor.check_idle(ctx, idle - unused);
+            }
+            // A call that timed out still runs in its plugin: no other server may start the
+            // instance's next step meanwhile, so the lease is kept (renewed) until it returns.
+            if actor.plugin_running()
+                && let Some(tenure) = actor.tenure.clone()
+            {
+                ctx.wait(
+                    async move {
+                        let _ = tenure.hold(None).await;
+                    }
+                    .into_actor(actor),
+                );
+                return actor.check_idle(ctx, idle);
             }
             actor.idle_check = false;
             if let Some(tenure) = actor.tenure.clone() {
@@ -613,12 +643,13 @@ impl Handler<Call> for InstanceActor {
         let plugin_lock = self.plugin_lock.clone();
         let key = self.key.clone();
         let workflow = self.workflow.clone();
+        let sent_at = call.sent_at;
         let work = async move {
             // With a store other servers share, the lease first: the handler runs only where it
             // is held, and the copy in memory stands if nobody wrote since it was read.
             let ready = match &leased {
                 None => ready,
-                Some(tenure) => match tenure.hold(true).await {
+                Some(tenure) => match tenure.hold(Some(sent_at)).await {
                     Ok(Ok(holding)) => cached.clone().filter(|view| holding.keeps(view.version)),
                     Ok(Err(busy)) => {
                         return Finished {
@@ -814,10 +845,26 @@ async fn run_call(
         state: view.snapshot.value(),
         context: view.snapshot.context().clone(),
         // The same for every run of this attempt, on any server (a paused server's and the one
-        // that took over from it): the instance, the version it is moved from, and the tool.
-        idempotency_key: key.attempt_key(view.version, tool.name()),
+        // that took over from it): the instance, the version it is moved from, the tool, its
+        // arguments and the client's own key.
+        idempotency_key: key.attempt_key(
+            view.version,
+            tool.name(),
+            &idempotency::digest(&call.arguments),
+            call.idempotency_key.as_deref(),
+        ),
         ..CallContext::default()
     };
+    // Loading and settling took store round trips: the lease must still be safely alive
+    // when the plugin starts (free when it is: no round trip), or the call does not run.
+    if let Some(tenure) = tenure {
+        match tenure.hold(None).await? {
+            Ok(holding) if holding.keeps(view.version) => {}
+            Ok(_) | Err(_) => {
+                return Err(InstanceError::LeaseBusy { retry_after_ms: 10 });
+            }
+        }
+    }
     let running = invoke::run(
         tool.clone(),
         call.arguments,
@@ -1019,8 +1066,19 @@ impl Handler<End> for InstanceActor {
         let key = self.key.store_key();
         let fence = self.fence();
         let work = async move {
-            if saved && let Err(error) = store.delete(&key, None, fence.as_ref()).await {
-                tracing::warn!(instance = %key, %error, "could not delete an ended session's instance");
+            if !saved {
+                return;
+            }
+            match store.delete(&key, None, fence.as_ref()).await {
+                Ok(_) => {}
+                // Its lease lapsed and the record went with it (or another holder has it now):
+                // nothing of this session's is left to delete here.
+                Err(StoreError::Fenced { .. }) => {
+                    tracing::debug!(instance = %key, "an ended session's instance is not this server's to delete");
+                }
+                Err(error) => {
+                    tracing::warn!(instance = %key, %error, "could not delete an ended session's instance");
+                }
             }
         };
         AtomicResponse::new(Box::pin(work.into_actor(self).map(|(), actor, ctx| {
@@ -1050,7 +1108,7 @@ impl Handler<View> for InstanceActor {
             }
         };
         AtomicResponse::new(Box::pin(work.into_actor(self).map(
-            |settled, actor, ctx| match settled {
+            |settled, actor, _ctx| match settled {
                 Ok((view, moved)) => {
                     actor.current = Some(view.clone());
                     if moved {
@@ -1058,7 +1116,6 @@ impl Handler<View> for InstanceActor {
                         // here, so every list is announced.
                         actor.announce(crate::gate::ListsChanged::ALL);
                     }
-                    actor.used(ctx);
                     Ok(view)
                 }
                 Err(error) => {

@@ -73,21 +73,32 @@ impl Tenant {
 }
 
 impl InstanceKey {
-    /// The key of one attempt to move this instance from `version` with `tool`, for the
-    /// services a plugin calls (ABI 1.4's `idempotency_key`): the same on every server and for
-    /// every run of that attempt, different for anything else. A digest, so that neither the
-    /// handle nor a session's id (both credentials) reaches an outside service.
-    pub fn attempt_key(&self, version: u64, tool: &str) -> String {
+    /// The key of one attempt to move this instance from `version` with `tool` and the
+    /// arguments whose digest is `arguments` (and the client's own idempotency key, if it gave
+    /// one), for the services a plugin calls (ABI 1.4's `idempotency_key`): the same on every
+    /// server and for every run of that attempt, different for anything else, so a retry with
+    /// other arguments (or another client key) after a failure is a new attempt. A digest, so
+    /// that neither the handle nor a session's id (both credentials) reaches an outside service.
+    pub fn attempt_key(
+        &self,
+        version: u64,
+        tool: &str,
+        arguments: &str,
+        client_key: Option<&str>,
+    ) -> String {
         use sha2::{Digest, Sha256};
         let mut hasher = Sha256::new();
-        for piece in [
-            self.store_key().as_bytes(),
-            b"\n",
-            version.to_string().as_bytes(),
-            b"\n",
-            tool.as_bytes(),
-        ] {
-            hasher.update(piece);
+        let version = version.to_string();
+        let pieces = [
+            self.store_key(),
+            version,
+            tool.to_owned(),
+            arguments.to_owned(),
+            client_key.unwrap_or("").to_owned(),
+        ];
+        for piece in pieces {
+            hasher.update(piece.as_bytes());
+            hasher.update(b"\n");
         }
         let digest = hasher.finalize();
         digest[..16]

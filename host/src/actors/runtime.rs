@@ -63,6 +63,7 @@ impl Runtime {
             mint,
             idempotency_key,
             principal,
+            sent_at: std::time::Instant::now(),
         };
         async move {
             let instance = self.resolve(key).await?;

@@ -102,6 +102,8 @@ struct Held {
 /// The shortest pause between two tries for a busy lease, and the longest.
 const FIRST_PAUSE: Duration = Duration::from_millis(2);
 const LONGEST_PAUSE: Duration = Duration::from_millis(50);
+/// The pause before a renewal that failed is tried again.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 impl Tenure {
     pub(super) fn new(
@@ -143,13 +145,17 @@ impl Tenure {
     }
 
     /// Holds the lease for a call: at once when it is fresh, else by asking the store (a
-    /// renewal, or a new grant), waiting for another holder up to `--lease-wait` when `wait`,
-    /// not at all otherwise.
-    pub(super) async fn hold(&self, wait: bool) -> Result<Result<Holding, LeaseBusy>, StoreError> {
+    /// renewal, or a new grant). With `waiting_since` (when the call was sent), it waits for
+    /// another holder until `--lease-wait` after that; without, not at all.
+    pub(super) async fn hold(
+        &self,
+        waiting_since: Option<Instant>,
+    ) -> Result<Result<Holding, LeaseBusy>, StoreError> {
         if self.is_fresh() {
             return Ok(Ok(Holding::Kept));
         }
-        let deadline = Instant::now() + self.settings.wait;
+        let wait = waiting_since.is_some();
+        let deadline = waiting_since.unwrap_or_else(Instant::now) + self.settings.wait;
         let mut pause = FIRST_PAUSE;
         let mut waited = false;
         loop {
@@ -226,7 +232,15 @@ impl Tenure {
             };
             let renew_at = held.lapses_at - self.settings.ttl / 3;
             tokio::time::sleep_until(renew_at.into()).await;
-            match self.hold(false).await {
+            let mut renewed = self.hold(None).await;
+            // A store that does not answer once may answer the next time: keep trying while
+            // the lease lives.
+            while renewed.is_err() && Instant::now() + RETRY_PAUSE < held.lapses_at {
+                tokio::time::sleep(RETRY_PAUSE).await;
+                *self.held() = Some(held);
+                renewed = self.hold(None).await;
+            }
+            match renewed {
                 Ok(Ok(Holding::Kept)) => {}
                 lost => {
                     if let Ok(Ok(Holding::Granted { .. })) = lost {
@@ -265,7 +279,10 @@ impl Tenure {
 
 #[cfg(test)]
 mod tests {
-    use std::{sync::Arc, time::Duration};
+    use std::{
+        sync::Arc,
+        time::{Duration, Instant},
+    };
 
     use super::{Holding, LeaseSettings, Tenure};
     use crate::store::{InstanceRecord, MemoryStore, StateStore, StoreError};
@@ -288,12 +305,15 @@ mod tests {
         let a = Tenure::new(store.clone(), "k".into(), "a".into(), settings(5000, 100));
         let b = Tenure::new(store.clone(), "k".into(), "b".into(), settings(5000, 100));
         assert_eq!(
-            a.hold(true).await.unwrap().unwrap(),
+            a.hold(Some(Instant::now())).await.unwrap().unwrap(),
             Holding::Granted { version: 1 }
         );
-        assert_eq!(a.hold(true).await.unwrap().unwrap(), Holding::Kept);
+        assert_eq!(
+            a.hold(Some(Instant::now())).await.unwrap().unwrap(),
+            Holding::Kept
+        );
         // b waits its 100 ms and gives up: a holds it for seconds.
-        let busy = b.hold(true).await.unwrap().unwrap_err();
+        let busy = b.hold(Some(Instant::now())).await.unwrap().unwrap_err();
         assert!(busy.retry_after_ms > 1000, "{}", busy.retry_after_ms);
         // a's fence writes; b's none is refused.
         let next = InstanceRecord::first("w", serde_json::json!(1)).next(serde_json::json!(2));
@@ -309,7 +329,7 @@ mod tests {
         let old = a.fence().unwrap();
         a.release().await;
         assert_eq!(
-            b.hold(true).await.unwrap().unwrap(),
+            b.hold(Some(Instant::now())).await.unwrap().unwrap(),
             Holding::Granted { version: 2 }
         );
         assert!(b.fence().unwrap().token > old.token);
@@ -330,10 +350,10 @@ mod tests {
             .unwrap();
         let a = Tenure::new(store.clone(), "k".into(), "a".into(), settings(60, 1000));
         let b = Tenure::new(store.clone(), "k".into(), "b".into(), settings(60, 1000));
-        a.hold(true).await.unwrap().unwrap();
+        a.hold(Some(Instant::now())).await.unwrap().unwrap();
         // a pauses (renews nothing); b waits until a's lease lapses.
         assert_eq!(
-            b.hold(true).await.unwrap().unwrap(),
+            b.hold(Some(Instant::now())).await.unwrap().unwrap(),
             Holding::Granted { version: 1 }
         );
         assert!(matches!(
@@ -354,7 +374,10 @@ mod tests {
     async fn no_record_no_lease() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::shared());
         let a = Tenure::new(store, "k".into(), "a".into(), settings(5000, 100));
-        assert_eq!(a.hold(true).await.unwrap().unwrap(), Holding::Absent);
+        assert_eq!(
+            a.hold(Some(Instant::now())).await.unwrap().unwrap(),
+            Holding::Absent
+        );
         assert!(a.fence().is_none());
     }
 }

@@ -300,7 +300,7 @@ impl Handler<Wake> for InstanceActor {
             // if free, else left to its holder, who settles the instance on its next message.
             let cached = match &tenure {
                 None => cached,
-                Some(tenure) => match tenure.hold(false).await? {
+                Some(tenure) => match tenure.hold(None).await? {
                     Ok(holding) => cached.filter(|view| holding.keeps(view.version)),
                     Err(_busy) => return Ok((cached, false, Woke::Elsewhere)),
                 },

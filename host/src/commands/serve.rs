@@ -180,6 +180,15 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     let (watch_events, watched) = tokio::sync::mpsc::unbounded_channel();
     if store.is_shared() {
         options.actors.watch_events = Some(watch_events);
+        let leases = options.actors.leases;
+        if leases.ttl >= leases.wait {
+            tracing::warn!(
+                lease_ttl_ms = leases.ttl.as_millis() as u64,
+                lease_wait_ms = leases.wait.as_millis() as u64,
+                "--lease-ttl is not below --lease-wait: calls on the instances of a server that \
+                 crashed are answered BUSY until its leases lapse, instead of waiting them out"
+            );
+        }
     }
     let runtime = actors::start(catalog.clone(), store.clone(), options.actors)?;
     hotplug::start(

@@ -333,10 +333,10 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
         InstanceError::Store(StoreError::Fenced { .. }) => {
             return error_result(
                 format!(
-                    "{tool} ran, but this server's hold on the instance lapsed before its result \
-                     was saved (the server paused or lost the store), so its transition was not \
-                     applied; another server may have moved the instance on. Re-read the \
-                     instance before the next step."
+                    "{tool} was not applied: this server's hold on the instance lapsed before the \
+                     call's result could be saved (the server paused or lost the store), and \
+                     another server may have moved the instance on. Re-read the instance before \
+                     the next step."
                 ),
                 "CONFLICT",
                 json!({ "tool": tool, "message": error.to_string() }),

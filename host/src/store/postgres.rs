@@ -19,8 +19,8 @@
 //! servers' clocks need not agree). A save or delete checks them in its `WHERE`, under the same
 //! row lock as the version, so a grant and a write on one instance are serialized by the row.
 //!
-//! Changes are announced with `NOTIFY` on a channel named by a digest of the instance's key
-//! (`{namespace}_chg_` and 16 hex digits: a channel name is at most 63 bytes, a key up to 1024),
+//! Changes are announced with `NOTIFY` on a channel named by a digest of the namespace and the
+//! instance's key (`t` and 32 hex digits: a channel name is at most 63 bytes, a key up to 1024),
 //! carrying `origin` and the key; a server `LISTEN`s, on a connection of its own, to the
 //! channels of the instances it watches (see `changes.rs`).
 //!
@@ -434,7 +434,15 @@ impl PostgresStore {
     /// its own (`LISTEN` holds a session), which ends when that connection does.
     async fn subscribe_changed(&self) -> Result<ChangeFeed, StoreError> {
         use futures_util::StreamExt;
-        let connected = tokio::time::timeout(self.op_timeout, self.config.connect(NoTls)).await;
+        // Keepalives, so that a connection a firewall dropped silently is noticed and the feed
+        // ends (and is opened again) instead of going quiet for good.
+        let mut config = self.config.clone();
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(30))
+            .keepalives_interval(Duration::from_secs(10))
+            .keepalives_retries(3);
+        let connected = tokio::time::timeout(self.op_timeout, config.connect(NoTls)).await;
         let (client, mut connection) = match connected {
             Ok(Ok(pair)) => pair,
             Ok(Err(e)) => return Err(self.down("listen connect", e)),
@@ -518,15 +526,21 @@ fn pg_version(key: &str, v: u64) -> Result<i64, StoreError> {
 }
 
 /// A `LIKE` pattern matching keys that start with `prefix` (backslash is `LIKE`'s escape).
-/// The `NOTIFY` channel of the instance under `key` in `namespace` (see the module docs).
+/// The `NOTIFY` channel of the instance under `key` in `namespace` (see the module docs): `t`
+/// and 32 hex digits of a digest of both, 33 bytes whatever their length (a channel name is at
+/// most 63 bytes, and longer ones are cut, not refused, by `LISTEN`).
 fn changed_channel(namespace: &str, key: &str) -> String {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(key.as_bytes());
-    let hex: String = digest[..8]
+    let mut hasher = Sha256::new();
+    hasher.update(namespace.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(key.as_bytes());
+    let digest = hasher.finalize();
+    let hex: String = digest[..16]
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect();
-    format!("{namespace}_chg_{hex}")
+    format!("t{hex}")
 }
 
 /// The channels a [`PostgresStore::subscribe_changed`] feed listens to.
@@ -553,7 +567,7 @@ impl PostgresSubscriptions {
 
 #[async_trait]
 impl FeedSubscriptions for PostgresSubscriptions {
-    // The channel is a digest of the namespace's pattern `[a-z0-9_]`: safe to interpolate.
+    // The channel is `t` and hex digits: safe to interpolate.
     async fn watch(&mut self, key: &str) -> Result<(), StoreError> {
         let channel = changed_channel(&self.namespace, key);
         self.run("listen", format!("LISTEN {channel}")).await
