@@ -271,3 +271,50 @@ async fn a_call_that_waits_too_long_is_busy_and_runs_nothing() {
     let finished = slow.await.unwrap();
     assert_ne!(finished.is_error, Some(true), "{finished:?}");
 }
+
+/// Servers take turns: one server's calls on an instance keep coming with no pause, and a call
+/// at another server still gets the lease within `--lease-wait` (the holder, told at its next
+/// renewal that the lease is wanted, gives it up after its current call) instead of `BUSY`.
+#[tokio::test]
+async fn a_busy_server_gives_the_lease_up_to_one_that_waits() {
+    let plugins = PluginDir::with(&["testkit"]);
+    let namespace = namespace();
+    let store = redis_url();
+    let busy = node(&plugins, &store, &namespace, &[]);
+    let other = node(&plugins, &store, &namespace, &[]);
+    let alice = Client::http(&busy.url).await;
+    let bob = Client::http(&other.url).await;
+    let handle = handle_of(&alice.call("testkit.go", json!({})).await);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let looping = {
+        let (stop, handle) = (stop.clone(), handle.clone());
+        tokio::spawn(async move {
+            let mut codes = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for tool in ["testkit.reset", "testkit.go"] {
+                    let result = alice.call(tool, json!({"handle": handle})).await;
+                    if result.is_error == Some(true) {
+                        codes.push(error_code(&result));
+                    }
+                }
+            }
+            codes
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for _ in 0..3 {
+        let result = bob.call("testkit.reset", json!({"handle": handle})).await;
+        let code = if result.is_error == Some(true) {
+            error_code(&result)
+        } else {
+            json!("ok")
+        };
+        assert_ne!(code, "BUSY", "{result:?}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let codes = looping.await.unwrap();
+    assert!(
+        codes.iter().all(|code| code == "FORBIDDEN"),
+        "the busy server's own calls: {codes:?}"
+    );
+}

@@ -398,6 +398,15 @@ impl InstanceActor {
     /// the instance has been idle for `--lease-idle`: one timer per idle period, not per call.
     pub(super) fn used(&mut self, ctx: &mut Context<Self>) {
         self.last_used = std::time::Instant::now();
+        // Another server waits for it: give it up now (the next call here asks again), unless a
+        // plugin still runs past its deadline.
+        if let Some(tenure) = self.tenure.clone()
+            && tenure.is_wanted()
+            && !self.plugin_running()
+        {
+            ctx.wait(async move { tenure.release().await }.into_actor(self));
+            return;
+        }
         if self.idle_check || self.fence().is_none() {
             return;
         }

@@ -94,6 +94,9 @@ pub(super) struct Tenure {
 #[derive(Debug, Clone, Copy)]
 struct Held {
     token: u64,
+    /// Another server asked for it (as of the last grant or renewal): give it up after the
+    /// current call.
+    wanted: bool,
     /// When the lease lapses by this process's clock, counted from before the request that
     /// granted it was sent, so never later than the store's own expiry.
     lapses_at: Instant,
@@ -137,6 +140,12 @@ impl Tenure {
         })
     }
 
+    /// Whether another server asked for the lease the last time it was renewed: the actor
+    /// gives it up after the call in progress, so that servers sharing an instance take turns.
+    pub(super) fn is_wanted(&self) -> bool {
+        self.held().is_some_and(|held| held.wanted)
+    }
+
     /// Whether the lease is held with more than half its life left: the copy in memory can be
     /// used without asking the store anything.
     pub(super) fn is_fresh(&self) -> bool {
@@ -176,9 +185,11 @@ impl Tenure {
                     token,
                     took_over,
                     version,
+                    wanted,
                 } => {
                     let before = self.held().replace(Held {
                         token,
+                        wanted,
                         // A margin for the store's clock running a little fast.
                         lapses_at: asked_at + self.settings.ttl - self.settings.ttl / 10,
                     });

@@ -261,6 +261,20 @@ async fn a_lease_has_one_holder_at_a_time(store: Arc<dyn StateStore>) {
         }
         other => panic!("b must wait, got {other:?}"),
     }
+    // b asked: a's next renewal says the lease is wanted; a new grant starts unwanted.
+    assert!(matches!(
+        acquire(&*store, "k", "a", 30_000).await,
+        LeaseGrant::Held { wanted: true, .. }
+    ));
+    let a = token_of(acquire(&*store, "k", "a", 30_000).await);
+    store
+        .release_lease("k", &fence(a, "a").unwrap())
+        .await
+        .unwrap();
+    assert!(matches!(
+        acquire(&*store, "k", "b", 30_000).await,
+        LeaseGrant::Held { wanted: false, .. }
+    ));
 }
 
 async fn writes_are_fenced_by_the_live_lease(store: Arc<dyn StateStore>) {
@@ -301,7 +315,7 @@ async fn writes_are_fenced_by_the_live_lease(store: Arc<dyn StateStore>) {
         .unwrap();
     let b = acquire(&*store, "k", "b", 30_000).await;
     assert!(
-        matches!(b, LeaseGrant::Held { token, took_over: false, version: 2 } if token > a),
+        matches!(b, LeaseGrant::Held { token, took_over: false, version: 2, wanted: false } if token > a),
         "{b:?}"
     );
     assert_fenced(
@@ -340,7 +354,7 @@ async fn a_lapsed_lease_is_taken_over_with_a_larger_token(store: Arc<dyn StateSt
     );
     let b = acquire(&*store, "k", "b", 30_000).await;
     assert!(
-        matches!(b, LeaseGrant::Held { token, took_over: true, version: 1 } if token > a),
+        matches!(b, LeaseGrant::Held { token, took_over: true, version: 1, wanted: false } if token > a),
         "{b:?}"
     );
     // a coming back finds it busy, and its old fence still refused.

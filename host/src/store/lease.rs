@@ -16,6 +16,10 @@
 //! - A save or delete that names a [`Fence`] is applied only if that fence is the lease alive
 //!   now, in the same atomic step as the version check. One that names none is applied only if
 //!   no lease is alive. Either refusal is [`super::StoreError::Fenced`], and writes nothing.
+//! - Asking for a lease another holds marks it wanted for a time to live; the holder learns so
+//!   when it next renews ([`LeaseGrant::Held::wanted`]) and gives it up after its current call,
+//!   so that servers sharing an instance take turns instead of one keeping it while its own
+//!   calls keep coming. A new grant clears the mark.
 //! - A record that does not exist has no lease ([`LeaseGrant::Absent`]): its first save (with
 //!   `expected = 0`) needs none, and a delete removes the lease with the record.
 //!
@@ -47,6 +51,10 @@ pub enum LeaseGrant {
         /// The record's version when the lease was granted: a holder whose copy has this
         /// version need not read the record again.
         version: u64,
+        /// Another holder asked for the lease since it was granted (a call waits for it at
+        /// another server): the holder should give it up once its current call is done, rather
+        /// than keep it for as long as its own calls keep coming.
+        wanted: bool,
     },
     /// Another holder has it, for about `remaining_ms` more unless it is released sooner.
     Busy {

@@ -61,6 +61,8 @@ struct Lease {
     until: Instant,
     /// Ended by its holder rather than lapsed.
     released: bool,
+    /// Until when another holder's request marks it wanted.
+    wanted_until: Option<Instant>,
 }
 
 impl Records {
@@ -195,8 +197,9 @@ impl StateStore for MemoryStore {
         let Some(version) = records.by_key.get(key).map(|record| record.version) else {
             return Ok(LeaseGrant::Absent);
         };
-        let (token, took_over) = match records.leases.get_mut(key) {
+        let (token, took_over, wanted) = match records.leases.get_mut(key) {
             Some(lease) if lease.until > now && *lease.holder != *holder => {
+                lease.wanted_until = Some(now + ttl);
                 return Ok(LeaseGrant::Busy {
                     remaining_ms: remaining_ms(lease, now),
                 });
@@ -207,9 +210,11 @@ impl StateStore for MemoryStore {
                     lease.token += 1;
                     lease.holder = holder.into();
                     lease.released = false;
+                    lease.wanted_until = None;
                 }
                 lease.until = now + ttl;
-                (lease.token, took_over)
+                let wanted = lease.wanted_until.is_some_and(|until| until > now);
+                (lease.token, took_over, wanted)
             }
             None => {
                 records.leases.insert(
@@ -219,15 +224,17 @@ impl StateStore for MemoryStore {
                         holder: holder.into(),
                         until: now + ttl,
                         released: false,
+                        wanted_until: None,
                     },
                 );
-                (1, false)
+                (1, false, false)
             }
         };
         Ok(LeaseGrant::Held {
             token,
             took_over,
             version,
+            wanted,
         })
     }
 

@@ -323,6 +323,7 @@ pub trait StateStore: Send + Sync {
             token: 0,
             took_over: false,
             version,
+            wanted: false,
         })
     }
 

@@ -155,12 +155,15 @@ impl Sql {
             // A released lease has no holder; one that lapsed keeps it: granting over that is a
             // takeover.
             acquire: format!(
-                "WITH old AS (SELECT key, lease_holder, lease_until FROM {t} \
+                "WITH old AS (SELECT key, lease_holder, lease_until, lease_wanted_until FROM {t} \
                    WHERE key = $1 FOR UPDATE) \
                  UPDATE {t} SET \
                    fence = CASE WHEN {t}.lease_holder = $2 \
                                  AND {t}.lease_until > clock_timestamp() \
                            THEN {t}.fence ELSE {t}.fence + 1 END, \
+                   lease_wanted_until = CASE WHEN {t}.lease_holder = $2 \
+                                 AND {t}.lease_until > clock_timestamp() \
+                           THEN {t}.lease_wanted_until END, \
                    lease_holder = $2, \
                    lease_until = clock_timestamp() + $3::bigint * interval '1 millisecond' \
                  FROM old WHERE {t}.key = old.key \
@@ -168,12 +171,16 @@ impl Sql {
                         OR old.lease_holder = $2) \
                  RETURNING {t}.fence, \
                    old.lease_holder IS NOT NULL AND old.lease_until <= clock_timestamp(), \
-                   {t}.version"
+                   {t}.version, \
+                   COALESCE({t}.lease_wanted_until > clock_timestamp(), false)"
             ),
+            // Asked while another holds it: marks it wanted, and says how long it lives.
             lease_left: format!(
-                "SELECT GREATEST(0, \
-                   (EXTRACT(EPOCH FROM lease_until - clock_timestamp()) * 1000)::bigint) \
-                 FROM {t} WHERE key = $1"
+                "UPDATE {t} SET lease_wanted_until = \
+                   clock_timestamp() + $2::bigint * interval '1 millisecond' \
+                 WHERE key = $1 \
+                 RETURNING GREATEST(0, \
+                   (EXTRACT(EPOCH FROM lease_until - clock_timestamp()) * 1000)::bigint)"
             ),
             release: format!(
                 "UPDATE {t} SET lease_holder = NULL, lease_until = NULL \
@@ -281,6 +288,7 @@ impl PostgresStore {
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0;
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_holder text;
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_until timestamptz;
+             ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_wanted_until timestamptz;
              CREATE INDEX IF NOT EXISTS {t}_due ON {t} (due_at, key) WHERE due_at IS NOT NULL;
              CREATE TABLE IF NOT EXISTS {a} (
                  key text COLLATE \"C\" NOT NULL REFERENCES {t} (key) ON DELETE CASCADE,
@@ -838,10 +846,11 @@ impl StateStore for PostgresStore {
                 token: token.max(0) as u64,
                 took_over: column(key, row, 1)?,
                 version: version_from(key, column(key, row, 2)?)?,
+                wanted: column(key, row, 3)?,
             });
         }
         let rows = self
-            .query("read lease", &self.sql.lease_left, &[&key])
+            .query("read lease", &self.sql.lease_left, &[&key, &ttl_ms])
             .await?;
         Ok(match rows.first() {
             None => LeaseGrant::Absent,

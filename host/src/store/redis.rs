@@ -22,6 +22,8 @@
 //!   itself (`PX`, Redis's clock). The record hash's field `n` counts the grants: the fencing
 //!   token. The save and delete scripts check the lease in the same step as the version;
 //!   delete removes it with the record;
+//! - `ns:wanted:<key>`: set, for a time to live, when a server asks for a lease another holds;
+//!   the holder learns so when it renews (see `lease.rs`);
 //! - `ns:changed:<key>`: the pub/sub channel of one instance, carrying the name of the server
 //!   process that changed it (see `changes.rs`); a process subscribes to the channels of the
 //!   instances it watches, so a change reaches only those.
@@ -111,27 +113,31 @@ redis.call('DEL', KEYS[4], KEYS[5])
 if n == 1 then return 'deleted' else return 'absent' end
 ";
 
-/// Grants or renews a lease (see `lease.rs`). KEYS: record hash, lease. ARGV: holder, time to
-/// live (ms). Returns {"held", token, "1" for a takeover else "0", version}, {"busy",
-/// remaining ms, "", ""} or {"absent", "", "", ""}. The record's field `r` is the token last
-/// released: a grant after any other token lapsed is a takeover.
+/// Grants or renews a lease (see `lease.rs`). KEYS: record hash, lease, wanted mark. ARGV:
+/// holder, time to live (ms). Returns {"held", token, "1" for a takeover else "0", version,
+/// "1" when wanted else "0"}, {"busy", remaining ms, "", "", ""} (marking the lease wanted) or
+/// {"absent", "", "", "", ""}. The record's field `r` is the token last released: a grant after
+/// any other token lapsed is a takeover.
 const ACQUIRE_LUA: &str = r"
 local lease = redis.call('GET', KEYS[2])
 if lease then
   local space = string.find(lease, ' ', 1, true)
   if string.sub(lease, space + 1) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[2], ARGV[2])
-    return {'held', string.sub(lease, 1, space - 1), '0', redis.call('HGET', KEYS[1], 'v')}
+    return {'held', string.sub(lease, 1, space - 1), '0', redis.call('HGET', KEYS[1], 'v'),
+      tostring(redis.call('EXISTS', KEYS[3]))}
   end
-  return {'busy', tostring(redis.call('PTTL', KEYS[2])), '', ''}
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
+  return {'busy', tostring(redis.call('PTTL', KEYS[2])), '', '', ''}
 end
 local version = redis.call('HGET', KEYS[1], 'v')
-if not version then return {'absent', '', '', ''} end
+if not version then return {'absent', '', '', '', ''} end
 local token = redis.call('HINCRBY', KEYS[1], 'n', 1)
 local released = redis.call('HGET', KEYS[1], 'r')
 local took_over = (token > 1 and released ~= tostring(token - 1)) and '1' or '0'
 redis.call('SET', KEYS[2], token .. ' ' .. ARGV[1], 'PX', ARGV[2])
-return {'held', tostring(token), took_over, version}
+redis.call('DEL', KEYS[3])
+return {'held', tostring(token), took_over, version, '0'}
 ";
 
 /// Releases a lease if it is still the one named. KEYS: lease, record hash. ARGV:
@@ -301,6 +307,11 @@ impl RedisStore {
     /// The key holding `key`'s lease.
     fn lease_key(&self, key: &str) -> String {
         format!("{}:lease:{key}", self.namespace)
+    }
+
+    /// The key marking `key`'s lease wanted by another holder (it expires by itself).
+    fn lease_wanted_key(&self, key: &str) -> String {
+        format!("{}:wanted:{key}", self.namespace)
     }
 
     /// The list holding `key`'s audit trail, oldest first.
@@ -734,9 +745,10 @@ impl StateStore for RedisStore {
         let mut invocation = self.acquire_script.key(self.record_key(key));
         invocation
             .key(self.lease_key(key))
+            .key(self.lease_wanted_key(key))
             .arg(holder)
             .arg(ttl.as_millis().max(1) as u64);
-        let answer: (String, String, String, String) = self
+        let answer: (String, String, String, String, String) = self
             .bounded("acquire lease", async move {
                 invocation.invoke_async(&mut con).await
             })
@@ -752,6 +764,7 @@ impl StateStore for RedisStore {
                 token: number(&answer.1)?.max(0) as u64,
                 took_over: answer.2 == "1",
                 version: parse_current(key, &answer.3)?.unwrap_or(0),
+                wanted: answer.4 == "1",
             }),
             "busy" => Ok(LeaseGrant::Busy {
                 remaining_ms: number(&answer.1)?.max(0) as u64,
