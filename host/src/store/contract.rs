@@ -271,6 +271,13 @@ async fn a_lease_has_one_holder_at_a_time(store: Arc<dyn StateStore>) {
         .release_lease("k", &fence(a, "a").unwrap())
         .await
         .unwrap();
+    // Given up, it is kept for b, who asked: a (or anyone else) cannot take it straight back.
+    for other in ["a", "c"] {
+        assert!(matches!(
+            acquire(&*store, "k", other, 30_000).await,
+            LeaseGrant::Busy { .. }
+        ));
+    }
     assert!(matches!(
         acquire(&*store, "k", "b", 30_000).await,
         LeaseGrant::Held { wanted: false, .. }

@@ -16,17 +16,24 @@
 //! - A save or delete that names a [`Fence`] is applied only if that fence is the lease alive
 //!   now, in the same atomic step as the version check. One that names none is applied only if
 //!   no lease is alive. Either refusal is [`super::StoreError::Fenced`], and writes nothing.
-//! - Asking for a lease another holds marks it wanted for a time to live; the holder learns so
-//!   when it next renews ([`LeaseGrant::Held::wanted`]) and gives it up after its current call,
-//!   so that servers sharing an instance take turns instead of one keeping it while its own
-//!   calls keep coming. A new grant clears the mark.
+//! - Asking for a lease another holds marks it wanted by the asker, for [`WANTED_FOR`] (each
+//!   further ask renews the mark; a second asker leaves the first one's mark alone). The holder
+//!   learns so when it next renews ([`LeaseGrant::Held::wanted`]) and gives it up after its
+//!   current call. While the mark lives, the free lease is granted to the asker who made it and
+//!   to nobody else (the others are told it is busy), so the holder that gave it up cannot take
+//!   it straight back: servers sharing an instance take turns instead of one keeping it while
+//!   its own calls keep coming. A grant clears the mark.
 //! - A record that does not exist has no lease ([`LeaseGrant::Absent`]): its first save (with
 //!   `expected = 0`) needs none, and a delete removes the lease with the record.
 //!
 //! Stores that no other process shares (memory, embedded) grant every lease at once with token 0
 //! and check nothing: one process cannot race itself past the instance actor's mailbox.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
+
+/// How long an ask marks a lease wanted (see the module docs): several of a waiting call's
+/// polls (at most 50 ms apart), so a waiter that gives up holds no lease back for long.
+pub const WANTED_FOR: Duration = Duration::from_millis(250);
 
 /// A lease as a writer names it: the token it was granted and who it is.
 #[derive(Debug, Clone, PartialEq, Eq)]

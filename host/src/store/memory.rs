@@ -61,8 +61,8 @@ struct Lease {
     until: Instant,
     /// Ended by its holder rather than lapsed.
     released: bool,
-    /// Until when another holder's request marks it wanted.
-    wanted_until: Option<Instant>,
+    /// Who asked for it while another held it, and until when the mark lives.
+    wanted: Option<(Box<str>, Instant)>,
 }
 
 impl Records {
@@ -100,6 +100,18 @@ impl Records {
             key: key.to_owned(),
             remaining_ms: live.map(|lease| remaining_ms(lease, now)),
         })
+    }
+}
+
+/// `asker` asked for `lease` while another holds it: mark it wanted by `asker`, unless another
+/// asker's mark still lives.
+fn mark_wanted(lease: &mut Lease, asker: &str, now: Instant) {
+    let theirs = lease
+        .wanted
+        .as_ref()
+        .is_some_and(|(by, until)| *until > now && **by != *asker);
+    if !theirs {
+        lease.wanted = Some((asker.into(), now + super::WANTED_FOR));
     }
 }
 
@@ -199,22 +211,32 @@ impl StateStore for MemoryStore {
         };
         let (token, took_over, wanted) = match records.leases.get_mut(key) {
             Some(lease) if lease.until > now && *lease.holder != *holder => {
-                lease.wanted_until = Some(now + ttl);
-                return Ok(LeaseGrant::Busy {
-                    remaining_ms: remaining_ms(lease, now),
-                });
+                let remaining_ms = remaining_ms(lease, now);
+                mark_wanted(lease, holder, now);
+                return Ok(LeaseGrant::Busy { remaining_ms });
+            }
+            Some(lease) if lease.until > now => {
+                lease.until = now + ttl;
+                let wanted = lease.wanted.as_ref().is_some_and(|(_, until)| *until > now);
+                (lease.token, false, wanted)
             }
             Some(lease) => {
-                let took_over = lease.until <= now && !lease.released;
-                if lease.until <= now {
-                    lease.token += 1;
-                    lease.holder = holder.into();
-                    lease.released = false;
-                    lease.wanted_until = None;
+                // Free, but kept for the asker who marked it wanted while the mark lives.
+                if let Some((asker, until)) = &lease.wanted
+                    && *until > now
+                    && **asker != *holder
+                {
+                    return Ok(LeaseGrant::Busy {
+                        remaining_ms: until.saturating_duration_since(now).as_millis() as u64,
+                    });
                 }
+                let took_over = !lease.released;
+                lease.token += 1;
+                lease.holder = holder.into();
+                lease.released = false;
+                lease.wanted = None;
                 lease.until = now + ttl;
-                let wanted = lease.wanted_until.is_some_and(|until| until > now);
-                (lease.token, took_over, wanted)
+                (lease.token, took_over, false)
             }
             None => {
                 records.leases.insert(
@@ -224,7 +246,7 @@ impl StateStore for MemoryStore {
                         holder: holder.into(),
                         until: now + ttl,
                         released: false,
-                        wanted_until: None,
+                        wanted: None,
                     },
                 );
                 (1, false, false)

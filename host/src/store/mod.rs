@@ -10,6 +10,10 @@
 //! - `format.rs`: the record format number and the fields added since format 1.
 //! - `migrate.rs`: [`migrate`], rewriting format-1 records as the current format on start, and
 //!   records whose due time is not the one their snapshot gives.
+//! - `lease.rs`: [`Fence`] and [`LeaseGrant`], the lease contract of the stores other processes
+//!   share: one holder per record at a time, and writes fenced by the lease they name.
+//! - `changes.rs`: [`ChangeFeed`], how a process hears another's changes of the instances it
+//!   watches, and only those.
 //! - `memory.rs`: [`MemoryStore`], in-process, for tests and throwaway servers.
 //! - `embedded.rs`: [`EmbeddedStore`], one redb file with a journal in front of it, synced once
 //!   per batch of saves (group commit), and folded into the file by checkpoints
@@ -95,7 +99,7 @@ pub use self::{
     embedded::{BatchStats, EmbeddedStore, files::private_dir as private_data_dir},
     error::StoreError,
     format::{CURRENT_FORMAT, IdempotencyEntry},
-    lease::{Fence, LeaseGrant},
+    lease::{Fence, LeaseGrant, WANTED_FOR},
     memory::MemoryStore,
     migrate::{MigrationReport, migrate},
     postgres::PostgresStore,

@@ -14,9 +14,10 @@
 //! `{namespace}_instances_due` on `(due_at, key) WHERE due_at IS NOT NULL`, so the due query is an
 //! index range scan that never touches the rows without one.
 //!
-//! Leases (see `lease.rs`) are three columns of the instance's row: `fence bigint` (the token of
-//! the last grant), `lease_holder text` and `lease_until timestamptz` (PostgreSQL's clock, so
-//! servers' clocks need not agree). A save or delete checks them in its `WHERE`, under the same
+//! Leases (see `lease.rs`) are columns of the instance's row: `fence bigint` (the token of the
+//! last grant), `lease_holder text` and `lease_until timestamptz` (PostgreSQL's clock, so
+//! servers' clocks need not agree), and `lease_wanted_by`/`lease_wanted_until`, the mark of an
+//! asker waiting for it. A save or delete checks them in its `WHERE`, under the same
 //! row lock as the version, so a grant and a write on one instance are serialized by the row.
 //!
 //! Changes are announced with `NOTIFY` on a channel named by a digest of the namespace and the
@@ -45,8 +46,8 @@ use deadpool_postgres::{
 
 use super::{
     AuditEntry, ChangeFeed, Due, Durability, FeedSubscriptions, Fence, InstanceRecord, LeaseGrant,
-    StateStore, StoreError, StoreOptions, chain, check_key, check_save, conflict, format, invalid,
-    redact,
+    StateStore, StoreError, StoreOptions, WANTED_FOR, chain, check_key, check_save, conflict,
+    format, invalid, redact,
 };
 
 /// Every statement, with the table name filled in once at connect time (the namespace is
@@ -154,33 +155,47 @@ impl Sql {
             // granted anew with the next token.
             // A released lease has no holder; one that lapsed keeps it: granting over that is a
             // takeover.
+            // A live lease of the asker is renewed with its token (its wanted mark kept); a
+            // free one is granted anew with the next token, unless another asker's wanted mark
+            // keeps it for that asker.
             acquire: format!(
-                "WITH old AS (SELECT key, lease_holder, lease_until, lease_wanted_until FROM {t} \
-                   WHERE key = $1 FOR UPDATE) \
+                "WITH old AS (SELECT key, lease_holder, lease_until, lease_wanted_by, \
+                   lease_wanted_until FROM {t} WHERE key = $1 FOR UPDATE) \
                  UPDATE {t} SET \
                    fence = CASE WHEN {t}.lease_holder = $2 \
                                  AND {t}.lease_until > clock_timestamp() \
                            THEN {t}.fence ELSE {t}.fence + 1 END, \
+                   lease_wanted_by = CASE WHEN {t}.lease_holder = $2 \
+                                 AND {t}.lease_until > clock_timestamp() \
+                           THEN {t}.lease_wanted_by END, \
                    lease_wanted_until = CASE WHEN {t}.lease_holder = $2 \
                                  AND {t}.lease_until > clock_timestamp() \
                            THEN {t}.lease_wanted_until END, \
                    lease_holder = $2, \
                    lease_until = clock_timestamp() + $3::bigint * interval '1 millisecond' \
                  FROM old WHERE {t}.key = old.key \
-                   AND (old.lease_until IS NULL OR old.lease_until <= clock_timestamp() \
-                        OR old.lease_holder = $2) \
+                   AND ((old.lease_holder = $2 AND old.lease_until > clock_timestamp()) \
+                     OR ((old.lease_until IS NULL OR old.lease_until <= clock_timestamp()) \
+                       AND (old.lease_wanted_until IS NULL \
+                         OR old.lease_wanted_until <= clock_timestamp() \
+                         OR old.lease_wanted_by = $2))) \
                  RETURNING {t}.fence, \
                    old.lease_holder IS NOT NULL AND old.lease_until <= clock_timestamp(), \
                    {t}.version, \
                    COALESCE({t}.lease_wanted_until > clock_timestamp(), false)"
             ),
-            // Asked while another holds it: marks it wanted, and says how long it lives.
+            // Not granted: marks it wanted by the asker (unless another asker's mark lives),
+            // and says how long the lease, or the mark keeping it, lives.
             lease_left: format!(
-                "UPDATE {t} SET lease_wanted_until = \
-                   clock_timestamp() + $2::bigint * interval '1 millisecond' \
+                "UPDATE {t} SET \
+                   lease_wanted_by = CASE WHEN lease_wanted_until > clock_timestamp() \
+                       AND lease_wanted_by <> $3 THEN lease_wanted_by ELSE $3 END, \
+                   lease_wanted_until = CASE WHEN lease_wanted_until > clock_timestamp() \
+                       AND lease_wanted_by <> $3 THEN lease_wanted_until \
+                       ELSE clock_timestamp() + $2::bigint * interval '1 millisecond' END \
                  WHERE key = $1 \
-                 RETURNING GREATEST(0, \
-                   (EXTRACT(EPOCH FROM lease_until - clock_timestamp()) * 1000)::bigint)"
+                 RETURNING GREATEST(0, (EXTRACT(EPOCH FROM \
+                   GREATEST(lease_until, lease_wanted_until) - clock_timestamp()) * 1000)::bigint)"
             ),
             release: format!(
                 "UPDATE {t} SET lease_holder = NULL, lease_until = NULL \
@@ -288,6 +303,7 @@ impl PostgresStore {
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0;
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_holder text;
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_until timestamptz;
+             ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_wanted_by text;
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_wanted_until timestamptz;
              CREATE INDEX IF NOT EXISTS {t}_due ON {t} (due_at, key) WHERE due_at IS NOT NULL;
              CREATE TABLE IF NOT EXISTS {a} (
@@ -849,8 +865,13 @@ impl StateStore for PostgresStore {
                 wanted: column(key, row, 3)?,
             });
         }
+        let wanted_for = WANTED_FOR.as_millis() as i64;
         let rows = self
-            .query("read lease", &self.sql.lease_left, &[&key, &ttl_ms])
+            .query(
+                "read lease",
+                &self.sql.lease_left,
+                &[&key, &wanted_for, &holder],
+            )
             .await?;
         Ok(match rows.first() {
             None => LeaseGrant::Absent,

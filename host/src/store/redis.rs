@@ -22,8 +22,9 @@
 //!   itself (`PX`, Redis's clock). The record hash's field `n` counts the grants: the fencing
 //!   token. The save and delete scripts check the lease in the same step as the version;
 //!   delete removes it with the record;
-//! - `ns:wanted:<key>`: set, for a time to live, when a server asks for a lease another holds;
-//!   the holder learns so when it renews (see `lease.rs`);
+//! - `ns:wanted:<key>`: the holder that asked for the lease while another held it, for
+//!   `WANTED_FOR`; the holder learns so when it renews, and the free lease is kept for the asker
+//!   while it lives (see `lease.rs`);
 //! - `ns:changed:<key>`: the pub/sub channel of one instance, carrying the name of the server
 //!   process that changed it (see `changes.rs`); a process subscribes to the channels of the
 //!   instances it watches, so a change reaches only those.
@@ -45,8 +46,8 @@ use redis::{
 
 use super::{
     AuditEntry, ChangeFeed, Due, Durability, FeedSubscriptions, Fence, InstanceRecord, LeaseGrant,
-    StateStore, StoreError, StoreOptions, chain, check_key, check_save, conflict, format,
-    machine_key, redact,
+    StateStore, StoreError, StoreOptions, WANTED_FOR, chain, check_key, check_save, conflict,
+    format, machine_key, redact,
 };
 
 /// Digits of a due time in a `ns:due` member: enough for every `u64`.
@@ -114,24 +115,31 @@ if n == 1 then return 'deleted' else return 'absent' end
 ";
 
 /// Grants or renews a lease (see `lease.rs`). KEYS: record hash, lease, wanted mark. ARGV:
-/// holder, time to live (ms). Returns {"held", token, "1" for a takeover else "0", version,
-/// "1" when wanted else "0"}, {"busy", remaining ms, "", "", ""} (marking the lease wanted) or
-/// {"absent", "", "", "", ""}. The record's field `r` is the token last released: a grant after
-/// any other token lapsed is a takeover.
+/// holder, time to live (ms), how long an ask marks the lease wanted (ms). Returns {"held",
+/// token, "1" for a takeover else "0", version, "1" when wanted else "0"}, {"busy", remaining
+/// ms, "", "", ""} (marking the lease wanted by the asker unless another's mark lives; a free
+/// lease another asker's mark keeps is busy too) or {"absent", "", "", "", ""}. The record's
+/// field `r` is the token last released: a grant after any other token lapsed is a takeover.
 const ACQUIRE_LUA: &str = r"
 local lease = redis.call('GET', KEYS[2])
+local want = redis.call('GET', KEYS[3])
 if lease then
   local space = string.find(lease, ' ', 1, true)
   if string.sub(lease, space + 1) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[2], ARGV[2])
     return {'held', string.sub(lease, 1, space - 1), '0', redis.call('HGET', KEYS[1], 'v'),
-      tostring(redis.call('EXISTS', KEYS[3]))}
+      want and '1' or '0'}
   end
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
+  if not want or want == ARGV[1] then
+    redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+  end
   return {'busy', tostring(redis.call('PTTL', KEYS[2])), '', '', ''}
 end
 local version = redis.call('HGET', KEYS[1], 'v')
 if not version then return {'absent', '', '', '', ''} end
+if want and want ~= ARGV[1] then
+  return {'busy', tostring(redis.call('PTTL', KEYS[3])), '', '', ''}
+end
 local token = redis.call('HINCRBY', KEYS[1], 'n', 1)
 local released = redis.call('HGET', KEYS[1], 'r')
 local took_over = (token > 1 and released ~= tostring(token - 1)) and '1' or '0'
@@ -747,7 +755,8 @@ impl StateStore for RedisStore {
             .key(self.lease_key(key))
             .key(self.lease_wanted_key(key))
             .arg(holder)
-            .arg(ttl.as_millis().max(1) as u64);
+            .arg(ttl.as_millis().max(1) as u64)
+            .arg(WANTED_FOR.as_millis() as u64);
         let answer: (String, String, String, String, String) = self
             .bounded("acquire lease", async move {
                 invocation.invoke_async(&mut con).await
