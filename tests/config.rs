@@ -37,7 +37,7 @@ async fn a_server_started_from_a_config_file_alone_serves_what_it_says() {
         &config,
         format!(
             "plugins = {}\nhttp = \"127.0.0.7:0\"\nallowed-host = [\"127.0.0.7\"]\n\
-             data-dir = {}\n\n\
+             data-dir = {}\nallow-test-plugins = true\n\n\
              [plugin.testkit]\ngreeting = \"hello from the file\"\napi_key = \"file-secret\"\n\
              retries = 3\n",
             toml_path(plugins.path()),

@@ -161,3 +161,57 @@ async fn the_data_directory_and_store_file_are_private() {
         "{log}"
     );
 }
+
+/// The test fixtures a `cargo build --workspace` leaves beside the example plugins (`testkit`,
+/// whose `testkit.abort` ends the process, and `conformance`) are not served by a server started
+/// as the README says: they are skipped with an INFO line, and their tools are unknown. With
+/// `--allow-test-plugins` (as the test suite runs) they are served.
+#[tokio::test]
+async fn test_fixtures_are_served_only_when_allowed() {
+    let plugins = PluginDir::with(&["invoice", "testkit", "conformance"]);
+    let data = tempfile::tempdir().unwrap();
+    let args: Vec<std::ffi::OsString> = vec![
+        "--http".into(),
+        "127.0.0.1:0".into(),
+        "--plugins".into(),
+        plugins.path().into(),
+        "--data-dir".into(),
+        data.path().into(),
+    ];
+    let as_deployed: Vec<&std::ffi::OsStr> = args.iter().map(|arg| arg.as_os_str()).collect();
+    let server = Server::serve_with(&as_deployed, &[]);
+    let log = server.wait_for_log("is a test fixture");
+    assert!(
+        log.lines()
+            .filter(|line| line.contains("test fixture"))
+            .all(|line| line.contains(" INFO ")),
+        "{log}"
+    );
+    let client = Client::http(&server.url).await;
+    let names = client.tool_names().await;
+    assert!(
+        names.iter().any(|name| name == "invoice.submit"),
+        "{names:?}"
+    );
+    assert!(
+        !names
+            .iter()
+            .any(|name| name.starts_with("testkit.") || name.starts_with("test_")),
+        "{names:?}"
+    );
+    let abort = client.try_call("testkit.abort", json!({})).await;
+    assert!(abort.is_err(), "testkit.abort is no tool here: {abort:?}");
+    assert!(
+        server
+            .stderr()
+            .lines()
+            .all(|line| !line.contains(" ERROR "))
+    );
+
+    let allowed = Server::http(plugins.path(), &[]);
+    let names = Client::http(&allowed.url).await.tool_names().await;
+    assert!(
+        names.iter().any(|name| name == "testkit.abort"),
+        "{names:?}"
+    );
+}

@@ -457,7 +457,14 @@ struct StdioServer {
 impl StdioServer {
     fn start(plugins: &std::path::Path) -> StdioServer {
         let mut child = Command::new(turnstile_bin())
-            .args(["serve", "--stdio", "--store", "memory:", "--plugins"])
+            .args([
+                "serve",
+                "--allow-test-plugins",
+                "--stdio",
+                "--store",
+                "memory:",
+                "--plugins",
+            ])
             .arg(plugins)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::piped())

@@ -585,6 +585,7 @@ fn stdio_server<'a>(plugins: &'a PluginDir, extra: &[&'a str]) -> Vec<&'a str> {
     let directory = plugins.path().to_str().expect("a UTF-8 temporary path");
     let mut args = vec![
         "serve",
+        "--allow-test-plugins",
         "--stdio",
         "--store",
         "memory:",

@@ -130,7 +130,14 @@ struct RawStdio {
 impl RawStdio {
     fn start(plugins: &std::path::Path) -> RawStdio {
         let mut child = Command::new(turnstile_bin())
-            .args(["serve", "--stdio", "--store", "memory:", "--plugins"])
+            .args([
+                "serve",
+                "--allow-test-plugins",
+                "--stdio",
+                "--store",
+                "memory:",
+                "--plugins",
+            ])
             .arg(plugins)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

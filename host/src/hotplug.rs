@@ -173,6 +173,10 @@ impl HotPlug {
         }
         let plugin = match loaded {
             Ok(plugin) => plugin,
+            Err(error @ plugin::PluginError::TestFixture { .. }) => {
+                tracing::info!("plugin not loaded: {error}");
+                return Attempt::Refused;
+            }
             Err(error) => {
                 tracing::error!("plugin not loaded: {error}");
                 return Attempt::Refused;

@@ -83,6 +83,12 @@ pub struct Manifest {
     /// this field refuses it as unknown; left out when `false`, so other manifests are unchanged.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub isolate: bool,
+    /// A fixture for tests, not a plugin to serve (its tools may misbehave on purpose, even end
+    /// the process): `turnstile serve` refuses it unless started with `--allow-test-plugins`.
+    /// Left out when `false`; a host older than this field refuses the plugin as unknown, which
+    /// is the safe outcome.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub test_fixture: bool,
 }
 
 /// One prompt (MCP `prompts/list`, `prompts/get`) and its binding to a workflow.
@@ -283,12 +289,20 @@ impl Manifest {
             resources: Vec::new(),
             resource_templates: Vec::new(),
             isolate: false,
+            test_fixture: false,
         }
     }
 
     /// Asks the host to run this plugin in a process of its own (see [`Manifest::isolate`]).
     pub fn isolated(mut self) -> Manifest {
         self.isolate = true;
+        self
+    }
+
+    /// Marks this plugin a test fixture, served only with `--allow-test-plugins` (see
+    /// [`Manifest::test_fixture`]).
+    pub fn test_fixture(mut self) -> Manifest {
+        self.test_fixture = true;
         self
     }
 

@@ -163,7 +163,13 @@ impl Server {
     ) -> Server {
         let mut command = Command::new(turnstile_bin());
         command
-            .args(["serve", "--http", "127.0.0.1:0", "--plugins"])
+            .args([
+                "serve",
+                "--allow-test-plugins",
+                "--http",
+                "127.0.0.1:0",
+                "--plugins",
+            ])
             .arg(plugins)
             .arg("--data-dir")
             .arg(data)
@@ -590,7 +596,14 @@ impl Client {
         );
         let mut command = tokio::process::Command::new(turnstile_bin());
         command
-            .args(["serve", "--stdio", "--store", "memory:", "--plugins"])
+            .args([
+                "serve",
+                "--allow-test-plugins",
+                "--stdio",
+                "--store",
+                "memory:",
+                "--plugins",
+            ])
             .arg(plugins);
         let transport = TokioChildProcess::new(command).expect("start turnstile --stdio");
         let service = recorder.serve(transport).await.expect("connect over stdio");

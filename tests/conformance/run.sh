@@ -29,7 +29,7 @@ for plugin in conformance invoice; do
   cp "$profile_dir/libturnstile_plugin_$plugin.so" "$work/plugins/"
 done
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-"$profile_dir/turnstile" serve --http "127.0.0.1:$port" --plugins "$work/plugins" --store memory: \
+"$profile_dir/turnstile" serve --allow-test-plugins --http "127.0.0.1:$port" --plugins "$work/plugins" --store memory: \
   2> "$work/server.log" &
 server_pid=$!
 for _ in $(seq 1 100); do

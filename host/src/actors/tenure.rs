@@ -65,7 +65,9 @@ impl Holding {
         match self {
             Holding::Kept => true,
             Holding::Granted { version: stored } => stored == version,
-            Holding::Absent => false,
+            // Nothing stored: only a copy never saved (a session's instance before its first
+            // save) is what the store has.
+            Holding::Absent => version == 0,
         }
     }
 }
@@ -379,6 +381,16 @@ mod tests {
                 .await,
             Err(StoreError::Fenced { .. })
         ));
+    }
+
+    #[test]
+    fn a_copy_stands_when_nobody_can_have_written_since() {
+        assert!(Holding::Kept.keeps(7));
+        assert!(Holding::Granted { version: 7 }.keeps(7));
+        assert!(!Holding::Granted { version: 8 }.keeps(7));
+        // No record: only a copy never saved is what the store has.
+        assert!(Holding::Absent.keeps(0));
+        assert!(!Holding::Absent.keeps(7));
     }
 
     #[tokio::test]

@@ -56,10 +56,20 @@ impl LoadReport {
             .collect()
     }
 
-    /// Every problem, one line each.
+    /// The test fixtures left out (see `--allow-test-plugins`), one line each.
+    pub fn fixtures_skipped(&self) -> Vec<String> {
+        self.load_errors
+            .iter()
+            .filter(|error| matches!(error, PluginError::TestFixture { .. }))
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    /// Every problem, one line each (a test fixture left out is not one).
     pub fn problems(&self) -> Vec<String> {
         self.load_errors
             .iter()
+            .filter(|error| !matches!(error, PluginError::TestFixture { .. }))
             .map(ToString::to_string)
             .chain(self.catalog_errors.iter().map(ToString::to_string))
             .collect()

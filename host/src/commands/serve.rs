@@ -43,6 +43,8 @@ pub struct ServeOptions {
     pub shutdown_timeout: Duration,
     /// How many calls of one plugin may run at once (`--plugin-pool`).
     pub plugin_pool: usize,
+    /// Whether plugins whose manifest says `test_fixture` are served (`--allow-test-plugins`).
+    pub allow_test_plugins: bool,
     /// Which plugins run in processes of their own (`--isolate`, and manifests that ask).
     pub isolation: Isolation,
     /// Delete instances this long after they reached a final state (`--retain-final`; `None`:
@@ -114,9 +116,15 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         pool_size: options.plugin_pool,
         isolation: Some(options.isolation.clone()),
         configs: options.plugin_configs.clone(),
+        allow_test_fixtures: options.allow_test_plugins,
     };
     let report = LoadReport::load_with(&options.plugins, &load_options)?;
     let refused = report.refused_files();
+    // A test fixture beside the real plugins (a `cargo build --workspace` output directory) is
+    // expected, not a fault: said once, at INFO.
+    for skipped in report.fixtures_skipped() {
+        tracing::info!("plugin not loaded: {skipped}");
+    }
     // One bad plugin must not take the others down: say what is wrong and serve the rest.
     for problem in report.problems() {
         tracing::error!("plugin not loaded: {problem}");

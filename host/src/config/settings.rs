@@ -281,6 +281,16 @@ pub struct ServeSettings {
         value_delimiter = ','
     )]
     pub isolate: Vec<String>,
+    /// Serve plugins whose manifest says they are test fixtures (the repository's `testkit` and
+    /// `conformance`, whose tools misbehave on purpose, one of them by ending the process).
+    /// Without it such a plugin is skipped, with a line in the log.
+    #[arg(
+        long,
+        env = "TURNSTILE_ALLOW_TEST_PLUGINS",
+        hide_env = true,
+        value_parser = BoolishValueParser::new()
+    )]
+    pub allow_test_plugins: bool,
     /// Require `Authorization: Bearer TOKEN` on every HTTP route but /healthz and /readyz.
     /// The file holds one `TOKEN` or `NAME TOKEN` per line (`#` comments); it is read again
     /// on SIGHUP, so tokens rotate without a restart.
@@ -482,6 +492,7 @@ impl ServeSettings {
             plugins: self.plugins.unwrap_or_default(),
             plugin_configs,
             plugin_pool: self.plugin_pool,
+            allow_test_plugins: self.allow_test_plugins,
             isolation: isolation(self.isolate, self.log_format),
             retain_final: (self.retain_final > 0).then(|| secs(self.retain_final)),
             instance_ttl: (self.instance_ttl > 0).then(|| secs(self.instance_ttl)),

@@ -11,6 +11,13 @@ use turnstile_plugin_api::ABI_VERSION;
 /// A failure to load a plugin library or to complete a call into it.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
+    /// The plugin's manifest says it is a test fixture, and the server was not started with
+    /// `--allow-test-plugins`: it is not served.
+    #[error(
+        "{}: plugin \"{name}\" is a test fixture (its manifest says test_fixture), not served \
+         without --allow-test-plugins", path.display()
+    )]
+    TestFixture { path: PathBuf, name: String },
     /// The file (or the directory being scanned) could not be read or copied.
     #[error("{}: {action}: {source}", path.display())]
     Io {
@@ -116,6 +123,7 @@ impl PluginError {
     pub fn path(&self) -> &std::path::Path {
         match self {
             PluginError::Io { path, .. }
+            | PluginError::TestFixture { path, .. }
             | PluginError::NotALibrary { path }
             | PluginError::Open { path, .. }
             | PluginError::MissingSymbol { path, .. }

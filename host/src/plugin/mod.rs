@@ -74,6 +74,10 @@ pub struct LoadOptions {
     /// The config file's plugin tables, given to each plugin's `init` with its environment
     /// variables. (An isolated plugin's process reads only the environment.)
     pub configs: PluginConfigs,
+    /// Whether plugins whose manifest says `test_fixture` load (`--allow-test-plugins`; `serve`
+    /// refuses them by default, `check`, `graph` and library users, which call no tool on a
+    /// client's behalf, load them).
+    pub allow_test_fixtures: bool,
 }
 
 impl Default for LoadOptions {
@@ -82,6 +86,7 @@ impl Default for LoadOptions {
             pool_size: DEFAULT_POOL_SIZE,
             isolation: None,
             configs: PluginConfigs::default(),
+            allow_test_fixtures: true,
         }
     }
 }
@@ -129,6 +134,12 @@ pub fn load_with(path: &Path, options: &LoadOptions) -> Result<LoadedPlugin, Plu
         )?,
         None => load_private_copy(path, &options.configs)?,
     };
+    if plugin.manifest().test_fixture && !options.allow_test_fixtures {
+        return Err(PluginError::TestFixture {
+            path: path.to_path_buf(),
+            name: plugin.manifest().name.clone(),
+        });
+    }
     plugin.set_pool_size(options.pool_size);
     Ok(plugin)
 }

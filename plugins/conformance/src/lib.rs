@@ -43,7 +43,9 @@ fn image() -> Value {
 
 impl Plugin for Conformance {
     fn manifest(&self) -> Manifest {
+        // A fixture for the conformance suite: served only with `--allow-test-plugins`.
         Manifest::new("conformance", env!("CARGO_PKG_VERSION"))
+            .test_fixture()
             .tool(tool("test_simple_text", "Returns a simple text response."))
             .tool(tool("test_image_content", "Returns an image (a 1x1 PNG)."))
             .tool(tool("test_audio_content", "Returns a short WAV sound."))

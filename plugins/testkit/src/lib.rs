@@ -83,7 +83,8 @@ fn log_run(path: &str, ctx: &CallContext) -> Result<(), ToolError> {
 impl Plugin for Testkit {
     fn manifest(&self) -> Manifest {
         let object = json!({"type": "object", "properties": {}});
-        let mut manifest = Manifest::new("testkit", env!("CARGO_PKG_VERSION"));
+        // A fixture: `turnstile serve` refuses it unless told `--allow-test-plugins`.
+        let mut manifest = Manifest::new("testkit", env!("CARGO_PKG_VERSION")).test_fixture();
         manifest.guards.push("testkit.allows".into());
         let manifest = if plugin_config()["isolate"] == "true" {
             manifest.isolated()
