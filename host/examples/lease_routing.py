@@ -9,7 +9,8 @@ lease grants per call (summed from every server's /metrics), the calls answered 
 CONFLICT, and calls/s.
 
     python3 host/examples/lease_routing.py target/release/turnstile PLUGIN_DIR \
-        [--store redis://127.0.0.1:6379] [--servers 3] [--workers 12] [--calls 60]
+        [--store redis://127.0.0.1:6379] [--servers 3] [--workers 12] [--calls 60] \
+        [--lease-idle MS]
 
 PLUGIN_DIR holds libturnstile_plugin_invoice.so. Standard library only.
 """
@@ -98,6 +99,7 @@ def main():
     parser.add_argument("--workers", type=int, default=12)
     parser.add_argument("--calls", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--lease-idle", type=int, help="the servers' --lease-idle (ms)")
     args = parser.parse_args()
     namespace = "routing_" + uuid.uuid4().hex[:12]
     data = tempfile.mkdtemp()
@@ -105,7 +107,8 @@ def main():
     servers = [subprocess.Popen(
         [args.turnstile, "serve", "--http", f"127.0.0.1:{port}", "--plugins", args.plugins,
          "--data-dir", f"{data}/{port}", "--stateless", "--idle-after", "0",
-         "--store", args.store, "--store-namespace", namespace],
+         "--store", args.store, "--store-namespace", namespace]
+        + (["--lease-idle", str(args.lease_idle)] if args.lease_idle is not None else []),
         stderr=subprocess.DEVNULL) for port in ports]
     try:
         time.sleep(2)

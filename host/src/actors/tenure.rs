@@ -40,7 +40,7 @@ impl Default for LeaseSettings {
         LeaseSettings {
             ttl: Duration::from_millis(1500),
             wait: Duration::from_secs(2),
-            idle: Duration::from_millis(200),
+            idle: Duration::from_millis(20),
         }
     }
 }

@@ -404,7 +404,7 @@ pub struct ServeSettings {
         env = "TURNSTILE_LEASE_IDLE",
         hide_env = true,
         value_name = "MS",
-        default_value_t = 200
+        default_value_t = 20
     )]
     pub lease_idle: u64,
     /// `--log-format`, a global flag of `turnstile` (every subcommand logs); here so that the
