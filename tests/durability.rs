@@ -19,10 +19,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Client, PluginDir};
+use common::{Client, PluginDir, postgres_url, redis_url};
 use durability_support::{
-    REVIEW, Rng, Turnstile, error_code, minted_handle, next_step, postgres_url, redis_url,
-    require_reachable, seed, state_of, with_handle,
+    REVIEW, Rng, Turnstile, error_code, minted_handle, next_step, require_reachable, seed,
+    state_of, with_handle,
 };
 use serde_json::json;
 

@@ -141,14 +141,14 @@ async fn on_the_embedded_store() {
 
 #[tokio::test]
 async fn on_redis() {
-    let url = durability_support::redis_url();
+    let url = common::redis_url();
     durability_support::require_reachable(&url);
     retries_get_the_first_result(Some(url)).await;
 }
 
 #[tokio::test]
 async fn on_postgres() {
-    let url = durability_support::postgres_url();
+    let url = common::postgres_url();
     durability_support::require_reachable(&url);
     retries_get_the_first_result(Some(url)).await;
 }

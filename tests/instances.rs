@@ -158,10 +158,10 @@ fn shared(url: String) -> Vec<String> {
 
 #[tokio::test]
 async fn on_redis_while_serving() {
-    find_show_reset_delete(shared(durability_support::redis_url()), false).await;
+    find_show_reset_delete(shared(common::redis_url()), false).await;
 }
 
 #[tokio::test]
 async fn on_postgres_while_serving() {
-    find_show_reset_delete(shared(durability_support::postgres_url()), false).await;
+    find_show_reset_delete(shared(common::postgres_url()), false).await;
 }

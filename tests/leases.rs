@@ -11,18 +11,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Client, PluginDir, Scrape, Server, error_code, handle_of};
+use common::{Client, PluginDir, Scrape, Server, error_code, handle_of, postgres_url, redis_url};
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
-
-fn redis_url() -> String {
-    std::env::var("TURNSTILE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-fn postgres_url() -> String {
-    std::env::var("TURNSTILE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
 
 /// A server in handle mode on `store`, in `namespace`, with `extra` flags.
 fn node(plugins: &PluginDir, store: &str, namespace: &str, extra: &[&str]) -> Server {
@@ -39,6 +30,21 @@ fn node(plugins: &PluginDir, store: &str, namespace: &str, extra: &[&str]) -> Se
 
 fn namespace() -> String {
     format!("leases_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Three servers on `store`, in a namespace of their own, and two clients of each.
+async fn three_servers(plugins: &PluginDir, store: &str) -> (Vec<Server>, Vec<Client>) {
+    let namespace = namespace();
+    let servers: Vec<Server> = (0..3)
+        .map(|_| node(plugins, store, &namespace, &[]))
+        .collect();
+    let mut clients = Vec::new();
+    for server in &servers {
+        for _ in 0..2 {
+            clients.push(Client::http(&server.url).await);
+        }
+    }
+    (servers, clients)
 }
 
 /// `calls` calls of `tool` with `arguments`, spread over `clients` round-robin, all at once.
@@ -77,16 +83,7 @@ fn runs(log: &Path) -> usize {
 /// one winner each round, every other call refused by the gate, and one run of the handler.
 async fn racing_resets_run_once(store: &str) {
     let plugins = PluginDir::with(&["testkit"]);
-    let namespace = namespace();
-    let servers: Vec<Server> = (0..3)
-        .map(|_| node(&plugins, store, &namespace, &[]))
-        .collect();
-    let mut clients = Vec::new();
-    for server in &servers {
-        for _ in 0..2 {
-            clients.push(Client::http(&server.url).await);
-        }
-    }
+    let (_servers, clients) = three_servers(&plugins, store).await;
     let dir = tempfile::tempdir().unwrap();
     let minted = clients[0].call("testkit.go", json!({})).await;
     let handle = handle_of(&minted);
@@ -131,16 +128,7 @@ async fn racing_calls_on_three_servers_run_the_handler_once_on_postgres() {
 /// 60 racing captures of one authorized payment over three servers: one capture, no conflict.
 async fn racing_captures_capture_once(store: &str) {
     let plugins = PluginDir::with(&["payment"]);
-    let namespace = namespace();
-    let servers: Vec<Server> = (0..3)
-        .map(|_| node(&plugins, store, &namespace, &[]))
-        .collect();
-    let mut clients = Vec::new();
-    for server in &servers {
-        for _ in 0..2 {
-            clients.push(Client::http(&server.url).await);
-        }
-    }
+    let (_servers, clients) = three_servers(&plugins, store).await;
     let authorized = clients[0]
         .call("payment.authorize", json!({"amount": 5, "currency": "EUR"}))
         .await;

@@ -4,17 +4,8 @@
 
 mod common;
 
-use common::{Client, PluginDir, Scrape, Server, handle_of, names};
+use common::{Client, PluginDir, Scrape, Server, handle_of, names, postgres_url, redis_url};
 use serde_json::json;
-
-fn redis_url() -> String {
-    std::env::var("TURNSTILE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-fn postgres_url() -> String {
-    std::env::var("TURNSTILE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
 
 fn node(plugins: &PluginDir, store: &str, namespace: &str) -> Server {
     Server::http(

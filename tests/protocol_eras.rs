@@ -333,8 +333,7 @@ fn document(read: &rmcp::model::ReadResourceResult) -> Value {
 #[tokio::test]
 async fn an_instance_resource_reads_the_instance_and_is_updated_once_per_transition() {
     let plugins = PluginDir::with(&["invoice"]);
-    let redis = std::env::var("TURNSTILE_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let redis = common::redis_url();
     let namespace = format!("eras{}", uuid::Uuid::new_v4().simple());
     let store_args = ["--store", redis.as_str(), "--store-namespace", &namespace];
     let deadline = [("TURNSTILE_PLUGIN_INVOICE_REVIEW_DEADLINE_MS", "2000")];

@@ -114,7 +114,7 @@ async fn on_the_embedded_store() {
 
 #[tokio::test]
 async fn on_redis() {
-    let url = durability_support::redis_url();
+    let url = common::redis_url();
     durability_support::require_reachable(&url);
     let plugins = PluginDir::with(&["invoice"]);
     let data = tempfile::tempdir().expect("temp dir");
@@ -179,7 +179,7 @@ async fn on_redis() {
 
 #[tokio::test]
 async fn on_postgres() {
-    let url = durability_support::postgres_url();
+    let url = common::postgres_url();
     durability_support::require_reachable(&url);
     let plugins = PluginDir::with(&["invoice"]);
     let data = tempfile::tempdir().expect("temp dir");

@@ -73,14 +73,14 @@ async fn on_the_embedded_store() {
 
 #[tokio::test]
 async fn on_redis() {
-    let url = durability_support::redis_url();
+    let url = common::redis_url();
     durability_support::require_reachable(&url);
     finished_instances_go_after_the_retention_period(Some(url)).await;
 }
 
 #[tokio::test]
 async fn on_postgres() {
-    let url = durability_support::postgres_url();
+    let url = common::postgres_url();
     durability_support::require_reachable(&url);
     finished_instances_go_after_the_retention_period(Some(url)).await;
 }
@@ -163,14 +163,14 @@ async fn ttl_on_the_embedded_store() {
 
 #[tokio::test]
 async fn ttl_on_redis() {
-    let url = durability_support::redis_url();
+    let url = common::redis_url();
     durability_support::require_reachable(&url);
     idle_instances_go_after_the_ttl(Some(url)).await;
 }
 
 #[tokio::test]
 async fn ttl_on_postgres() {
-    let url = durability_support::postgres_url();
+    let url = common::postgres_url();
     durability_support::require_reachable(&url);
     idle_instances_go_after_the_ttl(Some(url)).await;
 }

@@ -643,9 +643,8 @@ async fn a_passivated_session_ends_after_the_idle_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_joining_a_shared_store_keeps_the_other_servers_live_sessions() {
-    // Session-mode servers sharing Redis (as in tests/multinode.rs); TURNSTILE_TEST_REDIS_URL.
-    let redis = std::env::var("TURNSTILE_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    // Session-mode servers sharing Redis (as in tests/multinode.rs).
+    let redis = common::redis_url();
     let namespace = format!("sessions_{}", uuid::Uuid::new_v4().simple());
     let shared = [
         "--store",

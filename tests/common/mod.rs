@@ -47,6 +47,17 @@ pub fn built_plugin(name: &str) -> PathBuf {
     path
 }
 
+/// Redis server the tests share (`TURNSTILE_TEST_REDIS_URL`, default the local one).
+pub fn redis_url() -> String {
+    std::env::var("TURNSTILE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// PostgreSQL server the tests share (`TURNSTILE_TEST_POSTGRES_URL`, default the local one).
+pub fn postgres_url() -> String {
+    std::env::var("TURNSTILE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
 /// A private plugin directory for one test.
 pub struct PluginDir {
     dir: TempDir,

@@ -13,17 +13,6 @@ use std::{
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
-/// Redis server the tests share (`TURNSTILE_TEST_REDIS_URL`, default the local one).
-pub fn redis_url() -> String {
-    std::env::var("TURNSTILE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-/// PostgreSQL server the tests share (`TURNSTILE_TEST_POSTGRES_URL`, default the local one).
-pub fn postgres_url() -> String {
-    std::env::var("TURNSTILE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
 /// Panics, naming the URL, unless something accepts TCP connections at the URL's host:port.
 /// A missing Redis or PostgreSQL is a test failure, never a silent skip.
 pub fn require_reachable(url: &str) {
