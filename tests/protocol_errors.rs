@@ -457,14 +457,7 @@ struct StdioServer {
 impl StdioServer {
     fn start(plugins: &std::path::Path) -> StdioServer {
         let mut child = Command::new(turnstile_bin())
-            .args([
-                "serve",
-                "--allow-test-plugins",
-                "--stdio",
-                "--store",
-                "memory:",
-                "--plugins",
-            ])
+            .args(common::STDIO_SERVE)
             .arg(plugins)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::piped())

@@ -583,15 +583,8 @@ fn assert_quiet_stdio_servers(summary: &Value, servers: usize) {
 /// The arguments of `turnstile serve --stdio` for the invoice plugin in `plugins`.
 fn stdio_server<'a>(plugins: &'a PluginDir, extra: &[&'a str]) -> Vec<&'a str> {
     let directory = plugins.path().to_str().expect("a UTF-8 temporary path");
-    let mut args = vec![
-        "serve",
-        "--allow-test-plugins",
-        "--stdio",
-        "--store",
-        "memory:",
-        "--plugins",
-        directory,
-    ];
+    let mut args = common::STDIO_SERVE.to_vec();
+    args.push(directory);
     args.extend_from_slice(extra);
     args
 }

@@ -130,14 +130,7 @@ struct RawStdio {
 impl RawStdio {
     fn start(plugins: &std::path::Path) -> RawStdio {
         let mut child = Command::new(turnstile_bin())
-            .args([
-                "serve",
-                "--allow-test-plugins",
-                "--stdio",
-                "--store",
-                "memory:",
-                "--plugins",
-            ])
+            .args(common::STDIO_SERVE)
             .arg(plugins)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

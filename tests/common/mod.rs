@@ -47,6 +47,17 @@ pub fn built_plugin(name: &str) -> PathBuf {
     path
 }
 
+/// `turnstile serve` over stdio on the memory store, as the tests start it, before the plugin
+/// directory: the arguments after these are `DIR` (for `--plugins`) and any others.
+pub const STDIO_SERVE: [&str; 6] = [
+    "serve",
+    "--allow-test-plugins",
+    "--stdio",
+    "--store",
+    "memory:",
+    "--plugins",
+];
+
 /// Redis server the tests share (`TURNSTILE_TEST_REDIS_URL`, default the local one).
 pub fn redis_url() -> String {
     std::env::var("TURNSTILE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
@@ -606,16 +617,7 @@ impl Client {
             recorder.notices.clone(),
         );
         let mut command = tokio::process::Command::new(turnstile_bin());
-        command
-            .args([
-                "serve",
-                "--allow-test-plugins",
-                "--stdio",
-                "--store",
-                "memory:",
-                "--plugins",
-            ])
-            .arg(plugins);
+        command.args(STDIO_SERVE).arg(plugins);
         let transport = TokioChildProcess::new(command).expect("start turnstile --stdio");
         let service = recorder.serve(transport).await.expect("connect over stdio");
         Client {

@@ -88,17 +88,14 @@ impl InstanceKey {
     ) -> String {
         use sha2::{Digest, Sha256};
         let mut hasher = Sha256::new();
-        let version = version.to_string();
-        let pieces = [
-            self.store_key(),
-            version,
-            tool.to_owned(),
-            arguments.to_owned(),
-            client_key.unwrap_or("").to_owned(),
-        ];
-        for piece in pieces {
+        let mut separator = [0; 4];
+        for piece in self.store_key_pieces(&mut separator) {
             hasher.update(piece.as_bytes());
+        }
+        let version = version.to_string();
+        for piece in [version.as_str(), tool, arguments, client_key.unwrap_or("")] {
             hasher.update(b"\n");
+            hasher.update(piece.as_bytes());
         }
         let digest = hasher.finalize();
         digest[..16]

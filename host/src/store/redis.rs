@@ -205,38 +205,23 @@ struct RedisSubscriptions {
     op_timeout: Duration,
 }
 
-impl RedisSubscriptions {
-    async fn bounded(
-        &self,
-        what: &str,
-        op: impl Future<Output = Result<(), RedisError>>,
-    ) -> Result<(), StoreError> {
-        match tokio::time::timeout(self.op_timeout, op).await {
-            Ok(result) => result.map_err(|e| unavailable(&self.name, what, &e)),
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "{}: {what} timed out after {:?}",
-                self.name, self.op_timeout
-            ))),
-        }
-    }
-}
-
 #[async_trait]
 impl FeedSubscriptions for RedisSubscriptions {
     async fn watch(&mut self, key: &str) -> Result<(), StoreError> {
-        let channel = format!("{}:changed:{key}", self.namespace);
+        let channel = changed_channel(&self.namespace, key);
         let mut sink = self.sink.clone();
-        self.bounded("subscribe", async move { sink.subscribe(channel).await })
-            .await
+        bounded(&self.name, self.op_timeout, "subscribe", async move {
+            sink.subscribe(channel).await
+        })
+        .await
     }
 
     async fn unwatch(&mut self, key: &str) -> Result<(), StoreError> {
-        let channel = format!("{}:changed:{key}", self.namespace);
+        let channel = changed_channel(&self.namespace, key);
         let mut sink = self.sink.clone();
-        self.bounded(
-            "unsubscribe",
-            async move { sink.unsubscribe(channel).await },
-        )
+        bounded(&self.name, self.op_timeout, "unsubscribe", async move {
+            sink.unsubscribe(channel).await
+        })
         .await
     }
 }
@@ -333,26 +318,14 @@ impl RedisStore {
         what: &str,
         op: impl Future<Output = Result<T, RedisError>>,
     ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.op_timeout, op).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(unavailable(&self.name, what, &e)),
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "{}: {what} timed out after {:?}",
-                self.name, self.op_timeout
-            ))),
-        }
-    }
-
-    /// The pub/sub channel of the instance under `key`.
-    fn changed_channel(&self, key: &str) -> String {
-        format!("{}:changed:{key}", self.namespace)
+        bounded(&self.name, self.op_timeout, what, op).await
     }
 
     /// Tells the subscribers of `key`'s channel (in any server process) that `origin` changed
     /// it. Returns once Redis accepted the message; delivery is at most once.
     pub async fn publish_changed(&self, origin: &str, key: &str) -> Result<(), StoreError> {
         let mut con = self.con.clone();
-        let channel = self.changed_channel(key);
+        let channel = changed_channel(&self.namespace, key);
         self.bounded("publish", async move {
             con.publish::<_, _, i64>(channel, origin).await
         })
@@ -371,7 +344,7 @@ impl RedisStore {
             .bounded("subscribe", async move { client.get_async_pubsub().await })
             .await?;
         let (sink, stream) = pubsub.split();
-        let prefix = format!("{}:changed:", self.namespace);
+        let prefix = changed_channel(&self.namespace, "");
         let changes = stream.filter_map(move |msg| {
             let key = msg
                 .get_channel_name()
@@ -434,6 +407,29 @@ fn fenced(key: &str, answer: &str) -> Option<StoreError> {
         key: key.to_owned(),
         remaining_ms: u64::try_from(ms).ok(),
     })
+}
+
+/// Runs one Redis round trip of the store named `name` under `op_timeout`, turning every
+/// failure into `Unavailable`.
+async fn bounded<T>(
+    name: &str,
+    op_timeout: Duration,
+    what: &str,
+    op: impl Future<Output = Result<T, RedisError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(op_timeout, op).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(unavailable(name, what, &e)),
+        Err(_) => Err(StoreError::Unavailable(format!(
+            "{name}: {what} timed out after {op_timeout:?}"
+        ))),
+    }
+}
+
+/// The pub/sub channel of the instance under `key` in `namespace` (with `key` empty: the prefix
+/// every such channel starts with).
+fn changed_channel(namespace: &str, key: &str) -> String {
+    format!("{namespace}:changed:{key}")
 }
 
 fn unavailable(name: &str, what: &str, e: &RedisError) -> StoreError {
