@@ -786,13 +786,12 @@ async fn run_call(
     let workflow = view.workflow.clone();
     // A retry of a call already answered gets that answer: nothing runs, nothing fires.
     let now = now_ms();
-    // What the client's idempotency key is checked against, and part of the plugin's attempt
-    // key: computed once.
-    let arguments_digest = idempotency::digest(&call.arguments);
-    let idempotent = call
-        .idempotency_key
-        .as_ref()
-        .map(|idempotency_key| (idempotency_key.clone(), arguments_digest.clone()));
+    let idempotent = call.idempotency_key.as_ref().map(|idempotency_key| {
+        (
+            idempotency_key.clone(),
+            idempotency::digest(&call.arguments),
+        )
+    });
     if let Some((idempotency_key, arguments)) = &idempotent {
         match idempotency::lookup(
             &view.idempotency,
@@ -860,7 +859,7 @@ async fn run_call(
         idempotency_key: key.attempt_key(
             view.version,
             tool.name(),
-            &arguments_digest,
+            &call.arguments,
             call.idempotency_key.as_deref(),
         ),
         ..CallContext::default()

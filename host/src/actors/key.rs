@@ -73,35 +73,40 @@ impl Tenant {
 }
 
 impl InstanceKey {
-    /// The key of one attempt to move this instance from `version` with `tool` and the
-    /// arguments whose digest is `arguments` (and the client's own idempotency key, if it gave
-    /// one), for the services a plugin calls (ABI 1.4's `idempotency_key`): the same on every
-    /// server and for every run of that attempt, different for anything else, so a retry with
-    /// other arguments (or another client key) after a failure is a new attempt. A digest, so
-    /// that neither the handle nor a session's id (both credentials) reaches an outside service.
+    /// The key of one attempt to move this instance from `version` with `tool` and
+    /// `arguments` (and the client's own idempotency key, if it gave one), for the services a
+    /// plugin calls (ABI 1.4's `idempotency_key`): the same on every server and for every run
+    /// of that attempt, different for anything else, so a retry with other arguments (or
+    /// another client key) after a failure is a new attempt. A digest, so that neither the
+    /// handle nor a session's id (both credentials) reaches an outside service. Computed for
+    /// every call on an instance: one hash over the pieces, no copies of them.
     pub fn attempt_key(
         &self,
         version: u64,
         tool: &str,
-        arguments: &str,
+        arguments: &serde_json::Value,
         client_key: Option<&str>,
     ) -> String {
         use sha2::{Digest, Sha256};
+        use std::fmt::Write;
         let mut hasher = Sha256::new();
         let mut separator = [0; 4];
         for piece in self.store_key_pieces(&mut separator) {
             hasher.update(piece.as_bytes());
         }
         let version = version.to_string();
-        for piece in [version.as_str(), tool, arguments, client_key.unwrap_or("")] {
+        let arguments = crate::catalog::canonical(arguments);
+        for piece in [version.as_str(), tool, &arguments, client_key.unwrap_or("")] {
             hasher.update(b"\n");
             hasher.update(piece.as_bytes());
         }
         let digest = hasher.finalize();
-        digest[..16]
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect()
+        let mut hex = String::with_capacity(32);
+        for byte in &digest[..16] {
+            // Writing to a String cannot fail.
+            let _ = write!(hex, "{byte:02x}");
+        }
+        hex
     }
 }
 
