@@ -19,7 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Client, PluginDir, postgres_url, redis_url};
+use common::{Client, PluginDir, postgres_url, redis_cluster_url, redis_url};
 use durability_support::{
     REVIEW, Rng, Turnstile, error_code, minted_handle, next_step, require_reachable, seed,
     state_of, with_handle,
@@ -303,6 +303,13 @@ async fn kill_9_under_load_loses_nothing_acknowledged_redis() {
     let url = redis_url();
     require_reachable(&url);
     crash_and_recover(Some(&url)).await;
+}
+
+/// On a cluster, the instances spread over three masters, and the restarted server finds each
+/// one by its shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_under_load_loses_nothing_acknowledged_redis_cluster() {
+    crash_and_recover(Some(&redis_cluster_url())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Client, PluginDir, Scrape, Server, error_code, handle_of, postgres_url, redis_url};
+use common::{
+    Client, PluginDir, Scrape, Server, error_code, handle_of, postgres_url, redis_cluster_url,
+    redis_url,
+};
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
@@ -121,6 +124,11 @@ async fn racing_calls_on_three_servers_run_the_handler_once_on_redis() {
 }
 
 #[tokio::test]
+async fn racing_calls_on_three_servers_run_the_handler_once_on_redis_cluster() {
+    racing_resets_run_once(&redis_cluster_url()).await;
+}
+
+#[tokio::test]
 async fn racing_calls_on_three_servers_run_the_handler_once_on_postgres() {
     racing_resets_run_once(&postgres_url()).await;
 }
@@ -150,6 +158,11 @@ async fn racing_captures_capture_once(store: &str) {
 #[tokio::test]
 async fn racing_captures_on_three_servers_capture_once_on_redis() {
     racing_captures_capture_once(&redis_url()).await;
+}
+
+#[tokio::test]
+async fn racing_captures_on_three_servers_capture_once_on_redis_cluster() {
+    racing_captures_capture_once(&redis_cluster_url()).await;
 }
 
 #[tokio::test]

@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{Client, PluginDir, Scrape, Server, handle_of, names, postgres_url, redis_url};
+use common::{
+    Client, PluginDir, Scrape, Server, handle_of, names, postgres_url, redis_cluster_url, redis_url,
+};
 use serde_json::json;
 
 fn node(plugins: &PluginDir, store: &str, namespace: &str) -> Server {
@@ -78,17 +80,25 @@ async fn a_transition_on_one_server_notifies_and_regates_the_other(store: &str) 
     assert_eq!(status.structured_content.unwrap()["state"], "discharged");
 }
 
-/// Ten servers on one Redis; a session on one of them watches an instance that a session on
+#[tokio::test]
+async fn a_transition_reaches_only_the_servers_watching_it_on_redis() {
+    a_transition_reaches_only_the_servers_watching_it(&redis_url()).await;
+}
+
+/// On a cluster the announcement is sharded pub/sub: it goes to the master owning the
+/// instance's slot, and from there to the one server subscribed.
+#[tokio::test]
+async fn a_transition_reaches_only_the_servers_watching_it_on_redis_cluster() {
+    a_transition_reaches_only_the_servers_watching_it(&redis_cluster_url()).await;
+}
+
+/// Ten servers on one store; a session on one of them watches an instance that a session on
 /// another moves. The change reaches the watching server, and none of the other eight: a
 /// transition is delivered to the servers watching it, not to every server.
-#[tokio::test]
-async fn a_transition_reaches_only_the_servers_watching_it() {
+async fn a_transition_reaches_only_the_servers_watching_it(store: &str) {
     let plugins = PluginDir::with(&["invoice"]);
     let namespace = format!("multinode_{}", uuid::Uuid::new_v4().simple());
-    let store = redis_url();
-    let servers: Vec<Server> = (0..10)
-        .map(|_| node(&plugins, &store, &namespace))
-        .collect();
+    let servers: Vec<Server> = (0..10).map(|_| node(&plugins, store, &namespace)).collect();
     let alice = Client::http(&servers[0].url).await;
     let bob = Client::http(&servers[7].url).await;
     let handle = handle_of(&alice.call("invoice.submit", json!({"amount": 12})).await);

@@ -63,6 +63,29 @@ pub fn redis_url() -> String {
     std::env::var("TURNSTILE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
+/// Redis Cluster the tests share (`TURNSTILE_TEST_REDIS_CLUSTER_URL`, default a local one of
+/// three masters that `tests/redis-cluster.sh` starts unless it is running already).
+pub fn redis_cluster_url() -> String {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        if let Ok(url) = std::env::var("TURNSTILE_TEST_REDIS_CLUSTER_URL") {
+            return url;
+        }
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/redis-cluster.sh");
+        let out = std::process::Command::new("bash")
+            .arg(script)
+            .output()
+            .unwrap_or_else(|e| panic!("run {script}: {e}"));
+        assert!(
+            out.status.success(),
+            "{script} could not start a Redis Cluster: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    })
+    .clone()
+}
+
 /// PostgreSQL server the tests share (`TURNSTILE_TEST_POSTGRES_URL`, default the local one).
 pub fn postgres_url() -> String {
     std::env::var("TURNSTILE_TEST_POSTGRES_URL")

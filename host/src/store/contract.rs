@@ -22,9 +22,33 @@ use super::{
 
 pub(super) const REDIS_URL_VAR: &str = "TURNSTILE_TEST_REDIS_URL";
 pub(super) const POSTGRES_URL_VAR: &str = "TURNSTILE_TEST_POSTGRES_URL";
+pub(super) const REDIS_CLUSTER_URL_VAR: &str = "TURNSTILE_TEST_REDIS_CLUSTER_URL";
 
 pub(super) fn redis_url() -> String {
     std::env::var(REDIS_URL_VAR).unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// The Redis Cluster the tests share: `TURNSTILE_TEST_REDIS_CLUSTER_URL`, or a local one of three
+/// masters that `tests/redis-cluster.sh` starts unless it is running already.
+pub(super) fn redis_cluster_url() -> String {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        if let Ok(url) = std::env::var(REDIS_CLUSTER_URL_VAR) {
+            return url;
+        }
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/redis-cluster.sh");
+        let out = std::process::Command::new("bash")
+            .arg(script)
+            .output()
+            .unwrap_or_else(|e| panic!("run {script}: {e}"));
+        assert!(
+            out.status.success(),
+            "{script} could not start a Redis Cluster (or set {REDIS_CLUSTER_URL_VAR}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    })
+    .clone()
 }
 
 pub(super) fn postgres_url() -> String {
@@ -77,6 +101,14 @@ impl Fixture {
             .unwrap_or_else(|e| {
                 panic!("Redis at {url} is needed by this test (set {REDIS_URL_VAR}): {e}")
             });
+        Fixture::Redis(Arc::new(store))
+    }
+
+    pub(super) async fn redis_cluster() -> Self {
+        let url = redis_cluster_url();
+        let store = RedisStore::connect(&url, &unique_options())
+            .await
+            .unwrap_or_else(|e| panic!("the Redis Cluster at {url} is needed by this test: {e}"));
         Fixture::Redis(Arc::new(store))
     }
 
@@ -138,6 +170,7 @@ macro_rules! all_stores {
         contract_tests!(memory: $($case),*);
         contract_tests!(embedded: $($case),*);
         contract_tests!(redis: $($case),*);
+        contract_tests!(redis_cluster: $($case),*);
         contract_tests!(postgres: $($case),*);
     };
 }
@@ -172,6 +205,7 @@ macro_rules! leasing_stores {
     ($($case:ident),* $(,)?) => {
         contract_tests!(memory_leases = memory: $($case),*);
         contract_tests!(redis_leases = redis: $($case),*);
+        contract_tests!(redis_cluster_leases = redis_cluster: $($case),*);
         contract_tests!(postgres_leases = postgres: $($case),*);
     };
 }
@@ -183,6 +217,17 @@ leasing_stores!(
     a_delete_takes_the_lease_with_the_record,
     racing_holders_get_one_lease,
 );
+
+/// The change-feed cases: every store other processes share.
+macro_rules! shared_stores {
+    ($($case:ident),* $(,)?) => {
+        contract_tests!(redis_feeds = redis: $($case),*);
+        contract_tests!(redis_cluster_feeds = redis_cluster: $($case),*);
+        contract_tests!(postgres_feeds = postgres: $($case),*);
+    };
+}
+
+shared_stores!(a_change_reaches_only_the_feeds_watching_it);
 
 fn record(workflow: &str, version: u64, step: &str) -> InstanceRecord {
     InstanceRecord {
@@ -409,6 +454,45 @@ async fn racing_holders_get_one_lease(store: Arc<dyn StateStore>) {
         }
     }
     assert_eq!(held, 1);
+}
+
+/// A change announced for a key reaches the feeds watching that key, with its origin, and no
+/// other feed; once unwatched, it reaches none.
+async fn a_change_reaches_only_the_feeds_watching_it(store: Arc<dyn StateStore>) {
+    use futures_util::StreamExt;
+    let quiet = Duration::from_millis(300);
+    let mut watching = store.watch_changes().await.unwrap().unwrap();
+    let mut elsewhere = store.watch_changes().await.unwrap().unwrap();
+    // Keys on different shards of a cluster, and with characters channel names might mangle.
+    let (key, other) = ("invoice-{1}:a b", "invoice-2");
+    watching.subscriptions.watch(key).await.unwrap();
+    elsewhere.subscriptions.watch(other).await.unwrap();
+    store.announce_change("server-a", key).await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(10), watching.changes.next()).await;
+    assert_eq!(
+        heard.expect("the watching feed hears the change"),
+        Some(("server-a".to_owned(), key.to_owned()))
+    );
+    assert!(
+        tokio::time::timeout(quiet, elsewhere.changes.next())
+            .await
+            .is_err(),
+        "a feed watching another key heard the change"
+    );
+    watching.subscriptions.unwatch(key).await.unwrap();
+    store.announce_change("server-a", key).await.unwrap();
+    store.announce_change("server-b", other).await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(10), elsewhere.changes.next()).await;
+    assert_eq!(
+        heard.expect("the other feed hears its own key"),
+        Some(("server-b".to_owned(), other.to_owned()))
+    );
+    assert!(
+        tokio::time::timeout(quiet, watching.changes.next())
+            .await
+            .is_err(),
+        "an unwatched key's change was heard"
+    );
 }
 
 fn assert_conflict(result: Result<(), StoreError>, want_current: Option<u64>) {

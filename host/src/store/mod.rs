@@ -466,8 +466,9 @@ impl StoreOptions {
 /// - `memory:` — [`MemoryStore`];
 /// - `embedded:/path/to/file.redb`, or a plain path (absolute, `./…`, or ending in `.redb`) —
 ///   [`EmbeddedStore`], creating the file and its parent directories on first start;
-/// - `redis://…` — [`RedisStore`] (`rediss://` is recognised but refused with
-///   [`StoreError::Config`]: no TLS support is built in);
+/// - `redis://…` — [`RedisStore`] on one server; `redis+cluster://h1:p1,h2:p2,…` on a Redis
+///   Cluster (`rediss://` is recognised but refused with [`StoreError::Config`]: no TLS support
+///   is built in);
 /// - `postgres://…`, `postgresql://…` — [`PostgresStore`], creating or migrating its table
 ///   (plain TCP or a Unix socket; no TLS).
 ///
@@ -481,7 +482,10 @@ pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn StateStor
     if let Some(path) = url.strip_prefix("embedded:") {
         return Ok(Arc::new(EmbeddedStore::open(path).await?));
     }
-    if url.starts_with("redis://") || url.starts_with("rediss://") {
+    if url.starts_with("redis://")
+        || url.starts_with("rediss://")
+        || url.starts_with("redis+cluster://")
+    {
         return Ok(Arc::new(RedisStore::connect(url, options).await?));
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -493,7 +497,7 @@ pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn StateStor
         return Ok(Arc::new(EmbeddedStore::open(url).await?));
     }
     Err(StoreError::Config(format!(
-        "unknown state store URL {url:?}: expected memory:, embedded:PATH, a path, redis:// or postgres://"
+        "unknown state store URL {url:?}: expected memory:, embedded:PATH, a path, redis://, redis+cluster:// or postgres://"
     )))
 }
 
@@ -638,6 +642,10 @@ mod tests {
             "postgres://u:***@h/db?sslmode=require&password=***"
         );
         assert_eq!(redact("redis://h?db=1"), "redis://h?db=1");
+        assert_eq!(
+            redact("redis+cluster://u:pw@h1:1,h2:2"),
+            "redis+cluster://u:***@h1:1,h2:2"
+        );
     }
 
     #[tokio::test]

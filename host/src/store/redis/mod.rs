@@ -1,11 +1,14 @@
-//! `RedisStore`: instances in Redis, so several server processes can share them.
+//! `RedisStore`: instances in Redis (one server, or a Redis Cluster), so several server
+//! processes can share them.
 //!
-//! This module owns the key layout, the Lua scripts that make save and delete compare-and-set
-//! (and keep the due-time index with them), and the `{namespace}:changed` pub/sub channel. It must not cache records
-//! (another process may have written since) and must not report success for a write Redis did
-//! not confirm.
+//! This module owns the Lua scripts that make save and delete compare-and-set (and keep the
+//! due-time index with them) and what each command means; `layout.rs` owns the key names,
+//! `link.rs` the connection and the change feed. It must not cache records (another process may
+//! have written since) and must not report success for a write Redis did not confirm.
 //!
-//! Layout, with `ns` the configured namespace:
+//! Layout on one server, with `ns` the configured namespace (on a cluster every `ns:` below but
+//! the machines' is a shard's hash tag instead, `{ns:b07}:`, one of 64 that a key hashes to; see
+//! `layout.rs`):
 //! - `ns:i:<key>`: a hash with fields `v` (version, decimal), `w` (workflow), `s` (snapshot JSON),
 //!   `t` (updated_at_ms), and since record format 2 `f` (format, decimal) and `x` (the format's
 //!   added fields as JSON; see `format.rs`). A hash without `f` was written by format-1 code.
@@ -29,25 +32,25 @@
 //!   process that changed it (see `changes.rs`); a process subscribes to the channels of the
 //!   instances it watches, so a change reaches only those.
 //!
-//! The record and the index live in different hash slots: Redis Cluster is not supported.
-//!
-//! Outages: one multiplexed connection under [`ConnectionManager`], which reconnects in the
-//! background after the connection drops; every operation also runs under `op_timeout`, so a
-//! caller waiting on a reconnect gets [`StoreError::Unavailable`] instead of hanging.
+//! Outages: see `link.rs`. Every operation runs under `op_timeout`, so a caller waiting on a
+//! reconnect gets [`StoreError::Unavailable`] instead of hanging.
+
+mod layout;
+mod link;
 
 use std::{future::Future, time::Duration};
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
-use redis::{
-    AsyncCommands, RedisError, Script,
-    aio::{ConnectionManager, ConnectionManagerConfig},
-};
+use redis::{AsyncCommands, RedisError, Script};
 
+use self::{
+    layout::Layout,
+    link::{FeedOpener, Link},
+};
 use super::{
-    AuditEntry, ChangeFeed, Due, Durability, FeedSubscriptions, Fence, InstanceRecord, LeaseGrant,
-    StateStore, StoreError, StoreOptions, WANTED_FOR, chain, check_key, check_save, conflict,
-    format, machine_key, redact,
+    AuditEntry, ChangeFeed, Due, Durability, Fence, InstanceRecord, LeaseGrant, StateStore,
+    StoreError, StoreOptions, WANTED_FOR, chain, check_key, check_save, conflict, format,
+    machine_key, redact,
 };
 
 /// Digits of a due time in a `ns:due` member: enough for every `u64`.
@@ -158,11 +161,11 @@ end
 return 'ok'
 ";
 
-/// The due query. KEYS: due index. ARGV: lexical min and max, limit, the prefix of record hash
-/// keys (`ns:i:`). Returns up to `limit` members in order, dropping (and removing) those whose
-/// record is gone or has another due time: members code that predates due times left behind.
-/// It reads record hashes it cannot name in KEYS, which is why Redis Cluster is not supported
-/// (see the module docs).
+/// The due query of one shard. KEYS: the shard's due index. ARGV: lexical min and max, limit,
+/// the prefix of the shard's record hash keys (`ns:i:`). Returns up to `limit` members in order,
+/// dropping (and removing) those whose record is gone or has another due time: members code
+/// that predates due times left behind. It reads record hashes it cannot name in KEYS; on a
+/// cluster they share the index's hash tag, so they live in its slot.
 const DUE_LUA: &str = r"
 local out = {}
 local min = ARGV[1]
@@ -186,9 +189,10 @@ return out
 /// Redis-backed store. Cheap to share: the connection is multiplexed.
 pub struct RedisStore {
     name: String,
-    client: redis::Client,
-    con: ConnectionManager,
-    namespace: String,
+    feeds: FeedOpener,
+    con: Link,
+    layout: Layout,
+    options: StoreOptions,
     op_timeout: Duration,
     save_script: Script,
     delete_script: Script,
@@ -197,37 +201,9 @@ pub struct RedisStore {
     release_script: Script,
 }
 
-/// The channels a [`RedisStore::subscribe_changed`] feed listens to.
-struct RedisSubscriptions {
-    sink: redis::aio::PubSubSink,
-    namespace: String,
-    name: String,
-    op_timeout: Duration,
-}
-
-#[async_trait]
-impl FeedSubscriptions for RedisSubscriptions {
-    async fn watch(&mut self, key: &str) -> Result<(), StoreError> {
-        let channel = changed_channel(&self.namespace, key);
-        let mut sink = self.sink.clone();
-        bounded(&self.name, self.op_timeout, "subscribe", async move {
-            sink.subscribe(channel).await
-        })
-        .await
-    }
-
-    async fn unwatch(&mut self, key: &str) -> Result<(), StoreError> {
-        let channel = changed_channel(&self.namespace, key);
-        let mut sink = self.sink.clone();
-        bounded(&self.name, self.op_timeout, "unsubscribe", async move {
-            sink.unsubscribe(channel).await
-        })
-        .await
-    }
-}
-
 impl RedisStore {
-    /// Connects to `url` and checks the server answers `PING`.
+    /// Connects to `url` and checks the server answers `PING`: `redis://…` is one server,
+    /// `redis+cluster://h1:p1,h2:p2,…` a Redis Cluster (any of its nodes; the rest are found).
     ///
     /// Fails with [`StoreError::Unavailable`] (naming the URL, password removed) when the server
     /// cannot be reached within `connect_timeout + op_timeout`, and with
@@ -235,36 +211,21 @@ impl RedisStore {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
         options.check_namespace()?;
         let name = redact(url);
-        let client = redis::Client::open(url)
-            .map_err(|e| StoreError::Config(format!("{name}: bad Redis URL: {e}")))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.op_timeout))
-            // Few, short retries per reconnect: a request that finds the connection down waits
-            // for that reconnect, and a failed reconnect is retried on the next request anyway.
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_millis(500));
-        let bound = options.connect_timeout + options.op_timeout;
-        let con = match tokio::time::timeout(
-            bound,
-            ConnectionManager::new_with_config(client.clone(), config),
-        )
-        .await
-        {
-            Ok(Ok(con)) => con,
-            Ok(Err(e)) => return Err(unavailable(&name, "connect", &e)),
-            Err(_) => {
-                return Err(StoreError::Unavailable(format!(
-                    "{name}: connect timed out after {bound:?}"
-                )));
-            }
+        let (con, feeds, layout) = if url.starts_with("redis+cluster://") {
+            let nodes = layout::cluster_nodes(url)
+                .map_err(|e| StoreError::Config(format!("{name}: {e}")))?;
+            let (con, feeds) = link::cluster(&name, nodes, options).await?;
+            (con, feeds, Layout::cluster(&options.namespace))
+        } else {
+            let (con, feeds) = link::single(&name, url, options).await?;
+            (con, feeds, Layout::single(&options.namespace))
         };
         let store = Self {
             name,
-            client,
+            feeds,
             con,
-            namespace: options.namespace.clone(),
+            layout,
+            options: options.clone(),
             op_timeout: options.op_timeout,
             save_script: Script::new(&lease_checked(SAVE_LUA, 11)),
             delete_script: Script::new(&lease_checked(DELETE_LUA, 3)),
@@ -281,37 +242,6 @@ impl RedisStore {
         Ok(store)
     }
 
-    fn record_key(&self, key: &str) -> String {
-        format!("{}:i:{key}", self.namespace)
-    }
-
-    fn machine_key(&self, workflow: &str, version: &str) -> String {
-        format!("{}:m:{}", self.namespace, machine_key(workflow, version))
-    }
-
-    fn index_key(&self) -> String {
-        format!("{}:index", self.namespace)
-    }
-
-    fn due_key(&self) -> String {
-        format!("{}:due", self.namespace)
-    }
-
-    /// The key holding `key`'s lease.
-    fn lease_key(&self, key: &str) -> String {
-        format!("{}:lease:{key}", self.namespace)
-    }
-
-    /// The key marking `key`'s lease wanted by another holder (it expires by itself).
-    fn lease_wanted_key(&self, key: &str) -> String {
-        format!("{}:wanted:{key}", self.namespace)
-    }
-
-    /// The list holding `key`'s audit trail, oldest first.
-    fn audit_key(&self, key: &str) -> String {
-        format!("{}:audit:{key}", self.namespace)
-    }
-
     /// Runs one Redis round trip under `op_timeout`, turning every failure into `Unavailable`.
     async fn bounded<T>(
         &self,
@@ -325,43 +255,37 @@ impl RedisStore {
     /// it. Returns once Redis accepted the message; delivery is at most once.
     pub async fn publish_changed(&self, origin: &str, key: &str) -> Result<(), StoreError> {
         let mut con = self.con.clone();
-        let channel = changed_channel(&self.namespace, key);
+        let publishing = redis::cmd(link::publish_command(&self.layout))
+            .arg(self.layout.changed(key))
+            .arg(origin)
+            .to_owned();
         self.bounded("publish", async move {
-            con.publish::<_, _, i64>(channel, origin).await
+            publishing.query_async::<i64>(&mut con).await
         })
         .await
         .map(|_| ())
     }
 
     /// A feed of the changes announced on the channels it is told to watch, on a dedicated
-    /// connection.
-    ///
-    /// The stream ends when that connection drops (pub/sub messages sent meanwhile are lost,
-    /// as Redis never queues them): the caller opens another and watches again.
+    /// connection (see `link.rs` for what happens when it drops).
     pub async fn subscribe_changed(&self) -> Result<ChangeFeed, StoreError> {
-        let client = self.client.clone();
-        let pubsub = self
-            .bounded("subscribe", async move { client.get_async_pubsub().await })
-            .await?;
-        let (sink, stream) = pubsub.split();
-        let prefix = changed_channel(&self.namespace, "");
-        let changes = stream.filter_map(move |msg| {
-            let key = msg
-                .get_channel_name()
-                .strip_prefix(prefix.as_str())
-                .map(str::to_owned);
-            let origin = msg.get_payload::<String>().ok();
-            async move { key.zip(origin).map(|(key, origin)| (origin, key)) }
-        });
-        Ok(ChangeFeed {
-            changes: Box::pin(changes),
-            subscriptions: Box::new(RedisSubscriptions {
-                sink,
-                namespace: self.namespace.clone(),
-                name: self.name.clone(),
-                op_timeout: self.op_timeout,
-            }),
-        })
+        link::open_feed(&self.feeds, &self.layout, &self.name, &self.options).await
+    }
+
+    /// Runs `query` once per shard, at once (a cluster connection sends each to its master),
+    /// and returns the answers in shard order.
+    async fn each_shard<T, F, Fut>(&self, what: &str, query: F) -> Result<Vec<T>, StoreError>
+    where
+        F: Fn(String, Link) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        let queries = self
+            .layout
+            .shards()
+            .into_iter()
+            .map(|shard| query(shard.to_owned(), self.con.clone()));
+        self.bounded(what, futures_util::future::try_join_all(queries))
+            .await
     }
 
     /// Deletes every key of this store's namespace. For tests: a namespace per test keeps
@@ -369,18 +293,20 @@ impl RedisStore {
     #[cfg(test)]
     pub(super) async fn destroy_namespace(&self) -> Result<(), StoreError> {
         let mut con = self.con.clone();
-        let pattern = format!("{}:*", self.namespace);
+        let patterns = self.layout.pattern();
         self.bounded("cleanup", async move {
-            let keys: Vec<String> = {
-                let mut iter = con.scan_match::<_, String>(pattern).await?;
-                let mut keys = Vec::new();
-                while let Some(key) = iter.next_item().await {
-                    keys.push(key?);
-                }
-                keys
-            };
-            if !keys.is_empty() {
-                con.del::<_, ()>(keys).await?;
+            let mut keys: Vec<String> = Vec::new();
+            for pattern in patterns {
+                // KEYS, not SCAN: a cluster connection asks every master for KEYS and
+                // gathers the answers; this is a test namespace of a few keys.
+                let found: Vec<String> = redis::cmd("KEYS")
+                    .arg(pattern)
+                    .query_async(&mut con)
+                    .await?;
+                keys.extend(found);
+            }
+            for key in keys {
+                con.del::<_, ()>(key).await?;
             }
             Ok(())
         })
@@ -424,12 +350,6 @@ async fn bounded<T>(
             "{name}: {what} timed out after {op_timeout:?}"
         ))),
     }
-}
-
-/// The pub/sub channel of the instance under `key` in `namespace` (with `key` empty: the prefix
-/// every such channel starts with).
-fn changed_channel(namespace: &str, key: &str) -> String {
-    format!("{namespace}:changed:{key}")
 }
 
 fn unavailable(name: &str, what: &str, e: &RedisError) -> StoreError {
@@ -552,7 +472,7 @@ impl StateStore for RedisStore {
 
     async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
         let mut con = self.con.clone();
-        let rkey = self.record_key(key);
+        let rkey = self.layout.record(key);
         let fields: Vec<Option<String>> = self
             .bounded("load", async move {
                 redis::cmd("HMGET")
@@ -604,12 +524,13 @@ impl StateStore for RedisStore {
     ) -> Result<(), StoreError> {
         check_save(key, record, expected)?;
         let mut con = self.con.clone();
-        let mut invocation = self.save_script.key(self.record_key(key));
+        let shard = self.layout.shard_of(key);
+        let mut invocation = self.save_script.key(self.layout.record(key));
         invocation
-            .key(self.index_key())
-            .key(self.due_key())
-            .key(self.audit_key(key))
-            .key(self.lease_key(key))
+            .key(Layout::index(shard))
+            .key(Layout::due(shard))
+            .key(self.layout.audit(key))
+            .key(self.layout.lease(key))
             .arg(expected)
             .arg(record.version)
             .arg(&record.workflow)
@@ -650,7 +571,7 @@ impl StateStore for RedisStore {
     async fn audit(&self, key: &str) -> Result<Vec<AuditEntry>, StoreError> {
         check_key(key)?;
         let mut con = self.con.clone();
-        let list = self.audit_key(key);
+        let list = self.layout.audit(key);
         let lines: Vec<String> = self
             .bounded("audit", async move { con.lrange(list, 0, -1).await })
             .await?;
@@ -667,7 +588,7 @@ impl StateStore for RedisStore {
         definition: &serde_json::Value,
     ) -> Result<(), StoreError> {
         let mut con = self.con.clone();
-        let mkey = self.machine_key(workflow, version);
+        let mkey = self.layout.machine(&machine_key(workflow, version));
         let text = definition.to_string();
         // NX: a version names one definition; the first one kept stays.
         self.bounded("save machine", async move {
@@ -688,7 +609,7 @@ impl StateStore for RedisStore {
         version: &str,
     ) -> Result<Option<serde_json::Value>, StoreError> {
         let mut con = self.con.clone();
-        let mkey = self.machine_key(workflow, version);
+        let mkey = self.layout.machine(&machine_key(workflow, version));
         let text: Option<String> = self
             .bounded("load machine", async move { con.get(mkey).await })
             .await?;
@@ -709,12 +630,13 @@ impl StateStore for RedisStore {
     ) -> Result<bool, StoreError> {
         check_key(key)?;
         let mut con = self.con.clone();
-        let mut invocation = self.delete_script.key(self.record_key(key));
+        let shard = self.layout.shard_of(key);
+        let mut invocation = self.delete_script.key(self.layout.record(key));
         invocation
-            .key(self.index_key())
-            .key(self.due_key())
-            .key(self.audit_key(key))
-            .key(self.lease_key(key))
+            .key(Layout::index(shard))
+            .key(Layout::due(shard))
+            .key(self.layout.audit(key))
+            .key(self.layout.lease(key))
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
             .arg(key)
             .arg(fence_arg(fence));
@@ -746,10 +668,10 @@ impl StateStore for RedisStore {
     ) -> Result<LeaseGrant, StoreError> {
         check_key(key)?;
         let mut con = self.con.clone();
-        let mut invocation = self.acquire_script.key(self.record_key(key));
+        let mut invocation = self.acquire_script.key(self.layout.record(key));
         invocation
-            .key(self.lease_key(key))
-            .key(self.lease_wanted_key(key))
+            .key(self.layout.lease(key))
+            .key(self.layout.lease_wanted(key))
             .arg(holder)
             .arg(ttl.as_millis().max(1) as u64)
             .arg(WANTED_FOR.as_millis() as u64);
@@ -780,9 +702,9 @@ impl StateStore for RedisStore {
 
     async fn release_lease(&self, key: &str, fence: &Fence) -> Result<(), StoreError> {
         let mut con = self.con.clone();
-        let mut invocation = self.release_script.key(self.lease_key(key));
+        let mut invocation = self.release_script.key(self.layout.lease(key));
         invocation
-            .key(self.record_key(key))
+            .key(self.layout.record(key))
             .arg(fence_arg(Some(fence)))
             .arg(fence.token);
         self.bounded("release lease", async move {
@@ -802,35 +724,35 @@ impl StateStore for RedisStore {
             return Ok(Vec::new());
         }
         let (min, max) = lex_bounds(prefix, after);
-        let mut con = self.con.clone();
-        let index = self.index_key();
-        self.bounded("list", async move {
-            redis::cmd("ZRANGEBYLEX")
-                .arg(index)
-                .arg(min)
-                .arg(max)
-                .arg("LIMIT")
-                .arg(0)
-                .arg(limit)
-                .query_async(&mut con)
-                .await
-        })
-        .await
+        let pages = self
+            .each_shard("list", |shard, mut con| {
+                let query = redis::cmd("ZRANGEBYLEX")
+                    .arg(Layout::index(&shard))
+                    .arg(&min)
+                    .arg(&max)
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(limit)
+                    .to_owned();
+                async move { query.query_async::<Vec<String>>(&mut con).await }
+            })
+            .await?;
+        Ok(first_in_order(pages, limit))
     }
 
     async fn count(&self, prefix: &str) -> Result<u64, StoreError> {
         let (min, max) = lex_bounds(prefix, None);
-        let mut con = self.con.clone();
-        let index = self.index_key();
-        self.bounded("count", async move {
-            redis::cmd("ZLEXCOUNT")
-                .arg(index)
-                .arg(min)
-                .arg(max)
-                .query_async(&mut con)
-                .await
-        })
-        .await
+        let counts = self
+            .each_shard("count", |shard, mut con| {
+                let query = redis::cmd("ZLEXCOUNT")
+                    .arg(Layout::index(&shard))
+                    .arg(&min)
+                    .arg(&max)
+                    .to_owned();
+                async move { query.query_async::<u64>(&mut con).await }
+            })
+            .await?;
+        Ok(counts.into_iter().sum())
     }
 
     async fn due(
@@ -851,21 +773,32 @@ impl StateStore for RedisStore {
             Some(next) => format!("({next:0width$}", width = DUE_DIGITS),
             None => "+".to_owned(),
         };
-        let mut con = self.con.clone();
-        let mut invocation = self.due_script.key(self.due_key());
-        invocation
-            .arg(min)
-            .arg(max)
-            .arg(limit)
-            .arg(format!("{}:i:", self.namespace));
-        let members: Vec<String> = self
-            .bounded(
-                "due",
-                async move { invocation.invoke_async(&mut con).await },
-            )
+        let pages = self
+            .each_shard("due", |shard, mut con| {
+                let mut invocation = self.due_script.key(Layout::due(&shard));
+                invocation
+                    .arg(&min)
+                    .arg(&max)
+                    .arg(limit)
+                    .arg(Layout::record_prefix(&shard));
+                async move { invocation.invoke_async::<Vec<String>>(&mut con).await }
+            })
             .await?;
-        members.iter().map(|m| parse_due_member(m)).collect()
+        // Members sort as (due time, key): the zero-padded time comes first.
+        first_in_order(pages, limit)
+            .iter()
+            .map(|m| parse_due_member(m))
+            .collect()
     }
+}
+
+/// The first `limit` of the shards' answers, each already in order, in one order.
+fn first_in_order(pages: Vec<Vec<String>>, limit: usize) -> Vec<String> {
+    let mut all: Vec<String> = pages.into_iter().flatten().collect();
+    // Bytewise, as Redis orders a lexical range.
+    all.sort_unstable();
+    all.truncate(limit);
+    all
 }
 
 #[cfg(test)]
@@ -873,7 +806,7 @@ mod tests {
     use serde_json::json;
 
     use super::super::contract::{redis_url, unique_options};
-    use super::{InstanceRecord, RedisStore, StateStore};
+    use super::{InstanceRecord, Layout, RedisStore, StateStore};
 
     /// The scripts run by hash (EVALSHA); a server that forgot them gets them loaded again.
     /// The verdict follows the server's own `appendonly`, read here independently.
@@ -935,12 +868,12 @@ mod tests {
         let mut con = store.con.clone();
         // What a delete by older code does, and a save that changed `d` but not the index.
         redis::cmd("DEL")
-            .arg(store.record_key("deleted"))
+            .arg(store.layout.record("deleted"))
             .exec_async(&mut con)
             .await
             .unwrap();
         redis::cmd("HSET")
-            .arg(store.record_key("moved"))
+            .arg(store.layout.record("moved"))
             .arg(&["d", "40"])
             .exec_async(&mut con)
             .await
@@ -956,7 +889,7 @@ mod tests {
         let due = store.due(u64::MAX, due.last(), 10).await.unwrap();
         assert!(due.is_empty(), "{due:?}");
         let members: Vec<String> = redis::cmd("ZRANGE")
-            .arg(store.due_key())
+            .arg(Layout::due(store.layout.shard_of("kept")))
             .arg(0)
             .arg(-1)
             .query_async(&mut con)
@@ -979,7 +912,7 @@ mod tests {
         for (key, snapshot) in [("old", r#"{"value":"draft"}"#), ("broken", "{not json")] {
             let version = if key == "old" { "3" } else { "1" };
             redis::cmd("HSET")
-                .arg(store.record_key(key))
+                .arg(store.layout.record(key))
                 .arg(&[
                     "v",
                     version,
@@ -994,7 +927,7 @@ mod tests {
                 .await
                 .unwrap();
             redis::cmd("ZADD")
-                .arg(store.index_key())
+                .arg(Layout::index(store.layout.shard_of(key)))
                 .arg(0)
                 .arg(key)
                 .query_async::<()>(&mut con)
@@ -1003,7 +936,7 @@ mod tests {
         }
         crate::store::migrate::check_format_1_migration(&store).await;
         redis::cmd("HSET")
-            .arg(store.record_key("old"))
+            .arg(store.layout.record("old"))
             .arg(&["f", "3"])
             .query_async::<()>(&mut con)
             .await

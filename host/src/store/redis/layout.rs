@@ -1,0 +1,255 @@
+//! Where a [`super::RedisStore`] keeps each thing: the key names, one Redis server or a cluster.
+//!
+//! This module owns the names and the rule that puts an instance's keys together. It must not
+//! talk to Redis.
+//!
+//! Every key of an instance (record, audit list, lease, wanted mark, change channel) starts
+//! with its *shard*, and so do the two indexes that list it (`index`, `due`). On one Redis
+//! server there is one shard, the namespace itself (`ns:i:<key>`, `ns:index`, …): the layout
+//! every earlier version wrote. On Redis Cluster there are [`CLUSTER_SHARDS`] shards, each a
+//! hash tag (`{ns:b07}:i:<key>`, `{ns:b07}:index`, …): a key's shard is a fixed hash of the key,
+//! so each script (a save touches the record, both indexes, the audit list and the lease) names
+//! keys of one slot, as Redis Cluster requires. Queries over every instance (list, count, due)
+//! ask each shard and merge.
+//!
+//! The shard count is fixed: changing it would move every instance to another key. 64 spreads
+//! the shards over the masters of any cluster worth having (each master has several, so load
+//! follows the slot layout the operator chose), and costs a due query 64 small reads, batched
+//! per master by the cluster client.
+
+/// Shards of a namespace on Redis Cluster (see the module docs: fixed for good).
+pub const CLUSTER_SHARDS: u32 = 64;
+
+/// The key names of one namespace.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    namespace: String,
+    /// `None` on one Redis server; on a cluster, the shard prefixes by number.
+    shards: Option<Vec<String>>,
+}
+
+impl Layout {
+    /// The layout of one Redis server: every key starts with `namespace:`.
+    pub fn single(namespace: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            shards: None,
+        }
+    }
+
+    /// The layout of a Redis Cluster: an instance's keys share the hash tag of its shard.
+    pub fn cluster(namespace: &str) -> Self {
+        let shards = (0..CLUSTER_SHARDS)
+            .map(|n| format!("{{{namespace}:b{n:02}}}"))
+            .collect();
+        Self {
+            namespace: namespace.to_owned(),
+            shards: Some(shards),
+        }
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        self.shards.is_some()
+    }
+
+    /// Every shard prefix, in order: one on a single server.
+    pub fn shards(&self) -> Vec<&str> {
+        match &self.shards {
+            None => vec![self.namespace.as_str()],
+            Some(shards) => shards.iter().map(String::as_str).collect(),
+        }
+    }
+
+    /// The shard prefix `key`'s keys start with.
+    pub fn shard_of(&self, key: &str) -> &str {
+        match &self.shards {
+            None => &self.namespace,
+            Some(shards) => &shards[shard_number(key) as usize],
+        }
+    }
+
+    /// The record hash of `key`.
+    pub fn record(&self, key: &str) -> String {
+        format!("{}:i:{key}", self.shard_of(key))
+    }
+
+    /// What every record hash of `shard` starts with (the due script reads records by name).
+    pub fn record_prefix(shard: &str) -> String {
+        format!("{shard}:i:")
+    }
+
+    /// The audit list of `key`, oldest first.
+    pub fn audit(&self, key: &str) -> String {
+        format!("{}:audit:{key}", self.shard_of(key))
+    }
+
+    /// The lease of `key`.
+    pub fn lease(&self, key: &str) -> String {
+        format!("{}:lease:{key}", self.shard_of(key))
+    }
+
+    /// The mark saying another holder wants `key`'s lease (it expires by itself).
+    pub fn lease_wanted(&self, key: &str) -> String {
+        format!("{}:wanted:{key}", self.shard_of(key))
+    }
+
+    /// The sorted set listing every key of `shard` (all scores 0: a lexical index).
+    pub fn index(shard: &str) -> String {
+        format!("{shard}:index")
+    }
+
+    /// The due-time index of `shard`.
+    pub fn due(shard: &str) -> String {
+        format!("{shard}:due")
+    }
+
+    /// A machine definition (one key each, in no shard: read and written alone).
+    pub fn machine(&self, machine_key: &str) -> String {
+        format!("{}:m:{machine_key}", self.namespace)
+    }
+
+    /// The change channel of `key`: sharded pub/sub on a cluster, so a message goes to the
+    /// master owning the key's slot and to the servers subscribed there, not to every node.
+    pub fn changed(&self, key: &str) -> String {
+        format!("{}:changed:{key}", self.shard_of(key))
+    }
+
+    /// The key a change channel is for, if it is one of this namespace's.
+    pub fn key_of_channel<'a>(&self, channel: &'a str) -> Option<&'a str> {
+        match &self.shards {
+            None => channel
+                .strip_prefix(self.namespace.as_str())?
+                .strip_prefix(":changed:"),
+            Some(_) => {
+                let (shard, key) = channel.split_once(":changed:")?;
+                (self.shard_of(key) == shard).then_some(key)
+            }
+        }
+    }
+
+    /// Every key of the namespace matches this pattern (for tests' cleanup).
+    #[cfg(test)]
+    pub fn pattern(&self) -> Vec<String> {
+        match &self.shards {
+            None => vec![format!("{}:*", self.namespace)],
+            Some(_) => vec![
+                format!("{}:*", self.namespace),
+                format!("{{{}:b*", self.namespace),
+            ],
+        }
+    }
+}
+
+/// A key's shard on a cluster: FNV-1a (32 bits) of its bytes, modulo [`CLUSTER_SHARDS`]. Any
+/// fixed hash would do; this one is written here so that it can never change under us.
+fn shard_number(key: &str) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in key.bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash % CLUSTER_SHARDS
+}
+
+/// The node URLs of a `redis+cluster://[user:password@]h1:p1,h2:p2[/…][?…]` URL, each a plain
+/// `redis://` URL with the same credentials, path and query.
+pub fn cluster_nodes(url: &str) -> Result<Vec<String>, String> {
+    let rest = url
+        .strip_prefix("redis+cluster://")
+        .ok_or("a Redis Cluster URL starts with redis+cluster://")?;
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let nodes: Vec<String> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|host| !host.is_empty())
+        .map(|host| format!("redis://{userinfo}{host}{tail}"))
+        .collect();
+    if nodes.is_empty() {
+        return Err(
+            "a Redis Cluster URL names at least one node: redis+cluster://h1:p1,h2:p2".into(),
+        );
+    }
+    Ok(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_server_keeps_the_layout_earlier_versions_wrote() {
+        let layout = Layout::single("ns");
+        assert_eq!(layout.shards(), ["ns"]);
+        assert_eq!(layout.record("invoice-1"), "ns:i:invoice-1");
+        assert_eq!(Layout::index(layout.shard_of("k")), "ns:index");
+        assert_eq!(Layout::due(layout.shard_of("k")), "ns:due");
+        assert_eq!(layout.lease("k"), "ns:lease:k");
+        assert_eq!(layout.changed("k"), "ns:changed:k");
+        assert_eq!(layout.key_of_channel("ns:changed:a:b"), Some("a:b"));
+        assert_eq!(layout.key_of_channel("other:changed:a"), None);
+    }
+
+    #[test]
+    fn a_cluster_puts_an_instance_and_its_indexes_in_one_hash_tag() {
+        let layout = Layout::cluster("ns");
+        assert_eq!(layout.shards().len(), CLUSTER_SHARDS as usize);
+        let key = "invoice-{odd}:key";
+        let shard = layout.shard_of(key);
+        assert!(
+            shard.starts_with("{ns:b") && shard.ends_with('}'),
+            "{shard}"
+        );
+        for name in [
+            layout.record(key),
+            layout.audit(key),
+            layout.lease(key),
+            layout.lease_wanted(key),
+            layout.changed(key),
+            Layout::index(shard),
+            Layout::due(shard),
+        ] {
+            // Redis hashes the first `{…}`: the shard's tag, whatever the key holds.
+            assert!(name.starts_with(shard), "{name}");
+        }
+        assert_eq!(layout.key_of_channel(&layout.changed(key)), Some(key));
+        // A channel whose tag is not its key's shard is no instance's.
+        let elsewhere = layout.shards().into_iter().find(|s| *s != shard).unwrap();
+        assert_eq!(
+            layout.key_of_channel(&format!("{elsewhere}:changed:{key}")),
+            None
+        );
+    }
+
+    #[test]
+    fn keys_spread_over_every_shard() {
+        let layout = Layout::cluster("ns");
+        let used: std::collections::HashSet<&str> = (0..5000)
+            .map(|n| layout.shard_of(&format!("invoice-{n}")))
+            .collect();
+        assert_eq!(used.len(), CLUSTER_SHARDS as usize);
+    }
+
+    #[test]
+    fn cluster_urls_name_each_node_with_the_same_credentials() {
+        assert_eq!(
+            cluster_nodes("redis+cluster://u:pw@h1:7001,h2:7002/?protocol=resp3").unwrap(),
+            [
+                "redis://u:pw@h1:7001/?protocol=resp3",
+                "redis://u:pw@h2:7002/?protocol=resp3"
+            ]
+        );
+        assert_eq!(
+            cluster_nodes("redis+cluster://127.0.0.1:7001").unwrap(),
+            ["redis://127.0.0.1:7001"]
+        );
+        assert!(cluster_nodes("redis+cluster://").is_err());
+        assert!(cluster_nodes("redis://h").is_err());
+    }
+}
