@@ -577,13 +577,21 @@ async fn an_idle_session_is_passivated_and_its_next_request_finds_it_as_it_was()
         "the restored session is the same session, counted once"
     );
 
-    // Passivated again, then back through its event stream: it hears its own transition.
+    // Passivated again, then back through its event stream: it hears its own transition (a
+    // call with a progress token goes through rmcp, whose session tells it on the stream).
     wait_for_passivated(&server, 1).await;
     let mut stream = session.open_stream().await;
     let rejected = session
-        .call("invoice.reject", json!({"reason": "no PO number"}))
+        .request(
+            "tools/call",
+            json!({
+                "name": "invoice.reject",
+                "arguments": {"reason": "no PO number"},
+                "_meta": {"progressToken": "reject"},
+            }),
+        )
         .await;
-    assert_eq!(rejected["state"], "draft");
+    assert_eq!(rejected["structuredContent"]["state"], "draft");
     let mut heard = String::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !heard.contains("notifications/tools/list_changed") {
@@ -949,7 +957,8 @@ async fn every_session_that_touched_a_handle_hears_one_transition() {
 
 /// Issue 10, item 3: a session's request whose response can carry nothing but its result comes
 /// back as plain JSON (no event stream to frame it); one that asks for progress, which may come
-/// ahead of the result, still gets an event stream. Both give the same answers.
+/// ahead of the result, still gets an event stream, and so does a call that moves the instance,
+/// whose `list_changed` comes ahead of its result. All give the same answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answer_only_requests_of_a_session_come_back_as_plain_json() {
     let plugins = PluginDir::with(&["invoice"]);
@@ -994,13 +1003,42 @@ async fn answer_only_requests_of_a_session_come_back_as_plain_json() {
     ] {
         let response = post(id, method, params).await.expect(method);
         assert_eq!(response.status(), StatusCode::OK, "{method}");
+        let moves = id == 4;
         assert_eq!(
             framing(&response),
-            "application/json",
+            if moves {
+                "text/event-stream"
+            } else {
+                "application/json"
+            },
             "{method} (request {id})"
         );
         let body = response.text().await.expect("body");
-        let answer: Value = serde_json::from_str(&body).expect("one JSON-RPC message");
+        let answer: Value = if moves {
+            let events: Vec<Value> = body
+                .lines()
+                .filter_map(|line| line.strip_prefix("data: "))
+                .map(|data| serde_json::from_str(data).expect("an event's JSON-RPC message"))
+                .collect();
+            // The lists it changed (tools, and this workflow's prompts and resources too),
+            // then the result.
+            let (result, notices) = events.split_last().expect("events");
+            assert_eq!(
+                notices
+                    .iter()
+                    .map(|notice| notice["method"].as_str().unwrap_or_default())
+                    .collect::<Vec<_>>(),
+                [
+                    "notifications/tools/list_changed",
+                    "notifications/prompts/list_changed",
+                    "notifications/resources/list_changed"
+                ],
+                "{body}"
+            );
+            result.clone()
+        } else {
+            serde_json::from_str(&body).expect("one JSON-RPC message")
+        };
         assert_eq!(answer["jsonrpc"], "2.0");
         assert_eq!(answer["id"], id);
         match id {
@@ -1097,20 +1135,50 @@ async fn a_call_answered_on_the_spot_is_answered_as_rmcp_answers_it() {
     session.end().await;
 }
 
-/// A `list_changed` that falls due before the session opens its event stream is not lost: it
-/// arrives when the stream opens (the Python SDK 1.x opens its stream only after the handshake,
-/// and a client may call before it does).
+/// A session hears of its own move in the call's reply, ahead of the result: a client that
+/// closes once its call returns has nothing still on its way (on the event stream the notice
+/// would come after the result; the Python SDK 1.x logs an ERROR for a message that reaches a
+/// stream it is closing). A move another session makes before this one opens its event stream
+/// is not lost: it arrives when the stream opens (the Python SDK 1.x opens its stream only
+/// after the handshake, and a client may call before it does), and the stream does not repeat
+/// the session's own move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notice_due_before_the_event_stream_opens_arrives_when_it_opens() {
     let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--store", "memory:"]);
-    let raw = Raw::new(&server);
-    let mut session = raw.open().await;
-    assert_eq!(
-        session.call("invoice.submit", json!({"amount": 5})).await["state"],
-        "review"
+    let server = Server::http(
+        plugins.path(),
+        &["--state-handle-key", "--store", "memory:"],
     );
-    let mut stream = session.open_stream().await;
+    let raw = Raw::new(&server);
+    let alice = raw.open().await;
+    let mut bob = raw.open().await;
+    let minted = alice
+        .post_request(
+            1,
+            "tools/call",
+            json!({"name": "invoice.submit", "arguments": {"amount": 5}}),
+        )
+        .send()
+        .await
+        .expect("POST tools/call");
+    let body = minted.text().await.expect("the reply's body");
+    let notice = body
+        .find("notifications/tools/list_changed")
+        .unwrap_or_else(|| panic!("the reply tells the caller its list changed: {body}"));
+    let result = body.find(r#""result""#).expect("the reply's result");
+    assert!(
+        notice < result,
+        "the notice comes ahead of the result: {body}"
+    );
+    let handle = result_of(&body, 1, "tools/call")["structuredContent"]["handle"]
+        .as_str()
+        .expect("the minted handle")
+        .to_owned();
+    assert_eq!(
+        bob.call("invoice.approve", json!({"handle": handle})).await["state"],
+        "approved"
+    );
+    let mut stream = alice.open_stream().await;
     let mut seen = String::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !seen.contains("notifications/tools/list_changed") {
@@ -1120,7 +1188,12 @@ async fn a_notice_due_before_the_event_stream_opens_arrives_when_it_opens() {
             other => panic!("no list_changed on the stream within 10 s ({other:?}): {seen:?}"),
         }
     }
-    // Exactly the one transition's notice, and it came as an SSE event.
+    // Bob's move, and not Alice's own again; it came as an SSE event.
+    if let Ok(Ok(Some(chunk))) =
+        tokio::time::timeout(Duration::from_millis(300), stream.chunk()).await
+    {
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
     assert_eq!(
         seen.matches("notifications/tools/list_changed").count(),
         1,
@@ -1128,7 +1201,8 @@ async fn a_notice_due_before_the_event_stream_opens_arrives_when_it_opens() {
     );
     assert!(seen.contains("data: "), "{seen}");
     drop(stream);
-    session.end().await;
+    alice.end().await;
+    bob.end().await;
 }
 
 /// `notifications/cancelled` reaches a call served without rmcp's service loop (one without a

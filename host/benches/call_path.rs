@@ -115,6 +115,7 @@ impl Bench {
                 mint,
                 None,
                 None,
+                None,
             )
             .await
             .expect("the call runs");

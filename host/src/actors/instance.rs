@@ -27,7 +27,7 @@ use actix::prelude::*;
 use serde_json::Value;
 
 use super::{
-    InstanceKey, Owner,
+    InstanceKey, Owner, SessionId,
     idempotency::{self, Lookup},
     notifier,
     tenure::{LeaseSettings, Tenure},
@@ -69,6 +69,10 @@ pub struct Call {
     /// When the call was sent to the instance: a wait for another server's lease ends
     /// `--lease-wait` after it, however long the call queued behind others here.
     pub sent_at: std::time::Instant,
+    /// The caller's session, when the call's own reply tells it of the lists the call changed,
+    /// ahead of the result ([`CallOutcome::Ran`]'s `lists`): the notifier leaves it out of those
+    /// notices, which would reach it on its event stream only after the result.
+    pub told_in_reply: Option<SessionId>,
 }
 
 /// Test hook: create a handle-keyed instance in its initial state and save it, so that its
@@ -109,6 +113,9 @@ pub enum CallOutcome {
         moved: bool,
         state: Value,
         next: NextStep,
+        /// The lists besides tools that changed, when the instance moved (by this call, or by
+        /// timers that fell due before it): what the caller is told if [`Call::told_in_reply`].
+        lists: Option<ListsChanged>,
     },
     /// The plugin ran, but its event started an eventless loop (over the engine's microstep
     /// limit): nothing was saved and the instance keeps `state`. `output` is what the plugin
@@ -342,11 +349,15 @@ impl InstanceActor {
     /// caller's answer (seen at 10,000 watchers: answers 19–35 ms late instead of 1–6 ms). So
     /// the send is a task of its own, queued now, which runs after the caller, whose wake-up
     /// the answer queues first when it is sent right after this.
-    pub(super) fn announce(&self, lists: ListsChanged) {
+    pub(super) fn announce(&self, lists: ListsChanged, told_in_reply: Option<SessionId>) {
         let notifier = self.deps.notifier.clone();
         let instance = self.key.clone();
         actix::spawn(async move {
-            notifier.do_send(notifier::InstanceChanged { instance, lists });
+            notifier.do_send(notifier::InstanceChanged {
+                instance,
+                lists,
+                told_in_reply,
+            });
         });
     }
 
@@ -653,6 +664,7 @@ impl Handler<Call> for InstanceActor {
         let key = self.key.clone();
         let workflow = self.workflow.clone();
         let sent_at = call.sent_at;
+        let told_in_reply = call.told_in_reply.clone();
         let work = async move {
             // With a store other servers share, the lease first: the handler runs only where it
             // is held, and the copy in memory stands if nobody wrote since it was read.
@@ -756,14 +768,23 @@ impl Handler<Call> for InstanceActor {
             }
         };
         AtomicResponse::new(Box::pin(work.into_actor(self).map(
-            |finished, actor, ctx| {
+            |mut finished, actor, ctx| {
                 if let Some(view) = &finished.adopt {
                     // The machine the load found the instance on (a pinned version, maybe).
                     actor.workflow = view.workflow.clone();
                 }
                 actor.current = finished.adopt;
-                if let Some(lists) = finished.changed {
-                    actor.announce(lists);
+                if let Some(changed) = finished.changed {
+                    // A caller that ran hears of it in its reply; one that failed, on its
+                    // event stream with the other watchers.
+                    let told = match &mut finished.outcome {
+                        Ok(CallOutcome::Ran { lists, .. }) => {
+                            *lists = Some(changed);
+                            told_in_reply
+                        }
+                        _ => None,
+                    };
+                    actor.announce(changed, told);
                 }
                 actor.after(&finished.outcome, ctx);
                 finished.outcome
@@ -808,6 +829,7 @@ async fn run_call(
                     moved: entry.moved,
                     state: entry.state.clone(),
                     next: gate::next_step(&workflow, &view.snapshot),
+                    lists: None,
                 };
                 return Ok((view, false, outcome));
             }
@@ -938,6 +960,7 @@ async fn run_call(
                             moved: false,
                             state,
                             next,
+                            lists: None,
                         },
                     ),
                 });
@@ -958,6 +981,7 @@ async fn run_call(
             moved: false,
             state: next.state.clone(),
             next,
+            lists: None,
         };
         return Ok((view, false, outcome));
     }
@@ -1026,6 +1050,7 @@ async fn run_call(
         moved,
         state,
         next: gate::next_step(&workflow, &after.snapshot),
+        lists: None,
     };
     Ok((after, moved, outcome))
 }
@@ -1123,7 +1148,7 @@ impl Handler<View> for InstanceActor {
                     if moved {
                         // A timer's move: what it changed besides tools is not worked out
                         // here, so every list is announced.
-                        actor.announce(crate::gate::ListsChanged::ALL);
+                        actor.announce(crate::gate::ListsChanged::ALL, None);
                     }
                     Ok(view)
                 }

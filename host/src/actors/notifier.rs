@@ -131,6 +131,9 @@ pub struct SessionEnded {
 pub struct InstanceChanged {
     pub instance: InstanceKey,
     pub lists: ListsChanged,
+    /// The session whose call moved the instance and whose reply tells it so (the list
+    /// notices are not sent to it again; its resource updates are).
+    pub told_in_reply: Option<SessionId>,
 }
 
 /// An instance gained its first watcher in this process, or lost its last: what the relay of
@@ -350,7 +353,8 @@ impl Handler<InstanceChanged> for Notifier {
         let mut batch = Batch::new(Cause::Transition);
         for session_id in watchers {
             let session = self.sessions.get(session_id);
-            if session.is_none_or(|session| session.lists_follow_instances) {
+            let told = msg.told_in_reply.as_ref() == Some(session_id);
+            if !told && session.is_none_or(|session| session.lists_follow_instances) {
                 self.tell(&mut batch, session_id, Notice::ToolsChanged);
                 if msg.lists.prompts {
                     self.tell(&mut batch, session_id, Notice::PromptsChanged);

@@ -39,7 +39,9 @@ impl Runtime {
     /// other call on that instance. With `mint`, `key` is a new handle-keyed instance that this
     /// call starts: it exists (is saved) only if the call succeeds. With `idempotency_key`, a
     /// call that repeats one the instance answered within the idempotency window gets that
-    /// answer and runs nothing. `principal` (authentication on) goes to the audit trail.
+    /// answer and runs nothing. `principal` (authentication on) goes to the audit trail. With
+    /// `told_in_reply`, that session hears of the lists the call changed from the call's reply
+    /// (`CallOutcome::Ran`'s `lists`), not from the notifier.
     ///
     /// Not an `async fn`: one would keep each argument twice (as itself and as the local it is
     /// moved to), where this future keeps them once, as the message.
@@ -54,6 +56,7 @@ impl Runtime {
         mint: bool,
         idempotency_key: Option<String>,
         principal: Option<String>,
+        told_in_reply: Option<SessionId>,
     ) -> impl Future<Output = Result<CallOutcome, InstanceError>> + '_ {
         let call = instance::Call {
             tool,
@@ -64,6 +67,7 @@ impl Runtime {
             idempotency_key,
             principal,
             sent_at: std::time::Instant::now(),
+            told_in_reply,
         };
         async move {
             let instance = self.resolve(key).await?;
@@ -225,6 +229,7 @@ impl Runtime {
         self.notifier.do_send(notifier::InstanceChanged {
             instance,
             lists: ListsChanged::ALL,
+            told_in_reply: None,
         });
     }
 

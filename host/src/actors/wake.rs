@@ -332,7 +332,7 @@ impl Handler<Wake> for InstanceActor {
                     if moved {
                         // A timer's move: what it changed besides tools is not worked out
                         // here, so every list is announced.
-                        actor.announce(crate::gate::ListsChanged::ALL);
+                        actor.announce(crate::gate::ListsChanged::ALL, None);
                     }
                     Ok(woke)
                 }

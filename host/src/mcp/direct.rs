@@ -20,8 +20,10 @@
 //! [`RequestStream`]) goes on the request's own stream, as MCP asks (the GET stream is for
 //! messages unrelated to a running request): the answer becomes an SSE stream from the first
 //! such message, which is sent at once, and ends with the result, so a client has every line
-//! before the call returns. `list_changed` still goes to the session's GET stream: it is news
-//! for every session watching the instance, not only for this request.
+//! before the call returns. So does the `list_changed` of the caller's own move: on the GET
+//! stream it would come after the result, where a client that closes once its call returns
+//! meets it while closing (the Python SDK 1.x logs an ERROR then). Every other session watching
+//! the instance hears of the move on its GET stream.
 //!
 //! A request with a progress token goes to rmcp, whose worker routes the progress onto the
 //! request's own stream. rmcp's own client sends a token with every request, so a client built
@@ -61,9 +63,10 @@ use tokio::sync::Notify;
 use super::{
     event_stream,
     header_names::{PROTOCOL_VERSION, SESSION_ID},
-    request_body,
+    outbox, request_body,
     server::TurnstileServer,
 };
+use crate::{actors::Notice, gate::ListsChanged, metrics};
 
 /// The methods served here: each one's response is its result alone (no progress asked).
 const ANSWER_ONLY: &[&str] = &[
@@ -294,12 +297,28 @@ impl RequestStream {
     /// Sends `message` ahead of the request's result. What is said after the result is out (a
     /// thread the plugin left running) is never carried.
     pub fn send(&self, message: &ServerJsonRpcMessage) {
-        let event = encode(message);
+        self.send_event(&encode(message));
+    }
+
+    /// Tells the caller, ahead of the result, which of its lists its call changed: the tools,
+    /// and `lists` besides.
+    pub fn lists_changed(&self, lists: ListsChanged) {
+        self.send_event(&outbox::notice_event(Notice::ToolsChanged));
+        if lists.prompts {
+            self.send_event(&outbox::notice_event(Notice::PromptsChanged));
+        }
+        if lists.resources {
+            self.send_event(&outbox::notice_event(Notice::ResourcesChanged));
+        }
+        metrics::list_changed_sent(metrics::Cause::Transition);
+    }
+
+    fn send_event(&self, event: &[u8]) {
         self.0
             .events
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(&event);
+            .extend_from_slice(event);
         self.0.arrived.notify_one();
     }
 }

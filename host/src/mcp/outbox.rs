@@ -288,6 +288,11 @@ async fn through_peer(peer: Peer<RoleServer>, message: Message) -> Result<(), St
     sent.map_err(|error| error.to_string())
 }
 
+/// `notice` as one SSE event (for a request's own stream, `direct.rs`).
+pub(super) fn notice_event(notice: Notice) -> Bytes {
+    encode(&Message::Notice(notice))
+}
+
 /// One SSE event, `data: <JSON-RPC notification>` and a blank line; the `list_changed` ones are
 /// the same bytes for every session, encoded once.
 fn encode(message: &Message) -> Bytes {

@@ -500,6 +500,15 @@ impl TurnstileServer {
         async move {
             let name = tool.name().to_string();
             self.watch(&key, &context);
+            // A session's request whose stream Turnstile writes (`direct.rs`) hears of its own
+            // move there, ahead of the result. On the session's event stream the news would come
+            // after the result, and a client that closes once its call returns (the Python SDK
+            // 1.x does) logs an ERROR for a message reaching a stream it is closing.
+            let own_stream = context.extensions.get::<RequestStream>().cloned();
+            let told_in_reply = own_stream
+                .as_ref()
+                .filter(|_| !is_sessionless(&context) && self.lists_follow_instances(&context))
+                .map(|_| self.session().id.clone());
             let call_id = uuid::Uuid::new_v4().to_string();
             let (host, events) = HostCall::new(context.ct.child_token());
             let running = std::pin::pin!(self.shared.runtime.call(
@@ -511,6 +520,7 @@ impl TurnstileServer {
                 mint,
                 idempotency_key,
                 principal_of(&context).map(|principal| principal.0),
+                told_in_reply.clone(),
             ));
             let answer = self
                 .call_events(&context)
@@ -552,7 +562,13 @@ impl TurnstileServer {
                     moved,
                     state,
                     next,
+                    lists,
                 }) => {
+                    if let (Some(stream), Some(_), Some(lists)) =
+                        (&own_stream, &told_in_reply, lists)
+                    {
+                        stream.lists_changed(lists);
+                    }
                     if moved && is_sessionless(&context) && self.lists_follow_instances(&context) {
                         // This request's stream is the only place the caller can hear of the
                         // change: say it there, before the result, every time.
