@@ -40,6 +40,11 @@ fn p256_key() -> EncodingKey {
 
 impl Issuer {
     async fn start() -> Issuer {
+        Self::start_caching(None).await
+    }
+
+    /// An issuer whose JWKS answers say `Cache-Control: max-age=` `max_age` seconds.
+    async fn start_caching(max_age: Option<u64>) -> Issuer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let key = p256_key();
@@ -61,7 +66,16 @@ impl Issuer {
                 "/jwks",
                 get({
                     let jwks = jwks.clone();
-                    move || async move { Json(jwks.lock().unwrap().clone()) }
+                    let cache_control = max_age.map_or_else(
+                        || "no-transform".to_owned(),
+                        |seconds| format!("max-age={seconds}"),
+                    );
+                    move || async move {
+                        (
+                            [(axum::http::header::CACHE_CONTROL, cache_control)],
+                            Json(jwks.lock().unwrap().clone()),
+                        )
+                    }
                 }),
             );
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -292,4 +306,66 @@ async fn a_rotated_key_is_fetched_when_a_token_names_it() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Key revocation: a key the issuer stops publishing stops being trusted within the refetch
+/// period its JWKS answers name (`Cache-Control: max-age`), although no token named an unknown
+/// key meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_key_is_refused_within_the_refetch_period() {
+    let issuer = Issuer::start_caching(Some(1)).await;
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = server(&issuer, &plugins);
+    let token = issuer.sign(&issuer.claims("alice"));
+    assert_eq!(initialize(&server, Some(&token)).await.status(), 200);
+    // The issuer revokes key-1: it publishes a new key instead.
+    let successor = p256_key();
+    issuer.jwks.lock().unwrap().keys.clear();
+    issuer.publish(&successor, "key-2");
+    let removed_at = Instant::now();
+    let refused = loop {
+        let response = initialize(&server, Some(&token)).await;
+        if response.status() == 401 {
+            break response;
+        }
+        assert_eq!(response.status(), 200);
+        assert!(
+            removed_at.elapsed() < Duration::from_secs(10),
+            "a removed key was still trusted 10 s later (refetch period 1 s)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        challenge(&refused).contains("does not publish"),
+        "{}",
+        challenge(&refused)
+    );
+    let fresh = issuer.sign_with(&issuer.claims("alice"), &successor, "key-2");
+    assert_eq!(initialize(&server, Some(&fresh)).await.status(), 200);
+}
+
+/// Signing keys fetched in clear from another machine could be anyone's: a plain-HTTP issuer
+/// that is not on the loopback stops the start, saying so.
+#[test]
+fn a_plain_http_issuer_elsewhere_is_refused_at_start() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(common::turnstile_bin())
+        .args(["serve", "--http", "127.0.0.1:0", "--store", "memory:"])
+        .args([
+            "--oauth-issuer",
+            "http://issuer.example.test/",
+            "--public-url",
+            PUBLIC_URL,
+        ])
+        .arg("--plugins")
+        .arg(plugins.path())
+        .arg("--data-dir")
+        .arg(data.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run turnstile");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("is plain HTTP"), "{stderr}");
 }

@@ -106,7 +106,7 @@ pub async fn serve_http(
         None => None,
     };
     let oauth = match &options.oauth {
-        Some(oauth) => Some(Arc::new(OAuth::start(oauth).await?)),
+        Some(oauth) => Some(OAuth::start(oauth).await?),
         None => None,
     };
     let tls = match &options.tls {

@@ -3,9 +3,16 @@
 //!
 //! - **Keys**: the issuer's JWKS, found through its metadata (`--oauth-issuer`: RFC 8414's
 //!   `/.well-known/oauth-authorization-server`, else OpenID Connect's
-//!   `/.well-known/openid-configuration`) or named directly (`--oauth-jwks`). Fetched at start,
-//!   and again when a token names a key id the cached set lacks (at most every
-//!   [`REFRESH_AT_MOST_EVERY`], so unknown ids cannot make the server hammer the issuer).
+//!   `/.well-known/openid-configuration`) or named directly (`--oauth-jwks`), over HTTPS (plain
+//!   HTTP only for an issuer on this machine's loopback). Fetched at start, then again on a
+//!   schedule: when the set's `Cache-Control: max-age` says, and at least every
+//!   [`LONGEST_KEY_AGE`], so a key the issuer removed (revoked) stops being trusted within that
+//!   time; and when a token names a key id the cached set lacks (at most every
+//!   [`REFRESH_AT_MOST_EVERY`], so unknown ids cannot make the server hammer the issuer). A
+//!   fetch that fails keeps the keys in force and is tried again after
+//!   [`REFRESH_AT_MOST_EVERY`]: an issuer that is down does not lock every client out.
+//! - **Which key**: the one the token's `kid` names (or the only one, without a `kid`), if the
+//!   JWK allows it: a `use` other than `sig`, or an `alg` other than the token's, refuses it.
 //! - **Checks**: signature (asymmetric algorithms only: a JWKS is public, so an HMAC "key" from
 //!   it would be a forgery kit), `exp` and `nbf` (with [`LEEWAY_S`] for clock skew), `aud` naming
 //!   the canonical resource (`--public-url`), `iss` naming the issuer when one is configured,
@@ -26,7 +33,9 @@ use http_body_util::{BodyExt, Empty, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::{Client, connect::HttpConnector};
 use jsonwebtoken::{
-    Algorithm, DecodingKey, Validation, decode, decode_header, errors::ErrorKind, jwk::JwkSet,
+    Algorithm, DecodingKey, Validation, decode, decode_header,
+    errors::ErrorKind,
+    jwk::{JwkSet, PublicKeyUse},
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -37,8 +46,16 @@ use super::auth::Principal;
 /// Seconds of clock skew tolerated on `exp` and `nbf`.
 pub const LEEWAY_S: u64 = 30;
 
-/// The shortest time between two JWKS fetches caused by unknown key ids.
+/// The shortest time between two JWKS fetches caused by unknown key ids, and the wait before a
+/// fetch that failed is tried again.
 pub const REFRESH_AT_MOST_EVERY: Duration = Duration::from_secs(10);
+
+/// The longest a fetched key set is trusted without fetching it again, whatever its
+/// `Cache-Control` says: how long a removed key may still be accepted.
+pub const LONGEST_KEY_AGE: Duration = Duration::from_secs(600);
+
+/// The shortest refetch period a `Cache-Control: max-age` can ask for.
+const SHORTEST_KEY_AGE: Duration = Duration::from_secs(1);
 
 /// How long one request to the issuer may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -95,9 +112,10 @@ struct Claims {
 }
 
 impl OAuth {
-    /// Finds the issuer's keys (from its metadata or `--oauth-jwks`) and fetches them; an error
-    /// names what could not be read, so a misconfigured server does not start.
-    pub async fn start(options: &OAuthOptions) -> anyhow::Result<OAuth> {
+    /// Finds the issuer's keys (from its metadata or `--oauth-jwks`) and fetches them, then keeps
+    /// them fresh on a schedule (a task that ends with the last reference); an error names what
+    /// could not be read, so a misconfigured server does not start.
+    pub async fn start(options: &OAuthOptions) -> anyhow::Result<Arc<OAuth>> {
         let resource: Uri = options
             .public_url
             .parse()
@@ -109,14 +127,18 @@ impl OAuth {
             anyhow::bail!("--public-url must not have a fragment (RFC 8707)");
         }
         let client = http_client()?;
+        if let Some(issuer) = &options.issuer {
+            check_transport("--oauth-issuer", issuer)?;
+        }
         let jwks_url = match (&options.jwks, &options.issuer) {
             (Some(jwks), _) => jwks.clone(),
             (None, Some(issuer)) => jwks_uri_of(&client, issuer).await?,
             (None, None) => anyhow::bail!("OAuth needs --oauth-issuer or --oauth-jwks"),
         };
-        let keys = fetch_keys(&client, &jwks_url).await?;
-        tracing::info!(jwks = %jwks_url, keys = keys.keys.len(), "OAuth signing keys loaded");
-        Ok(OAuth {
+        check_transport("the JWKS URL", &jwks_url)?;
+        let (keys, fresh_for) = fetch_keys(&client, &jwks_url).await?;
+        tracing::info!(jwks = %jwks_url, keys = keys.keys.len(), refetch_s = fresh_for.as_secs(), "OAuth signing keys loaded");
+        let oauth = Arc::new(OAuth {
             metadata_url: metadata_url(&resource),
             resource: options.public_url.clone(),
             issuer: options.issuer.clone(),
@@ -124,7 +146,9 @@ impl OAuth {
             keys: RwLock::new(Arc::new(keys)),
             fetched: tokio::sync::Mutex::new(Instant::now()),
             client,
-        })
+        });
+        tokio::spawn(keep_keys_fresh(Arc::downgrade(&oauth), fresh_for));
+        Ok(oauth)
     }
 
     /// The URL of this server's protected-resource metadata (for `resource_metadata=`).
@@ -155,14 +179,14 @@ impl OAuth {
                 header.alg
             )));
         }
-        let key = match self.key_for(header.kid.as_deref()) {
-            Some(key) => key,
-            None => {
+        let kid = header.kid.as_deref();
+        let key = match signing_key(&self.keys(), kid, header.alg) {
+            Ok(key) => key,
+            Err(KeyMissing::Unknown) => {
                 self.refresh_keys().await;
-                self.key_for(header.kid.as_deref()).ok_or_else(|| {
-                    Refused("the token is signed with a key the issuer does not publish".into())
-                })?
+                signing_key(&self.keys(), kid, header.alg).map_err(KeyMissing::refusal)?
             }
+            Err(refused) => return Err(refused.refusal()),
         };
         let mut validation = Validation::new(header.alg);
         validation.leeway = LEEWAY_S;
@@ -196,42 +220,149 @@ impl OAuth {
         Ok(Principal(claims.claims.sub))
     }
 
-    /// The decoding key for `kid` (or the only key, for a token without a `kid`).
-    fn key_for(&self, kid: Option<&str>) -> Option<DecodingKey> {
-        let keys = self
-            .keys
+    /// The key set in force.
+    fn keys(&self) -> Arc<JwkSet> {
+        self.keys
             .read()
             .unwrap_or_else(|poison| poison.into_inner())
-            .clone();
-        let jwk = match kid {
-            Some(kid) => keys.find(kid)?,
-            None if keys.keys.len() == 1 => &keys.keys[0],
-            None => return None,
-        };
-        DecodingKey::from_jwk(jwk).ok()
+            .clone()
     }
 
-    /// Fetches the keys again, unless that was done less than [`REFRESH_AT_MOST_EVERY`] ago; a
-    /// failed fetch keeps the keys in force.
+    /// Fetches the keys again for a token naming a key the set lacks, unless that was done less
+    /// than [`REFRESH_AT_MOST_EVERY`] ago.
     async fn refresh_keys(&self) {
         let mut fetched = self.fetched.lock().await;
         if fetched.elapsed() < REFRESH_AT_MOST_EVERY {
             return;
         }
         *fetched = Instant::now();
+        self.fetch_now().await;
+    }
+
+    /// Fetches the key set and puts it in force; returns how long it may be trusted, or `None`
+    /// when the fetch failed (the keys in force stay).
+    async fn fetch_now(&self) -> Option<Duration> {
         match fetch_keys(&self.client, &self.jwks_url).await {
-            Ok(keys) => {
-                tracing::info!(keys = keys.keys.len(), "OAuth signing keys refreshed");
+            Ok((keys, fresh_for)) => {
+                let kids = |set: &JwkSet| -> Vec<Option<String>> {
+                    set.keys.iter().map(|k| k.common.key_id.clone()).collect()
+                };
+                let before = kids(&self.keys());
+                if kids(&keys) == before {
+                    tracing::debug!(
+                        keys = keys.keys.len(),
+                        "OAuth signing keys fetched again, unchanged"
+                    );
+                } else {
+                    tracing::info!(keys = keys.keys.len(), "OAuth signing keys changed");
+                }
                 *self
                     .keys
                     .write()
                     .unwrap_or_else(|poison| poison.into_inner()) = Arc::new(keys);
+                Some(fresh_for)
             }
             Err(error) => {
                 tracing::warn!(%error, "cannot refresh the OAuth signing keys; keeping the old ones");
+                None
             }
         }
     }
+}
+
+/// Fetches the key set again whenever it has been trusted for as long as its issuer allows
+/// (`fresh_for`), until the server lets go of `oauth`.
+async fn keep_keys_fresh(oauth: std::sync::Weak<OAuth>, mut fresh_for: Duration) {
+    loop {
+        tokio::time::sleep(fresh_for).await;
+        let Some(oauth) = oauth.upgrade() else {
+            return;
+        };
+        let fetched = {
+            let mut fetched = oauth.fetched.lock().await;
+            *fetched = Instant::now();
+            oauth.fetch_now().await
+        };
+        fresh_for = fetched.unwrap_or(REFRESH_AT_MOST_EVERY);
+    }
+}
+
+/// Why no key verifies a token.
+#[derive(Debug, PartialEq, Eq)]
+enum KeyMissing {
+    /// The set has no key by that id (or, without an id, not exactly one key).
+    Unknown,
+    /// The key by that id says it is not for this: its `use` or its `alg`.
+    NotFor(String),
+}
+
+impl KeyMissing {
+    fn refusal(self) -> Refused {
+        match self {
+            KeyMissing::Unknown => {
+                Refused("the token is signed with a key the issuer does not publish".into())
+            }
+            KeyMissing::NotFor(why) => Refused(why),
+        }
+    }
+}
+
+/// The decoding key for `kid` (or the only key, for a token without a `kid`) in `keys`, if the
+/// JWK allows verifying `alg` signatures with it (RFC 7517: `use` is `sig` when present, `alg`
+/// is the token's when present).
+fn signing_key(
+    keys: &JwkSet,
+    kid: Option<&str>,
+    alg: Algorithm,
+) -> Result<DecodingKey, KeyMissing> {
+    let jwk = match kid {
+        Some(kid) => keys.find(kid).ok_or(KeyMissing::Unknown)?,
+        None if keys.keys.len() == 1 => &keys.keys[0],
+        None => return Err(KeyMissing::Unknown),
+    };
+    let named = kid.unwrap_or("(the only one)");
+    match &jwk.common.public_key_use {
+        None | Some(PublicKeyUse::Signature) => {}
+        Some(_) => {
+            return Err(KeyMissing::NotFor(format!(
+                "the issuer's key {named} is not a signing key (its use is not sig)"
+            )));
+        }
+    }
+    if let Some(key_alg) = &jwk.common.key_algorithm
+        && key_alg.to_string() != format!("{alg:?}")
+    {
+        return Err(KeyMissing::NotFor(format!(
+            "the issuer's key {named} is for {key_alg} signatures, the token is signed with {alg:?}"
+        )));
+    }
+    DecodingKey::from_jwk(jwk).map_err(|_| KeyMissing::Unknown)
+}
+
+/// Refuses a plain-HTTP URL for the issuer's documents unless it is on this machine's loopback:
+/// keys fetched in clear from elsewhere could be anyone's.
+fn check_transport(what: &str, url: &str) -> anyhow::Result<()> {
+    let uri: Uri = url
+        .parse()
+        .with_context(|| format!("{what} {url} is not a URL"))?;
+    match uri.scheme_str() {
+        Some("https") => Ok(()),
+        Some("http") if uri.host().is_some_and(is_loopback) => Ok(()),
+        Some("http") => anyhow::bail!(
+            "{what} {url} is plain HTTP: signing keys are fetched over HTTPS (plain HTTP only \
+             from this machine's loopback)"
+        ),
+        _ => anyhow::bail!("{what} {url} is not an http(s) URL"),
+    }
+}
+
+/// Whether `host` (as a URI holds it: an IPv6 address in brackets) is this machine's loopback.
+fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `https://host/.well-known/oauth-protected-resource/path` for `https://host/path`: the
@@ -286,9 +417,35 @@ async fn jwks_uri_of(client: &HttpClient, issuer: &str) -> anyhow::Result<String
     )
 }
 
-async fn fetch_keys(client: &HttpClient, url: &str) -> anyhow::Result<JwkSet> {
-    let document = fetch_json(client, url).await?;
-    serde_json::from_value(document).with_context(|| format!("{url} is not a JWK set"))
+/// The key set at `url`, and how long it may be trusted: its `Cache-Control: max-age`, within
+/// [`SHORTEST_KEY_AGE`] and [`LONGEST_KEY_AGE`] (the longest without one).
+async fn fetch_keys(client: &HttpClient, url: &str) -> anyhow::Result<(JwkSet, Duration)> {
+    let (document, max_age) = fetch(client, url).await?;
+    let keys =
+        serde_json::from_value(document).with_context(|| format!("{url} is not a JWK set"))?;
+    let fresh_for = max_age
+        .unwrap_or(LONGEST_KEY_AGE)
+        .clamp(SHORTEST_KEY_AGE, LONGEST_KEY_AGE);
+    Ok((keys, fresh_for))
+}
+
+/// The `max-age` of a `Cache-Control` header (`no-store` and `no-cache` count as 0).
+fn max_age(cache_control: &str) -> Option<Duration> {
+    cache_control
+        .split(',')
+        .map(str::trim)
+        .find_map(|directive| {
+            let directive = directive.to_ascii_lowercase();
+            if directive == "no-store" || directive == "no-cache" {
+                return Some(Duration::ZERO);
+            }
+            let seconds = directive.strip_prefix("max-age=")?;
+            seconds
+                .trim_matches('"')
+                .parse()
+                .ok()
+                .map(Duration::from_secs)
+        })
 }
 
 /// The client for the issuer: HTTPS (or plain HTTP, for an issuer on this machine or network)
@@ -304,26 +461,110 @@ fn http_client() -> anyhow::Result<HttpClient> {
 }
 
 async fn fetch_json(client: &HttpClient, url: &str) -> anyhow::Result<Value> {
+    Ok(fetch(client, url).await?.0)
+}
+
+/// The JSON document at `url`, and its `Cache-Control: max-age` if it has one.
+async fn fetch(client: &HttpClient, url: &str) -> anyhow::Result<(Value, Option<Duration>)> {
     let uri: Uri = url.parse().with_context(|| format!("{url} is not a URL"))?;
-    let body = tokio::time::timeout(FETCH_TIMEOUT, async {
+    let (body, max_age) = tokio::time::timeout(FETCH_TIMEOUT, async {
         let response = client.get(uri).await?;
         if !response.status().is_success() {
             anyhow::bail!("answered {}", response.status());
         }
+        let max_age = response
+            .headers()
+            .get(axum::http::header::CACHE_CONTROL)
+            .and_then(|value| value.to_str().ok())
+            .and_then(max_age);
         let body = Limited::new(response.into_body(), MAX_DOCUMENT_BYTES)
             .collect()
             .await
             .map_err(|error| anyhow::anyhow!("cannot read the answer: {error}"))?;
-        Ok(body.to_bytes())
+        Ok((body.to_bytes(), max_age))
     })
     .await
     .map_err(|_| anyhow::anyhow!("no answer within {FETCH_TIMEOUT:?}"))??;
-    serde_json::from_slice(&body).with_context(|| format!("{url} did not answer JSON"))
+    let document =
+        serde_json::from_slice(&body).with_context(|| format!("{url} did not answer JSON"))?;
+    Ok((document, max_age))
 }
 
 #[cfg(test)]
 mod tests {
+    use jsonwebtoken::jwk::{Jwk, KeyAlgorithm};
+
     use super::*;
+
+    /// A published P-256 key with id `kid`, as an issuer's JWKS lists it.
+    fn jwk(kid: &str) -> Jwk {
+        let mut jwk: Jwk = serde_json::from_value(json!({
+            "kty": "EC", "crv": "P-256",
+            "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
+            "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0",
+        }))
+        .unwrap();
+        jwk.common.key_id = Some(kid.to_owned());
+        jwk
+    }
+
+    #[test]
+    fn a_key_verifies_only_what_its_use_and_alg_allow() {
+        let plain = jwk("plain");
+        let mut for_encryption = jwk("enc");
+        for_encryption.common.public_key_use = Some(PublicKeyUse::Encryption);
+        let mut for_es384 = jwk("es384");
+        for_es384.common.key_algorithm = Some(KeyAlgorithm::ES384);
+        let mut for_es256 = jwk("es256");
+        for_es256.common.key_algorithm = Some(KeyAlgorithm::ES256);
+        for_es256.common.public_key_use = Some(PublicKeyUse::Signature);
+        let keys = JwkSet {
+            keys: vec![plain, for_encryption, for_es384, for_es256],
+        };
+        let found = |kid| signing_key(&keys, Some(kid), Algorithm::ES256);
+        assert!(found("plain").is_ok());
+        assert!(found("es256").is_ok());
+        assert!(
+            matches!(found("enc"), Err(KeyMissing::NotFor(why)) if why.contains("not a signing key"))
+        );
+        assert!(matches!(found("es384"), Err(KeyMissing::NotFor(why)) if why.contains("ES384")));
+        assert_eq!(found("absent").err(), Some(KeyMissing::Unknown));
+        // Without a `kid`, only a set of one key names it.
+        assert_eq!(
+            signing_key(&keys, None, Algorithm::ES256).err(),
+            Some(KeyMissing::Unknown)
+        );
+    }
+
+    #[test]
+    fn keys_come_over_https_or_from_the_loopback() {
+        for allowed in [
+            "https://issuer.example.com/jwks",
+            "http://127.0.0.1:8080/jwks",
+            "http://localhost/jwks",
+            "http://[::1]:9000/",
+        ] {
+            assert!(check_transport("x", allowed).is_ok(), "{allowed}");
+        }
+        for refused in [
+            "http://issuer.example.com/jwks",
+            "http://10.0.0.1/jwks",
+            "ftp://127.0.0.1/jwks",
+        ] {
+            assert!(check_transport("x", refused).is_err(), "{refused}");
+        }
+    }
+
+    #[test]
+    fn the_refetch_period_follows_cache_control() {
+        assert_eq!(
+            max_age("public, max-age=300"),
+            Some(Duration::from_secs(300))
+        );
+        assert_eq!(max_age("no-store"), Some(Duration::ZERO));
+        assert_eq!(max_age("public"), None);
+        assert_eq!(max_age("max-age=abc"), None);
+    }
 
     #[test]
     fn the_metadata_url_puts_the_well_known_part_before_the_path() {
