@@ -12,7 +12,10 @@ with the invoice plugin, and measures:
    a second, one EVALSHA per server, and on a cluster one per shard: 64 per server). That rate
    is measured first, with the servers idle, and the tables show the figure both with the polls
    and without them: each poll runs the due script, which runs ZRANGEBYLEX once when nothing is
-   due (nothing else does, during the load), so polls = the ZRANGEBYLEX count.
+   due (nothing else does, during the load), so polls = the ZRANGEBYLEX count. The counters
+   are the whole node's: another client of the same Redis (a test running meanwhile) is
+   counted too. The "new store conns" columns flag that: our servers keep their connections,
+   so connections accepted during a measurement are someone else's (or a reconnection).
 2. Deliveries per transition. MCP sessions (2025-11-25, one per server) on WATCHERS servers
    watch one instance (a `tools/list` whose `_meta` names its handle, as tests/multinode.rs
    does) and hold their GET event stream open; TRANSITIONS transitions are then made on it from
@@ -161,6 +164,16 @@ class Store:
                 match = re.match(r"cmdstat_([^:]+):calls=(\d+)", line)
                 if match:
                     total[match.group(1)] += int(match.group(2))
+        return total
+
+    def connections(self):
+        """Connections the masters have accepted so far. Our servers keep theirs open, so new
+        ones during a measurement are another client's (whose commands are counted too: the
+        counters are the whole node's) or a reconnection."""
+        total = 0
+        for node in self.nodes:
+            match = re.search(r"total_connections_received:(\d+)", node.command("INFO", "stats"))
+            total += int(match.group(1))
         return total
 
     def subscribers(self, namespace):
@@ -449,13 +462,14 @@ def drive(mode, servers, store, workers, calls):
              "turnstile_lease_fenced_total")
     before = {name: servers.total(name) for name in names}
     busy_before = servers.total("turnstile_lease_waits_total", 'outcome="busy"')
-    stats_before = store.commandstats()
+    stats_before, conns_before = store.commandstats(), store.connections()
     started = time.monotonic()
     go.set()
     for thread in threads:
         thread.join()
     elapsed = time.monotonic() - started
     counted, polls, delta = round_trips(stats_before, store.commandstats())
+    new_conns = store.connections() - conns_before
     after = {name: servers.total(name) for name in names}
     busy = servers.total("turnstile_lease_waits_total", 'outcome="busy"') - busy_before
     total = workers * calls
@@ -467,6 +481,7 @@ def drive(mode, servers, store, workers, calls):
         "lease_waits": after[names[1]] - before[names[1]], "busy_waits": busy,
         "fenced": after[names[2]] - before[names[2]],
         "outcomes": dict(codes), "commands": delta, "failures": failures,
+        "new_conns": new_conns,
     }
 
 
@@ -477,7 +492,7 @@ def load_tool(spread, turnstile, servers, store, workers, iterations):
     ports = servers.ports if spread else servers.ports[:1]
     shares = [workers // len(ports) + (1 if n < workers % len(ports) else 0)
               for n in range(len(ports))]
-    stats_before = store.commandstats()
+    stats_before, conns_before = store.commandstats(), store.connections()
     grants_before = servers.total("turnstile_leases_granted_total")
     started = time.monotonic()
     processes = [subprocess.Popen(
@@ -489,6 +504,7 @@ def load_tool(spread, turnstile, servers, store, workers, iterations):
     reports = [json.loads(process.communicate()[0]) for process in processes]
     wall = time.monotonic() - started
     counted, polls, delta = round_trips(stats_before, store.commandstats())
+    new_conns = store.connections() - conns_before
     grants = servers.total("turnstile_leases_granted_total") - grants_before
     runs = [report["runs"][0] for report in reports]
     calls = sum(run["calls"] for run in runs)
@@ -500,7 +516,7 @@ def load_tool(spread, turnstile, servers, store, workers, iterations):
         "requests_per_call": counted / calls, "requests_per_call_less_polls": (counted - polls) / calls,
         "grants_per_call": grants / calls,
         "exit_codes": ",".join(sorted({str(report["exit_code"]) for report in reports})),
-        "commands": delta,
+        "commands": delta, "new_conns": new_conns,
     }
 
 
@@ -527,7 +543,7 @@ def deliveries(k, servers, store, namespace, transitions):
     subscribers = sum(store.subscribers(namespace).values())
     relayed_before = servers.each("turnstile_changes_relayed_total")
     heard_before = [session.list_changed for session in sessions]
-    stats_before = store.commandstats()
+    stats_before, conns_before = store.commandstats(), store.connections()
     started = time.monotonic()
     codes = Counter()
     for i in range(transitions):
@@ -542,6 +558,7 @@ def deliveries(k, servers, store, namespace, transitions):
     wait_for(lambda: relayed_now() >= expected, 3)
     time.sleep(0.3)  # anything beyond the expected arrives too
     counted, polls, commands = round_trips(stats_before, store.commandstats())
+    new_conns = store.connections() - conns_before
     relayed = [a - b for a, b in zip(servers.each("turnstile_changes_relayed_total"),
                                      relayed_before)]
     heard = [session.list_changed - before for session, before in zip(sessions, heard_before)]
@@ -558,7 +575,7 @@ def deliveries(k, servers, store, namespace, transitions):
         "list_changed_per_session_per_transition": sum(heard) / len(heard) / transitions,
         "requests_per_transition": counted / transitions,
         "requests_per_transition_less_polls": (counted - polls) / transitions,
-        "menus": len(menus), "commands": commands,
+        "menus": len(menus), "commands": commands, "new_conns": new_conns,
     }
 
 
@@ -634,7 +651,7 @@ def main():
                      ("grants/call", "grants_per_call", "{:.3f}"),
                      ("lease waits", "lease_waits", "{:.0f}"),
                      ("busy", "busy_waits", "{:.0f}"), ("fenced", "fenced", "{:.0f}"),
-                     ("outcomes", "outcomes", "{}")])
+                     ("new store conns", "new_conns", "{}"), ("outcomes", "outcomes", "{}")])
         print("\nstore commands during the load (last round; * = counted as a round trip):")
         for run in runs[-len(args.modes.split(",")):]:
             print(f"  {run['mode']:>8}: " + commands_line(run["commands"]))
@@ -660,6 +677,7 @@ def main():
                           ("store req/call", "requests_per_call", "{:.3f}"),
                           ("less polls", "requests_per_call_less_polls", "{:.3f}"),
                           ("grants/call", "grants_per_call", "{:.3f}"),
+                          ("new store conns", "new_conns", "{}"),
                           ("exit", "exit_codes", "{}")])
             print("\nstore commands during turnstile load (last round):")
             for run in loads[-2:]:
@@ -684,7 +702,7 @@ def main():
                       "{:.2f}"),
                      ("store req/tr", "requests_per_transition", "{:.2f}"),
                      ("less polls", "requests_per_transition_less_polls", "{:.2f}"),
-                     ("outcomes", "outcomes", "{}"),
+                     ("new store conns", "new_conns", "{}"), ("outcomes", "outcomes", "{}"),
                      ("relayed by server", "relayed_by_server", "{}")])
         print("\nstore commands during the transitions (* = counted as a round trip):")
         for row in rows:
@@ -697,10 +715,11 @@ def main():
         print(f"server WARN/ERROR lines: {sum(warnings.values())}")
         for line, n in warnings.most_common(10):
             print(f"  {n} x {line}")
-        if not warnings:
-            shutil.rmtree(servers.dir, ignore_errors=True)
-        else:
+        # A Redis without `appendonly yes` draws a WARN at every start: expected here.
+        if any("appendonly no" not in line for line in warnings):
             print(f"  (logs kept in {servers.dir})")
+        else:
+            shutil.rmtree(servers.dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
