@@ -385,7 +385,13 @@ async fn sessions_that_never_finish_their_handshake_stop_counting() {
 #[tokio::test]
 async fn the_session_cap_holds_whatever_the_header_and_under_a_race() {
     let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--max-sessions", "2"]);
+    // The racers never finish their handshake; a long handshake timeout keeps the one admitted
+    // counted however slowly a loaded machine answers the others (at the default 10 s, a racer
+    // answered after it was ended found its place free again).
+    let server = Server::http(
+        plugins.path(),
+        &["--max-sessions", "2", "--handshake-timeout", "600"],
+    );
     let first = Client::http(&server.url).await;
     let initialize = |version: &str| {
         json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
