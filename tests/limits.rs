@@ -511,3 +511,160 @@ async fn event_streams_leave_connections_for_everything_else() {
     }
     assert!(admitted, "a place freed by a closed stream is taken again");
 }
+
+/// An `initialize` POST, as `bearer` when given; its status and `Retry-After`.
+async fn initialize_as(server: &Server, bearer: Option<&str>) -> (u16, Option<String>) {
+    let mut request = reqwest::Client::new()
+        .post(&server.url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "quota-test", "version": "0"}}})
+            .to_string(),
+        );
+    if let Some(bearer) = bearer {
+        request = request.bearer_auth(bearer);
+    }
+    let answer = request.send().await.expect("an answer");
+    let retry_after = answer
+        .headers()
+        .get("retry-after")
+        .map(|value| value.to_str().unwrap().to_owned());
+    (answer.status().as_u16(), retry_after)
+}
+
+/// Issue 39, item 2: one principal holds at most `--max-sessions-per-principal` sessions (429
+/// with `Retry-After` past it, racing or not), while another principal still opens its own;
+/// without authentication the same limit holds per client address.
+#[tokio::test]
+async fn one_principal_holds_at_most_its_share_of_sessions() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, "alice s3cret-alice\nbob s3cret-bob\n").unwrap();
+    let server = Server::http(
+        plugins.path(),
+        &[
+            "--auth-token-file",
+            file.to_str().unwrap(),
+            "--max-sessions-per-principal",
+            "3",
+        ],
+    );
+    let racing = (0..8).map(|_| initialize_as(&server, Some("s3cret-alice")));
+    let answers = futures_util::future::join_all(racing).await;
+    let admitted = answers.iter().filter(|(status, _)| *status == 200).count();
+    assert_eq!(admitted, 3, "{answers:?}");
+    for (status, retry_after) in &answers {
+        assert!(
+            *status == 200 || (*status == 429 && retry_after.is_some()),
+            "{answers:?}"
+        );
+    }
+    assert_eq!(initialize_as(&server, Some("s3cret-bob")).await.0, 200);
+    assert_eq!(initialize_as(&server, Some("s3cret-alice")).await.0, 429);
+
+    let open = Server::http(plugins.path(), &["--max-sessions-per-principal", "2"]);
+    let first = Client::http(&open.url).await;
+    assert_eq!(initialize_as(&open, None).await.0, 200);
+    let (status, retry_after) = initialize_as(&open, None).await;
+    assert_eq!((status, retry_after.is_some()), (429, true));
+    // The sessions it holds still work.
+    let status = first.call("invoice.status", json!({})).await;
+    assert_ne!(status.is_error, Some(true), "{status:?}");
+}
+
+/// Issue 39, item 2: one client keeps at most `--max-streams-per-principal` event streams open;
+/// a stream that closes gives its place back.
+#[tokio::test]
+async fn one_client_keeps_at_most_its_share_of_event_streams() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &["--max-streams-per-principal", "1"]);
+    let session_id = || async {
+        let answer = reqwest::Client::new()
+            .post(&server.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "quota-test", "version": "0"}}})
+                .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        answer.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let stream = |session: String| {
+        reqwest::Client::new()
+            .get(&server.url)
+            .header("Accept", "text/event-stream")
+            .header("Mcp-Session-Id", session)
+            .header("MCP-Protocol-Version", "2025-11-25")
+            .send()
+    };
+    let (a, b) = (session_id().await, session_id().await);
+    let held = stream(a.clone()).await.unwrap();
+    assert_eq!(held.status(), 200);
+    let refused = stream(b.clone()).await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let again = stream(b.clone()).await.unwrap();
+        if again.status() == 200 {
+            break;
+        }
+        assert_eq!(again.status(), 429);
+        assert!(
+            Instant::now() < deadline,
+            "the closed stream's place never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 39, item 2: `--mint-rate` bounds how fast one client starts instances: past its burst a
+/// minting call is `QUOTA_EXCEEDED` with `retryAfterMs` and creates nothing, while calls on the
+/// instances it has go on, and it may mint again after the wait.
+#[tokio::test]
+async fn minting_faster_than_the_rate_is_refused_and_creates_nothing() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(
+        plugins.path(),
+        &[
+            "--state-handle-key",
+            "--mint-rate",
+            "2",
+            "--mint-burst",
+            "3",
+        ],
+    );
+    let client = Client::http(&server.url).await;
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        handles.push(common::handle_of(
+            &client.call("invoice.submit", json!({"amount": 1})).await,
+        ));
+    }
+    let refused = client.call("invoice.submit", json!({"amount": 1})).await;
+    assert_eq!(common::error_code(&refused), "QUOTA_EXCEEDED");
+    let error = &refused.structured_content.as_ref().unwrap()["error"];
+    let retry_after_ms = error["retryAfterMs"].as_u64().expect("retryAfterMs");
+    assert!((1..=500).contains(&retry_after_ms), "{error}");
+    assert_eq!(server.stats().await["registry"]["instances"], 3);
+    let approved = client
+        .call("invoice.approve", json!({"handle": handles[0]}))
+        .await;
+    assert_ne!(approved.is_error, Some(true), "{approved:?}");
+    tokio::time::sleep(Duration::from_millis(retry_after_ms + 50)).await;
+    let again = client.call("invoice.submit", json!({"amount": 1})).await;
+    assert_ne!(again.is_error, Some(true), "{again:?}");
+}

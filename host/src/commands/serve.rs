@@ -59,6 +59,9 @@ pub struct ServeOptions {
     pub list_ttl: Duration,
     /// The most handles one request may name in `_meta` (`--max-handles-per-request`).
     pub max_handles_per_request: usize,
+    /// What one principal (or client address) may hold and start (`--max-*-per-principal`,
+    /// `--mint-rate`).
+    pub quotas: mcp::QuotaLimits,
 }
 
 pub enum Transport {
@@ -235,6 +238,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         list_ttl: options.list_ttl,
         store,
         max_handles_per_request: options.max_handles_per_request,
+        quotas: mcp::Quotas::new(options.quotas),
     });
     let drain = {
         let (shutdown, timeout) = (shutdown.clone(), options.shutdown_timeout);

@@ -159,6 +159,43 @@ pub struct ServeSettings {
         default_value_t = 64
     )]
     pub max_handles_per_request: usize,
+    /// Hold at most this many HTTP sessions per principal (per client address without
+    /// authentication); an `initialize` past it gets 429 with `Retry-After`. Default: no limit.
+    #[arg(
+        long,
+        env = "TURNSTILE_MAX_SESSIONS_PER_PRINCIPAL",
+        hide_env = true,
+        value_name = "N"
+    )]
+    pub max_sessions_per_principal: Option<usize>,
+    /// Keep at most this many event streams open per principal (per client address without
+    /// authentication); a stream past it gets 429 with `Retry-After`. Default: no limit.
+    #[arg(
+        long,
+        env = "TURNSTILE_MAX_STREAMS_PER_PRINCIPAL",
+        hide_env = true,
+        value_name = "N"
+    )]
+    pub max_streams_per_principal: Option<usize>,
+    /// Let each principal (each client address without authentication) start at most this many
+    /// handle-keyed instances per second, on average; a call past it is QUOTA_EXCEEDED with
+    /// `retryAfterMs`. Default: no limit.
+    #[arg(
+        long,
+        env = "TURNSTILE_MINT_RATE",
+        hide_env = true,
+        value_name = "PER_SECOND"
+    )]
+    pub mint_rate: Option<f64>,
+    /// How many instances a principal may start at once under --mint-rate (the burst).
+    #[arg(
+        long,
+        env = "TURNSTILE_MINT_BURST",
+        hide_env = true,
+        value_name = "N",
+        default_value_t = 20
+    )]
+    pub mint_burst: u32,
     /// Answer a tool call as timed out (firing nothing) after this many seconds.
     #[arg(
         long,
@@ -500,6 +537,12 @@ impl ServeSettings {
             next_step: self.next_step,
             list_ttl: secs(self.list_ttl),
             max_handles_per_request: self.max_handles_per_request,
+            quotas: mcp::QuotaLimits {
+                sessions: self.max_sessions_per_principal,
+                streams: self.max_streams_per_principal,
+                mint_rate: self.mint_rate.filter(|rate| *rate > 0.0),
+                mint_burst: f64::from(self.mint_burst),
+            },
             transport: match (self.stdio, self.http) {
                 (true, _) => Transport::Stdio,
                 (false, address) => Transport::Http(

@@ -220,7 +220,7 @@ impl Connection {
             permit,
             activity,
         } = self;
-        let service = TowerToHyperService::new(activity.clone().wrap(app));
+        let service = TowerToHyperService::new(activity.clone().wrap(app, peer.ip()));
         let io = TokioIo::new(activity.watch(io));
         let connection = builder.serve_connection_with_upgrades(io, service);
         tokio::select! {

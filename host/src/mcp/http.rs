@@ -208,6 +208,7 @@ pub async fn serve_http(
                 opening: Default::default(),
                 streams: Default::default(),
                 max_streams: options.connections.max_streams(),
+                quotas: shared.quotas.clone(),
             }),
         )
         .route(

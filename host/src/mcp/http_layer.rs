@@ -50,6 +50,7 @@ use super::{
     header_names::{PROTOCOL_VERSION, SESSION_ID},
     idle,
     jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
+    quotas::{self, ClientAddr, Holder, OverQuota, Quotas},
     server::TurnstileServer,
     session_owners::SessionOwners,
     session_records::{SessionRecords, Visit},
@@ -88,6 +89,8 @@ pub struct McpLayer {
     /// Event streams open now, and how many may be (`--stream-share` of `--max-connections`).
     pub streams: Arc<AtomicUsize>,
     pub max_streams: usize,
+    /// What one principal (or client address) may hold: sessions and event streams.
+    pub quotas: Arc<Quotas>,
 }
 
 /// How long a client refused for the session or stream cap is told to wait (`Retry-After`,
@@ -185,7 +188,7 @@ fn by_the_book(layer: &McpLayer, request: Request) -> impl Future<Output = Respo
         let response = match *request.method() {
             Method::POST => match admit(layer, request).await {
                 Err(refusal) => refusal,
-                Ok((request, _opening)) => {
+                Ok((request, _opening, _its_place)) => {
                     let served = visit.as_mut().and_then(Visit::take_served);
                     post(layer, request, served).await
                 }
@@ -225,6 +228,16 @@ fn unknown_session() -> Response {
 /// Serves a GET: a live session's event stream right here (`event_stream.rs`), any other
 /// through rmcp, which then gets the session's messages.
 async fn get(layer: &McpLayer, request: Request) -> Response {
+    // One client's streams first: past its own limit it waits for one of its streams to close.
+    let holder = holder_of(&request);
+    let its_place = match holder
+        .as_ref()
+        .map(|holder| layer.quotas.admit_stream(holder))
+    {
+        Some(Err(refusal)) => return over_quota(&refusal),
+        Some(Ok(place)) => place,
+        None => None,
+    };
     // A GET is an event stream: it holds its connection for as long as it is open.
     let max = layer.max_streams;
     let Some(stream) = Place::take(&layer.streams, |open| open < max) else {
@@ -240,7 +253,7 @@ async fn get(layer: &McpLayer, request: Request) -> Response {
     // The place is given back when the stream's body is dropped: the stream closed.
     get_stream(layer, request).await.map(|body| {
         Body::from_stream(body.into_data_stream().map(move |chunk| {
-            let _held = &stream;
+            let _held = (&stream, &its_place);
             chunk
         }))
     })
@@ -303,6 +316,7 @@ fn post(
 async fn post_to_rmcp(layer: &McpLayer, request: Request) -> Response {
     let session = session_of(request.headers()).map(str::to_owned);
     let principal = request.extensions().get::<Principal>().cloned();
+    let holder = holder_of(&request);
     let (parts, body) = request.into_parts();
     let chunks: Arc<Mutex<Vec<Bytes>>> = Arc::default();
     let recorder = chunks.clone();
@@ -319,6 +333,11 @@ async fn post_to_rmcp(layer: &McpLayer, request: Request) -> Response {
     let response = layer.through_rmcp(Request::from_parts(parts, body)).await;
     if !is_plain_rejection(&response) {
         follow_handshake(&layer.handshakes, session.as_deref(), &response, &chunks);
+        if let (None, Some(holder), Some(opened)) =
+            (&session, holder, session_of(response.headers()))
+        {
+            layer.quotas.opened(opened, holder, &layer.sessions);
+        }
         if let (Some(owners), None, Some(principal), Some(opened)) = (
             &layer.owners,
             &session,
@@ -372,12 +391,15 @@ fn follow_handshake(
 /// session is held. Requests of live sessions, `--stateless` servers and other sessionless
 /// requests (2026-07-28) pass without a count; a 2026-07-28 request is read first to see
 /// whether it is an `initialize` (only when a cap is set).
-async fn admit(layer: &McpLayer, request: Request) -> Result<(Request, Option<Place>), Response> {
-    let Some(max) = layer.max_sessions else {
-        return Ok((request, None));
-    };
+async fn admit(
+    layer: &McpLayer,
+    request: Request,
+) -> Result<(Request, Option<Place>, Option<quotas::Place>), Response> {
+    if layer.max_sessions.is_none() && !layer.quotas.counts_sessions() {
+        return Ok((request, None, None));
+    }
     if layer.stateless || request.headers().contains_key(SESSION_ID) {
-        return Ok((request, None));
+        return Ok((request, None, None));
     }
     let says_2026 = request
         .headers()
@@ -399,15 +421,27 @@ async fn admit(layer: &McpLayer, request: Request) -> Result<(Request, Option<Pl
         let opens_session = is_method(&body, "initialize");
         let request = Request::from_parts(parts, Body::from(body));
         if !opens_session {
-            return Ok((request, None));
+            return Ok((request, None, None));
         }
         request
     } else {
         request
     };
+    // The client's own share first, then the server's: a client over its quota takes no place
+    // among the sessions.
+    let its_place = match holder_of(&request)
+        .map(|holder| layer.quotas.admit_session(&holder, &layer.sessions))
+    {
+        Some(Err(refusal)) => return Err(over_quota(&refusal)),
+        Some(Ok(place)) => place,
+        None => None,
+    };
+    let Some(max) = layer.max_sessions else {
+        return Ok((request, None, its_place));
+    };
     let fits = |opening| layer.sessions.count() + opening < max;
     if let Some(place) = Place::take(&layer.opening, fits) {
-        return Ok((request, Some(place)));
+        return Ok((request, Some(place), its_place));
     }
     tracing::info!(
         max_sessions = max,
@@ -417,6 +451,30 @@ async fn admit(layer: &McpLayer, request: Request) -> Result<(Request, Option<Pl
         "Service Unavailable: this server holds its maximum of {max} sessions; retry in \
          {BUSY_RETRY_AFTER_S} s, or end a session you no longer use (DELETE)"
     )))
+}
+
+/// Who a request counts against for the per-client quotas: its principal, else its address.
+fn holder_of(request: &Request) -> Option<Holder> {
+    Holder::of(
+        request.extensions().get::<Principal>(),
+        request.extensions().get::<ClientAddr>(),
+    )
+}
+
+/// 429 with `Retry-After` and a JSON-RPC error: one client's quota is reached.
+fn over_quota(refusal: &OverQuota) -> Response {
+    tracing::debug!(holder = %refusal.holder, quota = refusal.what, "a client is over its quota");
+    let rejection = Rejection {
+        code: SERVER_BUSY,
+        message: format!("Too Many Requests: {}", refusal.message()),
+        id: Value::Null,
+    };
+    let mut response = rejection.into_response(StatusCode::TOO_MANY_REQUESTS);
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(refusal.retry_after.as_secs().max(1)),
+    );
+    response
 }
 
 /// Serves a DELETE: 204 when it ended a live session, 404 when there was none to end.

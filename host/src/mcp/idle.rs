@@ -200,9 +200,11 @@ impl Activity {
     }
 
     /// `app` as a service that counts its requests in flight until their response bodies end.
+    /// Each request carries the client's address (`quotas::ClientAddr`).
     pub fn wrap(
         self: Arc<Self>,
         app: Router,
+        client: std::net::IpAddr,
     ) -> impl tower::Service<
         Request<hyper::body::Incoming>,
         Response = Response,
@@ -213,8 +215,12 @@ impl Activity {
         tower::service_fn(move |request: Request<hyper::body::Incoming>| {
             let in_flight = activity.request_started();
             let app = app.clone();
+            let mut request = request.map(Body::new);
+            request
+                .extensions_mut()
+                .insert(super::quotas::ClientAddr(client));
             async move {
-                let response = app.oneshot(request.map(Body::new)).await?;
+                let response = app.oneshot(request).await?;
                 Ok(hold_until_sent(response, in_flight))
             }
         })

@@ -44,6 +44,7 @@ mod metrics;
 mod oauth;
 mod outbox;
 mod primitives;
+mod quotas;
 mod reply;
 mod request_body;
 mod server;
@@ -59,6 +60,7 @@ pub use self::{
     health::Readiness,
     http::{DEFAULT_SESSION_PASSIVATE_AFTER, HttpOptions, TlsFiles, serve_http},
     oauth::OAuthOptions,
+    quotas::{QuotaLimits, Quotas},
     reply::NextStepMode,
     server::{Shared, TurnstileServer},
     stdio::serve_stdio,

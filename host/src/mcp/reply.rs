@@ -409,6 +409,24 @@ pub fn invoke_failure(tool: &str, error: &InvokeError) -> CallToolResult {
     )
 }
 
+/// The caller started instances faster than its quota allows (`quotas.rs`): nothing ran.
+pub fn over_quota(tool: &str, refusal: &super::quotas::OverQuota) -> CallToolResult {
+    let retry_after_ms = refusal.retry_after.as_millis().max(1) as u64;
+    error_result(
+        format!(
+            "{tool} did not run and changed nothing: {}",
+            refusal.message()
+        ),
+        "QUOTA_EXCEEDED",
+        json!({
+            "tool": tool,
+            "quota": refusal.what,
+            "limit": refusal.limit,
+            "retryAfterMs": retry_after_ms,
+        }),
+    )
+}
+
 /// The plugin's call slots are all taken: nothing ran; the agent may retry after a pause.
 fn busy(tool: &str, error: &InvokeError) -> CallToolResult {
     /// A hint, not a promise: slots free up as the plugin's calls return.

@@ -77,6 +77,8 @@ pub struct Shared {
     pub store: Arc<dyn crate::store::StateStore>,
     /// The most handles one request may name in `_meta` (`--max-handles-per-request`).
     pub max_handles_per_request: usize,
+    /// What one principal (or client address) may hold and start (`quotas.rs`).
+    pub quotas: Arc<super::Quotas>,
 }
 
 /// One per MCP session (stdio: one per connection; sessionless HTTP: one per request; a session
@@ -478,6 +480,15 @@ impl TurnstileServer {
                 Target::Existing(key) => (key, false),
                 Target::Mint(key) => (key, true),
             };
+            // A handle-keyed mint counts against its caller's rate (a session's instances are
+            // bounded by its sessions).
+            if mint
+                && matches!(key.owner, Owner::Handle(_))
+                && let Some(holder) = quota_holder(&context)
+                && let Err(refusal) = self.shared.quotas.take_mint(&holder)
+            {
+                return Ok(reply::over_quota(tool.name(), &refusal).into());
+            }
             let span = record.span(Some(&key));
             self.call_instance(tool, key, mint, arguments, idempotency_key, context)
                 .instrument(span)
@@ -626,6 +637,16 @@ pub(super) fn tenant_of(context: &RequestContext<RoleServer>) -> Option<Tenant> 
 }
 
 /// Who an HTTP request is from, when authentication is on (`auth.rs` put it in the request).
+/// Who a request counts against for the per-client quotas (`quotas.rs`): its principal, else
+/// the address it came from (over stdio: nobody).
+fn quota_holder(context: &RequestContext<RoleServer>) -> Option<super::quotas::Holder> {
+    let parts = context.extensions.get::<axum::http::request::Parts>()?;
+    super::quotas::Holder::of(
+        parts.extensions.get::<Principal>(),
+        parts.extensions.get::<super::quotas::ClientAddr>(),
+    )
+}
+
 fn principal_of(context: &RequestContext<RoleServer>) -> Option<Principal> {
     let parts = context.extensions.get::<axum::http::request::Parts>()?;
     parts.extensions.get::<Principal>().cloned()

@@ -1,0 +1,315 @@
+//! What one client may hold at once and how fast it may start instances: sessions, event
+//! streams, and mints, counted per principal (with authentication) or per client address
+//! (without), so that one client cannot take what the server-wide caps leave for the others.
+//!
+//! This module owns the counts and the decisions; `http_layer.rs` asks it before opening a
+//! session or an event stream (a refusal is HTTP 429 with `Retry-After`), and the `tools/call`
+//! handler before a call mints an instance (a refusal is `isError` with code `QUOTA_EXCEEDED`
+//! and `retryAfterMs`, built in `reply.rs`). Every limit is off unless configured.
+//!
+//! - **Sessions**: a session is its opener's. Admission counts the sessions the server still
+//!   holds for that holder (a scan of the opener table, only with the limit set, only on
+//!   `initialize`) plus those of its `initialize`s still being answered, and takes a place in
+//!   the same step under the holder's entry lock, so racing `initialize`s cannot all pass.
+//! - **Event streams**: a place per open stream, given back when the stream's body is dropped.
+//! - **Mints**: a token bucket per holder (`--mint-rate` per second, `--mint-burst` at once).
+
+use std::{
+    net::IpAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use dashmap::DashMap;
+
+use super::{auth::Principal, session_records::SessionRecords};
+
+/// How many sessions open between two prunings of ended sessions' entries.
+const PRUNE_EVERY: usize = 1024;
+
+/// Mint buckets kept before the full ones (holders that stopped minting) are dropped.
+const MAX_IDLE_BUCKETS: usize = 10_000;
+
+/// The client address a request came from, put in its extensions by the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub IpAddr);
+
+/// Who a quota counts against.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Holder {
+    Principal(Arc<str>),
+    Address(IpAddr),
+}
+
+impl Holder {
+    /// The principal when the request has one, else the client's address.
+    pub fn of(principal: Option<&Principal>, address: Option<&ClientAddr>) -> Option<Holder> {
+        match (principal, address) {
+            (Some(principal), _) => Some(Holder::Principal(principal.0.as_str().into())),
+            (None, Some(address)) => Some(Holder::Address(address.0)),
+            (None, None) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Holder::Principal(principal) => write!(f, "principal {principal}"),
+            Holder::Address(address) => write!(f, "client address {address}"),
+        }
+    }
+}
+
+/// The limits (`None`: no limit).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuotaLimits {
+    /// `--max-sessions-per-principal`.
+    pub sessions: Option<usize>,
+    /// `--max-streams-per-principal`.
+    pub streams: Option<usize>,
+    /// `--mint-rate`: instances one holder may start per second, on average.
+    pub mint_rate: Option<f64>,
+    /// `--mint-burst`: how many it may start at once (the bucket's size).
+    pub mint_burst: f64,
+}
+
+/// The counts behind the limits; one per server, shared by every request.
+#[derive(Default)]
+pub struct Quotas {
+    limits: QuotaLimits,
+    /// Who opened each session (every session, while the session limit is set).
+    openers: DashMap<Arc<str>, Holder>,
+    opened: AtomicUsize,
+    /// Each holder's `initialize`s admitted and not yet answered.
+    opening: DashMap<Holder, usize>,
+    /// Each holder's open event streams.
+    streams: DashMap<Holder, usize>,
+    buckets: DashMap<Holder, Bucket>,
+}
+
+/// A refusal: what ran out, for whom, and when to try again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OverQuota {
+    pub what: &'static str,
+    pub limit: String,
+    pub holder: String,
+    pub retry_after: Duration,
+}
+
+impl OverQuota {
+    /// The sentence a client is told.
+    pub fn message(&self) -> String {
+        format!(
+            "{} holds its maximum of {} {} (the server's per-client limit); retry in {} ms",
+            self.holder,
+            self.limit,
+            self.what,
+            self.retry_after.as_millis()
+        )
+    }
+}
+
+/// A place under a holder's session or stream limit, given back when dropped.
+pub struct Place {
+    counts: Arc<Quotas>,
+    holder: Holder,
+    kind: Kind,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Opening,
+    Stream,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let table = match self.kind {
+            Kind::Opening => &self.counts.opening,
+            Kind::Stream => &self.counts.streams,
+        };
+        table.remove_if_mut(&self.holder, |_, count| {
+            *count = count.saturating_sub(1);
+            *count == 0
+        });
+    }
+}
+
+/// A token bucket: `tokens` when last looked at, `at`.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Quotas {
+    pub fn new(limits: QuotaLimits) -> Arc<Quotas> {
+        Arc::new(Quotas {
+            limits,
+            ..Quotas::default()
+        })
+    }
+
+    /// Whether sessions are counted per holder (only then does an `initialize` need one).
+    pub fn counts_sessions(&self) -> bool {
+        self.limits.sessions.is_some()
+    }
+
+    /// A place for `holder`'s new session, if it holds fewer than its limit (counting its
+    /// `initialize`s still being answered); `None` without a limit.
+    pub fn admit_session(
+        self: &Arc<Self>,
+        holder: &Holder,
+        sessions: &SessionRecords,
+    ) -> Result<Option<Place>, OverQuota> {
+        let Some(max) = self.limits.sessions else {
+            return Ok(None);
+        };
+        let held = self
+            .openers
+            .iter()
+            .filter(|entry| entry.value() == holder && sessions.exists(entry.key()))
+            .count();
+        let mut opening = self.opening.entry(holder.clone()).or_insert(0);
+        if held + *opening >= max {
+            return Err(OverQuota {
+                what: "sessions",
+                limit: max.to_string(),
+                holder: holder.to_string(),
+                retry_after: Duration::from_secs(5),
+            });
+        }
+        *opening += 1;
+        Ok(Some(Place {
+            counts: self.clone(),
+            holder: holder.clone(),
+            kind: Kind::Opening,
+        }))
+    }
+
+    /// Records that `holder` opened `session` (before its admission's place is given back);
+    /// now and then drops the entries of sessions that `sessions` no longer holds.
+    pub fn opened(&self, session: &str, holder: Holder, sessions: &SessionRecords) {
+        if !self.counts_sessions() {
+            return;
+        }
+        self.openers.insert(session.into(), holder);
+        if self.opened.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1 {
+            self.openers.retain(|session, _| sessions.exists(session));
+        }
+    }
+
+    /// A place for one more event stream of `holder`; `None` without a limit.
+    pub fn admit_stream(self: &Arc<Self>, holder: &Holder) -> Result<Option<Place>, OverQuota> {
+        let Some(max) = self.limits.streams else {
+            return Ok(None);
+        };
+        let mut open = self.streams.entry(holder.clone()).or_insert(0);
+        if *open >= max {
+            return Err(OverQuota {
+                what: "event streams",
+                limit: max.to_string(),
+                holder: holder.to_string(),
+                retry_after: Duration::from_secs(5),
+            });
+        }
+        *open += 1;
+        Ok(Some(Place {
+            counts: self.clone(),
+            holder: holder.clone(),
+            kind: Kind::Stream,
+        }))
+    }
+
+    /// Takes one mint from `holder`'s bucket, or says when the next one will be there.
+    pub fn take_mint(&self, holder: &Holder) -> Result<(), OverQuota> {
+        let Some(rate) = self.limits.mint_rate else {
+            return Ok(());
+        };
+        let burst = self.limits.mint_burst.max(1.0);
+        let now = Instant::now();
+        if self.buckets.len() > MAX_IDLE_BUCKETS {
+            self.buckets.retain(|_, bucket| {
+                bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate < burst
+            });
+        }
+        let mut bucket = self.buckets.entry(holder.clone()).or_insert(Bucket {
+            tokens: burst,
+            at: now,
+        });
+        let tokens =
+            (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate).min(burst);
+        bucket.at = now;
+        if tokens >= 1.0 {
+            bucket.tokens = tokens - 1.0;
+            return Ok(());
+        }
+        bucket.tokens = tokens;
+        Err(OverQuota {
+            what: "new instances per second",
+            limit: format!("{rate}"),
+            holder: holder.to_string(),
+            retry_after: Duration::from_secs_f64((1.0 - tokens) / rate),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alice() -> Holder {
+        Holder::Principal("token:alice".into())
+    }
+
+    #[test]
+    fn streams_past_the_limit_are_refused_until_one_closes() {
+        let quotas = Quotas::new(QuotaLimits {
+            streams: Some(2),
+            ..QuotaLimits::default()
+        });
+        let first = quotas.admit_stream(&alice()).unwrap();
+        let _second = quotas.admit_stream(&alice()).unwrap();
+        let refused = quotas.admit_stream(&alice()).err().expect("over the limit");
+        assert_eq!(refused.what, "event streams");
+        // Another holder has its own count.
+        let bob = Holder::Address("192.0.2.7".parse().unwrap());
+        assert!(quotas.admit_stream(&bob).is_ok());
+        drop(first);
+        assert!(quotas.admit_stream(&alice()).is_ok());
+    }
+
+    #[test]
+    fn mints_follow_the_bucket() {
+        let quotas = Quotas::new(QuotaLimits {
+            mint_rate: Some(10.0),
+            mint_burst: 3.0,
+            ..QuotaLimits::default()
+        });
+        for _ in 0..3 {
+            assert!(quotas.take_mint(&alice()).is_ok());
+        }
+        let refused = quotas
+            .take_mint(&alice())
+            .expect_err("the burst is spent");
+        assert!(
+            refused.retry_after <= Duration::from_millis(100),
+            "{refused:?}"
+        );
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(quotas.take_mint(&alice()).is_ok());
+    }
+
+    #[test]
+    fn without_limits_nothing_is_counted() {
+        let quotas = Quotas::new(QuotaLimits::default());
+        assert!(quotas.admit_stream(&alice()).unwrap().is_none());
+        for _ in 0..1000 {
+            quotas.take_mint(&alice()).unwrap();
+        }
+        assert!(quotas.buckets.is_empty() && quotas.streams.is_empty());
+    }
+}
