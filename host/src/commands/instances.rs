@@ -69,8 +69,14 @@ pub enum InstancesCommand {
         limit: usize,
     },
     /// Shows one instance (a handle, or a store key from `list`): state, context, timers, and
-    /// its audit trail (each transition: when, by which tool or timer, from, to, principal).
-    Show { instance: String },
+    /// its audit trail (each transition: when, by which tool or timer, from, to, principal; the
+    /// store keeps the last `--audit-keep` of them).
+    Show {
+        instance: String,
+        /// Only the last N entries of the audit trail (`audit_total` says how many there are).
+        #[arg(long, value_name = "N")]
+        last: Option<usize>,
+    },
     /// Puts an instance back in its machine's initial state and context.
     Reset { instance: String },
     /// Deletes an instance; its handle then answers UNKNOWN_HANDLE.
@@ -104,7 +110,7 @@ pub fn run_cli(args: InstancesArgs) -> anyhow::Result<ExitCode> {
             older_than_secs: older_than,
             limit,
         }),
-        InstancesCommand::Show { instance } => Action::Show { instance },
+        InstancesCommand::Show { instance, last } => Action::Show { instance, last },
         InstancesCommand::Reset { instance } => Action::Reset { instance },
         InstancesCommand::Delete { instance } => Action::Delete { instance },
     };
@@ -140,9 +146,17 @@ const ANNOUNCER: &str = "turnstile-instances";
 #[derive(Debug, Clone)]
 pub enum Action {
     List(Filter),
-    Show { instance: String },
-    Reset { instance: String },
-    Delete { instance: String },
+    Show {
+        instance: String,
+        /// Only the last this many audit entries.
+        last: Option<usize>,
+    },
+    Reset {
+        instance: String,
+    },
+    Delete {
+        instance: String,
+    },
 }
 
 /// Which instances `list` prints.
@@ -169,10 +183,15 @@ pub async fn run(
 ) -> anyhow::Result<ExitCode> {
     match action {
         Action::List(filter) => list(store, &filter, json, out).await?,
-        Action::Show { instance } => {
+        Action::Show { instance, last } => {
             let (key, record) = find(store, &instance).await?;
             let mut shown = describe(&key, &record);
-            shown["audit"] = serde_json::to_value(store.audit(&key).await?)?;
+            let mut audit = store.audit(&key).await?;
+            shown["audit_total"] = audit.len().into();
+            if let Some(last) = last {
+                audit.drain(..audit.len().saturating_sub(last));
+            }
+            shown["audit"] = serde_json::to_value(audit)?;
             if json {
                 writeln!(out, "{shown}")?;
             } else {
@@ -648,6 +667,7 @@ mod tests {
                 &store,
                 Action::Show {
                     instance: "doc-1".into(),
+                    last: None,
                 },
             )
             .await
@@ -670,6 +690,23 @@ mod tests {
         assert_eq!(record.version, 2);
         assert_eq!(record.snapshot["value"], "draft");
         assert_eq!(record.snapshot["context"], json!({"n": 0}));
+        // The reset is in the trail; `--last 0` shows none of it, and says how many there are.
+        let shown: Value = serde_json::from_str(
+            &run_text(
+                &store,
+                Action::Show {
+                    instance: "doc-1".into(),
+                    last: Some(0),
+                },
+            )
+            .await
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (shown["audit_total"].clone(), shown["audit"].clone()),
+            (json!(1), json!([]))
+        );
 
         run_text(
             &store,
@@ -684,6 +721,7 @@ mod tests {
             &store,
             Action::Show {
                 instance: "doc-1".into(),
+                last: None,
             },
         )
         .await;

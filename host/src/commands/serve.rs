@@ -33,6 +33,8 @@ pub struct ServeOptions {
     pub transport: Transport,
     pub store: String,
     pub store_namespace: String,
+    /// The audit entries kept per instance (`--audit-keep`).
+    pub audit_keep: u64,
     /// The data directory the default (embedded) store lives in, when it is used: created
     /// `0700`, or tightened to it, before the store opens.
     pub data_dir: Option<PathBuf>,
@@ -150,6 +152,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     let catalog = Arc::new(LiveCatalog::new(report.catalog));
     let store_options = StoreOptions {
         namespace: options.store_namespace.clone(),
+        audit_keep: options.audit_keep,
         ..StoreOptions::default()
     };
     if let Some(dir) = &options.data_dir {

@@ -60,6 +60,17 @@ pub struct ServeSettings {
         default_value = "turnstile"
     )]
     pub store_namespace: String,
+    /// Keep each instance's last N audit entries (transitions); a save that appends one drops
+    /// older ones.
+    #[arg(
+        long,
+        env = "TURNSTILE_AUDIT_KEEP",
+        hide_env = true,
+        value_name = "N",
+        default_value_t = crate::store::DEFAULT_AUDIT_KEEP,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub audit_keep: u64,
     /// Directory for the embedded store (created on first start). Default:
     /// `$XDG_DATA_HOME/turnstile`, else `~/.local/share/turnstile`.
     #[arg(long, env = "TURNSTILE_DATA_DIR", hide_env = true, value_name = "DIR")]
@@ -555,6 +566,7 @@ impl ServeSettings {
             }),
             data_dir,
             store_namespace: self.store_namespace,
+            audit_keep: self.audit_keep,
             http: HttpOptions {
                 session_idle_timeout: secs(self.session_idle_timeout),
                 session_passivate_after: (self.session_passivate_after > 0)

@@ -292,9 +292,7 @@ mod tests {
         for _ in 0..3 {
             assert!(quotas.take_mint(&alice()).is_ok());
         }
-        let refused = quotas
-            .take_mint(&alice())
-            .expect_err("the burst is spent");
+        let refused = quotas.take_mint(&alice()).expect_err("the burst is spent");
         assert!(
             refused.retry_after <= Duration::from_millis(100),
             "{refused:?}"

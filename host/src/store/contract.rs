@@ -21,6 +21,8 @@ use super::{
 };
 
 pub(super) const REDIS_URL_VAR: &str = "TURNSTILE_TEST_REDIS_URL";
+/// The audit entries every fixture keeps per instance: few, so a case can pass them.
+const AUDIT_KEEP: u64 = 5;
 pub(super) const POSTGRES_URL_VAR: &str = "TURNSTILE_TEST_POSTGRES_URL";
 pub(super) const REDIS_CLUSTER_URL_VAR: &str = "TURNSTILE_TEST_REDIS_CLUSTER_URL";
 
@@ -69,6 +71,7 @@ pub(super) fn unique_options() -> StoreOptions {
         namespace: format!("tst_{}_{nanos}_{n}", std::process::id()),
         op_timeout: Duration::from_secs(30),
         connect_timeout: Duration::from_secs(10),
+        audit_keep: AUDIT_KEEP,
         ..StoreOptions::default()
     }
 }
@@ -83,14 +86,17 @@ pub(super) enum Fixture {
 
 impl Fixture {
     pub(super) async fn memory() -> Self {
-        Fixture::Memory(Arc::new(super::MemoryStore::new()))
+        Fixture::Memory(Arc::new(
+            super::MemoryStore::new().keeping_audit(AUDIT_KEEP),
+        ))
     }
 
     pub(super) async fn embedded() -> Self {
         let dir = tempfile::tempdir().expect("temp dir for the embedded store");
-        let store = EmbeddedStore::open(dir.path().join("nested/dir/state.redb"))
-            .await
-            .expect("open embedded store in a temp dir");
+        let store =
+            EmbeddedStore::open_keeping(dir.path().join("nested/dir/state.redb"), AUDIT_KEEP)
+                .await
+                .expect("open embedded store in a temp dir");
         Fixture::Embedded(Arc::new(store), dir)
     }
 
@@ -196,6 +202,7 @@ all_stores!(
     due_times_past_the_largest_are_invalid,
     migration_corrects_due_times,
     the_audit_trail_grows_with_saves_and_goes_with_the_record,
+    the_audit_trail_keeps_its_last_entries,
 );
 
 /// The lease cases: every store other processes share, and the memory store (which keeps
@@ -975,6 +982,20 @@ fn audit_entry(version: u64, to: &str) -> AuditEntry {
 
 /// Entries are appended by the saves that carry one, in order, only when the save wins its
 /// compare-and-set, and are deleted with the record; another key's trail is its own.
+/// A long-lived instance's trail keeps its last `audit_keep` transitions (5 in these fixtures):
+/// older entries are dropped as new ones come, so the trail, and reading it, stay bounded.
+async fn the_audit_trail_keeps_its_last_entries(store: Arc<dyn StateStore>) {
+    for version in 1..=12 {
+        let mut next = record("w", version, &format!("s{version}"));
+        next.audit = Some(audit_entry(version, &format!("s{version}")));
+        store.save("k", &next, version - 1).await.unwrap();
+    }
+    let kept: Vec<AuditEntry> = (8..=12)
+        .map(|version| audit_entry(version, &format!("s{version}")))
+        .collect();
+    assert_eq!(store.audit("k").await.unwrap(), kept);
+}
+
 async fn the_audit_trail_grows_with_saves_and_goes_with_the_record(store: Arc<dyn StateStore>) {
     assert!(store.audit("k").await.unwrap().is_empty());
     let mut first = record("w", 1, "a");

@@ -148,6 +148,9 @@ pub struct EmbeddedStore {
     stats: Arc<BatchStats>,
     /// `Some` until `Drop` takes it to close the channel and join the thread.
     writer: Option<(mpsc::Sender<Op>, JoinHandle<()>)>,
+    /// The audit entries kept per instance (`StoreOptions::audit_keep`): the last this many
+    /// versions' entries.
+    audit_keep: u64,
 }
 
 impl EmbeddedStore {
@@ -168,6 +171,13 @@ impl EmbeddedStore {
     /// not a redb file, a journal segment is not readable, or another process (or another
     /// `EmbeddedStore`) has it open.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_keeping(path, super::DEFAULT_AUDIT_KEEP).await
+    }
+
+    /// [`EmbeddedStore::open`], keeping the last `audit_keep` versions' audit entries of each
+    /// instance.
+    pub async fn open_keeping(path: impl AsRef<Path>, audit_keep: u64) -> Result<Self, StoreError> {
+        let audit_keep = audit_keep.max(1);
         let path = path.as_ref().to_path_buf();
         if path.as_os_str().is_empty() {
             return Err(StoreError::Config(
@@ -179,7 +189,7 @@ impl EmbeddedStore {
             let name = name.clone();
             tokio::task::spawn_blocking(move || {
                 let db = open_file(&path, &name)?;
-                let segment = replay(&db, &path, &name)?;
+                let segment = replay(&db, &path, &name, audit_keep)?;
                 Ok::<_, StoreError>((db, segment, path))
             })
             .await
@@ -198,9 +208,11 @@ impl EmbeddedStore {
             path.clone(),
             Arc::clone(&db),
             Arc::clone(&overlay),
+            audit_keep,
         )
         .map_err(cannot_start)?;
         let writer = Writer {
+            audit_keep,
             name: name.clone(),
             path,
             db: Arc::clone(&db),
@@ -221,6 +233,7 @@ impl EmbeddedStore {
             overlay,
             stats,
             writer: Some((tx, thread)),
+            audit_keep,
         })
     }
 
@@ -322,7 +335,7 @@ fn open_file(path: &PathBuf, name: &str) -> Result<Database, StoreError> {
 
 /// Folds what the journal on disk holds past the last checkpoint (a server that stopped without
 /// closing the store left it) into redb, deletes its segments, and starts the next one.
-fn replay(db: &Database, path: &Path, name: &str) -> Result<Segment, StoreError> {
+fn replay(db: &Database, path: &Path, name: &str, audit_keep: u64) -> Result<Segment, StoreError> {
     let unavailable = |what: String| StoreError::Unavailable(format!("{name}: {what}"));
     let segments = journal::segments(path)
         .map_err(|e| unavailable(format!("cannot list the journal's segments: {e}")))?;
@@ -344,7 +357,7 @@ fn replay(db: &Database, path: &Path, name: &str) -> Result<Segment, StoreError>
         }
     }
     if let Some((last, _)) = segments.last() {
-        checkpoint::fold(db, &[&layer], *last).map_err(|e| storage(name, e))?;
+        checkpoint::fold(db, &[&layer], *last, audit_keep).map_err(|e| storage(name, e))?;
     }
     if replayed > 0 {
         tracing::info!(store = %name, changes = replayed, segments = segments.len(),
@@ -376,6 +389,8 @@ struct Writer {
     checkpointer: Option<Checkpointer>,
     /// A batch's frames, kept between batches so its buffer is reused.
     frames: Vec<u8>,
+    /// For the last checkpoint, when the store closes.
+    audit_keep: u64,
 }
 
 impl Writer {
@@ -662,7 +677,7 @@ impl Writer {
         }
         let layers = write_lock(&self.overlay).take_all();
         let layers: Vec<&Layer> = layers.iter().map(|layer| &**layer).collect();
-        match checkpoint::fold(&self.db, &layers, self.segment.number()) {
+        match checkpoint::fold(&self.db, &layers, self.segment.number(), self.audit_keep) {
             Ok(()) => {
                 self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
                 checkpoint::delete_segments(&self.path, u64::MAX);
@@ -986,6 +1001,7 @@ impl StateStore for EmbeddedStore {
     async fn audit(&self, key: &str) -> Result<Vec<AuditEntry>, StoreError> {
         let (stored_first, pending) = self.overlay().audit(key);
         let key = key.to_owned();
+        let audit_keep = self.audit_keep;
         self.read(move |txn, name| {
             // By version: an entry a checkpoint committed while this read ran is in both.
             let mut trail = BTreeMap::new();
@@ -1002,7 +1018,13 @@ impl StateStore for EmbeddedStore {
             for (version, text) in pending {
                 trail.insert(version, AuditEntry::decode(&key, &text)?);
             }
-            Ok(trail.into_values().collect())
+            // The last `audit_keep` versions' entries: what a checkpoint keeps.
+            let last = trail.keys().next_back().copied().unwrap_or(0);
+            Ok(trail
+                .into_iter()
+                .filter(|(version, _)| version + audit_keep > last)
+                .map(|(_, entry)| entry)
+                .collect())
         })
         .await
     }

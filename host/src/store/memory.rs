@@ -28,7 +28,7 @@ use super::{
 };
 
 /// In-memory store. Cloning is not offered: share it as `Arc<dyn StateStore>`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryStore {
     // A std Mutex, not a tokio one: no await happens while it is held, and every critical
     // section is a map lookup.
@@ -37,6 +37,19 @@ pub struct MemoryStore {
     machines: Mutex<BTreeMap<String, Box<str>>>,
     /// Whether it says it is shared ([`MemoryStore::shared`]).
     shared: bool,
+    /// The audit entries kept per instance (`StoreOptions::audit_keep`).
+    audit_keep: u64,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self {
+            records: Mutex::default(),
+            machines: Mutex::default(),
+            shared: false,
+            audit_keep: super::DEFAULT_AUDIT_KEEP,
+        }
+    }
 }
 
 /// The records and their due-time index, kept consistent under one lock.
@@ -167,6 +180,11 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The same store, keeping the last `audit_keep` audit entries of each instance.
+    pub fn keeping_audit(self, audit_keep: u64) -> Self {
+        Self { audit_keep, ..self }
     }
 
     /// An empty store that says it is shared ([`StateStore::is_shared`]), so instance actors
@@ -306,11 +324,10 @@ impl StateStore for MemoryStore {
         }
         records.by_key.insert(key.to_owned(), stored);
         if let Some(entry) = &record.audit {
-            records
-                .audit
-                .entry(key.to_owned())
-                .or_default()
-                .push(entry.clone());
+            let trail = records.audit.entry(key.to_owned()).or_default();
+            trail.push(entry.clone());
+            let over = trail.len().saturating_sub(self.audit_keep as usize);
+            trail.drain(..over);
         }
         Ok(())
     }

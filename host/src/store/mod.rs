@@ -430,7 +430,14 @@ pub struct StoreOptions {
     pub namespace: String,
     /// Maximum PostgreSQL connections (default 16).
     pub pool_size: usize,
+    /// The audit entries kept per instance (`--audit-keep`, default [`DEFAULT_AUDIT_KEEP`]):
+    /// a save that appends one drops those older than the last this many, so a long-lived
+    /// instance's trail, and what reading it costs, stay bounded.
+    pub audit_keep: u64,
 }
+
+/// The audit entries kept per instance unless configured otherwise.
+pub const DEFAULT_AUDIT_KEEP: u64 = 1000;
 
 impl Default for StoreOptions {
     fn default() -> Self {
@@ -439,6 +446,7 @@ impl Default for StoreOptions {
             connect_timeout: Duration::from_secs(2),
             namespace: "turnstile".to_owned(),
             pool_size: 16,
+            audit_keep: DEFAULT_AUDIT_KEEP,
         }
     }
 }
@@ -477,10 +485,14 @@ impl StoreOptions {
 pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn StateStore>, StoreError> {
     options.check_namespace()?;
     if url == "memory:" || url == "memory" {
-        return Ok(Arc::new(MemoryStore::new()));
+        return Ok(Arc::new(
+            MemoryStore::new().keeping_audit(options.audit_keep),
+        ));
     }
     if let Some(path) = url.strip_prefix("embedded:") {
-        return Ok(Arc::new(EmbeddedStore::open(path).await?));
+        return Ok(Arc::new(
+            EmbeddedStore::open_keeping(path, options.audit_keep).await?,
+        ));
     }
     if url.starts_with("redis://")
         || url.starts_with("rediss://")
@@ -494,7 +506,9 @@ pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn StateStor
     if !url.contains("://")
         && (url.starts_with('/') || url.starts_with("./") || url.ends_with(".redb"))
     {
-        return Ok(Arc::new(EmbeddedStore::open(url).await?));
+        return Ok(Arc::new(
+            EmbeddedStore::open_keeping(url, options.audit_keep).await?,
+        ));
     }
     Err(StoreError::Config(format!(
         "unknown state store URL {url:?}: expected memory:, embedded:PATH, a path, redis://, redis+cluster:// or postgres://"

@@ -108,7 +108,9 @@ impl Sql {
         )
     }
 
-    fn new(t: &str, machines: &str) -> Self {
+    /// The statements for instances table `t`, machines table `machines`, keeping the last
+    /// `audit_keep` versions' audit entries of each instance.
+    fn new(t: &str, machines: &str, audit_keep: u64) -> Self {
         let audit = audit_table(t);
         Self {
             load: format!(
@@ -130,8 +132,12 @@ impl Sql {
                  INSERT INTO {audit} (key, version, entry) SELECT key, $4, $9 FROM saved",
                 Self::insert(t)
             ),
+            // Data-modifying CTEs run whether or not anything reads them: the trim drops the
+            // entries older than the last `audit_keep` versions in the same statement.
             update_audited: format!(
-                "WITH saved AS ({} RETURNING key) \
+                "WITH saved AS ({} RETURNING key), \
+                 trimmed AS (DELETE FROM {audit} WHERE key IN (SELECT key FROM saved) \
+                   AND version <= $4::bigint - {audit_keep}) \
                  INSERT INTO {audit} (key, version, entry) SELECT key, $4, $12 FROM saved",
                 Self::update(t)
             ),
@@ -273,7 +279,7 @@ impl PostgresStore {
             config,
             namespace: options.namespace.clone(),
             pool,
-            sql: Sql::new(&table, &machines),
+            sql: Sql::new(&table, &machines, options.audit_keep.max(1)),
             table,
             machines,
             op_timeout: options.op_timeout,

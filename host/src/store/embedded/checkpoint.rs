@@ -48,11 +48,13 @@ struct Tables<'txn> {
     due: Table<'txn, (u64, &'static str), ()>,
     due_of: Table<'txn, &'static str, u64>,
     audit: Table<'txn, (&'static str, u64), &'static str>,
+    audit_keep: u64,
 }
 
 impl<'txn> Tables<'txn> {
-    fn open(txn: &'txn WriteTransaction) -> Result<Self, redb::Error> {
+    fn open(txn: &'txn WriteTransaction, audit_keep: u64) -> Result<Self, redb::Error> {
         Ok(Self {
+            audit_keep: audit_keep.max(1),
             instances: txn.open_table(INSTANCES)?,
             formats: txn.open_table(FORMATS)?,
             due: txn.open_table(DUE)?,
@@ -98,17 +100,30 @@ impl<'txn> Tables<'txn> {
         for (version, entry) in &pending.audit {
             self.audit.insert((key, *version), entry.as_str())?;
         }
+        // The trail keeps the last `audit_keep` versions' entries.
+        if let Some((last, _)) = pending.audit.last()
+            && *last > self.audit_keep
+        {
+            self.audit
+                .retain_in((key, 0)..=(key, last - self.audit_keep), |_, _| false)?;
+        }
         Ok(())
     }
 }
 
 /// Writes `layers`, oldest first, into redb in one durable transaction, which also records that
 /// every segment up to `through` is folded in.
-pub fn fold(db: &Database, layers: &[&Layer], through: u64) -> Result<(), redb::Error> {
+/// Each instance's audit trail keeps the entries of its last `audit_keep` versions.
+pub fn fold(
+    db: &Database,
+    layers: &[&Layer],
+    through: u64,
+    audit_keep: u64,
+) -> Result<(), redb::Error> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
     {
-        let mut tables = Tables::open(&txn)?;
+        let mut tables = Tables::open(&txn, audit_keep)?;
         for layer in layers {
             for (key, pending) in layer.iter() {
                 tables.put(key, pending)?;
@@ -178,6 +193,7 @@ impl Checkpointer {
         store: PathBuf,
         db: Arc<Database>,
         overlay: Arc<RwLock<Overlay>>,
+        audit_keep: u64,
     ) -> std::io::Result<Self> {
         let (jobs, rx) = mpsc::channel::<Job>();
         let thread = std::thread::Builder::new()
@@ -193,7 +209,16 @@ impl Checkpointer {
                             Err(_) => return,
                         },
                     };
-                    if !run(&name, &store, &db, &overlay, job, &rx, &mut waiting) {
+                    if !run(
+                        &name,
+                        &store,
+                        &db,
+                        audit_keep,
+                        &overlay,
+                        job,
+                        &rx,
+                        &mut waiting,
+                    ) {
                         return;
                     }
                 }
@@ -204,10 +229,12 @@ impl Checkpointer {
 
 /// Folds `job`'s layer into redb, retrying at growing intervals until it succeeds; jobs that
 /// come meanwhile wait in `waiting`. Returns `false` when the store closed first.
+#[allow(clippy::too_many_arguments)] // The checkpoint thread's whole state, each part named.
 fn run(
     name: &str,
     store: &std::path::Path,
     db: &Database,
+    audit_keep: u64,
     overlay: &RwLock<Overlay>,
     mut job: Job,
     rx: &mpsc::Receiver<Job>,
@@ -215,7 +242,7 @@ fn run(
 ) -> bool {
     let mut wait = FIRST_RETRY;
     loop {
-        match fold(db, &[&job.layer], job.segments_below - 1) {
+        match fold(db, &[&job.layer], job.segments_below - 1, audit_keep) {
             Ok(()) => {
                 write_lock(overlay).checkpointed();
                 delete_segments(store, job.segments_below);

@@ -465,11 +465,12 @@ fn a_version_check_does_not_miss_a_key_a_checkpoint_moved() {
         segment: journal::Segment::create(&path, 1).unwrap(),
         checkpointer: None,
         frames: Vec::new(),
+        audit_keep: super::super::DEFAULT_AUDIT_KEEP,
     };
     // First op of the batch: a key nobody knows, read from redb.
     assert_eq!(writer.stored_version("a").unwrap(), None);
     // The checkpoint thread: commit, then drop the layer.
-    super::checkpoint::fold(&db, &[&frozen], 0).unwrap();
+    super::checkpoint::fold(&db, &[&frozen], 0, super::super::DEFAULT_AUDIT_KEEP).unwrap();
     overlay.write().unwrap().checkpointed();
     // Second op of the batch: "b" is at version 1, now in redb only.
     assert_eq!(writer.stored_version("b").unwrap(), Some(1));
@@ -488,4 +489,38 @@ async fn a_segment_of_zeros_is_empty() {
         .save("a", &record("w", 1, None, "a1"), 0)
         .await
         .unwrap();
+}
+
+/// The file keeps only the last `audit_keep` versions' audit entries: a checkpoint drops the
+/// older ones, so a long-lived instance's trail does not grow the file without bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_drops_audit_entries_past_the_kept_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.redb");
+    {
+        let store = EmbeddedStore::open_keeping(&path, 3).await.unwrap();
+        let mut record = InstanceRecord::first("w", json!(0));
+        for version in 1..=10 {
+            record.version = version;
+            record.audit = Some(super::AuditEntry {
+                at_ms: version,
+                version,
+                by: "tool:t.go".into(),
+                event: Some("GO".into()),
+                from: json!(version - 1),
+                to: json!(version),
+                principal: None,
+            });
+            store.save("k", &record, version - 1).await.unwrap();
+        }
+        // Closing folds everything into the file.
+    }
+    let db = redb::Database::create(&path).unwrap();
+    let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let table = txn.open_table(super::AUDIT).unwrap();
+    let versions: Vec<u64> = redb::ReadableTable::range(&table, ("k", 0)..=("k", u64::MAX))
+        .unwrap()
+        .map(|entry| entry.unwrap().0.value().1)
+        .collect();
+    assert_eq!(versions, [8, 9, 10]);
 }

@@ -68,8 +68,9 @@ end
 
 /// CAS save. KEYS: record hash, index, due index, audit list, lease. ARGV: expected, version,
 /// workflow, snapshot, updated_at_ms, key, format, extras, due time (decimal, or "" for none),
-/// audit entry (JSON, or "" for none: appended to the audit list with the record), fence
-/// (`"<token> <holder>"`, or "" for none). Returns "ok", "fenced <ms>" when the lease refuses
+/// audit entry (JSON, or "" for none: appended to the audit list with the record, which then
+/// keeps its last `audit_keep` entries), fence (`"<token> <holder>"`, or "" for none),
+/// `audit_keep`. Returns "ok", "fenced <ms>" when the lease refuses
 /// it, or the stored version ("none" when absent) on conflict. Versions are compared as decimal
 /// strings: Lua numbers are doubles and would round above 2^53; due times are padded as strings
 /// too.
@@ -95,6 +96,7 @@ end
 redis.call('ZADD', KEYS[2], 0, ARGV[6])
 if ARGV[10] and ARGV[10] ~= '' then
   redis.call('RPUSH', KEYS[4], ARGV[10])
+  redis.call('LTRIM', KEYS[4], -tonumber(ARGV[12]), -1)
 end
 return 'ok'
 ";
@@ -552,7 +554,8 @@ impl StateStore for RedisStore {
                     .map(AuditEntry::encode)
                     .unwrap_or_default(),
             )
-            .arg(fence_arg(record.fence.as_ref()));
+            .arg(fence_arg(record.fence.as_ref()))
+            .arg(self.options.audit_keep.max(1));
         let answer: String = self
             .bounded(
                 "save",
