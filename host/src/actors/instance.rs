@@ -304,7 +304,21 @@ impl InstanceDeps {
     ) -> Result<(), InstanceError> {
         let store_key = key.store_key();
         self.keep_machine(workflow).await?;
-        let saved = crate::metrics::timed_save(self.store.save(&store_key, record, expected)).await;
+        let saved =
+            match crate::metrics::timed_save(self.store.save(&store_key, record, expected)).await {
+                // No answer is not "not saved": learn which it was before telling the caller.
+                Err(failure @ StoreError::Unavailable(_)) => {
+                    crate::store::settle_unanswered_save(
+                        &*self.store,
+                        &store_key,
+                        record,
+                        expected,
+                        failure,
+                    )
+                    .await
+                }
+                other => other,
+            };
         if let Err(StoreError::Fenced { .. }) = &saved {
             crate::metrics::lease_fenced();
             tracing::info!(instance = %key, "a save was refused: this server's lease on the instance lapsed or moved");

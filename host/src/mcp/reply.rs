@@ -356,6 +356,22 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
                 }),
             );
         }
+        InstanceError::Store(StoreError::Ambiguous { .. }) => {
+            return error_result(
+                format!(
+                    "{tool} ran, but the store did not answer whether its result was saved: the \
+                     instance may have moved. A retry with the same _meta.idempotencyKey is safe \
+                     (if it was saved, the retry is answered from memory and runs nothing); \
+                     without one, read the instance's state before calling again."
+                ),
+                "STORE_UNAVAILABLE",
+                json!({
+                    "tool": tool,
+                    "message": error.to_string(),
+                    "committed": "unknown",
+                }),
+            );
+        }
         InstanceError::Store(StoreError::UnsupportedFormat { .. }) => "VERSION_UNAVAILABLE",
         InstanceError::Store(_) => "STORE_UNAVAILABLE",
         InstanceError::UnknownHandle(_) => "UNKNOWN_HANDLE",

@@ -43,6 +43,20 @@ pub enum StoreError {
     #[error("state store unavailable: {0}")]
     Unavailable(String),
 
+    /// A save got no answer (the store timed out, or the connection dropped) and reading the
+    /// record again could not tell whether it was applied (see `unanswered.rs`): it may have
+    /// been. A retry with the same idempotency key is safe either way.
+    #[error(
+        "state store unavailable: the save of {key:?} got no answer ({reason}), and whether it \
+         was applied could not be learned"
+    )]
+    Ambiguous {
+        /// The record's key.
+        key: String,
+        /// What happened to the save.
+        reason: String,
+    },
+
     /// A stored record could not be decoded.
     #[error("corrupt record {key:?}: {reason}")]
     Corrupt {
@@ -98,6 +112,9 @@ fn fmt_version(current: &Option<u64>) -> String {
 impl StoreError {
     /// True for errors worth retrying later without changing the request.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
+        matches!(
+            self,
+            StoreError::Unavailable(_) | StoreError::Ambiguous { .. }
+        )
     }
 }

@@ -20,8 +20,10 @@
 //!   (`embedded/journal.rs`: the journal's format; `embedded/overlay.rs`: what is acknowledged
 //!   but not yet in the file; `embedded/checkpoint.rs`: folding it in; `embedded/tests.rs`: its
 //!   own tests; `embedded/files.rs`: its files `0600`, its data directory `0700`).
-//! - `redis.rs`: [`RedisStore`], shared by several server processes; CAS in a Lua script.
+//! - `redis/`: [`RedisStore`], shared by several server processes (one Redis, or a Redis
+//!   Cluster: `redis/layout.rs` names the keys, `redis/link.rs` connects); CAS in a Lua script.
 //! - `postgres.rs`: [`PostgresStore`], one table; CAS in `UPDATE … WHERE version = $n`.
+//! - `unanswered.rs`: what a save that got no answer did, learned by reading the record again.
 //! - `contract.rs` (tests only): the one suite every store must pass.
 //! - `outage.rs` (tests only): servers killed, stalled and restarted under the remote stores.
 //!
@@ -87,6 +89,7 @@ mod memory;
 mod migrate;
 mod postgres;
 mod redis;
+mod unanswered;
 
 #[cfg(test)]
 mod contract;
@@ -104,6 +107,7 @@ pub use self::{
     migrate::{MigrationReport, migrate},
     postgres::PostgresStore,
     redis::RedisStore,
+    unanswered::settle as settle_unanswered_save,
 };
 
 /// One workflow instance as stored: what an instance actor needs to come back to life.
@@ -263,6 +267,13 @@ pub trait StateStore: Send + Sync {
     /// instance actor then cannot trust its in-memory copy and rereads the record before every
     /// call, so the gate is checked against the state every process agrees on.
     fn is_shared(&self) -> bool {
+        false
+    }
+
+    /// Whether a read sent after a write that got no answer is answered after that write was
+    /// applied or dropped for good (one connection, requests answered in order: Redis). Then a
+    /// reread settles what an unanswered save did (`unanswered.rs`).
+    fn answers_in_order(&self) -> bool {
         false
     }
 

@@ -209,12 +209,14 @@ async fn remote_store_hanging_at_startup_fails_in_time() {
     }
 }
 
-/// A TCP proxy to a real server that the test can stall (hold every byte) or cut (close every
-/// connection and stop listening), to play a slow or failing network.
+/// A TCP proxy to a real server that the test can stall (hold every byte), stall the replies of
+/// (hold what the server sends, after it acted on the requests), or cut (close every connection
+/// and stop listening), to play a slow or failing network.
 struct Proxy {
     port: u16,
     upstream: SocketAddr,
     stalled: Arc<AtomicBool>,
+    replies_stalled: Arc<AtomicBool>,
     tasks: JoinSet<()>,
 }
 
@@ -223,8 +225,9 @@ impl Proxy {
         let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let stalled = Arc::new(AtomicBool::new(false));
+        let replies_stalled = Arc::new(AtomicBool::new(false));
         let mut tasks = JoinSet::new();
-        let flag = Arc::clone(&stalled);
+        let (flag, replies_flag) = (Arc::clone(&stalled), Arc::clone(&replies_stalled));
         tasks.spawn(async move {
             let mut conns = JoinSet::new();
             while let Ok((client, _)) = listener.accept().await {
@@ -233,20 +236,28 @@ impl Proxy {
                 };
                 let (cr, cw) = client.into_split();
                 let (sr, sw) = server.into_split();
-                conns.spawn(pump(cr, sw, Arc::clone(&flag)));
-                conns.spawn(pump(sr, cw, Arc::clone(&flag)));
+                let none = Arc::new(AtomicBool::new(false));
+                conns.spawn(pump(cr, sw, [Arc::clone(&flag), none]));
+                conns.spawn(pump(sr, cw, [Arc::clone(&flag), Arc::clone(&replies_flag)]));
             }
         });
         Self {
             port,
             upstream,
             stalled,
+            replies_stalled,
             tasks,
         }
     }
 
     fn stall(&self, on: bool) {
         self.stalled.store(on, Ordering::SeqCst);
+    }
+
+    /// Holds (or lets go of) what the server sends back; what clients send still reaches it.
+    fn stall_replies(&self) -> Arc<AtomicBool> {
+        self.replies_stalled.store(true, Ordering::SeqCst);
+        Arc::clone(&self.replies_stalled)
     }
 
     /// Closes every proxied connection and the listener (the accept task owns both).
@@ -256,10 +267,11 @@ impl Proxy {
     }
 }
 
+/// Copies `from` to `to`, holding the bytes while either flag is up.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    stalled: Arc<AtomicBool>,
+    stalled: [Arc<AtomicBool>; 2],
 ) {
     let mut buf = vec![0; 16 * 1024];
     loop {
@@ -267,7 +279,7 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        while stalled.load(Ordering::SeqCst) {
+        while stalled.iter().any(|flag| flag.load(Ordering::SeqCst)) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         if to.write_all(&buf[..n]).await.is_err() {
@@ -361,6 +373,74 @@ async fn redis_stalled_times_out_then_recovers() {
         .unwrap();
     store.destroy_namespace().await.unwrap();
     drop(proxy);
+}
+
+/// Issue 39, item 8: Redis applies a save, and its reply is held past the timeout. The save's
+/// caller gets no answer, but a reread (which waits behind the save's reply on the connection)
+/// learns that it was applied: the save is reported as done, not failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_save_applied_but_unanswered_is_learned_by_rereading() {
+    let url = super::contract::redis_url();
+    let proxy = Proxy::start(0, upstream_of(&url, 6379)).await;
+    let proxied = via_proxy(&url, proxy.port);
+    let options = outage_options();
+    let store = patiently(&format!("Redis via proxy to {url}"), || {
+        RedisStore::connect(&proxied, &options)
+    })
+    .await;
+    let v1 = InstanceRecord::first("w", json!("a"));
+    store.save("k", &v1, 0).await.unwrap();
+    let v2 = v1.next(json!("b"));
+
+    let stalled = proxy.stall_replies();
+    // The replies flow again after the save has timed out, while its reread waits.
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(OP_TIMEOUT + OP_TIMEOUT / 4).await;
+        stalled.store(false, Ordering::SeqCst);
+    });
+    let failure = store
+        .save("k", &v2, 1)
+        .await
+        .expect_err("the reply is held");
+    assert!(matches!(failure, StoreError::Unavailable(_)), "{failure}");
+    let settled = super::settle_unanswered_save(&store, "k", &v2, 1, failure).await;
+    release.await.unwrap();
+    assert!(settled.is_ok(), "the save was applied: {settled:?}");
+    assert_eq!(store.load("k").await.unwrap().map(|r| r.version), Some(2));
+    store.destroy_namespace().await.unwrap();
+}
+
+/// Where a reread cannot tell (a store that does not answer in order, here the memory store
+/// standing in for one), an unanswered save is `Ambiguous`, not failed; a save the reread finds
+/// applied is done.
+#[tokio::test]
+async fn an_unanswered_save_the_reread_cannot_place_is_ambiguous() {
+    let store = super::MemoryStore::new();
+    let v1 = InstanceRecord::first("w", json!("a"));
+    store.save("k", &v1, 0).await.unwrap();
+    let v2 = v1.next(json!("b"));
+    let no_answer = || StoreError::Unavailable("timed out after 2s".into());
+    let unsure = super::settle_unanswered_save(&store, "k", &v2, 1, no_answer()).await;
+    assert!(
+        matches!(unsure, Err(StoreError::Ambiguous { .. })),
+        "{unsure:?}"
+    );
+    store.save("k", &v2, 1).await.unwrap();
+    let applied = super::settle_unanswered_save(&store, "k", &v2, 1, no_answer()).await;
+    assert!(applied.is_ok(), "{applied:?}");
+    // Other failures are not second-guessed.
+    let conflict = super::settle_unanswered_save(
+        &store,
+        "k",
+        &v2,
+        1,
+        StoreError::Fenced {
+            key: "k".into(),
+            remaining_ms: None,
+        },
+    )
+    .await;
+    assert!(matches!(conflict, Err(StoreError::Fenced { .. })));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -411,6 +411,11 @@ impl StateStore for RedisStore {
         true
     }
 
+    /// One multiplexed connection (per master, on a cluster): a reread travels behind the save.
+    fn answers_in_order(&self) -> bool {
+        true
+    }
+
     async fn announce_change(&self, origin: &str, key: &str) -> Result<(), StoreError> {
         self.publish_changed(origin, key).await
     }
