@@ -243,3 +243,152 @@ async fn a_principal_cannot_reach_another_principals_instances_or_sessions() {
         "bob's DELETE did not end alice's session"
     );
 }
+
+/// An `http_through` client sending `bearer`.
+async fn client_as(server: &Server, bearer: &str) -> Client {
+    Client::http_through(&server.url, reqwest::Client::new(), Some(bearer)).await
+}
+
+/// Issue 39, attack 6: a bare token's principal is a digest of the token, not its line. Token A
+/// mints an instance; the file then lists a new token B first and A second (A's old line is
+/// B's now); after SIGHUP, B sees nothing of A's instance, and A still has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reordering_bare_tokens_gives_no_token_another_s_instances() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, "tok-a-0123456789\n").unwrap();
+    let server = Server::http(
+        plugins.path(),
+        &[
+            "--auth-token-file",
+            file.to_str().unwrap(),
+            "--state-handle-key",
+        ],
+    );
+    let a = client_as(&server, "tok-a-0123456789").await;
+    let handle = handle_of(&a.call("invoice.submit", json!({"amount": 5})).await);
+    std::fs::write(&file, "tok-b-9876543210\ntok-a-0123456789\n").unwrap();
+    server.signal(libc::SIGHUP);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while post(&server, Some("tok-b-9876543210")).await.status() != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "token B never came in"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let b = client_as(&server, "tok-b-9876543210").await;
+    let seen_by_b = b.call("invoice.status", json!({"handle": handle})).await;
+    assert_eq!(error_code(&seen_by_b), "UNKNOWN_HANDLE");
+    let a = client_as(&server, "tok-a-0123456789").await;
+    let seen_by_a = a.call("invoice.status", json!({"handle": handle})).await;
+    assert_ne!(seen_by_a.is_error, Some(true), "{seen_by_a:?}");
+    // A bare token is named in a WARN: it cannot be rotated without its instances.
+    assert!(
+        server.stderr().contains("a token without a name"),
+        "{}",
+        server.stderr()
+    );
+}
+
+/// Instances that a named token's principal made before principals were namespaced (stored
+/// under the tenant of the bare name) are moved to its namespaced tenant at start, and it keeps
+/// using them; a JWT `sub` of that name would not reach them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_keeps_the_instances_it_made_under_its_old_principal() {
+    use sha2::{Digest, Sha256};
+    let tenant = |name: &str| -> String {
+        Sha256::digest(name.as_bytes())[..16]
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
+    };
+    let namespace = format!("legacy_{}", uuid::Uuid::new_v4().simple());
+    let store = common::redis_url();
+    // An instance in review, made without authentication, then put where the previous release
+    // kept alice's: under the tenant of her bare name.
+    let handle = {
+        let plugins = PluginDir::with(&["invoice"]);
+        let open = Server::http(
+            plugins.path(),
+            &[
+                "--state-handle-key",
+                "--store",
+                &store,
+                "--store-namespace",
+                &namespace,
+            ],
+        );
+        let client = Client::http(&open.url).await;
+        handle_of(&client.call("invoice.submit", json!({"amount": 5})).await)
+    };
+    let key = format!("handle/{handle}@{}", tenant("alice"));
+    let redis = redis::Client::open(store.as_str()).unwrap();
+    let mut con = redis.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("RENAME")
+        .arg(format!("{namespace}:i:handle/{handle}"))
+        .arg(format!("{namespace}:i:{key}"))
+        .exec_async(&mut con)
+        .await
+        .unwrap();
+    redis::cmd("ZREM")
+        .arg(format!("{namespace}:index"))
+        .arg(format!("handle/{handle}"))
+        .exec_async(&mut con)
+        .await
+        .unwrap();
+    redis::cmd("ZADD")
+        .arg(format!("{namespace}:index"))
+        .arg(0)
+        .arg(&key)
+        .exec_async(&mut con)
+        .await
+        .unwrap();
+
+    let plugins = PluginDir::with(&["invoice"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, "alice s3cret-alice\n").unwrap();
+    let server = Server::http(
+        plugins.path(),
+        &[
+            "--auth-token-file",
+            file.to_str().unwrap(),
+            "--state-handle-key",
+            "--store",
+            &store,
+            "--store-namespace",
+            &namespace,
+        ],
+    );
+    let alice = client_as(&server, "s3cret-alice").await;
+    let status = alice
+        .call("invoice.status", json!({"handle": handle}))
+        .await;
+    assert_ne!(status.is_error, Some(true), "{status:?}");
+    assert_eq!(status.structured_content.unwrap()["state"], "review");
+    let approved = alice
+        .call("invoice.approve", json!({"handle": handle}))
+        .await;
+    assert_ne!(approved.is_error, Some(true), "{approved:?}");
+    let old: bool = redis::cmd("EXISTS")
+        .arg(format!("{namespace}:i:{key}"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(!old, "the old key is gone");
+    drop(server);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{namespace}:*"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    for key in keys {
+        redis::cmd("DEL")
+            .arg(key)
+            .exec_async(&mut con)
+            .await
+            .unwrap();
+    }
+}

@@ -108,8 +108,8 @@ async fn find_show_reset_delete(store_args: Vec<String>, restart: bool) {
     assert_eq!(
         trail,
         [
-            json!(["tool:invoice.submit", "draft", "review", "alice"]),
-            json!(["tool:invoice.approve", "review", "approved", "alice"]),
+            json!(["tool:invoice.submit", "draft", "review", "token:alice"]),
+            json!(["tool:invoice.approve", "review", "approved", "token:alice"]),
         ]
     );
 

@@ -33,6 +33,7 @@ mod routes;
 mod runtime;
 mod system;
 mod tables;
+mod tenant_moves;
 mod tenure;
 #[cfg(test)]
 mod tests;
@@ -47,6 +48,7 @@ pub use self::{
     registry::RegistryStats,
     runtime::Runtime,
     system::{ActorOptions, start},
+    tenant_moves::move_tenants,
     tenure::LeaseSettings,
     wake::Woke,
     workers::Workers,

@@ -2,10 +2,12 @@
 //! tokens (`oauth.rs`), both giving a request one [`Principal`].
 //!
 //! The token file holds one token per line, `TOKEN` or `NAME TOKEN`; blank lines and lines
-//! starting with `#` are skipped. `NAME` is the principal the token stands for (a bare token's
-//! principal is `line-N`, its line number). Tokens are compared in constant time, and the file is
-//! read again on SIGHUP, so tokens can be rotated without a restart (a file that does not parse
-//! keeps the old tokens and logs why).
+//! starting with `#` are skipped. A named token's principal is `token:NAME`; a bare token's is
+//! `token:sha256:` and a digest of the token itself, so it moves with the token and never with
+//! its line (reordering the file gives no token another's instances), and each bare token is
+//! named in a WARN at load: it cannot be rotated without its instances. Tokens are compared in
+//! constant time, and the file is read again on SIGHUP, so tokens can be rotated without a restart
+//! (a file that does not parse keeps the old tokens and logs why).
 //!
 //! Every route but the health probes and the OAuth metadata needs `Authorization: Bearer TOKEN`;
 //! a request without one, or with a token that is neither in the file nor a valid access token,
@@ -22,6 +24,7 @@ use super::{
     jsonrpc_errors::{Rejection, UNAUTHORIZED},
     oauth::{OAuth, Refused},
 };
+use crate::actors::Tenant;
 use axum::{
     extract::{Request, State},
     http::{HeaderValue, StatusCode, header},
@@ -29,10 +32,66 @@ use axum::{
     response::Response,
 };
 
-/// Who a request is from, as its token says: the token's name in the token file, or the `sub`
-/// of an OAuth access token.
+/// Who a request is from, named by where its proof came from, so that no two sources can name
+/// the same principal: `token:NAME` (a named token of the token file), `token:sha256:HEX` (a
+/// bare token, by a digest of the token), `oauth:ISSUER#SUB` (an OAuth access token).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal(pub String);
+
+impl Principal {
+    /// The principal of the token file's line `NAME TOKEN`.
+    pub fn named_token(name: &str) -> Principal {
+        Principal(format!("token:{name}"))
+    }
+
+    /// The principal of a bare token: the first 16 bytes of its SHA-256, in hex.
+    pub fn bare_token(token: &str) -> Principal {
+        Principal(format!("token:sha256:{}", hex16(token)))
+    }
+
+    /// The principal of an OAuth access token of `issuer` for `sub`.
+    pub fn oauth(issuer: &str, sub: &str) -> Principal {
+        Principal(format!("oauth:{issuer}#{sub}"))
+    }
+
+    /// The tenant its handle-keyed instances belong to (`actors::Tenant`). An OAuth principal
+    /// keeps the tenant its `sub` always had, so instances made before principals were
+    /// namespaced stay its own (one issuer per server). A token principal's tenant is its
+    /// namespaced name behind a NUL byte, which no accepted `sub` holds (`oauth.rs` refuses
+    /// control characters), so a `sub` can never reach a token's instances; instances of the
+    /// old token forms are moved to it at start (`commands/serve.rs`).
+    pub fn tenant(&self) -> Tenant {
+        match self
+            .0
+            .strip_prefix("oauth:")
+            .and_then(|rest| rest.split_once('#'))
+        {
+            Some((_, sub)) => Tenant::of(sub),
+            None => Tenant::of(&format!("\0{}", self.0)),
+        }
+    }
+}
+
+/// The first 16 bytes of SHA-256 over `text`, as 32 hex digits.
+fn hex16(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write;
+    let digest = Sha256::digest(text.as_bytes());
+    let mut hex = String::with_capacity(32);
+    for byte in &digest[..16] {
+        // Writing to a String cannot fail.
+        let _ = write!(hex, "{byte:02x}");
+    }
+    hex
+}
+
+/// One line of the token file: the token, its principal, and what that principal was called
+/// before principals were namespaced (for moving its instances: `legacy_tenants`).
+struct TokenLine {
+    token: String,
+    principal: Principal,
+    legacy_name: String,
+}
 
 /// Every way a request may prove who it is from; at least one is set.
 #[derive(Clone)]
@@ -59,8 +118,8 @@ impl Authenticator {
     }
 }
 
-/// Each token with the principal it stands for.
-type TokenList = Vec<(String, Principal)>;
+/// The token file's lines, in order.
+type TokenList = Vec<TokenLine>;
 
 /// The tokens in force, and the file they come from.
 #[derive(Clone)]
@@ -75,6 +134,7 @@ impl Tokens {
     /// asked to authenticate must not start open).
     pub fn load(file: &Path) -> anyhow::Result<Tokens> {
         let tokens = parse_file(file)?;
+        warn_of_bare_tokens(file, &tokens);
         Ok(Tokens {
             file: file.to_owned(),
             current: Arc::new(RwLock::new(Arc::new(tokens))),
@@ -85,6 +145,7 @@ impl Tokens {
     pub fn reload(&self) {
         match parse_file(&self.file) {
             Ok(tokens) => {
+                warn_of_bare_tokens(&self.file, &tokens);
                 let count = tokens.len();
                 *self
                     .current
@@ -107,12 +168,27 @@ impl Tokens {
             .unwrap_or_else(|poison| poison.into_inner())
             .clone();
         let mut found = None;
-        for (known, principal) in tokens.iter() {
-            if constant_time_eq(known.as_bytes(), token.as_bytes()) && found.is_none() {
-                found = Some(principal.clone());
+        for line in tokens.iter() {
+            if constant_time_eq(line.token.as_bytes(), token.as_bytes()) && found.is_none() {
+                found = Some(line.principal.clone());
             }
         }
         found
+    }
+
+    /// The tenants the file's principals had before principals were namespaced (`NAME`, and a
+    /// bare token's `line-N` as the file stands now), each with the tenant it has now: what
+    /// moving their instances at start needs.
+    pub fn legacy_tenants(&self) -> Vec<(Tenant, Tenant)> {
+        let tokens = self
+            .current
+            .read()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .clone();
+        tokens
+            .iter()
+            .map(|line| (Tenant::of(&line.legacy_name), line.principal.tenant()))
+            .collect()
     }
 
     /// Reloads on every SIGHUP.
@@ -140,21 +216,45 @@ fn parse_file(file: &Path) -> anyhow::Result<TokenList> {
             continue;
         }
         let words: Vec<&str> = line.split_whitespace().collect();
-        let (principal, token) = match words.as_slice() {
-            [token] => (format!("line-{}", index + 1), *token),
-            [name, token] => ((*name).to_string(), *token),
+        let line = match words.as_slice() {
+            [token] => TokenLine {
+                token: (*token).to_owned(),
+                principal: Principal::bare_token(token),
+                legacy_name: format!("line-{}", index + 1),
+            },
+            [name, token] => TokenLine {
+                token: (*token).to_owned(),
+                principal: Principal::named_token(name),
+                legacy_name: (*name).to_owned(),
+            },
             _ => anyhow::bail!(
                 "{} line {}: expected `TOKEN` or `NAME TOKEN`",
                 file.display(),
                 index + 1
             ),
         };
-        tokens.push((token.to_string(), Principal(principal)));
+        tokens.push(line);
     }
     if tokens.is_empty() {
         anyhow::bail!("the token file {} holds no token", file.display());
     }
     Ok(tokens)
+}
+
+/// A WARN for each bare token: its principal is a digest of the token, so a new token for the
+/// same client is a new principal, which does not see the old one's instances.
+fn warn_of_bare_tokens(file: &Path, tokens: &TokenList) {
+    for (index, line) in tokens.iter().enumerate() {
+        if line.principal.0.starts_with("token:sha256:") {
+            tracing::warn!(
+                file = %file.display(),
+                token = index + 1,
+                principal = %line.principal.0,
+                "a token without a name: its principal is a digest of the token, so its \
+                 instances do not survive rotating it; give it a name (`NAME TOKEN`)"
+            );
+        }
+    }
 }
 
 /// Equal bytes, compared without an early exit (the length is not secret).
@@ -243,11 +343,16 @@ mod tests {
         let file = dir.path().join("tokens");
         std::fs::write(&file, "# operators\nalice s3cret\n\nbare-token\n").unwrap();
         let tokens = Tokens::load(&file).unwrap();
-        assert_eq!(tokens.principal("s3cret"), Some(Principal("alice".into())));
         assert_eq!(
-            tokens.principal("bare-token"),
-            Some(Principal("line-4".into()))
+            tokens.principal("s3cret"),
+            Some(Principal("token:alice".into()))
         );
+        let bare = tokens.principal("bare-token").expect("the bare token");
+        assert!(bare.0.starts_with("token:sha256:"), "{bare:?}");
+        // The same token on another line is the same principal: lines do not name principals.
+        std::fs::write(&file, "bare-token\nalice s3cret\n").unwrap();
+        tokens.reload();
+        assert_eq!(tokens.principal("bare-token"), Some(bare));
         assert_eq!(tokens.principal("s3cre"), None);
         assert_eq!(tokens.principal("alice"), None, "a name is not a token");
     }

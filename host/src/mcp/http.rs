@@ -101,6 +101,12 @@ pub async fn serve_http(
         Some(file) => {
             let tokens = auth::Tokens::load(file)?;
             tokens.reload_on_sighup()?;
+            // Before any request: the instances of the principals' old forms become theirs.
+            if let Err(error) =
+                crate::actors::move_tenants(&*shared.store, &tokens.legacy_tenants()).await
+            {
+                tracing::warn!(%error, "could not move the token principals' instances to their namespaced tenants; the next start tries again");
+            }
             Some(tokens)
         }
         None => None,

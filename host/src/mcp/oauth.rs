@@ -217,7 +217,15 @@ impl OAuth {
                 _ => "the token is not a valid JWT".to_string(),
             })
         })?;
-        Ok(Principal(claims.claims.sub))
+        if claims.claims.sub.is_empty() || claims.claims.sub.chars().any(char::is_control) {
+            return Err(Refused(
+                "the token's sub is empty or holds control characters".into(),
+            ));
+        }
+        Ok(Principal::oauth(
+            self.issuer.as_deref().unwrap_or(&self.jwks_url),
+            &claims.claims.sub,
+        ))
     }
 
     /// The key set in force.

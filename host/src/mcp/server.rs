@@ -633,7 +633,7 @@ impl TurnstileServer {
 /// is on (`auth.rs` put the principal in the request). Without authentication, and over stdio,
 /// handles alone name instances.
 pub(super) fn tenant_of(context: &RequestContext<RoleServer>) -> Option<Tenant> {
-    principal_of(context).map(|principal| Tenant::of(&principal.0))
+    principal_of(context).map(|principal| principal.tenant())
 }
 
 /// Who an HTTP request is from, when authentication is on (`auth.rs` put it in the request).
