@@ -35,6 +35,8 @@ pub struct ServeOptions {
     pub store_namespace: String,
     /// The audit entries kept per instance (`--audit-keep`).
     pub audit_keep: u64,
+    /// Replicas a Redis save waits for (`--redis-wait-replicas`).
+    pub redis_wait_replicas: u32,
     /// The data directory the default (embedded) store lives in, when it is used: created
     /// `0700`, or tightened to it, before the store opens.
     pub data_dir: Option<PathBuf>,
@@ -153,6 +155,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     let store_options = StoreOptions {
         namespace: options.store_namespace.clone(),
         audit_keep: options.audit_keep,
+        redis_wait_replicas: options.redis_wait_replicas,
         ..StoreOptions::default()
     };
     if let Some(dir) = &options.data_dir {

@@ -71,6 +71,17 @@ pub struct ServeSettings {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub audit_keep: u64,
+    /// With a Redis store that has replicas: acknowledge a transition only once this many
+    /// replicas have it (Redis `WAIT`, within the store's timeout), so a failover keeps it. A
+    /// save fewer replicas confirmed is STORE_UNAVAILABLE with `"committed": "unknown"`.
+    #[arg(
+        long,
+        env = "TURNSTILE_REDIS_WAIT_REPLICAS",
+        hide_env = true,
+        value_name = "N",
+        default_value_t = 0
+    )]
+    pub redis_wait_replicas: u32,
     /// Directory for the embedded store (created on first start). Default:
     /// `$XDG_DATA_HOME/turnstile`, else `~/.local/share/turnstile`.
     #[arg(long, env = "TURNSTILE_DATA_DIR", hide_env = true, value_name = "DIR")]
@@ -567,6 +578,7 @@ impl ServeSettings {
             data_dir,
             store_namespace: self.store_namespace,
             audit_keep: self.audit_keep,
+            redis_wait_replicas: self.redis_wait_replicas,
             http: HttpOptions {
                 session_idle_timeout: secs(self.session_idle_timeout),
                 session_passivate_after: (self.session_passivate_after > 0)

@@ -445,6 +445,9 @@ pub struct StoreOptions {
     /// a save that appends one drops those older than the last this many, so a long-lived
     /// instance's trail, and what reading it costs, stay bounded.
     pub audit_keep: u64,
+    /// Redis only (`--redis-wait-replicas`): a save is acknowledged once this many replicas
+    /// have it (`WAIT`), so a failover to one of them keeps it. 0: the primary's word is enough.
+    pub redis_wait_replicas: u32,
 }
 
 /// The audit entries kept per instance unless configured otherwise.
@@ -458,6 +461,7 @@ impl Default for StoreOptions {
             namespace: "turnstile".to_owned(),
             pool_size: 16,
             audit_keep: DEFAULT_AUDIT_KEEP,
+            redis_wait_replicas: 0,
         }
     }
 }

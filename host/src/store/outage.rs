@@ -410,6 +410,56 @@ async fn redis_a_save_applied_but_unanswered_is_learned_by_rereading() {
     store.destroy_namespace().await.unwrap();
 }
 
+/// `--redis-wait-replicas 1`: with its replica up, a save is acknowledged once the replica has
+/// it; with the replica gone, the primary still applies it, but the save is `Ambiguous` (a
+/// failover could lose it), not done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_save_waits_for_its_replicas() {
+    let primary_port = spare_port().await;
+    let _primary = start_redis(primary_port).await;
+    let replica_port = spare_port().await;
+    let replica = Command::new("redis-server")
+        .args(["--port", &replica_port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(["--replicaof", "127.0.0.1", &primary_port.to_string()])
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("redis-server must be installed for the outage test");
+    wait_listening(replica_port).await;
+    let options = StoreOptions {
+        redis_wait_replicas: 1,
+        ..outage_options()
+    };
+    let url = format!("redis://127.0.0.1:{primary_port}");
+    let store = patiently("a private Redis with a replica", || {
+        RedisStore::connect(&url, &options)
+    })
+    .await;
+    // The replica needs a moment to sync before it acknowledges anything.
+    let v1 = InstanceRecord::first("w", json!("a"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match store.save("k", &v1, 0).await {
+            Ok(()) => break,
+            Err(StoreError::Ambiguous { .. }) | Err(StoreError::Conflict { .. }) => {
+                assert!(Instant::now() < deadline, "the replica never caught up");
+                store.delete("k", None, None).await.unwrap();
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+    drop(replica);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let v2 = v1.next(json!("b"));
+    let unsure = store.save("k", &v2, 1).await;
+    assert!(
+        matches!(&unsure, Err(StoreError::Ambiguous { reason, .. }) if reason.contains("0 of the 1")),
+        "{unsure:?}"
+    );
+    assert_eq!(store.load("k").await.unwrap().map(|r| r.version), Some(2));
+}
+
 /// Where a reread cannot tell (a store that does not answer in order, here the memory store
 /// standing in for one), an unanswered save is `Ambiguous`, not failed; a save the reread finds
 /// applied is done.

@@ -213,6 +213,12 @@ impl RedisStore {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
         options.check_namespace()?;
         let name = redact(url);
+        if options.redis_wait_replicas > 0 && url.starts_with("redis+cluster://") {
+            return Err(StoreError::Config(format!(
+                "{name}: --redis-wait-replicas is for one Redis server with replicas, not a \
+                 cluster (each master's WAIT would be asked of every master)"
+            )));
+        }
         let (con, feeds, layout) = if url.starts_with("redis+cluster://") {
             let nodes = layout::cluster_nodes(url)
                 .map_err(|e| StoreError::Config(format!("{name}: {e}")))?;
@@ -272,6 +278,43 @@ impl RedisStore {
     /// connection (see `link.rs` for what happens when it drops).
     pub async fn subscribe_changed(&self) -> Result<ChangeFeed, StoreError> {
         link::open_feed(&self.feeds, &self.layout, &self.name, &self.options).await
+    }
+
+    /// With `--redis-wait-replicas N`, waits (within `op_timeout`) until N replicas have the
+    /// save just made on this connection. Fewer: the primary has it and a failover may lose it,
+    /// which is neither a success nor a failure ([`StoreError::Ambiguous`]).
+    async fn replicated(&self, key: &str) -> Result<(), StoreError> {
+        let wanted = self.options.redis_wait_replicas;
+        if wanted == 0 {
+            return Ok(());
+        }
+        let mut con = self.con.clone();
+        // Redis answers `WAIT` after `wait_ms` at worst: three quarters of the connection's own
+        // reply timeout, so the answer comes before the connection gives up on it. The save
+        // is on the primary whatever happens to the wait, so a failed wait is not "not saved".
+        let wait_ms = (self.op_timeout.as_millis() as u64 * 3 / 4).max(1);
+        let waiting = redis::cmd("WAIT").arg(wanted).arg(wait_ms).to_owned();
+        let acked: u64 = bounded(
+            &self.name,
+            self.op_timeout,
+            "wait for replicas",
+            async move { waiting.query_async(&mut con).await },
+        )
+        .await
+        .map_err(|error| StoreError::Ambiguous {
+            key: key.to_owned(),
+            reason: error.to_string(),
+        })?;
+        if acked >= u64::from(wanted) {
+            return Ok(());
+        }
+        Err(StoreError::Ambiguous {
+            key: key.to_owned(),
+            reason: format!(
+                "{} of the {wanted} replicas asked for (--redis-wait-replicas) have it",
+                acked
+            ),
+        })
     }
 
     /// Runs `query` once per shard, at once (a cluster connection sends each to its master),
@@ -568,7 +611,7 @@ impl StateStore for RedisStore {
             )
             .await?;
         if answer == "ok" {
-            return Ok(());
+            return self.replicated(key).await;
         }
         if let Some(refusal) = fenced(key, &answer) {
             return Err(refusal);
