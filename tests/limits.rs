@@ -668,3 +668,44 @@ async fn minting_faster_than_the_rate_is_refused_and_creates_nothing() {
     let again = client.call("invoice.submit", json!({"amount": 1})).await;
     assert_ne!(again.is_error, Some(true), "{again:?}");
 }
+
+/// Issue 39, item 3: `--max-record-bytes` bounds what one instance's record may hold. Arguments
+/// that alone exceed it are refused before the plugin runs; a call whose result would put the
+/// record over it (here: its output, remembered for an idempotency key) saves and fires nothing;
+/// both say RECORD_TOO_LARGE with the size and the limit.
+#[tokio::test]
+async fn a_record_past_its_limit_is_refused_and_saves_nothing() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(
+        plugins.path(),
+        &["--state-handle-key", "--max-record-bytes", "2000"],
+    );
+    let client = Client::http(&server.url).await;
+    let huge = "x".repeat(2500);
+    let refused = client
+        .call("invoice.submit", json!({"amount": 1, "customer": huge}))
+        .await;
+    assert_eq!(common::error_code(&refused), "RECORD_TOO_LARGE");
+    let error = &refused.structured_content.as_ref().unwrap()["error"];
+    assert_eq!(error["limit"], 2000, "{error}");
+
+    // Under the limit as arguments, over it once the output (which names the customer) is
+    // remembered for the idempotency key beside the rest of the state.
+    let long = "y".repeat(1950);
+    let refused = client
+        .call_with_meta(
+            "invoice.submit",
+            json!({"amount": 1, "customer": long}),
+            json!({"idempotencyKey": "first"}),
+        )
+        .await;
+    assert_eq!(common::error_code(&refused), "RECORD_TOO_LARGE");
+    let error = &refused.structured_content.as_ref().unwrap()["error"];
+    assert!(error["size"].as_u64().unwrap() > 2000, "{error}");
+    // Nothing was minted by either.
+    assert_eq!(server.stats().await["registry"]["instances"], 0);
+    let fine = client
+        .call("invoice.submit", json!({"amount": 1, "customer": "ACME"}))
+        .await;
+    assert_ne!(fine.is_error, Some(true), "{fine:?}");
+}

@@ -220,6 +220,12 @@ pub enum InstanceError {
     /// call did not run here.
     #[error("another server is running a call on this instance; try again in {retry_after_ms} ms")]
     LeaseBusy { retry_after_ms: u64 },
+    /// The instance's record would grow past `--max-record-bytes`: nothing was saved or fired.
+    #[error(
+        "the instance's record would take about {size} bytes, over this server's limit of \
+         {limit} (--max-record-bytes)"
+    )]
+    RecordTooLarge { size: usize, limit: usize },
 }
 
 /// What the actor needs that is shared by every instance.
@@ -234,6 +240,8 @@ pub struct InstanceDeps {
     pub notifier: Addr<notifier::Notifier>,
     /// How long an idempotency key is honoured (`--idempotency-window`).
     pub idempotency_window: Duration,
+    /// The largest record a call may save (`--max-record-bytes`).
+    pub max_record_bytes: usize,
     /// How long instances are kept (`--retain-final`, `--instance-ttl`): part of each due time.
     pub retention: Retention,
     /// Told every due time that is saved, so the timer task wakes in time for it.
@@ -881,6 +889,15 @@ async fn run_call(
     if let Some(refusal) = gate::refusal(&workflow, &tool, &view.snapshot, &call.arguments) {
         return Ok((view, false, CallOutcome::Forbidden(refusal)));
     }
+    // Arguments that alone would put the record over its limit (the event carries them into
+    // the context) are refused before the plugin runs.
+    let argument_bytes = crate::store::json_bytes(&call.arguments);
+    if argument_bytes > deps.max_record_bytes {
+        return Err(InstanceError::RecordTooLarge {
+            size: argument_bytes,
+            limit: deps.max_record_bytes,
+        });
+    }
     // The event carries the call's arguments: guards and assignments read them.
     let fires_something = tool.manifest.transition.is_some() || tool.manifest.on_error.is_some();
     let input = fires_something.then(|| call.arguments.clone());
@@ -1043,6 +1060,14 @@ async fn run_call(
     // Past a shutdown's deadline the caller is told SHUTTING_DOWN: save nothing it was not told.
     if limits.abandon.is_cancelled() {
         return Err(InstanceError::Tool(InvokeError::ShuttingDown));
+    }
+    // A record past its limit is not saved, and nothing the call would fire happens.
+    let size = record.stored_bytes();
+    if size > deps.max_record_bytes {
+        return Err(InstanceError::RecordTooLarge {
+            size,
+            limit: deps.max_record_bytes,
+        });
     }
     // A call's save is announced whether or not it moved the instance, as it always was; only a
     // timer's save that moves nothing stays quiet.

@@ -33,6 +33,8 @@ pub struct ActorOptions {
     pub node: Arc<str>,
     /// How long a call's idempotency key is honoured (`--idempotency-window`, default 600 s).
     pub idempotency_window: Duration,
+    /// The largest record a call may save (`--max-record-bytes`, default 1 MiB).
+    pub max_record_bytes: usize,
     /// How long instances are kept (`--retain-final`, `--instance-ttl`; default: forever).
     pub retention: crate::retention::Retention,
     /// The timer task's alarm, rung with every due time saved (see `timers`).
@@ -53,6 +55,7 @@ impl Default for ActorOptions {
             max_result_bytes: crate::invoke::DEFAULT_MAX_RESULT_BYTES,
             node: uuid::Uuid::new_v4().simple().to_string().into(),
             idempotency_window: Duration::from_secs(600),
+            max_record_bytes: crate::store::DEFAULT_MAX_RECORD_BYTES,
             retention: crate::retention::Retention::default(),
             alarm: Arc::default(),
             leases: super::LeaseSettings::default(),
@@ -94,6 +97,7 @@ pub fn start(
                     store,
                     notifier: notifier.clone(),
                     idempotency_window: options.idempotency_window,
+                    max_record_bytes: options.max_record_bytes,
                     retention: options.retention,
                     alarm: options.alarm,
                     leases: options.leases,

@@ -433,6 +433,18 @@ pub struct ServeSettings {
         default_value_t = 600
     )]
     pub idempotency_window: u64,
+    /// The largest record an instance may save, in bytes (its state, context and remembered
+    /// idempotent results as JSON): a call whose result would make it larger is answered
+    /// RECORD_TOO_LARGE and saves and fires nothing; one whose arguments alone are larger is
+    /// refused before its plugin runs.
+    #[arg(
+        long,
+        env = "TURNSTILE_MAX_RECORD_BYTES",
+        hide_env = true,
+        value_name = "BYTES",
+        default_value_t = crate::store::DEFAULT_MAX_RECORD_BYTES
+    )]
+    pub max_record_bytes: usize,
     /// With a store several servers share: how long a server's lease on an instance lives
     /// unless renewed, which is how long a server that crashed or paused keeps calls on its
     /// instances waiting. Keep it below --lease-wait, so that such calls outwait it rather than
@@ -620,6 +632,7 @@ impl ServeSettings {
                 tool_timeout: secs(self.tool_timeout),
                 max_result_bytes: self.max_result_bytes,
                 idempotency_window: secs(self.idempotency_window),
+                max_record_bytes: self.max_record_bytes,
                 leases: LeaseSettings {
                     ttl: Duration::from_millis(self.lease_ttl),
                     wait: Duration::from_millis(self.lease_wait),

@@ -372,6 +372,16 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
                 }),
             );
         }
+        InstanceError::RecordTooLarge { size, limit } => {
+            return error_result(
+                format!(
+                    "{tool} changed nothing: {error}. Send less, or finish this instance and start \
+                     another."
+                ),
+                "RECORD_TOO_LARGE",
+                json!({ "tool": tool, "message": error.to_string(), "size": size, "limit": limit }),
+            );
+        }
         InstanceError::Store(StoreError::UnsupportedFormat { .. }) => "VERSION_UNAVAILABLE",
         InstanceError::Store(_) => "STORE_UNAVAILABLE",
         InstanceError::UnknownHandle(_) => "UNKNOWN_HANDLE",

@@ -164,7 +164,38 @@ fn format_1() -> u32 {
     1
 }
 
+/// The largest record an instance may save unless configured otherwise (`--max-record-bytes`).
+pub const DEFAULT_MAX_RECORD_BYTES: usize = 1 << 20;
+
+/// Counts the bytes written to it, keeping none.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The bytes of `value` as JSON, counted without building the text.
+pub fn json_bytes(value: &impl Serialize) -> usize {
+    let mut count = ByteCount(0);
+    // Writing to a counter cannot fail; a value that cannot be serialized counts as empty.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 impl InstanceRecord {
+    /// About what the record takes in a store: its snapshot (state and context) and its
+    /// remembered idempotent results as JSON, which are all that grow with what callers send.
+    pub fn stored_bytes(&self) -> usize {
+        json_bytes(&self.snapshot) + json_bytes(&self.idempotency)
+    }
+
     /// A record for a new instance (version 1, stamped now): save it with `expected = 0`.
     pub fn first(workflow: impl Into<String>, snapshot: serde_json::Value) -> Self {
         Self {
