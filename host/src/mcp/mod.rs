@@ -55,6 +55,14 @@ mod stdio;
 mod target;
 mod tls;
 
+/// For `host/fuzz`: a POST body as the HTTP layer reads it: the request it holds, and the
+/// JSON-RPC error a body that is none is answered with.
+#[doc(hidden)]
+pub fn fuzz_request_body(bytes: &[u8]) {
+    let _ = request_body::parse(bytes);
+    let _ = jsonrpc_errors::classify(bytes).to_bytes();
+}
+
 pub use self::{
     connections::{ConnectionLimits, default_max_connections},
     health::Readiness,

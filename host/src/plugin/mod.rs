@@ -62,6 +62,18 @@ pub use self::{
     services::{CallEvent, EventReceiver, HostCall},
 };
 
+#[doc(hidden)]
+pub use self::isolated::fuzz_frames;
+
+/// For `host/fuzz`: a manifest as a plugin's library or an isolated child hands it over, checked
+/// as loading checks it.
+#[doc(hidden)]
+pub fn fuzz_manifest(bytes: &[u8]) {
+    if let Ok(manifest) = manifest::parse(bytes) {
+        let _ = manifest::check_content_source(&manifest, true);
+    }
+}
+
 /// How the server loads each plugin: the bound on its concurrent calls, and whether it runs in
 /// a process of its own.
 #[derive(Clone, Debug)]

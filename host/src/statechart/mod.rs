@@ -204,6 +204,43 @@ impl Fired {
     }
 }
 
+/// For `host/fuzz`: `bytes` as a machine definition (or `{"machine": …, "events": […]}`),
+/// parsed as a plugin's would be, then run from its initial state through the events.
+#[doc(hidden)]
+pub fn fuzz_machine(bytes: &[u8]) {
+    let Ok(input) = serde_json::from_slice::<Value>(bytes) else {
+        return;
+    };
+    let (definition, events) = match input.get("machine") {
+        Some(machine) => (machine, input.get("events").and_then(Value::as_array)),
+        None => (&input, None),
+    };
+    let Ok(machine) = Machine::from_json(definition) else {
+        return;
+    };
+    let mut snapshot = machine.initial_snapshot();
+    for event in events.into_iter().flatten() {
+        if let Ok(event) = Event::from_json(event) {
+            snapshot = machine.transition(&snapshot, &event).snapshot;
+        }
+    }
+    let _ = snapshot.to_persisted();
+}
+
+/// For `host/fuzz`: `bytes` as `[rule, data]`: a JSON Logic rule compiled as a machine's guards
+/// and assignments are, then evaluated over `data`.
+#[doc(hidden)]
+pub fn fuzz_logic(bytes: &[u8]) {
+    let Ok(Value::Array(pair)) = serde_json::from_slice::<Value>(bytes) else {
+        return;
+    };
+    if let [rule, data] = pair.as_slice()
+        && let Ok(rule) = logic::Rule::compile(rule)
+    {
+        let _ = rule.eval(data);
+    }
+}
+
 impl Machine {
     /// Parses a machine that uses no named guards (built-in guards need no implementation).
     pub fn from_json(def: &Value) -> Result<Machine, MachineError> {

@@ -48,6 +48,16 @@ use serde_json::Value;
 use turnstile_plugin_api::{CallContext, Manifest};
 
 pub use self::{child::run as run_child, protocol::GUARD_CALL_PREFIX};
+
+/// For `host/fuzz`: reads frames of either direction from `bytes` until one fails or the
+/// bytes end, as the server and a child read their pipes.
+#[doc(hidden)]
+pub fn fuzz_frames(bytes: &[u8]) {
+    let mut from_server = bytes;
+    while let Ok(Some(_)) = frame::read::<protocol::ToChild>(&mut from_server) {}
+    let mut from_child = bytes;
+    while let Ok(Some(_)) = frame::read::<protocol::FromChild>(&mut from_child) {}
+}
 use self::{
     connection::{Connection, Wake},
     protocol::ToChild,
