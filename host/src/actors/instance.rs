@@ -315,7 +315,7 @@ impl InstanceDeps {
         let saved =
             match crate::metrics::timed_save(self.store.save(&store_key, record, expected)).await {
                 // No answer is not "not saved": learn which it was before telling the caller.
-                Err(failure @ StoreError::Unavailable(_)) => {
+                Err(failure @ StoreError::NoAnswer(_)) => {
                     crate::store::settle_unanswered_save(
                         &*self.store,
                         &store_key,

@@ -311,7 +311,9 @@ async fn load_instance(
     }
     match store.load(key).await {
         Ok(record) => Ok(record),
-        Err(StoreError::Unavailable(reason)) => bail!("the store is unavailable: {reason}"),
+        Err(StoreError::Unavailable(reason) | StoreError::NoAnswer(reason)) => {
+            bail!("the store is unavailable: {reason}")
+        }
         Err(error) => {
             tracing::warn!(%key, %error, "cannot read this record; skipped");
             Ok(None)

@@ -38,10 +38,15 @@ pub enum StoreError {
 
     /// The store could not be reached or did not answer in time. The message names the store
     /// and what happened ("redis://127.0.0.1:6379: timed out after 2s", "connection refused").
-    /// A save that fails with this did not report success; whether it was applied is unknown
-    /// only when the message says the reply timed out.
+    /// The request was not sent, or was refused: nothing was applied.
     #[error("state store unavailable: {0}")]
     Unavailable(String),
+
+    /// The request may have reached the store, which did not answer: it timed out, or the
+    /// connection dropped after the request was sent. A write may or may not have been applied
+    /// (see `unanswered.rs`); the message names the store and what happened.
+    #[error("state store unavailable: {0}")]
+    NoAnswer(String),
 
     /// A save got no answer (the store timed out, or the connection dropped) and reading the
     /// record again could not tell whether it was applied (see `unanswered.rs`): it may have
@@ -114,7 +119,7 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            StoreError::Unavailable(_) | StoreError::Ambiguous { .. }
+            StoreError::Unavailable(_) | StoreError::NoAnswer(_) | StoreError::Ambiguous { .. }
         )
     }
 }

@@ -108,7 +108,7 @@ async fn assert_fails_fast<T: std::fmt::Debug>(
     // Shown with --nocapture: what an operator would read in the log.
     eprintln!("{what} after {took:?}: {result:?}");
     assert!(
-        matches!(result, Err(StoreError::Unavailable(_))),
+        matches!(&result, Err(error) if error.is_unavailable()),
         "{what} during outage: {result:?}"
     );
     assert!(took < FAIL_FAST, "{what} took {took:?} to fail");
@@ -402,7 +402,7 @@ async fn redis_a_save_applied_but_unanswered_is_learned_by_rereading() {
         .save("k", &v2, 1)
         .await
         .expect_err("the reply is held");
-    assert!(matches!(failure, StoreError::Unavailable(_)), "{failure}");
+    assert!(matches!(failure, StoreError::NoAnswer(_)), "{failure}");
     let settled = super::settle_unanswered_save(&store, "k", &v2, 1, failure).await;
     release.await.unwrap();
     assert!(settled.is_ok(), "the save was applied: {settled:?}");
@@ -469,7 +469,7 @@ async fn an_unanswered_save_the_reread_cannot_place_is_ambiguous() {
     let v1 = InstanceRecord::first("w", json!("a"));
     store.save("k", &v1, 0).await.unwrap();
     let v2 = v1.next(json!("b"));
-    let no_answer = || StoreError::Unavailable("timed out after 2s".into());
+    let no_answer = || StoreError::NoAnswer("timed out after 2s".into());
     let unsure = super::settle_unanswered_save(&store, "k", &v2, 1, no_answer()).await;
     assert!(
         matches!(unsure, Err(StoreError::Ambiguous { .. })),

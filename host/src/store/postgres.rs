@@ -358,7 +358,7 @@ impl PostgresStore {
         tokio::time::timeout(self.op_timeout, op)
             .await
             .unwrap_or_else(|_| {
-                Err(StoreError::Unavailable(format!(
+                Err(StoreError::NoAnswer(format!(
                     "{}: {what} timed out after {:?}",
                     self.name, self.op_timeout
                 )))

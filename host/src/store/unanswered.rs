@@ -25,7 +25,7 @@ pub async fn settle(
     expected: u64,
     failure: StoreError,
 ) -> Result<(), StoreError> {
-    let StoreError::Unavailable(reason) = failure else {
+    let StoreError::NoAnswer(reason) = failure else {
         return Err(failure);
     };
     match store.load(key).await {

@@ -391,14 +391,23 @@ async fn bounded<T>(
     match tokio::time::timeout(op_timeout, op).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(unavailable(name, what, &e)),
-        Err(_) => Err(StoreError::Unavailable(format!(
+        Err(_) => Err(StoreError::NoAnswer(format!(
             "{name}: {what} timed out after {op_timeout:?}"
         ))),
     }
 }
 
+/// A failed request as a store error: one whose reply timed out may have reached Redis
+/// ([`StoreError::NoAnswer`]); any other failure is [`StoreError::Unavailable`]. (A connection
+/// that breaks while a request waits is counted with the others: redis-rs does not say
+/// whether the request had been written.)
 fn unavailable(name: &str, what: &str, e: &RedisError) -> StoreError {
-    StoreError::Unavailable(format!("{name}: {what} failed: {}", chain(e)))
+    let message = format!("{name}: {what} failed: {}", chain(e));
+    if e.is_timeout() {
+        StoreError::NoAnswer(message)
+    } else {
+        StoreError::Unavailable(message)
+    }
 }
 
 /// Lexical bounds for `ZRANGEBYLEX`/`ZLEXCOUNT` covering keys that start with `prefix` (and are
