@@ -514,20 +514,7 @@ async fn event_streams_leave_connections_for_everything_else() {
 
 /// An `initialize` POST, as `bearer` when given; its status and `Retry-After`.
 async fn initialize_as(server: &Server, bearer: Option<&str>) -> (u16, Option<String>) {
-    let mut request = reqwest::Client::new()
-        .post(&server.url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .body(
-            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {},
-                "clientInfo": {"name": "quota-test", "version": "0"}}})
-            .to_string(),
-        );
-    if let Some(bearer) = bearer {
-        request = request.bearer_auth(bearer);
-    }
-    let answer = request.send().await.expect("an answer");
+    let answer = common::initialize_request(&server.url, bearer).await;
     let retry_after = answer
         .headers()
         .get("retry-after")
@@ -583,19 +570,7 @@ async fn one_client_keeps_at_most_its_share_of_event_streams() {
     let plugins = PluginDir::with(&["invoice"]);
     let server = Server::http(plugins.path(), &["--max-streams-per-principal", "1"]);
     let session_id = || async {
-        let answer = reqwest::Client::new()
-            .post(&server.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .body(
-                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                    "protocolVersion": "2025-11-25", "capabilities": {},
-                    "clientInfo": {"name": "quota-test", "version": "0"}}})
-                .to_string(),
-            )
-            .send()
-            .await
-            .unwrap();
+        let answer = common::initialize_request(&server.url, None).await;
         answer.headers()["mcp-session-id"]
             .to_str()
             .unwrap()

@@ -125,20 +125,25 @@ fn server(issuer: &Issuer, plugins: &PluginDir) -> Server {
 
 /// An `initialize` POST with `token` as bearer token.
 async fn initialize(server: &Server, token: Option<&str>) -> reqwest::Response {
-    let mut request = reqwest::Client::new()
-        .post(&server.url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .body(
-            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {},
-                "clientInfo": {"name": "oauth-test", "version": "0"}}})
-            .to_string(),
-        );
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    request.send().await.expect("an answer")
+    common::initialize_request(&server.url, token).await
+}
+
+/// Starts a server trusting `issuer`, which must refuse to start; its stderr.
+fn refused_start_with_issuer(issuer: &str) -> String {
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(common::turnstile_bin())
+        .args(["serve", "--http", "127.0.0.1:0", "--store", "memory:"])
+        .args(["--oauth-issuer", issuer, "--public-url", PUBLIC_URL])
+        .arg("--plugins")
+        .arg(plugins.path())
+        .arg("--data-dir")
+        .arg(data.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run turnstile");
+    assert!(!output.status.success(), "it started trusting {issuer}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn challenge(response: &reqwest::Response) -> String {
@@ -257,25 +262,7 @@ async fn the_protected_resource_metadata_answers_without_a_token() {
 
 #[test]
 fn an_issuer_that_cannot_be_read_stops_the_start_with_a_clear_error() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let data = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(common::turnstile_bin())
-        .args(["serve", "--http", "127.0.0.1:0", "--store", "memory:"])
-        .args([
-            "--oauth-issuer",
-            "http://127.0.0.1:9/",
-            "--public-url",
-            PUBLIC_URL,
-        ])
-        .arg("--plugins")
-        .arg(plugins.path())
-        .arg("--data-dir")
-        .arg(data.path())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run turnstile");
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused_start_with_issuer("http://127.0.0.1:9/");
     assert!(
         stderr.contains("cannot read the metadata of the OAuth issuer"),
         "{stderr}"
@@ -348,24 +335,6 @@ async fn a_removed_key_is_refused_within_the_refetch_period() {
 /// that is not on the loopback stops the start, saying so.
 #[test]
 fn a_plain_http_issuer_elsewhere_is_refused_at_start() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let data = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(common::turnstile_bin())
-        .args(["serve", "--http", "127.0.0.1:0", "--store", "memory:"])
-        .args([
-            "--oauth-issuer",
-            "http://issuer.example.test/",
-            "--public-url",
-            PUBLIC_URL,
-        ])
-        .arg("--plugins")
-        .arg(plugins.path())
-        .arg("--data-dir")
-        .arg(data.path())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run turnstile");
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused_start_with_issuer("http://issuer.example.test/");
     assert!(stderr.contains("is plain HTTP"), "{stderr}");
 }

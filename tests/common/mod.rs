@@ -86,6 +86,25 @@ pub fn redis_cluster_url() -> String {
     .clone()
 }
 
+/// A 2025-11-25 `initialize` POST to `url`, as `bearer` when given: the raw answer, for tests
+/// that read its status and headers (an admission, a refusal).
+pub async fn initialize_request(url: &str, bearer: Option<&str>) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "turnstile-tests", "version": "0"}}})
+            .to_string(),
+        );
+    if let Some(bearer) = bearer {
+        request = request.bearer_auth(bearer);
+    }
+    request.send().await.expect("an answer to initialize")
+}
+
 /// PostgreSQL server the tests share (`TURNSTILE_TEST_POSTGRES_URL`, default the local one).
 pub fn postgres_url() -> String {
     std::env::var("TURNSTILE_TEST_POSTGRES_URL")
