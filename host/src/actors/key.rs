@@ -58,18 +58,26 @@ pub struct Tenant(Arc<str>);
 impl Tenant {
     /// The tenant of the principal named `principal`.
     pub fn of(principal: &str) -> Self {
-        use sha2::{Digest, Sha256};
-        let digest = Sha256::digest(principal.as_bytes());
-        let hex: String = digest[..16]
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect();
-        Tenant(hex.into())
+        Tenant(sha256_hex16(principal).into())
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// The first 16 bytes of SHA-256 over `text`, as 32 hex digits: a tenant, and a bare token's
+/// principal (`mcp/auth.rs`).
+pub fn sha256_hex16(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write;
+    let digest = Sha256::digest(text.as_bytes());
+    let mut hex = String::with_capacity(32);
+    for byte in &digest[..16] {
+        // Writing to a String cannot fail.
+        let _ = write!(hex, "{byte:02x}");
+    }
+    hex
 }
 
 impl InstanceKey {

@@ -43,7 +43,7 @@ mod workers;
 
 pub use self::{
     instance::{CallOutcome, InstanceError, InstanceView},
-    key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId, Tenant},
+    key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId, Tenant, sha256_hex16},
     notifier::{Listener, Notice, NotifierStats, WatchEvent, WatchEvents},
     registry::RegistryStats,
     runtime::Runtime,

@@ -24,7 +24,7 @@ use super::{
     jsonrpc_errors::{Rejection, UNAUTHORIZED},
     oauth::{OAuth, Refused},
 };
-use crate::actors::Tenant;
+use crate::actors::{Tenant, sha256_hex16};
 use axum::{
     extract::{Request, State},
     http::{HeaderValue, StatusCode, header},
@@ -46,7 +46,7 @@ impl Principal {
 
     /// The principal of a bare token: the first 16 bytes of its SHA-256, in hex.
     pub fn bare_token(token: &str) -> Principal {
-        Principal(format!("token:sha256:{}", hex16(token)))
+        Principal(format!("token:sha256:{}", sha256_hex16(token)))
     }
 
     /// The principal of an OAuth access token of `issuer` for `sub`.
@@ -70,19 +70,6 @@ impl Principal {
             None => Tenant::of(&format!("\0{}", self.0)),
         }
     }
-}
-
-/// The first 16 bytes of SHA-256 over `text`, as 32 hex digits.
-fn hex16(text: &str) -> String {
-    use sha2::{Digest, Sha256};
-    use std::fmt::Write;
-    let digest = Sha256::digest(text.as_bytes());
-    let mut hex = String::with_capacity(32);
-    for byte in &digest[..16] {
-        // Writing to a String cannot fail.
-        let _ = write!(hex, "{byte:02x}");
-    }
-    hex
 }
 
 /// One line of the token file: the token, its principal, and what that principal was called

@@ -128,14 +128,12 @@ enum Kind {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let table = match self.kind {
-            Kind::Opening => &self.counts.opening,
-            Kind::Stream => &self.counts.streams,
-        };
-        table.remove_if_mut(&self.holder, |_, count| {
-            *count = count.saturating_sub(1);
-            *count == 0
-        });
+        self.counts
+            .places(self.kind)
+            .remove_if_mut(&self.holder, |_, count| {
+                *count = count.saturating_sub(1);
+                *count == 0
+            });
     }
 }
 
@@ -173,21 +171,7 @@ impl Quotas {
             .iter()
             .filter(|entry| entry.value() == holder && sessions.exists(entry.key()))
             .count();
-        let mut opening = self.opening.entry(holder.clone()).or_insert(0);
-        if held + *opening >= max {
-            return Err(OverQuota {
-                what: "sessions",
-                limit: max.to_string(),
-                holder: holder.to_string(),
-                retry_after: Duration::from_secs(5),
-            });
-        }
-        *opening += 1;
-        Ok(Some(Place {
-            counts: self.clone(),
-            holder: holder.clone(),
-            kind: Kind::Opening,
-        }))
+        self.take_place(Kind::Opening, holder, held, max).map(Some)
     }
 
     /// Records that `holder` opened `session` (before its admission's place is given back);
@@ -207,21 +191,44 @@ impl Quotas {
         let Some(max) = self.limits.streams else {
             return Ok(None);
         };
-        let mut open = self.streams.entry(holder.clone()).or_insert(0);
-        if *open >= max {
+        self.take_place(Kind::Stream, holder, 0, max).map(Some)
+    }
+
+    /// A place of `kind` for `holder`, if `held` (counted elsewhere) and the places of that kind
+    /// it has taken come to less than `max`: checked and taken under the holder's entry lock.
+    fn take_place(
+        self: &Arc<Self>,
+        kind: Kind,
+        holder: &Holder,
+        held: usize,
+        max: usize,
+    ) -> Result<Place, OverQuota> {
+        let mut taken = self.places(kind).entry(holder.clone()).or_insert(0);
+        if held + *taken >= max {
             return Err(OverQuota {
-                what: "event streams",
+                what: match kind {
+                    Kind::Opening => "sessions",
+                    Kind::Stream => "event streams",
+                },
                 limit: max.to_string(),
                 holder: holder.to_string(),
                 retry_after: Duration::from_secs(5),
             });
         }
-        *open += 1;
-        Ok(Some(Place {
+        *taken += 1;
+        Ok(Place {
             counts: self.clone(),
             holder: holder.clone(),
-            kind: Kind::Stream,
-        }))
+            kind,
+        })
+    }
+
+    /// Each holder's places of `kind`.
+    fn places(&self, kind: Kind) -> &DashMap<Holder, usize> {
+        match kind {
+            Kind::Opening => &self.opening,
+            Kind::Stream => &self.streams,
+        }
     }
 
     /// Takes one mint from `holder`'s bucket, or says when the next one will be there.

@@ -348,8 +348,8 @@ async fn postgres_stalled_then_cut_then_back() {
     store.destroy_namespace().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_stalled_times_out_then_recovers() {
+/// The shared Redis through a [`Proxy`] the test can stall, and a store on it.
+async fn redis_through_a_proxy() -> (Proxy, RedisStore) {
     let url = super::contract::redis_url();
     let proxy = Proxy::start(0, upstream_of(&url, 6379)).await;
     let proxied = via_proxy(&url, proxy.port);
@@ -358,6 +358,12 @@ async fn redis_stalled_times_out_then_recovers() {
         RedisStore::connect(&proxied, &options)
     })
     .await;
+    (proxy, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stalled_times_out_then_recovers() {
+    let (proxy, store) = redis_through_a_proxy().await;
     let v1 = InstanceRecord::first("w", json!("a"));
     store.save("k", &v1, 0).await.unwrap();
 
@@ -380,14 +386,7 @@ async fn redis_stalled_times_out_then_recovers() {
 /// learns that it was applied: the save is reported as done, not failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_a_save_applied_but_unanswered_is_learned_by_rereading() {
-    let url = super::contract::redis_url();
-    let proxy = Proxy::start(0, upstream_of(&url, 6379)).await;
-    let proxied = via_proxy(&url, proxy.port);
-    let options = outage_options();
-    let store = patiently(&format!("Redis via proxy to {url}"), || {
-        RedisStore::connect(&proxied, &options)
-    })
-    .await;
+    let (proxy, store) = redis_through_a_proxy().await;
     let v1 = InstanceRecord::first("w", json!("a"));
     store.save("k", &v1, 0).await.unwrap();
     let v2 = v1.next(json!("b"));
