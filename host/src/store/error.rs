@@ -115,6 +115,16 @@ fn fmt_version(current: &Option<u64>) -> String {
 }
 
 impl StoreError {
+    /// This error as a connect reports it: a store that does not answer while it is being
+    /// opened is unavailable, whatever the request was (whether a write may have been applied
+    /// matters only to a save).
+    pub(super) fn when_connecting(self) -> StoreError {
+        match self {
+            StoreError::NoAnswer(reason) => StoreError::Unavailable(reason),
+            other => other,
+        }
+    }
+
     /// True for errors worth retrying later without changing the request.
     pub fn is_unavailable(&self) -> bool {
         matches!(

@@ -284,7 +284,7 @@ impl PostgresStore {
             machines,
             op_timeout: options.op_timeout,
         };
-        store.migrate().await?;
+        store.migrate().await.map_err(StoreError::when_connecting)?;
         Ok(store)
     }
 

@@ -128,7 +128,7 @@ async fn within<T>(
     let bound = options.connect_timeout + options.op_timeout;
     match tokio::time::timeout(bound, connecting).await {
         Ok(Ok(con)) => Ok(con),
-        Ok(Err(e)) => Err(unavailable(name, "connect", &e)),
+        Ok(Err(e)) => Err(unavailable(name, "connect", &e).when_connecting()),
         Err(_) => Err(StoreError::Unavailable(format!(
             "{name}: connect timed out after {bound:?}"
         ))),

@@ -246,7 +246,8 @@ impl RedisStore {
             .bounded("ping", async move {
                 redis::cmd("PING").query_async::<String>(&mut con).await
             })
-            .await?;
+            .await
+            .map_err(StoreError::when_connecting)?;
         Ok(store)
     }
 
