@@ -644,6 +644,90 @@ async fn minting_faster_than_the_rate_is_refused_and_creates_nothing() {
     assert_ne!(again.is_error, Some(true), "{again:?}");
 }
 
+/// Issue 39, item 2: `--max-instances-per-principal` bounds what one principal holds in the
+/// store, counted across the servers sharing it: past the limit a minting call is
+/// `QUOTA_EXCEEDED` (with no `retryAfterMs`, since waiting alone frees nothing) and creates
+/// nothing, on any server; another principal mints as before; an instance that finishes and is
+/// deleted by retention gives its place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_principal_holds_at_most_its_share_of_instances_on_every_server() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, "alice s3cret-alice\nbob s3cret-bob\n").unwrap();
+    let namespace = format!("quota_{}", uuid::Uuid::new_v4().simple());
+    let store = common::redis_url();
+    let serve = || {
+        Server::http(
+            plugins.path(),
+            &[
+                "--auth-token-file",
+                file.to_str().unwrap(),
+                "--state-handle-key",
+                "--store",
+                &store,
+                "--store-namespace",
+                &namespace,
+                "--retain-final",
+                "1",
+                "--max-instances-per-principal",
+                "2",
+            ],
+        )
+    };
+    let (one, two) = (serve(), serve());
+    let as_ = |server: &Server, bearer: &'static str| {
+        let url = server.url.clone();
+        async move { Client::http_through(&url, reqwest::Client::new(), Some(bearer)).await }
+    };
+    let alice_on_one = as_(&one, "s3cret-alice").await;
+    let alice_on_two = as_(&two, "s3cret-alice").await;
+    let first = common::handle_of(
+        &alice_on_one
+            .call("invoice.submit", json!({"amount": 1}))
+            .await,
+    );
+    common::handle_of(
+        &alice_on_two
+            .call("invoice.submit", json!({"amount": 2}))
+            .await,
+    );
+    for alice in [&alice_on_one, &alice_on_two] {
+        let refused = alice.call("invoice.submit", json!({"amount": 3})).await;
+        assert_eq!(
+            common::error_code(&refused),
+            "QUOTA_EXCEEDED",
+            "{refused:?}"
+        );
+        let error = &refused.structured_content.as_ref().unwrap()["error"];
+        assert_eq!(error["quota"], "instances", "{error}");
+        assert!(error.get("retryAfterMs").is_none(), "{error}");
+    }
+    let bob = as_(&two, "s3cret-bob").await;
+    let minted = bob.call("invoice.submit", json!({"amount": 4})).await;
+    assert_ne!(minted.is_error, Some(true), "{minted:?}");
+    // Alice's instances still move; the first one finishes, and retention deletes it.
+    for step in ["invoice.approve", "invoice.discharge"] {
+        let moved = alice_on_one.call(step, json!({"handle": first})).await;
+        assert_ne!(moved.is_error, Some(true), "{moved:?}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let again = alice_on_two
+            .call("invoice.submit", json!({"amount": 5}))
+            .await;
+        if again.is_error != Some(true) {
+            break;
+        }
+        assert_eq!(common::error_code(&again), "QUOTA_EXCEEDED", "{again:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the finished instance never gave its place back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Issue 39, item 3: `--max-record-bytes` bounds what one instance's record may hold. Arguments
 /// that alone exceed it are refused before the plugin runs; a call whose result would put the
 /// record over it (here: its output, remembered for an idempotency key) saves and fires nothing;

@@ -2,6 +2,8 @@
 
 use std::{fmt, sync::Arc};
 
+use crate::store::HANDLE_PREFIX;
+
 /// One MCP session (HTTP) or connection (stdio), as the host names it internally.
 ///
 /// Minted by the MCP layer when a session starts; it never leaves the server, so it need not be
@@ -118,8 +120,9 @@ impl InstanceKey {
     }
 }
 
-/// Separates a handle from its tenant in a store key: never part of a handle.
-const TENANT_SEPARATOR: char = '@';
+/// Separates a handle from its tenant in a store key: never part of a handle. The store reads
+/// tenants off keys by the same rule (`store::owner_of`), to count what each one holds.
+const TENANT_SEPARATOR: char = crate::store::OWNER_SEPARATOR;
 
 /// One workflow instance: which workflow, and whose.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -194,9 +197,9 @@ impl InstanceKey {
         match &self.owner {
             Owner::Session(session) => [SESSION_PREFIX, session.as_str(), "/", &self.workflow],
             Owner::Handle(handle) => match &self.tenant {
-                None => ["handle/", handle, "", ""],
+                None => [HANDLE_PREFIX, handle, "", ""],
                 Some(tenant) => [
-                    "handle/",
+                    HANDLE_PREFIX,
                     handle,
                     TENANT_SEPARATOR.encode_utf8(separator),
                     &tenant.0,
@@ -208,7 +211,7 @@ impl InstanceKey {
     /// The handle-keyed instance stored under `store_key`, if it is one (session-keyed
     /// instances never leave their process).
     pub fn from_store_key(store_key: &str) -> Option<Self> {
-        let rest = store_key.strip_prefix("handle/")?;
+        let rest = store_key.strip_prefix(HANDLE_PREFIX)?;
         let (handle, tenant) = match rest.split_once(TENANT_SEPARATOR) {
             Some((handle, tenant)) => (handle, Some(Tenant(tenant.into()))),
             None => (rest, None),

@@ -199,6 +199,16 @@ pub struct ServeSettings {
         value_name = "N"
     )]
     pub max_streams_per_principal: Option<usize>,
+    /// Let each principal hold at most this many handle-keyed instances in the store (counted
+    /// across every server sharing it); a call that would start one more is QUOTA_EXCEEDED.
+    /// Needs authentication: without it an instance belongs to no one. Default: no limit.
+    #[arg(
+        long,
+        env = "TURNSTILE_MAX_INSTANCES_PER_PRINCIPAL",
+        hide_env = true,
+        value_name = "N"
+    )]
+    pub max_instances_per_principal: Option<u64>,
     /// Let each principal (each client address without authentication) start at most this many
     /// handle-keyed instances per second, on average; a call past it is QUOTA_EXCEEDED with
     /// `retryAfterMs`. Default: no limit.
@@ -544,6 +554,16 @@ impl ServeSettings {
         if self.oauth_jwks.is_some() && self.public_url.is_none() {
             return Err(Problem::Needs("oauth-jwks", "public-url"));
         }
+        // Without authentication an instance belongs to no one: the limit would count nothing.
+        if self.max_instances_per_principal.is_some()
+            && self.auth_token_file.is_none()
+            && self.oauth_issuer.is_none()
+        {
+            return Err(Problem::Needs(
+                "max-instances-per-principal",
+                "auth-token-file or oauth-issuer",
+            ));
+        }
         match (&self.tls_cert, &self.tls_key) {
             (Some(_), None) => Err(Problem::Needs("tls-cert", "tls-key")),
             (None, Some(_)) => Err(Problem::Needs("tls-key", "tls-cert")),
@@ -576,6 +596,7 @@ impl ServeSettings {
                 streams: self.max_streams_per_principal,
                 mint_rate: self.mint_rate.filter(|rate| *rate > 0.0),
                 mint_burst: f64::from(self.mint_burst),
+                instances: self.max_instances_per_principal,
             },
             transport: match (self.stdio, self.http) {
                 (true, _) => Transport::Stdio,

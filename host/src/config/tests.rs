@@ -194,6 +194,16 @@ fn settings_that_do_not_go_together_name_where_each_came_from() {
         error.contains("`tls-cert` (command line) needs `tls-key`"),
         "{error}"
     );
+    let error = resolve(
+        &["--plugins", "/p", "--max-instances-per-principal", "5"],
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("needs `auth-token-file or oauth-issuer`"),
+        "{error}"
+    );
     let error = resolve(&[], None).unwrap_err().to_string();
     assert!(error.contains("--plugins"), "{error}");
     let error = resolve(&[], Some("plugins = \"/p\"\nstate-handle-key = \"\"\n"))

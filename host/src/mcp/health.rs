@@ -167,6 +167,9 @@ mod tests {
         async fn count(&self, _: &str) -> Result<u64, StoreError> {
             Err(self.down())
         }
+        async fn count_owned(&self, _: &str) -> Result<u64, StoreError> {
+            Err(self.down())
+        }
         async fn audit(&self, _: &str) -> Result<Vec<crate::store::AuditEntry>, StoreError> {
             Err(self.down())
         }

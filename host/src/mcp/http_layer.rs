@@ -472,7 +472,7 @@ fn over_quota(refusal: &OverQuota) -> Response {
     let mut response = rejection.into_response(StatusCode::TOO_MANY_REQUESTS);
     response.headers_mut().insert(
         header::RETRY_AFTER,
-        HeaderValue::from(refusal.retry_after.as_secs().max(1)),
+        HeaderValue::from(refusal.retry_after.unwrap_or_default().as_secs().max(1)),
     );
     response
 }

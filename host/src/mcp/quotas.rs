@@ -13,6 +13,13 @@
 //!   the same step under the holder's entry lock, so racing `initialize`s cannot all pass.
 //! - **Event streams**: a place per open stream, given back when the stream's body is dropped.
 //! - **Mints**: a token bucket per holder (`--mint-rate` per second, `--mint-burst` at once).
+//! - **Instances** (`--max-instances-per-principal`): the handle-keyed instances a principal's
+//!   tenant holds in the store, counted by the store's owner index (`store/owned.rs`) before each
+//!   mint, so the bound holds across servers and restarts. Mints racing on several servers may
+//!   each see room for one more: the bound can be passed by the mints in flight at once, which
+//!   `--mint-burst` bounds. Without authentication an instance belongs to no one (its handle is
+//!   the only key to it), so there is nothing to count it against: the mint rate per address
+//!   is what bounds such a client.
 
 use std::{
     net::IpAddr,
@@ -26,6 +33,10 @@ use std::{
 use dashmap::DashMap;
 
 use super::{auth::Principal, session_records::SessionRecords};
+use crate::{
+    actors::Tenant,
+    store::{StateStore, StoreError},
+};
 
 /// How many sessions open between two prunings of ended sessions' entries.
 const PRUNE_EVERY: usize = 1024;
@@ -75,6 +86,8 @@ pub struct QuotaLimits {
     pub mint_rate: Option<f64>,
     /// `--mint-burst`: how many it may start at once (the bucket's size).
     pub mint_burst: f64,
+    /// `--max-instances-per-principal`.
+    pub instances: Option<u64>,
 }
 
 /// The counts behind the limits; one per server, shared by every request.
@@ -97,18 +110,21 @@ pub struct OverQuota {
     pub what: &'static str,
     pub limit: String,
     pub holder: String,
-    pub retry_after: Duration,
+    /// When waiting helps, how long; `None` when only the holder's own action frees a place
+    /// (finishing or deleting instances).
+    pub retry_after: Option<Duration>,
 }
 
 impl OverQuota {
     /// The sentence a client is told.
     pub fn message(&self) -> String {
+        let then = match self.retry_after {
+            Some(wait) => format!("retry in {} ms", wait.as_millis()),
+            None => "finish or delete some of them first".to_owned(),
+        };
         format!(
-            "{} holds its maximum of {} {} (the server's per-client limit); retry in {} ms",
-            self.holder,
-            self.limit,
-            self.what,
-            self.retry_after.as_millis()
+            "{} holds its maximum of {} {} (the server's per-client limit); {then}",
+            self.holder, self.limit, self.what,
         )
     }
 }
@@ -212,7 +228,7 @@ impl Quotas {
                 },
                 limit: max.to_string(),
                 holder: holder.to_string(),
-                retry_after: Duration::from_secs(5),
+                retry_after: Some(Duration::from_secs(5)),
             });
         }
         *taken += 1;
@@ -259,8 +275,31 @@ impl Quotas {
             what: "new instances per second",
             limit: format!("{rate}"),
             holder: holder.to_string(),
-            retry_after: Duration::from_secs_f64((1.0 - tokens) / rate),
+            retry_after: Some(Duration::from_secs_f64((1.0 - tokens) / rate)),
         })
+    }
+
+    /// Whether `holder`, whose instances belong to `tenant`, may start one more: asks the
+    /// store how many it holds, only with the limit set.
+    pub async fn check_instances(
+        &self,
+        store: &dyn StateStore,
+        tenant: &Tenant,
+        holder: &Holder,
+    ) -> Result<Result<(), OverQuota>, StoreError> {
+        let Some(limit) = self.limits.instances else {
+            return Ok(Ok(()));
+        };
+        let held = store.count_owned(tenant.as_str()).await?;
+        if held < limit {
+            return Ok(Ok(()));
+        }
+        Ok(Err(OverQuota {
+            what: "instances",
+            limit: limit.to_string(),
+            holder: holder.to_string(),
+            retry_after: None,
+        }))
     }
 }
 
@@ -301,7 +340,9 @@ mod tests {
         }
         let refused = quotas.take_mint(&alice()).expect_err("the burst is spent");
         assert!(
-            refused.retry_after <= Duration::from_millis(100),
+            refused
+                .retry_after
+                .is_some_and(|wait| wait <= Duration::from_millis(100)),
             "{refused:?}"
         );
         std::thread::sleep(Duration::from_millis(120));

@@ -435,21 +435,24 @@ pub fn invoke_failure(tool: &str, error: &InvokeError) -> CallToolResult {
     )
 }
 
-/// The caller started instances faster than its quota allows (`quotas.rs`): nothing ran.
+/// The caller started instances faster than its quota allows, or holds as many as it may
+/// (`quotas.rs`): nothing ran. `retryAfterMs` only where waiting helps.
 pub fn over_quota(tool: &str, refusal: &super::quotas::OverQuota) -> CallToolResult {
-    let retry_after_ms = refusal.retry_after.as_millis().max(1) as u64;
+    let mut details = json!({
+        "tool": tool,
+        "quota": refusal.what,
+        "limit": refusal.limit,
+    });
+    if let Some(wait) = refusal.retry_after {
+        details["retryAfterMs"] = json!(wait.as_millis().max(1) as u64);
+    }
     error_result(
         format!(
             "{tool} did not run and changed nothing: {}",
             refusal.message()
         ),
         "QUOTA_EXCEEDED",
-        json!({
-            "tool": tool,
-            "quota": refusal.what,
-            "limit": refusal.limit,
-            "retryAfterMs": retry_after_ms,
-        }),
+        details,
     )
 }
 

@@ -489,6 +489,25 @@ impl TurnstileServer {
             {
                 return Ok(reply::over_quota(tool.name(), &refusal).into());
             }
+            if mint
+                && let Some(tenant) = &key.tenant
+                && let Some(holder) = quota_holder(&context)
+            {
+                let store = self.shared.store.as_ref();
+                match self
+                    .shared
+                    .quotas
+                    .check_instances(store, tenant, &holder)
+                    .await
+                {
+                    Ok(Ok(())) => {}
+                    Ok(Err(refusal)) => return Ok(reply::over_quota(tool.name(), &refusal).into()),
+                    Err(down) => {
+                        let error = InstanceError::Store(down);
+                        return Ok(reply::failure(tool.name(), &error).into());
+                    }
+                }
+            }
             let span = record.span(Some(&key));
             self.call_instance(tool, key, mint, arguments, idempotency_key, context)
                 .instrument(span)

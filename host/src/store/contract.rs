@@ -203,6 +203,7 @@ all_stores!(
     migration_corrects_due_times,
     the_audit_trail_grows_with_saves_and_goes_with_the_record,
     the_audit_trail_keeps_its_last_entries,
+    owners_are_counted_as_their_records_come_and_go,
 );
 
 /// The lease cases: every store other processes share, and the memory store (which keeps
@@ -620,6 +621,58 @@ async fn list_and_count(store: Arc<dyn StateStore>) {
         store.list_keys("a", Some("a/1"), 10).await.unwrap(),
         ["a/2", "a/3", "ab"]
     );
+}
+
+async fn owners_are_counted_as_their_records_come_and_go(store: Arc<dyn StateStore>) {
+    for key in [
+        "handle/doc-1@alice",
+        "handle/doc-2@alice",
+        "handle/doc-3@bob",
+    ] {
+        store.save(key, &record("w", 1, "x"), 0).await.unwrap();
+    }
+    // Keys that name no owner are nobody's.
+    for key in ["handle/doc-4", "session/abc/doc", "other@alice"] {
+        store.save(key, &record("w", 1, "x"), 0).await.unwrap();
+    }
+    let counts = async |store: &Arc<dyn StateStore>| {
+        (
+            store.count_owned("alice").await.unwrap(),
+            store.count_owned("bob").await.unwrap(),
+            store.count_owned("ali").await.unwrap(),
+        )
+    };
+    assert_eq!(counts(&store).await, (2, 1, 0));
+    // Saving again, or failing to create what exists, counts nothing twice.
+    store
+        .save("handle/doc-1@alice", &record("w", 2, "y"), 1)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .save("handle/doc-2@alice", &record("w", 1, "z"), 0)
+            .await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(counts(&store).await, (2, 1, 0));
+    assert!(
+        store
+            .delete("handle/doc-1@alice", None, None)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .delete("handle/doc-1@alice", None, None)
+            .await
+            .unwrap()
+    );
+    assert_eq!(counts(&store).await, (1, 1, 0));
+    store
+        .save("handle/doc-1@alice", &record("w", 1, "again"), 0)
+        .await
+        .unwrap();
+    assert_eq!(counts(&store).await, (2, 1, 0));
 }
 
 async fn concurrent_writers_one_key(store: Arc<dyn StateStore>) {

@@ -33,7 +33,7 @@ use std::{
     ops::Bound,
     path::{Path, PathBuf},
     sync::{
-        Arc, RwLock, RwLockReadGuard, RwLockWriteGuard,
+        Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard,
         atomic::{AtomicU64, Ordering},
         mpsc,
     },
@@ -50,8 +50,8 @@ use self::{
     overlay::{Change, Layer, Overlay, Row},
 };
 use super::{
-    AuditEntry, Due, Fence, InstanceRecord, StateStore, StoreError, check_key, check_save,
-    conflict, format, machine_key, versions_match,
+    AuditEntry, Due, Fence, HANDLE_PREFIX, InstanceRecord, OwnedCounts, StateStore, StoreError,
+    check_key, check_save, conflict, format, machine_key, owner_of, versions_match,
 };
 use crate::metrics;
 
@@ -151,6 +151,9 @@ pub struct EmbeddedStore {
     /// The audit entries kept per instance (`StoreOptions::audit_keep`): the last this many
     /// versions' entries.
     audit_keep: u64,
+    /// How many records each owner has: counted from redb at open, then kept by the writer as
+    /// it makes creates and deletes durable.
+    owned: Arc<Mutex<OwnedCounts>>,
 }
 
 impl EmbeddedStore {
@@ -190,14 +193,16 @@ impl EmbeddedStore {
             tokio::task::spawn_blocking(move || {
                 let db = open_file(&path, &name)?;
                 let segment = replay(&db, &path, &name, audit_keep)?;
-                Ok::<_, StoreError>((db, segment, path))
+                let owned = count_owners(&db, &name)?;
+                Ok::<_, StoreError>((db, segment, owned, path))
             })
             .await
         };
-        let (db, segment, path) = opened.map_err(|e| {
+        let (db, segment, owned, path) = opened.map_err(|e| {
             StoreError::Unavailable(format!("{name}: opening the file panicked: {e}"))
         })??;
         let db = Arc::new(db);
+        let owned = Arc::new(Mutex::new(owned));
         let overlay = Arc::new(RwLock::new(Overlay::default()));
         let stats = Arc::new(BatchStats::default());
         let cannot_start = |e: std::io::Error| {
@@ -221,6 +226,7 @@ impl EmbeddedStore {
             segment,
             checkpointer: Some(checkpointer),
             frames: Vec::new(),
+            owned: Arc::clone(&owned),
         };
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -234,6 +240,7 @@ impl EmbeddedStore {
             stats,
             writer: Some((tx, thread)),
             audit_keep,
+            owned,
         })
     }
 
@@ -373,6 +380,33 @@ fn replay(db: &Database, path: &Path, name: &str, audit_keep: u64) -> Result<Seg
         .map_err(|e| unavailable(format!("cannot create a journal segment: {e}")))
 }
 
+/// How many records each owner has in redb (which holds everything once the journal is
+/// replayed): a scan of the handle-keyed keys, once, at open.
+fn count_owners(db: &Database, name: &str) -> Result<OwnedCounts, StoreError> {
+    let mut owned = OwnedCounts::default();
+    let txn = db.begin_read().map_err(|e| storage(name, e))?;
+    let table = txn.open_table(INSTANCES).map_err(|e| storage(name, e))?;
+    for entry in table
+        .range::<&str>(HANDLE_PREFIX..)
+        .map_err(|e| storage(name, e))?
+    {
+        let (key, _) = entry.map_err(|e| storage(name, e))?;
+        let key = key.value();
+        if !key.starts_with(HANDLE_PREFIX) {
+            break;
+        }
+        owned.added(key);
+    }
+    Ok(owned)
+}
+
+/// The per-owner counts, whatever a panicking holder left (a count is never half-changed).
+fn lock_owned(owned: &Mutex<OwnedCounts>) -> std::sync::MutexGuard<'_, OwnedCounts> {
+    owned
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn storage(name: &str, e: impl Into<redb::Error>) -> StoreError {
     StoreError::Unavailable(format!("{name}: {}", e.into()))
 }
@@ -391,6 +425,8 @@ struct Writer {
     frames: Vec<u8>,
     /// For the last checkpoint, when the store closes.
     audit_keep: u64,
+    /// The store's per-owner counts, which this thread alone changes.
+    owned: Arc<Mutex<OwnedCounts>>,
 }
 
 impl Writer {
@@ -453,7 +489,7 @@ impl Writer {
         if !machines.is_empty() {
             self.commit_machines(machines);
         }
-        let checked = self.check(instance_ops);
+        let (checked, owners_changed) = self.check(instance_ops);
         let mut changes = Vec::with_capacity(checked.len());
         let mut replies = Vec::with_capacity(checked.len());
         self.frames.clear();
@@ -482,6 +518,16 @@ impl Writer {
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
         metrics::store_committed(changes.len());
         write_lock(&self.overlay).apply(changes);
+        {
+            let mut owned = lock_owned(&self.owned);
+            for (key, created) in &owners_changed {
+                if *created {
+                    owned.added(key);
+                } else {
+                    owned.removed(key);
+                }
+            }
+        }
         for reply in replies {
             // The caller may have given up (its future was dropped); nobody is left to tell.
             let _ = reply.send(Ok(true));
@@ -492,10 +538,13 @@ impl Writer {
     /// order, so a later op in the batch sees what an earlier one did. Answers the ops that
     /// write nothing (a conflict, a delete of a key that is not there, a failed read of the
     /// current version); the others come back as changes to journal, each with the reply that
-    /// waits for it to be synced.
-    fn check(&self, ops: Vec<Op>) -> Vec<(Change, Reply)> {
+    /// waits for it to be synced, and beside them the keys of owned records the changes create
+    /// (`true`) or remove (`false`), for [`OwnedCounts`] once they are durable.
+    #[allow(clippy::type_complexity)]
+    fn check(&self, ops: Vec<Op>) -> (Vec<(Change, Reply)>, Vec<(String, bool)>) {
         let mut in_batch: HashMap<String, Option<u64>> = HashMap::new();
         let mut checked = Vec::with_capacity(ops.len());
+        let mut owners_changed = Vec::new();
         for op in ops {
             let key = match &op {
                 Op::Save { key, .. } | Op::Delete { key, .. } => key.as_str(),
@@ -524,6 +573,9 @@ impl Writer {
                 } => {
                     if versions_match(current, expected) {
                         in_batch.insert(key.clone(), Some(row.version));
+                        if current.is_none() && owner_of(&key).is_some() {
+                            owners_changed.push((key.clone(), true));
+                        }
                         checked.push((Change::Save { key, row, audit }, reply));
                     } else {
                         let _ = reply.send(Err(conflict(&key, expected, current)));
@@ -542,6 +594,9 @@ impl Writer {
                         let _ = reply.send(Ok(false));
                     } else {
                         in_batch.insert(key.clone(), None);
+                        if owner_of(&key).is_some() {
+                            owners_changed.push((key.clone(), false));
+                        }
                         checked.push((Change::Delete { key }, reply));
                     }
                 }
@@ -550,7 +605,7 @@ impl Writer {
                 }
             }
         }
-        checked
+        (checked, owners_changed)
     }
 
     /// The version `key` has now, outside the batch in hand: the overlay's if it knows the
@@ -971,6 +1026,10 @@ impl StateStore for EmbeddedStore {
         keys.sort_unstable();
         keys.truncate(limit);
         Ok(keys)
+    }
+
+    async fn count_owned(&self, owner: &str) -> Result<u64, StoreError> {
+        Ok(lock_owned(&self.owned).of(owner))
     }
 
     async fn count(&self, prefix: &str) -> Result<u64, StoreError> {

@@ -23,8 +23,8 @@ use std::{
 use async_trait::async_trait;
 
 use super::{
-    AuditEntry, Due, Fence, InstanceRecord, LeaseGrant, StateStore, StoreError, check_save,
-    conflict, format, machine_key, versions_match,
+    AuditEntry, Due, Fence, InstanceRecord, LeaseGrant, OwnedCounts, StateStore, StoreError,
+    check_save, conflict, format, machine_key, versions_match,
 };
 
 /// In-memory store. Cloning is not offered: share it as `Arc<dyn StateStore>`.
@@ -64,6 +64,8 @@ struct Records {
     /// The last lease granted on each record (alive until `until`), kept after it lapses for
     /// its token; removed with the record by `delete`.
     leases: HashMap<String, Lease>,
+    /// How many records each owner has ([`StateStore::count_owned`]).
+    owned: OwnedCounts,
 }
 
 /// A lease as this store keeps it.
@@ -87,6 +89,7 @@ impl Records {
         if let Some(due) = old.due_at_ms {
             self.due.remove(&(due, key.to_owned()));
         }
+        self.owned.removed(key);
         true
     }
 
@@ -323,6 +326,7 @@ impl StateStore for MemoryStore {
             records.due.insert((due, key.to_owned()));
         }
         records.by_key.insert(key.to_owned(), stored);
+        records.owned.added(key);
         if let Some(entry) = &record.audit {
             let trail = records.audit.entry(key.to_owned()).or_default();
             trail.push(entry.clone());
@@ -419,6 +423,10 @@ impl StateStore for MemoryStore {
             .take_while(|(k, _)| k.starts_with(prefix))
             .count();
         Ok(n as u64)
+    }
+
+    async fn count_owned(&self, owner: &str) -> Result<u64, StoreError> {
+        Ok(self.records().owned.of(owner))
     }
 
     async fn due(

@@ -2,7 +2,8 @@
 //!
 //! This module owns the [`StateStore`] contract, the [`InstanceRecord`] it stores, and [`open`],
 //! which picks an implementation from a URL. It must not know about actors, MCP or the
-//! statechart: a snapshot is an opaque JSON value here, and a key is an opaque string.
+//! statechart: a snapshot is an opaque JSON value here, and a key is an opaque string but for the
+//! owner a handle-keyed one names (`owned.rs`), which every store counts.
 //!
 //! # Layout
 //!
@@ -23,6 +24,8 @@
 //! - `redis/`: [`RedisStore`], shared by several server processes (one Redis, or a Redis
 //!   Cluster: `redis/layout.rs` names the keys, `redis/link.rs` connects); CAS in a Lua script.
 //! - `postgres.rs`: [`PostgresStore`], one table; CAS in `UPDATE … WHERE version = $n`.
+//! - `owned.rs`: the owner a key names, and the per-owner counts behind
+//!   [`StateStore::count_owned`].
 //! - `unanswered.rs`: what a save that got no answer did, learned by reading the record again.
 //! - `contract.rs` (tests only): the one suite every store must pass.
 //! - `outage.rs` (tests only): servers killed, stalled and restarted under the remote stores.
@@ -87,6 +90,7 @@ mod format;
 mod lease;
 mod memory;
 mod migrate;
+mod owned;
 mod postgres;
 mod redis;
 mod unanswered;
@@ -105,6 +109,7 @@ pub use self::{
     lease::{Fence, LeaseGrant, WANTED_FOR},
     memory::MemoryStore,
     migrate::{MigrationReport, migrate},
+    owned::{HANDLE_PREFIX, OWNER_SEPARATOR, OwnedCounts, owner_of},
     postgres::PostgresStore,
     redis::RedisStore,
     unanswered::settle as settle_unanswered_save,
@@ -391,6 +396,12 @@ pub trait StateStore: Send + Sync {
 
     /// How many records have a key starting with `prefix` (`""`: all of them).
     async fn count(&self, prefix: &str) -> Result<u64, StoreError>;
+
+    /// How many records belong to `owner` ([`owner_of`] their key): what
+    /// `--max-instances-per-principal` counts. Every store keeps a per-owner index, written in
+    /// the same atomic step as the records, so this is one lookup (one per shard on a Redis
+    /// Cluster), never a scan.
+    async fn count_owned(&self, owner: &str) -> Result<u64, StoreError>;
 
     /// The audit trail of the instance under `key`, oldest first: one entry per save that
     /// carried one ([`InstanceRecord::audit`]). Empty for an instance that never moved or does

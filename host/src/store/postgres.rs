@@ -50,6 +50,11 @@ use super::{
     format, invalid, redact,
 };
 
+/// The rows whose key names an owner (`owned.rs`: `handle/…@owner`), and the owner such a key
+/// names: the index behind [`StateStore::count_owned`] is on this expression, for these rows.
+const OWNED_KEYS: &str = "key LIKE 'handle/%@%'";
+const OWNER_OF_KEY: &str = "substr(key, strpos(key, '@') + 1)";
+
 /// Every statement, with the table name filled in once at connect time (the namespace is
 /// validated to `[a-z0-9_]`, so interpolating it is safe).
 struct Sql {
@@ -75,6 +80,7 @@ struct Sql {
     release: String,
     list: String,
     count: String,
+    count_owned: String,
     due: String,
 }
 
@@ -211,6 +217,10 @@ impl Sql {
                 "SELECT key FROM {t} WHERE key LIKE $1 AND key > $2 ORDER BY key LIMIT $3"
             ),
             count: format!("SELECT count(*) FROM {t} WHERE key LIKE $1"),
+            // The same expression and predicate as the `_owner` index, so the planner uses it.
+            count_owned: format!(
+                "SELECT count(*) FROM {t} WHERE {OWNED_KEYS} AND {OWNER_OF_KEY} = $1"
+            ),
             // `(due_at, key) > ($2, $3)` is the page boundary: a row comparison the index serves.
             due: format!(
                 "SELECT due_at, key FROM {t} \
@@ -312,6 +322,7 @@ impl PostgresStore {
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_wanted_by text;
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_wanted_until timestamptz;
              CREATE INDEX IF NOT EXISTS {t}_due ON {t} (due_at, key) WHERE due_at IS NOT NULL;
+             CREATE INDEX IF NOT EXISTS {t}_owner ON {t} (({OWNER_OF_KEY})) WHERE {OWNED_KEYS};
              CREATE TABLE IF NOT EXISTS {a} (
                  key text COLLATE \"C\" NOT NULL REFERENCES {t} (key) ON DELETE CASCADE,
                  version bigint NOT NULL,
@@ -912,6 +923,14 @@ impl StateStore for PostgresStore {
             .query("list", &self.sql.list, &[&pattern, &after, &limit])
             .await?;
         rows.iter().map(|row| column(prefix, row, 0)).collect()
+    }
+
+    async fn count_owned(&self, owner: &str) -> Result<u64, StoreError> {
+        let rows = self
+            .query("count owned", &self.sql.count_owned, &[&owner])
+            .await?;
+        let n: i64 = rows.first().map_or(Ok(0), |row| column(owner, row, 0))?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     async fn count(&self, prefix: &str) -> Result<u64, StoreError> {

@@ -343,6 +343,43 @@ async fn the_journal_of_a_crashed_server_is_replayed() {
         .unwrap();
 }
 
+/// Owners are counted again at open, from the file and from a journal a crash left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owners_are_counted_after_reopen_and_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    {
+        let store = EmbeddedStore::open(&path).await.unwrap();
+        save_all(
+            &store,
+            &[
+                ("handle/a-1@t", record("w", 1, None, "x"), 0),
+                ("handle/a-2@t", record("w", 1, None, "x"), 0),
+                ("handle/a-3@u", record("w", 1, None, "x"), 0),
+            ],
+        )
+        .await;
+        assert!(store.delete("handle/a-2@t", None, None).await.unwrap());
+        assert_eq!(store.count_owned("t").await.unwrap(), 1);
+    }
+    // A crashed server's journal: one more of t's, and u's deleted.
+    let mut frames = Vec::new();
+    journal::encode(&journaled("handle/a-4@t", 1, "x", None, None), &mut frames);
+    journal::encode(
+        &Change::Delete {
+            key: "handle/a-3@u".into(),
+        },
+        &mut frames,
+    );
+    journal::Segment::create(&path, 9)
+        .unwrap()
+        .append(&frames)
+        .unwrap();
+    let store = EmbeddedStore::open(&path).await.unwrap();
+    assert_eq!(store.count_owned("t").await.unwrap(), 2);
+    assert_eq!(store.count_owned("u").await.unwrap(), 0);
+}
+
 /// Checkpoints run while saves and reads go on, and lose nothing: every key reads back at its
 /// last version, with its whole trail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -466,6 +503,7 @@ fn a_version_check_does_not_miss_a_key_a_checkpoint_moved() {
         checkpointer: None,
         frames: Vec::new(),
         audit_keep: super::super::DEFAULT_AUDIT_KEEP,
+        owned: Arc::default(),
     };
     // First op of the batch: a key nobody knows, read from redb.
     assert_eq!(writer.stored_version("a").unwrap(), None);

@@ -103,6 +103,17 @@ impl Layout {
         format!("{shard}:due")
     }
 
+    /// The owner index of `shard`: a sorted set, all scores 0, of `<owner>\0<key>` for every
+    /// record whose key names an owner (`owned.rs`), so one owner's records are a lexical range.
+    pub fn owned(shard: &str) -> String {
+        format!("{shard}:owned")
+    }
+
+    /// Set once `shard`'s owner index holds every record saved before the index existed.
+    pub fn owned_complete(shard: &str) -> String {
+        format!("{shard}:owned_v1")
+    }
+
     /// A machine definition (one key each, in no shard: read and written alone).
     pub fn machine(&self, machine_key: &str) -> String {
         format!("{}:m:{machine_key}", self.namespace)

@@ -21,6 +21,11 @@
 //!   and a page boundary is exact even among keys due in the same millisecond. The save and
 //!   delete scripts update it with the record. Code that predates due times does not: the
 //!   query script drops a member whose record is gone or has another due time;
+//! - `ns:owned`: the owner index, a sorted set with all scores 0 whose members are `<owner>\0<key>`
+//!   for every record whose key names an owner (`owned.rs`), so an owner's count is one
+//!   `ZLEXCOUNT`. The save script adds a created record, the delete script removes it; records
+//!   saved before the index existed are added once, at open, page by page, in scripts that read
+//!   the key index and write this one in one step (`ns:owned_v1` marks it done);
 //! - `ns:lease:<key>`: the instance's lease (see `lease.rs`), `"<token> <holder>"`, expiring by
 //!   itself (`PX`, Redis's clock). The record hash's field `n` counts the grants: the fencing
 //!   token. The save and delete scripts check the lease in the same step as the version;
@@ -50,7 +55,7 @@ use self::{
 use super::{
     AuditEntry, ChangeFeed, Due, Durability, Fence, InstanceRecord, LeaseGrant, StateStore,
     StoreError, StoreOptions, WANTED_FOR, chain, check_key, check_save, conflict, format,
-    machine_key, redact,
+    machine_key, owner_of, redact,
 };
 
 /// Digits of a due time in a `ns:due` member: enough for every `u64`.
@@ -66,11 +71,11 @@ if lease ~= (ARGV[LEASE] ~= '' and ARGV[LEASE] or false) then
 end
 ";
 
-/// CAS save. KEYS: record hash, index, due index, audit list, lease. ARGV: expected, version,
-/// workflow, snapshot, updated_at_ms, key, format, extras, due time (decimal, or "" for none),
-/// audit entry (JSON, or "" for none: appended to the audit list with the record, which then
-/// keeps its last `audit_keep` entries), fence (`"<token> <holder>"`, or "" for none),
-/// `audit_keep`. Returns "ok", "fenced <ms>" when the lease refuses
+/// CAS save. KEYS: record hash, index, due index, audit list, lease, owner index. ARGV:
+/// expected, version, workflow, snapshot, updated_at_ms, key, format, extras, due time (decimal,
+/// or "" for none), audit entry (JSON, or "" for none: appended to the audit list with the
+/// record, which then keeps its last `audit_keep` entries), fence (`"<token> <holder>"`, or ""
+/// for none), `audit_keep`, owner index member (or "" for a key with no owner). Returns "ok", "fenced <ms>" when the lease refuses
 /// it, or the stored version ("none" when absent) on conflict. Versions are compared as decimal
 /// strings: Lua numbers are doubles and would round above 2^53; due times are padded as strings
 /// too.
@@ -94,6 +99,9 @@ else
   redis.call('HDEL', KEYS[1], 'd')
 end
 redis.call('ZADD', KEYS[2], 0, ARGV[6])
+if not cur and ARGV[13] ~= '' then
+  redis.call('ZADD', KEYS[6], 0, ARGV[13])
+end
 if ARGV[10] and ARGV[10] ~= '' then
   redis.call('RPUSH', KEYS[4], ARGV[10])
   redis.call('LTRIM', KEYS[4], -tonumber(ARGV[12]), -1)
@@ -102,7 +110,8 @@ return 'ok'
 ";
 
 /// Delete, conditional when ARGV[1] is not empty. KEYS: record hash, index, due index, audit
-/// list and lease (deleted with the record). ARGV: expected or "", key, fence or "". Returns
+/// list and lease (deleted with the record), owner index. ARGV: expected or "", key, fence or
+/// "", owner index member or "". Returns
 /// "deleted", "absent", "fenced <ms>", or the stored version ("none") on conflict.
 const DELETE_LUA: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'v')
@@ -116,7 +125,28 @@ end
 local n = redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[2])
 redis.call('DEL', KEYS[4], KEYS[5])
+if ARGV[4] ~= '' then
+  redis.call('ZREM', KEYS[6], ARGV[4])
+end
 if n == 1 then return 'deleted' else return 'absent' end
+";
+
+/// One page of filling the owner index with records saved before it existed. KEYS: index,
+/// owner index. ARGV: the last key of the previous page ("" at first), page size. Adds the
+/// page's owned keys (`handle/…@owner`) and returns the page's last key, or "" when no keys
+/// are left. Reading the key index and writing the owner index in one step means a record
+/// deleted meanwhile is never added back.
+const OWNED_FILL_LUA: &str = r"
+local min = ARGV[1] == '' and '[handle/' or ('(' .. ARGV[1])
+local page = redis.call('ZRANGEBYLEX', KEYS[1], min, '(handle0', 'LIMIT', 0, tonumber(ARGV[2]))
+for _, key in ipairs(page) do
+  local at = string.find(key, '@', 8, true)
+  if at and at < #key then
+    redis.call('ZADD', KEYS[2], 0, string.sub(key, at + 1) .. '\0' .. key)
+  end
+end
+if #page == 0 then return '' end
+return page[#page]
 ";
 
 /// Grants or renews a lease (see `lease.rs`). KEYS: record hash, lease, wanted mark. ARGV:
@@ -198,6 +228,7 @@ pub struct RedisStore {
     op_timeout: Duration,
     save_script: Script,
     delete_script: Script,
+    owned_fill_script: Script,
     due_script: Script,
     acquire_script: Script,
     release_script: Script,
@@ -236,6 +267,7 @@ impl RedisStore {
             options: options.clone(),
             op_timeout: options.op_timeout,
             save_script: Script::new(&lease_checked(SAVE_LUA, 11)),
+            owned_fill_script: Script::new(OWNED_FILL_LUA),
             delete_script: Script::new(&lease_checked(DELETE_LUA, 3)),
             due_script: Script::new(DUE_LUA),
             acquire_script: Script::new(ACQUIRE_LUA),
@@ -248,7 +280,52 @@ impl RedisStore {
             })
             .await
             .map_err(StoreError::when_connecting)?;
+        store
+            .fill_owner_index()
+            .await
+            .map_err(StoreError::when_connecting)?;
         Ok(store)
+    }
+
+    /// Puts every record saved before the owner index existed into it, once per shard (see the
+    /// module docs). Servers starting together may both fill a shard: adding a member twice
+    /// changes nothing.
+    async fn fill_owner_index(&self) -> Result<(), StoreError> {
+        /// Keys per script run: each run holds Redis for a few milliseconds at most.
+        const PAGE: usize = 1000;
+        for shard in self.layout.shards() {
+            let mut con = self.con.clone();
+            let done_key = Layout::owned_complete(shard);
+            let done: Option<String> = self
+                .bounded("owner index", async move {
+                    con.get::<_, Option<String>>(done_key).await
+                })
+                .await?;
+            if done.is_some() {
+                continue;
+            }
+            let mut after = String::new();
+            loop {
+                let mut con = self.con.clone();
+                let mut invocation = self.owned_fill_script.key(Layout::index(shard));
+                invocation.key(Layout::owned(shard)).arg(&after).arg(PAGE);
+                after = self
+                    .bounded("owner index", async move {
+                        invocation.invoke_async::<String>(&mut con).await
+                    })
+                    .await?;
+                if after.is_empty() {
+                    break;
+                }
+            }
+            let mut con = self.con.clone();
+            let done_key = Layout::owned_complete(shard);
+            self.bounded("owner index", async move {
+                con.set::<_, _, ()>(done_key, 1).await
+            })
+            .await?;
+        }
+        Ok(())
     }
 
     /// Runs one Redis round trip under `op_timeout`, turning every failure into `Unavailable`.
@@ -363,6 +440,11 @@ impl RedisStore {
 /// `script` behind the lease check, which reads the writer's fence from `ARGV[lease_arg]`.
 fn lease_checked(script: &str, lease_arg: usize) -> String {
     LEASE_CHECK_LUA.replace("ARGV[LEASE]", &format!("ARGV[{lease_arg}]")) + script
+}
+
+/// `key`'s member in the owner index (see the module docs), or "" for a key with no owner.
+fn owned_member(key: &str) -> String {
+    owner_of(key).map_or_else(String::new, |owner| format!("{owner}\0{key}"))
 }
 
 /// A fence as the scripts compare it with the lease key's value.
@@ -591,6 +673,7 @@ impl StateStore for RedisStore {
             .key(Layout::due(shard))
             .key(self.layout.audit(key))
             .key(self.layout.lease(key))
+            .key(Layout::owned(shard))
             .arg(expected)
             .arg(record.version)
             .arg(&record.workflow)
@@ -613,7 +696,8 @@ impl StateStore for RedisStore {
                     .unwrap_or_default(),
             )
             .arg(fence_arg(record.fence.as_ref()))
-            .arg(self.options.audit_keep.max(1));
+            .arg(self.options.audit_keep.max(1))
+            .arg(owned_member(key));
         let answer: String = self
             .bounded(
                 "save",
@@ -698,9 +782,11 @@ impl StateStore for RedisStore {
             .key(Layout::due(shard))
             .key(self.layout.audit(key))
             .key(self.layout.lease(key))
+            .key(Layout::owned(shard))
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
             .arg(key)
-            .arg(fence_arg(fence));
+            .arg(fence_arg(fence))
+            .arg(owned_member(key));
         let answer: String = self
             .bounded(
                 "delete",
@@ -799,6 +885,21 @@ impl StateStore for RedisStore {
             })
             .await?;
         Ok(first_in_order(pages, limit))
+    }
+
+    async fn count_owned(&self, owner: &str) -> Result<u64, StoreError> {
+        let (min, max) = (format!("[{owner}\0"), format!("({owner}\u{1}"));
+        let counts = self
+            .each_shard("count owned", |shard, mut con| {
+                let query = redis::cmd("ZLEXCOUNT")
+                    .arg(Layout::owned(&shard))
+                    .arg(&min)
+                    .arg(&max)
+                    .to_owned();
+                async move { query.query_async::<u64>(&mut con).await }
+            })
+            .await?;
+        Ok(counts.into_iter().sum())
     }
 
     async fn count(&self, prefix: &str) -> Result<u64, StoreError> {
@@ -909,6 +1010,43 @@ mod tests {
             .unwrap();
         store.save("k", &v1.next(json!(2)), 1).await.unwrap();
         assert!(store.delete("k", Some(2), None).await.unwrap());
+        store.destroy_namespace().await.unwrap();
+    }
+
+    /// Records saved before the owner index existed are put in it when a server next connects,
+    /// and only once per namespace.
+    #[tokio::test]
+    async fn records_older_than_the_owner_index_are_counted_at_connect() {
+        let url = redis_url();
+        let options = unique_options();
+        let store = RedisStore::connect(&url, &options).await.unwrap();
+        for key in [
+            "handle/a-1@t1",
+            "handle/a-2@t1",
+            "handle/a-3",
+            "session/s/a",
+        ] {
+            store
+                .save(key, &InstanceRecord::first("w", json!(1)), 0)
+                .await
+                .unwrap();
+        }
+        // As code that predates the index would have left it: no index, no mark.
+        let mut con = store.con.clone();
+        let shard = store.layout.shard_of("");
+        redis::cmd("DEL")
+            .arg(Layout::owned(shard))
+            .arg(Layout::owned_complete(shard))
+            .exec_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(store.count_owned("t1").await.unwrap(), 0);
+        let again = RedisStore::connect(&url, &options).await.unwrap();
+        assert_eq!(again.count_owned("t1").await.unwrap(), 2);
+        assert!(again.delete("handle/a-1@t1", None, None).await.unwrap());
+        // Marked done: a later connect does not fill the index again.
+        let third = RedisStore::connect(&url, &options).await.unwrap();
+        assert_eq!(third.count_owned("t1").await.unwrap(), 1);
         store.destroy_namespace().await.unwrap();
     }
 
