@@ -116,6 +116,7 @@ impl Bench {
                 None,
                 None,
                 None,
+                serde_json::Value::Null,
             )
             .await
             .expect("the call runs");

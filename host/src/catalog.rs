@@ -104,6 +104,12 @@ impl ToolEntry {
         self.manifest.workflow.as_deref()
     }
 
+    /// Whether a call of this tool may ask the person or the client for input (`mcp/asking.rs`):
+    /// the handler says it may.
+    pub fn asks(&self) -> bool {
+        self.manifest.asks
+    }
+
     /// A tool with no bound states is visible in every state (DESIGN: "a tool with no states is
     /// always visible").
     pub fn is_gated(&self) -> bool {

@@ -386,6 +386,7 @@ fn check_size(output: &PluginOutput, limit: usize) -> Result<(), InvokeError> {
             None => json_size(&output.value),
         },
         PluginOutput::ToolError(message) | PluginOutput::BadInput(message) => message.len(),
+        PluginOutput::NeedsInput(requests) => crate::store::json_bytes(requests),
     };
     if size > limit {
         return Err(InvokeError::ResultTooLarge { size, limit });

@@ -26,7 +26,8 @@
  *    (1.1, the plugin's configuration), TurnstileCallContext.context_json (1.2, the instance's
  *    machine context), TurnstilePluginV1.read (1.3, the content of prompts and resources; NULL:
  *    the plugin serves only the static "text" of its manifest's prompts and resources),
- *    TurnstileCallContext.idempotency_key (1.4, a key to pass on to outside services).
+ *    TurnstileCallContext.idempotency_key (1.4, a key to pass on to outside services),
+ *    TurnstileCallContext.asking_json and TURNSTILE_NEEDS_INPUT (1.4, asking the person).
  *  - Strings from the host are NUL-terminated UTF-8, borrowed for the duration of the call.
  *  - Each side frees only what it allocated. Output buffers are allocated by the plugin and
  *    handed back to its free_buffer by the host.
@@ -88,6 +89,12 @@ typedef int32_t TurnstileStatus;
 #define TURNSTILE_UNKNOWN_TOOL ((TurnstileStatus)3) /* no tool of that name                   */
 #define TURNSTILE_PANIC ((TurnstileStatus)4)        /* the plugin hit a bug                   */
 #define TURNSTILE_INTERNAL ((TurnstileStatus)5)     /* protocol failure (bad struct, init...) */
+/* ABI 1.4: the tool needs input before it can go on. The output is
+ * {"message": "...", "inputRequests": {"<key>": {"method": "...", "params": {...}}}}, each request
+ * an MCP elicitation/create, sampling/createMessage or roots/list. Return it only when the host
+ * passed asking_json; the host asks, then calls the tool again with the answers under
+ * asking_json's "responses". A handler must be safe to run again up to the point where it asks. */
+#define TURNSTILE_NEEDS_INPUT ((TurnstileStatus)6)
 
 /*
  * A byte buffer allocated by the plugin and freed by the plugin.
@@ -156,6 +163,13 @@ typedef struct TurnstileCallContext {
      * it as the idempotency key of the outside services the handler calls (a payment
      * provider's): a transition a paused server started and another took over then acts once. */
     const char *idempotency_key;
+    /* ABI 1.4, read only if TURNSTILE_HAS_FIELD(ctx, TurnstileCallContext, asking_json): what the
+     * handler may ask for and what it has been told, as JSON {"canAsk": [...], "responses":
+     * {"<key>": answer}}, or NULL when the host cannot ask for this call (then never return
+     * TURNSTILE_NEEDS_INPUT). canAsk lists "elicitation.form", "elicitation.url", "sampling" and
+     * "roots" as the client can answer them; responses holds the answers to the requests
+     * earlier runs of this call returned with TURNSTILE_NEEDS_INPUT. */
+    const char *asking_json;
 } TurnstileCallContext;
 
 /* Whether the struct at ptr (whose struct_size the other side set) holds `field` of type T. */

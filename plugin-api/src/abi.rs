@@ -36,6 +36,7 @@
 //! | [`PluginTableV1`] | `guard` | 1.2 | the plugin implements no named guards |
 //! | [`PluginTableV1`] | `read` | 1.3 | the plugin produces no prompt or resource content: only the static `text` its manifest declares is served |
 //! | [`RawCallContext`] | `idempotency_key` | 1.4 | no key: the plugin has none to pass on to the services it calls |
+//! | [`RawCallContext`] | `asking_json` | 1.4 | the host cannot ask the person: a handler must not return [`Status::NEEDS_INPUT`] |
 //!
 //! Nothing in this module allocates or frees; see each type for who does.
 
@@ -60,7 +61,8 @@ pub const ENTRY_SYMBOL_V1: &str = "turnstile_plugin_v1";
 ///
 /// A plain `i32` newtype rather than a Rust enum: a C plugin may return any integer, and an
 /// out-of-range value in a `#[repr(i32)]` enum would be undefined behaviour in the host.
-/// With every status but [`Status::OK`] the output buffer holds `{"message": "..."}`.
+/// With every status but [`Status::OK`] the output buffer holds `{"message": "..."}` (and with
+/// [`Status::NEEDS_INPUT`], `inputRequests` beside it).
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Status(pub i32);
@@ -79,6 +81,13 @@ impl Status {
     /// The plugin could not do its part of the protocol: a struct from the host was too small,
     /// `init` failed, output could not be serialised.
     pub const INTERNAL: Status = Status(5);
+    /// Since ABI 1.4: the tool needs input from the person or the client before it can go on
+    /// (see [`RawCallContext::asking_json`]). The output buffer holds `{"message", "inputRequests":
+    /// {key: {"method", "params"}}}`, each request an MCP `elicitation/create`,
+    /// `sampling/createMessage` or `roots/list`. The host fires nothing and saves nothing, gets
+    /// the answers, and calls the tool again with them. A host older than 1.4 never asks for
+    /// this (it passes no `asking_json`), and reports the status as unknown.
+    pub const NEEDS_INPUT: Status = Status(6);
 }
 
 /// What `read` ([`ReadFn`], ABI 1.3) is asked to produce.
@@ -185,6 +194,14 @@ pub struct RawCallContext {
     /// over, both runs send the same key, and the service acts once. Borrowed for the duration
     /// of `call`.
     pub idempotency_key: *const c_char,
+    /// Since ABI 1.4 (read it only when `struct_size` covers it): what the handler may ask for
+    /// and what it has been told, as a NUL-terminated JSON object `{"canAsk": [...],
+    /// "responses": {key: answer}}`, or NULL when the host cannot ask for this call. `canAsk`
+    /// lists the kinds of input the client can give (`"elicitation.form"`,
+    /// `"elicitation.url"`, `"sampling"`, `"roots"`); `responses` holds the answers to the
+    /// requests earlier runs of this call returned with [`Status::NEEDS_INPUT`], by their keys.
+    /// Borrowed for the duration of `call`.
+    pub asking_json: *const c_char,
 }
 
 /// `log`: sends a log message to the client that made the call (MCP `notifications/message`),

@@ -211,7 +211,7 @@ pub unsafe extern "C" fn call<T: Plugin>(
         let ctx = unsafe { call_context(ctx)? };
         match plugin.call_json(tool, input, &ctx) {
             Ok(json) => Ok(Some(json)),
-            Err(err) => Err((status_of(&err), err.message())),
+            Err(err) => Err(failure(&err)),
         }
     })
 }
@@ -302,9 +302,21 @@ pub unsafe extern "C" fn read<T: Plugin>(
             Ok(value) => serde_json::to_vec(&value)
                 .map(Some)
                 .map_err(|err| internal(format!("cannot serialise the output: {err}"))),
-            Err(err) => Err((status_of(&err), err.message())),
+            Err(err) => Err(failure(&err)),
         }
     })
+}
+
+/// `err` as it crosses the ABI: its status and message, or for a request for input its status
+/// and whole body (`{"message", "inputRequests"}`, written as is by `respond`).
+fn failure(err: &ToolError) -> Failure {
+    match err {
+        ToolError::NeedsInput(requests) => (
+            Status::NEEDS_INPUT,
+            json!({"message": err.message(), "inputRequests": requests}).to_string(),
+        ),
+        err => (status_of(err), err.message()),
+    }
 }
 
 /// The status a [`ToolError`] crosses the ABI as.
@@ -313,6 +325,7 @@ fn status_of(err: &ToolError) -> Status {
         ToolError::Failed(_) => Status::TOOL_ERROR,
         ToolError::BadInput(_) => Status::BAD_INPUT,
         ToolError::UnknownTool(_) => Status::UNKNOWN_TOOL,
+        ToolError::NeedsInput(_) => Status::NEEDS_INPUT,
     }
 }
 
@@ -337,6 +350,8 @@ fn respond(out: *mut RawBuffer, body: impl FnOnce() -> Result<Option<Vec<u8>>, F
         .unwrap_or_else(|payload| Err((Status::PANIC, panic_message(&*payload).to_owned())));
     let (status, bytes) = match result {
         Ok(bytes) => (Status::OK, bytes),
+        // A request for input is the whole body already (see `failure`).
+        Err((Status::NEEDS_INPUT, body)) => (Status::NEEDS_INPUT, Some(body.into_bytes())),
         Err((status, message)) => (
             status,
             Some(json!({ "message": message }).to_string().into_bytes()),
@@ -400,6 +415,8 @@ unsafe fn call_context(ctx: *const RawCallContext) -> Result<CallContext, Failur
     let context = unsafe { machine_context(ctx) }?;
     // SAFETY: as above; `idempotency_key` is read only when the host's struct has it (ABI 1.4).
     let idempotency_key = unsafe { idempotency_key(ctx) }?;
+    // SAFETY: as above, for `asking_json` (ABI 1.4).
+    let asking = unsafe { asking(ctx) }?;
     Ok(CallContext {
         call_id: call_id.to_owned(),
         handle: handle.to_owned(),
@@ -407,7 +424,30 @@ unsafe fn call_context(ctx: *const RawCallContext) -> Result<CallContext, Failur
         host,
         context,
         idempotency_key,
+        asking,
     })
+}
+
+/// What the handler may ask for and has been told, from `ctx`, or `null` when the host is older
+/// than ABI 1.4 or passed NULL.
+///
+/// # Safety
+///
+/// `ctx` is valid for reads of `ctx.struct_size` bytes, and `ctx.asking_json`, where present, is
+/// null or NUL-terminated.
+unsafe fn asking(ctx: &RawCallContext) -> Result<Value, Failure> {
+    let has_field = covers(
+        ctx.struct_size,
+        std::mem::offset_of!(RawCallContext, asking_json),
+        size_of::<*const c_char>(),
+    );
+    if !has_field || ctx.asking_json.is_null() {
+        return Ok(Value::Null);
+    }
+    // SAFETY: `struct_size` covers the field; the caller guarantees the string.
+    let text = unsafe { c_str(ctx.asking_json, "ctx.asking_json") }?;
+    serde_json::from_str(text)
+        .map_err(|err| bad_input(format!("ctx.asking_json is not JSON: {err}")))
 }
 
 /// The call's idempotency key from `ctx`, or empty when the host is older than ABI 1.4 or

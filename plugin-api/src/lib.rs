@@ -105,6 +105,7 @@
 //! The crate must be built as a `cdylib`; the host loads `lib<crate_name>.so`.
 
 pub mod abi;
+pub mod asking;
 #[doc(hidden)]
 pub mod export;
 pub mod manifest;
@@ -114,6 +115,7 @@ pub mod uri_template;
 
 pub use crate::{
     abi::ABI_VERSION,
+    asking::{InputKind, InputRequest},
     manifest::{
         HANDLE_VARIABLE, MAX_QUICK_MS, Manifest, PromptArgumentManifest, PromptManifest,
         ResourceManifest, ResourceTemplateManifest, ToolAnnotations, ToolManifest,

@@ -244,6 +244,11 @@ pub struct ToolManifest {
     /// the description is the plugin's alone. Default `true`.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub usage_note: bool,
+    /// The handler may ask the person or the client for input (ABI 1.4, `asking.rs`): the host
+    /// then tells it what it may ask, and serves its calls where it can send requests to the
+    /// client. A handler of a tool without it is told it may ask nothing. Default `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub asks: bool,
 }
 
 fn yes() -> bool {
@@ -444,7 +449,14 @@ impl ToolManifest {
             output_schema: None,
             quick_ms: None,
             usage_note: true,
+            asks: false,
         }
+    }
+
+    /// Declares that the handler may ask for input (see [`ToolManifest::asks`]).
+    pub fn asks(mut self) -> ToolManifest {
+        self.asks = true;
+        self
     }
 
     /// Leaves the host's note on when the tool can be used out of its description (see

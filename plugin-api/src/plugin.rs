@@ -143,6 +143,10 @@ pub struct CallContext {
     /// that a paused server started and another server took over then acts on the outside world
     /// once.
     pub idempotency_key: String,
+    /// What the handler may ask for and what it has been told (ABI 1.4): read it through
+    /// [`CallContext::answer`], [`CallContext::can_ask`] and [`CallContext::ask`] (see
+    /// `asking.rs`). `null` when the host cannot ask for this call.
+    pub asking: Value,
 }
 
 /// The configuration the host passed at `init` (ABI 1.1), set once per loaded library.
@@ -315,7 +319,7 @@ impl HostServices {
 }
 
 /// Why a tool call did not produce a result. Crosses the ABI as a status code plus
-/// `{"message": ...}`.
+/// `{"message": ...}` (and `inputRequests` for [`ToolError::NeedsInput`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ToolError {
     /// The tool ran and failed; the agent sees an `isError` result with this message.
@@ -325,6 +329,10 @@ pub enum ToolError {
     /// The plugin has no such tool (the host only calls tools from the manifest, so this means
     /// the manifest and `call` disagree). The string is the tool name.
     UnknownTool(String),
+    /// The tool needs input before it can go on (ABI 1.4; see [`CallContext::ask`]): the
+    /// requests by key, each `{"method", "params"}`. Nothing fires; the host asks, and runs the
+    /// tool again with the answers.
+    NeedsInput(serde_json::Map<String, Value>),
 }
 
 impl ToolError {
@@ -349,6 +357,10 @@ impl fmt::Display for ToolError {
         match self {
             ToolError::Failed(message) | ToolError::BadInput(message) => f.write_str(message),
             ToolError::UnknownTool(tool) => write!(f, "unknown tool {tool}"),
+            ToolError::NeedsInput(requests) => {
+                let keys: Vec<&str> = requests.keys().map(String::as_str).collect();
+                write!(f, "needs input: {}", keys.join(", "))
+            }
         }
     }
 }

@@ -8,7 +8,8 @@ use std::{
 
 use serde_json::{Value, json};
 use turnstile_plugin_api::{
-    CallContext, LogLevel, Manifest, Plugin, PrimitiveKind, ToolError, ToolManifest,
+    CallContext, InputKind, InputRequest, LogLevel, Manifest, Plugin, PrimitiveKind, ToolError,
+    ToolManifest,
     abi::{
         ABI_VERSION, CALL_CONTEXT_V1_0_SIZE, PluginTableV1, RawBuffer, RawCallContext,
         RawHostServices, RawInitParams, ReadKind, Status,
@@ -45,6 +46,16 @@ impl Plugin for Echo {
             })),
             "echo.fail" => Err(ToolError::failed(parse_input::<FailInput>(input)?.reason)),
             "echo.panic" => panic!("boom {}", 42),
+            "echo.ask" => {
+                let asked = |key: &str| {
+                    ctx.ask(key, InputRequest::form("Sure?", json!({"type": "object"})))
+                };
+                let told = asked("told")?;
+                let can = ctx.can_ask(InputKind::Form) && !ctx.can_ask(InputKind::Sampling);
+                Ok(
+                    json!({"told": told, "can": can, "second": asked(&input["key"].as_str().unwrap_or("new"))?}),
+                )
+            }
             other => Err(ToolError::UnknownTool(other.to_owned())),
         }
     }
@@ -166,6 +177,9 @@ fn context(struct_size: usize, host: *const RawHostServices) -> RawCallContext {
         host,
         context_json: c"{\"amount\":5}".as_ptr(),
         idempotency_key: c"h-1/v3/echo.echo".as_ptr(),
+        asking_json:
+            c"{\"canAsk\":[\"elicitation.form\"],\"responses\":{\"told\":{\"action\":\"accept\"}}}"
+                .as_ptr(),
     }
 }
 
@@ -248,6 +262,7 @@ fn bad_structs_from_the_host_are_refused_not_read() {
         host: ptr::null(),
         context_json: ptr::null(),
         idempotency_key: ptr::null(),
+        asking_json: ptr::null(),
     };
     let mut out = RawBuffer::empty();
     // SAFETY: live instance; the context is valid memory with a too-small struct_size.
@@ -364,6 +379,32 @@ fn a_plugin_built_now_runs_on_an_abi_1_0_host() {
     let ctx_1_4 = context(size_of::<RawCallContext>(), ptr::null());
     let (_, out) = Instance::new().call_in("echo.echo", "{}", &ctx_1_4);
     assert_eq!(out["idempotency_key"], "h-1/v3/echo.echo");
+}
+
+/// ABI 1.4's asking: a handler without its answer returns NEEDS_INPUT with the requests under
+/// their keys (and a message); with its answers, it goes on; what the client can answer reaches
+/// it; a host older than 1.4 passes no `asking_json`, so nothing is answered.
+#[test]
+fn a_handler_asks_by_key_and_gets_its_answers() {
+    let ctx = context(size_of::<RawCallContext>(), ptr::null());
+    let (status, out) = Instance::new().call_in("echo.ask", "{}", &ctx);
+    assert_eq!(status, Status::NEEDS_INPUT, "{out}");
+    assert_eq!(out["message"], "needs input: new");
+    assert_eq!(out["inputRequests"]["new"]["method"], "elicitation/create");
+    assert_eq!(out["inputRequests"]["new"]["params"]["message"], "Sure?");
+    let (status, out) = Instance::new().call_in("echo.ask", r#"{"key": "told"}"#, &ctx);
+    assert_eq!(status, Status::OK, "{out}");
+    assert_eq!(
+        out,
+        json!({"told": {"action": "accept"}, "can": true, "second": {"action": "accept"}})
+    );
+    let ctx_1_3 = context(
+        std::mem::offset_of!(RawCallContext, asking_json),
+        ptr::null(),
+    );
+    let (status, out) = Instance::new().call_in("echo.ask", r#"{"key": "told"}"#, &ctx_1_3);
+    assert_eq!(status, Status::NEEDS_INPUT, "{out}");
+    assert_eq!(out["message"], "needs input: told");
 }
 
 /// ABI 1.3's `read`: the request and the instance's context reach `Plugin::read` by kind and

@@ -28,6 +28,7 @@ int main(void) {
     OFF(TurnstileCallContext, call_id); OFF(TurnstileCallContext, handle);
     OFF(TurnstileCallContext, state_json); OFF(TurnstileCallContext, host);
     OFF(TurnstileCallContext, context_json); OFF(TurnstileCallContext, idempotency_key);
+    OFF(TurnstileCallContext, asking_json);
     SIZE(TurnstileHostServices); OFF(TurnstileHostServices, struct_size);
     OFF(TurnstileHostServices, call); OFF(TurnstileHostServices, log);
     OFF(TurnstileHostServices, progress); OFF(TurnstileHostServices, is_cancelled);
@@ -47,6 +48,7 @@ int main(void) {
     printf("OK=%d\nTOOL_ERROR=%d\nBAD_INPUT=%d\nUNKNOWN_TOOL=%d\nPANIC=%d\nINTERNAL=%d\n",
            TURNSTILE_OK, TURNSTILE_TOOL_ERROR, TURNSTILE_BAD_INPUT, TURNSTILE_UNKNOWN_TOOL,
            TURNSTILE_PANIC, TURNSTILE_INTERNAL);
+    printf("NEEDS_INPUT=%d\n", TURNSTILE_NEEDS_INPUT);
     return 0;
 }
 "#;
@@ -80,6 +82,7 @@ fn rust_facts() -> String {
         off!("TurnstileCallContext", RawCallContext, host),
         off!("TurnstileCallContext", RawCallContext, context_json),
         off!("TurnstileCallContext", RawCallContext, idempotency_key),
+        off!("TurnstileCallContext", RawCallContext, asking_json),
         size!("TurnstileHostServices", RawHostServices),
         off!("TurnstileHostServices", RawHostServices, struct_size),
         off!("TurnstileHostServices", RawHostServices, call),
@@ -117,6 +120,7 @@ fn rust_facts() -> String {
             Status::PANIC.0,
             Status::INTERNAL.0
         ),
+        format!("NEEDS_INPUT={}\n", Status::NEEDS_INPUT.0),
     ]
     .concat()
 }

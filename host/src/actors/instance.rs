@@ -73,6 +73,9 @@ pub struct Call {
     /// ahead of the result ([`CallOutcome::Ran`]'s `lists`): the notifier leaves it out of those
     /// notices, which would reach it on its event stream only after the result.
     pub told_in_reply: Option<SessionId>,
+    /// What the handler may ask for and has been told (ABI 1.4, see `mcp/asking.rs`): handed to
+    /// the plugin as is; `null` when nothing may be asked.
+    pub asking: Value,
 }
 
 /// Test hook: create a handle-keyed instance in its initial state and save it, so that its
@@ -915,6 +918,7 @@ async fn run_call(
             &call.arguments,
             call.idempotency_key.as_deref(),
         ),
+        asking: call.asking,
         ..CallContext::default()
     };
     // Loading and settling took store round trips: the lease must still be safely alive
@@ -983,7 +987,9 @@ async fn run_call(
                         },
                     ),
                     // The caller is told its call failed, which it did; nothing moved.
-                    failed @ (PluginOutput::ToolError(_) | PluginOutput::BadInput(_)) => (
+                    failed @ (PluginOutput::ToolError(_)
+                    | PluginOutput::BadInput(_)
+                    | PluginOutput::NeedsInput(_)) => (
                         view,
                         false,
                         CallOutcome::Ran {

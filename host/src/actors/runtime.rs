@@ -41,7 +41,8 @@ impl Runtime {
     /// call that repeats one the instance answered within the idempotency window gets that
     /// answer and runs nothing. `principal` (authentication on) goes to the audit trail. With
     /// `told_in_reply`, that session hears of the lists the call changed from the call's reply
-    /// (`CallOutcome::Ran`'s `lists`), not from the notifier.
+    /// (`CallOutcome::Ran`'s `lists`), not from the notifier. `asking` is what the handler may
+    /// ask for and has been told (`mcp/asking.rs`; `null`: nothing may be asked).
     ///
     /// Not an `async fn`: one would keep each argument twice (as itself and as the local it is
     /// moved to), where this future keeps them once, as the message.
@@ -57,8 +58,10 @@ impl Runtime {
         idempotency_key: Option<String>,
         principal: Option<String>,
         told_in_reply: Option<SessionId>,
+        asking: Value,
     ) -> impl Future<Output = Result<CallOutcome, InstanceError>> + '_ {
         let call = instance::Call {
+            asking,
             tool,
             arguments,
             call_id,

@@ -66,6 +66,11 @@ pub struct ServeOptions {
     /// What one principal (or client address) may hold and start (`--max-*-per-principal`,
     /// `--mint-rate`).
     pub quotas: mcp::QuotaLimits,
+    /// The key file sealing 2026-07-28 `requestState`s (`--request-state-key-file`; `None`: a
+    /// random key of this process).
+    pub request_state_key_file: Option<PathBuf>,
+    /// How long a sealed `requestState` is honoured (`--request-state-ttl`).
+    pub request_state_ttl: Duration,
 }
 
 pub enum Transport {
@@ -85,6 +90,26 @@ pub fn data_dir(explicit: Option<PathBuf>) -> PathBuf {
             })
             .unwrap_or_else(|| PathBuf::from("."))
             .join("turnstile")
+    })
+}
+
+/// What seals 2026-07-28 `requestState`s: the key in `key_file` (its bytes, less a trailing
+/// newline), or a random key of this process.
+fn request_state_seal(key_file: Option<&Path>, ttl: Duration) -> anyhow::Result<mcp::StateSeal> {
+    let Some(path) = key_file else {
+        tracing::debug!(
+            "request states are sealed with a key of this process; give every server the same \
+             --request-state-key-file for any of them to take a retry"
+        );
+        return Ok(mcp::StateSeal::random(ttl));
+    };
+    let mut key = std::fs::read(path)
+        .with_context(|| format!("cannot read --request-state-key-file {}", path.display()))?;
+    while key.last().is_some_and(|byte| byte.is_ascii_whitespace()) {
+        key.pop();
+    }
+    mcp::StateSeal::new(key, ttl).map_err(|problem| {
+        anyhow::anyhow!("--request-state-key-file {}: {problem}", path.display())
     })
 }
 
@@ -231,7 +256,12 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     if let Some(mode) = &options.handles {
         tracing::info!(key = %mode.key, "handle mode: instances are named by the `{}` argument", mode.key);
     }
+    let state_seal = request_state_seal(
+        options.request_state_key_file.as_deref(),
+        options.request_state_ttl,
+    )?;
     let shared = Arc::new(Shared {
+        state_seal,
         catalog,
         runtime,
         handles: options.handles,

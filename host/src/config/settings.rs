@@ -228,6 +228,26 @@ pub struct ServeSettings {
         default_value_t = 20
     )]
     pub mint_burst: u32,
+    /// The key that seals the `requestState` of 2026-07-28 input-required results (HMAC-SHA256;
+    /// at least 32 bytes). Give every server of a deployment the same file, so that any of them
+    /// takes a retry; re-read only at start. Default: a random key of this process (a retry
+    /// reaching another server is refused).
+    #[arg(
+        long,
+        env = "TURNSTILE_REQUEST_STATE_KEY_FILE",
+        hide_env = true,
+        value_name = "PATH"
+    )]
+    pub request_state_key_file: Option<PathBuf>,
+    /// How long a sealed `requestState` is honoured, in seconds: a retry after it is refused.
+    #[arg(
+        long,
+        env = "TURNSTILE_REQUEST_STATE_TTL",
+        hide_env = true,
+        value_name = "SECS",
+        default_value_t = 600
+    )]
+    pub request_state_ttl: u64,
     /// Answer a tool call as timed out (firing nothing) after this many seconds.
     #[arg(
         long,
@@ -591,6 +611,8 @@ impl ServeSettings {
             next_step: self.next_step,
             list_ttl: secs(self.list_ttl),
             max_handles_per_request: self.max_handles_per_request,
+            request_state_key_file: self.request_state_key_file,
+            request_state_ttl: secs(self.request_state_ttl.max(1)),
             quotas: mcp::QuotaLimits {
                 sessions: self.max_sessions_per_principal,
                 streams: self.max_streams_per_principal,

@@ -171,6 +171,13 @@ pub fn serve(
         if !answer_only {
             return Err(parts);
         }
+        // A tool whose handler may ask the client for input (`asking.rs`) sends requests related
+        // to the call, which rmcp's machinery routes onto the call's own stream: served there.
+        if let ClientRequest::CallToolRequest(call) = &request
+            && served.handler.may_ask(&call.params.name)
+        {
+            return Err(parts);
+        }
         // The handler reads who is calling from the request's parts, as it does under rmcp.
         request.extensions_mut().insert(parts);
         let Served { handler, peer } = served;

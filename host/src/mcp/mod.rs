@@ -26,6 +26,7 @@
 //!
 //! **Architecture Invariant:** only this module names rmcp types.
 
+mod asking;
 mod auth;
 mod call_events;
 mod connections;
@@ -64,6 +65,7 @@ pub fn fuzz_request_body(bytes: &[u8]) {
 }
 
 pub use self::{
+    asking::StateSeal,
     connections::{ConnectionLimits, default_max_connections},
     health::Readiness,
     http::{DEFAULT_SESSION_PASSIVATE_AFTER, HttpOptions, TlsFiles, serve_http},

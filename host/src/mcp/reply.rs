@@ -183,7 +183,59 @@ pub fn ran(tool: &str, output: PluginOutput, state: Option<Value>) -> CallToolRe
             }
             result
         }
+        // Asked where nothing may be asked (`mcp/asking.rs` answers every request it can).
+        PluginOutput::NeedsInput(requests) => input_unavailable(tool, &needed(&requests)),
     }
+}
+
+/// What `requests` ask for, in words: `"a form (confirm), sampling (draft)"`.
+pub fn needed(requests: &serde_json::Map<String, Value>) -> String {
+    let mut needed: Vec<String> = requests
+        .iter()
+        .map(|(key, request)| {
+            let what = match request["method"].as_str() {
+                Some("sampling/createMessage") => "sampling",
+                Some("roots/list") => "roots",
+                _ if request["params"]["mode"] == "url" => "a URL elicitation",
+                _ => "a form elicitation",
+            };
+            format!("{what} ({})", clip(key))
+        })
+        .collect();
+    needed.sort();
+    needed.join(", ")
+}
+
+/// The tool needs input the client cannot give (it did not declare the capability, or the
+/// host cannot ask on this connection): nothing ran to completion and nothing fired.
+pub fn input_unavailable(tool: &str, needed: &str) -> CallToolResult {
+    error_result(
+        format!(
+            "{tool} did not run and changed nothing: it needs input this client cannot give: \
+             {needed}. Use a client that supports it, or ask the user another way."
+        ),
+        "INPUT_UNAVAILABLE",
+        json!({ "tool": tool, "needed": needed }),
+    )
+}
+
+/// The tool's input could not be got (the client failed to answer, or the call asked too many
+/// times, or was cancelled while it waited): nothing fired.
+pub fn asking_failed(tool: &str, why: &str) -> CallToolResult {
+    error_result(
+        format!("{tool} did not run to completion and changed nothing: {why}."),
+        "INPUT_UNAVAILABLE",
+        json!({ "tool": tool, "message": why }),
+    )
+}
+
+/// The person declined (or cancelled) what the tool asked: nothing ran and nothing fired.
+pub fn declined(tool: &str, action: &str) -> CallToolResult {
+    error_result(
+        format!("{tool} did not run and changed nothing: the user answered {action:?}."),
+        "DECLINED",
+        json!({ "tool": tool, "action": action }),
+    )
 }
 
 /// The tool ran and returned `output`.

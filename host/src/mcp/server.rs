@@ -31,6 +31,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::{
+    asking::{self, Asking, CallIdentity},
     auth::Principal,
     call_events::{self, CallEvents},
     direct::{RequestStream, Served},
@@ -79,6 +80,8 @@ pub struct Shared {
     pub max_handles_per_request: usize,
     /// What one principal (or client address) may hold and start (`quotas.rs`).
     pub quotas: Arc<super::Quotas>,
+    /// Seals and opens 2026-07-28 `requestState`s (`asking.rs`).
+    pub state_seal: super::StateSeal,
 }
 
 /// One per MCP session (stdio: one per connection; sessionless HTTP: one per request; a session
@@ -367,37 +370,62 @@ impl TurnstileServer {
         Ok((views, false))
     }
 
+    /// A call of a tool bound to no workflow: the plugin runs alone, once per round of asking
+    /// (`asking.rs`).
     async fn call_unbound(
         &self,
         tool: Arc<ToolEntry>,
         arguments: Value,
+        mut asking: Option<Asking>,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResponse {
-        let call_context = CallContext {
-            call_id: uuid::Uuid::new_v4().to_string(),
-            handle: String::new(),
-            state: Value::Null,
-            ..CallContext::default()
-        };
         let name = tool.name().to_string();
-        let (host, events) = HostCall::new(context.ct.child_token());
-        let running = std::pin::pin!(invoke::run(
-            tool,
-            arguments,
-            call_context,
-            Some(host),
-            &self.shared.call_limits,
-            None,
-        ));
-        match self
-            .call_events(context)
-            .forward_during(running, events)
-            .await
-        {
-            Ok(output) => reply::ran(&name, output, None),
-            Err(error) => reply::invoke_failure(&name, &error),
+        let deadline = std::time::Instant::now() + self.shared.call_limits.timeout;
+        loop {
+            let call_context = CallContext {
+                call_id: uuid::Uuid::new_v4().to_string(),
+                handle: String::new(),
+                state: Value::Null,
+                asking: asking.as_ref().map_or(Value::Null, Asking::plugin_view),
+                ..CallContext::default()
+            };
+            let (host, events) = HostCall::new(context.ct.child_token());
+            let running = std::pin::pin!(invoke::run(
+                tool.clone(),
+                arguments.clone(),
+                call_context,
+                Some(host),
+                &self.shared.call_limits,
+                None,
+            ));
+            let output = match self
+                .call_events(context)
+                .forward_during(running, events)
+                .await
+            {
+                Ok(output) => output,
+                Err(error) => return reply::invoke_failure(&name, &error).into(),
+            };
+            let (Some(asking), PluginOutput::NeedsInput(requests)) = (asking.as_mut(), &output)
+            else {
+                return reply::ran(&name, output, None).into();
+            };
+            let next = asking
+                .next(requests.clone(), context, &self.shared.state_seal, deadline)
+                .await;
+            if let Some(answer) = asked(&name, next) {
+                return answer;
+            }
         }
-        .into()
+    }
+
+    /// Whether a call of the tool `name` may ask the client for input (`asking.rs`).
+    pub(super) fn may_ask(&self, name: &str) -> bool {
+        self.shared
+            .catalog
+            .current()
+            .tool(name)
+            .is_some_and(|tool| tool.asks())
     }
 
     /// Where the plugin's logs and progress go during a call made by this request.
@@ -437,13 +465,35 @@ impl TurnstileServer {
                 return Err(reply::unknown_tool(&request.name));
             };
             let mut arguments: JsonObject = request.arguments.unwrap_or_default();
+            // Only a tool whose handler may ask is told what it may ask (`asking.rs`); its
+            // retries' answers and sealed state are checked here, before anything runs.
+            let asking = if tool.asks() {
+                let identity = CallIdentity::new(
+                    "tools/call",
+                    tool.name(),
+                    &arguments,
+                    principal_of(&context)
+                        .as_ref()
+                        .map(|principal| principal.0.as_str()),
+                );
+                Some(Asking::start(
+                    &context,
+                    &self.shared.state_seal,
+                    identity,
+                    request.input_responses,
+                    request.request_state.as_deref(),
+                )?)
+            } else {
+                None
+            };
             let Some(workflow) = tool.workflow().and_then(|id| catalog.workflow(id)).cloned()
             else {
                 if let Err(problems) = tool.check_arguments(&Value::Object(arguments.clone())) {
                     return Ok(reply::invalid_arguments(tool.name(), &problems).into());
                 }
                 // Boxed: a call of a workflow's tool, the common one, does not carry room for it.
-                let running = Box::pin(self.call_unbound(tool, Value::Object(arguments), &context));
+                let arguments = Value::Object(arguments);
+                let running = Box::pin(self.call_unbound(tool, arguments, asking, &context));
                 return Ok(running.instrument(record.span(None)).await);
             };
             // The handle is the host's argument, not the plugin's: take it out before the schema
@@ -509,7 +559,7 @@ impl TurnstileServer {
                 }
             }
             let span = record.span(Some(&key));
-            self.call_instance(tool, key, mint, arguments, idempotency_key, context)
+            self.call_instance(tool, key, mint, arguments, idempotency_key, asking, context)
                 .instrument(span)
                 .await
         }
@@ -525,6 +575,7 @@ impl TurnstileServer {
         mint: bool,
         arguments: Value,
         idempotency_key: Option<String>,
+        mut asking: Option<Asking>,
         context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + '_ {
         async move {
@@ -539,23 +590,54 @@ impl TurnstileServer {
                 .as_ref()
                 .filter(|_| !is_sessionless(&context) && self.lists_follow_instances(&context))
                 .map(|_| self.session().id.clone());
-            let call_id = uuid::Uuid::new_v4().to_string();
-            let (host, events) = HostCall::new(context.ct.child_token());
-            let running = std::pin::pin!(self.shared.runtime.call(
-                key.clone(),
-                tool,
-                arguments,
-                call_id,
-                Some(host),
-                mint,
-                idempotency_key,
-                principal_of(&context).map(|principal| principal.0),
-                told_in_reply.clone(),
-            ));
-            let answer = self
-                .call_events(&context)
-                .forward_during(running, events)
-                .await;
+            // Each run is a whole call: the gate is asked again, and a handler that needs input
+            // ends having fired nothing (`asking.rs`).
+            let deadline = std::time::Instant::now() + self.shared.call_limits.timeout;
+            let answer = loop {
+                let call_id = uuid::Uuid::new_v4().to_string();
+                let (host, events) = HostCall::new(context.ct.child_token());
+                let running = std::pin::pin!(self.shared.runtime.call(
+                    key.clone(),
+                    tool.clone(),
+                    arguments.clone(),
+                    call_id,
+                    Some(host),
+                    mint,
+                    idempotency_key.clone(),
+                    principal_of(&context).map(|principal| principal.0),
+                    told_in_reply.clone(),
+                    asking.as_ref().map_or(Value::Null, Asking::plugin_view),
+                ));
+                let answer = self
+                    .call_events(&context)
+                    .forward_during(running, events)
+                    .await;
+                let (
+                    Some(asking),
+                    Ok(CallOutcome::Ran {
+                        output: PluginOutput::NeedsInput(requests),
+                        ..
+                    }),
+                ) = (asking.as_mut(), &answer)
+                else {
+                    break answer;
+                };
+                let requests = requests.clone();
+                let next = asking
+                    .next(requests, &context, &self.shared.state_seal, deadline)
+                    .await;
+                let Some(asked) = asked(&name, next) else {
+                    continue;
+                };
+                if mint {
+                    // Nothing was created: no handle goes out, no subscription or actor stays.
+                    self.shared
+                        .runtime
+                        .unsubscribe(&self.session().id, key.clone());
+                    self.shared.runtime.forget(key.clone());
+                }
+                return Ok(asked);
+            };
             let created = !mint
                 || matches!(
                     answer,
@@ -646,6 +728,20 @@ impl TurnstileServer {
             Ok(result.into())
         }
     }
+}
+
+/// What a call of `tool` whose handler asked for input answers, given what came of asking;
+/// `None` when the answers are in and the handler runs again.
+fn asked(tool: &str, next: asking::Next) -> Option<CallToolResponse> {
+    Some(match next {
+        asking::Next::RunAgain => return None,
+        asking::Next::InputRequired(result) => result.into(),
+        asking::Next::Unavailable(requests) => {
+            reply::input_unavailable(tool, &reply::needed(&requests)).into()
+        }
+        asking::Next::Failed(why) => reply::asking_failed(tool, &why).into(),
+        asking::Next::Cancelled => reply::asking_failed(tool, "the call was cancelled").into(),
+    })
 }
 
 /// The tenant whose instances an HTTP request may reach: its principal's, when authentication

@@ -83,6 +83,8 @@ pub(super) struct CallArgs<'a> {
     pub context_json: &'a CStr,
     /// The call's idempotency key (ABI 1.4); empty for a tool bound to no workflow.
     pub idempotency_key: &'a CStr,
+    /// What the handler may ask for and has been told (ABI 1.4); `None`: nothing may be asked.
+    pub asking_json: Option<&'a CStr>,
     /// The host services for this call (ABI 1.1), if any.
     pub host: Option<&'a RawHostServices>,
 }
@@ -96,6 +98,8 @@ pub(super) struct ReadArgs<'a> {
     pub handle: &'a CStr,
     pub state_json: &'a CStr,
     pub context_json: &'a CStr,
+    /// As for a call (ABI 1.4): a prompt may ask too.
+    pub asking_json: Option<&'a CStr>,
 }
 
 impl Library {
@@ -189,6 +193,7 @@ impl Library {
             host: args.host.map_or(ptr::null(), ptr::from_ref),
             context_json: args.context_json.as_ptr(),
             idempotency_key: args.idempotency_key.as_ptr(),
+            asking_json: args.asking_json.map_or(ptr::null(), CStr::as_ptr),
         };
         let mut out = RawBuffer::empty();
         // SAFETY: `instance` is live until `Drop` (which cannot run while `&self` is held); all
@@ -251,6 +256,7 @@ impl Library {
             context_json: args.context_json.as_ptr(),
             // A read changes nothing: there is no attempt to name.
             idempotency_key: c"".as_ptr(),
+            asking_json: args.asking_json.map_or(ptr::null(), CStr::as_ptr),
         };
         let mut out = RawBuffer::empty();
         // SAFETY: as in `call`: a live instance, NUL-terminated strings and a context and buffer

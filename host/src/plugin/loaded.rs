@@ -70,6 +70,10 @@ pub enum PluginOutput {
     /// tool error, but nothing fires, not even `on_error`: the handler did not fail, the caller
     /// asked wrongly, and may ask again.
     BadInput(String),
+    /// The tool needs input before it can go on (status `NEEDS_INPUT`, ABI 1.4): the requests
+    /// by key, checked (`turnstile_plugin_api::asking::check_requests`). Nothing fires; the
+    /// caller asks (`mcp/asking.rs`) and calls again with the answers.
+    NeedsInput(serde_json::Map<String, Value>),
 }
 
 /// A tool's result: its JSON value and, for a plugin in this process, the text the plugin wrote
@@ -306,6 +310,10 @@ impl LoadedPlugin {
             state_json: c_str(&instance.state_json, "the state")?,
             context_json: c_str(&instance.context_json, "the context")?,
             idempotency_key: c_str(&instance.idempotency_key, "the idempotency key")?,
+            asking_json: match &instance.asking_json {
+                Some(asking) => Some(c_str(asking, "what may be asked")?),
+                None => None,
+            },
             host: None,
         };
         // Registered for exactly the duration of the plugin's call.
@@ -427,6 +435,10 @@ impl LoadedPlugin {
                 handle: c_str(&instance.handle)?,
                 state_json: c_str(&instance.state_json)?,
                 context_json: c_str(&instance.context_json)?,
+                asking_json: match &instance.asking_json {
+                    Some(asking) => Some(c_str(asking)?),
+                    None => None,
+                },
             })
             .ok_or_else(|| failed("the plugin has no read entry point (ABI 1.3)".into()))?;
         let bytes = &output.bytes;
@@ -441,6 +453,7 @@ impl LoadedPlugin {
                 Some(message) => Ok(PluginOutput::ToolError(message)),
                 None => Err(failed(error_message(output.status, bytes))),
             },
+            Status::NEEDS_INPUT => needs_input(bytes).map_err(failed),
             Status::UNKNOWN_TOOL => Err(failed(format!(
                 "the plugin's read does not know it: {}",
                 error_message(output.status, bytes)
@@ -509,6 +522,9 @@ impl LoadedPlugin {
                 Some(message) => Ok(PluginOutput::ToolError(message)),
                 None => Err(bad_response(path, tool, error_message(status, bytes))),
             },
+            Status::NEEDS_INPUT => {
+                needs_input(bytes).map_err(|reason| bad_response(path, tool, reason))
+            }
             Status::UNKNOWN_TOOL => Err(PluginError::UnknownTool { path, tool }),
             Status::PANIC => Err(PluginError::Panicked {
                 path,
@@ -543,6 +559,8 @@ struct InstanceStrings {
     state_json: Vec<u8>,
     context_json: Vec<u8>,
     idempotency_key: Vec<u8>,
+    /// `None` when the host cannot ask for this call (`ctx.asking` is `null`).
+    asking_json: Option<Vec<u8>>,
 }
 
 impl InstanceStrings {
@@ -553,6 +571,7 @@ impl InstanceStrings {
             state_json: json_with_nul(&ctx.state),
             context_json: json_with_nul(&ctx.context),
             idempotency_key: with_nul(ctx.idempotency_key.as_bytes()),
+            asking_json: (!ctx.asking.is_null()).then(|| json_with_nul(&ctx.asking)),
         }
     }
 }
@@ -573,6 +592,13 @@ fn json_with_nul(value: &Value) -> Vec<u8> {
     let mut bytes = serde_json::to_vec(value).expect("a JSON value always serializes");
     bytes.push(0);
     bytes
+}
+
+/// The requests of a `NEEDS_INPUT` answer (ABI 1.4), checked, or why they are unusable.
+fn needs_input(bytes: &[u8]) -> Result<PluginOutput, String> {
+    let body: Value = serde_json::from_slice(bytes)
+        .map_err(|err| format!("its request for input is not JSON: {err}"))?;
+    turnstile_plugin_api::asking::check_requests(&body).map(PluginOutput::NeedsInput)
 }
 
 /// The `message` string of `{"message": ...}`, if that is what `bytes` holds.

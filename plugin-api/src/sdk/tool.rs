@@ -185,6 +185,14 @@ impl<Output> ToolBuilder<Output> {
         self
     }
 
+    /// Declares that the handler may ask the person or the client for input
+    /// ([`CallContext::ask`](crate::CallContext::ask); see `asking.rs`). Without it the handler
+    /// is told it may ask nothing.
+    pub fn asks(mut self) -> Self {
+        self.manifest.asks = true;
+        self
+    }
+
     /// Marks the tool read-only and idempotent: it changes nothing, so calling it again is
     /// harmless (the annotations a status or lookup tool carries).
     pub fn read_only(self) -> Self {

@@ -11,8 +11,8 @@ use std::{thread, time::Duration};
 
 use serde_json::{Value, json};
 use turnstile_plugin_api::{
-    CallContext, LogLevel, Manifest, Plugin, PrimitiveKind, PromptManifest, ResourceManifest,
-    ResourceTemplateManifest, ToolError, ToolManifest,
+    CallContext, InputKind, InputRequest, LogLevel, Manifest, Plugin, PrimitiveKind,
+    PromptManifest, ResourceManifest, ResourceTemplateManifest, ToolError, ToolManifest,
 };
 
 /// A 1×1 PNG (the suite checks that an image block has data and a MIME type).
@@ -104,6 +104,94 @@ impl Plugin for Conformance {
                     "required": ["region"]
                 }),
             ))
+            .tool(
+                ToolManifest::new(
+                    "test_sampling",
+                    "Asks the client's model to answer a prompt (sampling).",
+                    json!({"type": "object", "properties": {"prompt": {"type": "string"}},
+                        "required": ["prompt"]}),
+                )
+                .asks(),
+            )
+            .tool(
+                ToolManifest::new(
+                    "test_elicitation",
+                    "Asks the user for their username and email (elicitation).",
+                    json!({"type": "object", "properties": {"message": {"type": "string"}},
+                        "required": ["message"]}),
+                )
+                .asks(),
+            )
+            .tool(
+                tool(
+                    "test_elicitation_sep1034_defaults",
+                    "Asks with a form whose fields have defaults (SEP-1034).",
+                )
+                .asks(),
+            )
+            .tool(
+                tool(
+                    "test_elicitation_sep1330_enums",
+                    "Asks with a form of every enum kind (SEP-1330).",
+                )
+                .asks(),
+            )
+            .tool(
+                tool(
+                    "test_input_required_result_elicitation",
+                    "Asks the user's name.",
+                )
+                .asks(),
+            )
+            .tool(
+                tool(
+                    "test_input_required_result_sampling",
+                    "Asks the client's model a question.",
+                )
+                .asks(),
+            )
+            .tool(
+                tool(
+                    "test_input_required_result_list_roots",
+                    "Asks for the client's roots.",
+                )
+                .asks(),
+            )
+            .tool(
+                tool(
+                    "test_input_required_result_request_state",
+                    "Asks for a confirmation, keeping state.",
+                )
+                .asks(),
+            )
+            .tool(
+                tool(
+                    "test_input_required_result_multiple_inputs",
+                    "Asks for a form, a completion and the roots at once.",
+                )
+                .asks(),
+            )
+            .tool(
+                tool(
+                    "test_input_required_result_multi_round",
+                    "Asks twice, one question after the other.",
+                )
+                .asks(),
+            )
+            .tool(
+                tool(
+                    "test_input_required_result_tampered_state",
+                    "Asks for a confirmation; its state must not be tampered with.",
+                )
+                .asks(),
+            )
+            .tool(
+                tool(
+                    "test_input_required_result_capabilities",
+                    "Asks only what the client can answer.",
+                )
+                .asks(),
+            )
             .prompt(
                 PromptManifest::new("test_simple_prompt", "A simple prompt without arguments.")
                     .text("This is a simple prompt for testing."),
@@ -190,7 +278,10 @@ impl Plugin for Conformance {
         }
     }
 
-    fn call(&self, tool: &str, _input: Value, ctx: &CallContext) -> Result<Value, ToolError> {
+    fn call(&self, tool: &str, input: Value, ctx: &CallContext) -> Result<Value, ToolError> {
+        if let Some(answer) = asking(tool, &input, ctx) {
+            return answer;
+        }
         match tool {
             "test_simple_text" => Ok(json!("This is a simple text response for testing.")),
             "test_image_content" => Ok(json!({ "_content": [image()] })),
@@ -243,6 +334,177 @@ impl Plugin for Conformance {
     }
 }
 
+/// A form with one string field.
+fn form_of(message: &str, field: &str) -> InputRequest {
+    InputRequest::form(
+        message,
+        json!({"type": "object", "properties": {field: {"type": "string"}}, "required": [field]}),
+    )
+}
+
+/// A yes-or-no form.
+fn confirm(message: &str) -> InputRequest {
+    InputRequest::form(
+        message,
+        json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}),
+    )
+}
+
+/// The tools that ask (ABI 1.4), as the suite's scenarios expect them to: `None` for the others.
+fn asking(tool: &str, input: &Value, ctx: &CallContext) -> Option<Result<Value, ToolError>> {
+    let content = |answer: &Value| answer["content"].clone();
+    Some(match tool {
+        "test_sampling" => (|| {
+            let prompt = input["prompt"].as_str().unwrap_or_default();
+            let answer = ctx.ask("answer", InputRequest::sample(prompt, 100))?;
+            let text = answer["content"]["text"].as_str().unwrap_or_default();
+            Ok(json!(format!("LLM response: {text}")))
+        })(),
+        "test_elicitation" => (|| {
+            let message = input["message"]
+                .as_str()
+                .unwrap_or("Please provide your information");
+            let answer = ctx.ask(
+                "information",
+                InputRequest::form(
+                    message,
+                    json!({"type": "object", "properties": {
+                    "username": {"type": "string", "description": "User's response"},
+                    "email": {"type": "string", "description": "User's email address"}},
+                    "required": ["username", "email"]}),
+                ),
+            )?;
+            Ok(json!(format!(
+                "User response: action={}, content={}",
+                answer["action"].as_str().unwrap_or("?"),
+                content(&answer)
+            )))
+        })(),
+        "test_elicitation_sep1034_defaults" => (|| {
+            let answer = ctx.ask(
+                "defaults",
+                InputRequest::form("Please review and update the form fields with defaults", json!({
+                    "type": "object", "required": [], "properties": {
+                    "name": {"type": "string", "description": "User name", "default": "John Doe"},
+                    "age": {"type": "integer", "description": "User age", "default": 30},
+                    "score": {"type": "number", "description": "User score", "default": 95.5},
+                    "status": {"type": "string", "description": "User status",
+                        "enum": ["active", "inactive", "pending"], "default": "active"},
+                    "verified": {"type": "boolean", "description": "Verification status", "default": true}}})),
+            )?;
+            Ok(json!(format!(
+                "Elicitation completed: action={}, content={}",
+                answer["action"].as_str().unwrap_or("?"),
+                content(&answer)
+            )))
+        })(),
+        "test_elicitation_sep1330_enums" => {
+            (|| {
+                let titled = |prefix: &str, titles: [&str; 3]| -> Value {
+                    titles.iter().enumerate()
+                    .map(|(n, title)| json!({"const": format!("{prefix}{}", n + 1), "title": title}))
+                    .collect()
+                };
+                let answer = ctx.ask(
+                "enums",
+                InputRequest::form("Please select options from the enum fields", json!({
+                    "type": "object", "required": [], "properties": {
+                    "untitledSingle": {"type": "string", "description": "Select one option",
+                        "enum": ["option1", "option2", "option3"]},
+                    "titledSingle": {"type": "string", "description": "Select one option with titles",
+                        "oneOf": titled("value", ["First Option", "Second Option", "Third Option"])},
+                    "legacyEnum": {"type": "string", "description": "Select one option (legacy)",
+                        "enum": ["opt1", "opt2", "opt3"], "enumNames": ["Option One", "Option Two", "Option Three"]},
+                    "untitledMulti": {"type": "array", "description": "Select multiple options",
+                        "minItems": 1, "maxItems": 3,
+                        "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                    "titledMulti": {"type": "array", "description": "Select multiple options with titles",
+                        "minItems": 1, "maxItems": 3,
+                        "items": {"anyOf": titled("value", ["First Choice", "Second Choice", "Third Choice"])}}}})),
+            )?;
+                Ok(json!(format!(
+                    "Elicitation completed: action={}, content={}",
+                    answer["action"].as_str().unwrap_or("?"),
+                    content(&answer)
+                )))
+            })()
+        }
+        "test_input_required_result_elicitation" => (|| {
+            let answer = ctx.ask("user_name", form_of("What is your name?", "name"))?;
+            Ok(json!(format!(
+                "Hello, {}!",
+                answer["content"]["name"].as_str().unwrap_or("?")
+            )))
+        })(),
+        "test_input_required_result_sampling" => (|| {
+            let answer = ctx.ask(
+                "capital_question",
+                InputRequest::sample("What is the capital of France?", 100),
+            )?;
+            Ok(json!(format!(
+                "The model said: {}",
+                answer["content"]["text"].as_str().unwrap_or("?")
+            )))
+        })(),
+        "test_input_required_result_list_roots" => (|| {
+            let answer = ctx.ask("client_roots", InputRequest::roots())?;
+            let roots = answer["roots"].as_array().map_or(0, Vec::len);
+            Ok(json!(format!("Found {roots} root(s)")))
+        })(),
+        "test_input_required_result_request_state" => (|| {
+            let answer = ctx.ask("confirm", confirm("Please confirm"))?;
+            Ok(json!(format!(
+                "state-ok: confirmed={}",
+                answer["content"]["ok"]
+            )))
+        })(),
+        "test_input_required_result_multiple_inputs" => (|| {
+            let answers = ctx.ask_all([
+                ("user_name", form_of("What is your name?", "name")),
+                ("greeting", InputRequest::sample("Generate a greeting", 50)),
+                ("client_roots", InputRequest::roots()),
+            ])?;
+            Ok(json!(format!("Received {} answers", answers.len())))
+        })(),
+        "test_input_required_result_multi_round" => (|| {
+            let name = ctx.ask("step1", form_of("Step 1: What is your name?", "name"))?;
+            let color = ctx.ask(
+                "step2",
+                form_of("Step 2: What is your favorite color?", "color"),
+            )?;
+            Ok(json!(format!(
+                "{} likes {}",
+                name["content"]["name"].as_str().unwrap_or("?"),
+                color["content"]["color"].as_str().unwrap_or("?")
+            )))
+        })(),
+        "test_input_required_result_tampered_state" => (|| {
+            ctx.ask("confirm", confirm("Please confirm"))?;
+            Ok(json!("Confirmed."))
+        })(),
+        "test_input_required_result_capabilities" => (|| {
+            let mut requests = Vec::new();
+            if ctx.can_ask(InputKind::Form) {
+                requests.push(("user_input", form_of("Your input?", "input")));
+            }
+            if ctx.can_ask(InputKind::Sampling) {
+                requests.push(("sample_input", InputRequest::sample("Sample request", 50)));
+            }
+            if requests.is_empty() {
+                return Err(ToolError::failed(
+                    "the client can answer nothing this tool asks",
+                ));
+            }
+            let answers = ctx.ask_all(requests)?;
+            Ok(json!(format!(
+                "capabilities-ok: received {} answer(s)",
+                answers.len()
+            )))
+        })(),
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,6 +516,8 @@ mod tests {
             let answer = plugin.call(&tool.name, json!({}), &CallContext::default());
             match tool.name.as_str() {
                 "test_error_handling" => assert!(answer.is_err()),
+                // Asked without being able to ask: it needs input, or refuses.
+                _ if tool.asks => assert!(answer.is_err()),
                 name => assert!(answer.is_ok(), "{name}: {answer:?}"),
             }
         }

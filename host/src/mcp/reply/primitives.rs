@@ -275,6 +275,14 @@ fn succeeded(what: &str, output: PluginOutput) -> Result<Value, ErrorData> {
             format!("{what} failed: {message}"),
             Some(json!({ "code": "TOOL_ERROR", "message": message })),
         )),
+        // Asked where nothing may be asked (`mcp/asking.rs` answers every request it can).
+        PluginOutput::NeedsInput(requests) => {
+            let needed = super::needed(&requests);
+            Err(ErrorData::invalid_request(
+                format!("{what} needs input this client cannot give: {needed}"),
+                Some(json!({ "code": "INPUT_UNAVAILABLE", "needed": needed })),
+            ))
+        }
     }
 }
 

@@ -71,6 +71,7 @@ pub fn run(library: &Path) -> io::Result<()> {
                 state,
                 context,
                 idempotency_key,
+                asking,
                 services,
             })) => {
                 // Registered before the call is queued, so a cancel that follows at once finds
@@ -91,6 +92,7 @@ pub fn run(library: &Path) -> io::Result<()> {
                         state,
                         context,
                         idempotency_key,
+                        asking,
                         ..CallContext::default()
                     };
                     let result = match tool.strip_prefix(GUARD_CALL_PREFIX) {

@@ -166,6 +166,7 @@ impl Isolated {
             state: ctx.state.clone(),
             context: ctx.context.clone(),
             idempotency_key: ctx.idempotency_key.clone(),
+            asking: ctx.asking.clone(),
             services: host.is_some(),
         })
         .map_err(|error| shared.crashed(tool, format!("cannot be sent the call: {error}")))?;

@@ -45,6 +45,9 @@ pub enum ToChild {
         /// The call's idempotency key (ABI 1.4); absent from an older server: empty.
         #[serde(default)]
         idempotency_key: String,
+        /// What the handler may ask for and has been told (ABI 1.4); absent: `null`, nothing.
+        #[serde(default)]
+        asking: Value,
         /// Whether the call gets host services (logging, progress, cancellation).
         services: bool,
     },
@@ -99,6 +102,10 @@ pub enum Outcome {
     BadInput {
         message: String,
     },
+    /// ABI 1.4: the requests for input, checked by the child (and again by the server).
+    NeedsInput {
+        requests: serde_json::Map<String, Value>,
+    },
     UnknownTool,
     Panicked {
         message: String,
@@ -121,6 +128,7 @@ impl Outcome {
             },
             Ok(PluginOutput::ToolError(message)) => Outcome::ToolError { message },
             Ok(PluginOutput::BadInput(message)) => Outcome::BadInput { message },
+            Ok(PluginOutput::NeedsInput(requests)) => Outcome::NeedsInput { requests },
             Err(PluginError::UnknownTool { .. }) => Outcome::UnknownTool,
             Err(PluginError::Panicked { message, .. }) => Outcome::Panicked { message },
             Err(PluginError::BadArgument { what, .. }) => Outcome::BadArgument {
@@ -142,6 +150,16 @@ impl Outcome {
             Outcome::Success { output } => Ok(PluginOutput::success(output)),
             Outcome::ToolError { message } => Ok(PluginOutput::ToolError(message)),
             Outcome::BadInput { message } => Ok(PluginOutput::BadInput(message)),
+            Outcome::NeedsInput { requests } => {
+                let body = serde_json::json!({ "inputRequests": requests });
+                turnstile_plugin_api::asking::check_requests(&body)
+                    .map(PluginOutput::NeedsInput)
+                    .map_err(|reason| PluginError::BadResponse {
+                        path,
+                        tool: tool_name,
+                        reason,
+                    })
+            }
             Outcome::UnknownTool => Err(PluginError::UnknownTool {
                 path,
                 tool: tool_name,
@@ -258,6 +276,7 @@ mod tests {
             handle: String::new(),
             context: Value::Null,
             idempotency_key: "h/v1/t".into(),
+            asking: Value::Null,
             state: Value::Null,
             services: true,
         };

@@ -1,0 +1,559 @@
+//! Asking the person (issue 40): how a call whose handler needs input (elicitation, sampling,
+//! roots; ABI 1.4's `NEEDS_INPUT`, see `turnstile_plugin_api::asking`) gets it, in whichever era
+//! the client speaks.
+//!
+//! One rule in both eras, SEP-2322's: the handler runs, asks by key, and ends without firing
+//! anything; the answers are got; the handler runs again, in a fresh call, with every answer so
+//! far. Each run is a whole call through the instance's actor, so the gate is checked again and
+//! the event fires by compare-and-set: a move made while a person was thinking wins cleanly, and
+//! the late run is refused `FORBIDDEN` before its handler runs. Waiting holds no lock.
+//!
+//! - **2025 revisions** (a session, or stdio): the host sends the requests to the client itself
+//!   (`elicitation/create`, `sampling/createMessage`, `roots/list`), on the call's own stream
+//!   (related to the call), waits for the answers within what is left of `--tool-timeout`, and
+//!   runs the handler again, up to [`MAX_ROUNDS`] times.
+//! - **2026-07-28**: servers send no requests of their own. The call returns an input-required
+//!   result with the requests and a `requestState`, sealed ([`StateSeal`]) with the answers so
+//!   far, the call it belongs to, its principal and its expiry. The client retries with
+//!   `inputResponses` and the state; any server holding the same key takes the retry.
+//!
+//! Only what the client declared it can answer is asked: the handler is told (`canAsk`), and a
+//! request past it ends the call `INPUT_UNAVAILABLE` (`reply.rs`), naming what was needed.
+//!
+//! This module owns the era's decision, the capability check, the requests to the client and
+//! the sealed state; the callers (`server.rs` for tools, `primitives.rs` for prompts) own the
+//! runs.
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
+use hmac::{Hmac, KeyInit, Mac};
+#[allow(deprecated)] // Sampling is deprecated in 2026-07-28 (SEP-2577), not in 2025.
+use rmcp::model::{CreateMessageRequest, CreateMessageRequestParams};
+use rmcp::{
+    ErrorData, RoleServer,
+    model::{
+        ClientCapabilities, ClientResult, ElicitRequest, ElicitRequestParams, InputRequests,
+        InputRequiredResult, ServerRequest,
+    },
+    service::{OriginatingRequestId, PeerRequestOptions, RequestContext},
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+/// The most rounds of asking one call may take in a 2025 session (a handler that asks again
+/// after every answer would otherwise hold the request for good).
+pub const MAX_ROUNDS: usize = 8;
+
+/// The shortest key `--request-state-key-file` may hold.
+pub const MIN_KEY_BYTES: usize = 32;
+
+/// Which era's means reach the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Era {
+    /// 2025 revisions: the server sends the requests.
+    Requests,
+    /// 2026-07-28: an input-required result the client retries.
+    InputRequired,
+}
+
+impl Era {
+    /// The era of `context`'s request.
+    pub fn of(context: &RequestContext<RoleServer>) -> Era {
+        if super::server::is_2026_07_28(context) {
+            Era::InputRequired
+        } else {
+            Era::Requests
+        }
+    }
+}
+
+/// The kinds of input a client with `capabilities` can give, as the plugin is told them
+/// (`turnstile_plugin_api::InputKind::as_str`).
+pub fn can_ask(capabilities: Option<&ClientCapabilities>) -> Vec<&'static str> {
+    let Some(capabilities) = capabilities else {
+        return Vec::new();
+    };
+    let mut kinds = Vec::new();
+    if let Some(elicitation) = &capabilities.elicitation {
+        // `elicitation: {}` (neither mode named) means form mode, as before modes existed.
+        if elicitation.form.is_some() || elicitation.url.is_none() {
+            kinds.push("elicitation.form");
+        }
+        if elicitation.url.is_some() {
+            kinds.push("elicitation.url");
+        }
+    }
+    if capabilities.sampling.is_some() {
+        kinds.push("sampling");
+    }
+    if capabilities.roots.is_some() {
+        kinds.push("roots");
+    }
+    kinds
+}
+
+/// The kind a request asks for, as [`can_ask`] names it.
+fn kind_of(request: &Value) -> &'static str {
+    match request["method"].as_str() {
+        Some("sampling/createMessage") => "sampling",
+        Some("roots/list") => "roots",
+        _ if request["params"]["mode"] == "url" => "elicitation.url",
+        _ => "elicitation.form",
+    }
+}
+
+/// The requests among `requests` the client cannot answer.
+pub fn unanswerable(requests: &Map<String, Value>, can: &[&str]) -> Map<String, Value> {
+    requests
+        .iter()
+        .filter(|(_, request)| !can.contains(&kind_of(request)))
+        .map(|(key, request)| (key.clone(), request.clone()))
+        .collect()
+}
+
+/// What one call knows of its asking: what the client can answer and the answers so far.
+#[derive(Debug, Clone)]
+pub struct Asking {
+    pub era: Era,
+    can: Vec<&'static str>,
+    responses: Map<String, Value>,
+    rounds: usize,
+    /// The call, as its sealed states name it.
+    call: CallIdentity,
+}
+
+/// What comes of a handler's request for input.
+#[derive(Debug)]
+pub enum Next {
+    /// The answers are in: run the handler again ([`Asking::plugin_view`] has them).
+    RunAgain,
+    /// 2026-07-28: the client must retry with answers; this is the call's result.
+    InputRequired(InputRequiredResult),
+    /// The client cannot answer these (it did not declare the capability): `reply::needed`.
+    Unavailable(Map<String, Value>),
+    /// The client failed to answer (an error, or no answer in time), or the call asked too
+    /// many times: why.
+    Failed(String),
+    /// The client cancelled the call while it waited.
+    Cancelled,
+}
+
+impl Asking {
+    /// The asking of a new call of `context`'s request: in the 2026 era, from the request's
+    /// `inputResponses` and `requestState` (checked against `call`: refused with a JSON-RPC
+    /// error when it was tampered with, has expired, or was issued for another call or
+    /// principal).
+    pub fn start(
+        context: &RequestContext<RoleServer>,
+        seal: &StateSeal,
+        call: CallIdentity,
+        input_responses: Option<BTreeMap<String, Value>>,
+        request_state: Option<&str>,
+    ) -> Result<Asking, ErrorData> {
+        let era = Era::of(context);
+        if era == Era::Requests && request_state.is_some() {
+            return Err(ErrorData::invalid_params(
+                "requestState belongs to protocol 2026-07-28; this request speaks an earlier \
+                 revision, where the server asks the client itself",
+                Some(json!({"code": "REQUEST_STATE_INVALID", "reason": "wrong protocol revision"})),
+            ));
+        }
+        let mut responses = match request_state {
+            Some(state) => seal.open(state, &call)?,
+            None => Map::new(),
+        };
+        for (key, answer) in input_responses.unwrap_or_default() {
+            if !answer.is_object() {
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "inputResponses[{}] is not an object: each answer is the client's \
+                         result for the request of that key",
+                        super::reply::clip(&key)
+                    ),
+                    Some(json!({"code": "INVALID_INPUT_RESPONSES"})),
+                ));
+            }
+            responses.insert(key, answer);
+        }
+        Ok(Asking {
+            era,
+            can: can_ask(context.client_capabilities().as_ref()),
+            responses,
+            rounds: 0,
+            call,
+        })
+    }
+
+    /// What the plugin is told (ABI 1.4 `asking_json`): what it may ask and what it was told.
+    pub fn plugin_view(&self) -> Value {
+        json!({"canAsk": self.can, "responses": self.responses})
+    }
+
+    /// The answer given under `key`, if any (for the host's own questions, `confirm`).
+    pub fn answer(&self, key: &str) -> Option<&Value> {
+        self.responses.get(key)
+    }
+
+    /// The handler asked for `requests`: get the answers (2025: from the client, now) or say
+    /// what the call answers instead.
+    pub async fn next(
+        &mut self,
+        requests: Map<String, Value>,
+        context: &RequestContext<RoleServer>,
+        seal: &StateSeal,
+        deadline: Instant,
+    ) -> Next {
+        let unanswerable = unanswerable(&requests, &self.can);
+        if !unanswerable.is_empty() {
+            return Next::Unavailable(unanswerable);
+        }
+        self.rounds += 1;
+        if self.rounds > MAX_ROUNDS {
+            return Next::Failed(format!(
+                "the tool asked for input more than {MAX_ROUNDS} times in one call"
+            ));
+        }
+        match self.era {
+            Era::InputRequired => {
+                let input_requests: InputRequests =
+                    match serde_json::from_value(Value::Object(requests)) {
+                        Ok(requests) => requests,
+                        Err(error) => {
+                            return Next::Failed(format!(
+                                "its request for input is not one MCP describes: {error}"
+                            ));
+                        }
+                    };
+                let state = seal.seal(&self.call, &self.responses);
+                Next::InputRequired(InputRequiredResult::new(Some(input_requests), Some(state)))
+            }
+            Era::Requests => {
+                let asked = requests.into_iter().map(|(key, request)| async move {
+                    let answer = ask_client(context, &request, deadline).await;
+                    (key, answer)
+                });
+                let answering = futures_util::future::join_all(asked);
+                let answers = tokio::select! {
+                    answers = answering => answers,
+                    () = context.ct.cancelled() => return Next::Cancelled,
+                };
+                for (key, answer) in answers {
+                    match answer {
+                        Ok(answer) => {
+                            self.responses.insert(key, answer);
+                        }
+                        Err(why) => return Next::Failed(why),
+                    }
+                }
+                Next::RunAgain
+            }
+        }
+    }
+}
+
+/// Sends `request` (`{"method", "params"}`, checked by the plugin layer) to the client of
+/// `context`, related to its request, and waits for the answer until `deadline`.
+#[allow(deprecated)] // Sampling and roots are deprecated in 2026-07-28 (SEP-2577), not in 2025.
+async fn ask_client(
+    context: &RequestContext<RoleServer>,
+    request: &Value,
+    deadline: Instant,
+) -> Result<Value, String> {
+    let params = request["params"].clone();
+    let method = request["method"].as_str().unwrap_or_default();
+    let unusable = |error: serde_json::Error| format!("its {method} request is unusable: {error}");
+    let mut outgoing = match method {
+        "sampling/createMessage" => {
+            let params: CreateMessageRequestParams =
+                serde_json::from_value(params).map_err(unusable)?;
+            ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params))
+        }
+        "roots/list" => ServerRequest::ListRootsRequest(Default::default()),
+        _ => {
+            let mut params = params;
+            if params.get("mode").is_none() {
+                params["mode"] = json!("form");
+            }
+            let params: ElicitRequestParams = serde_json::from_value(params).map_err(unusable)?;
+            ServerRequest::ElicitRequest(ElicitRequest::new(params))
+        }
+    };
+    // On the call's own stream, as MCP asks of a request made for a request.
+    let related = OriginatingRequestId(context.id.clone());
+    match &mut outgoing {
+        ServerRequest::CreateMessageRequest(request) => request.extensions.insert(related),
+        ServerRequest::ListRootsRequest(request) => request.extensions.insert(related),
+        ServerRequest::ElicitRequest(request) => request.extensions.insert(related),
+        _ => None,
+    };
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    let options = PeerRequestOptions::with_timeout(timeout.max(Duration::from_millis(1)));
+    let answered = match context
+        .peer
+        .send_request_with_option(outgoing, options)
+        .await
+    {
+        Ok(handle) => handle.await_response().await,
+        Err(error) => Err(error),
+    };
+    let answer =
+        answered.map_err(|error| format!("the client did not answer {method}: {error}"))?;
+    let answer = match answer {
+        ClientResult::CreateMessageResult(result) => serde_json::to_value(result),
+        ClientResult::ListRootsResult(result) => serde_json::to_value(result),
+        ClientResult::ElicitResult(result) => serde_json::to_value(result),
+        other => {
+            return Err(format!(
+                "the client answered {method} with something else: {other:?}"
+            ));
+        }
+    };
+    answer.map_err(|error| format!("the client's answer to {method} is unusable: {error}"))
+}
+
+/// What a sealed state is bound to: the request it was issued for, and by whom.
+#[derive(Debug, Clone)]
+pub struct CallIdentity {
+    /// `tools/call` or `prompts/get`.
+    pub method: &'static str,
+    /// The tool's or prompt's name.
+    pub name: String,
+    /// A digest of the arguments (the handle among them).
+    pub arguments: String,
+    /// The principal, with authentication on; empty without.
+    pub principal: String,
+}
+
+impl CallIdentity {
+    pub fn new(
+        method: &'static str,
+        name: &str,
+        arguments: &Map<String, Value>,
+        principal: Option<&str>,
+    ) -> Self {
+        let digest = Sha256::digest(serde_json::to_vec(arguments).unwrap_or_default());
+        CallIdentity {
+            method,
+            name: name.to_owned(),
+            arguments: URL_SAFE_NO_PAD.encode(&digest[..16]),
+            principal: principal.unwrap_or_default().to_owned(),
+        }
+    }
+}
+
+/// The body of a sealed `requestState`.
+#[derive(Debug, Serialize, Deserialize)]
+struct StateBody {
+    /// The method and name it was issued for.
+    m: String,
+    n: String,
+    /// The digest of the arguments ([`CallIdentity::arguments`]).
+    a: String,
+    /// The principal ("" without authentication).
+    p: String,
+    /// The answers given in earlier rounds.
+    r: Map<String, Value>,
+    /// When it stops being honoured, in unix milliseconds.
+    e: u64,
+    /// Random, so that no two states are alike (a round's state is never the last one's).
+    x: String,
+}
+
+/// Seals and opens `requestState`s: HMAC-SHA256 under a key every server of a deployment
+/// shares (`--request-state-key-file`), so any of them takes the retry.
+///
+/// A state is `v1.<body>.<tag>`, both parts base64url: the body is JSON, readable by anyone who
+/// holds the state (it holds the answers the client gave, nothing of the server's), and the tag
+/// proves this deployment issued it, unchanged.
+pub struct StateSeal {
+    key: Vec<u8>,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for StateSeal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateSeal")
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StateSeal {
+    /// A seal under `key` (at least [`MIN_KEY_BYTES`]), honouring states for `ttl`.
+    pub fn new(key: Vec<u8>, ttl: Duration) -> Result<Self, String> {
+        if key.len() < MIN_KEY_BYTES {
+            return Err(format!(
+                "the request-state key is {} bytes; it needs at least {MIN_KEY_BYTES}",
+                key.len()
+            ));
+        }
+        Ok(StateSeal { key, ttl })
+    }
+
+    /// A seal under a random key of this process: states it seals are honoured by it alone.
+    pub fn random(ttl: Duration) -> Self {
+        let key: [u8; 32] = rand::random();
+        StateSeal {
+            key: key.to_vec(),
+            ttl,
+        }
+    }
+
+    fn tag(&self, body: &str) -> Hmac<Sha256> {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key)
+            .expect("HMAC takes a key of any length");
+        mac.update(b"turnstile request state v1.");
+        mac.update(body.as_bytes());
+        mac
+    }
+
+    /// The state of `call` holding `responses`.
+    pub fn seal(&self, call: &CallIdentity, responses: &Map<String, Value>) -> String {
+        let nonce: [u8; 12] = rand::random();
+        let body = StateBody {
+            m: call.method.to_owned(),
+            n: call.name.clone(),
+            a: call.arguments.clone(),
+            p: call.principal.clone(),
+            r: responses.clone(),
+            e: crate::store::now_ms().saturating_add(self.ttl.as_millis() as u64),
+            x: URL_SAFE_NO_PAD.encode(nonce),
+        };
+        let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&body).unwrap_or_default());
+        let tag = URL_SAFE_NO_PAD.encode(self.tag(&body).finalize().into_bytes());
+        format!("v1.{body}.{tag}")
+    }
+
+    /// The answers `state` holds, if this deployment sealed it for `call` and it has not
+    /// expired; else the JSON-RPC error (invalid params) the retry gets.
+    pub fn open(&self, state: &str, call: &CallIdentity) -> Result<Map<String, Value>, ErrorData> {
+        let refused = |why: &str| {
+            ErrorData::invalid_params(
+                format!(
+                    "requestState {why}; start the call again without it (the answers it held \
+                     will be asked again)"
+                ),
+                Some(json!({"code": "REQUEST_STATE_INVALID", "reason": why})),
+            )
+        };
+        let Some((body, tag)) = state
+            .strip_prefix("v1.")
+            .and_then(|rest| rest.split_once('.'))
+        else {
+            return Err(refused("integrity check failed"));
+        };
+        let tag = URL_SAFE_NO_PAD
+            .decode(tag)
+            .map_err(|_| refused("integrity check failed"))?;
+        self.tag(body)
+            .verify_slice(&tag)
+            .map_err(|_| refused("integrity check failed"))?;
+        let body: StateBody = URL_SAFE_NO_PAD
+            .decode(body)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .ok_or_else(|| refused("integrity check failed"))?;
+        if body.e < crate::store::now_ms() {
+            return Err(refused("has expired"));
+        }
+        if body.p != call.principal {
+            return Err(refused("was issued to another principal"));
+        }
+        if body.m != call.method || body.n != call.name || body.a != call.arguments {
+            return Err(refused("was issued for another call"));
+        }
+        Ok(body.r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(principal: &str) -> CallIdentity {
+        let arguments = json!({"handle": "h"}).as_object().unwrap().clone();
+        CallIdentity::new(
+            "tools/call",
+            "invoice.discharge",
+            &arguments,
+            Some(principal),
+        )
+    }
+
+    #[test]
+    fn a_sealed_state_opens_for_its_call_alone() {
+        let seal = StateSeal::new(vec![7; 32], Duration::from_secs(60)).unwrap();
+        let answers: Map<String, Value> = json!({"confirm": {"action": "accept"}})
+            .as_object()
+            .unwrap()
+            .clone();
+        let state = seal.seal(&call("alice"), &answers);
+        assert_eq!(seal.open(&state, &call("alice")).unwrap(), answers);
+        assert_ne!(
+            state,
+            seal.seal(&call("alice"), &answers),
+            "never twice the same"
+        );
+        let reason = |result: Result<Map<String, Value>, ErrorData>| {
+            result.unwrap_err().data.unwrap()["reason"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(
+            reason(seal.open(&state, &call("bob"))),
+            "was issued to another principal"
+        );
+        let arguments = json!({"handle": "g"}).as_object().unwrap().clone();
+        let other = CallIdentity::new("tools/call", "invoice.discharge", &arguments, Some("alice"));
+        assert_eq!(
+            reason(seal.open(&state, &other)),
+            "was issued for another call"
+        );
+        let tampered = format!("{state}-TAMPERED");
+        assert_eq!(
+            reason(seal.open(&tampered, &call("alice"))),
+            "integrity check failed"
+        );
+        let (body, tag) = state.rsplit_once('.').unwrap();
+        let mut flipped = body.as_bytes().to_vec();
+        flipped[10] ^= 1;
+        let forged = format!("{}.{tag}", String::from_utf8(flipped).unwrap());
+        assert_eq!(
+            reason(seal.open(&forged, &call("alice"))),
+            "integrity check failed"
+        );
+        // Another deployment's key, and an expired state.
+        let theirs = StateSeal::new(vec![8; 32], Duration::from_secs(60)).unwrap();
+        assert_eq!(
+            reason(theirs.open(&state, &call("alice"))),
+            "integrity check failed"
+        );
+        let short = StateSeal::new(vec![7; 32], Duration::ZERO).unwrap();
+        let stale = short.seal(&call("alice"), &answers);
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(reason(short.open(&stale, &call("alice"))), "has expired");
+        assert!(StateSeal::new(vec![1; 31], Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn only_declared_kinds_are_asked() {
+        let capabilities: ClientCapabilities =
+            serde_json::from_value(json!({"elicitation": {}, "sampling": {}})).unwrap();
+        let can = can_ask(Some(&capabilities));
+        assert_eq!(can, ["elicitation.form", "sampling"]);
+        let requests = json!({
+            "a": {"method": "elicitation/create", "params": {"message": "?", "requestedSchema": {}}},
+            "b": {"method": "roots/list"},
+            "c": {"method": "elicitation/create", "params": {"mode": "url", "url": "https://x"}},
+        });
+        let missing = unanswerable(requests.as_object().unwrap(), &can);
+        assert_eq!(missing.keys().collect::<Vec<_>>(), ["b", "c"]);
+        assert!(can_ask(None).is_empty());
+    }
+}
