@@ -248,3 +248,89 @@ async fn the_refund_policy_is_offered_after_capture() {
     let (code, _) = rpc_error(client.read_resource("nothing://here").await);
     assert_eq!(code, ErrorCode::RESOURCE_NOT_FOUND.0);
 }
+
+/// Issue 40: `completion/complete` of a prompt's argument is the plugin's, and follows the gate:
+/// the review checklist completes nothing before the invoice is in review, then the reviewer's
+/// usual focuses that fit what was typed; an argument the prompt does not have is -32602.
+#[tokio::test]
+async fn a_prompt_argument_completes_only_while_the_prompt_is_offered() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let server = Server::http(plugins.path(), &[]);
+    let client = Client::http(&server.url).await;
+    let focus = |typed: &str| {
+        json!({"ref": {"type": "ref/prompt", "name": "invoice.review_checklist"},
+            "argument": {"name": "focus", "value": typed}})
+    };
+    assert_eq!(
+        client.complete(focus("the ")).await.unwrap(),
+        Vec::<String>::new()
+    );
+    client.call("invoice.submit", json!({"amount": 10})).await;
+    let all = client.complete(focus("the ")).await.unwrap();
+    assert_eq!(all.len(), 5, "{all:?}");
+    assert_eq!(
+        client.complete(focus("the d")).await.unwrap(),
+        ["the due date"]
+    );
+    let unknown = json!({"ref": {"type": "ref/prompt", "name": "invoice.review_checklist"},
+        "argument": {"name": "nope", "value": ""}});
+    let (code, _) = rpc_error(client.complete(unknown).await);
+    assert_eq!(code, ErrorCode::INVALID_PARAMS.0);
+}
+
+/// The handles `client` is offered for `{handle}` of `template` when it has typed `typed`.
+async fn handles(client: &Client, template: &str, typed: &str) -> Vec<String> {
+    let params = json!({"ref": {"type": "ref/resource", "uri": template},
+        "argument": {"name": "handle", "value": typed}});
+    client.complete(params).await.unwrap()
+}
+
+/// Issue 40: `{handle}` of an instance template completes with the caller's own live instances,
+/// newest first: with authentication another principal's never appear, and a finished one is
+/// not offered; the host's template and the plugin's complete alike.
+#[tokio::test]
+async fn handles_complete_with_the_callers_own_live_instances_only() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, "alice s3cret-alice\nbob s3cret-bob\n").unwrap();
+    let server = Server::http(
+        plugins.path(),
+        &[
+            "--auth-token-file",
+            file.to_str().unwrap(),
+            "--state-handle-key",
+        ],
+    );
+    let as_ = |bearer: &'static str| {
+        Client::http_through(&server.url, reqwest::Client::new(), Some(bearer))
+    };
+    let (alice, bob) = (as_("s3cret-alice").await, as_("s3cret-bob").await);
+    let mut minted = Vec::new();
+    for amount in [1, 2, 3] {
+        minted.push(handle_of(
+            &alice
+                .call("invoice.submit", json!({"amount": amount}))
+                .await,
+        ));
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let bobs = handle_of(&bob.call("invoice.submit", json!({"amount": 4})).await);
+    // The first moves last (newest); the third finishes.
+    for step in ["invoice.approve", "invoice.discharge"] {
+        alice.call(step, json!({"handle": minted[2]})).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    alice
+        .call("invoice.approve", json!({"handle": minted[0]}))
+        .await;
+    for template in ["turnstile://invoice/{handle}", "invoice://{handle}"] {
+        assert_eq!(
+            handles(&alice, template, "").await,
+            [minted[0].clone(), minted[1].clone()],
+            "{template}"
+        );
+        assert_eq!(handles(&bob, template, "inv").await, std::slice::from_ref(&bobs));
+        assert!(handles(&bob, template, &minted[0][..20]).await.is_empty());
+    }
+}

@@ -864,3 +864,57 @@ fn mcp1_that_never_relists_completes_the_lifecycle_from_the_next_step() {
     // finding above). Nothing else is printed.
     assert_only_unlisted_tool_warnings(&summary);
 }
+
+/// Issue 40: the Python SDK 1.x with an elicitation callback, in front of a payout over the
+/// confirmation threshold: a decline moves nothing (DECLINED), an accept pays out with the
+/// person's reference in the audit trail; a payout made by another session while the person
+/// thinks wins, and the confirmed one is refused FORBIDDEN with one payout recorded.
+#[test]
+fn mcp1_a_person_confirms_the_payout_and_a_race_is_won_cleanly() {
+    let (_plugins, mut server) = invoice_server(HANDLE_MODE);
+    let summary = run_scenario(Sdk::Mcp1, "confirm-discharge", &mut server);
+    let asked = &summary["asked"];
+    assert!(
+        asked["message"]
+            .as_str()
+            .is_some_and(|message| message.starts_with("Pay out this invoice?")),
+        "{asked}"
+    );
+    assert_eq!(asked["schema"]["properties"]["reference"]["type"], "string");
+    assert_no_sdk_warnings(&summary);
+    let log = server.stderr();
+    assert!(
+        !log.contains(" WARN ") && !log.contains(" ERROR "),
+        "the server warned about normal client behaviour:\n{log}"
+    );
+}
+
+/// Issue 40: the Python SDK 2.x (protocol 2026-07-28) pays out an invoice over the confirmation
+/// threshold through the input-required loop (its elicitation callback answers, it retries with
+/// `inputResponses` and `requestState`); a state one server sealed is completed by a second
+/// server sharing the key file and the Redis store, and a tampered one is refused.
+#[test]
+fn mcp2_input_required_confirmation_completes_on_another_server() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("request-state.key");
+    std::fs::write(&key_file, "k".repeat(48)).unwrap();
+    let namespace = format!("confirm_{}", uuid::Uuid::new_v4().simple());
+    let store = common::redis_url();
+    let flags = [
+        "--state-handle-key",
+        "--store",
+        &store,
+        "--store-namespace",
+        &namespace,
+        "--request-state-key-file",
+        key_file.to_str().unwrap(),
+    ];
+    let mut one = Server::http(plugins.path(), &flags);
+    let two = Server::http(plugins.path(), &flags);
+    let scenario = format!("confirm-across-servers:{}", two.url);
+    let summary = run_scenario(Sdk::Mcp2, &scenario, &mut one);
+    assert_eq!(summary["keys"], json!(["turnstile.confirm"]));
+    assert_eq!(summary["protocol"], "2026-07-28");
+    assert_no_sdk_warnings(&summary);
+}

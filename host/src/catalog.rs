@@ -32,6 +32,7 @@ pub use self::{
 };
 
 use crate::{
+    confirm::Confirmation,
     plugin::{LoadedPlugin, ToolManifest},
     statechart::{Machine, Snapshot},
 };
@@ -93,6 +94,8 @@ pub struct ToolEntry {
     validator: jsonschema::Validator,
     /// The compiled `output_schema`, when the manifest gives one.
     output_validator: Option<jsonschema::Validator>,
+    /// The compiled `confirm`, when the manifest gives one (`confirm.rs`).
+    pub confirm: Option<Confirmation>,
 }
 
 impl ToolEntry {
@@ -105,9 +108,9 @@ impl ToolEntry {
     }
 
     /// Whether a call of this tool may ask the person or the client for input (`mcp/asking.rs`):
-    /// the handler says it may.
+    /// the handler says it may, or the binding has a person confirm.
     pub fn asks(&self) -> bool {
-        self.manifest.asks
+        self.manifest.asks || self.confirm.is_some()
     }
 
     /// A tool with no bound states is visible in every state (DESIGN: "a tool with no states is
@@ -377,6 +380,14 @@ impl Catalog {
                     }
                 },
             };
+            let confirm = match tool.confirm.as_ref().map(Confirmation::compile) {
+                None => None,
+                Some(Ok(confirm)) => Some(confirm),
+                Some(Err(problem)) => {
+                    problems.push(format!("{at}.{problem}"));
+                    None
+                }
+            };
             let machine = match &tool.workflow {
                 None => None,
                 Some(id) => match machines
@@ -429,7 +440,7 @@ impl Catalog {
                 None => {}
             }
             if let Some(validator) = validator {
-                tools.push((tool.clone(), validator, output_validator));
+                tools.push((tool.clone(), validator, output_validator, confirm));
             }
         }
         let primitives = primitives::Primitives::check(
@@ -468,12 +479,13 @@ impl Catalog {
                 }),
             );
         }
-        for (manifest, validator, output_validator) in admitted.tools {
+        for (manifest, validator, output_validator, confirm) in admitted.tools {
             let entry = Arc::new(ToolEntry {
                 manifest,
                 plugin: plugin.clone(),
                 validator,
                 output_validator,
+                confirm,
             });
             if let Some(workflow) = entry
                 .manifest
@@ -497,11 +509,12 @@ impl Catalog {
 struct Admitted {
     /// Each machine with its definition.
     machines: BTreeMap<String, (Value, Arc<Machine>)>,
-    /// Each tool with its compiled input and output schemas.
+    /// Each tool with its compiled input and output schemas and confirmation.
     tools: Vec<(
         ToolManifest,
         jsonschema::Validator,
         Option<jsonschema::Validator>,
+        Option<Confirmation>,
     )>,
     primitives: primitives::AdmittedPrimitives,
 }

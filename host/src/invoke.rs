@@ -178,6 +178,39 @@ pub async fn run(
 /// 1.3), run like a tool call: on a blocking thread, in the plugin's pool, within the deadline
 /// and the result size of `limits`. A read changes nothing, so there is nothing to undo when it
 /// fails; the caller turns the error into its answer.
+/// Completions of one argument of the prompt or resource template `name` (see
+/// `LoadedPlugin::complete`), on a worker thread within `limits`' deadline, like [`read`].
+pub async fn complete(
+    plugin: Arc<LoadedPlugin>,
+    name: &str,
+    request: Value,
+    context: CallContext,
+    limits: &Limits,
+) -> Result<Vec<String>, InvokeError> {
+    let Some(slot) = plugin.pool().enter(crate::plugin::QUEUE_WAIT).await else {
+        return Err(InvokeError::Busy(plugin.pool().size()));
+    };
+    let completer = plugin.clone();
+    let owned_name = name.to_owned();
+    let running = tokio::task::spawn_blocking(move || {
+        let values = completer.complete(&owned_name, &request, &context);
+        drop(slot);
+        values
+    });
+    let waited = tokio::select! {
+        waited = tokio::time::timeout(limits.timeout, running) => waited,
+        () = limits.abandon.cancelled() => return Err(InvokeError::ShuttingDown),
+    };
+    match waited {
+        Err(_) => {
+            plugin.pool().count_past_deadline();
+            Err(InvokeError::TimedOut(limits.timeout))
+        }
+        Ok(Err(join)) => Err(InvokeError::Worker(join.to_string())),
+        Ok(Ok(values)) => Ok(values?),
+    }
+}
+
 pub async fn read(
     plugin: Arc<LoadedPlugin>,
     kind: PrimitiveKind,

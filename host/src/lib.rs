@@ -34,6 +34,7 @@ pub mod actors;
 pub mod catalog;
 pub mod commands;
 pub mod config;
+pub mod confirm;
 pub mod fast_hash;
 pub mod gate;
 pub mod hotplug;

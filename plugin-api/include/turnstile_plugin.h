@@ -144,6 +144,8 @@ typedef struct TurnstileHostServices {
 typedef int32_t TurnstileReadKind;
 #define TURNSTILE_READ_PROMPT ((TurnstileReadKind)1)   /* prompts/get    */
 #define TURNSTILE_READ_RESOURCE ((TurnstileReadKind)2) /* resources/read */
+/* ABI 1.4: completion/complete of one argument of a prompt or template variable. */
+#define TURNSTILE_READ_COMPLETION ((TurnstileReadKind)3)
 
 /* The context of one call. Host-owned, read-only, borrowed for the duration of call. */
 typedef struct TurnstileCallContext {
@@ -218,13 +220,16 @@ typedef struct TurnstilePluginV1 {
      * the resource's or template's manifest name. request_json:
      *   TURNSTILE_READ_PROMPT:   {"arguments": {"<name>": "<string>", ...}}
      *   TURNSTILE_READ_RESOURCE: {"uri": "<the URI read>", "variables": {"<var>": "<string>"}}
+     *   TURNSTILE_READ_COMPLETION (1.4): {"ref": "prompt"|"resource", "argument": {"name",
+     *              "value"}, "arguments": {"<other>": "<string>"}}
      * Output (TURNSTILE_OK):
      *   prompt:   {"description"?, "messages": [{"role": "user"|"assistant",
      *              "content": <MCP content block>}]}, or a JSON string (one user text message)
      *   resource: {"contents": [{"uri"?, "mimeType"?, "text" | "blob" (base64)}]}, a JSON
      *             string (one text content of the URI read, with the declared mime_type), or
      *             any other JSON value (one text content holding it, application/json)
-     * TURNSTILE_UNKNOWN_TOOL: no such prompt or resource; TURNSTILE_TOOL_ERROR and
+     *   completion: {"values": ["<string>", ...], "total"?, "hasMore"?} or a list of strings
+     * TURNSTILE_UNKNOWN_TOOL: no such prompt or resource (for a completion: none to offer); TURNSTILE_TOOL_ERROR and
      * TURNSTILE_BAD_INPUT: {"message"} the client sees. Changes nothing; thread-safe. */
     TurnstileStatus (*read)(void *instance, TurnstileReadKind kind, const char *name,
                             const char *request_json, const TurnstileCallContext *ctx,

@@ -110,6 +110,14 @@ impl ReadKind {
     /// string (one text content of the URI read, with the declared MIME type), or any other JSON
     /// value (one text content holding its JSON, `application/json` unless a type is declared).
     pub const RESOURCE: ReadKind = ReadKind(2);
+    /// Since ABI 1.4: completions of one argument (`completion/complete`): `name` is the
+    /// prompt's or resource template's manifest name; the request is `{"ref": "prompt" |
+    /// "resource", "argument": {"name", "value"}, "arguments": {<the other arguments given so
+    /// far>}}`; the output is `{"values": [<string>, ...], "total"?, "hasMore"?}` or a list of
+    /// strings, the ones that fit `value` (at most 100 are used). A plugin without completions
+    /// answers [`Status::UNKNOWN_TOOL`], as an older plugin does for a kind it does not know:
+    /// the client gets no values.
+    pub const COMPLETION: ReadKind = ReadKind(3);
 }
 
 /// A byte buffer allocated by the plugin and freed by the plugin.

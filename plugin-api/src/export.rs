@@ -288,6 +288,18 @@ pub unsafe extern "C" fn read<T: Plugin>(
         // SAFETY: the caller guarantees each pointer is null or NUL-terminated and live.
         let (name, request) =
             unsafe { (c_str(name, "name")?, c_str(request_json, "request_json")?) };
+        if kind == ReadKind::COMPLETION {
+            let request: Value = serde_json::from_str(request)
+                .map_err(|err| bad_input(format!("request is not JSON: {err}")))?;
+            // SAFETY: as in `call`.
+            let ctx = unsafe { call_context(ctx)? };
+            return match plugin.complete(name, request, &ctx) {
+                Ok(value) => serde_json::to_vec(&value)
+                    .map(Some)
+                    .map_err(|err| internal(format!("cannot serialise the output: {err}"))),
+                Err(err) => Err(failure(&err)),
+            };
+        }
         let Some(kind) = PrimitiveKind::from_raw(kind) else {
             return Err((
                 Status::UNKNOWN_TOOL,

@@ -117,8 +117,8 @@ pub use crate::{
     abi::ABI_VERSION,
     asking::{InputKind, InputRequest},
     manifest::{
-        HANDLE_VARIABLE, MAX_QUICK_MS, Manifest, PromptArgumentManifest, PromptManifest,
-        ResourceManifest, ResourceTemplateManifest, ToolAnnotations, ToolManifest,
+        ConfirmManifest, HANDLE_VARIABLE, MAX_QUICK_MS, Manifest, PromptArgumentManifest,
+        PromptManifest, ResourceManifest, ResourceTemplateManifest, ToolAnnotations, ToolManifest,
     },
     plugin::{
         CallContext, HostServices, LogLevel, Plugin, PrimitiveKind, ToolError, config_ms,

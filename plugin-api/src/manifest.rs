@@ -249,6 +249,31 @@ pub struct ToolManifest {
     /// client. A handler of a tool without it is told it may ask nothing. Default `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub asks: bool,
+    /// A person confirms each call before the handler runs (ABI 1.4; the plugin-free way to put
+    /// a person in front of a destructive step). The host asks with a form, as an elicitation
+    /// on the 2025 revisions and an input-required result on 2026-07-28: a decline runs
+    /// nothing and fires nothing (`DECLINED`); an accept runs the handler, and the form's
+    /// content is the event's `input.confirmation` (guards and `xstate.assign` read it) and is
+    /// kept in the audit trail. A client that cannot show a form gets `INPUT_UNAVAILABLE`
+    /// unless the server runs with `--confirm-fallback allow`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm: Option<ConfirmManifest>,
+}
+
+/// What a person is asked before a tool runs (see [`ToolManifest::confirm`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmManifest {
+    /// What the person is asked, e.g. "Pay out this invoice? The money leaves at once."
+    pub message: String,
+    /// The fields the person fills in, as a flat object schema (strings, numbers, integers,
+    /// booleans, enums; MCP's elicitation schema); `None`: a plain yes or no.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    /// A JSON Logic rule over `{"context", "input"}` (the instance's machine context and the
+    /// call's arguments): the person is asked only when it holds; `None`: always.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<Value>,
 }
 
 fn yes() -> bool {
@@ -450,7 +475,14 @@ impl ToolManifest {
             quick_ms: None,
             usage_note: true,
             asks: false,
+            confirm: None,
         }
+    }
+
+    /// Has a person confirm each call before the handler runs (see [`ToolManifest::confirm`]).
+    pub fn confirm(mut self, confirm: ConfirmManifest) -> ToolManifest {
+        self.confirm = Some(confirm);
+        self
     }
 
     /// Declares that the handler may ask for input (see [`ToolManifest::asks`]).

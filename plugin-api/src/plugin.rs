@@ -79,6 +79,18 @@ pub trait Plugin: Send + Sync + 'static {
         let _ = (kind, request, ctx);
         Err(ToolError::UnknownTool(name.to_owned()))
     }
+
+    /// Completes one argument of the prompt or resource template `name` (ABI 1.4,
+    /// `completion/complete`): `request` is `{"ref": "prompt" | "resource", "argument":
+    /// {"name", "value"}, "arguments": {...}}` (see [`ReadKind::COMPLETION`](crate::abi::ReadKind::COMPLETION)),
+    /// and the answer the values that fit, as `{"values": [...]}` or a list of strings. `ctx`
+    /// describes the instance the client works on, as for [`Plugin::read`]. The default
+    /// completes nothing ([`ToolError::UnknownTool`]); the host completes an instance
+    /// template's `{handle}` itself.
+    fn complete(&self, name: &str, request: Value, ctx: &CallContext) -> Result<Value, ToolError> {
+        let _ = (request, ctx);
+        Err(ToolError::UnknownTool(name.to_owned()))
+    }
 }
 
 /// What [`Plugin::read`] is asked for.

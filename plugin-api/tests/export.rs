@@ -53,7 +53,7 @@ impl Plugin for Echo {
                 let told = asked("told")?;
                 let can = ctx.can_ask(InputKind::Form) && !ctx.can_ask(InputKind::Sampling);
                 Ok(
-                    json!({"told": told, "can": can, "second": asked(&input["key"].as_str().unwrap_or("new"))?}),
+                    json!({"told": told, "can": can, "second": asked(input["key"].as_str().unwrap_or("new"))?}),
                 )
             }
             other => Err(ToolError::UnknownTool(other.to_owned())),

@@ -42,6 +42,7 @@ int main(void) {
     OFF(TurnstilePluginV1, read);
     SIZE(TurnstileStatus); SIZE(TurnstileReadKind);
     printf("READ_PROMPT=%d\nREAD_RESOURCE=%d\n", TURNSTILE_READ_PROMPT, TURNSTILE_READ_RESOURCE);
+    printf("READ_COMPLETION=%d\n", TURNSTILE_READ_COMPLETION);
     printf("ABI_VERSION=%u\n", TURNSTILE_PLUGIN_ABI_VERSION);
     printf("ABI_VERSION_SYMBOL=%s\n", TURNSTILE_PLUGIN_ABI_VERSION_SYMBOL);
     printf("ENTRY_SYMBOL_V1=%s\n", TURNSTILE_PLUGIN_ENTRY_SYMBOL_V1);
@@ -108,6 +109,7 @@ fn rust_facts() -> String {
             ReadKind::PROMPT.0,
             ReadKind::RESOURCE.0
         ),
+        format!("READ_COMPLETION={}\n", ReadKind::COMPLETION.0),
         format!("ABI_VERSION={ABI_VERSION}\n"),
         format!("ABI_VERSION_SYMBOL={ABI_VERSION_SYMBOL}\n"),
         format!("ENTRY_SYMBOL_V1={ENTRY_SYMBOL_V1}\n"),

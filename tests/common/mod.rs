@@ -912,6 +912,14 @@ impl Client {
     }
 
     /// `prompts/get` with `arguments` (an object) and `_meta`.
+    /// `completion/complete` with `params` given as JSON (`ref`, `argument`, `_meta`): the
+    /// values.
+    pub async fn complete(&self, params: Value) -> Result<Vec<String>, ServiceError> {
+        let params: rmcp::model::CompleteRequestParams =
+            serde_json::from_value(params).expect("completion params as MCP spells them");
+        Ok(self.service.complete(params).await?.completion.values)
+    }
+
     pub async fn get_prompt_with_meta(
         &self,
         name: &str,

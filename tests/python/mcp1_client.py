@@ -33,6 +33,7 @@ Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any fai
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import secrets
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -244,7 +245,9 @@ async def transport(url: str, token: str | None = None) -> AsyncIterator[tuple[A
 
 
 @asynccontextmanager
-async def connect(url: str, name: str, token: str | None = None) -> AsyncIterator[Connection]:
+async def connect(
+    url: str, name: str, token: str | None = None, elicitation_callback: Any = None
+) -> AsyncIterator[Connection]:
     """Opens a session (as the principal of `token`, if any); `list_changed` notifications (GET
     stream) are counted in `changes`, those of prompts and resources, and `resources/updated`, in
     `notices`."""
@@ -270,7 +273,9 @@ async def connect(url: str, name: str, token: str | None = None) -> AsyncIterato
             print(f"{name}: transport error: {message!r}", file=sys.stderr, flush=True)
 
     async with transport(url, token) as (read, write, get_session_id):
-        async with ClientSession(read, write, message_handler=on_message) as session:
+        async with ClientSession(
+            read, write, message_handler=on_message, elicitation_callback=elicitation_callback
+        ) as session:
             initialized = await session.initialize()
             capabilities = initialized.capabilities
             expect(
@@ -801,6 +806,81 @@ async def never_relists(url: str) -> dict[str, Any]:
         return {"protocol": c.protocol, "first_list": first, "trail": trail}
 
 
+# --- 10. a person confirms the payout -----------------------------------------------------------
+
+
+class Person:
+    """Answers the server's elicitations from a script of (action, content) pairs, and keeps
+    what it was asked. `meanwhile` runs before an answer is given (another client's move)."""
+
+    def __init__(self, answers: list[tuple[str, dict[str, Any] | None]]) -> None:
+        self.answers = answers
+        self.asked: list[dict[str, Any]] = []
+        self.meanwhile: Callable[[], Awaitable[None]] | None = None
+
+    async def __call__(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.asked.append({"message": params.message, "schema": params.requestedSchema})
+        if self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        action, content = self.answers.pop(0)
+        return types.ElicitResult(action=action, content=content)
+
+
+async def audit_of(c: Connection, handle: str) -> list[dict[str, Any]]:
+    """The audit trail the instance's resource shows (newest entries)."""
+    read = await c.session.read_resource(f"turnstile://invoice/{handle}")
+    return json.loads(read.contents[0].text)["audit"]
+
+
+async def confirm_discharge(url: str) -> dict[str, Any]:
+    """Handle mode. Paying out an invoice over the confirmation threshold asks the person: a
+    decline changes nothing; an accept pays out, and the reference the person gave is in the
+    audit trail. Then a race: while the person thinks, another session pays the invoice out; the
+    confirmed call is refused FORBIDDEN, and one payout is recorded."""
+    person = Person([("decline", None), ("accept", {"reference": "R-42"})])
+    async with connect(url, "confirmer", elicitation_callback=person) as c:
+        handle, _ = await mint(c, {"amount": 8000, "customer": "ACME"})
+        await c.call_ok("invoice.approve", {"handle": handle})
+        # As a client does before it calls: the menu (the SDK checks results against it).
+        expect("invoice.discharge" in [t.name for t in await c.tools(handle)], "discharge offered")
+        declined = await c.call("invoice.discharge", {"handle": handle})
+        expect(declined.isError, f"a declined payout must be an error: {_text(declined)!r}")
+        error = (declined.structuredContent or {}).get("error", {})
+        expect_equal(error.get("code"), "DECLINED", "the declined payout's code")
+        status = await c.call_ok("invoice.status", {"handle": handle})
+        expect_equal(status.get("state"), "approved", "the state after the decline")
+        paid = await c.call_ok("invoice.discharge", {"handle": handle})
+        expect_equal(paid.get("state"), "discharged", "the state after the accept")
+        trail = await audit_of(c, handle)
+        payout = trail[-1]
+        expect_equal(payout.get("event"), "DISCHARGE", "the last audit entry's event")
+        expect_equal(payout.get("confirmation"), {"reference": "R-42"}, "what the person confirmed")
+        expect_equal(len(person.asked), 2, "the person was asked once per payout attempt")
+
+        # The race: the second payout is made by another session while the person thinks.
+        racer = Person([("accept", {})])
+        async with connect(url, "racer", elicitation_callback=racer) as other:
+            second, _ = await mint(c, {"amount": 9000})
+            await c.call_ok("invoice.approve", {"handle": second})
+
+            await other.tools(second)
+
+            async def pay_out_first() -> None:
+                await other.call_ok("invoice.discharge", {"handle": second})
+
+            person.answers.append(("accept", {"reference": "too late"}))
+            person.meanwhile = pay_out_first
+            late = await c.call("invoice.discharge", {"handle": second})
+            expect(late.isError, f"the late payout must be refused: {_text(late)!r}")
+            code = (late.structuredContent or {}).get("error", {}).get("code")
+            expect_equal(code, "FORBIDDEN", "the late payout's code")
+            payouts = [e for e in await audit_of(c, second) if e.get("event") == "DISCHARGE"]
+            expect_equal(len(payouts), 1, "payouts recorded for the raced invoice")
+            expect_equal(payouts[0].get("confirmation"), {}, "the racer's confirmation")
+        return {"protocol": c.protocol, "asked": person.asked[0], "trail": trail}
+
+
 if __name__ == "__main__":
     run(
         {
@@ -813,6 +893,7 @@ if __name__ == "__main__":
             "primitives-handles": primitives_handles,
             "plugin-logs": plugin_logs,
             "never-relists": never_relists,
+            "confirm-discharge": confirm_discharge,
         },
         SDK,
     )

@@ -665,6 +665,69 @@ async def by_the_book(url: str) -> dict[str, Any]:
         return {"protocol": client.protocol_version, "catalog": catalog, "trail": trail, "final": final}
 
 
+# --- a person confirms the payout, across servers -----------------------------------------------
+
+
+async def confirm_across_servers(url: str, second_url: str) -> dict[str, Any]:
+    """Protocol 2026-07-28, where servers send no requests: paying out an invoice over the
+    confirmation threshold returns an input-required result, which the SDK answers from its
+    elicitation callback and retries with `inputResponses` and `requestState`. Then by hand: a
+    state sealed by one server is completed by a second server sharing the key and the store,
+    and a tampered state is refused with a JSON-RPC error."""
+    asked: list[str] = []
+
+    async def person(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"reference": "R-7"})
+
+    async with Client(url, elicitation_callback=person) as client:
+        # As a client does before it calls: the list, every tool of it (the SDK checks results
+        # against it).
+        await client.list_tools()
+        handle = await mint(client, {"amount": 8000, "customer": "ACME"})
+        await call_ok(client, "invoice.approve", {"handle": handle})
+        paid = await call_ok(client, "invoice.discharge", {"handle": handle})
+        expect_equal(paid.get("state"), "discharged", "the state after the SDK's retry")
+        expect_equal(len(asked), 1, "the person was asked once")
+
+    # Both declare elicitation (a client that cannot show a form is told INPUT_UNAVAILABLE).
+    async with (
+        Client(url, elicitation_callback=person) as one,
+        Client(second_url, elicitation_callback=person) as two,
+    ):
+        await one.list_tools()
+        await two.list_tools()
+        second = await mint(one, {"amount": 9000})
+        await call_ok(one, "invoice.approve", {"handle": second})
+        first = await one.session.call_tool("invoice.discharge", {"handle": second}, allow_input_required=True)
+        expect(isinstance(first, types.InputRequiredResult), f"an input-required result, got {first!r}")
+        keys = sorted((first.input_requests or {}).keys())
+        expect(len(keys) == 1 and first.request_state, f"one request and a state: {first!r}")
+        answer = {keys[0]: types.ElicitResult(action="accept", content={"reference": "R-8"})}
+        try:
+            await two.session.call_tool(
+                "invoice.discharge",
+                {"handle": second},
+                input_responses=answer,
+                request_state=first.request_state + "-TAMPERED",
+                allow_input_required=True,
+            )
+            raise Failed("a tampered requestState was accepted")
+        except MCPError as error:
+            expect_equal(error.error.code, -32602, "the tampered state's JSON-RPC error code")
+        expect_equal(await state(two, second), "approved", "nothing moved on the tampered retry")
+        done = await two.session.call_tool(
+            "invoice.discharge",
+            {"handle": second},
+            input_responses=answer,
+            request_state=first.request_state,
+            allow_input_required=True,
+        )
+        expect(isinstance(done, types.CallToolResult) and not done.is_error, f"completed on the second server: {done!r}")
+        expect_equal((done.structured_content or {}).get("state"), "discharged", "the state the second server left")
+        return {"protocol": one.protocol_version, "asked": asked, "keys": keys}
+
+
 if __name__ == "__main__":
     run(
         {
@@ -674,6 +737,7 @@ if __name__ == "__main__":
             "listen-idle": listen_idle,
             "primitives": primitives,
             "by-the-book": by_the_book,
+            "confirm-across-servers": confirm_across_servers,
         },
         SDK,
     )

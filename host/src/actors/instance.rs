@@ -35,6 +35,7 @@ use super::{
 };
 use crate::{
     catalog::{LiveCatalog, ToolEntry, Workflow},
+    confirm::Decision,
     gate::{self, ListsChanged, NextStep, Refusal},
     invoke::{self, InvokeError},
     plugin::{CallContext, HostCall, PluginOutput},
@@ -128,6 +129,9 @@ pub enum CallOutcome {
         state: Value,
         next: NextStep,
     },
+    /// The binding has a person confirm (`confirm.rs`), who answered `action` (decline,
+    /// cancel): nothing ran and nothing changed. `next` is where the instance is.
+    Declined { action: String, next: NextStep },
 }
 
 /// The instance as a caller may see it.
@@ -892,6 +896,31 @@ async fn run_call(
     if let Some(refusal) = gate::refusal(&workflow, &tool, &view.snapshot, &call.arguments) {
         return Ok((view, false, CallOutcome::Forbidden(refusal)));
     }
+    // A binding that has a person confirm asks now that the gate lets the call through, and the
+    // call runs again with the answer (`confirm.rs`); until then, and on a decline, nothing runs.
+    let decision = tool
+        .confirm
+        .as_ref()
+        .map(|confirm| confirm.decide(view.snapshot.context(), &call.arguments, &call.asking));
+    let confirmation = match decision {
+        None | Some(Decision::NotNeeded) => None,
+        Some(Decision::Accepted(content)) => Some(content),
+        Some(Decision::Ask(requests)) => {
+            let next = gate::next_step(&workflow, &view.snapshot);
+            let outcome = CallOutcome::Ran {
+                output: PluginOutput::NeedsInput(requests),
+                moved: false,
+                state: next.state.clone(),
+                next,
+                lists: None,
+            };
+            return Ok((view, false, outcome));
+        }
+        Some(Decision::Declined(action)) => {
+            let next = gate::next_step(&workflow, &view.snapshot);
+            return Ok((view, false, CallOutcome::Declined { action, next }));
+        }
+    };
     // Arguments that alone would put the record over its limit (the event carries them into
     // the context) are refused before the plugin runs.
     let argument_bytes = crate::store::json_bytes(&call.arguments);
@@ -903,7 +932,13 @@ async fn run_call(
     }
     // The event carries the call's arguments: guards and assignments read them.
     let fires_something = tool.manifest.transition.is_some() || tool.manifest.on_error.is_some();
-    let input = fires_something.then(|| call.arguments.clone());
+    let input = fires_something.then(|| {
+        let mut input = call.arguments.clone();
+        if let (Value::Object(input), Some(confirmation)) = (&mut input, &confirmation) {
+            input.insert("confirmation".to_owned(), confirmation.clone());
+        }
+        input
+    });
     let context = CallContext {
         call_id: call.call_id,
         handle: key.handle(),
@@ -1053,6 +1088,7 @@ async fn run_call(
         idempotency: idempotency::remember(&view.idempotency, entry, deps.idempotency_window, now),
         due_at_ms: deps.due_at(key, &snapshot, updated_at_ms),
         audit: moved.then(|| AuditEntry {
+            confirmation: confirmation.clone(),
             at_ms: updated_at_ms,
             version: view.version + 1,
             by: format!("tool:{}", tool.name()),

@@ -111,6 +111,7 @@ async fn move_one(
     moved.fence = None;
     moved.updated_at_ms = now_ms();
     moved.audit = Some(AuditEntry {
+        confirmation: None,
         at_ms: moved.updated_at_ms,
         version: 1,
         by: "operator:tenant-move".into(),

@@ -158,6 +158,7 @@ async fn settle_once(
         idempotency: view.idempotency.clone(),
         due_at_ms: deps.due_at(key, &fired.snapshot, updated_at_ms),
         audit: moved.then(|| AuditEntry {
+            confirmation: None,
             at_ms: updated_at_ms,
             version: view.version + 1,
             by: "timer".to_string(),

@@ -452,6 +452,7 @@ async fn reset(
     // settings, which this command does not know.
     next.due_at_ms = Some(now_ms());
     next.audit = Some(AuditEntry {
+        confirmation: None,
         at_ms: next.updated_at_ms,
         version: next.version,
         by: "operator:reset".into(),

@@ -71,6 +71,9 @@ pub struct ServeOptions {
     pub request_state_key_file: Option<PathBuf>,
     /// How long a sealed `requestState` is honoured (`--request-state-ttl`).
     pub request_state_ttl: Duration,
+    /// Whether a confirmation the client cannot show counts as given (`--confirm-fallback
+    /// allow`; dangerous).
+    pub confirm_fallback: bool,
 }
 
 pub enum Transport {
@@ -260,8 +263,14 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         options.request_state_key_file.as_deref(),
         options.request_state_ttl,
     )?;
+    if options.confirm_fallback {
+        tracing::warn!(
+            "--confirm-fallback allow: steps whose binding has a person confirm run without one for clients that cannot show a form"
+        );
+    }
     let shared = Arc::new(Shared {
         state_seal,
+        confirm_fallback: options.confirm_fallback,
         catalog,
         runtime,
         handles: options.handles,

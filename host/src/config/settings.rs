@@ -239,6 +239,18 @@ pub struct ServeSettings {
         value_name = "PATH"
     )]
     pub request_state_key_file: Option<PathBuf>,
+    /// What a binding that has a person confirm does for a client that cannot show a form:
+    /// `refuse` (INPUT_UNAVAILABLE, nothing runs) or `allow` (runs without a person;
+    /// dangerous: the step the confirmation guards then has none).
+    #[arg(
+        long,
+        env = "TURNSTILE_CONFIRM_FALLBACK",
+        hide_env = true,
+        value_name = "refuse|allow",
+        default_value = "refuse",
+        value_parser = ["refuse", "allow"]
+    )]
+    pub confirm_fallback: String,
     /// How long a sealed `requestState` is honoured, in seconds: a retry after it is refused.
     #[arg(
         long,
@@ -613,6 +625,7 @@ impl ServeSettings {
             max_handles_per_request: self.max_handles_per_request,
             request_state_key_file: self.request_state_key_file,
             request_state_ttl: secs(self.request_state_ttl.max(1)),
+            confirm_fallback: self.confirm_fallback == "allow",
             quotas: mcp::QuotaLimits {
                 sessions: self.max_sessions_per_principal,
                 streams: self.max_streams_per_principal,

@@ -45,6 +45,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use super::direct::RequestStream;
+use crate::confirm::CONFIRM_KEY;
+
 /// The most rounds of asking one call may take in a 2025 session (a handler that asks again
 /// after every answer would otherwise hold the request for good).
 pub const MAX_ROUNDS: usize = 8;
@@ -125,6 +128,9 @@ pub struct Asking {
     rounds: usize,
     /// The call, as its sealed states name it.
     call: CallIdentity,
+    /// A confirmation (`confirm.rs`) the client cannot show counts as given
+    /// (`--confirm-fallback allow`).
+    confirm_fallback: bool,
 }
 
 /// What comes of a handler's request for input.
@@ -141,6 +147,9 @@ pub enum Next {
     Failed(String),
     /// The client cancelled the call while it waited.
     Cancelled,
+    /// The request is handed to rmcp, to be served from the start where requests to the client
+    /// can be sent (`direct.rs`); what the call answers here is dropped.
+    Rerouted,
 }
 
 impl Asking {
@@ -154,6 +163,7 @@ impl Asking {
         call: CallIdentity,
         input_responses: Option<BTreeMap<String, Value>>,
         request_state: Option<&str>,
+        confirm_fallback: bool,
     ) -> Result<Asking, ErrorData> {
         let era = Era::of(context);
         if era == Era::Requests && request_state.is_some() {
@@ -186,6 +196,7 @@ impl Asking {
             responses,
             rounds: 0,
             call,
+            confirm_fallback,
         })
     }
 
@@ -194,21 +205,26 @@ impl Asking {
         json!({"canAsk": self.can, "responses": self.responses})
     }
 
-    /// The answer given under `key`, if any (for the host's own questions, `confirm`).
-    pub fn answer(&self, key: &str) -> Option<&Value> {
-        self.responses.get(key)
-    }
-
     /// The handler asked for `requests`: get the answers (2025: from the client, now) or say
     /// what the call answers instead.
     pub async fn next(
         &mut self,
-        requests: Map<String, Value>,
+        mut requests: Map<String, Value>,
         context: &RequestContext<RoleServer>,
         seal: &StateSeal,
         deadline: Instant,
     ) -> Next {
-        let unanswerable = unanswerable(&requests, &self.can);
+        let mut unanswerable = unanswerable(&requests, &self.can);
+        if self.confirm_fallback && unanswerable.remove(CONFIRM_KEY).is_some() {
+            // Dangerous by the operator's choice: the step runs without a person.
+            tracing::info!(tool = %self.call.name, "confirmed without a person: the client cannot show a form (--confirm-fallback allow)");
+            let unconfirmed = json!({"action": "accept", "content": {}, "fallback": true});
+            self.responses.insert(CONFIRM_KEY.to_owned(), unconfirmed);
+            requests.remove(CONFIRM_KEY);
+            if requests.is_empty() {
+                return Next::RunAgain;
+            }
+        }
         if !unanswerable.is_empty() {
             return Next::Unavailable(unanswerable);
         }
@@ -233,6 +249,17 @@ impl Asking {
                 Next::InputRequired(InputRequiredResult::new(Some(input_requests), Some(state)))
             }
             Era::Requests => {
+                if let Some(stream) = context.extensions.get::<RequestStream>() {
+                    return if stream.reroute() {
+                        Next::Rerouted
+                    } else {
+                        Next::Failed(
+                            "it asked for input after saying something on this request's stream; \
+                             call it again"
+                                .to_owned(),
+                        )
+                    };
+                }
                 let asked = requests.into_iter().map(|(key, request)| async move {
                     let answer = ask_client(context, &request, deadline).await;
                     (key, answer)

@@ -41,7 +41,10 @@ use std::{
     convert::Infallible,
     future::Future,
     pin::Pin,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 use axum::{
@@ -171,13 +174,15 @@ pub fn serve(
         if !answer_only {
             return Err(parts);
         }
-        // A tool whose handler may ask the client for input (`asking.rs`) sends requests related
-        // to the call, which rmcp's machinery routes onto the call's own stream: served there.
-        if let ClientRequest::CallToolRequest(call) = &request
-            && served.handler.may_ask(&call.params.name)
-        {
-            return Err(parts);
-        }
+        // A call whose handler asks the client for input (`asking.rs`) sends it requests related
+        // to the call, which rmcp's machinery routes onto the call's own stream: such a call,
+        // once it asks, is handed to rmcp to serve from the start (it fired nothing).
+        let reroutable = match &request {
+            ClientRequest::CallToolRequest(call) if served.handler.may_ask(&call.params.name) => {
+                Some(parts.clone())
+            }
+            _ => None,
+        };
         // The handler reads who is calling from the request's parts, as it does under rmcp.
         request.extensions_mut().insert(parts);
         let Served { handler, peer } = served;
@@ -204,6 +209,9 @@ pub fn serve(
         Ok(tokio::select! {
             biased;
             message = &mut answering => {
+                if let Some(parts) = reroutable.filter(|_| said.rerouted.load(Ordering::Relaxed)) {
+                    return Err(parts);
+                }
                 let before = said.take();
                 if before.is_empty() {
                     json_response(&message)
@@ -287,6 +295,10 @@ fn call_tool(
 struct Said {
     events: Mutex<Vec<u8>>,
     arrived: Notify,
+    /// Something was said: the answer is a stream now, and cannot be handed to rmcp.
+    said_any: AtomicBool,
+    /// The handler asked for the request to be served by rmcp instead ([`RequestStream::reroute`]).
+    rerouted: AtomicBool,
 }
 
 impl Said {
@@ -321,12 +333,27 @@ impl RequestStream {
     }
 
     fn send_event(&self, event: &[u8]) {
-        self.0
-            .events
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(event);
+        let mut events = self.0.events.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.0.rerouted.load(Ordering::Relaxed) {
+            // rmcp serves the request from the start: this run's words are not the caller's.
+            return;
+        }
+        self.0.said_any.store(true, Ordering::Relaxed);
+        events.extend_from_slice(event);
+        drop(events);
         self.0.arrived.notify_one();
+    }
+
+    /// Hands the request to rmcp, to be served from the start, once its handler returns: a call
+    /// that must send the client requests related to it (`asking.rs`), which only rmcp's
+    /// machinery routes. `false` when that is too late: something was said on this stream.
+    pub fn reroute(&self) -> bool {
+        let _events = self.0.events.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.0.said_any.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.0.rerouted.store(true, Ordering::Relaxed);
+        true
     }
 }
 

@@ -29,6 +29,7 @@
 mod asking;
 mod auth;
 mod call_events;
+mod completion;
 mod connections;
 mod direct;
 mod event_stream;

@@ -50,16 +50,16 @@ struct Seen {
 }
 
 /// The instance a get or read is about, as it stands.
-struct Subject {
+pub(super) struct Subject {
     key: Option<InstanceKey>,
-    snapshot: Snapshot,
+    pub(super) snapshot: Snapshot,
     /// How its instance resources name it.
     token: Option<String>,
 }
 
 impl Subject {
     /// What the plugin is told of the instance (no call id of a tool call: a fresh one).
-    fn context(&self) -> CallContext {
+    pub(super) fn context(&self) -> CallContext {
         CallContext {
             call_id: uuid::Uuid::new_v4().to_string(),
             handle: self
@@ -463,7 +463,7 @@ impl TurnstileServer {
     /// The instance of `workflow` a get or read names: the session's own (session mode), the
     /// one named by a handle in `_meta` (handle mode), or, when no handle names one, what a new
     /// instance would be offered (its machine's initial state).
-    async fn subject(
+    pub(super) async fn subject(
         &self,
         catalog: &Catalog,
         workflow: &str,

@@ -17,8 +17,9 @@ use std::sync::{Arc, OnceLock};
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CacheScope, CallToolRequestParams, CallToolResponse, CancelledNotificationParam,
-        CustomRequest, CustomResult, GetPromptRequestParams, GetPromptResponse, Implementation,
+        CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult,
+        CancelledNotificationParam, CompleteRequestParams, CompleteResult, CustomRequest,
+        CustomResult, GetPromptRequestParams, GetPromptResponse, Implementation,
         InitializeRequestParams, InitializeResult, JsonObject, ListPromptsResult,
         ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
         ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
@@ -82,6 +83,8 @@ pub struct Shared {
     pub quotas: Arc<super::Quotas>,
     /// Seals and opens 2026-07-28 `requestState`s (`asking.rs`).
     pub state_seal: super::StateSeal,
+    /// A confirmation the client cannot show counts as given (`--confirm-fallback allow`).
+    pub confirm_fallback: bool,
 }
 
 /// One per MCP session (stdio: one per connection; sessionless HTTP: one per request; a session
@@ -482,6 +485,7 @@ impl TurnstileServer {
                     identity,
                     request.input_responses,
                     request.request_state.as_deref(),
+                    self.shared.confirm_fallback,
                 )?)
             } else {
                 None
@@ -568,6 +572,7 @@ impl TurnstileServer {
     /// [`TurnstileServer::answer_call`] once it knows the instance `key` the call is for, and
     /// whether the call mints it.
     #[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
+    #[allow(clippy::too_many_arguments)] // One call's whole request, each part named.
     fn call_instance(
         &self,
         tool: Arc<ToolEntry>,
@@ -694,6 +699,9 @@ impl TurnstileServer {
                     }
                     (reply::ran(&name, output, Some(state)), Some((next, moved)))
                 }
+                Ok(CallOutcome::Declined { action, next }) => {
+                    (reply::declined(&name, &action), Some((next, false)))
+                }
                 Err(error) => (reply::failure(&name, &error), None),
             };
             // A failed mint left no instance to have a next step.
@@ -741,6 +749,7 @@ fn asked(tool: &str, next: asking::Next) -> Option<CallToolResponse> {
         }
         asking::Next::Failed(why) => reply::asking_failed(tool, &why).into(),
         asking::Next::Cancelled => reply::asking_failed(tool, "the call was cancelled").into(),
+        asking::Next::Rerouted => CallToolResult::success(Vec::new()).into(),
     })
 }
 
@@ -793,7 +802,7 @@ fn declares_gated_lists(context: &RequestContext<RoleServer>) -> bool {
 /// Whether `context` is an HTTP request without a session (protocol 2026-07-28, or a server
 /// started `--stateless`): it has no `Mcp-Session-Id`, so nothing sent after its answer can reach
 /// it. Stdio (no HTTP parts) is one session.
-fn is_sessionless(context: &RequestContext<RoleServer>) -> bool {
+pub(super) fn is_sessionless(context: &RequestContext<RoleServer>) -> bool {
     context
         .extensions
         .get::<axum::http::request::Parts>()
@@ -813,6 +822,7 @@ impl ServerHandler for TurnstileServer {
                 .enable_resources()
                 .enable_resources_list_changed()
                 .enable_resources_subscribe()
+                .enable_completions()
                 .enable_extensions_with(rmcp::model::ExtensionCapabilities::from([(
                     GATED_LISTS_EXTENSION.to_string(),
                     JsonObject::new(),
@@ -913,6 +923,14 @@ impl ServerHandler for TurnstileServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         self.answer_list_resources(&context).await
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.answer_complete(request, &context).await
     }
 
     async fn list_resource_templates(

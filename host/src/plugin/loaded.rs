@@ -470,6 +470,68 @@ impl LoadedPlugin {
         }
     }
 
+    /// Completions of one argument of the prompt or resource template `name` (ABI 1.4's
+    /// `ReadKind::COMPLETION`; `request` as it describes). Blocking, like [`LoadedPlugin::read`].
+    /// A plugin that completes nothing (no `read`, an older plugin, `UNKNOWN_TOOL`) or runs
+    /// isolated gives none; what it answers past [`MAX_COMPLETIONS`] is dropped.
+    pub fn complete(
+        &self,
+        name: &str,
+        request: &Value,
+        ctx: &CallContext,
+    ) -> Result<Vec<String>, PluginError> {
+        let failed = |reason: String| PluginError::ReadFailed {
+            path: self.inner.path.clone(),
+            what: format!("completion of {name}"),
+            reason,
+        };
+        let Backend::InProcess(library) = &self.inner.backend else {
+            return Ok(Vec::new());
+        };
+        let name_c = with_nul(name.as_bytes());
+        let request_json = json_with_nul(request);
+        let instance = InstanceStrings::new(ctx);
+        let c_str = |bytes| {
+            CStr::from_bytes_with_nul(bytes)
+                .map_err(|_| failed("an argument contains a NUL byte".into()))
+        };
+        let Some(output) = library.read(&ReadArgs {
+            kind: turnstile_plugin_api::abi::ReadKind::COMPLETION,
+            name: c_str(&name_c)?,
+            request_json: c_str(&request_json)?,
+            call_id: c_str(&instance.call_id)?,
+            handle: c_str(&instance.handle)?,
+            state_json: c_str(&instance.state_json)?,
+            context_json: c_str(&instance.context_json)?,
+            asking_json: None,
+        }) else {
+            return Ok(Vec::new());
+        };
+        match output.status {
+            Status::OK => {
+                let answer: Value = serde_json::from_slice(&output.bytes)
+                    .map_err(|err| failed(format!("output is not JSON: {err}")))?;
+                let values = answer.get("values").unwrap_or(&answer);
+                let values = values
+                    .as_array()
+                    .filter(|values| values.iter().all(Value::is_string))
+                    .ok_or_else(|| failed("the answer is not a list of strings".into()))?;
+                Ok(values
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .take(MAX_COMPLETIONS)
+                    .map(str::to_owned)
+                    .collect())
+            }
+            Status::UNKNOWN_TOOL => Ok(Vec::new()),
+            status => Err(failed(format!(
+                "plugin error (status {}): {}",
+                status.0,
+                error_message(status, &output.bytes)
+            ))),
+        }
+    }
+
     /// The static content the manifest gives `name` of `kind` (a prompt's or fixed resource's
     /// `text`), if it gives one.
     pub fn static_text(&self, kind: PrimitiveKind, name: &str) -> Option<Value> {
@@ -551,6 +613,9 @@ impl std::fmt::Debug for LoadedPlugin {
             .finish_non_exhaustive()
     }
 }
+
+/// The most completions one answer carries (MCP's limit on `completion.values`).
+pub const MAX_COMPLETIONS: usize = 100;
 
 /// What a call or a read tells the plugin of its instance, as buffers ending in their NUL.
 struct InstanceStrings {

@@ -56,7 +56,7 @@ pub use self::{
     config::PluginConfigs,
     error::PluginError,
     isolated::{Isolation, run_child as run_plugin_host},
-    loaded::{LoadedPlugin, PluginOutput, Returned},
+    loaded::{LoadedPlugin, MAX_COMPLETIONS, PluginOutput, Returned},
     pool::{CallPool, DEFAULT_POOL_SIZE, QUEUE_WAIT},
     quick::Overrun,
     services::{CallEvent, EventReceiver, HostCall},

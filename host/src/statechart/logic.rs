@@ -54,6 +54,23 @@ pub enum EventReads {
     Everything,
 }
 
+/// A JSON Logic condition of the host's own, outside any machine (a tool's `confirm.when`):
+/// compiled once, true when its result is JavaScript-truthy, as a guard's is.
+#[derive(Clone, Debug)]
+pub struct Condition(Rule);
+
+impl Condition {
+    /// Compiles `source`; the error names the problem.
+    pub fn compile(source: &Value) -> Result<Condition, String> {
+        Rule::compile(source).map(Condition)
+    }
+
+    /// Whether the condition holds over `data` (an evaluation error: it does not).
+    pub fn holds(&self, data: &Value) -> bool {
+        self.0.eval(data).is_some_and(|value| js_truthy(&value))
+    }
+}
+
 impl Rule {
     /// Compiles `source`; the error names the problem (datalogic's message, or an operator
     /// json-logic-js does not have).

@@ -143,7 +143,7 @@ pub use self::{
     error::{EventError, MachineError, TransitionLoop},
     event::Event,
     guards::{Guards, Known, NoGuards},
-    logic::EventReads,
+    logic::{Condition, EventReads},
     snapshot::{PERSISTED_FORMAT, Snapshot, Status},
 };
 

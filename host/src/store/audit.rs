@@ -31,6 +31,10 @@ pub struct AuditEntry {
     /// Who made the call, with authentication on: the token's name or the JWT's `sub`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// What a person confirmed before the call ran, when its binding has one confirm
+    /// (`confirm.rs`): the form's content (`{}` for a plain yes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<Value>,
 }
 
 impl AuditEntry {

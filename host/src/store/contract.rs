@@ -1023,6 +1023,7 @@ async fn migration_corrects_due_times(store: Arc<dyn StateStore>) {
 
 fn audit_entry(version: u64, to: &str) -> AuditEntry {
     AuditEntry {
+        confirmation: None,
         at_ms: 1_700_000_000_000 + version,
         version,
         by: "tool:t.go".into(),

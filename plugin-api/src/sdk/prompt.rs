@@ -38,6 +38,25 @@ pub struct Prompt {
     pub(crate) reader: Option<Reader>,
     /// The argument type's schema, kept for the toolkit's check that every argument is a string.
     pub(crate) arguments_schema: Value,
+    /// Completions by argument name ([`Prompt::complete`]).
+    pub(crate) completers: Vec<(String, Completer)>,
+}
+
+/// Completes one argument: what the client typed so far and the instance's context in, the
+/// values that fit out (ABI 1.4, `completion/complete`).
+pub(crate) type Completer = Box<dyn Fn(&str, &CallContext) -> Vec<String> + Send + Sync + 'static>;
+
+impl Prompt {
+    /// Completes the argument `argument` with `complete`: given what the client typed so far
+    /// and the instance's context, the values that fit (the host sends at most 100). The host
+    /// asks only while the prompt is offered in the instance's state.
+    pub fn complete<F>(mut self, argument: impl Into<String>, complete: F) -> Prompt
+    where
+        F: Fn(&str, &CallContext) -> Vec<String> + Send + Sync + 'static,
+    {
+        self.completers.push((argument.into(), Box::new(complete)));
+        self
+    }
 }
 
 impl fmt::Debug for Prompt {
@@ -98,6 +117,7 @@ impl PromptBuilder {
             workflow: self.workflow,
             reader: None,
             arguments_schema: schema::input::<super::NoInput>(),
+            completers: Vec::new(),
         }
     }
 
@@ -133,6 +153,7 @@ impl PromptBuilder {
             workflow: self.workflow,
             reader: Some(reader),
             arguments_schema,
+            completers: Vec::new(),
         }
     }
 }

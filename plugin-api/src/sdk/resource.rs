@@ -43,6 +43,21 @@ pub struct Resource {
     pub(crate) reader: Option<Reader>,
     /// `text` was given for a template, which has no single content (reported by the toolkit).
     pub(crate) text_on_template: bool,
+    /// Completions by template variable ([`Resource::complete`]).
+    pub(crate) completers: Vec<(String, super::prompt::Completer)>,
+}
+
+impl Resource {
+    /// Completes the template variable `variable` with `complete` (see
+    /// [`Prompt::complete`](super::Prompt::complete)). The host completes `{handle}` of an
+    /// instance template itself, with the caller's own instances.
+    pub fn complete<F>(mut self, variable: impl Into<String>, complete: F) -> Resource
+    where
+        F: Fn(&str, &CallContext) -> Vec<String> + Send + Sync + 'static,
+    {
+        self.completers.push((variable.into(), Box::new(complete)));
+        self
+    }
 }
 
 /// What the manifest will say of it.
@@ -178,6 +193,7 @@ impl ResourceBuilder {
             workflow: self.workflow,
             reader: None,
             text_on_template,
+            completers: Vec::new(),
         }
     }
 
@@ -206,6 +222,7 @@ impl ResourceBuilder {
             workflow: self.workflow,
             reader: Some(reader),
             text_on_template: false,
+            completers: Vec::new(),
         }
     }
 }

@@ -193,6 +193,29 @@ impl<Output> ToolBuilder<Output> {
         self
     }
 
+    /// Has a person confirm each call with a yes or no before the handler runs (see
+    /// [`ToolManifest::confirm`](crate::ToolManifest::confirm)).
+    pub fn confirm(self, message: impl Into<String>) -> Self {
+        self.confirm_with(message, None, None)
+    }
+
+    /// Has a person confirm each call before the handler runs, filling in the fields of
+    /// `schema` (a flat object schema) when given, and only when the JSON Logic rule `when`
+    /// holds over `{"context", "input"}` when given.
+    pub fn confirm_with(
+        mut self,
+        message: impl Into<String>,
+        schema: Option<serde_json::Value>,
+        when: Option<serde_json::Value>,
+    ) -> Self {
+        self.manifest.confirm = Some(crate::ConfirmManifest {
+            message: message.into(),
+            schema,
+            when,
+        });
+        self
+    }
+
     /// Marks the tool read-only and idempotent: it changes nothing, so calling it again is
     /// harmless (the annotations a status or lookup tool carries).
     pub fn read_only(self) -> Self {

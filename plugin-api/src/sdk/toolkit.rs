@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::{
     check::{check_prompt, check_resource, check_tool},
-    prompt::{Prompt, Reader},
+    prompt::{Completer, Prompt, Reader},
     resource::{Declared, Resource},
     tool::{Handler, Tool},
     workflow::Workflow,
@@ -45,6 +45,8 @@ pub struct ToolkitPlugin {
     handlers: HashMap<String, Handler>,
     guards: HashMap<String, GuardHandler>,
     readers: HashMap<(PrimitiveKind, String), Reader>,
+    /// Completions by (kind, prompt or template name, argument).
+    completers: HashMap<(PrimitiveKind, String, String), Completer>,
 }
 
 /// What [`Toolkit::build`] found wrong, every problem at once.
@@ -190,11 +192,20 @@ impl Toolkit {
             }
         }
         let mut readers = HashMap::new();
+        let mut completers = HashMap::new();
         for prompt in self.prompts {
             problems.extend(check_prompt(&prompt));
             let name = prompt.manifest.name.clone();
             if manifest.prompts.iter().any(|known| known.name == name) {
                 problems.push(format!("prompt {name} is declared twice"));
+            }
+            for (argument, complete) in prompt.completers {
+                if !prompt.manifest.arguments.iter().any(|a| a.name == argument) {
+                    problems.push(format!(
+                        "prompt {name} completes {argument:?}, not one of its arguments"
+                    ));
+                }
+                completers.insert((PrimitiveKind::Prompt, name.clone(), argument), complete);
             }
             if let Some(reader) = prompt.reader {
                 readers.insert((PrimitiveKind::Prompt, name), reader);
@@ -214,6 +225,17 @@ impl Toolkit {
             }
             resource_names.push(name.to_owned());
             uris.push(uri.to_owned());
+            for (variable, complete) in resource.completers {
+                if !uri.contains(&format!("{{{variable}}}")) {
+                    problems.push(format!(
+                        "resource {uri} completes {variable:?}, not one of its variables"
+                    ));
+                }
+                completers.insert(
+                    (PrimitiveKind::Resource, name.to_owned(), variable),
+                    complete,
+                );
+            }
             if let Some(reader) = resource.reader {
                 readers.insert((PrimitiveKind::Resource, name.to_owned()), reader);
             }
@@ -228,6 +250,7 @@ impl Toolkit {
                 handlers,
                 guards,
                 readers,
+                completers,
             })
         } else {
             Err(DeclarationError {
@@ -294,6 +317,27 @@ impl Plugin for ToolkitPlugin {
     ) -> Result<Value, ToolError> {
         match self.readers.get(&(kind, name.to_owned())) {
             Some(reader) => reader(request, ctx),
+            None => Err(ToolError::UnknownTool(name.to_owned())),
+        }
+    }
+
+    fn complete(&self, name: &str, request: Value, ctx: &CallContext) -> Result<Value, ToolError> {
+        let kind = match request["ref"].as_str() {
+            Some("prompt") => PrimitiveKind::Prompt,
+            Some("resource") => PrimitiveKind::Resource,
+            _ => {
+                return Err(ToolError::bad_input(
+                    "ref must be \"prompt\" or \"resource\"",
+                ));
+            }
+        };
+        let argument = request["argument"]["name"].as_str().unwrap_or_default();
+        let value = request["argument"]["value"].as_str().unwrap_or_default();
+        match self
+            .completers
+            .get(&(kind, name.to_owned(), argument.to_owned()))
+        {
+            Some(complete) => Ok(serde_json::json!({ "values": complete(value, ctx) })),
             None => Err(ToolError::UnknownTool(name.to_owned())),
         }
     }

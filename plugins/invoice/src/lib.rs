@@ -32,13 +32,36 @@ use turnstile_plugin_api::{
     sdk::{NoInput, Toolkit, ToolkitPlugin, Workflow},
 };
 
-// Like `export_toolkit!`, reading the configuration first: a bad deadline refuses the load.
+// Like `export_toolkit!`, reading the configuration first: a bad deadline or threshold refuses
+// the load.
 turnstile_plugin_api::export_plugin!(ToolkitPlugin, || {
     let deadline = review_deadline_ms(plugin_config())?;
-    toolkit_with(deadline)
+    let confirm_above = confirm_above(plugin_config())?;
+    toolkit_configured(deadline, confirm_above)
         .build()
         .map_err(|error| error.to_string())
 });
+
+/// Discharging an invoice above this amount asks a person to confirm, unless configured.
+pub const DEFAULT_CONFIRM_ABOVE: f64 = 5_000.0;
+
+/// The amount above which a discharge is confirmed by a person: `confirm_above` in `config`
+/// (`TURNSTILE_PLUGIN_INVOICE_CONFIRM_ABOVE`, a number of 0 or more), or
+/// [`DEFAULT_CONFIRM_ABOVE`].
+fn confirm_above(config: &Value) -> Result<f64, String> {
+    let Some(value) = config.get("confirm_above") else {
+        return Ok(DEFAULT_CONFIRM_ABOVE);
+    };
+    value
+        .as_str()
+        .and_then(|text| text.trim().parse::<f64>().ok())
+        .filter(|amount| amount.is_finite() && *amount >= 0.0)
+        .ok_or_else(|| {
+            format!(
+                "TURNSTILE_PLUGIN_INVOICE_CONFIRM_ABOVE must be a number of 0 or more, not {value}"
+            )
+        })
+}
 
 /// Every tool here computes its answer from the call alone, in microseconds, without I/O: the
 /// host may run it on the request's own thread (see `ToolManifest::quick_ms`).
@@ -112,6 +135,12 @@ pub fn toolkit() -> Toolkit {
 
 /// The plugin with a review deadline of `review_deadline_ms`.
 pub fn toolkit_with(review_deadline_ms: u64) -> Toolkit {
+    toolkit_configured(review_deadline_ms, DEFAULT_CONFIRM_ABOVE)
+}
+
+/// The plugin with a review deadline of `review_deadline_ms`, confirming discharges of invoices
+/// above `confirm_above` with a person.
+pub fn toolkit_configured(review_deadline_ms: u64, confirm_above: f64) -> Toolkit {
     let invoice = Workflow::new(machine(review_deadline_ms));
     let deadline = spoken(review_deadline_ms);
     Toolkit::new("invoice", env!("CARGO_PKG_VERSION"))
@@ -183,6 +212,18 @@ pub fn toolkit_with(review_deadline_ms: u64) -> Toolkit {
                 )
                 .compact("Pay out the approved invoice.")
                 .bind_state("approved", "DISCHARGE")
+                // The money leaves here: above the threshold a person says yes first, and may
+                // give the payment reference (kept in the audit trail as what they confirmed).
+                .confirm_with(
+                    format!(
+                        "Pay out this invoice? It is over {confirm_above:.0}, and the money \
+                         leaves at once."
+                    ),
+                    Some(json!({"type": "object", "properties": {
+                        "reference": {"type": "string", "title": "Payment reference",
+                            "description": "The bank transfer's reference, if you have it."}}})),
+                    Some(json!({">": [{"var": ["context.amount", 0]}, confirm_above]})),
+                )
                 .quick(QUICK_MS)
                 .handle(|input: Discharge, ctx| {
                     Ok(json!({"invoice": ctx.handle, "reference": input.reference,
@@ -212,7 +253,15 @@ pub fn toolkit_with(review_deadline_ms: u64) -> Toolkit {
                      review. Offered only while an invoice is in review.",
                 )
                 .visible_in(["review", "second_approval"])
-                .render(review_checklist),
+                .render(review_checklist)
+                // What reviewers most often look at first, for a client to offer as they type.
+                .complete("focus", |typed, _ctx| {
+                    FOCUSES
+                        .iter()
+                        .filter(|focus| focus.starts_with(typed))
+                        .map(|focus| (*focus).to_owned())
+                        .collect()
+                }),
         )
         .resource(
             invoice
@@ -227,6 +276,15 @@ pub fn toolkit_with(review_deadline_ms: u64) -> Toolkit {
                 .read(|_request, ctx| Ok(invoice_document(ctx))),
         )
 }
+
+/// What a reviewer may name as the checklist's focus: the prompt's completions.
+const FOCUSES: &[&str] = &[
+    "the VAT number",
+    "the amount against the order",
+    "the customer's address",
+    "the payment terms",
+    "the due date",
+];
 
 /// The arguments of the `invoice.review_checklist` prompt.
 #[derive(Deserialize, JsonSchema)]

@@ -157,6 +157,34 @@ pub fn unknown_prompt(name: &str) -> ErrorData {
     )
 }
 
+/// JSON-RPC -32602: a completion names an argument the prompt or template does not have.
+pub fn unknown_completion_argument(kind: &str, name: &str, argument: &str) -> ErrorData {
+    let (name, argument) = (clip(name), clip(argument));
+    ErrorData::invalid_params(
+        format!("{kind} {name} has no argument {argument}"),
+        Some(json!({ "code": "UNKNOWN_ARGUMENT", "argument": argument })),
+    )
+}
+
+/// JSON-RPC -32602: a completion names a resource template nobody serves.
+pub fn unknown_template(uri_template: &str) -> ErrorData {
+    let uri_template = clip(uri_template);
+    ErrorData::invalid_params(
+        format!("unknown resource template: {uri_template}"),
+        Some(json!({ "uriTemplate": uri_template })),
+    )
+}
+
+/// JSON-RPC -32603: the completions of `what` could not be had (the plugin failed, or the
+/// store did not answer).
+pub fn completion_failed(what: &str, error: &dyn std::fmt::Display) -> ErrorData {
+    let message = clip(&error.to_string()).into_owned();
+    ErrorData::internal_error(
+        format!("cannot complete {}: {message}", clip(what)),
+        Some(json!({ "code": "COMPLETION_FAILED", "message": message })),
+    )
+}
+
 /// JSON-RPC -32002: no resource has that URI, or its handle names no instance the caller has.
 /// (An instance of another principal, or of another session, is not found either: whether it
 /// exists is not the caller's business.)

@@ -46,7 +46,7 @@ pub enum ToChild {
         #[serde(default)]
         idempotency_key: String,
         /// What the handler may ask for and has been told (ABI 1.4); absent: `null`, nothing.
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Value::is_null")]
         asking: Value,
         /// Whether the call gets host services (logging, progress, cancellation).
         services: bool,

@@ -145,6 +145,7 @@ fn record(workflow: &str, version: u64, due: Option<u64>, to: &str) -> InstanceR
         version,
         due_at_ms: due,
         audit: Some(crate::store::AuditEntry {
+            confirmation: None,
             at_ms: 1_700_000_000_000 + version,
             version,
             by: "test".into(),
@@ -541,6 +542,7 @@ async fn a_checkpoint_drops_audit_entries_past_the_kept_ones() {
         for version in 1..=10 {
             record.version = version;
             record.audit = Some(super::AuditEntry {
+                confirmation: None,
                 at_ms: version,
                 version,
                 by: "tool:t.go".into(),
