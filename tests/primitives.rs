@@ -330,7 +330,10 @@ async fn handles_complete_with_the_callers_own_live_instances_only() {
             [minted[0].clone(), minted[1].clone()],
             "{template}"
         );
-        assert_eq!(handles(&bob, template, "inv").await, std::slice::from_ref(&bobs));
+        assert_eq!(
+            handles(&bob, template, "inv").await,
+            std::slice::from_ref(&bobs)
+        );
         assert!(handles(&bob, template, &minted[0][..20]).await.is_empty());
     }
 }

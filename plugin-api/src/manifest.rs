@@ -115,6 +115,10 @@ pub struct PromptManifest {
     /// The prompt's one user message, when the plugin does not produce it with `read`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// The prompt's renderer may ask the person or the client for input (ABI 1.4, as a tool's
+    /// handler may: [`ToolManifest::asks`]). Default `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub asks: bool,
 }
 
 /// One argument of a prompt.
@@ -378,7 +382,14 @@ impl PromptManifest {
             workflow: None,
             states: Vec::new(),
             text: None,
+            asks: false,
         }
+    }
+
+    /// Declares that the prompt's renderer may ask for input (see [`PromptManifest::asks`]).
+    pub fn asks(mut self) -> PromptManifest {
+        self.asks = true;
+        self
     }
 
     /// Adds an argument.

@@ -181,6 +181,11 @@ pub fn serve(
             ClientRequest::CallToolRequest(call) if served.handler.may_ask(&call.params.name) => {
                 Some(parts.clone())
             }
+            ClientRequest::GetPromptRequest(get)
+                if served.handler.prompt_may_ask(&get.params.name) =>
+            {
+                Some(parts.clone())
+            }
             _ => None,
         };
         // The handler reads who is calling from the request's parts, as it does under rmcp.

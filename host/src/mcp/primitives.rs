@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashSet};
 use rmcp::{
     ErrorData, RoleServer,
     model::{
-        CacheScope, GetPromptRequestParams, GetPromptResult, ListPromptsResult,
+        CacheScope, GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult,
         ListResourceTemplatesResult, ListResourcesResult, ReadResourceRequestParams,
         ReadResourceResult,
     },
@@ -30,6 +30,7 @@ use rmcp::{
 use serde_json::{Value, json};
 
 use super::{
+    asking::{self, Asking, CallIdentity},
     instance_resource, reply,
     server::{TurnstileServer, tenant_of},
 };
@@ -236,12 +237,32 @@ impl TurnstileServer {
         &self,
         request: GetPromptRequestParams,
         context: &RequestContext<RoleServer>,
-    ) -> Result<GetPromptResult, ErrorData> {
+    ) -> Result<GetPromptResponse, ErrorData> {
         let catalog = self.shared.catalog.current();
         let Some(prompt) = catalog.prompt(&request.name).cloned() else {
             return Err(reply::unknown_prompt(&request.name));
         };
         let arguments = request.arguments.unwrap_or_default();
+        // A renderer that may ask is told what it may ask, and runs again with the answers
+        // (`asking.rs`), as a tool's handler does.
+        let mut asking = if prompt.manifest.asks {
+            let identity = CallIdentity::new(
+                "prompts/get",
+                &request.name,
+                &arguments,
+                super::server::principal_name(context).as_deref(),
+            );
+            Some(Asking::start(
+                context,
+                &self.shared.state_seal,
+                identity,
+                request.input_responses,
+                request.request_state.as_deref(),
+                false,
+            )?)
+        } else {
+            None
+        };
         let problems = argument_problems(&prompt, &arguments);
         if !problems.is_empty() {
             return Err(reply::invalid_prompt_arguments(&request.name, &problems));
@@ -259,16 +280,49 @@ impl TurnstileServer {
             }
         };
         let name = prompt.manifest.name.clone();
-        let output = self
-            .read(
-                prompt.plugin.clone(),
-                PrimitiveKind::Prompt,
-                &name,
-                json!({ "arguments": arguments }),
-                subject.as_ref(),
-            )
-            .await?;
-        reply::prompt_result(&name, output)
+        let deadline = std::time::Instant::now() + self.shared.call_limits.timeout;
+        loop {
+            let output = self
+                .read_asking(
+                    prompt.plugin.clone(),
+                    PrimitiveKind::Prompt,
+                    &name,
+                    json!({ "arguments": arguments }),
+                    subject.as_ref(),
+                    asking.as_ref().map_or(Value::Null, Asking::plugin_view),
+                )
+                .await?;
+            let (Some(asking), crate::plugin::PluginOutput::NeedsInput(requests)) =
+                (asking.as_mut(), &output)
+            else {
+                return reply::prompt_result(&name, output).map(Into::into);
+            };
+            let next = asking
+                .next(requests.clone(), context, &self.shared.state_seal, deadline)
+                .await;
+            match next {
+                asking::Next::RunAgain => continue,
+                asking::Next::InputRequired(result) => return Ok(result.into()),
+                asking::Next::Rerouted => {
+                    return Ok(GetPromptResult::new(Vec::new()).into());
+                }
+                asking::Next::Unavailable(requests) => {
+                    return Err(reply::prompt_input_unavailable(
+                        &name,
+                        &reply::needed(&requests),
+                    ));
+                }
+                asking::Next::Failed(why) => {
+                    return Err(reply::prompt_input_unavailable(&name, &why));
+                }
+                asking::Next::Cancelled => {
+                    return Err(reply::prompt_input_unavailable(
+                        &name,
+                        "the request was cancelled",
+                    ));
+                }
+            }
+        }
     }
 
     pub(super) async fn answer_read_resource(
@@ -574,13 +628,28 @@ impl TurnstileServer {
         request: Value,
         subject: Option<&Subject>,
     ) -> Result<crate::plugin::PluginOutput, ErrorData> {
-        let context = subject
+        self.read_asking(plugin, kind, name, request, subject, Value::Null)
+            .await
+    }
+
+    /// [`TurnstileServer::read`], telling the plugin what it may ask (`asking`, ABI 1.4).
+    async fn read_asking(
+        &self,
+        plugin: std::sync::Arc<LoadedPlugin>,
+        kind: PrimitiveKind,
+        name: &str,
+        request: Value,
+        subject: Option<&Subject>,
+        asking: Value,
+    ) -> Result<crate::plugin::PluginOutput, ErrorData> {
+        let mut context = subject
             .map(Subject::context)
             .unwrap_or_else(|| CallContext {
                 call_id: uuid::Uuid::new_v4().to_string(),
                 state: Value::Null,
                 ..CallContext::default()
             });
+        context.asking = asking;
         invoke::read(
             plugin,
             kind,

@@ -26,8 +26,8 @@ pub use self::next_step::{NextStepMode, Whereabouts, with_next_step};
 pub use self::primitives::{
     InstanceDocument, completion_failed, instance_document, invalid_prompt_arguments,
     listed_instance_resource, listed_instance_template, listed_prompt, listed_resource,
-    listed_template, prompt_result, read_failure, resource_not_found, resource_result,
-    unknown_completion_argument, unknown_prompt, unknown_template, withheld,
+    listed_template, prompt_input_unavailable, prompt_result, read_failure, resource_not_found,
+    resource_result, unknown_completion_argument, unknown_prompt, unknown_template, withheld,
 };
 use super::target::NoTarget;
 use crate::{

@@ -431,6 +431,15 @@ impl TurnstileServer {
             .is_some_and(|tool| tool.asks())
     }
 
+    /// Whether a `prompts/get` of the prompt `name` may ask the client for input.
+    pub(super) fn prompt_may_ask(&self, name: &str) -> bool {
+        self.shared
+            .catalog
+            .current()
+            .prompt(name)
+            .is_some_and(|prompt| prompt.manifest.asks)
+    }
+
     /// Where the plugin's logs and progress go during a call made by this request.
     fn call_events<'a>(&'a self, context: &'a RequestContext<RoleServer>) -> CallEvents<'a> {
         // A request without a session gets logs only if it names a level in `_meta` (2026-07-28
@@ -771,6 +780,11 @@ fn quota_holder(context: &RequestContext<RoleServer>) -> Option<super::quotas::H
     )
 }
 
+/// The name of the principal a request is from, with authentication on.
+pub(super) fn principal_name(context: &RequestContext<RoleServer>) -> Option<String> {
+    principal_of(context).map(|principal| principal.0)
+}
+
 fn principal_of(context: &RequestContext<RoleServer>) -> Option<Principal> {
     let parts = context.extensions.get::<axum::http::request::Parts>()?;
     parts.extensions.get::<Principal>().cloned()
@@ -912,9 +926,7 @@ impl ServerHandler for TurnstileServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.answer_get_prompt(request, &context)
-            .await
-            .map(Into::into)
+        self.answer_get_prompt(request, &context).await
     }
 
     async fn list_resources(

@@ -83,6 +83,7 @@ impl PromptBuilder {
                 workflow: workflow.as_ref().map(|workflow| workflow.id().to_owned()),
                 states: Vec::new(),
                 text: None,
+                asks: false,
             },
             workflow,
         }

@@ -193,6 +193,13 @@ impl Plugin for Conformance {
                 .asks(),
             )
             .prompt(
+                PromptManifest::new(
+                    "test_input_required_result_prompt",
+                    "A prompt that asks what context it should use.",
+                )
+                .asks(),
+            )
+            .prompt(
                 PromptManifest::new("test_simple_prompt", "A simple prompt without arguments.")
                     .text("This is a simple prompt for testing."),
             )
@@ -240,10 +247,18 @@ impl Plugin for Conformance {
         kind: PrimitiveKind,
         name: &str,
         request: Value,
-        _ctx: &CallContext,
+        ctx: &CallContext,
     ) -> Result<Value, ToolError> {
         let argument = |name: &str| request["arguments"][name].as_str().unwrap_or("").to_owned();
         match (kind, name) {
+            (PrimitiveKind::Prompt, "test_input_required_result_prompt") => {
+                let answer = ctx.ask(
+                    "user_context",
+                    form_of("What context should the prompt use?", "context"),
+                )?;
+                let context = answer["content"]["context"].as_str().unwrap_or("none");
+                Ok(json!(format!("Use this context: {context}")))
+            }
             (PrimitiveKind::Prompt, "test_prompt_with_arguments") => Ok(json!(format!(
                 "Prompt with arguments: arg1='{}', arg2='{}'",
                 argument("arg1"),
@@ -532,7 +547,8 @@ mod tests {
         let ctx = CallContext::default();
         for prompt in manifest.prompts.iter().filter(|p| p.text.is_none()) {
             let answer = plugin.read(PrimitiveKind::Prompt, &prompt.name, request.clone(), &ctx);
-            assert!(answer.is_ok(), "{}: {answer:?}", prompt.name);
+            // One that asks needs input first.
+            assert_eq!(answer.is_err(), prompt.asks, "{}: {answer:?}", prompt.name);
         }
         let names = (manifest.resources.iter().filter(|r| r.text.is_none()))
             .map(|r| r.name.as_str())

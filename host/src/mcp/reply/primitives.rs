@@ -157,6 +157,15 @@ pub fn unknown_prompt(name: &str) -> ErrorData {
     )
 }
 
+/// JSON-RPC -32600: a prompt needs input this client cannot give (or did not give).
+pub fn prompt_input_unavailable(name: &str, needed: &str) -> ErrorData {
+    let (name, needed) = (clip(name), clip(needed));
+    ErrorData::invalid_request(
+        format!("prompt {name} needs input this client cannot give: {needed}"),
+        Some(json!({ "code": "INPUT_UNAVAILABLE", "needed": needed })),
+    )
+}
+
 /// JSON-RPC -32602: a completion names an argument the prompt or template does not have.
 pub fn unknown_completion_argument(kind: &str, name: &str, argument: &str) -> ErrorData {
     let (name, argument) = (clip(name), clip(argument));
