@@ -122,6 +122,6 @@ pub use crate::{
     },
     plugin::{
         CallContext, HostServices, LogLevel, Plugin, PrimitiveKind, ToolError, config_ms,
-        parse_input, plugin_config,
+        config_number, parse_input, plugin_config,
     },
 };

@@ -196,6 +196,26 @@ pub fn config_ms(config: &Value, plugin: &str, key: &str, default: u64) -> Resul
         })
 }
 
+/// A number of 0 or more from a plugin's configuration `config` under `key` (a string, as the
+/// environment and config file give it), or `default` when `key` is absent. A value that is
+/// not one is an error naming the environment variable that sets it.
+pub fn config_number(config: &Value, plugin: &str, key: &str, default: f64) -> Result<f64, String> {
+    let Some(value) = config.get(key) else {
+        return Ok(default);
+    };
+    value
+        .as_str()
+        .and_then(|text| text.trim().parse::<f64>().ok())
+        .filter(|number| number.is_finite() && *number >= 0.0)
+        .ok_or_else(|| {
+            format!(
+                "TURNSTILE_PLUGIN_{}_{} must be a number of 0 or more, not {value}",
+                plugin.to_uppercase(),
+                key.to_uppercase()
+            )
+        })
+}
+
 /// A log message's severity, as MCP names them (RFC 5424's levels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LogLevel {

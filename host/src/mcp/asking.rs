@@ -218,7 +218,9 @@ impl Asking {
         if self.confirm_fallback && unanswerable.remove(CONFIRM_KEY).is_some() {
             // Dangerous by the operator's choice: the step runs without a person.
             tracing::info!(tool = %self.call.name, "confirmed without a person: the client cannot show a form (--confirm-fallback allow)");
-            let unconfirmed = json!({"action": "accept", "content": {}, "fallback": true});
+            // What the audit trail keeps as "confirmed": that nobody did.
+            let unconfirmed = json!({"action": "accept",
+                "content": {"fallback": "no person was asked (--confirm-fallback allow)"}});
             self.responses.insert(CONFIRM_KEY.to_owned(), unconfirmed);
             requests.remove(CONFIRM_KEY);
             if requests.is_empty() {

@@ -49,18 +49,7 @@ pub const DEFAULT_CONFIRM_ABOVE: f64 = 5_000.0;
 /// (`TURNSTILE_PLUGIN_INVOICE_CONFIRM_ABOVE`, a number of 0 or more), or
 /// [`DEFAULT_CONFIRM_ABOVE`].
 fn confirm_above(config: &Value) -> Result<f64, String> {
-    let Some(value) = config.get("confirm_above") else {
-        return Ok(DEFAULT_CONFIRM_ABOVE);
-    };
-    value
-        .as_str()
-        .and_then(|text| text.trim().parse::<f64>().ok())
-        .filter(|amount| amount.is_finite() && *amount >= 0.0)
-        .ok_or_else(|| {
-            format!(
-                "TURNSTILE_PLUGIN_INVOICE_CONFIRM_ABOVE must be a number of 0 or more, not {value}"
-            )
-        })
+    turnstile_plugin_api::config_number(config, "invoice", "confirm_above", DEFAULT_CONFIRM_ABOVE)
 }
 
 /// Every tool here computes its answer from the call alone, in microseconds, without I/O: the

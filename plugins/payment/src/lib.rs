@@ -35,17 +35,28 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use turnstile_plugin_api::{
-    CallContext, ToolError, plugin_config,
+    CallContext, InputKind, InputRequest, ToolError, plugin_config,
     sdk::{NoInput, Toolkit, ToolkitPlugin, Workflow},
 };
 
-// Like `export_toolkit!`, reading the configuration first: a bad expiry refuses the load.
+// Like `export_toolkit!`, reading the configuration first: a bad expiry or threshold refuses
+// the load.
 turnstile_plugin_api::export_plugin!(ToolkitPlugin, || {
     let expiry = authorization_expiry_ms(plugin_config())?;
-    toolkit_with(expiry)
+    let confirm_above = turnstile_plugin_api::config_number(
+        plugin_config(),
+        "payment",
+        "confirm_above",
+        DEFAULT_CONFIRM_ABOVE,
+    )?;
+    toolkit_configured(expiry, confirm_above)
         .build()
         .map_err(|error| error.to_string())
 });
+
+/// Capturing more than this asks a person to confirm, unless configured
+/// (`TURNSTILE_PLUGIN_PAYMENT_CONFIRM_ABOVE`).
+pub const DEFAULT_CONFIRM_ABOVE: f64 = 5_000.0;
 
 /// Every tool here computes its answer from the call alone, in microseconds, without I/O: the
 /// host may run it on the request's own thread (see `ToolManifest::quick_ms`).
@@ -100,6 +111,12 @@ pub fn toolkit() -> Toolkit {
 
 /// The plugin with authorizations that expire after `authorization_expiry_ms`.
 pub fn toolkit_with(authorization_expiry_ms: u64) -> Toolkit {
+    toolkit_configured(authorization_expiry_ms, DEFAULT_CONFIRM_ABOVE)
+}
+
+/// The plugin with authorizations that expire after `authorization_expiry_ms`, a person
+/// confirming captures above `confirm_above`.
+pub fn toolkit_configured(authorization_expiry_ms: u64, confirm_above: f64) -> Toolkit {
     let payment = Workflow::new(machine(authorization_expiry_ms));
     Toolkit::new("payment", env!("CARGO_PKG_VERSION"))
         .tool(
@@ -126,6 +143,12 @@ pub fn toolkit_with(authorization_expiry_ms: u64) -> Toolkit {
                 .compact("Charge the authorized amount.")
                 .bind_state("authorized", "CAPTURE")
                 .on_error("PAYMENT_FAILED")
+                // The money moves here: above the threshold a person says yes first.
+                .confirm_with(
+                    format!("Charge the customer's card? The amount is over {confirm_above:.0}."),
+                    None,
+                    Some(json!({">": [{"var": ["context.amount", 0]}, confirm_above]})),
+                )
                 .quick(QUICK_MS)
                 .handle(|_: NoInput, ctx| capture(ctx)),
         )
@@ -155,6 +178,8 @@ pub fn toolkit_with(authorization_expiry_ms: u64) -> Toolkit {
                 )
                 .compact("Refund the captured payment in full (reason).")
                 .bind_state("captured", "REFUND")
+                // Asks the client's model to draft the note to the customer, where it can.
+                .asks()
                 .quick(QUICK_MS)
                 .handle(refund),
         )
@@ -283,15 +308,44 @@ fn card_limit() -> Option<f64> {
         .ok()
 }
 
+/// Refunds the payment, with a note to the customer: drafted by the client's model when the
+/// client can sample (ABI 1.4; asked before anything happens, so the run before the answer
+/// did nothing), else a plain one.
 fn refund(input: Refund, ctx: &CallContext) -> Result<Value, ToolError> {
     let reason = input.reason.trim();
     if reason.is_empty() {
         return Err(ToolError::bad_input("reason must not be empty"));
     }
+    let amount = ctx.context["amount"].as_f64().unwrap_or(0.0);
+    let drafted = if ctx.can_ask(InputKind::Sampling) {
+        let draft = ctx.ask(
+            "customer_note",
+            InputRequest::sample(
+                format!(
+                    "In two short, friendly sentences, tell a customer that their card payment of \
+                     {amount:.2} was refunded in full. The reason: {reason}."
+                ),
+                120,
+            ),
+        )?;
+        draft["content"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    } else {
+        String::new()
+    };
+    let note = if drafted.is_empty() {
+        format!("Your payment of {amount:.2} was refunded in full ({reason}).")
+    } else {
+        drafted
+    };
     Ok(json!({
         "payment": ctx.handle,
         "reason": reason,
         "refund": format!("re_{}", ctx.call_id),
+        "note": note,
         "message": "Payment refunded in full.",
     }))
 }
@@ -448,6 +502,38 @@ mod tests {
             .call("payment.refund", json!({"reason": "dup"}), &ctx("captured"))
             .unwrap();
         assert_eq!(out["refund"], "re_c1");
+    }
+
+    /// A client that can sample is asked to draft the customer's note, and the refund runs only
+    /// with the draft; one that cannot gets the plain note at once.
+    #[test]
+    fn a_refund_asks_the_clients_model_for_the_note_where_it_can() {
+        let plugin = plugin();
+        let refund = |asking: Value| {
+            let ctx = CallContext {
+                context: json!({"amount": 40}),
+                asking,
+                ..ctx("captured")
+            };
+            plugin.call("payment.refund", json!({"reason": "duplicate"}), &ctx)
+        };
+        let Err(ToolError::NeedsInput(requests)) =
+            refund(json!({"canAsk": ["sampling"], "responses": {}}))
+        else {
+            panic!("a sampling client is asked first");
+        };
+        assert_eq!(
+            requests["customer_note"]["method"],
+            "sampling/createMessage"
+        );
+        let drafted = refund(
+            json!({"canAsk": ["sampling"], "responses": {"customer_note":
+            {"role": "assistant", "content": {"type": "text", "text": "Sorry! Refunded."}}}}),
+        )
+        .unwrap();
+        assert_eq!(drafted["note"], "Sorry! Refunded.");
+        let plain = refund(Value::Null).unwrap();
+        assert!(plain["note"].as_str().unwrap().contains("40.00"), "{plain}");
     }
 
     #[test]
