@@ -178,39 +178,6 @@ pub async fn run(
 /// 1.3), run like a tool call: on a blocking thread, in the plugin's pool, within the deadline
 /// and the result size of `limits`. A read changes nothing, so there is nothing to undo when it
 /// fails; the caller turns the error into its answer.
-/// Completions of one argument of the prompt or resource template `name` (see
-/// `LoadedPlugin::complete`), on a worker thread within `limits`' deadline, like [`read`].
-pub async fn complete(
-    plugin: Arc<LoadedPlugin>,
-    name: &str,
-    request: Value,
-    context: CallContext,
-    limits: &Limits,
-) -> Result<Vec<String>, InvokeError> {
-    let Some(slot) = plugin.pool().enter(crate::plugin::QUEUE_WAIT).await else {
-        return Err(InvokeError::Busy(plugin.pool().size()));
-    };
-    let completer = plugin.clone();
-    let owned_name = name.to_owned();
-    let running = tokio::task::spawn_blocking(move || {
-        let values = completer.complete(&owned_name, &request, &context);
-        drop(slot);
-        values
-    });
-    let waited = tokio::select! {
-        waited = tokio::time::timeout(limits.timeout, running) => waited,
-        () = limits.abandon.cancelled() => return Err(InvokeError::ShuttingDown),
-    };
-    match waited {
-        Err(_) => {
-            plugin.pool().count_past_deadline();
-            Err(InvokeError::TimedOut(limits.timeout))
-        }
-        Ok(Err(join)) => Err(InvokeError::Worker(join.to_string())),
-        Ok(Ok(values)) => Ok(values?),
-    }
-}
-
 pub async fn read(
     plugin: Arc<LoadedPlugin>,
     kind: PrimitiveKind,
@@ -222,15 +189,50 @@ pub async fn read(
     if let Some(text) = plugin.static_text(kind, name) {
         return Ok(PluginOutput::success(text));
     }
+    let owned_name = name.to_owned();
+    let output = on_worker(&plugin, limits, kind.as_str(), name, move |reader| {
+        reader.read(kind, &owned_name, &request, &context)
+    })
+    .await??;
+    check_size(&output, limits.max_result_bytes)?;
+    Ok(output)
+}
+
+/// Completions of one argument of the prompt or resource template `name` (see
+/// `LoadedPlugin::complete`), run like a [`read`].
+pub async fn complete(
+    plugin: Arc<LoadedPlugin>,
+    name: &str,
+    request: Value,
+    context: CallContext,
+    limits: &Limits,
+) -> Result<Vec<String>, InvokeError> {
+    let owned_name = name.to_owned();
+    Ok(
+        on_worker(&plugin, limits, "completion", name, move |completer| {
+            completer.complete(&owned_name, &request, &context)
+        })
+        .await??,
+    )
+}
+
+/// Runs `work` with `plugin` on a blocking thread, in the plugin's pool, within the deadline of
+/// `limits` (what is named `what` `name` in the log when it outlives it).
+async fn on_worker<T: Send + 'static>(
+    plugin: &Arc<LoadedPlugin>,
+    limits: &Limits,
+    what: &str,
+    name: &str,
+    work: impl FnOnce(&LoadedPlugin) -> T + Send + 'static,
+) -> Result<T, InvokeError> {
     let Some(slot) = plugin.pool().enter(crate::plugin::QUEUE_WAIT).await else {
         return Err(InvokeError::Busy(plugin.pool().size()));
     };
-    let reader = plugin.clone();
-    let owned_name = name.to_owned();
+    let worker = plugin.clone();
     let running = tokio::task::spawn_blocking(move || {
-        let output = reader.read(kind, &owned_name, &request, &context);
+        let done = work(&worker);
         drop(slot);
-        output
+        done
     });
     let waited = tokio::select! {
         waited = tokio::time::timeout(limits.timeout, running) => waited,
@@ -241,7 +243,7 @@ pub async fn read(
             plugin.pool().count_past_deadline();
             tracing::warn!(
                 %name,
-                kind = kind.as_str(),
+                kind = what,
                 deadline_s = limits.timeout.as_secs_f64(),
                 "a prompt or resource read outlived its deadline; its thread stays busy until the \
                  plugin returns"
@@ -249,11 +251,7 @@ pub async fn read(
             Err(InvokeError::TimedOut(limits.timeout))
         }
         Ok(Err(join)) => Err(InvokeError::Worker(join.to_string())),
-        Ok(Ok(output)) => {
-            let output = output?;
-            check_size(&output, limits.max_result_bytes)?;
-            Ok(output)
-        }
+        Ok(Ok(done)) => Ok(done),
     }
 }
 

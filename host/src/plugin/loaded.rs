@@ -417,29 +417,8 @@ impl LoadedPlugin {
                 ));
             }
         };
-        // As in `call_with`: buffers ending in their NUL. JSON text never holds a raw NUL; only
-        // the name, call id and handle could.
-        let name_c = with_nul(name.as_bytes());
-        let request_json = json_with_nul(request);
-        let instance = InstanceStrings::new(ctx);
-        let c_str = |bytes| {
-            CStr::from_bytes_with_nul(bytes)
-                .map_err(|_| failed("an argument contains a NUL byte".into()))
-        };
-        let output = library
-            .read(&ReadArgs {
-                kind: kind.raw(),
-                name: c_str(&name_c)?,
-                request_json: c_str(&request_json)?,
-                call_id: c_str(&instance.call_id)?,
-                handle: c_str(&instance.handle)?,
-                state_json: c_str(&instance.state_json)?,
-                context_json: c_str(&instance.context_json)?,
-                asking_json: match &instance.asking_json {
-                    Some(asking) => Some(c_str(asking)?),
-                    None => None,
-                },
-            })
+        let output = read_raw(library, kind.raw(), name, request, ctx)
+            .map_err(failed)?
             .ok_or_else(|| failed("the plugin has no read entry point (ABI 1.3)".into()))?;
         let bytes = &output.bytes;
         match output.status {
@@ -488,23 +467,8 @@ impl LoadedPlugin {
         let Backend::InProcess(library) = &self.inner.backend else {
             return Ok(Vec::new());
         };
-        let name_c = with_nul(name.as_bytes());
-        let request_json = json_with_nul(request);
-        let instance = InstanceStrings::new(ctx);
-        let c_str = |bytes| {
-            CStr::from_bytes_with_nul(bytes)
-                .map_err(|_| failed("an argument contains a NUL byte".into()))
-        };
-        let Some(output) = library.read(&ReadArgs {
-            kind: turnstile_plugin_api::abi::ReadKind::COMPLETION,
-            name: c_str(&name_c)?,
-            request_json: c_str(&request_json)?,
-            call_id: c_str(&instance.call_id)?,
-            handle: c_str(&instance.handle)?,
-            state_json: c_str(&instance.state_json)?,
-            context_json: c_str(&instance.context_json)?,
-            asking_json: None,
-        }) else {
+        let kind = turnstile_plugin_api::abi::ReadKind::COMPLETION;
+        let Some(output) = read_raw(library, kind, name, request, ctx).map_err(failed)? else {
             return Ok(Vec::new());
         };
         match output.status {
@@ -612,6 +576,37 @@ impl std::fmt::Debug for LoadedPlugin {
             .field("isolated", &self.is_isolated())
             .finish_non_exhaustive()
     }
+}
+
+/// Asks `library`'s `read` for `kind` of `name` (`None`: it has no `read`), with the strings
+/// the ABI wants: buffers ending in their NUL, as in `call_with`. JSON text never holds a raw
+/// NUL; only the name, call id and handle could, which is the error.
+fn read_raw(
+    library: &Library,
+    kind: turnstile_plugin_api::abi::ReadKind,
+    name: &str,
+    request: &Value,
+    ctx: &CallContext,
+) -> Result<Option<super::library::RawOutput>, String> {
+    let name_c = with_nul(name.as_bytes());
+    let request_json = json_with_nul(request);
+    let instance = InstanceStrings::new(ctx);
+    let c_str = |bytes| {
+        CStr::from_bytes_with_nul(bytes).map_err(|_| "an argument contains a NUL byte".to_owned())
+    };
+    Ok(library.read(&ReadArgs {
+        kind,
+        name: c_str(&name_c)?,
+        request_json: c_str(&request_json)?,
+        call_id: c_str(&instance.call_id)?,
+        handle: c_str(&instance.handle)?,
+        state_json: c_str(&instance.state_json)?,
+        context_json: c_str(&instance.context_json)?,
+        asking_json: match &instance.asking_json {
+            Some(asking) => Some(c_str(asking)?),
+            None => None,
+        },
+    }))
 }
 
 /// The most completions one answer carries (MCP's limit on `completion.values`).

@@ -411,6 +411,28 @@ impl RedisStore {
             .await
     }
 
+    /// How many members between `min` and `max` (lexical bounds) the sorted set `set` names
+    /// holds, summed over every shard.
+    async fn count_in_shards(
+        &self,
+        what: &str,
+        set: fn(&str) -> String,
+        min: &[u8],
+        max: &[u8],
+    ) -> Result<u64, StoreError> {
+        let counts = self
+            .each_shard(what, |shard, mut con| {
+                let query = redis::cmd("ZLEXCOUNT")
+                    .arg(set(&shard))
+                    .arg(min)
+                    .arg(max)
+                    .to_owned();
+                async move { query.query_async::<u64>(&mut con).await }
+            })
+            .await?;
+        Ok(counts.into_iter().sum())
+    }
+
     /// Deletes every key of this store's namespace. For tests: a namespace per test keeps
     /// parallel runs apart, and this removes what the test left.
     #[cfg(test)]
@@ -889,32 +911,14 @@ impl StateStore for RedisStore {
 
     async fn count_owned(&self, owner: &str) -> Result<u64, StoreError> {
         let (min, max) = (format!("[{owner}\0"), format!("({owner}\u{1}"));
-        let counts = self
-            .each_shard("count owned", |shard, mut con| {
-                let query = redis::cmd("ZLEXCOUNT")
-                    .arg(Layout::owned(&shard))
-                    .arg(&min)
-                    .arg(&max)
-                    .to_owned();
-                async move { query.query_async::<u64>(&mut con).await }
-            })
-            .await?;
-        Ok(counts.into_iter().sum())
+        self.count_in_shards("count owned", Layout::owned, min.as_bytes(), max.as_bytes())
+            .await
     }
 
     async fn count(&self, prefix: &str) -> Result<u64, StoreError> {
         let (min, max) = lex_bounds(prefix, None);
-        let counts = self
-            .each_shard("count", |shard, mut con| {
-                let query = redis::cmd("ZLEXCOUNT")
-                    .arg(Layout::index(&shard))
-                    .arg(&min)
-                    .arg(&max)
-                    .to_owned();
-                async move { query.query_async::<u64>(&mut con).await }
-            })
-            .await?;
-        Ok(counts.into_iter().sum())
+        self.count_in_shards("count", Layout::index, &min, &max)
+            .await
     }
 
     async fn due(
