@@ -22,12 +22,22 @@ use crate::statechart::Condition;
 pub const CONFIRM_KEY: &str = "turnstile.confirm";
 
 /// A tool's confirmation, checked and compiled.
-#[derive(Debug, Clone)]
 pub struct Confirmation {
     message: String,
     /// The form: the manifest's, or an empty object schema for a plain yes or no.
     schema: Value,
+    /// The form, compiled: an accepted answer that does not fit it counts as no answer.
+    form: jsonschema::Validator,
     when: Option<Condition>,
+}
+
+impl std::fmt::Debug for Confirmation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Confirmation")
+            .field("message", &self.message)
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a call's confirmation comes to.
@@ -60,6 +70,8 @@ impl Confirmation {
                 schema.clone()
             }
         };
+        let form = jsonschema::validator_for(&schema)
+            .map_err(|problem| format!("confirm.schema: not a valid JSON Schema: {problem}"))?;
         let when = match &manifest.when {
             None => None,
             Some(rule) => Some(
@@ -69,6 +81,7 @@ impl Confirmation {
         Ok(Confirmation {
             message: manifest.message.clone(),
             schema,
+            form,
             when,
         })
     }
@@ -89,7 +102,12 @@ impl Confirmation {
         };
         match answer.get("action").and_then(Value::as_str) {
             Some("accept") => {
-                Decision::Accepted(answer.get("content").cloned().unwrap_or_else(|| json!({})))
+                let content = answer.get("content").cloned().unwrap_or_else(|| json!({}));
+                if self.form.is_valid(&content) {
+                    Decision::Accepted(content)
+                } else {
+                    Decision::Declined("an answer that does not fit the form".to_owned())
+                }
             }
             Some(action) => Decision::Declined(action.to_owned()),
             None => Decision::Declined("no answer".to_owned()),
@@ -162,6 +180,16 @@ mod tests {
         assert_eq!(
             plain.decide(&json!({}), &json!({}), &told(json!({"action": "decline"}))),
             Decision::Declined("decline".into())
+        );
+        let form = json!({"type": "object", "properties": {"reference": {"type": "string"}}});
+        let with_form = confirmation(Some(form), None);
+        assert_eq!(
+            with_form.decide(
+                &json!({}),
+                &json!({}),
+                &told(json!({"action": "accept", "content": {"reference": 7}}))
+            ),
+            Decision::Declined("an answer that does not fit the form".into())
         );
     }
 

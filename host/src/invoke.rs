@@ -245,8 +245,8 @@ async fn on_worker<T: Send + 'static>(
                 %name,
                 kind = what,
                 deadline_s = limits.timeout.as_secs_f64(),
-                "a prompt or resource read outlived its deadline; its thread stays busy until the \
-                 plugin returns"
+                "a plugin read (a prompt, resource or completion) outlived its deadline; its \
+                 thread stays busy until the plugin returns"
             );
             Err(InvokeError::TimedOut(limits.timeout))
         }

@@ -133,6 +133,9 @@ pub const MAX_REQUESTS: usize = 16;
 /// The longest key a request may have.
 pub const MAX_KEY_CHARS: usize = 64;
 
+/// Keys the host asks under itself (a binding's confirmation): no plugin may ask under them.
+pub const HOST_KEY_PREFIX: &str = "turnstile.";
+
 /// The requests a handler's [`crate::abi::Status::NEEDS_INPUT`] output carries, checked: an
 /// object of 1 to [`MAX_REQUESTS`] requests, each under a key of 1 to [`MAX_KEY_CHARS`]
 /// characters, each `{"method", "params"}` with a method the host can ask and object params (a
@@ -152,6 +155,11 @@ pub fn check_requests(output: &Value) -> Result<Map<String, Value>, String> {
         if key.is_empty() || key.chars().count() > MAX_KEY_CHARS {
             return Err(format!(
                 "input request key {key:?} is not 1 to {MAX_KEY_CHARS} characters"
+            ));
+        }
+        if key.starts_with(HOST_KEY_PREFIX) {
+            return Err(format!(
+                "input request key {key:?}: keys starting with {HOST_KEY_PREFIX:?} are the host's"
             ));
         }
         let params = request.get("params").unwrap_or(&Value::Null);
@@ -291,6 +299,7 @@ mod tests {
             json!({"inputRequests": {"a": {"method": "elicitation/create", "params": {}}}}),
             json!({"inputRequests": {"a": {"method": "sampling/createMessage"}}}),
             json!({"inputRequests": {"": InputRequest::roots().to_json()}}),
+            json!({"inputRequests": {"turnstile.confirm": InputRequest::roots().to_json()}}),
         ] {
             assert!(check_requests(&bad).is_err(), "{bad}");
         }

@@ -934,8 +934,17 @@ async fn run_call(
     let fires_something = tool.manifest.transition.is_some() || tool.manifest.on_error.is_some();
     let input = fires_something.then(|| {
         let mut input = call.arguments.clone();
-        if let (Value::Object(input), Some(confirmation)) = (&mut input, &confirmation) {
-            input.insert("confirmation".to_owned(), confirmation.clone());
+        // Under a binding that confirms, `input.confirmation` is the host's to say: what the
+        // person confirmed, or nothing; never an argument posing as it.
+        if let (Value::Object(input), Some(_)) = (&mut input, &tool.confirm) {
+            match &confirmation {
+                Some(confirmation) => {
+                    input.insert("confirmation".to_owned(), confirmation.clone());
+                }
+                None => {
+                    input.remove("confirmation");
+                }
+            }
         }
         input
     });

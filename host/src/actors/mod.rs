@@ -42,6 +42,7 @@ mod watching;
 mod workers;
 
 pub use self::{
+    idempotency::digest as arguments_digest,
     instance::{CallOutcome, InstanceError, InstanceView},
     key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId, Tenant, sha256_hex16},
     notifier::{Listener, Notice, NotifierStats, WatchEvent, WatchEvents},

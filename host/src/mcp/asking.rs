@@ -10,7 +10,8 @@
 //!
 //! - **2025 revisions** (a session, or stdio): the host sends the requests to the client itself
 //!   (`elicitation/create`, `sampling/createMessage`, `roots/list`), on the call's own stream
-//!   (related to the call), waits for the answers within what is left of `--tool-timeout`, and
+//!   (related to the call), waits for the answers within what is left of `--tool-timeout`
+//!   since the call began (each run of the handler has the whole of it, as any call does), and
 //!   runs the handler again, up to [`MAX_ROUNDS`] times.
 //! - **2026-07-28**: servers send no requests of their own. The call returns an input-required
 //!   result with the requests and a `requestState`, sealed ([`StateSeal`]) with the answers so
@@ -43,7 +44,7 @@ use rmcp::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
 use super::direct::RequestStream;
 use crate::confirm::CONFIRM_KEY;
@@ -166,18 +167,23 @@ impl Asking {
         confirm_fallback: bool,
     ) -> Result<Asking, ErrorData> {
         let era = Era::of(context);
-        if era == Era::Requests && request_state.is_some() {
+        if era == Era::Requests && (request_state.is_some() || input_responses.is_some()) {
             return Err(ErrorData::invalid_params(
-                "requestState belongs to protocol 2026-07-28; this request speaks an earlier \
-                 revision, where the server asks the client itself",
+                "inputResponses and requestState belong to protocol 2026-07-28; this request \
+                 speaks an earlier revision, where the server asks the client itself",
                 Some(json!({"code": "REQUEST_STATE_INVALID", "reason": "wrong protocol revision"})),
             ));
         }
-        let mut responses = match request_state {
+        let (mut responses, asked) = match request_state {
             Some(state) => seal.open(state, &call)?,
-            None => Map::new(),
+            None => (Map::new(), Vec::new()),
         };
         for (key, answer) in input_responses.unwrap_or_default() {
+            // A confirmation counts only as the answer to the host's own question, asked in
+            // the round the state seals: never one the client offers unasked.
+            if key == CONFIRM_KEY && !asked.iter().any(|asked| asked == CONFIRM_KEY) {
+                continue;
+            }
             if !answer.is_object() {
                 return Err(ErrorData::invalid_params(
                     format!(
@@ -247,17 +253,26 @@ impl Asking {
                             ));
                         }
                     };
-                let state = seal.seal(&self.call, &self.responses);
+                let asked: Vec<String> = input_requests.keys().cloned().collect();
+                let state = seal.seal(&self.call, &self.responses, asked);
                 Next::InputRequired(InputRequiredResult::new(Some(input_requests), Some(state)))
             }
             Era::Requests => {
+                if Instant::now() >= deadline {
+                    return Next::Failed(
+                        "the call's --tool-timeout ran out before its input could be asked for"
+                            .to_owned(),
+                    );
+                }
                 if let Some(stream) = context.extensions.get::<RequestStream>() {
                     return if stream.reroute() {
                         Next::Rerouted
                     } else {
                         Next::Failed(
-                            "it asked for input after saying something on this request's stream; \
-                             call it again"
+                            "it asked for input after it had said something on this request's \
+                             stream (or after a plugin reload made it ask), where requests to the \
+                             client cannot follow; a client that asks for progress is served \
+                             where they can"
                                 .to_owned(),
                         )
                     };
@@ -359,17 +374,20 @@ pub struct CallIdentity {
 }
 
 impl CallIdentity {
+    /// The call of `method` `name` with `arguments` (in any key order) by `principal`, about
+    /// the instance its `_meta` names, if it names one there (`handle`).
     pub fn new(
         method: &'static str,
         name: &str,
         arguments: &Map<String, Value>,
+        handle: Option<&Value>,
         principal: Option<&str>,
     ) -> Self {
-        let digest = Sha256::digest(serde_json::to_vec(arguments).unwrap_or_default());
+        let named = json!({"arguments": arguments, "handle": handle});
         CallIdentity {
             method,
             name: name.to_owned(),
-            arguments: URL_SAFE_NO_PAD.encode(&digest[..16]),
+            arguments: crate::actors::arguments_digest(&named),
             principal: principal.unwrap_or_default().to_owned(),
         }
     }
@@ -387,6 +405,9 @@ struct StateBody {
     p: String,
     /// The answers given in earlier rounds.
     r: Map<String, Value>,
+    /// The keys this round asks.
+    #[serde(default)]
+    q: Vec<String>,
     /// When it stops being honoured, in unix milliseconds.
     e: u64,
     /// Random, so that no two states are alike (a round's state is never the last one's).
@@ -441,8 +462,13 @@ impl StateSeal {
         mac
     }
 
-    /// The state of `call` holding `responses`.
-    pub fn seal(&self, call: &CallIdentity, responses: &Map<String, Value>) -> String {
+    /// The state of `call` holding `responses`, asking `asked`.
+    pub fn seal(
+        &self,
+        call: &CallIdentity,
+        responses: &Map<String, Value>,
+        asked: Vec<String>,
+    ) -> String {
         let nonce: [u8; 12] = rand::random();
         let body = StateBody {
             m: call.method.to_owned(),
@@ -450,6 +476,7 @@ impl StateSeal {
             a: call.arguments.clone(),
             p: call.principal.clone(),
             r: responses.clone(),
+            q: asked,
             e: crate::store::now_ms().saturating_add(self.ttl.as_millis() as u64),
             x: URL_SAFE_NO_PAD.encode(nonce),
         };
@@ -458,9 +485,13 @@ impl StateSeal {
         format!("v1.{body}.{tag}")
     }
 
-    /// The answers `state` holds, if this deployment sealed it for `call` and it has not
-    /// expired; else the JSON-RPC error (invalid params) the retry gets.
-    pub fn open(&self, state: &str, call: &CallIdentity) -> Result<Map<String, Value>, ErrorData> {
+    /// The answers `state` holds and the keys its round asked, if this deployment sealed it for
+    /// `call` and it has not expired; else the JSON-RPC error (invalid params) the retry gets.
+    pub fn open(
+        &self,
+        state: &str,
+        call: &CallIdentity,
+    ) -> Result<(Map<String, Value>, Vec<String>), ErrorData> {
         let refused = |why: &str| {
             ErrorData::invalid_params(
                 format!(
@@ -496,7 +527,7 @@ impl StateSeal {
         if body.m != call.method || body.n != call.name || body.a != call.arguments {
             return Err(refused("was issued for another call"));
         }
-        Ok(body.r)
+        Ok((body.r, body.q))
     }
 }
 
@@ -504,14 +535,20 @@ impl StateSeal {
 mod tests {
     use super::*;
 
-    fn call(principal: &str) -> CallIdentity {
-        let arguments = json!({"handle": "h"}).as_object().unwrap().clone();
+    fn call_on(handle: &str, principal: &str) -> CallIdentity {
+        let arguments = json!({"note": "x"}).as_object().unwrap().clone();
+        let handle = json!(handle);
         CallIdentity::new(
             "tools/call",
             "invoice.discharge",
             &arguments,
+            Some(&handle),
             Some(principal),
         )
+    }
+
+    fn call(principal: &str) -> CallIdentity {
+        call_on("h", principal)
     }
 
     #[test]
@@ -521,14 +558,18 @@ mod tests {
             .as_object()
             .unwrap()
             .clone();
-        let state = seal.seal(&call("alice"), &answers);
-        assert_eq!(seal.open(&state, &call("alice")).unwrap(), answers);
+        let asked = vec!["confirm".to_owned()];
+        let state = seal.seal(&call("alice"), &answers, asked.clone());
+        assert_eq!(
+            seal.open(&state, &call("alice")).unwrap(),
+            (answers.clone(), asked.clone())
+        );
         assert_ne!(
             state,
-            seal.seal(&call("alice"), &answers),
+            seal.seal(&call("alice"), &answers, asked.clone()),
             "never twice the same"
         );
-        let reason = |result: Result<Map<String, Value>, ErrorData>| {
+        let reason = |result: Result<(Map<String, Value>, Vec<String>), ErrorData>| {
             result.unwrap_err().data.unwrap()["reason"]
                 .as_str()
                 .unwrap()
@@ -538,12 +579,16 @@ mod tests {
             reason(seal.open(&state, &call("bob"))),
             "was issued to another principal"
         );
-        let arguments = json!({"handle": "g"}).as_object().unwrap().clone();
-        let other = CallIdentity::new("tools/call", "invoice.discharge", &arguments, Some("alice"));
+        // Another instance (a handle in `_meta`), the same arguments: another call.
         assert_eq!(
-            reason(seal.open(&state, &other)),
+            reason(seal.open(&state, &call_on("g", "alice"))),
             "was issued for another call"
         );
+        // The same arguments in another key order: the same call.
+        let reordered = json!({"b": 2, "a": 1}).as_object().unwrap().clone();
+        let ordered = json!({"a": 1, "b": 2}).as_object().unwrap().clone();
+        let identity = |arguments| CallIdentity::new("tools/call", "t", arguments, None, None);
+        assert_eq!(identity(&reordered).arguments, identity(&ordered).arguments);
         let tampered = format!("{state}-TAMPERED");
         assert_eq!(
             reason(seal.open(&tampered, &call("alice"))),
@@ -564,7 +609,7 @@ mod tests {
             "integrity check failed"
         );
         let short = StateSeal::new(vec![7; 32], Duration::ZERO).unwrap();
-        let stale = short.seal(&call("alice"), &answers);
+        let stale = short.seal(&call("alice"), &answers, asked);
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(reason(short.open(&stale, &call("alice"))), "has expired");
         assert!(StateSeal::new(vec![1; 31], Duration::ZERO).is_err());

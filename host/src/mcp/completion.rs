@@ -7,13 +7,14 @@
 //!   what is not offered is not completed.
 //! - `{handle}` of an instance template (a plugin's `invoice://{handle}`, the host's
 //!   `turnstile://invoice/{handle}`) is the host's: the caller's own live instances of that
-//!   workflow, newest first. With authentication, those its principal holds in the store (found
-//!   by the store's owner index: another principal's never appear); without, only those its
-//!   session has used, since a handle is then the only key to an instance and listing others'
-//!   would hand them out.
+//!   workflow, newest first. With authentication, those its principal holds in the store (the
+//!   workflow's handle keys that fit what was typed, keeping those whose key names the
+//!   principal's tenant: another principal's never appear); without, only those its session has
+//!   used, since a handle is then the only key to an instance and listing others' would hand
+//!   them out.
 //!
 //! Every answer is bounded: at most [`MAX_COMPLETIONS`] values, from at most
-//! [`MAX_EXAMINED`] stored keys.
+//! [`MAX_EXAMINED`] stored keys, of which at most [`MAX_LOADED`] records are read.
 
 use std::collections::BTreeSet;
 
@@ -39,6 +40,10 @@ use crate::{
 
 /// The most stored keys one completion of `{handle}` looks at.
 pub const MAX_EXAMINED: usize = 2_000;
+
+/// The most candidate instances one completion of `{handle}` reads (to learn which are live, and
+/// when each last moved).
+pub const MAX_LOADED: usize = 200;
 
 impl TurnstileServer {
     /// `completion/complete`.
@@ -236,7 +241,7 @@ impl TurnstileServer {
         }
         // Newest first, live only: each candidate's record says when it last moved and whether
         // it is done.
-        let loads = keys.into_iter().filter_map(|key| {
+        let loads = keys.into_iter().take(MAX_LOADED).filter_map(|key| {
             let instance = InstanceKey::from_store_key(&key)?;
             let Owner::Handle(handle) = instance.owner else {
                 return None;

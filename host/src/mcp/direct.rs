@@ -196,6 +196,8 @@ pub fn serve(
         std::mem::swap(&mut context.meta, request.get_meta_mut());
         std::mem::swap(&mut context.extensions, request.extensions_mut());
         let said = Arc::new(Said::default());
+        said.reroutable
+            .store(reroutable.is_some(), Ordering::Relaxed);
         context.extensions.insert(RequestStream(Arc::clone(&said)));
         let scope = Arc::clone(handler.session());
         let cancelled = context.ct.clone();
@@ -304,6 +306,8 @@ struct Said {
     said_any: AtomicBool,
     /// The handler asked for the request to be served by rmcp instead ([`RequestStream::reroute`]).
     rerouted: AtomicBool,
+    /// This request may be handed to rmcp: `serve` kept its parts for that.
+    reroutable: AtomicBool,
 }
 
 impl Said {
@@ -354,7 +358,7 @@ impl RequestStream {
     /// machinery routes. `false` when that is too late: something was said on this stream.
     pub fn reroute(&self) -> bool {
         let _events = self.0.events.lock().unwrap_or_else(PoisonError::into_inner);
-        if self.0.said_any.load(Ordering::Relaxed) {
+        if self.0.said_any.load(Ordering::Relaxed) || !self.0.reroutable.load(Ordering::Relaxed) {
             return false;
         }
         self.0.rerouted.store(true, Ordering::Relaxed);

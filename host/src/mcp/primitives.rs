@@ -246,10 +246,14 @@ impl TurnstileServer {
         // A renderer that may ask is told what it may ask, and runs again with the answers
         // (`asking.rs`), as a tool's handler does.
         let mut asking = if prompt.manifest.asks {
+            let handle_in_meta = self
+                .handle_mode(context)
+                .and_then(|mode| context.meta.get(&mode.key));
             let identity = CallIdentity::new(
                 "prompts/get",
                 &request.name,
                 &arguments,
+                handle_in_meta,
                 super::server::principal_name(context).as_deref(),
             );
             Some(Asking::start(

@@ -15,11 +15,12 @@
 //! - **Mints**: a token bucket per holder (`--mint-rate` per second, `--mint-burst` at once).
 //! - **Instances** (`--max-instances-per-principal`): the handle-keyed instances a principal's
 //!   tenant holds in the store, counted by the store's owner index (`store/owned.rs`) before each
-//!   mint, so the bound holds across servers and restarts. Mints racing on several servers may
-//!   each see room for one more: the bound can be passed by the mints in flight at once, which
-//!   `--mint-burst` bounds. Without authentication an instance belongs to no one (its handle is
-//!   the only key to it), so there is nothing to count it against: the mint rate per address
-//!   is what bounds such a client.
+//!   mint, plus the mints of its in flight on this server (each holds a place until its call
+//!   settles, waiting for a person included), so the bound holds across restarts and, on one
+//!   server, under any concurrency. Mints racing on several servers may each see room for one
+//!   more: the bound can be passed by the mints in flight on the other servers at that moment.
+//!   Without authentication an instance belongs to no one (its handle is the only key to it), so
+//!   there is nothing to count it against: the mint rate per address bounds such a client.
 
 use std::{
     net::IpAddr,
@@ -101,6 +102,8 @@ pub struct Quotas {
     opening: DashMap<Holder, usize>,
     /// Each holder's open event streams.
     streams: DashMap<Holder, usize>,
+    /// Each holder's mints in flight, under `--max-instances-per-principal`.
+    minting: DashMap<Holder, usize>,
     buckets: DashMap<Holder, Bucket>,
 }
 
@@ -120,7 +123,9 @@ impl OverQuota {
     pub fn message(&self) -> String {
         let then = match self.retry_after {
             Some(wait) => format!("retry in {} ms", wait.as_millis()),
-            None => "finish or delete some of them first".to_owned(),
+            None => {
+                "one goes when it is deleted (`--retain-final` deletes finished ones)".to_owned()
+            }
         };
         format!(
             "{} holds its maximum of {} {} (the server's per-client limit); {then}",
@@ -140,6 +145,8 @@ pub struct Place {
 enum Kind {
     Opening,
     Stream,
+    /// A mint in flight, under `--max-instances-per-principal`.
+    Minting,
 }
 
 impl Drop for Place {
@@ -225,10 +232,15 @@ impl Quotas {
                 what: match kind {
                     Kind::Opening => "sessions",
                     Kind::Stream => "event streams",
+                    Kind::Minting => "instances",
                 },
                 limit: max.to_string(),
                 holder: holder.to_string(),
-                retry_after: Some(Duration::from_secs(5)),
+                // Instances go only when their holder finishes or deletes them.
+                retry_after: match kind {
+                    Kind::Minting => None,
+                    Kind::Opening | Kind::Stream => Some(Duration::from_secs(5)),
+                },
             });
         }
         *taken += 1;
@@ -244,6 +256,16 @@ impl Quotas {
         match kind {
             Kind::Opening => &self.opening,
             Kind::Stream => &self.streams,
+            Kind::Minting => &self.minting,
+        }
+    }
+
+    /// Puts back a mint taken for a call that is served again from the start (`direct.rs` hands
+    /// it to rmcp), which takes its own.
+    pub fn give_back_mint(&self, holder: &Holder) {
+        let burst = self.limits.mint_burst.max(1.0);
+        if let Some(mut bucket) = self.buckets.get_mut(holder) {
+            bucket.tokens = (bucket.tokens + 1.0).min(burst);
         }
     }
 
@@ -279,27 +301,28 @@ impl Quotas {
         })
     }
 
-    /// Whether `holder`, whose instances belong to `tenant`, may start one more: asks the
-    /// store how many it holds, only with the limit set.
-    pub async fn check_instances(
-        &self,
+    /// A place for one more instance of `holder`, whose instances belong to `tenant`, if the
+    /// ones it holds in the store and its mints in flight here come to less than its limit
+    /// (`None`: no limit is set). Keep the place until the mint has settled: saved, or not.
+    pub async fn reserve_instance(
+        self: &Arc<Self>,
         store: &dyn StateStore,
         tenant: &Tenant,
         holder: &Holder,
-    ) -> Result<Result<(), OverQuota>, StoreError> {
+    ) -> Result<Result<Option<Place>, OverQuota>, StoreError> {
         let Some(limit) = self.limits.instances else {
-            return Ok(Ok(()));
+            return Ok(Ok(None));
         };
-        let held = store.count_owned(tenant.as_str()).await?;
-        if held < limit {
-            return Ok(Ok(()));
+        let mut held = store.count_owned(tenant.as_str()).await?;
+        if held >= limit {
+            // Before refusing: whether every place counted is still an instance.
+            held = store.recount_owned(tenant.as_str()).await?;
         }
-        Ok(Err(OverQuota {
-            what: "instances",
-            limit: limit.to_string(),
-            holder: holder.to_string(),
-            retry_after: None,
-        }))
+        let held = usize::try_from(held).unwrap_or(usize::MAX);
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        Ok(self
+            .take_place(Kind::Minting, holder, held, limit)
+            .map(Some))
     }
 }
 
@@ -309,6 +332,24 @@ mod tests {
 
     fn alice() -> Holder {
         Holder::Principal("token:alice".into())
+    }
+
+    /// Mints in flight count as held: concurrent mints cannot all see room for one more.
+    #[tokio::test]
+    async fn mints_in_flight_count_against_the_instance_limit() {
+        let quotas = Quotas::new(QuotaLimits {
+            instances: Some(2),
+            ..QuotaLimits::default()
+        });
+        let store = crate::store::MemoryStore::default();
+        let (tenant, holder) = (Tenant::of("alice"), alice());
+        let reserve = || quotas.reserve_instance(&store, &tenant, &holder);
+        let first = reserve().await.unwrap().unwrap();
+        let _second = reserve().await.unwrap().unwrap();
+        let refused = reserve().await.unwrap().err().expect("two in flight");
+        assert_eq!((refused.what, refused.retry_after), ("instances", None));
+        drop(first);
+        assert!(reserve().await.unwrap().is_ok());
     }
 
     #[test]

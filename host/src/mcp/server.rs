@@ -384,6 +384,8 @@ impl TurnstileServer {
     ) -> CallToolResponse {
         let name = tool.name().to_string();
         let deadline = std::time::Instant::now() + self.shared.call_limits.timeout;
+        let again = asking.is_some();
+        let mut arguments = Some(arguments);
         loop {
             let call_context = CallContext {
                 call_id: uuid::Uuid::new_v4().to_string(),
@@ -395,7 +397,7 @@ impl TurnstileServer {
             let (host, events) = HostCall::new(context.ct.child_token());
             let running = std::pin::pin!(invoke::run(
                 tool.clone(),
-                arguments.clone(),
+                for_this_run(&mut arguments, again),
                 call_context,
                 Some(host),
                 &self.shared.call_limits,
@@ -480,10 +482,14 @@ impl TurnstileServer {
             // Only a tool whose handler may ask is told what it may ask (`asking.rs`); its
             // retries' answers and sealed state are checked here, before anything runs.
             let asking = if tool.asks() {
+                let handle_in_meta = self
+                    .handle_mode(&context)
+                    .and_then(|mode| context.meta.get(&mode.key));
                 let identity = CallIdentity::new(
                     "tools/call",
                     tool.name(),
                     &arguments,
+                    handle_in_meta,
                     principal_of(&context)
                         .as_ref()
                         .map(|principal| principal.0.as_str()),
@@ -552,18 +558,16 @@ impl TurnstileServer {
             {
                 return Ok(reply::over_quota(tool.name(), &refusal).into());
             }
+            // A mint in flight holds a place under the instance limit until it settles.
+            let mut _minting = None;
             if mint
                 && let Some(tenant) = &key.tenant
                 && let Some(holder) = quota_holder(&context)
             {
                 let store = self.shared.store.as_ref();
-                match self
-                    .shared
-                    .quotas
-                    .check_instances(store, tenant, &holder)
-                    .await
-                {
-                    Ok(Ok(())) => {}
+                let quotas = &self.shared.quotas;
+                match quotas.reserve_instance(store, tenant, &holder).await {
+                    Ok(Ok(place)) => _minting = place,
                     Ok(Err(refusal)) => return Ok(reply::over_quota(tool.name(), &refusal).into()),
                     Err(down) => {
                         let error = InstanceError::Store(down);
@@ -607,17 +611,19 @@ impl TurnstileServer {
             // Each run is a whole call: the gate is asked again, and a handler that needs input
             // ends having fired nothing (`asking.rs`).
             let deadline = std::time::Instant::now() + self.shared.call_limits.timeout;
+            let again = asking.is_some();
+            let (mut arguments, mut idempotency_key) = (Some(arguments), Some(idempotency_key));
             let answer = loop {
                 let call_id = uuid::Uuid::new_v4().to_string();
                 let (host, events) = HostCall::new(context.ct.child_token());
                 let running = std::pin::pin!(self.shared.runtime.call(
                     key.clone(),
                     tool.clone(),
-                    arguments.clone(),
+                    for_this_run(&mut arguments, again),
                     call_id,
                     Some(host),
                     mint,
-                    idempotency_key.clone(),
+                    for_this_run(&mut idempotency_key, again),
                     principal_of(&context).map(|principal| principal.0),
                     told_in_reply.clone(),
                     asking.as_ref().map_or(Value::Null, Asking::plugin_view),
@@ -640,6 +646,13 @@ impl TurnstileServer {
                 let next = asking
                     .next(requests, &context, &self.shared.state_seal, deadline)
                     .await;
+                if matches!(next, asking::Next::Rerouted)
+                    && mint
+                    && let Some(holder) = quota_holder(&context)
+                {
+                    // rmcp serves the call from the start, and takes its own mint then.
+                    self.shared.quotas.give_back_mint(&holder);
+                }
                 let Some(asked) = asked(&name, next) else {
                     continue;
                 };
@@ -745,6 +758,13 @@ impl TurnstileServer {
             Ok(result.into())
         }
     }
+}
+
+/// What one run of a call gets of `kept`: a copy when the call may run `again` (its handler may
+/// ask), else `kept` itself, taken (a call that cannot ask runs once, and copies nothing).
+fn for_this_run<T: Clone>(kept: &mut Option<T>, again: bool) -> T {
+    let taken = if again { kept.clone() } else { kept.take() };
+    taken.expect("a call that cannot ask runs once")
 }
 
 /// What a call of `tool` whose handler asked for input answers, given what came of asking;

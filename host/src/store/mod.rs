@@ -403,6 +403,13 @@ pub trait StateStore: Send + Sync {
     /// Cluster), never a scan.
     async fn count_owned(&self, owner: &str) -> Result<u64, StoreError>;
 
+    /// [`StateStore::count_owned`], checking each counted record still exists: for a count that
+    /// reached a limit, where an index entry older code left behind would otherwise hold a
+    /// place for good. Stores whose index cannot go stale count again.
+    async fn recount_owned(&self, owner: &str) -> Result<u64, StoreError> {
+        self.count_owned(owner).await
+    }
+
     /// The audit trail of the instance under `key`, oldest first: one entry per save that
     /// carried one ([`InstanceRecord::audit`]). Empty for an instance that never moved or does
     /// not exist.

@@ -99,7 +99,7 @@ else
   redis.call('HDEL', KEYS[1], 'd')
 end
 redis.call('ZADD', KEYS[2], 0, ARGV[6])
-if not cur and ARGV[13] ~= '' then
+if ARGV[13] ~= '' then
   redis.call('ZADD', KEYS[6], 0, ARGV[13])
 end
 if ARGV[10] and ARGV[10] ~= '' then
@@ -132,7 +132,9 @@ if n == 1 then return 'deleted' else return 'absent' end
 ";
 
 /// One page of filling the owner index with records saved before it existed. KEYS: index,
-/// owner index. ARGV: the last key of the previous page ("" at first), page size. Adds the
+/// owner index. ARGV: the last key of the previous page ("" at first), page size, the shard's
+/// record prefix (a key in the index whose record is gone, as code that predates the index
+/// leaves when it deletes, is not added). Adds the
 /// page's owned keys (`handle/…@owner`) and returns the page's last key, or "" when no keys
 /// are left. Reading the key index and writing the owner index in one step means a record
 /// deleted meanwhile is never added back.
@@ -141,12 +143,29 @@ local min = ARGV[1] == '' and '[handle/' or ('(' .. ARGV[1])
 local page = redis.call('ZRANGEBYLEX', KEYS[1], min, '(handle0', 'LIMIT', 0, tonumber(ARGV[2]))
 for _, key in ipairs(page) do
   local at = string.find(key, '@', 8, true)
-  if at and at < #key then
+  if at and at < #key and redis.call('EXISTS', ARGV[3] .. key) == 1 then
     redis.call('ZADD', KEYS[2], 0, string.sub(key, at + 1) .. '\0' .. key)
   end
 end
 if #page == 0 then return '' end
 return page[#page]
+";
+
+/// One owner's members of a shard's owner index, each checked against its record: a member
+/// whose record is gone (deleted by code that predates the index) is removed. KEYS: owner
+/// index. ARGV: the owner's lexical range (min, max), the shard's record prefix. Returns how
+/// many stand.
+const OWNED_RECOUNT_LUA: &str = r"
+local n = 0
+for _, member in ipairs(redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], ARGV[2])) do
+  local key = string.sub(member, string.find(member, '\0', 1, true) + 1)
+  if redis.call('EXISTS', ARGV[3] .. key) == 1 then
+    n = n + 1
+  else
+    redis.call('ZREM', KEYS[1], member)
+  end
+end
+return n
 ";
 
 /// Grants or renews a lease (see `lease.rs`). KEYS: record hash, lease, wanted mark. ARGV:
@@ -229,6 +248,7 @@ pub struct RedisStore {
     save_script: Script,
     delete_script: Script,
     owned_fill_script: Script,
+    owned_recount_script: Script,
     due_script: Script,
     acquire_script: Script,
     release_script: Script,
@@ -268,6 +288,7 @@ impl RedisStore {
             op_timeout: options.op_timeout,
             save_script: Script::new(&lease_checked(SAVE_LUA, 11)),
             owned_fill_script: Script::new(OWNED_FILL_LUA),
+            owned_recount_script: Script::new(OWNED_RECOUNT_LUA),
             delete_script: Script::new(&lease_checked(DELETE_LUA, 3)),
             due_script: Script::new(DUE_LUA),
             acquire_script: Script::new(ACQUIRE_LUA),
@@ -308,7 +329,11 @@ impl RedisStore {
             loop {
                 let mut con = self.con.clone();
                 let mut invocation = self.owned_fill_script.key(Layout::index(shard));
-                invocation.key(Layout::owned(shard)).arg(&after).arg(PAGE);
+                invocation
+                    .key(Layout::owned(shard))
+                    .arg(&after)
+                    .arg(PAGE)
+                    .arg(Layout::record_prefix(shard));
                 after = self
                     .bounded("owner index", async move {
                         invocation.invoke_async::<String>(&mut con).await
@@ -915,6 +940,21 @@ impl StateStore for RedisStore {
             .await
     }
 
+    async fn recount_owned(&self, owner: &str) -> Result<u64, StoreError> {
+        let (min, max) = (format!("[{owner}\0"), format!("({owner}\u{1}"));
+        let counts = self
+            .each_shard("recount owned", |shard, mut con| {
+                let mut invocation = self.owned_recount_script.key(Layout::owned(&shard));
+                invocation
+                    .arg(&min)
+                    .arg(&max)
+                    .arg(Layout::record_prefix(&shard));
+                async move { invocation.invoke_async::<u64>(&mut con).await }
+            })
+            .await?;
+        Ok(counts.into_iter().sum())
+    }
+
     async fn count(&self, prefix: &str) -> Result<u64, StoreError> {
         let (min, max) = lex_bounds(prefix, None);
         self.count_in_shards("count", Layout::index, &min, &max)
@@ -1050,6 +1090,17 @@ mod tests {
         assert!(again.delete("handle/a-1@t1", None, None).await.unwrap());
         // Marked done: a later connect does not fill the index again.
         let third = RedisStore::connect(&url, &options).await.unwrap();
+        assert_eq!(third.count_owned("t1").await.unwrap(), 1);
+        // An entry older code left when it deleted the record: counted until a recount.
+        redis::cmd("ZADD")
+            .arg(Layout::owned(shard))
+            .arg(0)
+            .arg("t1\0handle/a-9@t1")
+            .exec_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(third.count_owned("t1").await.unwrap(), 2);
+        assert_eq!(third.recount_owned("t1").await.unwrap(), 1);
         assert_eq!(third.count_owned("t1").await.unwrap(), 1);
         store.destroy_namespace().await.unwrap();
     }
