@@ -16,7 +16,7 @@ use std::{
 use common::{Client, PluginDir, Server, built_plugin, compile_c_fixture};
 use serde_json::{Value, json};
 
-/// Puts `library` into `dir` the safe way (README): written elsewhere, then renamed in.
+/// Puts `library` into `dir` the safe way (docs/plugins.md): written elsewhere, then renamed in.
 fn deploy(library: &Path, dir: &Path, name: &str) {
     let staging = tempfile::tempdir().expect("temp dir");
     let staged = staging.path().join(name);
@@ -231,7 +231,7 @@ async fn a_change_to_a_gated_tool_is_announced_only_to_instances_in_its_state() 
     assert_eq!(served, json!("v1"));
 }
 
-/// The rule for machines that change (README): an instance whose state the new machine has
+/// The rule for machines that change (docs/plugins.md): an instance whose state the new machine has
 /// continues on it; one whose state vanished keeps its version, with that version's tools (and
 /// code), until it leaves that state. Nobody is stranded.
 #[tokio::test]

@@ -304,7 +304,7 @@ impl Catalog {
     }
 
     /// The machine an instance running on `running`, in `snapshot`, should run on now that this
-    /// catalog is served; `None`: stay. The rule (README, "Replacing a plugin"): an instance
+    /// catalog is served; `None`: stay. The rule (docs/plugins.md, "Hot plugins"): an instance
     /// whose current state exists in this catalog's machine continues on it (its snapshot
     /// restored into it); one whose state vanished keeps the machine it runs on, with that
     /// machine's states, until it reaches a final state.

@@ -59,8 +59,8 @@ pub struct LoadArgs {
     /// Calls in one walk at most.
     #[arg(long, default_value_t = 32)]
     pub step_limit: usize,
-    /// Run the steps of this JSON file instead of walking (its format is in README.md, "Load
-    /// testing", and in the docs of `host/src/load/scenario.rs`).
+    /// Run the steps of this JSON file instead of walking (its format is in
+    /// docs/load-testing.md, and in the docs of `host/src/load/scenario.rs`).
     #[arg(long, value_name = "FILE", conflicts_with = "race")]
     pub scenario: Option<PathBuf>,
     /// All clients call the same listed tool on one instance at once: exactly one may win.
@@ -85,7 +85,8 @@ pub struct LoadArgs {
     /// server's memory again and check every 100th instance still lists its menu.
     #[arg(long, value_name = "SECS", requires = "mint")]
     pub after_mint_wait: Option<f64>,
-    /// Print the report as JSON (schema `turnstile.load/v1`, see README.md) instead of a table.
+    /// Print the report as JSON (schema `turnstile.load/v1`, see docs/load-testing.md) instead
+    /// of a table.
     #[arg(long)]
     pub json: bool,
     /// Run the same load against this second endpoint too, taking turns, and print ratios.

@@ -1,6 +1,6 @@
 //! `turnstile check --store URL`: what serving this plugin directory would do to the instances
 //! a store holds, said before it happens. The rule it applies is the one `serve` follows on a
-//! replacement (README, "Machines that change"; `Catalog::follow`): an instance whose machine
+//! replacement (docs/plugins.md, "Hot plugins"; `Catalog::follow`): an instance whose machine
 //! version is the one served continues; one on another version whose current state exists in the
 //! served machine moves over to it; one whose state the served machine lacks stays pinned to its
 //! version (with that version's tools while a plugin still brings them, else answering
