@@ -18,9 +18,10 @@
 //! - `memory.rs`: [`MemoryStore`], in-process, for tests and throwaway servers.
 //! - `embedded.rs`: [`EmbeddedStore`], one redb file with a journal in front of it, synced once
 //!   per batch of saves (group commit), and folded into the file by checkpoints
-//!   (`embedded/journal.rs`: the journal's format; `embedded/overlay.rs`: what is acknowledged
-//!   but not yet in the file; `embedded/checkpoint.rs`: folding it in; `embedded/tests.rs`: its
-//!   own tests; `embedded/files.rs`: its files `0600`, its data directory `0700`).
+//!   (`embedded/writer.rs`: the writer thread; `embedded/journal.rs`: the journal's format;
+//!   `embedded/overlay.rs`: what is acknowledged but not yet in the file;
+//!   `embedded/checkpoint.rs`: folding it in; `embedded/tests.rs`: its own tests;
+//!   `embedded/files.rs`: its files `0600`, its data directory `0700`).
 //! - `redis/`: [`RedisStore`], shared by several server processes (one Redis, or a Redis
 //!   Cluster: `redis/layout.rs` names the keys, `redis/link.rs` connects); CAS in a Lua script.
 //! - `postgres.rs`: [`PostgresStore`], one table; CAS in `UPDATE … WHERE version = $n`.

@@ -25,7 +25,8 @@ use tokio::sync::oneshot;
 use super::{
     AUDIT, DUE, DUE_OF, FOLDED_THROUGH, FORMATS, INSTANCES, JOURNAL, journal,
     overlay::{Layer, Overlay, Pending},
-    write_lock, yield_to_requests,
+    write_lock,
+    writer::yield_to_requests,
 };
 use crate::store::StoreError;
 

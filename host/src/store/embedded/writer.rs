@@ -1,0 +1,431 @@
+//! The embedded store's writer thread: it takes the saves and deletes that are waiting, checks
+//! each one's expected version, appends the accepted ones to the journal in one write, syncs it
+//! once, adds them to the overlay, and only then answers each caller (see `embedded.rs` for how
+//! a save travels). One thread, so the checks and the journal's order are one sequence.
+//!
+//! It must not acknowledge an op before the journal frame holding it is synced, and must not let
+//! one record's conflict fail another record's save in the same batch.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex, RwLock, atomic::Ordering, mpsc},
+};
+
+use redb::{Database, Durability, ReadableDatabase, ReadableTable};
+use tokio::sync::oneshot;
+
+use super::checkpoint::{CHECKPOINT_BYTES, Job};
+use super::{
+    BatchStats, Change, Checkpointer, INSTANCES, Layer, MACHINES, Overlay, OwnedCounts, Row,
+    Segment, StoreError, checkpoint, conflict, journal, lock_owned, owner_of, read_lock, storage,
+    versions_match, write_lock,
+};
+use crate::metrics;
+
+/// Most ops made durable by one sync. Bounds the latency one batch adds to the next and the
+/// memory a batch holds; large enough that the sync, not the batch size, limits throughput.
+const MAX_BATCH: usize = 1024;
+
+/// How long the writer waits with nothing to write before it folds what the journal holds into
+/// redb: an idle server keeps no changes in memory, and a crash then has nothing to replay.
+const IDLE_CHECKPOINT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A write request for the writer thread. Every op answers exactly once on `reply`.
+pub(super) enum Op {
+    Save {
+        key: String,
+        expected: u64,
+        row: Row,
+        /// The audit entry this save appends (JSON text), if it records a transition.
+        audit: Option<String>,
+        reply: oneshot::Sender<Result<bool, StoreError>>,
+    },
+    /// Keep a machine definition unless one is kept under that key already.
+    SaveMachine {
+        key: String,
+        definition_json: String,
+        reply: oneshot::Sender<Result<bool, StoreError>>,
+    },
+    Delete {
+        key: String,
+        expected: Option<u64>,
+        reply: oneshot::Sender<Result<bool, StoreError>>,
+    },
+    /// Fold everything acknowledged so far into the file ([`StateStore::checkpoint`]).
+    Checkpoint {
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+}
+
+/// The writer thread's state: the segment it appends to and the checkpoint thread it feeds.
+pub(super) struct Writer {
+    pub(super) name: String,
+    pub(super) path: PathBuf,
+    pub(super) db: Arc<Database>,
+    pub(super) overlay: Arc<RwLock<Overlay>>,
+    pub(super) stats: Arc<BatchStats>,
+    pub(super) segment: Segment,
+    /// `None` only while closing.
+    pub(super) checkpointer: Option<Checkpointer>,
+    /// A batch's frames, kept between batches so its buffer is reused.
+    pub(super) frames: Vec<u8>,
+    /// For the last checkpoint, when the store closes.
+    pub(super) audit_keep: u64,
+    /// The store's per-owner counts, which this thread alone changes.
+    pub(super) owned: Arc<Mutex<OwnedCounts>>,
+}
+
+impl Writer {
+    /// Take what is waiting, make it durable, answer, repeat; when every sender is gone (the
+    /// store was dropped), make the last checkpoint.
+    pub(super) fn run(mut self, rx: &mpsc::Receiver<Op>) {
+        yield_to_requests();
+        loop {
+            let first = match rx.recv_timeout(IDLE_CHECKPOINT) {
+                Ok(op) => op,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.start_checkpoint();
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(op) => batch.push(op),
+                    Err(_) => break,
+                }
+            }
+            let (asked, batch): (Vec<Op>, Vec<Op>) = batch
+                .into_iter()
+                .partition(|op| matches!(op, Op::Checkpoint { .. }));
+            self.stats
+                .ops
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            self.commit(batch);
+            if !asked.is_empty() {
+                // After this batch's saves, which the checkpoint then covers.
+                let replies = asked.into_iter().map(|op| match op {
+                    Op::Checkpoint { reply } => reply,
+                    _ => unreachable!("partitioned above"),
+                });
+                self.checkpoint_now(replies.collect());
+            } else if self.segment.len() >= CHECKPOINT_BYTES {
+                self.start_checkpoint();
+            }
+        }
+        self.close();
+    }
+
+    /// Makes `batch` durable and answers each op.
+    fn commit(&mut self, batch: Vec<Op>) {
+        let mut instance_ops = Vec::with_capacity(batch.len());
+        let mut machines = Vec::new();
+        for op in batch {
+            match op {
+                Op::SaveMachine {
+                    key,
+                    definition_json,
+                    reply,
+                } => machines.push((key, definition_json, reply)),
+                Op::Checkpoint { .. } => unreachable!("taken out of the batch by `run`"),
+                op => instance_ops.push(op),
+            }
+        }
+        if !machines.is_empty() {
+            self.commit_machines(machines);
+        }
+        let (checked, owners_changed) = self.check(instance_ops);
+        let mut changes = Vec::with_capacity(checked.len());
+        let mut replies = Vec::with_capacity(checked.len());
+        self.frames.clear();
+        for (change, reply) in checked {
+            journal::encode(&change, &mut self.frames);
+            changes.push(change);
+            replies.push(reply);
+        }
+        if changes.is_empty() {
+            // Only conflicts and no-op deletes: nothing to sync.
+            return;
+        }
+        if let Err(e) = self.segment.append(&self.frames) {
+            // Nothing of the batch counts: every caller hears it, none hears success.
+            let reason = format!("{}: journal write failed: {e}", self.name);
+            for reply in replies {
+                let _ = reply.send(Err(StoreError::Unavailable(reason.clone())));
+            }
+            if self.segment.is_broken() {
+                // Its unacknowledged tail could not be cut off: move on to a new segment, and
+                // let a checkpoint put the broken one behind `folded_through`.
+                let _ = self.checkpoint(Vec::new());
+            }
+            return;
+        }
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        metrics::store_committed(changes.len());
+        write_lock(&self.overlay).apply(changes);
+        {
+            let mut owned = lock_owned(&self.owned);
+            for (key, created) in &owners_changed {
+                if *created {
+                    owned.added(key);
+                } else {
+                    owned.removed(key);
+                }
+            }
+        }
+        for reply in replies {
+            // The caller may have given up (its future was dropped); nobody is left to tell.
+            let _ = reply.send(Ok(true));
+        }
+    }
+
+    /// Checks each save's and delete's expected version against the key's current one, in
+    /// order, so a later op in the batch sees what an earlier one did. Answers the ops that
+    /// write nothing (a conflict, a delete of a key that is not there, a failed read of the
+    /// current version); the others come back as changes to journal, each with the reply that
+    /// waits for it to be synced, and beside them the keys of owned records the changes create
+    /// (`true`) or remove (`false`), for [`OwnedCounts`] once they are durable.
+    #[allow(clippy::type_complexity)]
+    fn check(&self, ops: Vec<Op>) -> (Vec<(Change, Reply)>, Vec<(String, bool)>) {
+        let mut in_batch: HashMap<String, Option<u64>> = HashMap::new();
+        let mut checked = Vec::with_capacity(ops.len());
+        let mut owners_changed = Vec::new();
+        for op in ops {
+            let key = match &op {
+                Op::Save { key, .. } | Op::Delete { key, .. } => key.as_str(),
+                Op::SaveMachine { .. } | Op::Checkpoint { .. } => {
+                    unreachable!("machines and checkpoints are taken apart")
+                }
+            };
+            let current = match in_batch.get(key) {
+                Some(current) => Ok(*current),
+                None => self.stored_version(key),
+            };
+            let current = match current {
+                Ok(current) => current,
+                Err(e) => {
+                    op.answer(Err(e));
+                    continue;
+                }
+            };
+            match op {
+                Op::Save {
+                    key,
+                    expected,
+                    row,
+                    audit,
+                    reply,
+                } => {
+                    if versions_match(current, expected) {
+                        in_batch.insert(key.clone(), Some(row.version));
+                        if current.is_none() && owner_of(&key).is_some() {
+                            owners_changed.push((key.clone(), true));
+                        }
+                        checked.push((Change::Save { key, row, audit }, reply));
+                    } else {
+                        let _ = reply.send(Err(conflict(&key, expected, current)));
+                    }
+                }
+                Op::Delete {
+                    key,
+                    expected,
+                    reply,
+                } => {
+                    if let Some(expected) = expected
+                        && current != Some(expected)
+                    {
+                        let _ = reply.send(Err(conflict(&key, expected, current)));
+                    } else if current.is_none() {
+                        let _ = reply.send(Ok(false));
+                    } else {
+                        in_batch.insert(key.clone(), None);
+                        if owner_of(&key).is_some() {
+                            owners_changed.push((key.clone(), false));
+                        }
+                        checked.push((Change::Delete { key }, reply));
+                    }
+                }
+                Op::SaveMachine { .. } | Op::Checkpoint { .. } => {
+                    unreachable!("machines and checkpoints are taken apart")
+                }
+            }
+        }
+        (checked, owners_changed)
+    }
+
+    /// The version `key` has now, outside the batch in hand: the overlay's if it knows the
+    /// key, else redb's.
+    pub(super) fn stored_version(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        // The overlay first, redb after, in a read transaction opened after the overlay said it
+        // does not know the key (see `overlay.rs`): a transaction opened earlier in the batch
+        // could predate the checkpoint that took the key out of the overlay.
+        if let Some(current) = read_lock(&self.overlay).version(key) {
+            return Ok(current);
+        }
+        let read = || -> Result<Option<u64>, redb::Error> {
+            let table = self.db.begin_read()?.open_table(INSTANCES)?;
+            Ok(table.get(key)?.map(|row| row.value().0))
+        };
+        read().map_err(|e| storage(&self.name, e))
+    }
+
+    /// Keeps each machine definition not kept yet, in one durable redb commit, and answers.
+    fn commit_machines(&self, machines: Vec<(String, String, Reply)>) {
+        let committed = (|| -> Result<Vec<bool>, redb::Error> {
+            let mut txn = self.db.begin_write()?;
+            txn.set_durability(Durability::Immediate)?;
+            let mut kept = Vec::with_capacity(machines.len());
+            {
+                let mut table = txn.open_table(MACHINES)?;
+                for (key, definition, _) in &machines {
+                    // A version names one definition: the first one kept stays.
+                    let new = table.get(key.as_str())?.is_none();
+                    if new {
+                        table.insert(key.as_str(), definition.as_str())?;
+                    }
+                    kept.push(new);
+                }
+            }
+            if kept.contains(&true) {
+                txn.commit()?;
+            } else {
+                txn.abort()?;
+            }
+            Ok(kept)
+        })();
+        match committed {
+            Ok(kept) => {
+                let writes = kept.iter().filter(|&&new| new).count();
+                if writes > 0 {
+                    self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                    metrics::store_committed(writes);
+                }
+                for ((_, _, reply), new) in machines.into_iter().zip(kept) {
+                    let _ = reply.send(Ok(new));
+                }
+            }
+            Err(e) => {
+                let reason = format!("{}: keeping a machine definition failed: {e}", self.name);
+                for (_, _, reply) in machines {
+                    let _ = reply.send(Err(StoreError::Unavailable(reason.clone())));
+                }
+            }
+        }
+    }
+
+    /// Starts a checkpoint if one is worth it: none is under way, and the overlay holds
+    /// something to fold (else the next batch, or the next idle second, asks again).
+    fn start_checkpoint(&mut self) {
+        if read_lock(&self.overlay).can_freeze() {
+            // It can only fail to start, which it logs; the next batch tries again.
+            let _ = self.checkpoint(Vec::new());
+        }
+    }
+
+    /// Folds everything acknowledged so far into the file, answering each of `replies` when it
+    /// is done: after the checkpoints already under way, whether or not there is anything new.
+    fn checkpoint_now(&mut self, replies: Vec<oneshot::Sender<Result<(), StoreError>>>) {
+        if let Err(replies) = self.checkpoint(replies) {
+            for reply in replies {
+                let _ = reply.send(Err(StoreError::Unavailable(format!(
+                    "{}: cannot start a checkpoint (see the log)",
+                    self.name
+                ))));
+            }
+        }
+    }
+
+    /// Moves saves to a new segment and hands the changes of the older ones to the checkpoint
+    /// thread, which answers `done` when redb has them. Gives `done` back when it cannot start
+    /// one (a new segment cannot be made).
+    #[allow(clippy::type_complexity)]
+    fn checkpoint(
+        &mut self,
+        done: Vec<oneshot::Sender<Result<(), StoreError>>>,
+    ) -> Result<(), Vec<oneshot::Sender<Result<(), StoreError>>>> {
+        let Some(checkpointer) = &self.checkpointer else {
+            return Err(done);
+        };
+        let next = match Segment::create(&self.path, self.segment.number() + 1) {
+            Ok(next) => next,
+            Err(e) => {
+                // Saves go on into the segment in hand; the next batch tries again.
+                tracing::error!(store = %self.name, error = %e, "cannot start a journal segment for a checkpoint");
+                return Err(done);
+            }
+        };
+        let layer = write_lock(&self.overlay).freeze();
+        self.segment = next;
+        let job = Job {
+            layer,
+            segments_below: self.segment.number(),
+            done,
+        };
+        if checkpointer.jobs.send(job).is_ok() {
+            self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// The last checkpoint, when the store closes: waits for the one under way, folds
+    /// everything still in the overlay into redb and deletes the journal. If that fails the
+    /// journal stays, and the next open replays it.
+    fn close(mut self) {
+        if let Some(checkpointer) = self.checkpointer.take() {
+            drop(checkpointer.jobs);
+            let _ = checkpointer.thread.join();
+        }
+        let layers = write_lock(&self.overlay).take_all();
+        let layers: Vec<&Layer> = layers.iter().map(|layer| &**layer).collect();
+        match checkpoint::fold(&self.db, &layers, self.segment.number(), self.audit_keep) {
+            Ok(()) => {
+                self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                checkpoint::delete_segments(&self.path, u64::MAX);
+            }
+            Err(e) => tracing::error!(store = %self.name, error = %e,
+                "the last checkpoint failed; the journal stays for the next open to replay"),
+        }
+    }
+}
+
+/// Makes the calling thread (the writer or the checkpoint thread) give way to the threads that
+/// serve requests: under Linux's `SCHED_BATCH` policy it runs as soon as a core is free, but its
+/// wake-up never preempts a running thread.
+///
+/// Why: the writer wakes several times a batch (for the batch, for each disk write it waits on).
+/// Each such wake-up used to preempt a request thread on the other core, some 6,500 times a
+/// second under load, costing that thread a cache-cold return. With `SCHED_BATCH` the server's
+/// CPU per call fell 8% (BENCHMARKS.md, "Session 20"); the batch waits for a core only while
+/// both are busy serving, which is also when waiting gathers more saves into it.
+pub(super) fn yield_to_requests() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `sched_setscheduler` reads the one `sched_param` it is given, which lives on
+        // this stack for the whole call; pid 0 names the calling thread.
+        let set = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+        if set != 0 {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "SCHED_BATCH refused; the thread keeps the default policy");
+        }
+    }
+}
+
+pub(super) type Reply = oneshot::Sender<Result<bool, StoreError>>;
+
+impl Op {
+    fn answer(self, result: Result<bool, StoreError>) {
+        let reply = match self {
+            Op::Save { reply, .. } | Op::SaveMachine { reply, .. } | Op::Delete { reply, .. } => {
+                reply
+            }
+            Op::Checkpoint { reply } => {
+                let _ = reply.send(result.map(drop));
+                return;
+            }
+        };
+        // The caller may have given up (its future was dropped); nobody is left to tell.
+        let _ = reply.send(result);
+    }
+}
