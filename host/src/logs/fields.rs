@@ -5,7 +5,7 @@
 //! logged in it, and a call's span is made on every `tools/call`. Its default writer
 //! (`DefaultFields`) puts each field through `write!` with three arguments (name, `=`, value,
 //! the first two wrapped for ANSI styling even when there is none): 1.4% of a status call's CPU
-//! time in a native profile (BENCHMARKS.md, "Session 17"). This one writes the name and `=`
+//! time in a native profile (BENCHMARKS.md's history, session 17). This one writes the name and `=`
 //! as plain strings and formats only the value, and writes a string value that needs no
 //! escaping without any formatting at all. What it writes is byte for byte what the default
 //! writes; whatever it does not handle in that plain way (styled output for a terminal, the

@@ -5,7 +5,7 @@
 //! spawns a task for the handler; the answer travels back through the service loop's sink, the
 //! worker and an SSE channel to hyper. Four task hand-offs and an SSE stream for every
 //! `tools/call`, and that, not the gate or the plugin, was most of a call's cost
-//! (BENCHMARKS.md, "Session 8").
+//! (BENCHMARKS.md's history, session 8).
 //!
 //! A request whose response can carry nothing but its result does not need any of it. So for a
 //! request of a **live** session (its handshake done, not passivated) that is one of
@@ -250,7 +250,7 @@ fn message(answer: Result<ServerResult, ErrorData>, id: RequestId) -> ServerJson
 /// request names no protocol version of its own (the only ones [`serve`] takes), without the
 /// dispatch: its future has room for every method's handler, rmcp's own `subscriptions/listen`
 /// the largest (16 KiB, copied into its box on every request), where this one has room for the
-/// call's alone (BENCHMARKS.md, "Sessions 14 and 15").
+/// call's alone (BENCHMARKS.md's history, sessions 14 and 15).
 ///
 /// What rmcp does around the handler for such a request, done here the same way: no check of
 /// per-request metadata (a session that initialized keeps the session model); a task the

@@ -194,7 +194,7 @@ fn by_the_book(layer: &McpLayer, request: Request) -> impl Future<Output = Respo
                 }
             },
             // The others boxed: this future is copied whole into its box for every request, and
-            // most are POSTs (BENCHMARKS.md, "Session 16").
+            // most are POSTs (BENCHMARKS.md's history, session 16).
             Method::DELETE => Box::pin(delete(layer, request)).await,
             Method::GET => Box::pin(get(layer, request)).await,
             _ => {

@@ -115,7 +115,7 @@ impl CallRecord {
         // the call's span without entering it. The outcome is recorded in the span only then:
         // the log, the only layer, shows a span's fields on the lines logged in it, and past
         // this point there is none but this one, so recording it for nothing was a formatted
-        // field per call (BENCHMARKS.md, "Sessions 14 and 15"). A layer that exports spans
+        // field per call (BENCHMARKS.md's history, sessions 14 and 15). A layer that exports spans
         // would record it always.
         if tracing::enabled!(target: "turnstile::call", tracing::Level::DEBUG) {
             let span = self.span(None);

@@ -50,7 +50,7 @@ pub const MAX_WAITING: usize = 64;
 /// wait tens of milliseconds between runs while its session's notices keep coming. Under
 /// `turnstile load` at 128 sessions on 2 cores, streams whose clients were reading fell 40–209
 /// messages behind that way, and a bound of 256 dropped notices in about one run in four
-/// (BENCHMARKS.md, "Session 21" and "Session 22"). The channel holds only what is queued, so a
+/// (BENCHMARKS.md's history, sessions 21 and 22). The channel holds only what is queued, so a
 /// stream that keeps up costs no more for the larger bound; one whose client stopped reading
 /// holds at most this many (~100 KiB).
 pub const STREAM_CAPACITY: usize = 1024;

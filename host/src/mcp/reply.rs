@@ -287,7 +287,7 @@ fn success(output: Value, written: Option<String>) -> CallToolResult {
 
 /// `value` as JSON text, for a text block. `serde_json::to_string`, not `Value`'s `Display`
 /// (`to_string`): that one writes each piece through a `fmt::Formatter`, several times slower,
-/// and every successful call writes one (BENCHMARKS.md, "Sessions 14 and 15").
+/// and every successful call writes one (BENCHMARKS.md's history, sessions 14 and 15).
 fn json_text(value: &Value) -> String {
     serde_json::to_string(value).expect("a JSON value always serializes")
 }

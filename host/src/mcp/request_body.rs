@@ -5,7 +5,7 @@
 //! reads an untagged enum by buffering the whole input and trying each variant in turn, so a
 //! `tools/call`, the fourteenth request variant, is parsed into a buffer, then fails thirteen
 //! times (each failure a formatted error message) before it parses. That was the largest single
-//! item in the CPU of a call that fires no transition (BENCHMARKS.md, "Session 11").
+//! item in the CPU of a call that fires no transition (BENCHMARKS.md's history, session 11).
 //!
 //! The answer-only requests a client sends most are read here straight into their variant: the
 //! envelope (`jsonrpc`, `id`, `method`) first, then the body again as that one request type,

@@ -927,7 +927,7 @@ impl ServerHandler for TurnstileServer {
             let record = CallRecord::start(catalog.tool(&request.name).cloned());
             // Awaited where it is made: a future held in a local before its `.await` keeps a second
             // slot of its size in this one (rust-lang/rust#62958), and this one is copied whole
-            // into its box for every call (BENCHMARKS.md, "Session 16").
+            // into its box for every call (BENCHMARKS.md's history, session 16).
             let answer = self.answer_call(request, context, &catalog, &record).await;
             record.finish(&self.shared.call_metrics, answer)
         }

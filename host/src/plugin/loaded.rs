@@ -79,7 +79,7 @@ pub enum PluginOutput {
 /// A tool's result: its JSON value and, for a plugin in this process, the text the plugin wrote
 /// it as. The text is kept because every successful call needs its output as JSON text twice
 /// more (the result size check and the result's text block): writing the value out again for
-/// them was 4% of a status call's instructions (BENCHMARKS.md, "Session 17").
+/// them was 4% of a status call's instructions (BENCHMARKS.md's history, session 17).
 ///
 /// Two results are equal when their values are: the text is the same value, written.
 #[derive(Clone, Debug)]
@@ -647,7 +647,7 @@ fn with_nul(text: &[u8]) -> Vec<u8> {
 /// `value` as JSON text for the plugin, followed by a NUL (the buffer starts at 128 bytes and
 /// doubles, so the NUL mostly fits without growing it). `serde_json::to_vec`, not `Value`'s
 /// `Display` (`to_string`): that one writes each piece through a `fmt::Formatter`, several times
-/// slower, and a call writes three (BENCHMARKS.md, "Sessions 14 and 15").
+/// slower, and a call writes three (BENCHMARKS.md's history, sessions 14 and 15).
 fn json_with_nul(value: &Value) -> Vec<u8> {
     let mut bytes = serde_json::to_vec(value).expect("a JSON value always serializes");
     bytes.push(0);

@@ -15,8 +15,8 @@
 //!
 //! Why a journal rather than a durable redb commit per batch: such a commit wrote some three
 //! scattered 4 KiB pages per save, and its CPU cost held the store at half the memory store's
-//! rate (BENCHMARKS.md, "Session 20"). A journal frame is the save's bytes, written once, in
-//! order. redb gets the changes at a checkpoint (`embedded/checkpoint.rs`), one entry per key
+//! rate (BENCHMARKS.md's history, session 20). A journal frame is the save's bytes, written once,
+//! in order. redb gets the changes at a checkpoint (`embedded/checkpoint.rs`), one entry per key
 //! however often it was saved since, in a transaction of its own beside the saves.
 //!
 //! Reads (`load`, `list_keys`, `count`, `due`, `audit`) do not go through the writer: they ask

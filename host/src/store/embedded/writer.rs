@@ -397,8 +397,8 @@ impl Writer {
 /// Why: the writer wakes several times a batch (for the batch, for each disk write it waits on).
 /// Each such wake-up used to preempt a request thread on the other core, some 6,500 times a
 /// second under load, costing that thread a cache-cold return. With `SCHED_BATCH` the server's
-/// CPU per call fell 8% (BENCHMARKS.md, "Session 20"); the batch waits for a core only while
-/// both are busy serving, which is also when waiting gathers more saves into it.
+/// CPU per call fell 8% (BENCHMARKS.md's history, session 20); the batch waits for a core only
+/// while both are busy serving, which is also when waiting gathers more saves into it.
 pub(super) fn yield_to_requests() {
     #[cfg(target_os = "linux")]
     {
