@@ -6,7 +6,7 @@ mod common;
 
 use std::{process::Stdio, time::Duration};
 
-use common::{Client, PluginDir, Server, error_code, handle_of, text_of, turnstile_bin};
+use common::{Client, PluginDir, Server, TokenFile, error_code, handle_of, text_of, turnstile_bin};
 use serde_json::{Value, json};
 
 fn initialize() -> String {
@@ -32,13 +32,8 @@ async fn post(server: &Server, token: Option<&str>) -> reqwest::Response {
 #[tokio::test]
 async fn a_request_needs_a_known_bearer_token_and_tokens_rotate_on_sighup() {
     let plugins = PluginDir::with(&["invoice"]);
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("tokens");
-    std::fs::write(&file, "# who may call\nalice s3cret-alice\n").unwrap();
-    let server = Server::http(
-        plugins.path(),
-        &["--auth-token-file", file.to_str().unwrap()],
-    );
+    let file = TokenFile::with("# who may call\nalice s3cret-alice\n");
+    let server = Server::http(plugins.path(), &["--auth-token-file", file.arg()]);
 
     let missing = post(&server, None).await;
     assert_eq!(missing.status(), 401);
@@ -84,7 +79,7 @@ async fn a_request_needs_a_known_bearer_token_and_tokens_rotate_on_sighup() {
     assert_eq!(http.get(&health).send().await.unwrap().status(), 200);
 
     // Rotation: a new file, SIGHUP, and only the new token works.
-    std::fs::write(&file, "alice s3cret-alice-2\n").unwrap();
+    file.rewrite("alice s3cret-alice-2\n");
     server.signal(libc::SIGHUP);
     let mut rotated = false;
     for _ in 0..50 {
@@ -148,20 +143,12 @@ async fn post_in_session(
 #[tokio::test]
 async fn a_principal_cannot_reach_another_principals_instances_or_sessions() {
     let plugins = PluginDir::with(&["invoice"]);
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("tokens");
-    std::fs::write(&file, "alice tok-alice\nbob tok-bob\n").unwrap();
+    let file = TokenFile::with("alice tok-alice\nbob tok-bob\n");
     let server = Server::http(
         plugins.path(),
-        &[
-            "--auth-token-file",
-            file.to_str().unwrap(),
-            "--state-handle-key",
-        ],
+        &["--auth-token-file", file.arg(), "--state-handle-key"],
     );
-    let connect = |token: &'static str| {
-        Client::http_through(&server.url, reqwest::Client::new(), Some(token))
-    };
+    let connect = |token: &'static str| Client::http_as(&server.url, token);
     let (alice, bob) = (connect("tok-alice").await, connect("tok-bob").await);
 
     let submitted = alice.call("invoice.submit", json!({"amount": 120})).await;
@@ -244,31 +231,20 @@ async fn a_principal_cannot_reach_another_principals_instances_or_sessions() {
     );
 }
 
-/// An `http_through` client sending `bearer`.
-async fn client_as(server: &Server, bearer: &str) -> Client {
-    Client::http_through(&server.url, reqwest::Client::new(), Some(bearer)).await
-}
-
 /// Issue 39, attack 6: a bare token's principal is a digest of the token, not its line. Token A
 /// mints an instance; the file then lists a new token B first and A second (A's old line is
 /// B's now); after SIGHUP, B sees nothing of A's instance, and A still has it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reordering_bare_tokens_gives_no_token_another_s_instances() {
     let plugins = PluginDir::with(&["invoice"]);
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("tokens");
-    std::fs::write(&file, "tok-a-0123456789\n").unwrap();
+    let file = TokenFile::with("tok-a-0123456789\n");
     let server = Server::http(
         plugins.path(),
-        &[
-            "--auth-token-file",
-            file.to_str().unwrap(),
-            "--state-handle-key",
-        ],
+        &["--auth-token-file", file.arg(), "--state-handle-key"],
     );
-    let a = client_as(&server, "tok-a-0123456789").await;
+    let a = Client::http_as(&server.url, "tok-a-0123456789").await;
     let handle = handle_of(&a.call("invoice.submit", json!({"amount": 5})).await);
-    std::fs::write(&file, "tok-b-9876543210\ntok-a-0123456789\n").unwrap();
+    file.rewrite("tok-b-9876543210\ntok-a-0123456789\n");
     server.signal(libc::SIGHUP);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while post(&server, Some("tok-b-9876543210")).await.status() != 200 {
@@ -278,10 +254,10 @@ async fn reordering_bare_tokens_gives_no_token_another_s_instances() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let b = client_as(&server, "tok-b-9876543210").await;
+    let b = Client::http_as(&server.url, "tok-b-9876543210").await;
     let seen_by_b = b.call("invoice.status", json!({"handle": handle})).await;
     assert_eq!(error_code(&seen_by_b), "UNKNOWN_HANDLE");
-    let a = client_as(&server, "tok-a-0123456789").await;
+    let a = Client::http_as(&server.url, "tok-a-0123456789").await;
     let seen_by_a = a.call("invoice.status", json!({"handle": handle})).await;
     assert_ne!(seen_by_a.is_error, Some(true), "{seen_by_a:?}");
     // A bare token is named in a WARN: it cannot be rotated without its instances.
@@ -347,14 +323,12 @@ async fn a_token_keeps_the_instances_it_made_under_its_old_principal() {
         .unwrap();
 
     let plugins = PluginDir::with(&["invoice"]);
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("tokens");
-    std::fs::write(&file, "alice s3cret-alice\n").unwrap();
+    let file = TokenFile::with("alice s3cret-alice\n");
     let server = Server::http(
         plugins.path(),
         &[
             "--auth-token-file",
-            file.to_str().unwrap(),
+            file.arg(),
             "--state-handle-key",
             "--store",
             &store,
@@ -362,7 +336,7 @@ async fn a_token_keeps_the_instances_it_made_under_its_old_principal() {
             &namespace,
         ],
     );
-    let alice = client_as(&server, "s3cret-alice").await;
+    let alice = Client::http_as(&server.url, "s3cret-alice").await;
     let status = alice
         .call("invoice.status", json!({"handle": handle}))
         .await;

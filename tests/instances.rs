@@ -53,9 +53,7 @@ async fn find_show_reset_delete(store_args: Vec<String>, restart: bool) {
     ];
     flags.extend(&store_args);
     let start = || Server::http_in(plugins.path(), data.path(), &flags);
-    let connect = |url: String| async move {
-        Client::http_through(&url, reqwest::Client::new(), Some("tok-alice")).await
-    };
+    let connect = |url: String| async move { Client::http_as(&url, "tok-alice").await };
     let server = start();
     let client = connect(server.url.clone()).await;
     let approved = handle_of(&client.call("invoice.submit", json!({"amount": 300})).await);

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Client, PluginDir, Server};
+use common::{Client, PluginDir, Server, TokenFile};
 use serde_json::{Value, json};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -528,14 +528,12 @@ async fn initialize_as(server: &Server, bearer: Option<&str>) -> (u16, Option<St
 #[tokio::test]
 async fn one_principal_holds_at_most_its_share_of_sessions() {
     let plugins = PluginDir::with(&["invoice"]);
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("tokens");
-    std::fs::write(&file, "alice s3cret-alice\nbob s3cret-bob\n").unwrap();
+    let file = TokenFile::with("alice s3cret-alice\nbob s3cret-bob\n");
     let server = Server::http(
         plugins.path(),
         &[
             "--auth-token-file",
-            file.to_str().unwrap(),
+            file.arg(),
             "--max-sessions-per-principal",
             "3",
         ],
@@ -652,9 +650,7 @@ async fn minting_faster_than_the_rate_is_refused_and_creates_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_principal_holds_at_most_its_share_of_instances_on_every_server() {
     let plugins = PluginDir::with(&["invoice"]);
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("tokens");
-    std::fs::write(&file, "alice s3cret-alice\nbob s3cret-bob\n").unwrap();
+    let file = TokenFile::with("alice s3cret-alice\nbob s3cret-bob\n");
     let namespace = format!("quota_{}", uuid::Uuid::new_v4().simple());
     let store = common::redis_url();
     let serve = || {
@@ -662,7 +658,7 @@ async fn one_principal_holds_at_most_its_share_of_instances_on_every_server() {
             plugins.path(),
             &[
                 "--auth-token-file",
-                file.to_str().unwrap(),
+                file.arg(),
                 "--state-handle-key",
                 "--store",
                 &store,
@@ -676,12 +672,8 @@ async fn one_principal_holds_at_most_its_share_of_instances_on_every_server() {
         )
     };
     let (one, two) = (serve(), serve());
-    let as_ = |server: &Server, bearer: &'static str| {
-        let url = server.url.clone();
-        async move { Client::http_through(&url, reqwest::Client::new(), Some(bearer)).await }
-    };
-    let alice_on_one = as_(&one, "s3cret-alice").await;
-    let alice_on_two = as_(&two, "s3cret-alice").await;
+    let alice_on_one = Client::http_as(&one.url, "s3cret-alice").await;
+    let alice_on_two = Client::http_as(&two.url, "s3cret-alice").await;
     let first = common::handle_of(
         &alice_on_one
             .call("invoice.submit", json!({"amount": 1}))
@@ -703,7 +695,7 @@ async fn one_principal_holds_at_most_its_share_of_instances_on_every_server() {
         assert_eq!(error["quota"], "instances", "{error}");
         assert!(error.get("retryAfterMs").is_none(), "{error}");
     }
-    let bob = as_(&two, "s3cret-bob").await;
+    let bob = Client::http_as(&two.url, "s3cret-bob").await;
     let minted = bob.call("invoice.submit", json!({"amount": 4})).await;
     assert_ne!(minted.is_error, Some(true), "{minted:?}");
     // Alice's instances still move; the first one finishes, and retention deletes it.

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Client, Labels, PluginDir, Scrape, Server, error_code, labels_of};
+use common::{Client, Labels, PluginDir, Scrape, Server, TokenFile, error_code, labels_of};
 use serde_json::{Value, json};
 
 /// `(labels, count)` pairs as `moved_since` reports them.
@@ -167,13 +167,8 @@ async fn counters_move_by_exactly_the_calls_made_by_tool_and_outcome() {
 #[tokio::test]
 async fn metrics_need_the_token_and_host_the_other_routes_need() {
     let plugins = PluginDir::with(&["invoice"]);
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("tokens");
-    std::fs::write(&file, "prometheus s3cret-scraper\n").unwrap();
-    let server = Server::http(
-        plugins.path(),
-        &["--auth-token-file", file.to_str().unwrap()],
-    );
+    let file = TokenFile::with("prometheus s3cret-scraper\n");
+    let server = Server::http(plugins.path(), &["--auth-token-file", file.arg()]);
     let url = format!("{}/metrics", server.base());
     let http = reqwest::Client::new();
 

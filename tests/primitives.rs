@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Client, PluginDir, Server, handle_of, rpc_error};
+use common::{Client, PluginDir, Server, TokenFile, handle_of, rpc_error};
 use rmcp::model::{ErrorCode, ResourceContents};
 use serde_json::{Value, json};
 
@@ -139,20 +139,12 @@ async fn the_review_checklist_and_the_invoice_follow_the_workflow() {
 #[tokio::test]
 async fn an_instance_resource_follows_its_instance_and_only_its_owner_reaches_it() {
     let plugins = PluginDir::with(&["invoice"]);
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, "alice tok-alice\nbob tok-bob\n").unwrap();
+    let tokens = TokenFile::with("alice tok-alice\nbob tok-bob\n");
     let server = Server::http(
         plugins.path(),
-        &[
-            "--auth-token-file",
-            tokens.to_str().unwrap(),
-            "--state-handle-key",
-        ],
+        &["--auth-token-file", tokens.arg(), "--state-handle-key"],
     );
-    let connect = |token: &'static str| {
-        Client::http_through(&server.url, reqwest::Client::new(), Some(token))
-    };
+    let connect = |token: &'static str| Client::http_as(&server.url, token);
     let (alice, bob) = (connect("tok-alice").await, connect("tok-bob").await);
 
     let handle = handle_of(&alice.call("invoice.submit", json!({"amount": 80})).await);
@@ -291,21 +283,13 @@ async fn handles(client: &Client, template: &str, typed: &str) -> Vec<String> {
 #[tokio::test]
 async fn handles_complete_with_the_callers_own_live_instances_only() {
     let plugins = PluginDir::with(&["invoice"]);
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("tokens");
-    std::fs::write(&file, "alice s3cret-alice\nbob s3cret-bob\n").unwrap();
+    let file = TokenFile::with("alice s3cret-alice\nbob s3cret-bob\n");
     let server = Server::http(
         plugins.path(),
-        &[
-            "--auth-token-file",
-            file.to_str().unwrap(),
-            "--state-handle-key",
-        ],
+        &["--auth-token-file", file.arg(), "--state-handle-key"],
     );
-    let as_ = |bearer: &'static str| {
-        Client::http_through(&server.url, reqwest::Client::new(), Some(bearer))
-    };
-    let (alice, bob) = (as_("s3cret-alice").await, as_("s3cret-bob").await);
+    let alice = Client::http_as(&server.url, "s3cret-alice").await;
+    let bob = Client::http_as(&server.url, "s3cret-bob").await;
     let mut minted = Vec::new();
     for amount in [1, 2, 3] {
         minted.push(handle_of(

@@ -11,8 +11,8 @@ mod common;
 use std::{fs, time::Duration};
 
 use common::{
-    Client, GATED_LISTS_EXTENSION, NEXT_STEP_META_KEY, PluginDir, Server, built_plugin, error_code,
-    handle_of, names, text_of,
+    Client, GATED_LISTS_EXTENSION, NEXT_STEP_META_KEY, PluginDir, Server, TokenFile, built_plugin,
+    error_code, handle_of, names, text_of,
 };
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
@@ -410,20 +410,14 @@ async fn an_instance_resource_reads_the_instance_and_is_updated_once_per_transit
 #[tokio::test]
 async fn another_principal_finds_no_instance_resource() {
     let plugins = PluginDir::with(&["invoice"]);
-    let data = tempfile::tempdir().unwrap();
-    let tokens = data.path().join("tokens");
-    fs::write(&tokens, "alice tok-alice\nbob tok-bob\n").unwrap();
+    let tokens = TokenFile::with("alice tok-alice\nbob tok-bob\n");
     let server = Server::http(
         plugins.path(),
-        &[
-            "--state-handle-key",
-            "--auth-token-file",
-            tokens.to_str().unwrap(),
-        ],
+        &["--state-handle-key", "--auth-token-file", tokens.arg()],
     );
     let as_who = |token: &'static str| {
         let url = server.url.clone();
-        async move { Client::http_through(&url, reqwest::Client::new(), Some(token)).await }
+        async move { Client::http_as(&url, token).await }
     };
     let alice = as_who("tok-alice").await;
     let bob = as_who("tok-bob").await;

@@ -17,7 +17,7 @@
 mod common;
 mod python_support;
 
-use common::{PluginDir, Server};
+use common::{PluginDir, Server, TokenFile};
 use python_support::{Sdk, is_invoice_handle, run_scenario, run_scenario_over_stdio};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -628,16 +628,10 @@ fn mcp1_over_stdio_prompts_and_resources_follow_the_state() {
 #[test]
 fn mcp1_handle_mode_instance_resource_is_listed_read_and_updated_by_its_owner_only() {
     let plugins = PluginDir::with(&["invoice"]);
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, "alice tok-alice\ncarol tok-carol\n").unwrap();
+    let tokens = TokenFile::with("alice tok-alice\ncarol tok-carol\n");
     let mut server = Server::http(
         plugins.path(),
-        &[
-            "--auth-token-file",
-            tokens.to_str().unwrap(),
-            "--state-handle-key",
-        ],
+        &["--auth-token-file", tokens.arg(), "--state-handle-key"],
     );
     let summary = run_scenario(
         Sdk::Mcp1,

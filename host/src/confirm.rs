@@ -13,7 +13,7 @@
 //! how the person is reached.
 
 use serde_json::{Map, Value, json};
-use turnstile_plugin_api::ConfirmManifest;
+use turnstile_plugin_api::{ConfirmManifest, InputRequest};
 
 use crate::statechart::Condition;
 
@@ -96,9 +96,11 @@ impl Confirmation {
             return Decision::NotNeeded;
         }
         let Some(answer) = asking.get("responses").and_then(|r| r.get(CONFIRM_KEY)) else {
-            let request = json!({"method": "elicitation/create", "params": {
-                "mode": "form", "message": self.message, "requestedSchema": self.schema}});
-            return Decision::Ask(Map::from_iter([(CONFIRM_KEY.to_owned(), request)]));
+            let request = InputRequest::form(self.message.clone(), self.schema.clone());
+            return Decision::Ask(Map::from_iter([(
+                CONFIRM_KEY.to_owned(),
+                request.to_json(),
+            )]));
         };
         match answer.get("action").and_then(Value::as_str) {
             Some("accept") => {

@@ -111,6 +111,32 @@ pub fn postgres_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
+/// A bearer-token file (`--auth-token-file`) in a directory of its own, removed when dropped.
+pub struct TokenFile {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl TokenFile {
+    /// A token file holding `lines` (`NAME TOKEN` or a bare `TOKEN` per line).
+    pub fn with(lines: &str) -> TokenFile {
+        let dir = tempfile::tempdir().expect("a temp dir for the token file");
+        let path = dir.path().join("tokens");
+        std::fs::write(&path, lines).expect("write the token file");
+        TokenFile { _dir: dir, path }
+    }
+
+    /// The file's path, as `--auth-token-file` takes it.
+    pub fn arg(&self) -> &str {
+        self.path.to_str().expect("a UTF-8 temp path")
+    }
+
+    /// Replaces the file's lines (the server reads them again on SIGHUP).
+    pub fn rewrite(&self, lines: &str) {
+        std::fs::write(&self.path, lines).expect("rewrite the token file");
+    }
+}
+
 /// A private plugin directory for one test.
 pub struct PluginDir {
     dir: TempDir,
@@ -623,6 +649,11 @@ impl Client {
             events,
             notices,
         }
+    }
+
+    /// Connects over Streamable HTTP as the principal of `bearer` (`Authorization: Bearer`).
+    pub async fn http_as(url: &str, bearer: &str) -> Client {
+        Self::http_through(url, reqwest::Client::new(), Some(bearer)).await
     }
 
     /// Connects over Streamable HTTP through `http` (an HTTPS client trusting a test

@@ -102,7 +102,7 @@ pub fn can_ask(capabilities: Option<&ClientCapabilities>) -> Vec<&'static str> {
 }
 
 /// The kind a request asks for, as [`can_ask`] names it.
-fn kind_of(request: &Value) -> &'static str {
+pub(super) fn kind_of(request: &Value) -> &'static str {
     match request["method"].as_str() {
         Some("sampling/createMessage") => "sampling",
         Some("roots/list") => "roots",

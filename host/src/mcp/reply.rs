@@ -194,11 +194,10 @@ pub fn needed(requests: &serde_json::Map<String, Value>) -> String {
     let mut needed: Vec<String> = requests
         .iter()
         .map(|(key, request)| {
-            let what = match request["method"].as_str() {
-                Some("sampling/createMessage") => "sampling",
-                Some("roots/list") => "roots",
-                _ if request["params"]["mode"] == "url" => "a URL elicitation",
-                _ => "a form elicitation",
+            let what = match super::asking::kind_of(request) {
+                "elicitation.url" => "a URL elicitation",
+                "elicitation.form" => "a form elicitation",
+                other => other,
             };
             format!("{what} ({})", clip(key))
         })
