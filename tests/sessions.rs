@@ -1075,7 +1075,7 @@ async fn answer_only_requests_of_a_session_come_back_as_plain_json() {
 /// A `tools/call` served on the spot (no progress token) gets the answer rmcp's own dispatch
 /// gives the same call (with one): the same result, the same tool error, the same JSON-RPC
 /// error. The direct path answers `tools/call` itself, as rmcp does around the handler
-/// (`mcp/direct.rs`); this is what keeps the two the same.
+/// (`mcp/http/direct.rs`); this is what keeps the two the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_answered_on_the_spot_is_answered_as_rmcp_answers_it() {
     let plugins = PluginDir::with(&["invoice", "testkit"]);

@@ -107,7 +107,7 @@ impl ToolEntry {
         self.manifest.workflow.as_deref()
     }
 
-    /// Whether a call of this tool may ask the person or the client for input (`mcp/asking.rs`):
+    /// Whether a call of this tool may ask the person or the client for input (`mcp/handler/asking.rs`):
     /// the handler says it may, or the binding has a person confirm.
     pub fn asks(&self) -> bool {
         self.manifest.asks || self.confirm.is_some()

@@ -3,7 +3,7 @@
 //!
 //! A tool whose manifest declares `confirm` (`turnstile_plugin_api::ConfirmManifest`) is
 //! confirmed before its handler runs, once the gate has let the call through: the host asks
-//! with a form under [`CONFIRM_KEY`], by the same means a handler asks (`mcp/asking.rs`: an
+//! with a form under [`CONFIRM_KEY`], by the same means a handler asks (`mcp/handler/asking.rs`: an
 //! elicitation on the 2025 revisions, an input-required result on 2026-07-28), and the call runs
 //! again with the answer. An accept runs the handler, and the form's content becomes the event's
 //! `input.confirmation` and the audit entry's `confirmation`; a decline or cancel runs nothing

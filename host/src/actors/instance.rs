@@ -74,7 +74,7 @@ pub struct Call {
     /// ahead of the result ([`CallOutcome::Ran`]'s `lists`): the notifier leaves it out of those
     /// notices, which would reach it on its event stream only after the result.
     pub told_in_reply: Option<SessionId>,
-    /// What the handler may ask for and has been told (ABI 1.4, see `mcp/asking.rs`): handed to
+    /// What the handler may ask for and has been told (ABI 1.4, see `mcp/handler/asking.rs`): handed to
     /// the plugin as is; `null` when nothing may be asked.
     pub asking: Value,
 }

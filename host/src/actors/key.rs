@@ -69,7 +69,7 @@ impl Tenant {
 }
 
 /// The first 16 bytes of SHA-256 over `text`, as 32 hex digits: a tenant, and a bare token's
-/// principal (`mcp/auth.rs`).
+/// principal (`mcp/auth/bearer.rs`).
 pub fn sha256_hex16(text: &str) -> String {
     use sha2::{Digest, Sha256};
     use std::fmt::Write;
@@ -191,7 +191,7 @@ impl InstanceKey {
     }
 
     /// [`InstanceKey::store_key`] in the pieces it is joined from (`separator` is room for one
-    /// of them). Every call digests the key for its span (`mcp/metrics.rs`), from these pieces:
+    /// of them). Every call digests the key for its span (`mcp/http/metrics.rs`), from these pieces:
     /// joining them costs an allocation, and `format!` cost more than the digest.
     pub fn store_key_pieces<'a>(&'a self, separator: &'a mut [u8; 4]) -> [&'a str; 4] {
         match &self.owner {

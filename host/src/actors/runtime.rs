@@ -42,7 +42,7 @@ impl Runtime {
     /// answer and runs nothing. `principal` (authentication on) goes to the audit trail. With
     /// `told_in_reply`, that session hears of the lists the call changed from the call's reply
     /// (`CallOutcome::Ran`'s `lists`), not from the notifier. `asking` is what the handler may
-    /// ask for and has been told (`mcp/asking.rs`; `null`: nothing may be asked).
+    /// ask for and has been told (`mcp/handler/asking.rs`; `null`: nothing may be asked).
     ///
     /// Not an `async fn`: one would keep each argument twice (as itself and as the local it is
     /// moved to), where this future keeps them once, as the message.

@@ -247,7 +247,6 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     // threads; every few seconds, hand what was freed back to the OS.
     memory::release_free_memory_every(Duration::from_secs(2))
         .context("cannot start the memory-trim thread")?;
-    let readiness = mcp::Readiness::new(store.clone());
     // Timers (and retention) that fell due while no server ran fire now, in due-time order.
     crate::timers::spawn(store.clone(), runtime.clone(), alarm);
     tokio::spawn(relay_changes_from_other_servers(
@@ -277,7 +276,10 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         call_limits,
         shutdown: shutdown.clone(),
         connection_is_session: matches!(options.transport, Transport::Stdio),
-        readiness,
+        caller_of: match options.transport {
+            Transport::Stdio => mcp::Caller::of_connection,
+            Transport::Http(_) => mcp::http_caller,
+        },
         call_metrics: Default::default(),
         next_step: options.next_step,
         list_ttl: options.list_ttl,

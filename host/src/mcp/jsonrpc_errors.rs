@@ -4,7 +4,7 @@
 //! -32600 when it is JSON but not a JSON-RPC 2.0 message MCP accepts (a batch, a non-object, a
 //! wrong `jsonrpc`, no `method`, `params` that is not an object, an `id` that is not a string or
 //! a number), with the message's `id` echoed whenever it could be read. Both transports use it:
-//! `http_layer.rs` when rmcp refused a POST body, `stdio.rs` for a line that does not parse.
+//! `http/endpoint.rs` when rmcp refused a POST body, `stdio.rs` for a line that does not parse.
 //!
 //! It must not be on the path of a valid message: callers classify only what rmcp (or their own
 //! single parse) has already refused, so a message is parsed here at most once, and only when it

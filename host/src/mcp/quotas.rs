@@ -2,7 +2,7 @@
 //! streams, and mints, counted per principal (with authentication) or per client address
 //! (without), so that one client cannot take what the server-wide caps leave for the others.
 //!
-//! This module owns the counts and the decisions; `http_layer.rs` asks it before opening a
+//! This module owns the counts and the decisions; `http/endpoint.rs` asks it before opening a
 //! session or an event stream (a refusal is HTTP 429 with `Retry-After`), and the `tools/call`
 //! handler before a call mints an instance (a refusal is `isError` with code `QUOTA_EXCEEDED`
 //! and `retryAfterMs`, built in `reply.rs`). Every limit is off unless configured.
@@ -33,7 +33,7 @@ use std::{
 
 use dashmap::DashMap;
 
-use super::{auth::Principal, session_records::SessionRecords};
+use crate::mcp::auth::bearer::Principal;
 use crate::{
     actors::Tenant,
     store::{StateStore, StoreError},
@@ -184,7 +184,7 @@ impl Quotas {
     pub fn admit_session(
         self: &Arc<Self>,
         holder: &Holder,
-        sessions: &SessionRecords,
+        session_exists: impl Fn(&str) -> bool,
     ) -> Result<Option<Place>, OverQuota> {
         let Some(max) = self.limits.sessions else {
             return Ok(None);
@@ -192,20 +192,20 @@ impl Quotas {
         let held = self
             .openers
             .iter()
-            .filter(|entry| entry.value() == holder && sessions.exists(entry.key()))
+            .filter(|entry| entry.value() == holder && session_exists(entry.key()))
             .count();
         self.take_place(Kind::Opening, holder, held, max).map(Some)
     }
 
     /// Records that `holder` opened `session` (before its admission's place is given back);
-    /// now and then drops the entries of sessions that `sessions` no longer holds.
-    pub fn opened(&self, session: &str, holder: Holder, sessions: &SessionRecords) {
+    /// now and then drops the entries of sessions that no longer exist.
+    pub fn opened(&self, session: &str, holder: Holder, session_exists: impl Fn(&str) -> bool) {
         if !self.counts_sessions() {
             return;
         }
         self.openers.insert(session.into(), holder);
         if self.opened.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1 {
-            self.openers.retain(|session, _| sessions.exists(session));
+            self.openers.retain(|session, _| session_exists(session));
         }
     }
 

@@ -22,10 +22,8 @@ use tokio::{
     sync::mpsc,
 };
 
-use super::{
-    jsonrpc_errors::{self, Rejection},
-    server::{Shared, TurnstileServer},
-};
+use super::jsonrpc_errors::{self, Rejection};
+use crate::mcp::handler::server::{Shared, TurnstileServer};
 
 /// The longest line read as a message (rmcp's own stdio transport allows the same); a longer one
 /// is answered with -32600 and skipped.

@@ -26,10 +26,7 @@ use rmcp::{
 use serde_json::{Value, json};
 use turnstile_plugin_api::HANDLE_VARIABLE;
 
-use super::{
-    instance_resource, reply,
-    server::{TurnstileServer, tenant_of},
-};
+use super::{instance_resource, reply, server::TurnstileServer};
 use crate::{
     actors::{InstanceKey, Owner},
     catalog::{Bound, PromptEntry},
@@ -47,7 +44,7 @@ pub const MAX_LOADED: usize = 200;
 
 impl TurnstileServer {
     /// `completion/complete`.
-    pub(super) async fn answer_complete(
+    pub(in crate::mcp) async fn answer_complete(
         &self,
         request: CompleteRequestParams,
         context: &RequestContext<RoleServer>,
@@ -201,9 +198,9 @@ impl TurnstileServer {
         typed: &str,
         context: &RequestContext<RoleServer>,
     ) -> Result<Vec<String>, ErrorData> {
-        let tenant = tenant_of(context);
+        let tenant = self.caller(context).tenant();
         let mut keys: BTreeSet<String> = BTreeSet::new();
-        if !super::server::is_sessionless(context) {
+        if !self.caller(context).is_sessionless() {
             for key in self.session().touched() {
                 if let Owner::Handle(handle) = &key.owner
                     && *key.workflow == *workflow

@@ -23,7 +23,7 @@
 //! and not by rmcp's worker, because the requests `direct.rs` serves never reach the worker; a
 //! sweep every [`sweep_interval`] finds idle and failed sessions.
 //!
-//! `http_layer.rs` reports each request of a session ([`SessionRecords::visit`]); the handler
+//! `http/endpoint.rs` reports each request of a session ([`SessionRecords::visit`]); the handler
 //! (`server.rs`) binds a new session's scope and its [`Served`] once its handshake is done and
 //! adopts the scope back on a restore. It must not look into requests: it counts them.
 
@@ -33,17 +33,25 @@ use std::{
 };
 
 use rmcp::{
-    model::InitializeRequestParams,
-    transport::streamable_http_server::session::{
-        SessionId, SessionManager,
-        local::LocalSessionManager,
-        store::{SessionState, SessionStore, SessionStoreError},
+    Peer, RoleServer,
+    model::{Extensions, InitializeRequestParams},
+    transport::streamable_http_server::{
+        SessionRestoreMarker,
+        session::{
+            SessionId, SessionManager,
+            local::LocalSessionManager,
+            store::{SessionState, SessionStore, SessionStoreError},
+        },
     },
 };
 use tokio::{sync::watch, time::Instant};
 
-use super::{direct::Served, outbox::Outbox, session::SessionScope};
+use super::direct::Served;
 use crate::fast_hash::ConcurrentMap;
+use crate::mcp::{
+    handler::server::{SessionHome, TurnstileServer},
+    session::{outbox::Outbox, scope::SessionScope},
+};
 
 /// One session's record.
 struct Record {
@@ -179,37 +187,11 @@ impl SessionRecords {
         }
     }
 
-    /// Session `id` finished its handshake with `scope` (a first one, or the replay of a
-    /// restore), served by `served`: it may passivate from now on.
-    pub fn bind(&self, id: &str, scope: &Arc<SessionScope>, served: Served) {
-        if let Some(mut record) = self.records.get_mut(id) {
-            record.scope.get_or_insert_with(|| scope.clone());
-            record.served = Some(served);
-            if !Arc::ptr_eq(&record.outbox, scope.outbox()) {
-                // The handler made its scope before it took up the record's (a request it
-                // handled before `notifications/initialized`): that scope's outbox carries the
-                // session's messages, and takes over the stream a GET may have opened meanwhile.
-                scope.outbox().take_over(&record.outbox);
-                record.outbox = scope.outbox().clone();
-            }
-        }
-    }
-
     /// Where session `id`'s messages go, and whether it is live (a GET of a passivated one
     /// goes to rmcp, which restores it).
     pub fn outbox(&self, id: &str) -> Option<(Arc<Outbox>, bool)> {
         let record = self.records.get(id)?;
         Some((record.outbox.clone(), matches!(record.phase, Phase::Live)))
-    }
-
-    /// A new handler restores session `id`: its scope, if the session is passivated.
-    pub fn adopt(&self, id: &str) -> Option<Arc<SessionScope>> {
-        let mut record = self.records.get_mut(id)?;
-        if !matches!(record.phase, Phase::Passivated) {
-            return None;
-        }
-        record.phase = Phase::Live;
-        record.scope.clone()
     }
 
     /// Ends session `id` now: its record goes, its event stream ends, and rmcp's worker if it
@@ -346,5 +328,46 @@ impl SessionStore for SessionRecords {
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
         self.forget(session_id);
         Ok(())
+    }
+}
+
+/// How a handler finds its session here (the handler knows no HTTP: `handler/server.rs`).
+impl SessionHome for SessionRecords {
+    /// A new handler restores a session (rmcp replays its `initialize`, marked): its scope, if
+    /// the session is passivated.
+    fn restored(&self, extensions: &Extensions) -> Option<Arc<SessionScope>> {
+        let id = &extensions.get::<SessionRestoreMarker>()?.id;
+        let mut record = self.records.get_mut(id.as_ref())?;
+        if !matches!(record.phase, Phase::Passivated) {
+            return None;
+        }
+        record.phase = Phase::Live;
+        record.scope.clone()
+    }
+
+    fn outbox_of(&self, id: &str) -> Option<Arc<Outbox>> {
+        self.outbox(id).map(|(outbox, _)| outbox)
+    }
+
+    /// Session `id` finished its handshake with `scope` (a first one, or the replay of a
+    /// restore), served by `handler` and `peer`: it may passivate from now on.
+    fn bind(
+        &self,
+        id: &str,
+        scope: &Arc<SessionScope>,
+        handler: TurnstileServer,
+        peer: Peer<RoleServer>,
+    ) {
+        if let Some(mut record) = self.records.get_mut(id) {
+            record.scope.get_or_insert_with(|| scope.clone());
+            record.served = Some(Served::new(handler, peer));
+            if !Arc::ptr_eq(&record.outbox, scope.outbox()) {
+                // The handler made its scope before it took up the record's (a request it
+                // handled before `notifications/initialized`): that scope's outbox carries the
+                // session's messages, and takes over the stream a GET may have opened meanwhile.
+                scope.outbox().take_over(&record.outbox);
+                record.outbox = scope.outbox().clone();
+            }
+        }
     }
 }

@@ -19,7 +19,8 @@ use std::sync::{
 
 use dashmap::DashMap;
 
-use super::{auth::Principal, session_records::SessionRecords};
+use super::session_records::SessionRecords;
+use crate::mcp::auth::bearer::Principal;
 
 /// How many sessions open between two prunings of ended sessions' entries.
 const PRUNE_EVERY: usize = 1024;

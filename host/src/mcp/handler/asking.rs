@@ -46,8 +46,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::Sha256;
 
-use super::direct::RequestStream;
 use crate::confirm::CONFIRM_KEY;
+use crate::mcp::session::request_stream::RequestStream;
 
 /// The most rounds of asking one call may take in a 2025 session (a handler that asks again
 /// after every answer would otherwise hold the request for good).
@@ -68,7 +68,7 @@ pub enum Era {
 impl Era {
     /// The era of `context`'s request.
     pub fn of(context: &RequestContext<RoleServer>) -> Era {
-        if super::server::is_2026_07_28(context) {
+        if super::era::is_2026_07_28(context) {
             Era::InputRequired
         } else {
             Era::Requests
@@ -102,7 +102,7 @@ pub fn can_ask(capabilities: Option<&ClientCapabilities>) -> Vec<&'static str> {
 }
 
 /// The kind a request asks for, as [`can_ask`] names it.
-pub(super) fn kind_of(request: &Value) -> &'static str {
+pub(in crate::mcp) fn kind_of(request: &Value) -> &'static str {
     match request["method"].as_str() {
         Some("sampling/createMessage") => "sampling",
         Some("roots/list") => "roots",
@@ -189,7 +189,7 @@ impl Asking {
                     format!(
                         "inputResponses[{}] is not an object: each answer is the client's \
                          result for the request of that key",
-                        super::reply::clip(&key)
+                        super::clip::clip(&key)
                     ),
                     Some(json!({"code": "INVALID_INPUT_RESPONSES"})),
                 ));

@@ -5,7 +5,7 @@
 //! be a loopback name or one given with `--allowed-host`, compared case-insensitively; an allowed
 //! entry with a port matches that port only, one without matches any. Anything else (a foreign,
 //! malformed or missing `Host`) is answered 403 with a short JSON-RPC error body, the shape rmcp's
-//! refusals take on `/mcp` (see `http_layer.rs`), before the route runs.
+//! refusals take on `/mcp` (see `http/endpoint.rs`), before the route runs.
 //!
 //! A tower layer of its own rather than `axum::middleware::from_fn`: `from_fn` clones and boxes
 //! the route it wraps and boxes its future on every request, for a check that needs neither.
@@ -28,10 +28,10 @@ use futures_util::future::Either;
 use serde_json::Value;
 use tower::{Layer, Service};
 
-use super::jsonrpc_errors::Rejection;
+use crate::mcp::jsonrpc_errors::Rejection;
 
 /// The `Host` names accepted whatever the options say (rmcp's defaults).
-pub(super) const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+pub(in crate::mcp) const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 /// The hosts a request may name: loopback plus the operator's `--allowed-host` values.
 #[derive(Clone, Debug)]

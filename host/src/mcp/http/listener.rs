@@ -2,7 +2,7 @@
 //!
 //! rmcp's `StreamableHttpService` does the protocol work (sessions and `Mcp-Session-Id`, the GET
 //! event stream, DELETE, and sessionless 2026-07-28 requests on the same endpoint); Turnstile
-//! gives it a factory that makes one [`TurnstileServer`] per session. `http_layer.rs` sits in
+//! gives it a factory that makes one [`TurnstileServer`] per session. `http/endpoint.rs` sits in
 //! front of it and turns its plain-text refusals into JSON-RPC errors.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -14,17 +14,19 @@ use rmcp::transport::streamable_http_server::{
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    auth::{self, Authenticator},
     connections::{self, ConnectionLimits},
+    endpoint::{McpEndpoint, McpLayer},
     handshake::Handshakes,
     health,
     host_check::{self, AllowedHosts, RefuseForeignHost},
-    http_layer::{McpEndpoint, McpLayer},
     idle, metrics,
-    oauth::{OAuth, OAuthOptions},
-    server::{Shared, TurnstileServer},
     session_records::SessionRecords,
     tls::Tls,
+};
+use crate::mcp::{
+    auth::bearer::{self, Authenticator},
+    auth::oauth::{OAuth, OAuthOptions},
+    handler::server::{SessionHome, Shared, TurnstileServer},
 };
 
 /// How long a session waits with nothing in flight before it is passivated, unless configured.
@@ -99,7 +101,7 @@ pub async fn serve_http(
 ) -> anyhow::Result<()> {
     let tokens = match &options.auth_token_file {
         Some(file) => {
-            let tokens = auth::Tokens::load(file)?;
+            let tokens = bearer::Tokens::load(file)?;
             tokens.reload_on_sighup()?;
             // Before any request: the instances of the principals' old forms become theirs.
             if let Err(error) =
@@ -190,7 +192,7 @@ pub async fn serve_http(
         move || {
             Ok(TurnstileServer::new(
                 factory_shared.clone(),
-                Some(factory_sessions.clone()),
+                Some(factory_sessions.clone() as Arc<dyn SessionHome>),
             ))
         },
         sessions.workers(),
@@ -238,7 +240,7 @@ pub async fn serve_http(
                 tokens,
                 oauth: oauth.clone(),
             },
-            auth::require_token,
+            bearer::require_token,
         ))
     } else {
         app
@@ -268,7 +270,10 @@ pub async fn serve_http(
             &options.allowed_hosts,
         )))
         .route("/healthz", get(health::alive))
-        .route("/readyz", get(health::ready))
+        .route("/readyz", {
+            let readiness = Arc::new(health::Readiness::new(shared.store.clone()));
+            get(move |State(shared)| health::ready(shared, readiness.clone()))
+        })
         .with_state(shared);
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(address = %local, "serving MCP over Streamable HTTP at {scheme}://{local}/mcp");

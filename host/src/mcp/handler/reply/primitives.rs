@@ -94,7 +94,7 @@ pub fn listed_template(entry: &TemplateEntry) -> ResourceTemplate {
 /// The host's template of `workflow`'s instances (`turnstile://{workflow}/{handle}`).
 pub fn listed_instance_template(workflow: &str) -> ResourceTemplate {
     let mut template = ResourceTemplate::new(
-        crate::mcp::instance_resource::template(workflow),
+        crate::mcp::handler::instance_resource::template(workflow),
         format!("{workflow} instance"),
     );
     template.description = Some(format!(
@@ -312,7 +312,7 @@ fn succeeded(what: &str, output: PluginOutput) -> Result<Value, ErrorData> {
             format!("{what} failed: {message}"),
             Some(json!({ "code": "TOOL_ERROR", "message": message })),
         )),
-        // Asked where nothing may be asked (`mcp/asking.rs` answers every request it can).
+        // Asked where nothing may be asked (`mcp/handler/asking.rs` answers every request it can).
         PluginOutput::NeedsInput(requests) => {
             let needed = super::needed(&requests);
             Err(ErrorData::invalid_request(

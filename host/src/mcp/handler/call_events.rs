@@ -6,7 +6,7 @@
 //! answers, so every message the plugin sent before returning is handed on ahead of the result,
 //! every time. (A forwarder task of its own would race the result.) Progress goes on the
 //! request's own stream. Log messages go there too when the request has one Turnstile writes
-//! (`direct.rs`'s [`RequestStream`]: a session's request without a progress token, which is how
+//! (the request's own [`RequestStream`], written by `http/direct.rs`: a session's request without a progress token, which is how
 //! the Python and TypeScript SDKs call) or when it has no session. A session's request that rmcp
 //! serves has its log messages sent where the session's other messages go, its event stream
 //! (`outbox.rs`): rmcp would route them to the GET stream anyway, and sending them there
@@ -26,7 +26,7 @@ use rmcp::{
     },
 };
 
-use super::{direct::RequestStream, outbox::Outbox};
+use crate::mcp::session::{outbox::Outbox, request_stream::RequestStream};
 use crate::plugin::{CallEvent, EventReceiver, LogLevel};
 
 /// Where one call's events go, and which of them the client wants. Borrowed from the request

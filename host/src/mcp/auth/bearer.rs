@@ -20,11 +20,9 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use super::{
-    jsonrpc_errors::{Rejection, UNAUTHORIZED},
-    oauth::{OAuth, Refused},
-};
+use super::oauth::{OAuth, Refused};
 use crate::actors::{Tenant, sha256_hex16};
+use crate::mcp::jsonrpc_errors::{Rejection, UNAUTHORIZED};
 use axum::{
     extract::{Request, State},
     http::{HeaderValue, StatusCode, header},

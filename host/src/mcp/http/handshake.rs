@@ -6,7 +6,7 @@
 //! the server with them. So every new session is noted here when rmcp answers its `initialize`,
 //! and ended `--handshake-timeout` later unless its `notifications/initialized` came first.
 //!
-//! `http_layer.rs` reports both events; this module owns the set of pending sessions and the
+//! `http/endpoint.rs` reports both events; this module owns the set of pending sessions and the
 //! timers. It must not look at a session after its handshake: a finished session costs nothing
 //! here.
 

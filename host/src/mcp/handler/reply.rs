@@ -14,8 +14,6 @@
 mod next_step;
 mod primitives;
 
-use std::borrow::Cow;
-
 use rmcp::{
     ErrorData,
     model::{CallToolResult, ContentBlock, JsonObject, Tool},
@@ -29,6 +27,7 @@ pub use self::primitives::{
     listed_template, prompt_input_unavailable, prompt_result, read_failure, resource_not_found,
     resource_result, unknown_completion_argument, unknown_prompt, unknown_template, withheld,
 };
+pub use super::clip::clip;
 use super::target::NoTarget;
 use crate::{
     actors::InstanceError,
@@ -78,18 +77,6 @@ pub fn listed_tool(tool: &ToolEntry, description: &str) -> Tool {
 
 /// Where a workflow tool's result reports the state the call left its instance in.
 pub const STATE_KEY: &str = "state";
-
-/// The most characters of a client-supplied string that an error message or a log line repeats.
-pub const MAX_ECHO_CHARS: usize = 128;
-
-/// `text` as it may be echoed in an error or a log line: at most [`MAX_ECHO_CHARS`] characters,
-/// then "…" if anything was cut. Borrowed when it is short enough already.
-pub fn clip(text: &str) -> Cow<'_, str> {
-    match text.char_indices().nth(MAX_ECHO_CHARS) {
-        None => Cow::Borrowed(text),
-        Some((end, _)) => Cow::Owned(format!("{}…", &text[..end])),
-    }
-}
 
 /// JSON-RPC -32602: no plugin provides a tool by that name.
 pub fn unknown_tool(name: &str) -> ErrorData {
@@ -184,7 +171,7 @@ pub fn ran(tool: &str, output: PluginOutput, state: Option<Value>) -> CallToolRe
             }
             result
         }
-        // Asked where nothing may be asked (`mcp/asking.rs` answers every request it can).
+        // Asked where nothing may be asked (`mcp/handler/asking.rs` answers every request it can).
         PluginOutput::NeedsInput(requests) => input_unavailable(tool, &needed(&requests)),
     }
 }
@@ -489,7 +476,7 @@ pub fn invoke_failure(tool: &str, error: &InvokeError) -> CallToolResult {
 
 /// The caller started instances faster than its quota allows, or holds as many as it may
 /// (`quotas.rs`): nothing ran. `retryAfterMs` only where waiting helps.
-pub fn over_quota(tool: &str, refusal: &super::quotas::OverQuota) -> CallToolResult {
+pub fn over_quota(tool: &str, refusal: &crate::mcp::quotas::OverQuota) -> CallToolResult {
     let mut details = json!({
         "tool": tool,
         "quota": refusal.what,
@@ -625,20 +612,6 @@ fn error_result(text: String, code: &str, details: Value) -> CallToolResult {
 mod tests {
     use super::*;
     use crate::plugin::Returned;
-
-    #[test]
-    fn clip_keeps_short_strings_and_cuts_long_ones_on_a_character() {
-        assert!(matches!(
-            clip("invoice.submit"),
-            Cow::Borrowed("invoice.submit")
-        ));
-        let exact = "é".repeat(MAX_ECHO_CHARS);
-        assert_eq!(clip(&exact), exact);
-        let long = "é".repeat(1_000_000);
-        let clipped = clip(&long);
-        assert_eq!(clipped.chars().count(), MAX_ECHO_CHARS + 1);
-        assert!(clipped.ends_with("é…"));
-    }
 
     #[test]
     fn echoed_names_are_clipped() {

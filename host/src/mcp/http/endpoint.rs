@@ -43,17 +43,19 @@ use rmcp::transport::streamable_http_server::{
 use serde_json::Value;
 
 use super::{
-    auth::Principal,
     direct::{self, Served},
     event_stream,
     handshake::{Handshakes, is_initialized_notification, is_method},
     header_names::{PROTOCOL_VERSION, SESSION_ID},
     idle,
-    jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
-    quotas::{self, ClientAddr, Holder, OverQuota, Quotas},
-    server::TurnstileServer,
     session_owners::SessionOwners,
     session_records::{SessionRecords, Visit},
+};
+use crate::mcp::{
+    auth::bearer::Principal,
+    handler::server::TurnstileServer,
+    jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
+    quotas::{self, ClientAddr, Holder, OverQuota, Quotas},
 };
 
 /// rmcp's answer when the body it read is not a JSON-RPC message it accepts (its 415).
@@ -209,7 +211,7 @@ fn by_the_book(layer: &McpLayer, request: Request) -> impl Future<Output = Respo
 }
 
 /// The `Mcp-Session-Id` a request names.
-pub(super) fn session_of(headers: &HeaderMap) -> Option<&str> {
+pub(in crate::mcp) fn session_of(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(SESSION_ID)
         .and_then(|value| value.to_str().ok())
@@ -336,7 +338,9 @@ async fn post_to_rmcp(layer: &McpLayer, request: Request) -> Response {
         if let (None, Some(holder), Some(opened)) =
             (&session, holder, session_of(response.headers()))
         {
-            layer.quotas.opened(opened, holder, &layer.sessions);
+            layer
+                .quotas
+                .opened(opened, holder, |id| layer.sessions.exists(id));
         }
         if let (Some(owners), None, Some(principal), Some(opened)) = (
             &layer.owners,
@@ -429,9 +433,11 @@ async fn admit(
     };
     // The client's own share first, then the server's: a client over its quota takes no place
     // among the sessions.
-    let its_place = match holder_of(&request)
-        .map(|holder| layer.quotas.admit_session(&holder, &layer.sessions))
-    {
+    let its_place = match holder_of(&request).map(|holder| {
+        layer
+            .quotas
+            .admit_session(&holder, |id| layer.sessions.exists(id))
+    }) {
         Some(Err(refusal)) => return Err(over_quota(&refusal)),
         Some(Ok(place)) => place,
         None => None,

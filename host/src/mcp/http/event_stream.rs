@@ -27,10 +27,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    direct::accepts,
+    accept::accepts,
     header_names::{LAST_EVENT_ID, PROTOCOL_VERSION, SESSION_ID},
-    outbox::Outbox,
 };
+use crate::mcp::session::outbox::Outbox;
 
 /// An SSE comment: ignored by clients, proof of life for everything in between.
 const KEEP_ALIVE: &[u8] = b":\n\n";
@@ -90,15 +90,6 @@ pub fn streaming(body: Body) -> Response {
     response
 }
 
-/// One SSE event carrying `json`, a JSON-RPC message on one line (serde_json writes no newline).
-pub fn event(json: &[u8]) -> Bytes {
-    let mut event = Vec::with_capacity(json.len() + 8);
-    event.extend_from_slice(b"data: ");
-    event.extend_from_slice(json);
-    event.extend_from_slice(b"\n\n");
-    Bytes::from(event)
-}
-
 /// The next message; `None` when the stream's sender is gone (the session ended). A shadow
 /// stream (no receiver) waits forever: only its keep-alives and its end come.
 async fn next(messages: &mut Option<mpsc::Receiver<Bytes>>) -> Option<Bytes> {
@@ -111,7 +102,7 @@ async fn next(messages: &mut Option<mpsc::Receiver<Bytes>>) -> Option<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mcp::direct::tests::headers;
+    use crate::mcp::http::direct::tests::headers;
 
     #[test]
     fn a_plain_get_of_a_session_is_served_here_and_a_resumption_is_not() {

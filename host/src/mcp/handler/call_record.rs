@@ -1,14 +1,9 @@
-//! What the MCP layer reports of its calls, and `GET /metrics`.
+//! The record of one `tools/call`, from the handler's start to its answer.
 //!
-//! [`CallRecord`] follows one `tools/call` from the handler's start to its answer: it opens the
-//! call's `tracing` span once the instance is known (tool, instance, and the outcome when the
-//! line that shows it is logged) and,
-//! once answered, counts the call under its tool and outcome (`crate::metrics::CallMetrics`).
-//! The outcome is read back from the answer itself, so it is what the client saw.
-//!
-//! [`serve`] answers a scrape: it reads what the actors, the plugin pools and rmcp's session
-//! table hold at that moment (the numbers `/stats` shows) and renders them with the recorded
-//! metrics. It sits behind the same `Host` check and authentication as `/stats`.
+//! [`CallRecord`] opens the call's `tracing` span once the instance is known (tool, instance,
+//! and the outcome when the line that shows it is logged) and, once answered, counts the call
+//! under its tool and outcome (`crate::metrics::CallMetrics`). The outcome is read back from the
+//! answer itself, so it is what the client saw.
 //!
 //! It must not build client-visible results (that is `reply`) or name metric series itself.
 
@@ -17,24 +12,15 @@ use std::{
     time::Instant,
 };
 
-use axum::{
-    extract::State,
-    http::{StatusCode, header},
-    response::{IntoResponse, Response},
-};
 use rmcp::{ErrorData, model::CallToolResponse};
 use sha2::{Digest, Sha256};
 use tracing::field;
 
-use super::{handshake::Handshakes, server::Shared, session_records::SessionRecords};
 use crate::{
     actors::InstanceKey,
     catalog::ToolEntry,
-    metrics::{self, CallMetrics, Gauges, PluginPool},
+    metrics::{self, CallMetrics},
 };
-
-/// The content type of the Prometheus text exposition format.
-const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// One `tools/call` being answered.
 pub struct CallRecord {
@@ -176,50 +162,6 @@ fn outcome(answer: &Result<CallToolResponse, ErrorData>) -> &str {
 /// Whether `code` has the shape of the host's error codes (`SCREAMING_SNAKE_CASE`, short).
 fn is_error_code(code: &str) -> bool {
     (1..=32).contains(&code.len()) && code.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
-}
-
-/// `GET /metrics`: the Prometheus text exposition.
-pub async fn serve(
-    State(shared): State<Arc<Shared>>,
-    sessions: Arc<SessionRecords>,
-    handshakes: Arc<Handshakes>,
-) -> Response {
-    let (registry, notifier) = match shared.runtime.stats().await {
-        Ok(stats) => stats,
-        Err(error) => {
-            // The actors are gone (a shutdown past its deadline): no numbers to give.
-            return (StatusCode::SERVICE_UNAVAILABLE, error.to_string()).into_response();
-        }
-    };
-    let plugins = shared
-        .catalog
-        .current()
-        .plugins()
-        .iter()
-        .map(|plugin| {
-            let pool = plugin.pool();
-            PluginPool {
-                plugin: plugin.manifest().name.clone(),
-                size: pool.size(),
-                running: pool.busy(),
-                past_deadline: pool.past_deadline(),
-                process_crashes: plugin.crashes(),
-            }
-        })
-        .collect();
-    let gauges = Gauges {
-        registry,
-        notifier,
-        http_sessions: sessions.count(),
-        http_sessions_in_handshake: handshakes.pending(),
-        http_sessions_passivated: sessions.passivated(),
-        plugins,
-    };
-    (
-        [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
-        metrics::render(&gauges),
-    )
-        .into_response()
 }
 
 #[cfg(test)]

@@ -218,7 +218,7 @@ impl Activity {
             let mut request = request.map(Body::new);
             request
                 .extensions_mut()
-                .insert(super::quotas::ClientAddr(client));
+                .insert(crate::mcp::quotas::ClientAddr(client));
             async move {
                 let response = app.oneshot(request).await?;
                 Ok(hold_until_sent(response, in_flight))

@@ -33,19 +33,19 @@
 //! Everything else goes to rmcp as before, and so does anything this module is not sure of: a
 //! request with an `Origin` (rmcp checks it), a protocol revision of the standard-headers era,
 //! a body without `Content-Length` or over rmcp's limit, a body that does not parse (rmcp's
-//! refusal, turned into JSON-RPC by `http_layer.rs`, is the one a client gets).
+//! refusal, turned into JSON-RPC by `http/endpoint.rs`, is the one a client gets).
 //!
 //! It must not decide anything a handler decides: it only moves the request to the handler.
+//!
+//! **What it mirrors** (rmcp 3.11, `Cargo.lock` pins the patch): `StreamableHttpService::
+//! handle_post` (rmcp's `transport/streamable_http_server/tower.rs`: the `Accept`, content type,
+//! `Origin` and protocol-version checks, and the body limit, answered by [`may_serve`] the way
+//! rmcp lets a request through), and `Service::handle_request` for `tools/call` (rmcp's
+//! `handler/server.rs`: [`call_tool`]). It is the only code in Turnstile that tracks rmcp's
+//! dispatch; `tests/sessions.rs` sends one corpus of requests through rmcp and through here and
+//! fails where the answers differ. On an rmcp upgrade, read those two functions again.
 
-use std::{
-    convert::Infallible,
-    future::Future,
-    pin::Pin,
-    sync::{
-        Arc, Mutex, PoisonError,
-        atomic::{AtomicBool, Ordering},
-    },
-};
+use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
 
 use axum::{
     body::{Body, Bytes},
@@ -61,15 +61,17 @@ use rmcp::{
     },
     service::RequestContext,
 };
-use tokio::sync::Notify;
 
 use super::{
+    accept::accepts,
     event_stream,
     header_names::{PROTOCOL_VERSION, SESSION_ID},
-    outbox, request_body,
-    server::TurnstileServer,
+    request_body,
 };
-use crate::{actors::Notice, gate::ListsChanged, metrics};
+use crate::mcp::{
+    handler::server::TurnstileServer,
+    session::{request_stream::RequestStream, sse},
+};
 
 /// The methods served here: each one's response is its result alone (no progress asked).
 const ANSWER_ONLY: &[&str] = &[
@@ -135,26 +137,6 @@ pub fn may_serve(headers: &HeaderMap) -> Option<usize> {
     (length <= MAX_BODY_BYTES).then_some(length)
 }
 
-/// Whether `Accept` names each of `media` (exactly: a wildcard or a weight of 0 is left to
-/// rmcp).
-pub fn accepts(headers: &HeaderMap, media: &[&str]) -> bool {
-    let Some(accept) = headers
-        .get(header::ACCEPT)
-        .and_then(|value| value.to_str().ok())
-    else {
-        return false;
-    };
-    media.iter().all(|media| {
-        accept.split(',').any(|range| {
-            let mut pieces = range.split(';');
-            pieces
-                .next()
-                .is_some_and(|essence| essence.trim().eq_ignore_ascii_case(media))
-                && pieces.all(|parameter| !parameter.trim().starts_with("q=0"))
-        })
-    })
-}
-
 /// Serves `body`, the whole request body of a POST of the session `served` serves, if it is an
 /// answer-only request; otherwise gives the request's parts back, for rmcp to serve it.
 #[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
@@ -195,10 +177,8 @@ pub fn serve(
         let mut context = RequestContext::new(id.clone(), peer);
         std::mem::swap(&mut context.meta, request.get_meta_mut());
         std::mem::swap(&mut context.extensions, request.extensions_mut());
-        let said = Arc::new(Said::default());
-        said.reroutable
-            .store(reroutable.is_some(), Ordering::Relaxed);
-        context.extensions.insert(RequestStream(Arc::clone(&said)));
+        let said = RequestStream::new(reroutable.is_some());
+        context.extensions.insert(said.clone());
         let scope = Arc::clone(handler.session());
         let cancelled = context.ct.clone();
         // Two futures, each boxed on its own: one future for both would be as large as rmcp's
@@ -216,17 +196,17 @@ pub fn serve(
         Ok(tokio::select! {
             biased;
             message = &mut answering => {
-                if let Some(parts) = reroutable.filter(|_| said.rerouted.load(Ordering::Relaxed)) {
+                if let Some(parts) = reroutable.filter(|_| said.rerouted()) {
                     return Err(parts);
                 }
                 let before = said.take();
                 if before.is_empty() {
                     json_response(&message)
                 } else {
-                    event_stream::streaming(Body::from([before, encode(&message)].concat()))
+                    event_stream::streaming(Body::from([&before[..], &sse::message(&message)].concat()))
                 }
             }
-            () = said.arrived.notified() => {
+            () = said.arrived() => {
                 let events = the_rest(answering, said).map(Ok::<_, Infallible>);
                 event_stream::streaming(Body::from_stream(events))
             }
@@ -295,83 +275,12 @@ fn call_tool(
     }
 }
 
-/// What a request's handler said about it that its stream has not carried yet: SSE events, in
-/// the order said. A lock and a buffer rather than a channel: most requests say nothing, and
-/// this is all they pay for the chance.
-#[derive(Default)]
-struct Said {
-    events: Mutex<Vec<u8>>,
-    arrived: Notify,
-    /// Something was said: the answer is a stream now, and cannot be handed to rmcp.
-    said_any: AtomicBool,
-    /// The handler asked for the request to be served by rmcp instead ([`RequestStream::reroute`]).
-    rerouted: AtomicBool,
-    /// This request may be handed to rmcp: `serve` kept its parts for that.
-    reroutable: AtomicBool,
-}
-
-impl Said {
-    fn take(&self) -> Vec<u8> {
-        std::mem::take(&mut *self.events.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-}
-
-/// The stream of one request served here, for what its handler says about it before its result
-/// (a plugin's log lines: `call_events.rs`). Found in the request's `RequestContext` extensions.
-#[derive(Clone)]
-pub struct RequestStream(Arc<Said>);
-
-impl RequestStream {
-    /// Sends `message` ahead of the request's result. What is said after the result is out (a
-    /// thread the plugin left running) is never carried.
-    pub fn send(&self, message: &ServerJsonRpcMessage) {
-        self.send_event(&encode(message));
-    }
-
-    /// Tells the caller, ahead of the result, which of its lists its call changed: the tools,
-    /// and `lists` besides.
-    pub fn lists_changed(&self, lists: ListsChanged) {
-        self.send_event(&outbox::notice_event(Notice::ToolsChanged));
-        if lists.prompts {
-            self.send_event(&outbox::notice_event(Notice::PromptsChanged));
-        }
-        if lists.resources {
-            self.send_event(&outbox::notice_event(Notice::ResourcesChanged));
-        }
-        metrics::list_changed_sent(metrics::Cause::Transition);
-    }
-
-    fn send_event(&self, event: &[u8]) {
-        let mut events = self.0.events.lock().unwrap_or_else(PoisonError::into_inner);
-        if self.0.rerouted.load(Ordering::Relaxed) {
-            // rmcp serves the request from the start: this run's words are not the caller's.
-            return;
-        }
-        self.0.said_any.store(true, Ordering::Relaxed);
-        events.extend_from_slice(event);
-        drop(events);
-        self.0.arrived.notify_one();
-    }
-
-    /// Hands the request to rmcp, to be served from the start, once its handler returns: a call
-    /// that must send the client requests related to it (`asking.rs`), which only rmcp's
-    /// machinery routes. `false` when that is too late: something was said on this stream.
-    pub fn reroute(&self) -> bool {
-        let _events = self.0.events.lock().unwrap_or_else(PoisonError::into_inner);
-        if self.0.said_any.load(Ordering::Relaxed) || !self.0.reroutable.load(Ordering::Relaxed) {
-            return false;
-        }
-        self.0.rerouted.store(true, Ordering::Relaxed);
-        true
-    }
-}
-
 /// The request's stream once its handler has said something: what it says, as it says it, then
 /// the result. The handler runs as the body is read, as it runs within the request without a
 /// stream; a client that hangs up drops it with the body.
 fn the_rest(
     answering: impl Future<Output = ServerJsonRpcMessage> + Unpin,
-    said: Arc<Said>,
+    said: RequestStream,
 ) -> impl futures_util::Stream<Item = Bytes> {
     futures_util::stream::unfold(Some((answering, said)), |running| async move {
         let (mut answering, said) = running?;
@@ -383,18 +292,13 @@ fn the_rest(
             tokio::select! {
                 biased;
                 message = &mut answering => {
-                    let last = [said.take(), encode(&message)].concat();
+                    let last = [&said.take()[..], &sse::message(&message)].concat();
                     return Some((Bytes::from(last), None));
                 }
-                () = said.arrived.notified() => {}
+                () = said.arrived() => {}
             }
         }
     })
-}
-
-/// `message` as one SSE event.
-fn encode(message: &ServerJsonRpcMessage) -> Vec<u8> {
-    event_stream::event(&serde_json::to_vec(message).unwrap_or_default()).into()
 }
 
 /// Room for a typical answer (a tool result with its text block is most of a kilobyte), so
@@ -424,7 +328,7 @@ fn json_response(message: &ServerJsonRpcMessage) -> Response {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(in crate::mcp) mod tests {
     use super::*;
 
     /// A header map of `(name, value)` pairs (also for `event_stream.rs`'s tests).
@@ -495,8 +399,8 @@ pub(super) mod tests {
 
     #[tokio::test]
     async fn a_request_stream_carries_each_line_as_it_is_said_then_the_result() {
-        let said = Arc::new(Said::default());
-        let stream_of_request = RequestStream(Arc::clone(&said));
+        let said = RequestStream::default();
+        let stream_of_request = said.clone();
         let (finish, finished) = tokio::sync::oneshot::channel::<()>();
         let answering = Box::pin({
             let stream_of_request = stream_of_request.clone();

@@ -26,17 +26,14 @@ use std::{
     sync::{Mutex, PoisonError},
 };
 
-use axum::body::Bytes;
+use bytes::Bytes;
 use rmcp::{
     Peer, RoleServer,
-    model::{
-        LoggingMessageNotification, LoggingMessageNotificationParam,
-        ResourceUpdatedNotificationParam, ServerJsonRpcMessage, ServerNotification,
-    },
+    model::{LoggingMessageNotificationParam, ResourceUpdatedNotificationParam},
 };
 use tokio::sync::mpsc;
 
-use super::event_stream;
+use super::sse;
 use crate::actors::{Listener, Notice};
 
 /// How many messages wait for a session's next stream; older ones are dropped.
@@ -288,42 +285,18 @@ async fn through_peer(peer: Peer<RoleServer>, message: Message) -> Result<(), St
     sent.map_err(|error| error.to_string())
 }
 
-/// `notice` as one SSE event (for a request's own stream, `direct.rs`).
-pub(super) fn notice_event(notice: Notice) -> Bytes {
-    encode(&Message::Notice(notice))
-}
-
-/// One SSE event, `data: <JSON-RPC notification>` and a blank line; the `list_changed` ones are
-/// the same bytes for every session, encoded once.
+/// One SSE event, `data: <JSON-RPC notification>` and a blank line.
 fn encode(message: &Message) -> Bytes {
-    const TOOLS: &[u8] =
-        b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n";
-    const PROMPTS: &[u8] =
-        b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/prompts/list_changed\"}\n\n";
-    const RESOURCES: &[u8] =
-        b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/list_changed\"}\n\n";
-    let notification = match message {
-        Message::Notice(Notice::ToolsChanged) => return Bytes::from_static(TOOLS),
-        Message::Notice(Notice::PromptsChanged) => return Bytes::from_static(PROMPTS),
-        Message::Notice(Notice::ResourcesChanged) => return Bytes::from_static(RESOURCES),
-        Message::Notice(Notice::ResourceUpdated(uri)) => {
-            ServerNotification::ResourceUpdatedNotification(
-                rmcp::model::ResourceUpdatedNotification::new(
-                    ResourceUpdatedNotificationParam::new(&**uri),
-                ),
-            )
-        }
-        Message::Log(message) => ServerNotification::LoggingMessageNotification(
-            LoggingMessageNotification::new(message.clone()),
-        ),
-    };
-    let json =
-        serde_json::to_vec(&ServerJsonRpcMessage::notification(notification)).unwrap_or_default();
-    event_stream::event(&json)
+    match message {
+        Message::Notice(notice) => sse::notice(notice),
+        Message::Log(message) => sse::log(message),
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use rmcp::model::ServerJsonRpcMessage;
+
     use super::*;
 
     #[test]

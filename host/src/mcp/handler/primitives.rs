@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use super::{
     asking::{self, Asking, CallIdentity},
     instance_resource, reply,
-    server::{TurnstileServer, tenant_of},
+    server::TurnstileServer,
 };
 use crate::{
     actors::{InstanceKey, Owner},
@@ -51,16 +51,16 @@ struct Seen {
 }
 
 /// The instance a get or read is about, as it stands.
-pub(super) struct Subject {
+pub(in crate::mcp) struct Subject {
     key: Option<InstanceKey>,
-    pub(super) snapshot: Snapshot,
+    pub(in crate::mcp) snapshot: Snapshot,
     /// How its instance resources name it.
     token: Option<String>,
 }
 
 impl Subject {
     /// What the plugin is told of the instance (no call id of a tool call: a fresh one).
-    pub(super) fn context(&self) -> CallContext {
+    pub(in crate::mcp) fn context(&self) -> CallContext {
         CallContext {
             call_id: uuid::Uuid::new_v4().to_string(),
             handle: self
@@ -113,7 +113,7 @@ impl TurnstileServer {
         Ok(seen)
     }
 
-    pub(super) async fn answer_list_prompts(
+    pub(in crate::mcp) async fn answer_list_prompts(
         &self,
         context: &RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
@@ -147,7 +147,7 @@ impl TurnstileServer {
             .with_cache_scope(CacheScope::Private))
     }
 
-    pub(super) async fn answer_list_resources(
+    pub(in crate::mcp) async fn answer_list_resources(
         &self,
         context: &RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
@@ -193,7 +193,7 @@ impl TurnstileServer {
             .with_cache_scope(CacheScope::Private))
     }
 
-    pub(super) async fn answer_list_templates(
+    pub(in crate::mcp) async fn answer_list_templates(
         &self,
         context: &RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
@@ -233,7 +233,7 @@ impl TurnstileServer {
             .with_cache_scope(CacheScope::Private))
     }
 
-    pub(super) async fn answer_get_prompt(
+    pub(in crate::mcp) async fn answer_get_prompt(
         &self,
         request: GetPromptRequestParams,
         context: &RequestContext<RoleServer>,
@@ -254,7 +254,7 @@ impl TurnstileServer {
                 &request.name,
                 &arguments,
                 handle_in_meta,
-                super::server::principal_name(context).as_deref(),
+                self.caller(context).principal_name().as_deref(),
             );
             Some(Asking::start(
                 context,
@@ -329,7 +329,7 @@ impl TurnstileServer {
         }
     }
 
-    pub(super) async fn answer_read_resource(
+    pub(in crate::mcp) async fn answer_read_resource(
         &self,
         request: ReadResourceRequestParams,
         context: &RequestContext<RoleServer>,
@@ -418,7 +418,7 @@ impl TurnstileServer {
     /// instance moves (and the lists' changes, as for any watcher). Any other resource that
     /// exists is accepted too; only a plugin reload changes those, and that is announced as
     /// `resources/list_changed`.
-    pub(super) async fn answer_subscribe(
+    pub(in crate::mcp) async fn answer_subscribe(
         &self,
         uri: &str,
         context: &RequestContext<RoleServer>,
@@ -440,7 +440,7 @@ impl TurnstileServer {
     /// `turnstile://…`, or a plugin's template with `{handle}`), if the caller holds it, or a
     /// resource whose content no transition changes. -32002 for what names nothing of the
     /// caller's.
-    pub(super) async fn instance_resource_key(
+    pub(in crate::mcp) async fn instance_resource_key(
         &self,
         uri: &str,
         context: &RequestContext<RoleServer>,
@@ -512,7 +512,7 @@ impl TurnstileServer {
         ))
     }
 
-    pub(super) fn answer_unsubscribe(&self, uri: &str) {
+    pub(in crate::mcp) fn answer_unsubscribe(&self, uri: &str) {
         self.shared
             .runtime
             .unsubscribe_resource(&self.session().id, uri);
@@ -521,7 +521,7 @@ impl TurnstileServer {
     /// The instance of `workflow` a get or read names: the session's own (session mode), the
     /// one named by a handle in `_meta` (handle mode), or, when no handle names one, what a new
     /// instance would be offered (its machine's initial state).
-    pub(super) async fn subject(
+    pub(in crate::mcp) async fn subject(
         &self,
         catalog: &Catalog,
         workflow: &str,
@@ -532,7 +532,7 @@ impl TurnstileServer {
             Some(mode) => mode
                 .handles_in(
                     &context.meta,
-                    tenant_of(context).as_ref(),
+                    self.caller(context).tenant().as_ref(),
                     self.shared.max_handles_per_request,
                 )
                 .map_err(|error| ErrorData::invalid_params(error, None))?
@@ -603,7 +603,7 @@ impl TurnstileServer {
             }
             Some(_) if token != SESSION_TOKEN => InstanceKey::from_handle(token)
                 .map_err(|_| not_found())?
-                .owned_by(tenant_of(context).as_ref()),
+                .owned_by(self.caller(context).tenant().as_ref()),
             _ => return Err(not_found()),
         };
         if *key.workflow != *workflow {
@@ -668,7 +668,7 @@ impl TurnstileServer {
 }
 
 /// What a resource URI names, for a subscription.
-pub(super) enum InstanceResource {
+pub(in crate::mcp) enum InstanceResource {
     /// An instance resource: `resources/updated` each time this instance moves.
     Instance(InstanceKey),
     /// A resource whose content only a plugin reload changes.

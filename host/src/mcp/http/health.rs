@@ -18,10 +18,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use axum::{Json, extract::State, http::StatusCode};
+use axum::{Json, http::StatusCode};
 use serde_json::{Value, json};
 
-use super::server::Shared;
+use crate::mcp::handler::server::Shared;
 use crate::store::StateStore;
 
 /// Longest a readiness probe waits for the store. The remote stores bound their own operations
@@ -103,8 +103,8 @@ pub async fn alive() -> Json<Value> {
 /// `GET /readyz`: 200 `{"status":"ready"}` when the store answers and at least one plugin is
 /// loaded; else 503 `{"status":"not ready","not_ready":{"store":"unreachable",...}}` naming each
 /// check that failed.
-pub async fn ready(State(shared): State<Arc<Shared>>) -> (StatusCode, Json<Value>) {
-    let store_up = shared.readiness.store_up().await;
+pub async fn ready(shared: Arc<Shared>, readiness: Arc<Readiness>) -> (StatusCode, Json<Value>) {
+    let store_up = readiness.store_up().await;
     verdict(store_up, shared.catalog.current().plugins().len())
 }
 

@@ -9,7 +9,7 @@
 use rmcp::model::{JsonObject, RequestMetaObject, Tool};
 use serde_json::{Value, json};
 
-use super::reply::clip;
+use super::clip::clip;
 use crate::{
     actors::{InstanceKey, SessionId, Tenant},
     catalog::{ToolEntry, Workflow},

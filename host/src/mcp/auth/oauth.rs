@@ -20,7 +20,7 @@
 //! - **Discovery**: the protected-resource metadata of RFC 9728, served by
 //!   [`OAuth::metadata`]; its URL goes in every 401's `WWW-Authenticate` (`resource_metadata=`).
 //!
-//! It must not decide what a refusal looks like on the wire: `auth.rs` builds the 401.
+//! It must not decide what a refusal looks like on the wire: `auth/bearer.rs` builds the 401.
 
 use std::{
     sync::{Arc, RwLock},
@@ -41,7 +41,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::auth::Principal;
+use super::bearer::Principal;
 
 /// Seconds of clock skew tolerated on `exp` and `nbf`.
 pub const LEEWAY_S: u64 = 30;

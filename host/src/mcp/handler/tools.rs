@@ -1,0 +1,532 @@
+//! The tools: `tools/list` (a session's menu, a handle client's, or the catalog's alone) and
+//! `tools/call` (a tool of no workflow run alone; a workflow tool's call asked of its instance's
+//! actor, which holds the gate; the answer closed with where the workflow is now).
+
+use std::sync::Arc;
+
+use rmcp::{
+    ErrorData, RoleServer,
+    model::{CallToolRequestParams, CallToolResponse, CallToolResult, JsonObject, Tool},
+    service::RequestContext,
+};
+use serde_json::Value;
+use tracing::Instrument;
+
+use super::{
+    asking::{self, Asking, CallIdentity},
+    call_events::{self, CallEvents},
+    call_record::CallRecord,
+    reply,
+    server::TurnstileServer,
+    target::{self, HandleMode, Target},
+};
+use crate::mcp::session::request_stream::RequestStream;
+use crate::{
+    actors::{CallOutcome, InstanceError, InstanceKey, Owner},
+    catalog::{Catalog, ToolEntry},
+    gate, invoke, metrics,
+    plugin::{CallContext, HostCall, PluginOutput},
+};
+
+impl TurnstileServer {
+    /// 2026-07-28 by the book: every tool of the catalog, in name order, each workflow tool
+    /// saying when it can be used and, in handle mode, taking the handle.
+    pub(super) fn list_catalog_tools(
+        &self,
+        catalog: &Catalog,
+        context: &RequestContext<RoleServer>,
+    ) -> Vec<Tool> {
+        let mode = self.handle_mode(context);
+        let key = mode.map(|mode| mode.key.as_str());
+        catalog
+            .tools()
+            .map(|tool| {
+                let Some(workflow) = tool.workflow().and_then(|id| catalog.workflow(id)) else {
+                    return reply::listed_tool(tool, &tool.manifest.description);
+                };
+                let description = gate::catalog_description(tool, workflow, key);
+                let listed = reply::listed_tool(tool, &description);
+                match mode {
+                    Some(mode) => {
+                        mode.add_handle_property(listed, gate::starts_instance(tool, workflow))
+                    }
+                    None => listed,
+                }
+            })
+            .collect()
+    }
+
+    /// Session mode: one instance per workflow for this session.
+    pub(super) async fn list_session_instances(
+        &self,
+        context: &RequestContext<RoleServer>,
+        tools: &mut Vec<Tool>,
+    ) -> Result<(), ErrorData> {
+        let catalog = &*self.shared.catalog.current();
+        for workflow in catalog.workflows() {
+            let key = InstanceKey::for_session(&self.session().id, &workflow.id);
+            let view = self.view(&key, context).await?;
+            for tool in gate::menu(&view.workflow, &view.snapshot) {
+                tools.push(Self::listed(None, &tool, &view.workflow, &view.snapshot));
+            }
+        }
+        Ok(())
+    }
+
+    /// Handle mode: the named instance's menu; without a name, the menus of every instance this
+    /// session touched plus the tools that start a new instance.
+    pub(super) async fn list_handle_instances(
+        &self,
+        mode: &HandleMode,
+        context: &RequestContext<RoleServer>,
+        tools: &mut Vec<Tool>,
+    ) -> Result<(), ErrorData> {
+        let catalog = &*self.shared.catalog.current();
+        let (views, listing_named) = self.listed_instances(mode, catalog, context).await?;
+        let mut seen = std::collections::HashSet::new();
+        for (_, view) in views {
+            for tool in gate::menu(&view.workflow, &view.snapshot) {
+                if seen.insert(tool.name().to_string()) {
+                    tools.push(Self::listed(
+                        Some(mode),
+                        &tool,
+                        &view.workflow,
+                        &view.snapshot,
+                    ));
+                }
+            }
+        }
+        if !listing_named {
+            // The tools that start an instance, and with them the workflow's tools bound to no
+            // state (always visible; their schema says they need a handle).
+            for workflow in catalog.workflows() {
+                let initial = workflow.machine.initial_snapshot();
+                for tool in gate::menu(workflow, &initial) {
+                    let starts_or_ungated =
+                        gate::starts_instance(&tool, workflow) || !tool.is_gated();
+                    if starts_or_ungated && seen.insert(tool.name().to_string()) {
+                        tools.push(Self::listed(Some(mode), &tool, workflow, &initial));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A call of a tool bound to no workflow: the plugin runs alone, once per round of asking
+    /// (`asking.rs`).
+    pub(super) async fn call_unbound(
+        &self,
+        tool: Arc<ToolEntry>,
+        arguments: Value,
+        mut asking: Option<Asking>,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let name = tool.name().to_string();
+        let deadline = std::time::Instant::now() + self.shared.call_limits.timeout;
+        let again = asking.is_some();
+        let mut arguments = Some(arguments);
+        loop {
+            let call_context = CallContext {
+                call_id: uuid::Uuid::new_v4().to_string(),
+                handle: String::new(),
+                state: Value::Null,
+                asking: asking.as_ref().map_or(Value::Null, Asking::plugin_view),
+                ..CallContext::default()
+            };
+            let (host, events) = HostCall::new(context.ct.child_token());
+            let running = std::pin::pin!(invoke::run(
+                tool.clone(),
+                for_this_run(&mut arguments, again),
+                call_context,
+                Some(host),
+                &self.shared.call_limits,
+                None,
+            ));
+            let output = match self
+                .call_events(context)
+                .forward_during(running, events)
+                .await
+            {
+                Ok(output) => output,
+                Err(error) => return reply::invoke_failure(&name, &error).into(),
+            };
+            let (Some(asking), PluginOutput::NeedsInput(requests)) = (asking.as_mut(), &output)
+            else {
+                return reply::ran(&name, output, None).into();
+            };
+            let next = asking
+                .next(requests.clone(), context, &self.shared.state_seal, deadline)
+                .await;
+            if let Some(answer) = asked(&name, next) {
+                return answer;
+            }
+        }
+    }
+
+    /// Whether a call of the tool `name` may ask the client for input (`asking.rs`).
+    pub(in crate::mcp) fn may_ask(&self, name: &str) -> bool {
+        self.shared
+            .catalog
+            .current()
+            .tool(name)
+            .is_some_and(|tool| tool.asks())
+    }
+
+    /// Whether a `prompts/get` of the prompt `name` may ask the client for input.
+    pub(in crate::mcp) fn prompt_may_ask(&self, name: &str) -> bool {
+        self.shared
+            .catalog
+            .current()
+            .prompt(name)
+            .is_some_and(|prompt| prompt.manifest.asks)
+    }
+
+    /// Where the plugin's logs and progress go during a call made by this request.
+    pub(super) fn call_events<'a>(
+        &'a self,
+        context: &'a RequestContext<RoleServer>,
+    ) -> CallEvents<'a> {
+        // A request without a session gets logs only if it names a level in `_meta` (2026-07-28
+        // has no `logging/setLevel`); a session has a level, the default until it sets one.
+        let min_level = if self.caller(context).is_sessionless() {
+            context.meta.log_level().map(call_events::from_rmcp)
+        } else {
+            Some(self.session().log_level())
+        };
+        CallEvents {
+            peer: &context.peer,
+            own_stream: context.extensions.get::<RequestStream>(),
+            outbox: (!self.caller(context).is_sessionless()).then(|| self.session().outbox()),
+            progress_token: context.meta.get_progress_token(),
+            min_level,
+        }
+    }
+
+    /// `tools/call`: DESIGN behaviours 2 to 6, in the order a call meets them.
+    ///
+    /// The call's span (`record`) is made once the instance is known, with all its fields at
+    /// once; what comes before it decides nothing that logs.
+    #[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
+    pub(super) fn answer_call<'a>(
+        &'a self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+        catalog: &'a Catalog,
+        record: &'a CallRecord,
+    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + 'a {
+        async move {
+            // A shutdown waits for this call to deliver its result.
+            let _in_flight = self.shared.shutdown.call_started();
+            let Some(tool) = record.tool().cloned() else {
+                return Err(reply::unknown_tool(&request.name));
+            };
+            let mut arguments: JsonObject = request.arguments.unwrap_or_default();
+            // Only a tool whose handler may ask is told what it may ask (`asking.rs`); its
+            // retries' answers and sealed state are checked here, before anything runs.
+            let asking = if tool.asks() {
+                let handle_in_meta = self
+                    .handle_mode(&context)
+                    .and_then(|mode| context.meta.get(&mode.key));
+                let identity = CallIdentity::new(
+                    "tools/call",
+                    tool.name(),
+                    &arguments,
+                    handle_in_meta,
+                    self.caller(&context)
+                        .principal
+                        .as_ref()
+                        .map(|principal| principal.0.as_str()),
+                );
+                Some(Asking::start(
+                    &context,
+                    &self.shared.state_seal,
+                    identity,
+                    request.input_responses,
+                    request.request_state.as_deref(),
+                    self.shared.confirm_fallback,
+                )?)
+            } else {
+                None
+            };
+            let Some(workflow) = tool.workflow().and_then(|id| catalog.workflow(id)).cloned()
+            else {
+                if let Err(problems) = tool.check_arguments(&Value::Object(arguments.clone())) {
+                    return Ok(reply::invalid_arguments(tool.name(), &problems).into());
+                }
+                // Boxed: a call of a workflow's tool, the common one, does not carry room for it.
+                let arguments = Value::Object(arguments);
+                let running = Box::pin(self.call_unbound(tool, arguments, asking, &context));
+                return Ok(running.instrument(record.span(None)).await);
+            };
+            // The handle is the host's argument, not the plugin's: take it out before the schema
+            // check.
+            let target = match target::resolve(
+                self.handle_mode(&context),
+                &self.session().id,
+                self.caller(&context).tenant().as_ref(),
+                &tool,
+                &workflow,
+                &mut arguments,
+                &context.meta,
+            ) {
+                Ok(target) => target,
+                Err(no_target) => return Ok(reply::no_target(tool.name(), &no_target).into()),
+            };
+            let arguments = Value::Object(arguments);
+            if let Err(problems) = tool.check_arguments(&arguments) {
+                return Ok(reply::invalid_arguments(tool.name(), &problems).into());
+            }
+            let idempotency_key = match context.meta.get("idempotencyKey") {
+                None => None,
+                Some(Value::String(key))
+                    if !key.is_empty()
+                        && key.chars().count() <= reply::MAX_IDEMPOTENCY_KEY_CHARS =>
+                {
+                    Some(key.clone())
+                }
+                Some(bad) => return Err(reply::invalid_idempotency_key(bad)),
+            };
+            // A minted instance is created by the call itself (one message, one save), and only
+            // if the call succeeds.
+            let (key, mint) = match target {
+                Target::Existing(key) => (key, false),
+                Target::Mint(key) => (key, true),
+            };
+            // A handle-keyed mint counts against its caller's rate (a session's instances are
+            // bounded by its sessions).
+            if mint
+                && matches!(key.owner, Owner::Handle(_))
+                && let Some(holder) = self.caller(&context).quota_holder()
+                && let Err(refusal) = self.shared.quotas.take_mint(&holder)
+            {
+                return Ok(reply::over_quota(tool.name(), &refusal).into());
+            }
+            // A mint in flight holds a place under the instance limit until it settles.
+            let mut _minting = None;
+            if mint
+                && let Some(tenant) = &key.tenant
+                && let Some(holder) = self.caller(&context).quota_holder()
+            {
+                let store = self.shared.store.as_ref();
+                let quotas = &self.shared.quotas;
+                match quotas.reserve_instance(store, tenant, &holder).await {
+                    Ok(Ok(place)) => _minting = place,
+                    Ok(Err(refusal)) => return Ok(reply::over_quota(tool.name(), &refusal).into()),
+                    Err(down) => {
+                        let error = InstanceError::Store(down);
+                        return Ok(reply::failure(tool.name(), &error).into());
+                    }
+                }
+            }
+            let span = record.span(Some(&key));
+            self.call_instance(tool, key, mint, arguments, idempotency_key, asking, context)
+                .instrument(span)
+                .await
+        }
+    }
+
+    /// [`TurnstileServer::answer_call`] once it knows the instance `key` the call is for, and
+    /// whether the call mints it.
+    #[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
+    #[allow(clippy::too_many_arguments)] // One call's whole request, each part named.
+    pub(super) fn call_instance(
+        &self,
+        tool: Arc<ToolEntry>,
+        key: InstanceKey,
+        mint: bool,
+        arguments: Value,
+        idempotency_key: Option<String>,
+        mut asking: Option<Asking>,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + '_ {
+        async move {
+            let name = tool.name().to_string();
+            self.watch(&key, &context);
+            // A session's request whose stream Turnstile writes (`direct.rs`) hears of its own
+            // move there, ahead of the result. On the session's event stream the news would come
+            // after the result, and a client that closes once its call returns (the Python SDK
+            // 1.x does) logs an ERROR for a message reaching a stream it is closing.
+            let own_stream = context.extensions.get::<RequestStream>().cloned();
+            let told_in_reply = own_stream
+                .as_ref()
+                .filter(|_| {
+                    !self.caller(&context).is_sessionless() && self.lists_follow_instances(&context)
+                })
+                .map(|_| self.session().id.clone());
+            // Each run is a whole call: the gate is asked again, and a handler that needs input
+            // ends having fired nothing (`asking.rs`).
+            let deadline = std::time::Instant::now() + self.shared.call_limits.timeout;
+            let again = asking.is_some();
+            let (mut arguments, mut idempotency_key) = (Some(arguments), Some(idempotency_key));
+            let answer = loop {
+                let call_id = uuid::Uuid::new_v4().to_string();
+                let (host, events) = HostCall::new(context.ct.child_token());
+                let running = std::pin::pin!(self.shared.runtime.call(
+                    key.clone(),
+                    tool.clone(),
+                    for_this_run(&mut arguments, again),
+                    call_id,
+                    Some(host),
+                    mint,
+                    for_this_run(&mut idempotency_key, again),
+                    self.caller(&context).principal_name(),
+                    told_in_reply.clone(),
+                    asking.as_ref().map_or(Value::Null, Asking::plugin_view),
+                ));
+                let answer = self
+                    .call_events(&context)
+                    .forward_during(running, events)
+                    .await;
+                let (
+                    Some(asking),
+                    Ok(CallOutcome::Ran {
+                        output: PluginOutput::NeedsInput(requests),
+                        ..
+                    }),
+                ) = (asking.as_mut(), &answer)
+                else {
+                    break answer;
+                };
+                let requests = requests.clone();
+                let next = asking
+                    .next(requests, &context, &self.shared.state_seal, deadline)
+                    .await;
+                if matches!(next, asking::Next::Rerouted)
+                    && mint
+                    && let Some(holder) = self.caller(&context).quota_holder()
+                {
+                    // rmcp serves the call from the start, and takes its own mint then.
+                    self.shared.quotas.give_back_mint(&holder);
+                }
+                let Some(asked) = asked(&name, next) else {
+                    continue;
+                };
+                if mint {
+                    // Nothing was created: no handle goes out, no subscription or actor stays.
+                    self.shared
+                        .runtime
+                        .unsubscribe(&self.session().id, key.clone());
+                    self.shared.runtime.forget(key.clone());
+                }
+                return Ok(asked);
+            };
+            let created = !mint
+                || matches!(
+                    answer,
+                    Ok(CallOutcome::Ran {
+                        output: PluginOutput::Success(_),
+                        ..
+                    })
+                );
+            if created {
+                self.settle(&key, &answer);
+            } else {
+                // The instance was never created: no handle goes out, no subscription or actor
+                // stays.
+                self.shared
+                    .runtime
+                    .unsubscribe(&self.session().id, key.clone());
+                self.shared.runtime.forget(key.clone());
+            }
+            let (result, next) = match answer {
+                Ok(CallOutcome::Forbidden(refusal)) => (
+                    reply::forbidden(&refusal),
+                    Some((gate::NextStep::of_refusal(&refusal), false)),
+                ),
+                Ok(CallOutcome::Looped {
+                    output,
+                    state,
+                    next,
+                }) => (
+                    reply::transition_loop(&name, output, state),
+                    Some((next, false)),
+                ),
+                Ok(CallOutcome::Ran {
+                    output,
+                    moved,
+                    state,
+                    next,
+                    lists,
+                }) => {
+                    if let (Some(stream), Some(_), Some(lists)) =
+                        (&own_stream, &told_in_reply, lists)
+                    {
+                        stream.lists_changed(lists);
+                    }
+                    if moved
+                        && self.caller(&context).is_sessionless()
+                        && self.lists_follow_instances(&context)
+                    {
+                        // This request's stream is the only place the caller can hear of the
+                        // change: say it there, before the result, every time.
+                        // Boxed, as only sessionless calls that move send it.
+                        match Box::pin(context.peer.notify_tool_list_changed()).await {
+                            Ok(()) => metrics::list_changed_sent(metrics::Cause::Transition),
+                            Err(error) => {
+                                tracing::debug!(%error, "cannot tell the caller its list changed")
+                            }
+                        }
+                    }
+                    (reply::ran(&name, output, Some(state)), Some((next, moved)))
+                }
+                Ok(CallOutcome::Declined { action, next }) => {
+                    (reply::declined(&name, &action), Some((next, false)))
+                }
+                Err(error) => (reply::failure(&name, &error), None),
+            };
+            // A failed mint left no instance to have a next step.
+            let next = next.filter(|_| created);
+            let next_step = self.shared.next_step;
+            let handle = match (self.handle_mode(&context), &key.owner) {
+                (Some(mode), Owner::Handle(handle)) if created => Some((mode, &**handle)),
+                _ => None,
+            };
+            let result = match handle {
+                Some((mode, handle)) => reply::with_handle(
+                    result,
+                    &mode.key,
+                    handle,
+                    next.is_none() || !next_step.writes_text(),
+                ),
+                None => result,
+            };
+            let result = match next {
+                Some((next, moved)) => reply::with_next_step(
+                    result,
+                    next_step,
+                    reply::Whereabouts {
+                        workflow: &key.workflow,
+                        handle: handle.map(|(_, handle)| handle),
+                        next,
+                        moved,
+                    },
+                ),
+                None => result,
+            };
+            Ok(result.into())
+        }
+    }
+}
+
+/// What one run of a call gets of `kept`: a copy when the call may run `again` (its handler may
+/// ask), else `kept` itself, taken (a call that cannot ask runs once, and copies nothing).
+fn for_this_run<T: Clone>(kept: &mut Option<T>, again: bool) -> T {
+    let taken = if again { kept.clone() } else { kept.take() };
+    taken.expect("a call that cannot ask runs once")
+}
+
+/// What a call of `tool` whose handler asked for input answers, given what came of asking;
+/// `None` when the answers are in and the handler runs again.
+fn asked(tool: &str, next: asking::Next) -> Option<CallToolResponse> {
+    Some(match next {
+        asking::Next::RunAgain => return None,
+        asking::Next::InputRequired(result) => result.into(),
+        asking::Next::Unavailable(requests) => {
+            reply::input_unavailable(tool, &reply::needed(&requests)).into()
+        }
+        asking::Next::Failed(why) => reply::asking_failed(tool, &why).into(),
+        asking::Next::Cancelled => reply::asking_failed(tool, "the call was cancelled").into(),
+        asking::Next::Rerouted => CallToolResult::success(Vec::new()).into(),
+    })
+}

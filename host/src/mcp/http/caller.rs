@@ -1,0 +1,76 @@
+//! The handler's [`Caller`] of an HTTP request, read from the request's parts, which rmcp (and
+//! `direct.rs`, the same way) puts in the request's extensions: the principal `auth/` found,
+//! the client's address the connection added (`idle.rs`), and the session the request names.
+
+use axum::http::request::Parts;
+use rmcp::model::Extensions;
+
+use super::header_names::SESSION_ID;
+use crate::mcp::{
+    auth::bearer::Principal,
+    handler::caller::{Caller, CarriedBy},
+    quotas::ClientAddr,
+};
+
+/// The [`CallerOf`](crate::mcp::handler::caller::CallerOf) of the HTTP transport.
+pub fn of(extensions: &Extensions) -> Caller<'_> {
+    let Some(parts) = extensions.get::<Parts>() else {
+        // Every request the HTTP transport hands the handler carries its parts.
+        return Caller {
+            session: CarriedBy::Nothing,
+            principal: None,
+            address: None,
+        };
+    };
+    Caller {
+        // A session id that is not visible ASCII names no session the records hold.
+        session: match parts.headers.get(SESSION_ID) {
+            Some(id) => CarriedBy::Session(id.to_str().unwrap_or_default()),
+            None => CarriedBy::Nothing,
+        },
+        principal: parts.extensions.get::<Principal>(),
+        address: parts.extensions.get::<ClientAddr>(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use super::*;
+
+    fn extensions_of(request: axum::http::Request<()>) -> Extensions {
+        let (parts, ()) = request.into_parts();
+        let mut extensions = Extensions::new();
+        extensions.insert(parts);
+        extensions
+    }
+
+    #[test]
+    fn an_http_request_names_its_session_principal_and_address() {
+        let mut request = axum::http::Request::builder()
+            .header(SESSION_ID, "abc")
+            .body(())
+            .unwrap();
+        request
+            .extensions_mut()
+            .insert(Principal("token:alice".into()));
+        let address = ClientAddr(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        request.extensions_mut().insert(address);
+        let extensions = extensions_of(request);
+        let caller = of(&extensions);
+        assert_eq!(caller.http_session(), Some("abc"));
+        assert!(!caller.is_sessionless());
+        assert_eq!(caller.principal_name().as_deref(), Some("token:alice"));
+        assert_eq!(caller.address, Some(&address));
+    }
+
+    #[test]
+    fn a_request_without_a_session_id_is_sessionless() {
+        let extensions = extensions_of(axum::http::Request::new(()));
+        let caller = of(&extensions);
+        assert!(caller.is_sessionless());
+        assert_eq!(caller.principal, None);
+        assert_eq!(caller.quota_holder(), None);
+    }
+}
