@@ -189,11 +189,15 @@ impl Quotas {
         let Some(max) = self.limits.sessions else {
             return Ok(None);
         };
-        let held = self
-            .openers
-            .iter()
-            .filter(|entry| entry.value() == holder && session_exists(entry.key()))
-            .count();
+        // Counted under the holder's entry lock, which `opened` also holds while it records a
+        // session: an `initialize` being answered is then counted by its place or its record,
+        // never by neither (counted outside it, a race let a fourth of three sessions in).
+        let held = || {
+            self.openers
+                .iter()
+                .filter(|entry| entry.value() == holder && session_exists(entry.key()))
+                .count()
+        };
         self.take_place(Kind::Opening, holder, held, max).map(Some)
     }
 
@@ -203,7 +207,10 @@ impl Quotas {
         if !self.counts_sessions() {
             return;
         }
+        // Under the holder's entry lock, before its place is given back (see `admit_session`).
+        let entry = self.opening.entry(holder.clone()).or_insert(0);
         self.openers.insert(session.into(), holder);
+        drop(entry);
         if self.opened.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1 {
             self.openers.retain(|session, _| session_exists(session));
         }
@@ -214,20 +221,21 @@ impl Quotas {
         let Some(max) = self.limits.streams else {
             return Ok(None);
         };
-        self.take_place(Kind::Stream, holder, 0, max).map(Some)
+        self.take_place(Kind::Stream, holder, || 0, max).map(Some)
     }
 
-    /// A place of `kind` for `holder`, if `held` (counted elsewhere) and the places of that kind
-    /// it has taken come to less than `max`: checked and taken under the holder's entry lock.
+    /// A place of `kind` for `holder`, if what it `held` (counted elsewhere) and the places of
+    /// that kind it has taken come to less than `max`: counted, checked and taken under the
+    /// holder's entry lock.
     fn take_place(
         self: &Arc<Self>,
         kind: Kind,
         holder: &Holder,
-        held: usize,
+        held: impl FnOnce() -> usize,
         max: usize,
     ) -> Result<Place, OverQuota> {
         let mut taken = self.places(kind).entry(holder.clone()).or_insert(0);
-        if held + *taken >= max {
+        if held() + *taken >= max {
             return Err(OverQuota {
                 what: match kind {
                     Kind::Opening => "sessions",
@@ -321,7 +329,7 @@ impl Quotas {
         let held = usize::try_from(held).unwrap_or(usize::MAX);
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         Ok(self
-            .take_place(Kind::Minting, holder, held, limit)
+            .take_place(Kind::Minting, holder, || held, limit)
             .map(Some))
     }
 }
