@@ -1,8 +1,8 @@
-//! Diagrams of a machine and of what is offered in each state: Mermaid ([`mermaid`]) and
-//! Graphviz DOT ([`dot`]).
+//! Diagrams of a machine and of what is offered in each state: Mermaid ([`mermaid`]), Graphviz
+//! DOT ([`dot`]) and a self-drawn SVG ([`svg`]).
 //!
 //! Owns presentation only: it reads the parsed tree and never steps the machine. This module
-//! holds what every format shares, so that the pictures cannot disagree: which names are
+//! holds what every format shares, so that the three pictures cannot disagree: which names are
 //! offered in which state, how a transition is labelled, and which edges there are. A tool is
 //! shown on every state where it is visible (the states it is bound to and all their
 //! descendants); tools bound to no state are always visible and are listed once, in a separate
@@ -18,6 +18,9 @@ use super::{
 
 mod dot;
 mod mermaid;
+pub mod svg;
+
+pub use svg::{UnknownState, render_svg};
 
 /// Output format of [`render_offered`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,6 +30,8 @@ pub enum DiagramFormat {
     Mermaid,
     /// Graphviz DOT.
     Dot,
+    /// SVG laid out here (no Graphviz needed); see [`render_svg`] to highlight a state.
+    Svg,
 }
 
 /// One name and the state paths it is bound to (as in bindings: dot paths from the root or
@@ -61,6 +66,7 @@ pub fn render_offered(machine: &Machine, offered: &Offered, format: DiagramForma
     match format {
         DiagramFormat::Mermaid => r.mermaid(),
         DiagramFormat::Dot => r.dot(),
+        DiagramFormat::Svg => r.svg(None),
     }
 }
 
