@@ -7,8 +7,11 @@ use super::{Edge, Renderer, clean};
 use crate::statechart::tree::{Kind, NodeId, ROOT};
 
 impl Renderer<'_> {
+    /// The diagram, titled with the machine id in Mermaid's front matter so that several
+    /// workflows printed one after the other can be told apart.
     pub(super) fn mermaid(&self) -> String {
-        let mut out = String::from("stateDiagram-v2\n");
+        let title = clean(&self.tree.machine_id).replace('\\', "\\\\");
+        let mut out = format!("---\ntitle: \"{title}\"\n---\nstateDiagram-v2\n");
         let edges = self.edges();
         self.mermaid_block(ROOT, 1, &edges, &mut out);
         for (i, note) in self.notes.iter().enumerate() {
@@ -63,7 +66,7 @@ mod tests {
     #[test]
     fn mermaid_shows_nesting_regions_edges_and_tools() {
         let out = render(&machine(), &tools(), DiagramFormat::Mermaid);
-        assert!(out.starts_with("stateDiagram-v2\n"));
+        assert!(out.starts_with("---\ntitle: \"invoice\"\n---\nstateDiagram-v2\n"));
         assert!(out.contains("    [*] --> s1\n"));
         assert!(out.contains("    state \"review\" as s2\n    state s2 {\n        [*] --> s3\n"));
         assert!(out.contains("        s3 --> s4 : OK\n"));
