@@ -1,4 +1,4 @@
-//! The operator commands: `turnstile check` and `turnstile machine run`.
+//! The operator commands: `turnstile check`, `turnstile machine run` and `turnstile graph`.
 
 mod common;
 
@@ -267,4 +267,136 @@ fn machine_run_shows_context_guards_timers_and_loops() {
     );
     assert_eq!(lines[7]["value"], json!("second"), "and changes nothing");
     assert_eq!(lines[7]["changed"], json!(false));
+}
+
+#[test]
+fn graph_draws_one_workflow_as_svg_with_its_state_highlighted() {
+    let plugins = PluginDir::with(&["invoice", "payment"]);
+    let dir = plugins.path().to_str().unwrap();
+    let (code, stdout, stderr) = run(
+        &[
+            "graph",
+            "--plugins",
+            dir,
+            "invoice",
+            "--format",
+            "svg",
+            "--highlight",
+            "review",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let doc = roxmltree::Document::parse(&stdout).expect("the SVG is well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let states: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.attribute("data-state").is_some() && n.has_tag_name("g"))
+        .collect();
+    let classes = |n: &roxmltree::Node<'_, '_>| {
+        let class = n.attribute("class").unwrap_or_default();
+        class.split(' ').map(str::to_owned).collect::<Vec<_>>()
+    };
+    let active: Vec<&str> = states
+        .iter()
+        .filter(|n| classes(n).iter().any(|c| c == "active"))
+        .filter_map(|n| n.attribute("data-state"))
+        .collect();
+    assert_eq!(active, ["review"]);
+    let drawn: Vec<&str> = states
+        .iter()
+        .filter_map(|n| n.attribute("data-state"))
+        .collect();
+    assert_eq!(
+        drawn,
+        [
+            "draft",
+            "review",
+            "second_approval",
+            "approved",
+            "discharged"
+        ]
+    );
+    // The review state lists its tools; the review deadline is on an edge.
+    let review = states[1];
+    let texts: Vec<&str> = review.children().filter_map(|c| c.text()).collect();
+    assert!(
+        texts.iter().any(|t| t.contains("invoice.approve")),
+        "{texts:?}"
+    );
+    assert!(
+        stdout.contains(">after reviewDeadline ("),
+        "the timer is labelled: {stdout}"
+    );
+
+    // Two workflows: an SVG needs the one to draw named; Mermaid titles each.
+    let (code, _, stderr) = run(&["graph", "--plugins", dir, "--format", "svg"], "");
+    assert_ne!(code, 0);
+    assert!(stderr.contains("invoice, payment"), "stderr: {stderr}");
+    let (code, stdout, stderr) = run(&["graph", "--plugins", dir], "");
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(
+        stdout.starts_with("---\ntitle: \"invoice\"\n---\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\n---\ntitle: \"payment\"\n---\n"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = run(
+        &["graph", "--plugins", dir, "payment", "--format", "dot"],
+        "",
+    );
+    assert_eq!(code, 0);
+    assert!(stdout.starts_with("digraph \"payment\" {"), "{stdout}");
+    assert_eq!(stdout.matches("digraph").count(), 1);
+}
+
+#[test]
+fn graph_names_an_unknown_workflow_or_state() {
+    let plugins = PluginDir::with(&["invoice", "payment"]);
+    let dir = plugins.path().to_str().unwrap();
+    let (code, stdout, stderr) = run(&["graph", "--plugins", dir, "invoce"], "");
+    assert_ne!(code, 0);
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("no workflow `invoce`"), "stderr: {stderr}");
+    assert!(
+        stderr.contains("invoice, payment"),
+        "lists the known: {stderr}"
+    );
+
+    let (code, stdout, stderr) = run(
+        &[
+            "graph",
+            "--plugins",
+            dir,
+            "invoice",
+            "--format",
+            "svg",
+            "--highlight",
+            "reveiw",
+        ],
+        "",
+    );
+    assert_ne!(code, 0);
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("no state `reveiw`"), "stderr: {stderr}");
+    assert!(
+        stderr.contains("draft, review"),
+        "lists the states: {stderr}"
+    );
+
+    let (code, _, stderr) = run(
+        &[
+            "graph",
+            "--plugins",
+            dir,
+            "invoice",
+            "--highlight",
+            "review",
+        ],
+        "",
+    );
+    assert_ne!(code, 0);
+    assert!(stderr.contains("--format svg"), "stderr: {stderr}");
 }

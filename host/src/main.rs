@@ -65,12 +65,22 @@ enum Command {
         /// The plugin library to load.
         library: PathBuf,
     },
-    /// Draw each workflow, with the tools visible in each state.
+    /// Draw each workflow (or the one named), with the tools visible and the prompts and
+    /// resources offered in each state.
+    ///
+    /// Mermaid and DOT print every workflow, each titled with its id; an SVG is one picture of
+    /// one workflow, so with several loaded name the one to draw.
     Graph {
         #[arg(long, env = "TURNSTILE_PLUGINS")]
         plugins: PathBuf,
+        /// The workflow to draw, by id (default: every one).
+        workflow: Option<String>,
         #[arg(long, value_enum, default_value_t = GraphFormat::Mermaid)]
         format: GraphFormat,
+        /// With `--format svg`: light up this state (a dot path like `review` or
+        /// `payment.pending`, or `#id`), as an operator would see an instance's current state.
+        #[arg(long, value_name = "STATE")]
+        highlight: Option<String>,
     },
 }
 
@@ -88,8 +98,12 @@ enum MachineCommand {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum GraphFormat {
+    /// Mermaid `stateDiagram-v2` source.
     Mermaid,
+    /// Graphviz DOT source.
     Dot,
+    /// A finished picture: nested boxes laid out by turnstile itself (no Graphviz needed).
+    Svg,
 }
 
 fn main() -> ExitCode {
@@ -166,12 +180,20 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             std::io::stdin().lock(),
             std::io::stdout().lock(),
         ),
-        Command::Graph { plugins, format } => commands::graph::run(
+        Command::Graph {
+            plugins,
+            workflow,
+            format,
+            highlight,
+        } => commands::graph::run(
             &plugins,
+            workflow.as_deref(),
             match format {
                 GraphFormat::Mermaid => turnstile::statechart::diagram::DiagramFormat::Mermaid,
                 GraphFormat::Dot => turnstile::statechart::diagram::DiagramFormat::Dot,
+                GraphFormat::Svg => turnstile::statechart::diagram::DiagramFormat::Svg,
             },
+            highlight.as_deref(),
         ),
     }
 }

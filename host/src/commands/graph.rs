@@ -1,48 +1,98 @@
-//! `turnstile graph`: each workflow as a diagram, with the tools visible, and the prompts and
-//! resources offered, in each state.
+//! `turnstile graph`: each workflow (or the one named) as a diagram, with the tools visible, and
+//! the prompts and resources offered, in each state.
 
-use std::{path::Path, process::ExitCode};
+use std::{io::Write, path::Path, process::ExitCode, sync::Arc};
+
+use anyhow::bail;
 
 use super::LoadReport;
 use crate::{
-    catalog::Bound,
+    catalog::{Bound, Catalog, Workflow},
     statechart::diagram::{self, DiagramFormat, Offered},
 };
 
-pub fn run(plugins: &Path, format: DiagramFormat) -> anyhow::Result<ExitCode> {
+/// Prints the diagrams. `workflow` picks one by id; an SVG is one picture of one workflow, so
+/// with several loaded it must be named; `highlight` (SVG only) marks a state as active.
+pub fn run(
+    plugins: &Path,
+    workflow: Option<&str>,
+    format: DiagramFormat,
+    highlight: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    if highlight.is_some() && format != DiagramFormat::Svg {
+        bail!("--highlight marks a state in an SVG: add --format svg");
+    }
     let report = LoadReport::load(plugins)?;
     for problem in report.problems() {
         tracing::error!("{problem}");
     }
-    for workflow in report.catalog.workflows() {
-        let catalog = &report.catalog;
-        let of_workflow = |entry: &dyn Bound, name: &str| {
-            (entry.workflow() == Some(workflow.id.as_str()))
-                .then(|| (name.to_owned(), entry.states().to_vec()))
-        };
-        let offered = Offered {
-            tools: workflow
-                .tools
-                .iter()
-                .map(|tool| (tool.name().to_string(), tool.manifest.states.clone()))
-                .collect(),
-            prompts: catalog
-                .prompts()
-                .filter_map(|p| of_workflow(&**p, &p.manifest.name))
-                .collect(),
-            resources: (catalog.resources())
-                .filter_map(|r| of_workflow(&**r, &r.manifest.uri))
-                .chain(
-                    catalog
-                        .templates()
-                        .filter_map(|t| of_workflow(&**t, &t.manifest.uri_template)),
-                )
-                .collect(),
-        };
-        println!(
-            "{}",
-            diagram::render_offered(&workflow.machine, &offered, format)
+    let catalog = &report.catalog;
+    let known = || {
+        let ids: Vec<&str> = catalog.workflows().map(|w| w.id.as_str()).collect();
+        if ids.is_empty() {
+            "none".to_owned()
+        } else {
+            ids.join(", ")
+        }
+    };
+    let chosen: Vec<&Arc<Workflow>> = match workflow {
+        Some(id) => match catalog.workflow(id) {
+            Some(w) => vec![w],
+            None => bail!(
+                "no workflow `{id}` in {} (known workflows: {})",
+                plugins.display(),
+                known()
+            ),
+        },
+        None => catalog.workflows().collect(),
+    };
+    if format == DiagramFormat::Svg && chosen.len() > 1 {
+        bail!(
+            "an SVG draws one workflow: name it, as in `turnstile graph <WORKFLOW> --format svg` \
+             (known workflows: {})",
+            known()
         );
     }
+    // Written, not printed: a closed pipe (`| head`) is an error to report, not a panic.
+    let mut out = std::io::stdout().lock();
+    for workflow in chosen {
+        let offered = offered(catalog, workflow);
+        if format == DiagramFormat::Svg {
+            let svg = diagram::render_svg(&workflow.machine, &offered, highlight)?;
+            out.write_all(svg.as_bytes())?;
+        } else {
+            let text = diagram::render_offered(&workflow.machine, &offered, format);
+            writeln!(out, "{text}")?;
+        }
+    }
+    out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The workflow's tools, and the prompts and resources bound to it, with the states each is
+/// bound to.
+fn offered(catalog: &Catalog, workflow: &Workflow) -> Offered {
+    let of_workflow = |entry: &dyn Bound, name: &str| {
+        (entry.workflow() == Some(workflow.id.as_str()))
+            .then(|| (name.to_owned(), entry.states().to_vec()))
+    };
+    Offered {
+        tools: workflow
+            .tools
+            .iter()
+            .map(|tool| (tool.name().to_string(), tool.manifest.states.clone()))
+            .collect(),
+        prompts: catalog
+            .prompts()
+            .filter_map(|p| of_workflow(&**p, &p.manifest.name))
+            .collect(),
+        resources: (catalog.resources())
+            .filter_map(|r| of_workflow(&**r, &r.manifest.uri))
+            .chain(
+                catalog
+                    .templates()
+                    .filter_map(|t| of_workflow(&**t, &t.manifest.uri_template)),
+            )
+            .collect(),
+    }
 }

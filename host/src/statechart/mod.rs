@@ -19,7 +19,8 @@
 //! - `engine`, `entry_exit`: the step algorithm, a port of XState's `stateUtils` (read it
 //!   beside XState); `config`: the runtime configuration and XState's helpers around it.
 //! - `snapshot`: [`Snapshot`], state values, persistence; `event`, `error`.
-//! - `diagram`: Mermaid / Graphviz rendering; `lint` and `cycles`: `turnstile check` warnings.
+//! - `diagram`: Mermaid, Graphviz and SVG rendering; `lint` and `cycles`: `turnstile check`
+//!   warnings.
 //!
 //! # Semantics
 //! Supported exactly as XState v5 (checked by `tests/xstate_differential.rs` against the npm
