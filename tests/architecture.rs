@@ -398,53 +398,12 @@ fn within(module: &str, floor: &str) -> bool {
     module == floor || module.starts_with(&format!("{floor}::"))
 }
 
-/// Circles known today and being broken (issue 41), each by its rooms: a circle must fit inside
-/// one of these, so none grows and no new one forms. Shrink this list; never add to it.
-const KNOWN_CIRCLES: &[&[&str]] = &[
-    &[
-        "statechart::engine",
-        "statechart::error",
-        "statechart::event",
-        "statechart::guards",
-    ],
-    &[
-        "plugin::isolated",
-        "plugin::isolated::child",
-        "plugin::isolated::connection",
-        "plugin::isolated::protocol",
-        "plugin::loaded",
-    ],
-    &["catalog", "catalog::change", "gate"],
-    &[
-        "actors::instance",
-        "actors::notifier",
-        "actors::registry",
-        "actors::routes",
-        "actors::runtime",
-        "actors::tenure",
-        "actors::wake",
-        "invoke",
-        "metrics",
-        "store",
-        "store::embedded",
-        "store::embedded::checkpoint",
-        "store::embedded::writer",
-        "timers",
-        "timers::alarm",
-    ],
-];
-
 #[test]
 fn no_import_circle_of_more_than_two_files() {
     let edges = Crate::read().edges();
     let large: Vec<_> = circles(&edges)
         .into_iter()
         .filter(|group| group.len() > 2)
-        .filter(|group| {
-            !KNOWN_CIRCLES
-                .iter()
-                .any(|known| group.iter().all(|room| known.contains(&room.as_str())))
-        })
         .collect();
     assert!(
         large.is_empty(),

@@ -4,7 +4,7 @@
 //! It owns the answer to "which tool is this name, which plugin runs it, which machine gates it",
 //! and the same for prompts and resources (`primitives.rs`).
 //! A catalog is never changed once built: a plugin reload builds a new one and swaps it into the
-//! [`LiveCatalog`] (`live.rs`); [`CatalogChange`] (`change.rs`) says whose menus that changes.
+//! [`LiveCatalog`] (`live.rs`); `gate::CatalogChange` says whose menus that changes.
 //! Each machine carries a version, the hash of its canonical JSON (`version.rs`). It never runs a
 //! tool and never touches instance state.
 //!
@@ -12,7 +12,6 @@
 //! tools, prompts or resources names a state or event its machine does not have, the whole plugin is refused with every
 //! problem listed, and the other plugins are still served.
 
-mod change;
 mod guards;
 mod live;
 pub mod param_headers;
@@ -24,7 +23,6 @@ use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
 use serde_json::Value;
 
 pub use self::{
-    change::{Affected, CatalogChange},
     guards::{PluginGuards, Unavailable},
     live::LiveCatalog,
     primitives::{Bound, PromptEntry, ResourceEntry, SESSION_TOKEN, TemplateEntry},
@@ -262,6 +260,12 @@ impl Catalog {
 
     pub fn workflow(&self, id: &str) -> Option<&Arc<Workflow>> {
         self.workflows.get(id)
+    }
+
+    /// Whether `other` holds the same prompts, resources and templates (a change of any is
+    /// told to every client).
+    pub fn same_primitives_as(&self, other: &Catalog) -> bool {
+        self.primitives.same_as(&other.primitives)
     }
 
     pub fn workflows(&self) -> impl Iterator<Item = &Arc<Workflow>> {

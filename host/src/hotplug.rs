@@ -26,7 +26,8 @@ use std::{
 };
 
 use crate::{
-    catalog::{Catalog, CatalogChange, LiveCatalog},
+    catalog::{Catalog, LiveCatalog},
+    gate::CatalogChange,
     plugin::{
         self, LoadOptions, LoadedPlugin,
         directory::{Directory, FileChange, Stamp},

@@ -191,7 +191,7 @@ impl InstanceKey {
     }
 
     /// [`InstanceKey::store_key`] in the pieces it is joined from (`separator` is room for one
-    /// of them). Every call digests the key for its span (`mcp/http/metrics.rs`), from these pieces:
+    /// of them). Every call digests the key for its span (`mcp/handler/call_record.rs`), from these pieces:
     /// joining them costs an allocation, and `format!` cost more than the digest.
     pub fn store_key_pieces<'a>(&'a self, separator: &'a mut [u8; 4]) -> [&'a str; 4] {
         match &self.owner {

@@ -16,8 +16,9 @@ use super::{
     workers::{self, Workers},
 };
 use crate::{
-    catalog::{Affected, CatalogChange, ToolEntry},
+    catalog::ToolEntry,
     gate::ListsChanged,
+    gate::{Affected, CatalogChange},
     plugin::HostCall,
 };
 

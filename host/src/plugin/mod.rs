@@ -37,6 +37,7 @@ mod isolated;
 mod library;
 mod loaded;
 mod manifest;
+mod output;
 mod pool;
 mod quick;
 mod services;
@@ -56,7 +57,8 @@ pub use self::{
     config::PluginConfigs,
     error::PluginError,
     isolated::{Isolation, run_child as run_plugin_host},
-    loaded::{LoadedPlugin, MAX_COMPLETIONS, PluginOutput, Returned},
+    loaded::{LoadedPlugin, MAX_COMPLETIONS},
+    output::{PluginOutput, Returned},
     pool::{CallPool, DEFAULT_POOL_SIZE, QUEUE_WAIT},
     quick::Overrun,
     services::{CallEvent, EventReceiver, HostCall},

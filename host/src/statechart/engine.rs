@@ -18,15 +18,11 @@ use super::{
         ActiveChildren, Config, Context, HistoryValue, Pending, all_state_nodes, cancel_timer,
         first_active_child, initial_state_nodes, start_timer,
     },
+    error::MAX_MICROSTEPS,
     event::Event,
     guards::{self, Guards},
     tree::{Assign, Kind, NodeId, ROOT, TransId, Transition, Tree},
 };
-
-/// XState's `maxIterations` for Turnstile: a macrostep that has taken this many microsteps
-/// after its first one without settling is stopped (the differential test gives XState the
-/// same bound).
-pub const MAX_MICROSTEPS: usize = 1000;
 
 /// The macrostep ran past [`MAX_MICROSTEPS`]: an eventless loop.
 #[derive(Debug)]

@@ -31,12 +31,17 @@ impl MachineError {
     }
 }
 
-/// A step stopped after [`super::MAX_MICROSTEPS`] eventless microsteps without settling (an
+/// XState's `maxIterations` for Turnstile: a macrostep that has taken this many microsteps
+/// after its first one without settling is stopped (the differential test gives XState the
+/// same bound).
+pub const MAX_MICROSTEPS: usize = 1000;
+
+/// A step stopped after [`MAX_MICROSTEPS`] eventless microsteps without settling (an
 /// eventless loop). The instance keeps the snapshot it had before the event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "eventless transitions looped: more than {} microsteps without settling",
-    super::MAX_MICROSTEPS
+    MAX_MICROSTEPS
 )]
 pub struct TransitionLoop;
 

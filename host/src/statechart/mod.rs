@@ -140,7 +140,7 @@ use self::{
     tree::{ROOT, Tree, matches_descriptor},
 };
 pub use self::{
-    engine::MAX_MICROSTEPS,
+    error::MAX_MICROSTEPS,
     error::{EventError, MachineError, TransitionLoop},
     event::Event,
     guards::{Guards, Known, NoGuards},

@@ -15,7 +15,7 @@ use axum::{
 
 use super::{handshake::Handshakes, session_records::SessionRecords};
 use crate::mcp::handler::server::Shared;
-use crate::metrics::{self, Gauges, PluginPool};
+use crate::metrics::scrape::{self, Gauges, PluginPool};
 
 /// The content type of the Prometheus text exposition format.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -59,7 +59,7 @@ pub async fn serve(
     };
     (
         [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
-        metrics::render(&gauges),
+        scrape::render(&gauges),
     )
         .into_response()
 }

@@ -8,8 +8,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Catalog, ToolEntry};
-use crate::{gate, statechart::Snapshot};
+use super::starts_instance;
+use crate::{
+    catalog::{Catalog, ToolEntry},
+    statechart::Snapshot,
+};
 
 /// Which clients a catalog replacement concerns.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -35,11 +38,12 @@ impl CatalogChange {
     /// What replacing `old` by `new` changes.
     pub fn between(old: &Catalog, new: &Catalog) -> CatalogChange {
         let mut change = CatalogChange {
-            primitives: !old.primitives.same_as(&new.primitives),
+            primitives: !old.same_primitives_as(new),
             ..CatalogChange::default()
         };
-        let workflow_ids: BTreeSet<&String> =
-            old.workflows.keys().chain(new.workflows.keys()).collect();
+        let workflow_ids: BTreeSet<&String> = (old.workflows().chain(new.workflows()))
+            .map(|workflow| &workflow.id)
+            .collect();
         for id in workflow_ids {
             match (old.workflow(id), new.workflow(id)) {
                 (Some(before), Some(after)) if before.version == after.version => {}
@@ -51,7 +55,9 @@ impl CatalogChange {
                 }
             }
         }
-        let tool_names: BTreeSet<&String> = old.tools.keys().chain(new.tools.keys()).collect();
+        let tool_names: BTreeSet<&str> = (old.tools().chain(new.tools()))
+            .map(|tool| tool.name())
+            .collect();
         for name in tool_names {
             let (before, after) = (old.tool(name), new.tool(name));
             if let (Some(before), Some(after)) = (before, after)
@@ -80,7 +86,7 @@ impl CatalogChange {
             self.workflows.insert(workflow.id.clone(), Affected::All);
             return;
         }
-        if gate::starts_instance(tool, workflow) {
+        if starts_instance(tool, workflow) {
             self.everyone = true;
         }
         let affected = self

@@ -6,6 +6,10 @@
 //! `resources/list` and before serving a prompt or resource, so listing and using can never
 //! disagree.
 
+mod change;
+
+pub use change::{Affected, CatalogChange};
+
 use std::sync::Arc;
 
 use serde::Serialize;
