@@ -16,10 +16,12 @@
 //! - `file.rs`: reading and checking the file.
 //! - [`Resolved`] (`layers.rs`): the layers merged, with where each value came from.
 //! - `print.rs`: `--print-config`.
+//! - `reference.rs`: `docs/configuration.md`, written from the flags.
 
 mod file;
 mod layers;
 mod print;
+pub mod reference;
 mod settings;
 #[cfg(test)]
 mod tests;
