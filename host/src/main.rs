@@ -1,5 +1,5 @@
-//! The `turnstile` command line: `serve`, `check`, `machine run`, `graph`, `load` (and the hidden
-//! `plugin-host`, the process of an isolated plugin).
+//! The `turnstile` command line: `serve`, `check`, `machine run`, `graph`, `load`, `new-plugin`
+//! (and the hidden `plugin-host`, the process of an isolated plugin).
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -81,6 +81,22 @@ enum Command {
         /// `payment.pending`, or `#id`), as an operator would see an instance's current state.
         #[arg(long, value_name = "STATE")]
         highlight: Option<String>,
+    },
+    /// Write a new plugin, built outside this repository: a Rust crate on the SDK (or a C
+    /// project on the header) with a workflow of three states, its tools and a test.
+    NewPlugin {
+        /// The plugin's name, which starts its tools' names (`NAME.start`): lowercase letters,
+        /// digits and `_`.
+        name: String,
+        #[arg(long, value_enum, default_value_t = commands::new_plugin::Lang::Rust)]
+        lang: commands::new_plugin::Lang,
+        /// Where to write it (default: `./NAME`); must not exist yet.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// The SDK crate to depend on (default: the `plugin-api/` of the source tree this
+        /// turnstile was built from).
+        #[arg(long, value_name = "DIR")]
+        sdk: Option<PathBuf>,
     },
 }
 
@@ -195,5 +211,11 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             },
             highlight.as_deref(),
         ),
+        Command::NewPlugin {
+            name,
+            lang,
+            dir,
+            sdk,
+        } => commands::new_plugin::run(&name, lang, dir.as_deref(), sdk.as_deref()),
     }
 }

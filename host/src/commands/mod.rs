@@ -5,6 +5,7 @@ pub mod graph;
 pub mod instances;
 pub mod load;
 pub mod machine;
+pub mod new_plugin;
 pub mod plugin_host;
 pub mod replacement;
 pub mod serve;

@@ -1,0 +1,124 @@
+//! `turnstile new-plugin`: what it writes builds outside this repository, passes its own test,
+//! and is served by the real binary with its tools gated (issue 41, item 5).
+
+mod common;
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use common::{Client, Server};
+use serde_json::json;
+
+/// Runs `command`, failing the test with its output if it fails.
+fn run(command: &mut Command) -> String {
+    let output = command.output().expect("the command starts");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{command:?}:\n{said}");
+    said
+}
+
+fn new_plugin(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
+    command.arg("new-plugin").args(args);
+    command
+}
+
+/// A cargo for the new crate: its own target directory, offline when the registry cache holds
+/// what it needs (it does after this workspace's build), else online.
+fn cargo(crate_dir: &Path, target: &Path, args: &[&str]) -> String {
+    let attempt = |offline: bool| {
+        let mut command = Command::new(env!("CARGO"));
+        command
+            .args(args)
+            .args(offline.then_some("--offline"))
+            .current_dir(crate_dir)
+            .env("CARGO_TARGET_DIR", target)
+            .env_remove("RUSTFLAGS");
+        command.output().expect("cargo starts")
+    };
+    let output = match attempt(true) {
+        output if output.status.success() => output,
+        _ => attempt(false),
+    };
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "cargo {args:?}:\n{said}");
+    said
+}
+
+/// Serves the one library in `library` and walks its workflow as a client would.
+async fn served_and_gated(library: &Path, name: &str) {
+    let plugins = tempfile::tempdir().unwrap();
+    fs::copy(library, plugins.path().join(library.file_name().unwrap())).unwrap();
+    let server = Server::http(plugins.path(), &["--store", "memory:"]);
+    let client = Client::http(&server.url).await;
+    let (start, finish, status) = (
+        format!("{name}.start"),
+        format!("{name}.finish"),
+        format!("{name}.status"),
+    );
+    let mut menu = client.tool_names().await;
+    menu.sort();
+    assert_eq!(menu, [start.clone(), status.clone()]);
+    let started = client.call(&start, json!({"topic": "the report"})).await;
+    assert_ne!(started.is_error, Some(true), "{started:?}");
+    let mut menu = client.tool_names().await;
+    menu.sort();
+    assert_eq!(menu, [finish, status]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_rust_plugin_builds_out_of_tree_tests_and_is_served_gated() {
+    let work = tempfile::tempdir().unwrap();
+    let crate_dir = work.path().join("tickets");
+    let said = run(new_plugin(&["tickets", "--dir"]).arg(&crate_dir));
+    assert!(said.contains("libtickets"), "{said}");
+    let target = work.path().join("target");
+    let tested = cargo(&crate_dir, &target, &["test"]);
+    assert!(tested.contains("2 passed"), "{tested}");
+    cargo(&crate_dir, &target, &["build"]);
+    let library: PathBuf = target.join("debug").join(format!(
+        "{}tickets{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    ));
+    served_and_gated(&library, "tickets").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_c_plugin_builds_with_make_tests_and_is_served_gated() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("tickets_c");
+    run(new_plugin(&["tickets_c", "--lang", "c", "--dir"]).arg(&dir));
+    let tested = run(Command::new("make").arg("test").current_dir(&dir));
+    assert!(tested.contains("tickets_c.start said"), "{tested}");
+    served_and_gated(&dir.join("libtickets_c.so"), "tickets_c").await;
+}
+
+#[test]
+fn a_bad_name_or_an_existing_directory_is_refused_and_nothing_is_written() {
+    let work = tempfile::tempdir().unwrap();
+    let output = new_plugin(&["Tickets", "--dir"])
+        .arg(work.path().join("x"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("cannot name a plugin"));
+    assert!(!work.path().join("x").exists());
+    let output = new_plugin(&["tickets", "--dir"])
+        .arg(work.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("exists already"));
+}
