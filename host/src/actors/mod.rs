@@ -30,6 +30,7 @@ mod key;
 mod notifier;
 mod registry;
 mod routes;
+mod run_call;
 mod runtime;
 mod system;
 mod tables;

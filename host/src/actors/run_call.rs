@@ -1,0 +1,483 @@
+//! The straight line of one `tools/call` on an instance, in the instance actor's mailbox:
+//! [`run_call`] reads as its steps, each a function below it, in order:
+//!
+//! 1. [`replayed`]: a retry of a call already answered gets that answer; nothing runs.
+//! 2. [`own_tool`]: the instance's own version of the tool (an instance on an older machine
+//!    keeps that version's tools).
+//! 3. the gate ([`gate::refusal`]): a tool out of order is refused.
+//! 4. [`confirmed`]: a binding that has a person confirm asks now, and runs again with the
+//!    answer; a decline runs nothing.
+//! 5. [`event_input`] and [`call_context`]: what the event carries, and what the plugin is told.
+//! 6. [`run_plugin`]: under the instance's lease, renewed while the plugin works.
+//! 7. [`fire`]: a success fires the tool's transition, a handler error its `on_error`.
+//! 8. [`record_of`] and the save (compare-and-set), unless nothing is to be kept.
+//!
+//! An early step that answers returns the view unchanged and an outcome; nothing after it runs.
+
+use std::ops::ControlFlow;
+
+use serde_json::Value;
+
+use super::{
+    CallOutcome, InstanceError, InstanceKey, InstanceView,
+    idempotency::{self, Lookup},
+    instance::{Call, InstanceDeps},
+    tenure::Tenure,
+};
+use crate::{
+    catalog::{ToolEntry, Workflow},
+    confirm::Decision,
+    gate,
+    invoke::{self, InvokeError},
+    plugin::{CallContext, PluginOutput},
+    statechart::{Event, Step, TransitionLoop},
+    store::{AuditEntry, CURRENT_FORMAT, IdempotencyEntry, InstanceRecord, now_ms},
+};
+
+/// What a call ran: the view after it, whether the state changed, and the outcome.
+type Ran = (InstanceView, bool, CallOutcome);
+
+/// A call's idempotency key and the digest of its arguments.
+type Idempotent = (String, String);
+
+/// Idempotency, gate, confirmation, plugin, transition, save: one call, step by step (see the
+/// module docs).
+pub(super) async fn run_call(
+    deps: &InstanceDeps,
+    plugin_lock: &invoke::InstanceLock,
+    tenure: Option<&Tenure>,
+    key: &InstanceKey,
+    view: InstanceView,
+    call: Call,
+) -> Result<Ran, InstanceError> {
+    let workflow = view.workflow.clone();
+    let now = now_ms();
+    let idempotent = call.idempotency_key.as_ref().map(|idempotency_key| {
+        (
+            idempotency_key.clone(),
+            idempotency::digest(&call.arguments),
+        )
+    });
+    if let Some(answer) = replayed(deps, &view, &call, idempotent.as_ref(), now)? {
+        return Ok((view, false, answer));
+    }
+    let tool = own_tool(&workflow, key, &call.tool)?;
+    if let Some(refusal) = gate::refusal(&workflow, &tool, &view.snapshot, &call.arguments) {
+        return Ok((view, false, CallOutcome::Forbidden(refusal)));
+    }
+    let confirmation = match confirmed(&workflow, &tool, &view, &call) {
+        ControlFlow::Continue(confirmation) => confirmation,
+        ControlFlow::Break(answer) => return Ok((view, false, answer)),
+    };
+    // Arguments that alone would put the record over its limit (the event carries them into
+    // the context) are refused before the plugin runs.
+    let argument_bytes = crate::store::json_bytes(&call.arguments);
+    if argument_bytes > deps.max_record_bytes {
+        return Err(InstanceError::RecordTooLarge {
+            size: argument_bytes,
+            limit: deps.max_record_bytes,
+        });
+    }
+    let input = event_input(&tool, &call.arguments, confirmation.as_ref());
+    let context = call_context(
+        key,
+        &view,
+        &tool,
+        call.call_id,
+        &call.arguments,
+        call.idempotency_key.as_deref(),
+        call.asking,
+    );
+    let output = run_plugin(
+        deps,
+        plugin_lock,
+        tenure,
+        &view,
+        &tool,
+        call.arguments,
+        context,
+        call.host,
+    )
+    .await?;
+    let (output, step, fired_event) =
+        match fire(&workflow, &view, &tool, key, output, input, call.mint) {
+            ControlFlow::Continue(fired) => fired,
+            ControlFlow::Break(answer) => return Ok((view, false, answer)),
+        };
+    let succeeded = matches!(output, PluginOutput::Success(_));
+    let moved = step.as_ref().is_some_and(|step| step.changed);
+    // Saved: a transition, the first record of an instance this call started, or the result of
+    // a successful call a retry may repeat. A failed call that fired nothing stores nothing.
+    let remembered = idempotent.is_some() && succeeded;
+    let saves = moved || (call.mint && succeeded) || remembered;
+    if !saves {
+        let outcome = ran(&workflow, &view, output, false);
+        return Ok((view, false, outcome));
+    }
+    let snapshot = match step {
+        Some(step) if step.changed => step.snapshot,
+        _ => view.snapshot.clone(),
+    };
+    let record = record_of(
+        deps,
+        tenure,
+        key,
+        &view,
+        &tool,
+        &snapshot,
+        Kept {
+            output: &output,
+            idempotent,
+            moved,
+            fired_event: fired_event.as_deref(),
+            confirmation,
+            principal: call.principal,
+            now,
+        },
+    );
+    // Past a shutdown's deadline the caller is told SHUTTING_DOWN: save nothing it was not told.
+    if deps.limits.abandon.is_cancelled() {
+        return Err(InstanceError::Tool(InvokeError::ShuttingDown));
+    }
+    // A record past its limit is not saved, and nothing the call would fire happens.
+    let size = record.stored_bytes();
+    if size > deps.max_record_bytes {
+        return Err(InstanceError::RecordTooLarge {
+            size,
+            limit: deps.max_record_bytes,
+        });
+    }
+    // A call's save is announced whether or not it moved the instance, as it always was; only a
+    // timer's save that moves nothing stays quiet.
+    deps.save(key, &workflow, &record, view.version, true)
+        .await?;
+    if moved && let Some(event) = &fired_event {
+        crate::metrics::transition_saved(&workflow.id, event);
+    }
+    let after = InstanceView {
+        snapshot,
+        version: record.version,
+        workflow: view.workflow.clone(),
+        idempotency: record.idempotency,
+        updated_at_ms: record.updated_at_ms,
+        due_at_ms: record.due_at_ms,
+    };
+    let outcome = ran(&workflow, &after, output, moved);
+    Ok((after, moved, outcome))
+}
+
+/// The outcome of a call that ran, with `view` the instance as it is after it.
+fn ran(workflow: &Workflow, view: &InstanceView, output: PluginOutput, moved: bool) -> CallOutcome {
+    let next = gate::next_step(workflow, &view.snapshot);
+    CallOutcome::Ran {
+        output,
+        moved,
+        state: next.state.clone(),
+        next,
+        lists: None,
+    }
+}
+
+/// Step 1: a retry of a call already answered (same idempotency key, same arguments, within
+/// the window) gets that answer: nothing runs, nothing fires. A key reused with other
+/// arguments, or past the window, is an error.
+fn replayed(
+    deps: &InstanceDeps,
+    view: &InstanceView,
+    call: &Call,
+    idempotent: Option<&Idempotent>,
+    now: u64,
+) -> Result<Option<CallOutcome>, InstanceError> {
+    let Some((idempotency_key, arguments)) = idempotent else {
+        return Ok(None);
+    };
+    match idempotency::lookup(
+        &view.idempotency,
+        idempotency_key,
+        call.tool.name(),
+        arguments,
+        deps.idempotency_window,
+        now,
+    ) {
+        Lookup::Miss => Ok(None),
+        Lookup::Replay(entry) => Ok(Some(CallOutcome::Ran {
+            output: PluginOutput::success(entry.output.clone()),
+            moved: entry.moved,
+            state: entry.state.clone(),
+            next: gate::next_step(&view.workflow, &view.snapshot),
+            lists: None,
+        })),
+        Lookup::Expired(entry) => Err(InstanceError::IdempotencyResultExpired {
+            key: idempotency_key.clone(),
+            at_ms: entry.at_ms,
+            state: entry.state.clone(),
+        }),
+        Lookup::Conflict => Err(InstanceError::IdempotencyConflict {
+            key: idempotency_key.clone(),
+        }),
+    }
+}
+
+/// Step 2: the instance's own version of the tool: the catalog's, or the one of the older
+/// machine version the instance still runs on (see `Catalog::follow`). A version restored from
+/// the store alone has no tools to run.
+fn own_tool(
+    workflow: &Workflow,
+    key: &InstanceKey,
+    called: &std::sync::Arc<ToolEntry>,
+) -> Result<std::sync::Arc<ToolEntry>, InstanceError> {
+    if workflow.archived {
+        return Err(InstanceError::VersionUnavailable {
+            key: key.to_string(),
+            workflow: workflow.id.clone(),
+            reason: format!(
+                "it runs on machine version {}, whose plugin is no longer loaded",
+                workflow.version
+            ),
+        });
+    }
+    Ok(workflow.tool(called.name()).unwrap_or(called).clone())
+}
+
+/// Step 4: a binding that has a person confirm asks now that the gate lets the call through,
+/// and the call runs again with the answer (`confirm.rs`). Go on with what the person
+/// confirmed, if anything was asked, or stop with the answer for now (asking, or declined).
+fn confirmed(
+    workflow: &Workflow,
+    tool: &ToolEntry,
+    view: &InstanceView,
+    call: &Call,
+) -> ControlFlow<CallOutcome, Option<Value>> {
+    let decision = tool
+        .confirm
+        .as_ref()
+        .map(|confirm| confirm.decide(view.snapshot.context(), &call.arguments, &call.asking));
+    match decision {
+        None | Some(Decision::NotNeeded) => ControlFlow::Continue(None),
+        Some(Decision::Accepted(content)) => ControlFlow::Continue(Some(content)),
+        Some(Decision::Ask(requests)) => ControlFlow::Break(ran(
+            workflow,
+            view,
+            PluginOutput::NeedsInput(requests),
+            false,
+        )),
+        Some(Decision::Declined(action)) => ControlFlow::Break(CallOutcome::Declined {
+            action,
+            next: gate::next_step(workflow, &view.snapshot),
+        }),
+    }
+}
+
+/// Step 5a: what the event carries, for guards and assignments to read: the call's arguments,
+/// when the tool fires anything. Under a binding that confirms, `input.confirmation` is the
+/// host's to say: what the person confirmed, or nothing; never an argument posing as it.
+fn event_input(tool: &ToolEntry, arguments: &Value, confirmation: Option<&Value>) -> Option<Value> {
+    let fires_something = tool.manifest.transition.is_some() || tool.manifest.on_error.is_some();
+    fires_something.then(|| {
+        let mut input = arguments.clone();
+        if let (Value::Object(input), Some(_)) = (&mut input, &tool.confirm) {
+            match confirmation {
+                Some(confirmation) => {
+                    input.insert("confirmation".to_owned(), confirmation.clone());
+                }
+                None => {
+                    input.remove("confirmation");
+                }
+            }
+        }
+        input
+    })
+}
+
+/// Step 5b: what the plugin is told of the call (`call_id`, its `arguments`, the client's
+/// `idempotency_key`, what it may `ask`) and of the instance.
+fn call_context(
+    key: &InstanceKey,
+    view: &InstanceView,
+    tool: &ToolEntry,
+    call_id: String,
+    arguments: &Value,
+    idempotency_key: Option<&str>,
+    asking: Value,
+) -> CallContext {
+    CallContext {
+        call_id,
+        handle: key.handle(),
+        state: view.snapshot.value(),
+        context: view.snapshot.context().clone(),
+        // The same for every run of this attempt, on any server (a paused server's and the one
+        // that took over from it): the instance, the version it is moved from, the tool, its
+        // arguments and the client's own key.
+        idempotency_key: key.attempt_key(view.version, tool.name(), arguments, idempotency_key),
+        asking,
+        ..CallContext::default()
+    }
+}
+
+/// Step 6: the plugin runs. Loading and settling took store round trips: the lease must still
+/// be safely alive when the plugin starts (free when it is: no round trip), or the call does
+/// not run; it is renewed while the plugin works, however long it takes.
+#[allow(clippy::too_many_arguments)] // One call's pieces, each used once.
+async fn run_plugin(
+    deps: &InstanceDeps,
+    plugin_lock: &invoke::InstanceLock,
+    tenure: Option<&Tenure>,
+    view: &InstanceView,
+    tool: &std::sync::Arc<ToolEntry>,
+    arguments: Value,
+    context: CallContext,
+    host: Option<std::sync::Arc<crate::plugin::HostCall>>,
+) -> Result<PluginOutput, InstanceError> {
+    if let Some(tenure) = tenure {
+        match tenure.hold(None).await? {
+            Ok(holding) if holding.keeps(view.version) => {}
+            Ok(_) | Err(_) => {
+                return Err(InstanceError::LeaseBusy { retry_after_ms: 10 });
+            }
+        }
+    }
+    let running = invoke::run(
+        tool.clone(),
+        arguments,
+        context,
+        host,
+        &deps.limits,
+        Some(plugin_lock),
+    );
+    let output = match tenure {
+        Some(tenure) => {
+            tokio::select! {
+                output = running => output,
+                () = tenure.keep_alive() => unreachable!("keep_alive never returns"),
+            }
+        }
+        None => running.await,
+    }?;
+    Ok(output)
+}
+
+/// Step 7: a success fires the tool's transition, a handler error its `on_error` (if any); a
+/// tool without one, or an event the state does not take, moves nothing. Go on with the output,
+/// the step taken and the event fired, if any, or stop with the answer when an eventless loop
+/// stopped the step (the instance keeps its state).
+#[allow(clippy::type_complexity)] // Three results of one step, named at the call.
+fn fire(
+    workflow: &Workflow,
+    view: &InstanceView,
+    tool: &ToolEntry,
+    key: &InstanceKey,
+    output: PluginOutput,
+    input: Option<Value>,
+    mint: bool,
+) -> ControlFlow<CallOutcome, (PluginOutput, Option<Step>, Option<String>)> {
+    let fired = match (&output, &tool.manifest.transition, &tool.manifest.on_error) {
+        (PluginOutput::Success(structured), Some(event), _) => Some(Event::with_call(
+            event.as_str(),
+            input,
+            Some(structured.value.clone()),
+        )),
+        // A failed call that would have minted the instance leaves none behind to move.
+        (PluginOutput::ToolError(message), _, Some(event)) if !mint => {
+            Some(Event::with_error(event.as_str(), input, message))
+        }
+        _ => None,
+    };
+    let Some(event) = fired else {
+        return ControlFlow::Continue((output, None, None));
+    };
+    match workflow.machine.step(&view.snapshot, &event, now_ms()) {
+        Ok(step) => {
+            ControlFlow::Continue((output, Some(step), Some(event.event_type().to_string())))
+        }
+        Err(TransitionLoop) => {
+            tracing::warn!(instance = %key, tool = %tool.name(), "an eventless loop stopped a transition; the instance keeps its state");
+            let next = gate::next_step(workflow, &view.snapshot);
+            let state = next.state.clone();
+            ControlFlow::Break(match output {
+                PluginOutput::Success(output) => CallOutcome::Looped {
+                    output: output.value,
+                    state,
+                    next,
+                },
+                // The caller is told its call failed, which it did; nothing moved.
+                failed @ (PluginOutput::ToolError(_)
+                | PluginOutput::BadInput(_)
+                | PluginOutput::NeedsInput(_)) => CallOutcome::Ran {
+                    output: failed,
+                    moved: false,
+                    state,
+                    next,
+                    lists: None,
+                },
+            })
+        }
+    }
+}
+
+/// What a saved call keeps besides the instance's new snapshot.
+struct Kept<'a> {
+    output: &'a PluginOutput,
+    idempotent: Option<Idempotent>,
+    moved: bool,
+    fired_event: Option<&'a str>,
+    confirmation: Option<Value>,
+    principal: Option<String>,
+    now: u64,
+}
+
+/// Step 8: the record the call saves: the new snapshot at the next version, the call's result
+/// for a retry to repeat, its due time, and an audit entry when it moved the instance.
+fn record_of(
+    deps: &InstanceDeps,
+    tenure: Option<&Tenure>,
+    key: &InstanceKey,
+    view: &InstanceView,
+    tool: &ToolEntry,
+    snapshot: &crate::statechart::Snapshot,
+    kept: Kept<'_>,
+) -> InstanceRecord {
+    let workflow = &view.workflow;
+    let state = snapshot.value();
+    let entry = match (kept.idempotent, kept.output) {
+        (Some((idempotency_key, arguments)), PluginOutput::Success(output)) => {
+            Some(IdempotencyEntry {
+                key: idempotency_key,
+                tool: tool.name().to_string(),
+                arguments,
+                at_ms: kept.now,
+                output: output.value.clone(),
+                moved: kept.moved,
+                state: state.clone(),
+                output_dropped: false,
+            })
+        }
+        _ => None,
+    };
+    let updated_at_ms = now_ms();
+    InstanceRecord {
+        format: CURRENT_FORMAT,
+        workflow: workflow.id.clone(),
+        snapshot: snapshot.to_persisted(),
+        version: view.version + 1,
+        updated_at_ms,
+        machine: Some(workflow.version.clone()),
+        idempotency: idempotency::remember(
+            &view.idempotency,
+            entry,
+            deps.idempotency_window,
+            kept.now,
+        ),
+        due_at_ms: deps.due_at(key, snapshot, updated_at_ms),
+        audit: kept.moved.then(|| AuditEntry {
+            confirmation: kept.confirmation,
+            at_ms: updated_at_ms,
+            version: view.version + 1,
+            by: format!("tool:{}", tool.name()),
+            event: kept.fired_event.map(str::to_owned),
+            from: view.snapshot.value(),
+            to: state,
+            principal: kept.principal,
+        }),
+        fence: tenure.and_then(Tenure::fence),
+    }
+}
