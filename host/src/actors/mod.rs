@@ -30,7 +30,6 @@ mod key;
 mod notifier;
 mod registry;
 mod routes;
-mod run_call;
 mod runtime;
 mod system;
 mod tables;
@@ -38,12 +37,12 @@ mod tenant_moves;
 mod tenure;
 #[cfg(test)]
 mod tests;
-mod wake;
 mod watching;
 mod workers;
 
 pub use self::{
     idempotency::digest as arguments_digest,
+    instance::wake::Woke,
     instance::{CallOutcome, InstanceError, InstanceView},
     key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId, Tenant, sha256_hex16},
     notifier::{Listener, Notice, NotifierStats, WatchEvent, WatchEvents},
@@ -52,6 +51,5 @@ pub use self::{
     system::{ActorOptions, start},
     tenant_moves::move_tenants,
     tenure::LeaseSettings,
-    wake::Woke,
     workers::Workers,
 };

@@ -7,11 +7,11 @@ use serde_json::Value;
 
 use super::{
     InstanceKey, SessionId,
+    instance::wake::{Wake, Woke},
     instance::{self, CallOutcome, InstanceError, InstanceView},
     notifier::{self, Listener, Notifier, NotifierStats},
     registry::{self, Registry, RegistryStats},
     routes::Routes,
-    wake::{Wake, Woke},
     watching::Watching,
     workers::{self, Workers},
 };

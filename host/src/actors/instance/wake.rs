@@ -14,10 +14,8 @@
 
 use actix::prelude::*;
 
-use super::{
-    InstanceKey,
-    instance::{InstanceActor, InstanceDeps, InstanceError, InstanceView, load},
-};
+use super::{InstanceActor, InstanceDeps, InstanceError, InstanceView, load};
+use crate::actors::InstanceKey;
 use crate::{
     invoke::InvokeError,
     statechart::{Status, TransitionLoop},

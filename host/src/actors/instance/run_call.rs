@@ -18,10 +18,10 @@ use std::ops::ControlFlow;
 
 use serde_json::Value;
 
-use super::{
-    CallOutcome, InstanceError, InstanceKey, InstanceView,
+use super::{Call, CallOutcome, InstanceDeps, InstanceError, InstanceView};
+use crate::actors::{
+    InstanceKey,
     idempotency::{self, Lookup},
-    instance::{Call, InstanceDeps},
     tenure::Tenure,
 };
 use crate::{

@@ -11,11 +11,16 @@
 //! the lease's fencing token.
 //!
 //! Timers that fall due are fired here too, by the same actor, before anything else looks at
-//! the state (`wake.rs`: the timer task's [`super::wake::Wake`], and [`settle`] before every
+//! the state (`wake.rs`: the timer task's [`wake::Wake`], and [`settle`] before every
 //! call and view), so a call never sees a state whose timer should have moved it on.
 //!
 //! It must not decide visibility itself (that is `gate`), build client-facing messages (that is
 //! `mcp`), or talk to sessions (that is the notifier).
+
+mod run_call;
+pub(super) mod wake;
+
+use self::{run_call::run_call, wake::settle};
 
 use std::{
     collections::HashSet,
@@ -26,11 +31,9 @@ use std::{
 use actix::prelude::*;
 use serde_json::Value;
 
-use super::{
+use crate::actors::{
     InstanceKey, Owner, SessionId, notifier,
-    run_call::run_call,
     tenure::{LeaseSettings, Tenure},
-    wake::settle,
 };
 use crate::{
     catalog::{LiveCatalog, ToolEntry, Workflow},

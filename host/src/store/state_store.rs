@@ -1,0 +1,187 @@
+//! The store contract: [`StateStore`], which every store implements and the contract suite
+//! (`contract.rs`) checks on each.
+
+use std::time::Duration;
+
+use super::{
+    AuditEntry, ChangeFeed, Due, Durability, Fence, InstanceRecord, LeaseGrant, StoreError,
+};
+
+/// Persistence for workflow instances, keyed by the instance's handle.
+///
+/// Every implementation is `Send + Sync` and is used as `Arc<dyn StateStore>`. Writes are
+/// compare-and-set on the record's version, so two writers that read the same version can never
+/// both succeed: the loser gets [`StoreError::Conflict`] and the stored record is the winner's.
+/// Remote stores bound every operation by a timeout and report [`StoreError::Unavailable`]
+/// instead of hanging; they reconnect on their own once the server is back.
+#[async_trait::async_trait]
+pub trait StateStore: Send + Sync {
+    /// Where this store keeps its data, for logs and errors ("memory:", "embedded:/var/…",
+    /// "redis://host:6379"). Never contains a password.
+    fn describe(&self) -> String;
+
+    /// Whether other server processes may write to this store too (Redis, PostgreSQL). An
+    /// instance actor then cannot trust its in-memory copy and rereads the record before every
+    /// call, so the gate is checked against the state every process agrees on.
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    /// Whether a read sent after a write that got no answer is answered after that write was
+    /// applied or dropped for good (one connection, requests answered in order: Redis). Then a
+    /// reread settles what an unanswered save did (`unanswered.rs`).
+    fn answers_in_order(&self) -> bool {
+        false
+    }
+
+    /// Tells the other server processes sharing this store that the record under `key` changed,
+    /// so that those watching it can notify their own sessions (see `changes.rs`: it reaches
+    /// only the processes whose feed watches `key`). `origin` names the announcing process, so
+    /// it can skip its own announcements. Stores no other process reads do nothing.
+    async fn announce_change(&self, _origin: &str, _key: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// A feed of the changes other processes announce for the keys it is told to watch; `None`
+    /// for a store no other process shares. The feed ends when its connection drops: open
+    /// another and watch again (changes announced meanwhile are lost, so a subscriber must not
+    /// rely on them for correctness).
+    async fn watch_changes(&self) -> Option<Result<ChangeFeed, StoreError>> {
+        None
+    }
+
+    /// The record stored under `key`. Returns `Ok(None)` when no record exists.
+    async fn load(&self, key: &str) -> Result<Option<InstanceRecord>, StoreError>;
+
+    /// Stores `record` under `key` if and only if the stored version is `expected` (`0`: no
+    /// record may exist yet). `record.version` must be `expected + 1`, else
+    /// [`StoreError::Invalid`] and nothing is written.
+    ///
+    /// Returns `Ok(())` only once the record is stored as durably as the backend promises.
+    /// A stale writer gets [`StoreError::Conflict`] with the version it should have read.
+    /// After [`StoreError::Unavailable`], or if the future is dropped before it completes, the
+    /// save may or may not have been applied: load before deciding what to do next.
+    async fn save(
+        &self,
+        key: &str,
+        record: &InstanceRecord,
+        expected: u64,
+    ) -> Result<(), StoreError>;
+
+    /// Removes the record under `key`, and its lease. With `expected = Some(v)` only if the
+    /// stored version is `v` (else [`StoreError::Conflict`], also when the record is absent);
+    /// with `None` whatever its version. Under `fence` only if that lease is alive, and without
+    /// one only if no lease is (else [`StoreError::Fenced`]; see `lease.rs`). Returns whether a
+    /// record was removed.
+    async fn delete(
+        &self,
+        key: &str,
+        expected: Option<u64>,
+        fence: Option<&Fence>,
+    ) -> Result<bool, StoreError>;
+
+    /// Grants `holder` the lease on the record under `key` for `ttl`, or renews it (see
+    /// `lease.rs` for the contract): [`LeaseGrant::Busy`] while another holder's lease lives,
+    /// [`LeaseGrant::Absent`] when there is no record. Stores no other process shares grant
+    /// every lease at once, with token 0 (they are not asked: nobody needs a lease there).
+    async fn acquire_lease(
+        &self,
+        key: &str,
+        _holder: &str,
+        _ttl: Duration,
+    ) -> Result<LeaseGrant, StoreError> {
+        let version = self.load(key).await?.map_or(0, |record| record.version);
+        Ok(LeaseGrant::Held {
+            token: 0,
+            took_over: false,
+            version,
+            wanted: false,
+        })
+    }
+
+    /// Ends the lease `fence` names, if it is still alive, so another holder need not wait for
+    /// it to lapse. A lease that lapsed or passed to another holder is left alone.
+    async fn release_lease(&self, _key: &str, _fence: &Fence) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Up to `limit` keys starting with `prefix`, in ascending byte order, strictly after
+    /// `after` when given. Page through everything by passing the last key of one page as
+    /// `after` for the next; an empty page means the end. For operators, not for hot paths.
+    async fn list_keys(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError>;
+
+    /// How many records have a key starting with `prefix` (`""`: all of them).
+    async fn count(&self, prefix: &str) -> Result<u64, StoreError>;
+
+    /// How many records belong to `owner` ([`owner_of`] their key): what
+    /// `--max-instances-per-principal` counts. Every store keeps a per-owner index, written in
+    /// the same atomic step as the records, so this is one lookup (one per shard on a Redis
+    /// Cluster), never a scan.
+    async fn count_owned(&self, owner: &str) -> Result<u64, StoreError>;
+
+    /// [`StateStore::count_owned`], checking each counted record still exists: for a count that
+    /// reached a limit, where an index entry older code left behind would otherwise hold a
+    /// place for good. Stores whose index cannot go stale count again.
+    async fn recount_owned(&self, owner: &str) -> Result<u64, StoreError> {
+        self.count_owned(owner).await
+    }
+
+    /// The audit trail of the instance under `key`, oldest first: one entry per save that
+    /// carried one ([`InstanceRecord::audit`]). Empty for an instance that never moved or does
+    /// not exist.
+    async fn audit(&self, key: &str) -> Result<Vec<AuditEntry>, StoreError>;
+
+    /// Up to `limit` records whose due time ([`InstanceRecord::due_at_ms`]) is at or before
+    /// `until`, earliest first (equal times in ascending key order), strictly after `after` (the
+    /// last entry of the previous page) when given. An indexed query in every store: what the
+    /// timer task and retention ask, often. Records without a due time are never listed.
+    async fn due(
+        &self,
+        until: u64,
+        after: Option<&Due>,
+        limit: usize,
+    ) -> Result<Vec<Due>, StoreError>;
+
+    /// Keeps the definition of `workflow`'s machine `version` (a hash of `definition`, so a
+    /// version names one definition forever: saving it again changes nothing). Saved before any
+    /// record names the version, so a pinned instance can be restored after its plugin is gone.
+    async fn save_machine(
+        &self,
+        workflow: &str,
+        version: &str,
+        definition: &serde_json::Value,
+    ) -> Result<(), StoreError>;
+
+    /// The definition saved by [`StateStore::save_machine`]; `Ok(None)` when none was.
+    async fn load_machine(
+        &self,
+        workflow: &str,
+        version: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError>;
+
+    /// Whether the store answers now, for a readiness probe (`/readyz`): one cheap round trip
+    /// (Redis `PING`, PostgreSQL `SELECT 1`, a read transaction on the embedded file), bounded
+    /// like every other operation. Returns `Ok(())` when it answered; reads and writes nothing.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Makes everything acknowledged so far part of the store's main file, for a store that
+    /// keeps a journal in front of it (the embedded store), so that a clean stop leaves nothing
+    /// to replay and the file alone holds every instance. Stores without a journal have nothing
+    /// to do. Not needed for durability: an acknowledged save is durable already.
+    async fn checkpoint(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// What an acknowledged save survives, as the store's server is configured, when it can
+    /// say (read once at start and logged: a WARN for a transition a restart of the store's
+    /// server would lose). `None`: nothing to report (the memory and embedded stores are what
+    /// their names say), or the server would not tell.
+    async fn durability(&self) -> Option<Durability> {
+        None
+    }
+}
