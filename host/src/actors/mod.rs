@@ -5,13 +5,13 @@
 //!   from a plain tokio task) and hands back a [`Runtime`].
 //! - `registry.rs`: [`registry::Registry`] finds or starts the instance actor for a key.
 //! - `routes.rs`: the registry's table of live instance actors, which callers read directly.
-//! - `instance.rs`: [`instance::InstanceActor`], one per workflow instance; owns its snapshot and
+//! - `instance/`: [`instance::InstanceActor`], one per workflow instance; owns its snapshot and
 //!   serializes every call on it through its mailbox.
 //! - `notifier.rs`: [`notifier::Notifier`] knows which session watches which instance and tells
 //!   exactly those sessions when an instance's menu changes.
 //! - `tenure.rs`: [`Tenure`](tenure::Tenure), an instance actor's lease on its record in a store
 //!   other servers share, so a handler runs on one server only and a lapsed lease cannot commit.
-//! - `wake.rs`: the instance actor's timers and retention ([`Woke`]): due timers fired before
+//! - `instance/wake.rs`: the instance actor's timers and retention ([`Woke`]): due timers fired before
 //!   every call and view, and on the timer task's `Wake`.
 //! - `idempotency.rs`: what a call retried with the same idempotency key gets (pure decisions).
 //! - `workers.rs`: [`Workers`], the threads instance actors run on, which serve the HTTP

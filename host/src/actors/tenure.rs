@@ -11,7 +11,7 @@
 //! the store; past that it is answered `BUSY` and its handler never runs. The holder gives the
 //! lease up when its instance has been idle for `--lease-idle`, and renews it while it works.
 //!
-//! It must not decide what a call does (that is `instance.rs`) or keep leases on stores no other
+//! It must not decide what a call does (that is `instance/`) or keep leases on stores no other
 //! process shares: there the actor has no tenure at all.
 
 use std::{
