@@ -5,7 +5,6 @@
 //! is refused; a malformed key is a JSON-RPC error.
 
 mod common;
-mod durability_support;
 
 use std::time::Duration;
 
@@ -142,14 +141,14 @@ async fn on_the_embedded_store() {
 #[tokio::test]
 async fn on_redis() {
     let url = common::redis_url();
-    durability_support::require_reachable(&url);
+    common::require_reachable(&url);
     retries_get_the_first_result(Some(url)).await;
 }
 
 #[tokio::test]
 async fn on_postgres() {
     let url = common::postgres_url();
-    durability_support::require_reachable(&url);
+    common::require_reachable(&url);
     retries_get_the_first_result(Some(url)).await;
 }
 

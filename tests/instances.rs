@@ -4,7 +4,6 @@
 //! and on Redis and PostgreSQL while servers run.
 
 mod common;
-mod durability_support;
 
 use std::{process::Command, time::Duration};
 
@@ -149,7 +148,7 @@ async fn on_the_embedded_store() {
 }
 
 fn shared(url: String) -> Vec<String> {
-    durability_support::require_reachable(&url);
+    common::require_reachable(&url);
     let namespace = format!("instances{}", uuid::Uuid::new_v4().simple());
     vec!["--store".into(), url, "--store-namespace".into(), namespace]
 }

@@ -8,7 +8,6 @@
 //! starts a server on the same store.
 
 mod common;
-mod durability_support;
 
 use std::path::Path;
 
@@ -115,7 +114,7 @@ async fn on_the_embedded_store() {
 #[tokio::test]
 async fn on_redis() {
     let url = common::redis_url();
-    durability_support::require_reachable(&url);
+    common::require_reachable(&url);
     let plugins = PluginDir::with(&["invoice"]);
     let data = tempfile::tempdir().expect("temp dir");
     let ns = format!("fmt{}", uuid::Uuid::new_v4().simple());
@@ -180,7 +179,7 @@ async fn on_redis() {
 #[tokio::test]
 async fn on_postgres() {
     let url = common::postgres_url();
-    durability_support::require_reachable(&url);
+    common::require_reachable(&url);
     let plugins = PluginDir::with(&["invoice"]);
     let data = tempfile::tempdir().expect("temp dir");
     let ns = format!("fmt{}", uuid::Uuid::new_v4().simple());

@@ -4,7 +4,6 @@
 //! while one that keeps moving is kept.
 
 mod common;
-mod durability_support;
 
 use std::time::Duration;
 
@@ -74,14 +73,14 @@ async fn on_the_embedded_store() {
 #[tokio::test]
 async fn on_redis() {
     let url = common::redis_url();
-    durability_support::require_reachable(&url);
+    common::require_reachable(&url);
     finished_instances_go_after_the_retention_period(Some(url)).await;
 }
 
 #[tokio::test]
 async fn on_postgres() {
     let url = common::postgres_url();
-    durability_support::require_reachable(&url);
+    common::require_reachable(&url);
     finished_instances_go_after_the_retention_period(Some(url)).await;
 }
 
@@ -164,13 +163,13 @@ async fn ttl_on_the_embedded_store() {
 #[tokio::test]
 async fn ttl_on_redis() {
     let url = common::redis_url();
-    durability_support::require_reachable(&url);
+    common::require_reachable(&url);
     idle_instances_go_after_the_ttl(Some(url)).await;
 }
 
 #[tokio::test]
 async fn ttl_on_postgres() {
     let url = common::postgres_url();
-    durability_support::require_reachable(&url);
+    common::require_reachable(&url);
     idle_instances_go_after_the_ttl(Some(url)).await;
 }

@@ -10,7 +10,6 @@
 //! within 10 s" (`ListChanges::wait_for`).
 
 mod common;
-mod durability_support;
 
 use std::{path::Path, time::Duration};
 
@@ -160,7 +159,7 @@ async fn the_deadline_survives_a_restart_on_the_embedded_store() {
 #[tokio::test]
 async fn the_deadline_survives_a_restart_on_redis() {
     let url = common::redis_url();
-    durability_support::require_reachable(&url);
+    common::require_reachable(&url);
     the_deadline_survives_a_restart(Some(url)).await;
 }
 
@@ -169,7 +168,7 @@ async fn the_deadline_survives_a_restart_on_redis() {
 #[tokio::test]
 async fn a_deadline_that_passed_while_no_server_ran_fires_on_start() {
     let url = common::redis_url();
-    durability_support::require_reachable(&url);
+    common::require_reachable(&url);
     let plugins = PluginDir::with(&["invoice"]);
     let data = tempfile::tempdir().unwrap();
     let ns = namespace("overdue");
@@ -211,7 +210,7 @@ async fn a_deadline_that_passed_while_no_server_ran_fires_on_start() {
 #[tokio::test]
 async fn two_servers_on_one_redis_fire_a_timer_once() {
     let url = common::redis_url();
-    durability_support::require_reachable(&url);
+    common::require_reachable(&url);
     let plugins = PluginDir::with(&["invoice"]);
     let (east_data, west_data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let ns = namespace("two");
