@@ -9,8 +9,6 @@
 //! twice is caught. Minting (`--mint`): exactly COUNT instances end up in Turnstile's store.
 
 mod common;
-#[allow(dead_code)] // This file uses only the virtual environments of the module.
-mod python_support;
 
 use std::{
     io::{BufRead, BufReader},
@@ -19,8 +17,8 @@ use std::{
     time::Duration,
 };
 
+use common::python::{Sdk, python, python_file};
 use common::{PluginDir, Server, turnstile_bin};
-use python_support::{Sdk, python, python_file};
 use serde_json::Value;
 
 /// What one `turnstile load … --json` run left.

@@ -15,10 +15,9 @@
 //! they never skip.
 
 mod common;
-mod python_support;
 
 use common::{PluginDir, Server, TokenFile};
-use python_support::{Sdk, is_invoice_handle, run_scenario, run_scenario_over_stdio};
+use common::python::{Sdk, is_invoice_handle, run_scenario, run_scenario_over_stdio};
 use serde_json::{Value, json};
 use std::time::Duration;
 
