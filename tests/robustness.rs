@@ -3,13 +3,10 @@
 
 mod common;
 
-use std::{
-    io::{BufRead, BufReader, Write},
-    process::{Command, Stdio},
+use common::{
+    Client, PluginDir, RawStdio, SESSION_PROTOCOL, Server, initialize_message, names, text_of,
 };
-
-use common::{Client, PluginDir, Server, names, text_of, turnstile_bin};
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[tokio::test]
 async fn a_panicking_tool_returns_a_tool_error_and_the_server_keeps_serving() {
@@ -121,66 +118,13 @@ async fn malformed_json_rpc_over_http_gets_an_error_and_the_session_keeps_workin
     );
 }
 
-/// Speaks raw JSON-RPC lines to `turnstile serve --stdio`.
-struct RawStdio {
-    child: std::process::Child,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
-}
-
-impl RawStdio {
-    fn start(plugins: &std::path::Path) -> RawStdio {
-        let mut child = Command::new(turnstile_bin())
-            .args(common::STDIO_SERVE)
-            .arg(plugins)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start turnstile --stdio");
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        RawStdio { child, lines }
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    /// The next message carrying `id`, skipping notifications.
-    fn reply_to(&mut self, id: &Value) -> Value {
-        loop {
-            let line = self
-                .lines
-                .next()
-                .expect("server closed stdout")
-                .expect("read");
-            let message: Value = serde_json::from_str(&line).expect("server writes JSON lines");
-            if &message["id"] == id {
-                return message;
-            }
-        }
-    }
-}
-
-impl Drop for RawStdio {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn malformed_json_rpc_over_stdio_gets_an_error_and_the_connection_keeps_working() {
     let plugins = PluginDir::with(&["invoice"]);
     let mut server = RawStdio::start(plugins.path());
-    server.send(
-        &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-            "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}})
-        .to_string(),
-    );
+    server.send(initialize_message(1, SESSION_PROTOCOL).to_string());
     assert!(server.reply_to(&json!(1))["result"].is_object());
-    server.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}).to_string());
+    server.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}).to_string());
 
     server.send(
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"invoice.teleport"}}"#,
