@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Client, PluginDir, Server, error_code, handle_of};
+use common::{Client, PluginDir, Server, error_code, handle_of, state_of};
 use serde_json::{Value, json};
 
 /// An invoice over the confirmation threshold, approved: the next step is a confirmed payout.
@@ -17,13 +17,6 @@ async fn approved_invoice(client: &Client) -> String {
         .await;
     assert_ne!(approved.is_error, Some(true), "{approved:?}");
     handle
-}
-
-async fn state_of(client: &Client, handle: &str) -> Value {
-    let status = client
-        .call("invoice.status", json!({"handle": handle}))
-        .await;
-    status.structured_content.unwrap()["state"].clone()
 }
 
 #[tokio::test]

@@ -8,15 +8,9 @@ use common::{Client, PluginDir, Server, error_code, names, text_of};
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
+/// The handle a starting call minted ([`common::handle_of`]), which its text shows too.
 fn handle_of(result: &CallToolResult) -> String {
-    assert_ne!(result.is_error, Some(true), "call failed: {result:?}");
-    let handle = result
-        .structured_content
-        .as_ref()
-        .expect("structuredContent")["handle"]
-        .as_str()
-        .expect("the result carries the handle")
-        .to_string();
+    let handle = common::handle_of(result);
     assert!(
         text_of(result).contains(&handle),
         "the text carries the handle too"
@@ -191,13 +185,7 @@ async fn bad_handles_get_clear_errors_and_never_a_new_instance() {
     assert_eq!(error_code(&wrong), "INVALID_HANDLE");
 
     // None of this created an invoice: the session touched only the payment.
-    assert!(
-        !client
-            .tool_names()
-            .await
-            .iter()
-            .any(|name| name == "invoice.approve")
-    );
+    assert!(!client.offers("invoice.approve").await);
 }
 
 #[tokio::test]
@@ -290,13 +278,7 @@ async fn a_session_keeps_listing_after_an_instance_it_touched_is_deleted() {
         &["--state-handle-key", "--retain-final", "1"],
     );
     let client = Client::http(&server.url).await;
-    let done = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
-    client
-        .call("invoice.approve", json!({"handle": done}))
-        .await;
-    client
-        .call("invoice.discharge", json!({"handle": done}))
-        .await;
+    let done = common::discharged_invoice(&client).await;
     let mut deleted = false;
     for _ in 0..100 {
         let status = client.call("invoice.status", json!({"handle": done})).await;
