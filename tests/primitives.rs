@@ -139,13 +139,7 @@ async fn the_review_checklist_and_the_invoice_follow_the_workflow() {
 #[tokio::test]
 async fn an_instance_resource_follows_its_instance_and_only_its_owner_reaches_it() {
     let plugins = PluginDir::with(&["invoice"]);
-    let tokens = TokenFile::with("alice tok-alice\nbob tok-bob\n");
-    let server = Server::http(
-        plugins.path(),
-        &["--auth-token-file", tokens.arg(), "--state-handle-key"],
-    );
-    let connect = |token: &'static str| Client::http_as(&server.url, token);
-    let (alice, bob) = (connect("tok-alice").await, connect("tok-bob").await);
+    let (_tokens, _server, alice, bob) = common::alice_and_bob(&plugins).await;
 
     let handle = handle_of(&alice.call("invoice.submit", json!({"amount": 80})).await);
     let uri = format!("invoice://{handle}");

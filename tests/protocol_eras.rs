@@ -11,8 +11,8 @@ mod common;
 use std::{fs, time::Duration};
 
 use common::{
-    Client, GATED_LISTS_EXTENSION, NEXT_STEP_META_KEY, PluginDir, Server, TokenFile, built_plugin,
-    error_code, handle_of, names, text_of,
+    Client, GATED_LISTS_EXTENSION, NEXT_STEP_META_KEY, PluginDir, Server, built_plugin, error_code,
+    handle_of, names, text_of,
 };
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
@@ -410,17 +410,7 @@ async fn an_instance_resource_reads_the_instance_and_is_updated_once_per_transit
 #[tokio::test]
 async fn another_principal_finds_no_instance_resource() {
     let plugins = PluginDir::with(&["invoice"]);
-    let tokens = TokenFile::with("alice tok-alice\nbob tok-bob\n");
-    let server = Server::http(
-        plugins.path(),
-        &["--state-handle-key", "--auth-token-file", tokens.arg()],
-    );
-    let as_who = |token: &'static str| {
-        let url = server.url.clone();
-        async move { Client::http_as(&url, token).await }
-    };
-    let alice = as_who("tok-alice").await;
-    let bob = as_who("tok-bob").await;
+    let (_tokens, _server, alice, bob) = common::alice_and_bob(&plugins).await;
     let handle = handle_of(&alice.call("invoice.submit", json!({"amount": 5})).await);
     let uri = format!("turnstile://invoice/{handle}");
     let read = document(&alice.read_resource(&uri).await.expect("alice reads hers"));
