@@ -272,12 +272,9 @@ async fn a_starting_call_that_fails_creates_nothing_and_returns_no_handle() {
 /// (tools, prompts, resources), and mints and lists a new invoice; the gone one is forgotten.
 #[tokio::test]
 async fn a_session_keeps_listing_after_an_instance_it_touched_is_deleted() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
-        &["--state-handle-key", "--retain-final", "1"],
-    );
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) =
+        common::serve_and_connect(&["invoice"], &["--state-handle-key", "--retain-final", "1"])
+            .await;
     let done = common::discharged_invoice(&client).await;
     let mut deleted = false;
     for _ in 0..100 {
@@ -313,12 +310,11 @@ async fn a_session_keeps_listing_after_an_instance_it_touched_is_deleted() {
 /// than `--max-handles-per-request` different handles is -32602 naming the limit.
 #[tokio::test]
 async fn handles_named_in_meta_are_deduplicated_and_capped() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, _server, client) = common::serve_and_connect(
+        &["invoice"],
         &["--state-handle-key", "--max-handles-per-request", "8"],
-    );
-    let client = Client::http(&server.url).await;
+    )
+    .await;
     let handle = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
     let copies = vec![handle.clone(); 10_000];
     assert_eq!(

@@ -53,9 +53,7 @@ async fn left_and_right(server: &Server) -> (Client, Client) {
 
 #[tokio::test]
 async fn a_plugin_dropped_in_is_listed_callable_and_announced_and_so_is_its_removal() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let session = Client::http(&server.url).await;
+    let (plugins, server, session) = common::serve_and_connect(&["invoice"], &[]).await;
     assert!(!offers_payment(&session).await, "payment is not there yet");
     let sessionless = Client::http_sessionless(&server.url).await;
     let listened = sessionless.listen().await;
@@ -108,9 +106,7 @@ async fn a_plugin_dropped_in_is_listed_callable_and_announced_and_so_is_its_remo
 
 #[tokio::test]
 async fn a_broken_library_is_refused_with_a_clear_log_line_and_nothing_else_changes() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let session = Client::http(&server.url).await;
+    let (plugins, server, session) = common::serve_and_connect(&["invoice"], &[]).await;
     let before = session.tool_names().await;
 
     let staging = tempfile::tempdir().expect("temp dir");
@@ -259,9 +255,7 @@ async fn after_a_state_is_renamed_instances_in_it_finish_on_their_version() {
 /// clashed with one that has since been removed.
 #[tokio::test]
 async fn sighup_retries_a_library_refused_for_a_clash_that_is_gone() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let session = Client::http(&server.url).await;
+    let (plugins, server, session) = common::serve_and_connect(&["invoice"], &[]).await;
     let original = plugins.path().join("libturnstile_plugin_invoice.so");
     deploy(&original, plugins.path(), "libinvoice_copy.so");
     let line = server.wait_for_log("libinvoice_copy.so");

@@ -129,9 +129,8 @@ common::on_every_store!(retries_get_the_first_result: on_the_embedded_store, on_
 /// and nothing runs.
 #[tokio::test]
 async fn a_malformed_key_is_invalid_params() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--state-handle-key"]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) =
+        common::serve_and_connect(&["invoice"], &["--state-handle-key"]).await;
     let handle = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
     for bad in [
         json!(42),

@@ -164,9 +164,8 @@ async fn a_slow_plugin_saturates_only_its_own_pool() {
 /// calls never overlap on one instance; afterwards the instance takes calls again.
 #[tokio::test]
 async fn an_instance_whose_call_timed_out_is_busy_until_its_plugin_returns() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &["--tool-timeout", "1"]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, server, client) =
+        common::serve_and_connect(&["testkit"], &["--tool-timeout", "1"]).await;
     client.call("testkit.go", json!({})).await;
     let late = client
         .call("testkit.reset", json!({"sleep_ms": 2500}))
@@ -194,9 +193,8 @@ async fn an_instance_whose_call_timed_out_is_busy_until_its_plugin_returns() {
 /// on worker threads, where the tool deadline applies again.
 #[tokio::test]
 async fn a_quick_tool_that_keeps_overrunning_its_budget_loses_the_privilege_once() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &["--tool-timeout", "1"]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, server, client) =
+        common::serve_and_connect(&["testkit"], &["--tool-timeout", "1"]).await;
     let first = client.call("testkit.quick_slow", json!({"ms": 50})).await;
     assert_ne!(first.is_error, Some(true), "{first:?}");
     // Forgiven, so still on the request's thread: past the 1 s deadline, and not cut off.
@@ -511,9 +509,8 @@ async fn one_client_keeps_at_most_its_share_of_event_streams() {
 /// instances it has go on, and it may mint again after the wait.
 #[tokio::test]
 async fn minting_faster_than_the_rate_is_refused_and_creates_nothing() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server, client) = common::serve_and_connect(
+        &["invoice"],
         &[
             "--state-handle-key",
             "--mint-rate",
@@ -521,8 +518,8 @@ async fn minting_faster_than_the_rate_is_refused_and_creates_nothing() {
             "--mint-burst",
             "3",
         ],
-    );
-    let client = Client::http(&server.url).await;
+    )
+    .await;
     let mut handles = Vec::new();
     for _ in 0..3 {
         handles.push(common::handle_of(
@@ -628,12 +625,11 @@ async fn one_principal_holds_at_most_its_share_of_instances_on_every_server() {
 /// both say RECORD_TOO_LARGE with the size and the limit.
 #[tokio::test]
 async fn a_record_past_its_limit_is_refused_and_saves_nothing() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server, client) = common::serve_and_connect(
+        &["invoice"],
         &["--state-handle-key", "--max-record-bytes", "2000"],
-    );
-    let client = Client::http(&server.url).await;
+    )
+    .await;
     let huge = "x".repeat(2500);
     let refused = client
         .call("invoice.submit", json!({"amount": 1, "customer": huge}))

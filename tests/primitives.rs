@@ -204,9 +204,7 @@ async fn an_instance_resource_follows_its_instance_and_only_its_owner_reaches_it
 /// has been captured, and not before.
 #[tokio::test]
 async fn the_refund_policy_is_offered_after_capture() {
-    let plugins = PluginDir::with(&["payment"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) = common::serve_and_connect(&["payment"], &[]).await;
     let policy = "payment.refund_policy";
     client
         .call(
@@ -240,9 +238,7 @@ async fn the_refund_policy_is_offered_after_capture() {
 /// usual focuses that fit what was typed; an argument the prompt does not have is -32602.
 #[tokio::test]
 async fn a_prompt_argument_completes_only_while_the_prompt_is_offered() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) = common::serve_and_connect(&["invoice"], &[]).await;
     let focus = |typed: &str| {
         json!({"ref": {"type": "ref/prompt", "name": "invoice.review_checklist"},
             "argument": {"name": "focus", "value": typed}})

@@ -273,9 +273,7 @@ async fn every_result_of_a_workflow_tool_ends_with_its_next_step() {
 
 #[tokio::test]
 async fn a_2025_session_hears_the_next_step_too_and_it_can_be_turned_off() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let session = Client::http(&server.url).await;
+    let (plugins, _server, session) = common::serve_and_connect(&["invoice"], &[]).await;
     let submitted = session.call("invoice.submit", json!({"amount": 5})).await;
     assert_eq!(
         last_text(&submitted),
@@ -443,9 +441,7 @@ async fn moved(tool: &str, arguments: Value, on: &Client) {
 /// and hears one `resources/updated` per transition of it.
 #[tokio::test]
 async fn a_session_watches_its_own_instance_resource() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let session = Client::http(&server.url).await;
+    let (_plugins, _server, session) = common::serve_and_connect(&["invoice"], &[]).await;
     let uri = "turnstile://invoice/session";
     session.subscribe(uri).await.expect("subscribe");
     let read = document(&session.read_resource(uri).await.expect("read"));

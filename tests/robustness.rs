@@ -10,9 +10,8 @@ use serde_json::json;
 
 #[tokio::test]
 async fn a_panicking_tool_returns_a_tool_error_and_the_server_keeps_serving() {
-    let plugins = PluginDir::with(&["invoice", "testkit"]);
-    let mut server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, mut server, client) =
+        common::serve_and_connect(&["invoice", "testkit"], &[]).await;
     client.call("invoice.submit", json!({"amount": 5})).await;
 
     let result = client.call("testkit.panic", json!({})).await;
@@ -33,9 +32,8 @@ async fn a_panicking_tool_returns_a_tool_error_and_the_server_keeps_serving() {
 
 #[tokio::test]
 async fn a_tool_that_runs_too_long_times_out_and_the_server_keeps_serving() {
-    let plugins = PluginDir::with(&["invoice", "testkit"]);
-    let server = Server::http(plugins.path(), &["--tool-timeout", "1"]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) =
+        common::serve_and_connect(&["invoice", "testkit"], &["--tool-timeout", "1"]).await;
     let result = client.call("testkit.slow", json!({"ms": 5000})).await;
     assert_eq!(result.is_error, Some(true));
     assert_eq!(
@@ -85,9 +83,7 @@ async fn broken_plugin_files_are_reported_and_the_good_plugin_is_served() {
 
 #[tokio::test]
 async fn malformed_json_rpc_over_http_gets_an_error_and_the_session_keeps_working() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, server, client) = common::serve_and_connect(&["invoice"], &[]).await;
     let http = reqwest::Client::new();
     for body in ["{not json", r#"{"jsonrpc":"2.0","id":1}"#, r#"[1,2,3]"#, ""] {
         let response = http

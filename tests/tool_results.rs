@@ -11,9 +11,7 @@ use serde_json::{Value, json};
 
 #[tokio::test]
 async fn listed_tools_carry_their_title_annotations_and_output_schema() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (plugins, _server, client) = common::serve_and_connect(&["invoice"], &[]).await;
     let tools = client.tools().await;
     let status = tools
         .iter()
@@ -46,9 +44,8 @@ async fn listed_tools_carry_their_title_annotations_and_output_schema() {
 /// A failed call reports nothing of the kind, and a declared output schema lists the property.
 #[tokio::test]
 async fn a_workflow_result_names_the_state_the_call_left_the_instance_in() {
-    let plugins = PluginDir::with(&["invoice", "payment", "testkit"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) =
+        common::serve_and_connect(&["invoice", "payment", "testkit"], &[]).await;
     let steps = [
         ("invoice.submit", json!({"amount": 5}), json!("review")),
         (
@@ -117,9 +114,7 @@ async fn a_workflow_result_names_the_state_the_call_left_the_instance_in() {
 
 #[tokio::test]
 async fn an_output_that_breaks_its_schema_is_an_error_and_fires_nothing() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) = common::serve_and_connect(&["testkit"], &[]).await;
     let result = client.call("testkit.go", json!({"bad_output": true})).await;
     assert_eq!(error_code(&result), "BAD_OUTPUT");
     let message = result.structured_content.as_ref().unwrap()["error"]["message"].to_string();
@@ -140,9 +135,7 @@ async fn an_output_that_breaks_its_schema_is_an_error_and_fires_nothing() {
 
 #[tokio::test]
 async fn content_blocks_from_a_plugin_reach_the_client() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) = common::serve_and_connect(&["testkit"], &[]).await;
     let result = client.call("testkit.content", json!({})).await;
     assert_ne!(result.is_error, Some(true), "{result:?}");
     // As the client reads it: the JSON of the first block.
@@ -410,9 +403,7 @@ async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_t
 /// completes anyway keeps its transition, since its effect happened.
 #[tokio::test]
 async fn a_cancelled_call_fires_only_if_its_plugin_completed_anyway() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, server, client) = common::serve_and_connect(&["testkit"], &[]).await;
     let menu = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
         let mut names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
         names.sort();

@@ -603,3 +603,15 @@ pub async fn alice_and_bob(
     let bob = Client::http_as(&server.url, "tok-bob").await;
     (tokens, server, alice, bob)
 }
+
+/// A server with copies of the built `plugins`, started with `flags`, and an rmcp client
+/// connected to it over Streamable HTTP: the set-up most tests start from.
+pub async fn serve_and_connect(
+    plugins: &[&str],
+    flags: &[&str],
+) -> (super::PluginDir, super::Server, Client) {
+    let plugins = super::PluginDir::with(plugins);
+    let server = super::Server::http(plugins.path(), flags);
+    let client = Client::http(&server.url).await;
+    (plugins, server, client)
+}
