@@ -209,8 +209,7 @@ async fn a_transition_notifies_every_session_that_touched_the_instance_and_no_ot
 
 #[tokio::test]
 async fn stateless_mode_keeps_state_across_connections_by_handle() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--stateless"]);
+    let (_plugins, server) = common::start(&["invoice"], &["--stateless"]);
     let handle = {
         let client = Client::http(&server.url).await;
         let handle = handle_of(&client.call("invoice.submit", json!({"amount": 3})).await);

@@ -28,8 +28,7 @@ fn address(server: &Server) -> String {
 
 #[tokio::test]
 async fn slowloris_and_idle_sockets_are_closed_while_a_normal_client_is_served() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--header-timeout", "2"]);
+    let (_plugins, server) = common::start(&["invoice"], &["--header-timeout", "2"]);
     let address = address(&server);
     let mut sockets = Vec::new();
     for n in 0..300 {
@@ -70,9 +69,8 @@ async fn slowloris_and_idle_sockets_are_closed_while_a_normal_client_is_served()
 
 #[tokio::test]
 async fn at_the_connection_cap_a_client_waits_instead_of_failing() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--max-connections", "4", "--header-timeout", "1"],
     );
     let address = address(&server);
@@ -92,8 +90,7 @@ async fn at_the_connection_cap_a_client_waits_instead_of_failing() {
 
 #[tokio::test]
 async fn past_the_session_cap_a_new_session_gets_503_with_retry_after() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--max-sessions", "3"]);
+    let (_plugins, server) = common::start(&["invoice"], &["--max-sessions", "3"]);
     let mut clients = Vec::new();
     for _ in 0..3 {
         clients.push(Client::http(&server.url).await);
@@ -127,8 +124,7 @@ async fn past_the_session_cap_a_new_session_gets_503_with_retry_after() {
 /// short wait for a slot), and another plugin's tool answers meanwhile.
 #[tokio::test]
 async fn a_slow_plugin_saturates_only_its_own_pool() {
-    let plugins = PluginDir::with(&["testkit", "invoice"]);
-    let server = Server::http(plugins.path(), &["--plugin-pool", "4"]);
+    let (_plugins, server) = common::start(&["testkit", "invoice"], &["--plugin-pool", "4"]);
     let client = std::sync::Arc::new(Client::http(&server.url).await);
     let slow: Vec<_> = (0..12)
         .map(|_| {
@@ -241,9 +237,8 @@ async fn closed_within(socket: &mut TcpStream, within: Duration) -> bool {
 /// connection stays open and carries SSE comments.
 #[tokio::test]
 async fn idle_keepalive_connections_close_while_an_event_stream_stays_open() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--keepalive-timeout", "2", "--header-timeout", "60"],
     );
     let address = address(&server);
@@ -294,11 +289,10 @@ async fn idle_keepalive_connections_close_while_an_event_stream_stays_open() {
 /// is kept.
 #[tokio::test]
 async fn sessions_that_never_finish_their_handshake_stop_counting() {
-    let plugins = PluginDir::with(&["invoice"]);
     // 3 s, not 1: the client below must finish its handshake within it, and on a loaded CI
     // machine its session was once ended before its `notifications/initialized` arrived.
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--handshake-timeout", "3", "--max-sessions", "3"],
     );
     let client = Client::http(&server.url).await;
@@ -331,12 +325,11 @@ async fn sessions_that_never_finish_their_handshake_stop_counting() {
 /// racing for the last places take at most those places.
 #[tokio::test]
 async fn the_session_cap_holds_whatever_the_header_and_under_a_race() {
-    let plugins = PluginDir::with(&["invoice"]);
     // The racers never finish their handshake; a long handshake timeout keeps the one admitted
     // counted however slowly a loaded machine answers the others (at the default 10 s, a racer
     // answered after it was ended found its place free again).
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--max-sessions", "2", "--handshake-timeout", "600"],
     );
     let first = Client::http(&server.url).await;
@@ -383,9 +376,8 @@ async fn the_session_cap_holds_whatever_the_header_and_under_a_race() {
 /// is probed. A stream that closes gives its place back.
 #[tokio::test]
 async fn event_streams_leave_connections_for_everything_else() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--max-connections", "10", "--stream-share", "30"],
     );
     let stream_of = |session: String| {
@@ -476,8 +468,7 @@ async fn one_principal_holds_at_most_its_share_of_sessions() {
 /// a stream that closes gives its place back.
 #[tokio::test]
 async fn one_client_keeps_at_most_its_share_of_event_streams() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--max-streams-per-principal", "1"]);
+    let (_plugins, server) = common::start(&["invoice"], &["--max-streams-per-principal", "1"]);
     let stream = |session: String| get_stream(&server.url, &session).send();
     let (a, b) = (
         begin_session(&server.url).await,

@@ -282,8 +282,7 @@ fn a_scenario_runs_exactly_and_a_wrong_expectation_is_a_violation() {
 
 #[test]
 fn open_loop_latency_counts_the_time_calls_waited_to_start() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &["--store", "memory:"]);
+    let (plugins, server) = common::start(&["testkit"], &["--store", "memory:"]);
     let slow = scenario_file(
         plugins.path(),
         r#"{"version": 1, "repeat": [{"tool": "testkit.slow", "arguments": {"ms": 100}}]}"#,

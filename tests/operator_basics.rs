@@ -35,8 +35,7 @@ fn mode_of(path: &Path) -> u32 {
 /// only a host it serves.
 #[tokio::test]
 async fn probes_answer_any_host_and_stats_only_allowed_ones() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &["--allowed-host", "mcp.example.com"]);
+    let (_plugins, server) = common::start(&["testkit"], &["--allowed-host", "mcp.example.com"]);
     for host in ["10.1.2.3:8080", "localhost"] {
         let (status, body) = get_as(&server, "/healthz", host).await;
         assert_eq!((status, body), (StatusCode::OK, json!({"status": "ok"})));
@@ -57,8 +56,7 @@ async fn probes_answer_any_host_and_stats_only_allowed_ones() {
 /// Without a plugin the server cannot serve a call: not ready, and it says why.
 #[tokio::test]
 async fn without_plugins_it_is_alive_but_not_ready() {
-    let plugins = PluginDir::with(&[]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&[], &[]);
     let (status, _) = get_as(&server, "/healthz", "10.1.2.3").await;
     assert_eq!(status, StatusCode::OK);
     let (status, body) = get_as(&server, "/readyz", "10.1.2.3").await;

@@ -32,8 +32,7 @@ fn read_json(result: rmcp::model::ReadResourceResult) -> Value {
 /// session nothing; then the checklist and the invoice (with the submitted amount) are served.
 #[tokio::test]
 async fn the_review_checklist_and_the_invoice_follow_the_workflow() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let (alice, bob) = (
         Client::http(&server.url).await,
         Client::http(&server.url).await,

@@ -72,8 +72,7 @@ fn last_text(result: &CallToolResult) -> String {
 
 #[tokio::test]
 async fn a_2026_client_gets_the_same_lists_whatever_it_names_or_did_before() {
-    let plugins = PluginDir::with(&["invoice", "payment"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice", "payment"], &[]);
     let url = &server.url;
     let first = lists(url, json!({})).await;
 
@@ -156,8 +155,7 @@ async fn a_2026_client_gets_the_same_lists_whatever_it_names_or_did_before() {
 
 #[tokio::test]
 async fn a_2026_listen_hears_a_plugin_dropped_in_but_no_transition() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (plugins, server) = common::start(&["invoice"], &[]);
     let watcher = Client::http_sessionless(&server.url).await;
     let caller = Client::http_sessionless(&server.url).await;
     let handle = handle_of(&caller.call("invoice.submit", json!({"amount": 5})).await);
@@ -191,8 +189,7 @@ async fn a_2026_listen_hears_a_plugin_dropped_in_but_no_transition() {
 
 #[tokio::test]
 async fn a_client_declaring_gated_lists_gets_the_menus_of_the_instances_it_names() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let client = Client::http_sessionless_declaring(&server.url, &[GATED_LISTS_EXTENSION]).await;
     let handle = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
     assert_eq!(
@@ -214,8 +211,7 @@ async fn a_client_declaring_gated_lists_gets_the_menus_of_the_instances_it_names
 
 #[tokio::test]
 async fn every_result_of_a_workflow_tool_ends_with_its_next_step() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let client = Client::http_sessionless(&server.url).await;
 
     // A starting call that minted a handle.

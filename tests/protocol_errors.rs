@@ -50,8 +50,7 @@ async fn still_serving(server: &Server) {
 
 #[tokio::test]
 async fn http_input_that_is_not_a_message_is_a_400_with_a_json_rpc_error() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let cases: &[(&[u8], i64, Value, &str)] = &[
         (b"", PARSE_ERROR, Value::Null, "empty body"),
         (b"{not json", PARSE_ERROR, Value::Null, "not JSON"),
@@ -103,8 +102,7 @@ async fn http_input_that_is_not_a_message_is_a_400_with_a_json_rpc_error() {
 
 #[tokio::test]
 async fn http_refusals_keep_their_status_and_carry_a_json_rpc_error() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let valid = initialize_message(1, PROTOCOL).to_string();
 
     let (status, content_type, message) = answer(post_as(
@@ -155,8 +153,7 @@ async fn http_refusals_keep_their_status_and_carry_a_json_rpc_error() {
 
 #[tokio::test]
 async fn an_unknown_method_is_method_not_found_naming_it() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
 
     // In a session (2025-11-25): the error comes in the request's event stream.
     let session = open_session(&server.url).await;
@@ -201,8 +198,7 @@ async fn an_unknown_method_is_method_not_found_naming_it() {
 
 #[tokio::test]
 async fn delete_ends_a_live_session_with_204_and_an_unknown_one_is_404() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let delete = |session: &str| {
         http()
             .delete(&server.url)
@@ -247,9 +243,8 @@ async fn delete_ends_a_live_session_with_204_and_an_unknown_one_is_404() {
 
 #[tokio::test]
 async fn a_foreign_origin_is_refused_and_loopback_or_none_pass() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--allowed-origin", "https://app.example.com:443"],
     );
     let port = server

@@ -806,8 +806,7 @@ fn assert_handle_primitives(summary: &Value, transport: Transport) {
 /// session's level never come. Over stdio, the one stream keeps that order too.
 #[test]
 fn mcp1_hears_a_calls_log_lines_before_its_result() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let mut server = Server::http(plugins.path(), &["--store", "memory:"]);
+    let (plugins, mut server) = common::start(&["testkit"], &["--store", "memory:"]);
     let summary = run_scenario(Sdk::Mcp1, "plugin-logs", &mut server);
     assert_eq!(summary["rounds"], 20, "{summary}");
     assert_no_sdk_warnings(&summary);

@@ -510,9 +510,8 @@ async fn wait_for_passivated(server: &Server, count: u64) {
 /// the state it was left in, and its `list_changed` on an event stream it opens afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_is_passivated_and_its_next_request_finds_it_as_it_was() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--store", "memory:", "--session-passivate-after", "1"],
     );
     let raw = Raw::new(&server);
@@ -576,9 +575,8 @@ async fn an_idle_session_is_passivated_and_its_next_request_finds_it_as_it_was()
 /// A passivated session still ends after `--session-idle-timeout` without a request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_passivated_session_ends_after_the_idle_timeout() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &[
             "--store",
             "memory:",
@@ -635,9 +633,8 @@ async fn a_server_joining_a_shared_store_keeps_the_other_servers_live_sessions()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_that_stop_without_delete_end_after_the_idle_timeout() {
     const SESSIONS: usize = 100;
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--session-idle-timeout", "1", "--store", "memory:"],
     );
     let raw = Raw::new(&server);
@@ -706,8 +703,7 @@ async fn sessions_that_stop_without_delete_end_after_the_idle_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_sharing_a_handle_unsubscribe_when_they_end_and_the_instance_lives_on() {
     const SESSIONS: usize = 300;
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--state-handle-key"]);
+    let (_plugins, server) = common::start(&["invoice"], &["--state-handle-key"]);
     let raw = Raw::new(&server);
 
     let mut minter = raw.open().await;
@@ -809,11 +805,8 @@ async fn run_sessions_owned(sessions: Vec<RawSession>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_session_that_touched_a_handle_hears_one_transition() {
     const SESSIONS: usize = 200;
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
-        &["--state-handle-key", "--store", "memory:"],
-    );
+    let (_plugins, server) =
+        common::start(&["invoice"], &["--state-handle-key", "--store", "memory:"]);
     let http = reqwest::Client::new();
 
     let minter = Client::http(&server.url).await;
@@ -1069,11 +1062,8 @@ async fn a_call_answered_on_the_spot_is_answered_as_rmcp_answers_it() {
 /// the session's own move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notice_due_before_the_event_stream_opens_arrives_when_it_opens() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
-        &["--state-handle-key", "--store", "memory:"],
-    );
+    let (_plugins, server) =
+        common::start(&["invoice"], &["--state-handle-key", "--store", "memory:"]);
     let raw = Raw::new(&server);
     let alice = raw.open().await;
     let mut bob = raw.open().await;

@@ -12,8 +12,7 @@ use serde_json::{Value, json};
 
 #[tokio::test]
 async fn sigterm_lets_the_calls_in_flight_deliver_their_results_and_exits_0() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let mut server = Server::http(plugins.path(), &[]);
+    let (_plugins, mut server) = common::start(&["testkit"], &[]);
     let mut clients = Vec::new();
     for _ in 0..10 {
         clients.push(Client::http(&server.url).await);

@@ -267,8 +267,7 @@ fn gated_lists() -> Value {
 /// alone.
 #[tokio::test]
 async fn a_sessionless_answer_is_plain_json_unless_something_precedes_the_result() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let submit = json!({"amount": 5});
     let (framing, plain) =
         sessionless_exchange(&server.url, 1, "invoice.submit", submit.clone(), json!({})).await;
@@ -297,8 +296,7 @@ async fn a_sessionless_answer_is_plain_json_unless_something_precedes_the_result
 /// level in its `_meta`, and they arrive on the call's own stream, before its result.
 #[tokio::test]
 async fn a_sessionless_request_gets_logs_only_when_it_names_a_level() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["testkit"], &[]);
     let arguments = json!({"count": 2, "level": "error"});
     let messages = sessionless_call(&server.url, 1, "testkit.report", arguments, json!({})).await;
     assert_eq!(messages.len(), 1, "only the result: {messages:?}");
@@ -330,8 +328,7 @@ async fn a_sessionless_request_gets_logs_only_when_it_names_a_level() {
 /// every time; one that moves nothing carries none.
 #[tokio::test]
 async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_time() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let methods = |messages: &[Value]| -> Vec<String> {
         messages
             .iter()

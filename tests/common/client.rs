@@ -604,14 +604,13 @@ pub async fn alice_and_bob(
     (tokens, server, alice, bob)
 }
 
-/// A server with copies of the built `plugins`, started with `flags`, and an rmcp client
-/// connected to it over Streamable HTTP: the set-up most tests start from.
+/// [`start`](super::start)`(plugins, flags)` and an rmcp client connected to the server over
+/// Streamable HTTP: the set-up most tests start from.
 pub async fn serve_and_connect(
     plugins: &[&str],
     flags: &[&str],
 ) -> (super::PluginDir, super::Server, Client) {
-    let plugins = super::PluginDir::with(plugins);
-    let server = super::Server::http(plugins.path(), flags);
+    let (plugins, server) = super::start(plugins, flags);
     let client = Client::http(&server.url).await;
     (plugins, server, client)
 }

@@ -12,7 +12,7 @@ use std::{
 use serde_json::Value;
 use tempfile::TempDir;
 
-use super::turnstile_bin;
+use super::{PluginDir, turnstile_bin};
 
 /// `turnstile serve` over stdio on the memory store, as the tests start it, before the plugin
 /// directory: the arguments after these are `DIR` (for `--plugins`) and any others.
@@ -49,6 +49,16 @@ impl TokenFile {
         std::fs::write(&self.path, lines).expect("rewrite the token file");
     }
 }
+/// The one way a test starts the real binary as a server: `turnstile serve --http` on a free
+/// loopback port with copies of the built `plugins` and `flags`, its state in a private data
+/// directory; waits until it listens. The plugin directory lives as long as the test keeps it.
+/// (`Server`'s constructors take a directory the test made, for the tests that need one.)
+pub fn start(plugins: &[&str], flags: &[&str]) -> (PluginDir, Server) {
+    let plugins = PluginDir::with(plugins);
+    let server = Server::http(plugins.path(), flags);
+    (plugins, server)
+}
+
 /// A running `turnstile serve --http` process; killed on drop.
 pub struct Server {
     child: Child,
