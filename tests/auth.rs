@@ -4,11 +4,11 @@
 
 mod common;
 
-use std::{process::Stdio, time::Duration};
+use std::time::Duration;
 
 use common::{
     Client, PluginDir, SESSION_PROTOCOL, Server, TokenFile, error_code, handle_of,
-    initialize_message, initialize_request, post, text_of, turnstile_bin,
+    initialize_message, initialize_request, post, text_of,
 };
 use serde_json::{Value, json};
 
@@ -92,25 +92,8 @@ async fn a_request_needs_a_known_bearer_token_and_tokens_rotate_on_sighup() {
 
 #[test]
 fn a_non_loopback_address_without_authentication_is_refused_at_start() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let data = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(turnstile_bin())
-        .args([
-            "serve",
-            "--http",
-            "0.0.0.0:0",
-            "--store",
-            "memory:",
-            "--plugins",
-        ])
-        .arg(plugins.path())
-        .arg("--data-dir")
-        .arg(data.path())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run turnstile");
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let flags = ["--http", "0.0.0.0:0", "--store", "memory:"];
+    let stderr = common::refused_start(&["invoice"], &flags);
     assert!(
         stderr.contains("without authentication") && stderr.contains("--auth-token-file"),
         "{stderr}"

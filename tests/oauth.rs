@@ -130,20 +130,9 @@ async fn status_for(server: &Server, token: Option<&str>) -> reqwest::StatusCode
 
 /// Starts a server trusting `issuer`, which must refuse to start; its stderr.
 fn refused_start_with_issuer(issuer: &str) -> String {
-    let plugins = PluginDir::with(&["invoice"]);
-    let data = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(common::turnstile_bin())
-        .args(["serve", "--http", "127.0.0.1:0", "--store", "memory:"])
-        .args(["--oauth-issuer", issuer, "--public-url", PUBLIC_URL])
-        .arg("--plugins")
-        .arg(plugins.path())
-        .arg("--data-dir")
-        .arg(data.path())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run turnstile");
-    assert!(!output.status.success(), "it started trusting {issuer}");
-    String::from_utf8_lossy(&output.stderr).into_owned()
+    let flags = ["--http", "127.0.0.1:0", "--store", "memory:"];
+    let trusting = ["--oauth-issuer", issuer, "--public-url", PUBLIC_URL];
+    common::refused_start(&["invoice"], &[&flags[..], &trusting].concat())
 }
 
 fn challenge(response: &reqwest::Response) -> String {

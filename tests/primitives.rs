@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Client, PluginDir, Server, TokenFile, handle_of, rpc_error};
+use common::{Client, PluginDir, handle_of, rpc_error};
 use rmcp::model::{ErrorCode, ResourceContents};
 use serde_json::{Value, json};
 
@@ -272,13 +272,7 @@ async fn handles(client: &Client, template: &str, typed: &str) -> Vec<String> {
 #[tokio::test]
 async fn handles_complete_with_the_callers_own_live_instances_only() {
     let plugins = PluginDir::with(&["invoice"]);
-    let file = TokenFile::with("alice s3cret-alice\nbob s3cret-bob\n");
-    let server = Server::http(
-        plugins.path(),
-        &["--auth-token-file", file.arg(), "--state-handle-key"],
-    );
-    let alice = Client::http_as(&server.url, "s3cret-alice").await;
-    let bob = Client::http_as(&server.url, "s3cret-bob").await;
+    let (_tokens, _server, alice, bob) = common::alice_and_bob(&plugins).await;
     let mut minted = Vec::new();
     for amount in [1, 2, 3] {
         minted.push(handle_of(

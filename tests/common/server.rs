@@ -59,6 +59,25 @@ pub fn start(plugins: &[&str], flags: &[&str]) -> (PluginDir, Server) {
     (plugins, server)
 }
 
+/// Runs `turnstile serve FLAGS` with copies of the built `plugins` and a private data directory,
+/// for a server that must refuse to start: panics if it exits successfully; its stderr.
+pub fn refused_start(plugins: &[&str], flags: &[&str]) -> String {
+    let plugins = PluginDir::with(plugins);
+    let data = tempfile::tempdir().expect("temp dir");
+    let output = Command::new(turnstile_bin())
+        .arg("serve")
+        .args(flags)
+        .arg("--plugins")
+        .arg(plugins.path())
+        .arg("--data-dir")
+        .arg(data.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run turnstile");
+    assert!(!output.status.success(), "it started with {flags:?}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 /// A running `turnstile serve --http` process; killed on drop.
 pub struct Server {
     child: Child,
