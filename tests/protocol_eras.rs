@@ -20,18 +20,7 @@ use serde_json::{Value, json};
 /// One 2026-07-28 request over raw HTTP, as a client without a session sends it: the response
 /// body, as bytes arrive (a list is answered as plain JSON).
 async fn raw_2026(url: &str, method: &str, meta: Value) -> String {
-    let mut meta = meta;
-    meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
-    meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
-    meta["io.modelcontextprotocol/clientInfo"] = json!({"name": "eras-test", "version": "0"});
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"_meta": meta}});
-    let response = reqwest::Client::new()
-        .post(url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", method)
-        .body(body.to_string())
+    let response = common::post_sessionless(url, 1, method, json!({"_meta": meta}))
         .send()
         .await
         .expect("the server answers");

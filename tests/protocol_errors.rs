@@ -9,15 +9,13 @@ use std::time::Instant;
 
 use common::{
     Client, PluginDir, RawStdio, Server, answer, http, initialize_message, names, open_session,
-    post, post_as, post_in_session,
+    post, post_as, post_in_session, post_sessionless,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 /// The session-based revision the raw client speaks.
 const PROTOCOL: &str = "2025-11-25";
-/// The sessionless revision.
-const PROTOCOL_2026: &str = "2026-07-28";
 
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
@@ -168,21 +166,8 @@ async fn an_unknown_method_is_method_not_found_naming_it() {
     assert!(text.contains("foo/bar"), "names the method: {text}");
 
     // Sessionless (2026-07-28): a 4xx (404), which the Python SDK 2.x falls back on.
-    let meta = json!({
-        "io.modelcontextprotocol/protocolVersion": PROTOCOL_2026,
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "protocol-errors-test", "version": "0"}
-    });
-    let (status, content_type, message) = answer(
-        post(
-            &server.url,
-            json!({"jsonrpc": "2.0", "id": 8, "method": "foo/bar", "params": {"_meta": meta}})
-                .to_string(),
-        )
-        .header("MCP-Protocol-Version", PROTOCOL_2026)
-        .header("Mcp-Method", "foo/bar"),
-    )
-    .await;
+    let (status, content_type, message) =
+        answer(post_sessionless(&server.url, 8, "foo/bar", json!({}))).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(content_type.as_deref(), Some("application/json"));
     let text = assert_error(

@@ -212,26 +212,8 @@ async fn sessionless_exchange(
     arguments: Value,
     meta: Value,
 ) -> (String, Vec<Value>) {
-    let mut meta = meta;
-    meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
-    if meta
-        .get("io.modelcontextprotocol/clientCapabilities")
-        .is_none()
-    {
-        meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
-    }
-    meta["io.modelcontextprotocol/clientInfo"] =
-        json!({"name": "tool-results-test", "version": "0"});
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments, "_meta": meta}});
-    let response = reqwest::Client::new()
-        .post(url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", "tools/call")
-        .header("Mcp-Name", tool)
-        .body(body.to_string())
+    let params = json!({"name": tool, "arguments": arguments, "_meta": meta});
+    let response = common::post_sessionless(url, id, "tools/call", params)
         .send()
         .await
         .expect("the server answers");
@@ -243,15 +225,7 @@ async fn sessionless_exchange(
         .unwrap_or_default()
         .to_string();
     let text = response.text().await.expect("body");
-    let messages = match serde_json::from_str::<Value>(&text) {
-        Ok(single) => vec![single],
-        Err(_) => text
-            .lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .filter_map(|data| serde_json::from_str(data.trim()).ok())
-            .collect(),
-    };
-    (content_type, messages)
+    (content_type, common::messages(&text))
 }
 
 /// What a 2026-07-28 client puts in a request's `_meta` to declare Turnstile's gated-lists

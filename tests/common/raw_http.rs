@@ -10,6 +10,9 @@ use serde_json::{Value, json};
 /// The session-based revision the raw client speaks.
 pub const SESSION_PROTOCOL: &str = "2025-11-25";
 
+/// The sessionless revision: no session, each request carries its own protocol metadata.
+pub const SESSIONLESS_PROTOCOL: &str = "2026-07-28";
+
 /// What a conforming client accepts: a JSON answer or an event stream.
 pub const ACCEPT_JSON_OR_SSE: &str = "application/json, text/event-stream";
 
@@ -57,6 +60,30 @@ pub fn post_in_session(url: &str, session: &str, body: impl Into<reqwest::Body>)
     post(url, body)
         .header("Mcp-Session-Id", session)
         .header("MCP-Protocol-Version", SESSION_PROTOCOL)
+}
+
+/// A 2026-07-28 request `id` of `method` without a session, as such a client sends it: `params`
+/// (an object) with the per-request protocol metadata added to its `_meta` (empty
+/// `clientCapabilities` unless `_meta` declares some), and the protocol's headers
+/// (`MCP-Protocol-Version`, `Mcp-Method`, and `Mcp-Name` when `params` has a `name`).
+pub fn post_sessionless(url: &str, id: u64, method: &str, mut params: Value) -> RequestBuilder {
+    let meta = &mut params["_meta"];
+    meta["io.modelcontextprotocol/protocolVersion"] = json!(SESSIONLESS_PROTOCOL);
+    if meta
+        .get("io.modelcontextprotocol/clientCapabilities")
+        .is_none()
+    {
+        meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    }
+    meta["io.modelcontextprotocol/clientInfo"] = json!({"name": "turnstile-tests", "version": "0"});
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let mut request = post(url, body.to_string())
+        .header("MCP-Protocol-Version", SESSIONLESS_PROTOCOL)
+        .header("Mcp-Method", method);
+    if let Some(name) = params["name"].as_str() {
+        request = request.header("Mcp-Name", name);
+    }
+    request
 }
 
 /// A GET of `session`'s event stream at `url`. No overall timeout: a test holds such a stream
