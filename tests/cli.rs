@@ -39,7 +39,8 @@ fn fixture_dir(fixture: &str) -> PluginDir {
     plugins
 }
 
-/// A machine definition written to `<dir>/<name>`, in a directory of its own.
+/// A machine definition written to a file `name` in a directory of its own: the directory
+/// (removed when dropped) and the file's path.
 fn machine_file(name: &str, definition: &str) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join(name);

@@ -3,11 +3,13 @@
 //! transports for what that client hides. One concept per module:
 //!
 //! - [`plugins`]: where the built binary and plugins are, and a private plugin directory;
-//! - [`server`]: the binary started as a server (`Server`), and the files it is started with;
-//! - [`client`]: the rmcp client that records what the server pushes;
+//! - [`server`]: the one way to start the binary as a server ([`start`], on [`Server`]), and
+//!   the files it is started with;
+//! - [`client`]: the rmcp client that records what the server pushes ([`serve_and_connect`]);
 //! - [`results`]: reading a tool result (text, error code, handle, state);
 //! - [`raw_http`]: Streamable HTTP by hand; [`stdio`]: JSON-RPC lines to `serve --stdio`;
-//! - [`stores`]: the Redis and PostgreSQL servers the tests share;
+//! - [`stores`]: the Redis and PostgreSQL servers the tests share, and the macros that run a
+//!   scenario once per store;
 //! - [`workflows`]: menus and the invoice walk; [`metrics`]: `GET /metrics` parsed;
 //! - [`durability`] and [`python`]: the fixtures only the durability and Python tests need.
 //!
