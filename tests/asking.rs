@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Client, PluginDir, Server, error_code, handle_of};
+use common::{Client, PluginDir, error_code, handle_of, state_of};
 use serde_json::{Value, json};
 
 /// An invoice over the confirmation threshold, approved: the next step is a confirmed payout.
@@ -19,17 +19,9 @@ async fn approved_invoice(client: &Client) -> String {
     handle
 }
 
-async fn state_of(client: &Client, handle: &str) -> Value {
-    let status = client
-        .call("invoice.status", json!({"handle": handle}))
-        .await;
-    status.structured_content.unwrap()["state"].clone()
-}
-
 #[tokio::test]
 async fn a_client_that_cannot_show_a_form_is_refused_a_confirmed_step() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--state-handle-key"]);
+    let (_plugins, server) = common::start(&["invoice"], &["--state-handle-key"]);
     // The test client declares no elicitation.
     let client = Client::http(&server.url).await;
     let handle = approved_invoice(&client).await;
@@ -56,9 +48,8 @@ async fn a_client_that_cannot_show_a_form_is_refused_a_confirmed_step() {
 
 #[tokio::test]
 async fn confirm_fallback_allow_runs_the_step_and_the_trail_says_nobody_confirmed() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--state-handle-key", "--confirm-fallback", "allow"],
     );
     assert!(

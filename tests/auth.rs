@@ -4,30 +4,13 @@
 
 mod common;
 
-use std::{process::Stdio, time::Duration};
+use std::time::Duration;
 
-use common::{Client, PluginDir, Server, TokenFile, error_code, handle_of, text_of, turnstile_bin};
+use common::{
+    Client, PluginDir, SESSION_PROTOCOL, Server, TokenFile, error_code, handle_of,
+    initialize_message, initialize_request, post, text_of,
+};
 use serde_json::{Value, json};
-
-fn initialize() -> String {
-    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "auth-test", "version": "0"}}})
-    .to_string()
-}
-
-/// An `initialize` POST with `token` as the bearer token (none if `None`): status and headers.
-async fn post(server: &Server, token: Option<&str>) -> reqwest::Response {
-    let mut request = reqwest::Client::new()
-        .post(&server.url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .body(initialize());
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    request.send().await.expect("an answer")
-}
 
 #[tokio::test]
 async fn a_request_needs_a_known_bearer_token_and_tokens_rotate_on_sighup() {
@@ -35,7 +18,7 @@ async fn a_request_needs_a_known_bearer_token_and_tokens_rotate_on_sighup() {
     let file = TokenFile::with("# who may call\nalice s3cret-alice\n");
     let server = Server::http(plugins.path(), &["--auth-token-file", file.arg()]);
 
-    let missing = post(&server, None).await;
+    let missing = initialize_request(&server.url, None).await;
     assert_eq!(missing.status(), 401);
     assert!(
         missing.headers()["www-authenticate"]
@@ -54,7 +37,7 @@ async fn a_request_needs_a_known_bearer_token_and_tokens_rotate_on_sighup() {
         "{body}"
     );
 
-    let wrong = post(&server, Some("s3cret-alicf")).await;
+    let wrong = initialize_request(&server.url, Some("s3cret-alicf")).await;
     assert_eq!(wrong.status(), 401);
     assert!(
         wrong.headers()["www-authenticate"]
@@ -63,7 +46,12 @@ async fn a_request_needs_a_known_bearer_token_and_tokens_rotate_on_sighup() {
             .contains("invalid_token")
     );
 
-    assert_eq!(post(&server, Some("s3cret-alice")).await.status(), 200);
+    assert_eq!(
+        initialize_request(&server.url, Some("s3cret-alice"))
+            .await
+            .status(),
+        200
+    );
     // /stats needs the token too; the probes do not.
     let http = reqwest::Client::new();
     let stats = format!("{}/stats", server.base());
@@ -83,37 +71,29 @@ async fn a_request_needs_a_known_bearer_token_and_tokens_rotate_on_sighup() {
     server.signal(libc::SIGHUP);
     let mut rotated = false;
     for _ in 0..50 {
-        if post(&server, Some("s3cret-alice-2")).await.status() == 200 {
+        if initialize_request(&server.url, Some("s3cret-alice-2"))
+            .await
+            .status()
+            == 200
+        {
             rotated = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(rotated, "the new token was not taken up after SIGHUP");
-    assert_eq!(post(&server, Some("s3cret-alice")).await.status(), 401);
+    assert_eq!(
+        initialize_request(&server.url, Some("s3cret-alice"))
+            .await
+            .status(),
+        401
+    );
 }
 
 #[test]
 fn a_non_loopback_address_without_authentication_is_refused_at_start() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let data = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(turnstile_bin())
-        .args([
-            "serve",
-            "--http",
-            "0.0.0.0:0",
-            "--store",
-            "memory:",
-            "--plugins",
-        ])
-        .arg(plugins.path())
-        .arg("--data-dir")
-        .arg(data.path())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run turnstile");
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let flags = ["--http", "0.0.0.0:0", "--store", "memory:"];
+    let stderr = common::refused_start(&["invoice"], &flags);
     assert!(
         stderr.contains("without authentication") && stderr.contains("--auth-token-file"),
         "{stderr}"
@@ -121,19 +101,15 @@ fn a_non_loopback_address_without_authentication_is_refused_at_start() {
 }
 
 /// A raw POST of `body` with `token`, in the session `session` when given.
-async fn post_in_session(
+async fn post_as_principal(
     server: &Server,
     token: &str,
     session: Option<&str>,
     body: Value,
 ) -> reqwest::Response {
-    let mut request = reqwest::Client::new()
-        .post(&server.url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .header("Mcp-Protocol-Version", "2025-11-25")
-        .bearer_auth(token)
-        .body(body.to_string());
+    let mut request = post(&server.url, body.to_string())
+        .header("Mcp-Protocol-Version", SESSION_PROTOCOL)
+        .bearer_auth(token);
     if let Some(session) = session {
         request = request.header("Mcp-Session-Id", session);
     }
@@ -143,13 +119,7 @@ async fn post_in_session(
 #[tokio::test]
 async fn a_principal_cannot_reach_another_principals_instances_or_sessions() {
     let plugins = PluginDir::with(&["invoice"]);
-    let file = TokenFile::with("alice tok-alice\nbob tok-bob\n");
-    let server = Server::http(
-        plugins.path(),
-        &["--auth-token-file", file.arg(), "--state-handle-key"],
-    );
-    let connect = |token: &'static str| Client::http_as(&server.url, token);
-    let (alice, bob) = (connect("tok-alice").await, connect("tok-bob").await);
+    let (_tokens, server, alice, bob) = common::alice_and_bob(&plugins).await;
 
     let submitted = alice.call("invoice.submit", json!({"amount": 120})).await;
     let handle = handle_of(&submitted);
@@ -192,11 +162,11 @@ async fn a_principal_cannot_reach_another_principals_instances_or_sessions() {
     );
 
     // A session is its opener's: another principal naming it is told it does not exist.
-    let opened = post_in_session(
+    let opened = post_as_principal(
         &server,
         "tok-alice",
         None,
-        serde_json::from_str(&initialize()).unwrap(),
+        initialize_message(1, SESSION_PROTOCOL),
     )
     .await;
     assert_eq!(opened.status(), 200);
@@ -205,7 +175,7 @@ async fn a_principal_cannot_reach_another_principals_instances_or_sessions() {
         .unwrap()
         .to_string();
     let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
-    let foreign = post_in_session(&server, "tok-bob", Some(&session), ping.clone()).await;
+    let foreign = post_as_principal(&server, "tok-bob", Some(&session), ping.clone()).await;
     assert_eq!(foreign.status(), 404);
     let body: Value = foreign.json().await.unwrap();
     assert!(
@@ -223,7 +193,7 @@ async fn a_principal_cannot_reach_another_principals_instances_or_sessions() {
         .await
         .unwrap();
     assert_eq!(deleted_by_bob.status(), 404);
-    let own = post_in_session(&server, "tok-alice", Some(&session), ping).await;
+    let own = post_as_principal(&server, "tok-alice", Some(&session), ping).await;
     assert_eq!(
         own.status(),
         200,
@@ -247,7 +217,11 @@ async fn reordering_bare_tokens_gives_no_token_another_s_instances() {
     file.rewrite("tok-b-9876543210\ntok-a-0123456789\n");
     server.signal(libc::SIGHUP);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while post(&server, Some("tok-b-9876543210")).await.status() != 200 {
+    while initialize_request(&server.url, Some("tok-b-9876543210"))
+        .await
+        .status()
+        != 200
+    {
         assert!(
             std::time::Instant::now() < deadline,
             "token B never came in"
@@ -286,16 +260,7 @@ async fn a_token_keeps_the_instances_it_made_under_its_old_principal() {
     // kept alice's: under the tenant of her bare name.
     let handle = {
         let plugins = PluginDir::with(&["invoice"]);
-        let open = Server::http(
-            plugins.path(),
-            &[
-                "--state-handle-key",
-                "--store",
-                &store,
-                "--store-namespace",
-                &namespace,
-            ],
-        );
+        let open = Server::sharing(plugins.path(), &store, &namespace, &["--state-handle-key"]);
         let client = Client::http(&open.url).await;
         handle_of(&client.call("invoice.submit", json!({"amount": 5})).await)
     };
@@ -324,18 +289,8 @@ async fn a_token_keeps_the_instances_it_made_under_its_old_principal() {
 
     let plugins = PluginDir::with(&["invoice"]);
     let file = TokenFile::with("alice s3cret-alice\n");
-    let server = Server::http(
-        plugins.path(),
-        &[
-            "--auth-token-file",
-            file.arg(),
-            "--state-handle-key",
-            "--store",
-            &store,
-            "--store-namespace",
-            &namespace,
-        ],
-    );
+    let flags = ["--auth-token-file", file.arg(), "--state-handle-key"];
+    let server = Server::sharing(plugins.path(), &store, &namespace, &flags);
     let alice = Client::http_as(&server.url, "s3cret-alice").await;
     let status = alice
         .call("invoice.status", json!({"handle": handle}))

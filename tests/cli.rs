@@ -32,6 +32,31 @@ fn run(args: &[&str], stdin: &str) -> (i32, String, String) {
     )
 }
 
+/// A plugin directory holding only `tests/fixtures/<fixture>.c`, built.
+fn fixture_dir(fixture: &str) -> PluginDir {
+    let plugins = PluginDir::with(&[]);
+    plugins.add_c_fixture(fixture);
+    plugins
+}
+
+/// A machine definition written to a file `name` in a directory of its own: the directory
+/// (removed when dropped) and the file's path.
+fn machine_file(name: &str, definition: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(name);
+    std::fs::write(&file, definition).unwrap();
+    let file = file.to_str().unwrap().to_owned();
+    (dir, file)
+}
+
+/// `machine run`'s output: one JSON value per line.
+fn json_lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[test]
 fn check_accepts_good_plugins_and_names_each_bad_file() {
     let plugins = PluginDir::with(&["invoice"]);
@@ -58,18 +83,13 @@ const INVOICE: &str = r#"{"id":"invoice","initial":"draft","states":{
 
 #[test]
 fn machine_run_prints_one_json_line_per_event() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("invoice.json");
-    std::fs::write(&file, INVOICE).unwrap();
+    let (_dir, file) = machine_file("invoice.json", INVOICE);
     let (code, stdout, stderr) = run(
-        &["machine", "run", file.to_str().unwrap()],
+        &["machine", "run", &file],
         "\"SUBMIT\"\n{\"type\":\"APPROVE\"}\n\"SUBMIT\"\n\"DISCHARGE\"\n",
     );
     assert_eq!(code, 0, "stderr: {stderr}");
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(&stdout);
     assert_eq!(
         lines,
         vec![
@@ -88,14 +108,9 @@ fn machine_run_prints_one_json_line_per_event() {
 
 #[test]
 fn machine_run_refuses_a_bad_machine_naming_the_path() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("typo.json");
-    std::fs::write(
-        &file,
-        INVOICE.replace("\"APPROVE\":\"approved\"", "\"APPROVE\":\"aproved\""),
-    )
-    .unwrap();
-    let (code, stdout, stderr) = run(&["machine", "run", file.to_str().unwrap()], "");
+    let typo = INVOICE.replace("\"APPROVE\":\"approved\"", "\"APPROVE\":\"aproved\"");
+    let (_dir, file) = machine_file("typo.json", &typo);
+    let (code, stdout, stderr) = run(&["machine", "run", &file], "");
     assert_ne!(code, 0);
     assert!(stdout.is_empty(), "nothing on stdout: {stdout}");
     assert!(stderr.contains("typo.json"), "names the file: {stderr}");
@@ -118,8 +133,7 @@ fn check_reports_nothing_for_the_example_plugins() {
 
 #[test]
 fn check_warns_about_each_graph_problem_and_fails_with_strict() {
-    let plugins = PluginDir::with(&[]);
-    plugins.add_c_fixture("graph_problems");
+    let plugins = fixture_dir("graph_problems");
     let dir = plugins.path().to_str().unwrap();
     let (code, stdout, _) = run(&["check", "--plugins", dir], "");
     assert_eq!(code, 0, "warnings alone pass: {stdout}");
@@ -149,8 +163,7 @@ fn check_warns_about_each_graph_problem_and_fails_with_strict() {
 
 #[test]
 fn check_refuses_bad_json_logic_naming_its_path() {
-    let plugins = PluginDir::with(&[]);
-    plugins.add_c_fixture("bad_guard");
+    let plugins = fixture_dir("bad_guard");
     let dir = plugins.path().to_str().unwrap();
     let (code, stdout, _) = run(&["check", "--plugins", dir], "");
     assert_eq!(code, 1, "stdout: {stdout}");
@@ -164,8 +177,7 @@ fn check_refuses_bad_json_logic_naming_its_path() {
 
 #[test]
 fn check_refuses_a_guard_the_plugin_does_not_implement() {
-    let plugins = PluginDir::with(&[]);
-    plugins.add_c_fixture("unknown_guard");
+    let plugins = fixture_dir("unknown_guard");
     let dir = plugins.path().to_str().unwrap();
     let (code, stdout, _) = run(&["check", "--plugins", dir], "");
     assert_eq!(code, 1, "stdout: {stdout}");
@@ -192,9 +204,7 @@ const GUARDED: &str = r#"{"id":"invoice","initial":"draft","context":{"amount":0
 
 #[test]
 fn machine_run_shows_context_guards_timers_and_loops() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("guarded.json");
-    std::fs::write(&file, GUARDED).unwrap();
+    let (_dir, file) = machine_file("guarded.json", GUARDED);
     let input = [
         r#"{"type":"SUBMIT","input":{"amount":20000}}"#,
         r#"{"advance":60}"#,
@@ -211,7 +221,7 @@ fn machine_run_shows_context_guards_timers_and_loops() {
             "run",
             "--context",
             r#"{"amount":5,"note":"x"}"#,
-            file.to_str().unwrap(),
+            &file,
         ],
         &input,
     );
@@ -219,10 +229,7 @@ fn machine_run_shows_context_guards_timers_and_loops() {
         code, 1,
         "a bad line makes the exit status 1; stderr: {stderr}"
     );
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(&stdout);
     assert_eq!(
         lines.len(),
         8,
@@ -356,30 +363,21 @@ fn graph_draws_one_workflow_as_svg_with_its_state_highlighted() {
 fn graph_names_an_unknown_workflow_or_state() {
     let plugins = PluginDir::with(&["invoice", "payment"]);
     let dir = plugins.path().to_str().unwrap();
-    let (code, stdout, stderr) = run(&["graph", "--plugins", dir, "invoce"], "");
-    assert_ne!(code, 0);
-    assert!(stdout.is_empty(), "{stdout}");
+    // Each refusal: a failure exit, nothing on stdout, stderr saying why.
+    let refused = |args: &[&str]| {
+        let (code, stdout, stderr) = run(&[&["graph", "--plugins", dir], args].concat(), "");
+        assert_ne!(code, 0, "stderr: {stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        stderr
+    };
+    let stderr = refused(&["invoce"]);
     assert!(stderr.contains("no workflow `invoce`"), "stderr: {stderr}");
     assert!(
         stderr.contains("invoice, payment"),
         "lists the known: {stderr}"
     );
 
-    let (code, stdout, stderr) = run(
-        &[
-            "graph",
-            "--plugins",
-            dir,
-            "invoice",
-            "--format",
-            "svg",
-            "--highlight",
-            "reveiw",
-        ],
-        "",
-    );
-    assert_ne!(code, 0);
-    assert!(stdout.is_empty(), "{stdout}");
+    let stderr = refused(&["invoice", "--format", "svg", "--highlight", "reveiw"]);
     assert!(stderr.contains("no state `reveiw`"), "stderr: {stderr}");
     assert!(
         stderr.contains("draft, review"),

@@ -2,13 +2,12 @@
 
 mod common;
 
-use common::{Client, PluginDir, Server};
+use common::Client;
 use serde_json::json;
 
 #[tokio::test]
 async fn of_100_concurrent_approvals_exactly_one_succeeds() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let client = std::sync::Arc::new(Client::http(&server.url).await);
     client.call("invoice.submit", json!({"amount": 99})).await;
     assert_eq!(client.invoice_state().await, json!("review"));

@@ -9,7 +9,6 @@
 //! fsync (the store's own tests cover that).
 
 mod common;
-mod durability_support;
 
 use std::{
     sync::{
@@ -19,10 +18,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Client, PluginDir, postgres_url, redis_cluster_url, redis_url};
-use durability_support::{
-    REVIEW, Rng, Turnstile, error_code, minted_handle, next_step, require_reachable, seed,
-    state_of, with_handle,
+use common::durability::{DRAFT, REVIEW, Rng, next_step, seed, with_handle};
+use common::{
+    Client, PluginDir, Server, error_code_if_any, handle_of, redis_cluster_url, state_if_ok,
 };
 use serde_json::json;
 
@@ -66,7 +64,7 @@ async fn crash_and_recover(store: Option<&str>) {
     let data = tempfile::tempdir().expect("temp dir");
     let args = server_args(store);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut server = Turnstile::start(plugins.path(), data.path(), &args);
+    let mut server = Server::http_in(plugins.path(), data.path(), &args);
 
     let mut sessions = Vec::new();
     for _ in 0..SESSIONS {
@@ -77,7 +75,7 @@ async fn crash_and_recover(store: Option<&str>) {
     for i in 0..HANDLES {
         let client = sessions[i % SESSIONS].clone();
         minting.push(tokio::spawn(async move {
-            minted_handle(&client.call("invoice.submit", json!({"amount": 10})).await)
+            handle_of(&client.call("invoice.submit", json!({"amount": 10})).await)
         }));
     }
     let mut tracks = Vec::new();
@@ -131,7 +129,7 @@ async fn crash_and_recover(store: Option<&str>) {
                     Ok(Ok(result)) if result.is_error != Some(true) => {
                         let mut tracks = tracks.lock().unwrap();
                         let track = &mut tracks[i];
-                        if track.acked == REVIEW && target == durability_support::DRAFT {
+                        if track.acked == REVIEW && target == DRAFT {
                             track.cycles_left -= 1;
                         }
                         track.acked = target.to_string();
@@ -144,7 +142,7 @@ async fn crash_and_recover(store: Option<&str>) {
                         tracks.lock().unwrap()[i].in_flight = None;
                         unexpected.lock().unwrap().push(format!(
                             "{tool} on {handle} returned {:?}: {result:?}",
-                            error_code(&result)
+                            error_code_if_any(&result)
                         ));
                         return;
                     }
@@ -215,7 +213,7 @@ async fn crash_and_recover(store: Option<&str>) {
 
     // Restart on the same store and read every instance back.
     let restarted = Instant::now();
-    let server = Turnstile::start(plugins.path(), data.path(), &args);
+    let server = Server::http_in(plugins.path(), data.path(), &args);
     let client = Client::http(&server.url).await;
     let tracks = tracks.lock().unwrap().clone();
     let unanswered = tracks.iter().filter(|t| t.in_flight.is_some()).count();
@@ -231,7 +229,7 @@ async fn crash_and_recover(store: Option<&str>) {
         let result = client
             .call("invoice.status", json!({"handle": track.handle}))
             .await;
-        let Some(state) = state_of(&result) else {
+        let Some(state) = state_if_ok(&result) else {
             wrong.push(format!(
                 "{}: invoice.status failed after restart: {result:?}",
                 track.handle
@@ -268,7 +266,7 @@ async fn crash_and_recover(store: Option<&str>) {
 
     // The restarted server carries on from there: one more step on every unfinished instance.
     for track in &tracks {
-        let state = state_of(
+        let state = state_if_ok(
             &client
                 .call("invoice.status", json!({"handle": track.handle}))
                 .await,
@@ -279,7 +277,7 @@ async fn crash_and_recover(store: Option<&str>) {
                 .call(tool, with_handle(&arguments, &track.handle))
                 .await;
             assert_eq!(
-                error_code(&result),
+                error_code_if_any(&result),
                 None,
                 "{tool} on {} after restart: {result:?}",
                 track.handle
@@ -287,7 +285,7 @@ async fn crash_and_recover(store: Option<&str>) {
             let after = client
                 .call("invoice.status", json!({"handle": track.handle}))
                 .await;
-            assert_eq!(state_of(&after).as_deref(), Some(target));
+            assert_eq!(state_if_ok(&after).as_deref(), Some(target));
         }
     }
     client.close().await;
@@ -300,8 +298,7 @@ async fn kill_9_under_load_loses_nothing_acknowledged_embedded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_load_loses_nothing_acknowledged_redis() {
-    let url = redis_url();
-    require_reachable(&url);
+    let url = common::reachable_redis_url();
     crash_and_recover(Some(&url)).await;
 }
 
@@ -314,7 +311,6 @@ async fn kill_9_under_load_loses_nothing_acknowledged_redis_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_load_loses_nothing_acknowledged_postgres() {
-    let url = postgres_url();
-    require_reachable(&url);
+    let url = common::reachable_postgres_url();
     crash_and_recover(Some(&url)).await;
 }

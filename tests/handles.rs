@@ -8,15 +8,9 @@ use common::{Client, PluginDir, Server, error_code, names, text_of};
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
+/// The handle a starting call minted ([`common::handle_of`]), which its text shows too.
 fn handle_of(result: &CallToolResult) -> String {
-    assert_ne!(result.is_error, Some(true), "call failed: {result:?}");
-    let handle = result
-        .structured_content
-        .as_ref()
-        .expect("structuredContent")["handle"]
-        .as_str()
-        .expect("the result carries the handle")
-        .to_string();
+    let handle = common::handle_of(result);
     assert!(
         text_of(result).contains(&handle),
         "the text carries the handle too"
@@ -191,13 +185,7 @@ async fn bad_handles_get_clear_errors_and_never_a_new_instance() {
     assert_eq!(error_code(&wrong), "INVALID_HANDLE");
 
     // None of this created an invoice: the session touched only the payment.
-    assert!(
-        !client
-            .tool_names()
-            .await
-            .iter()
-            .any(|name| name == "invoice.approve")
-    );
+    assert!(!client.offers("invoice.approve").await);
 }
 
 #[tokio::test]
@@ -221,8 +209,7 @@ async fn a_transition_notifies_every_session_that_touched_the_instance_and_no_ot
 
 #[tokio::test]
 async fn stateless_mode_keeps_state_across_connections_by_handle() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--stateless"]);
+    let (_plugins, server) = common::start(&["invoice"], &["--stateless"]);
     let handle = {
         let client = Client::http(&server.url).await;
         let handle = handle_of(&client.call("invoice.submit", json!({"amount": 3})).await);
@@ -284,19 +271,10 @@ async fn a_starting_call_that_fails_creates_nothing_and_returns_no_handle() {
 /// (tools, prompts, resources), and mints and lists a new invoice; the gone one is forgotten.
 #[tokio::test]
 async fn a_session_keeps_listing_after_an_instance_it_touched_is_deleted() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
-        &["--state-handle-key", "--retain-final", "1"],
-    );
-    let client = Client::http(&server.url).await;
-    let done = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
-    client
-        .call("invoice.approve", json!({"handle": done}))
-        .await;
-    client
-        .call("invoice.discharge", json!({"handle": done}))
-        .await;
+    let (_plugins, _server, client) =
+        common::serve_and_connect(&["invoice"], &["--state-handle-key", "--retain-final", "1"])
+            .await;
+    let done = common::discharged_invoice(&client).await;
     let mut deleted = false;
     for _ in 0..100 {
         let status = client.call("invoice.status", json!({"handle": done})).await;
@@ -331,12 +309,11 @@ async fn a_session_keeps_listing_after_an_instance_it_touched_is_deleted() {
 /// than `--max-handles-per-request` different handles is -32602 naming the limit.
 #[tokio::test]
 async fn handles_named_in_meta_are_deduplicated_and_capped() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, _server, client) = common::serve_and_connect(
+        &["invoice"],
         &["--state-handle-key", "--max-handles-per-request", "8"],
-    );
-    let client = Client::http(&server.url).await;
+    )
+    .await;
     let handle = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
     let copies = vec![handle.clone(); 10_000];
     assert_eq!(

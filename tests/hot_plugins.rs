@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Client, PluginDir, Server, built_plugin, compile_c_fixture};
+use common::{Client, PluginDir, Server, built_plugin, compile_c_fixture, handle_of};
 use serde_json::{Value, json};
 
 /// Puts `library` into `dir` the safe way (docs/plugins.md): written elsewhere, then renamed in.
@@ -24,19 +24,37 @@ fn deploy(library: &Path, dir: &Path, name: &str) {
     fs::rename(&staged, dir.join(name)).expect("rename into the plugin directory");
 }
 
+/// Whether `tools/list` offers `session` any tool of the payment plugin.
+async fn offers_payment(session: &Client) -> bool {
+    let names = session.tool_names().await;
+    names.iter().any(|name| name.starts_with("payment."))
+}
+
+/// Builds pingpong with `defines` elsewhere and renames it over `library`, as a deploy does.
+fn rebuild_pingpong(library: &Path, defines: &[&str]) {
+    let staging = tempfile::tempdir().expect("temp dir");
+    let rebuilt = staging.path().join("libpingpong.so");
+    compile_c_fixture("pingpong", &rebuilt, defines);
+    fs::rename(&rebuilt, library).expect("rename the rebuilt library in");
+}
+
+/// Two sessions of the pingpong plugin: `left` touched nothing, `right` moved its instance on.
+async fn left_and_right(server: &Server) -> (Client, Client) {
+    let (left, right) = (
+        Client::http(&server.url).await,
+        Client::http(&server.url).await,
+    );
+    assert_eq!(left.tool_names().await, ["pingpong.ping"]);
+    let moved = right.call("pingpong.ping", json!({})).await;
+    assert_ne!(moved.is_error, Some(true), "{moved:?}");
+    right.changes.wait_for(1).await;
+    (left, right)
+}
+
 #[tokio::test]
 async fn a_plugin_dropped_in_is_listed_callable_and_announced_and_so_is_its_removal() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let session = Client::http(&server.url).await;
-    assert!(
-        !session
-            .tool_names()
-            .await
-            .iter()
-            .any(|name| name.starts_with("payment.")),
-        "payment is not there yet"
-    );
+    let (plugins, server, session) = common::serve_and_connect(&["invoice"], &[]).await;
+    assert!(!offers_payment(&session).await, "payment is not there yet");
     let sessionless = Client::http_sessionless(&server.url).await;
     let listened = sessionless.listen().await;
 
@@ -53,11 +71,7 @@ async fn a_plugin_dropped_in_is_listed_callable_and_announced_and_so_is_its_remo
         assert!(names.iter().any(|name| name == tool), "{tool} in {names:?}");
     }
     assert!(
-        sessionless
-            .tool_names()
-            .await
-            .iter()
-            .any(|name| name == "payment.authorize"),
+        sessionless.offers("payment.authorize").await,
         "a 2026-07-28 client sees the tool that starts a payment"
     );
     let authorized = session
@@ -68,11 +82,7 @@ async fn a_plugin_dropped_in_is_listed_callable_and_announced_and_so_is_its_remo
         .await;
     assert_ne!(authorized.is_error, Some(true), "{authorized:?}");
     assert!(
-        session
-            .tool_names()
-            .await
-            .iter()
-            .any(|name| name == "payment.capture"),
+        session.offers("payment.capture").await,
         "the payment moved on"
     );
     // The invoice plugin was not disturbed.
@@ -83,14 +93,7 @@ async fn a_plugin_dropped_in_is_listed_callable_and_announced_and_so_is_its_remo
     listened.wait_for(2).await;
     // The authorization offered no other prompt; the removal took the refund policy away.
     session.notices.prompts.wait_for(2).await;
-    assert!(
-        !session
-            .tool_names()
-            .await
-            .iter()
-            .any(|name| name.starts_with("payment.")),
-        "payment is gone"
-    );
+    assert!(!offers_payment(&session).await, "payment is gone");
     let gone = session.try_call("payment.status", json!({})).await;
     assert!(
         gone.as_ref()
@@ -103,9 +106,7 @@ async fn a_plugin_dropped_in_is_listed_callable_and_announced_and_so_is_its_remo
 
 #[tokio::test]
 async fn a_broken_library_is_refused_with_a_clear_log_line_and_nothing_else_changes() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let session = Client::http(&server.url).await;
+    let (plugins, server, session) = common::serve_and_connect(&["invoice"], &[]).await;
     let before = session.tool_names().await;
 
     let staging = tempfile::tempdir().expect("temp dir");
@@ -135,8 +136,7 @@ async fn a_broken_library_is_refused_with_a_clear_log_line_and_nothing_else_chan
 async fn replacing_a_plugin_while_sixteen_sessions_call_it_fails_loses_and_doubles_nothing() {
     const SESSIONS: usize = 16;
     let plugins = PluginDir::with(&[]);
-    let library = plugins.path().join("libpingpong.so");
-    compile_c_fixture("pingpong", &library, &[]);
+    let library = plugins.add_c_fixture("pingpong");
     let server = Server::http(plugins.path(), &[]);
     let staging = tempfile::tempdir().expect("temp dir");
     let rebuilt = staging.path().join("libpingpong.so");
@@ -190,25 +190,14 @@ async fn replacing_a_plugin_while_sixteen_sessions_call_it_fails_loses_and_doubl
 #[tokio::test]
 async fn a_change_to_a_gated_tool_is_announced_only_to_instances_in_its_state() {
     let plugins = PluginDir::with(&[]);
-    let library = plugins.path().join("libpingpong.so");
-    compile_c_fixture("pingpong", &library, &[]);
+    let library = plugins.add_c_fixture("pingpong");
     let server = Server::http(plugins.path(), &[]);
-    let (left, right) = (
-        Client::http(&server.url).await,
-        Client::http(&server.url).await,
-    );
-    assert_eq!(left.tool_names().await, ["pingpong.ping"]);
-    let moved = right.call("pingpong.ping", json!({})).await;
-    assert_ne!(moved.is_error, Some(true), "{moved:?}");
-    right.changes.wait_for(1).await;
+    let (left, right) = left_and_right(&server).await;
     assert_eq!(right.tool_names().await, ["pingpong.pong"]);
     let sessionless = Client::http_sessionless(&server.url).await;
     let listened = sessionless.listen().await;
 
-    let staging = tempfile::tempdir().expect("temp dir");
-    let rebuilt = staging.path().join("libpingpong.so");
-    compile_c_fixture("pingpong", &rebuilt, &["WITH_SERVE"]);
-    fs::rename(&rebuilt, &library).expect("rename the rebuilt library in");
+    rebuild_pingpong(&library, &["WITH_SERVE"]);
 
     right.changes.wait_for(2).await;
     assert_eq!(
@@ -237,22 +226,11 @@ async fn a_change_to_a_gated_tool_is_announced_only_to_instances_in_its_state() 
 #[tokio::test]
 async fn after_a_state_is_renamed_instances_in_it_finish_on_their_version() {
     let plugins = PluginDir::with(&[]);
-    let library = plugins.path().join("libpingpong.so");
-    compile_c_fixture("pingpong", &library, &[]);
+    let library = plugins.add_c_fixture("pingpong");
     let server = Server::http(plugins.path(), &[]);
-    let (left, right) = (
-        Client::http(&server.url).await,
-        Client::http(&server.url).await,
-    );
-    assert_eq!(left.tool_names().await, ["pingpong.ping"]);
-    let moved = right.call("pingpong.ping", json!({})).await;
-    assert_ne!(moved.is_error, Some(true), "{moved:?}");
-    right.changes.wait_for(1).await;
+    let (left, right) = left_and_right(&server).await;
 
-    let staging = tempfile::tempdir().expect("temp dir");
-    let renamed = staging.path().join("libpingpong.so");
-    compile_c_fixture("pingpong", &renamed, &[r#"BUILD="v2""#, r#"RIGHT="far""#]);
-    fs::rename(&renamed, &library).expect("rename the new version in");
+    rebuild_pingpong(&library, &[r#"BUILD="v2""#, r#"RIGHT="far""#]);
     left.changes.wait_for(1).await;
     right.changes.wait_for(2).await;
 
@@ -277,9 +255,7 @@ async fn after_a_state_is_renamed_instances_in_it_finish_on_their_version() {
 /// clashed with one that has since been removed.
 #[tokio::test]
 async fn sighup_retries_a_library_refused_for_a_clash_that_is_gone() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let session = Client::http(&server.url).await;
+    let (plugins, server, session) = common::serve_and_connect(&["invoice"], &[]).await;
     let original = plugins.path().join("libturnstile_plugin_invoice.so");
     deploy(&original, plugins.path(), "libinvoice_copy.so");
     let line = server.wait_for_log("libinvoice_copy.so");
@@ -291,11 +267,7 @@ async fn sighup_retries_a_library_refused_for_a_clash_that_is_gone() {
     server.signal(libc::SIGHUP);
     session.changes.wait_for(2).await;
     assert!(
-        session
-            .tool_names()
-            .await
-            .iter()
-            .any(|name| name == "invoice.submit"),
+        session.offers("invoice.submit").await,
         "the copy serves the invoice tools now"
     );
 }
@@ -308,24 +280,15 @@ async fn sighup_retries_a_library_refused_for_a_clash_that_is_gone() {
 async fn a_pinned_instance_survives_a_restart_after_its_library_is_gone() {
     let plugins = PluginDir::with(&[]);
     let data = tempfile::tempdir().expect("temp dir");
-    let library = plugins.path().join("libpingpong.so");
-    compile_c_fixture("pingpong", &library, &[]);
+    let library = plugins.add_c_fixture("pingpong");
     let server = Server::http_in(plugins.path(), data.path(), &["--state-handle-key"]);
     let client = Client::http(&server.url).await;
-    let minted = client.call("pingpong.ping", json!({})).await;
-    assert_ne!(minted.is_error, Some(true), "{minted:?}");
-    let handle = minted.structured_content.expect("structured")["handle"]
-        .as_str()
-        .expect("a handle")
-        .to_string();
+    let handle = handle_of(&client.call("pingpong.ping", json!({})).await);
     client.close().await;
     drop(server);
 
     // While the server is down, v1 is replaced by v2, whose machine has no state "right".
-    let staging = tempfile::tempdir().expect("temp dir");
-    let v2 = staging.path().join("libpingpong.so");
-    compile_c_fixture("pingpong", &v2, &[r#"BUILD="v2""#, r#"RIGHT="far""#]);
-    fs::rename(&v2, &library).expect("rename v2 in");
+    rebuild_pingpong(&library, &[r#"BUILD="v2""#, r#"RIGHT="far""#]);
     let server = Server::http_in(plugins.path(), data.path(), &["--state-handle-key"]);
     let client = Client::http(&server.url).await;
     let meta = json!({ "handle": handle });
@@ -340,9 +303,7 @@ async fn a_pinned_instance_survives_a_restart_after_its_library_is_gone() {
     assert_eq!(common::error_code(&refused), "VERSION_UNAVAILABLE");
 
     // v1 is deployed again: the instance goes on from "right" on it.
-    let v1 = staging.path().join("libpingpong-v1.so");
-    compile_c_fixture("pingpong", &v1, &[]);
-    fs::rename(&v1, &library).expect("rename v1 back in");
+    rebuild_pingpong(&library, &[]);
     client.changes.wait_for(1).await;
     assert_eq!(
         client.tool_names_with_meta(meta.clone()).await,
@@ -362,18 +323,12 @@ async fn a_pinned_instance_survives_a_restart_after_its_library_is_gone() {
 #[tokio::test]
 async fn check_says_what_a_replacement_would_do_to_the_instances_in_a_store() {
     let plugins = PluginDir::with(&[]);
-    compile_c_fixture("pingpong", &plugins.path().join("libpingpong.so"), &[]);
+    plugins.add_c_fixture("pingpong");
     let data = tempfile::tempdir().expect("temp dir");
     let mut server = Server::http_in(plugins.path(), data.path(), &["--state-handle-key"]);
     let client = Client::http(&server.url).await;
-    let handle_of = |result: rmcp::model::CallToolResult| -> String {
-        result.structured_content.unwrap()["handle"]
-            .as_str()
-            .expect("a handle")
-            .to_string()
-    };
-    handle_of(client.call("pingpong.ping", json!({})).await);
-    let back = handle_of(client.call("pingpong.ping", json!({})).await);
+    handle_of(&client.call("pingpong.ping", json!({})).await);
+    let back = handle_of(&client.call("pingpong.ping", json!({})).await);
     client.call("pingpong.pong", json!({"handle": back})).await;
     client.close().await;
     server.signal(libc::SIGTERM);

@@ -5,11 +5,10 @@
 //! is refused; a malformed key is a JSON-RPC error.
 
 mod common;
-mod durability_support;
 
 use std::time::Duration;
 
-use common::{Client, PluginDir, Server, error_code, handle_of};
+use common::{Client, PluginDir, Server, error_code, handle_of, state_of};
 use rmcp::ServiceError;
 use serde_json::{Value, json};
 
@@ -17,20 +16,10 @@ fn key(key: &str) -> Value {
     json!({ "idempotencyKey": key })
 }
 
-async fn state_of(client: &Client, handle: &str) -> Value {
-    let status = client
-        .call("invoice.status", json!({ "handle": handle }))
-        .await;
-    status.structured_content.expect("structured")["state"].clone()
-}
-
 /// Starts a server on `store` (`None`: the embedded store in `data`), sharing `namespace`.
 fn start(plugins: &PluginDir, data: &std::path::Path, store: Option<&str>, ns: &str) -> Server {
-    let mut flags = vec!["--state-handle-key", "--idle-after", "1"];
-    if let Some(store) = store {
-        flags.extend(["--store", store, "--store-namespace", ns]);
-    }
-    Server::http_in(plugins.path(), data, &flags)
+    let flags = ["--state-handle-key", "--idle-after", "1"];
+    Server::on_store(plugins.path(), data, store, ns, &flags, &[])
 }
 
 async fn retries_get_the_first_result(store: Option<String>) {
@@ -134,32 +123,14 @@ async fn retries_get_the_first_result(store: Option<String>) {
     assert_eq!(discharged_again, discharged);
 }
 
-#[tokio::test]
-async fn on_the_embedded_store() {
-    retries_get_the_first_result(None).await;
-}
-
-#[tokio::test]
-async fn on_redis() {
-    let url = common::redis_url();
-    durability_support::require_reachable(&url);
-    retries_get_the_first_result(Some(url)).await;
-}
-
-#[tokio::test]
-async fn on_postgres() {
-    let url = common::postgres_url();
-    durability_support::require_reachable(&url);
-    retries_get_the_first_result(Some(url)).await;
-}
+common::on_every_store!(retries_get_the_first_result: on_the_embedded_store, on_redis, on_postgres);
 
 /// A key that is not a string of 1 to 128 characters is a JSON-RPC -32602 naming the field,
 /// and nothing runs.
 #[tokio::test]
 async fn a_malformed_key_is_invalid_params() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--state-handle-key"]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) =
+        common::serve_and_connect(&["invoice"], &["--state-handle-key"]).await;
     let handle = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
     for bad in [
         json!(42),

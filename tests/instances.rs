@@ -4,11 +4,10 @@
 //! and on Redis and PostgreSQL while servers run.
 
 mod common;
-mod durability_support;
 
 use std::{process::Command, time::Duration};
 
-use common::{Client, PluginDir, Server, error_code, handle_of, turnstile_bin};
+use common::{Client, PluginDir, Server, error_code, handle_of, state_of, turnstile_bin};
 use serde_json::{Value, json};
 
 /// Runs `turnstile instances --json STORE_ARGS ARGS…`: exit success, and stdout as JSON lines.
@@ -28,13 +27,6 @@ fn instances(store_args: &[&str], args: &[&str]) -> Result<Vec<Value>, String> {
         .lines()
         .map(|line| serde_json::from_str(line).expect("a JSON line"))
         .collect())
-}
-
-async fn state_of(client: &Client, handle: &str) -> Value {
-    let status = client
-        .call("invoice.status", json!({"handle": handle}))
-        .await;
-    status.structured_content.expect("structured")["state"].clone()
 }
 
 /// Two invoices, one approved: the listing finds both, filters by state, shows one with its
@@ -149,17 +141,16 @@ async fn on_the_embedded_store() {
 }
 
 fn shared(url: String) -> Vec<String> {
-    durability_support::require_reachable(&url);
     let namespace = format!("instances{}", uuid::Uuid::new_v4().simple());
     vec!["--store".into(), url, "--store-namespace".into(), namespace]
 }
 
 #[tokio::test]
 async fn on_redis_while_serving() {
-    find_show_reset_delete(shared(common::redis_url()), false).await;
+    find_show_reset_delete(shared(common::reachable_redis_url()), false).await;
 }
 
 #[tokio::test]
 async fn on_postgres_while_serving() {
-    find_show_reset_delete(shared(common::postgres_url()), false).await;
+    find_show_reset_delete(shared(common::reachable_postgres_url()), false).await;
 }

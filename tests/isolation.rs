@@ -53,9 +53,8 @@ fn plugin_processes(server: &Server) -> BTreeSet<u32> {
 
 #[tokio::test]
 async fn an_isolated_plugin_that_aborts_fails_only_its_calls_in_flight_and_comes_back() {
-    let plugins = PluginDir::with(&["invoice", "testkit"]);
-    let server = Server::http(plugins.path(), &["--isolate", "testkit"]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, server, client) =
+        common::serve_and_connect(&["invoice", "testkit"], &["--isolate", "testkit"]).await;
     let other = Client::http(&server.url).await;
     // The child's stderr is the server's: its own log line is there.
     server.wait_for_log("plugin-host: serving");
@@ -122,9 +121,8 @@ async fn an_isolated_plugin_that_aborts_fails_only_its_calls_in_flight_and_comes
 /// the same call made again moves it.
 #[tokio::test]
 async fn a_workflow_call_that_crashes_its_plugin_fires_nothing() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &["--isolate", "testkit"]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) =
+        common::serve_and_connect(&["testkit"], &["--isolate", "testkit"]).await;
     let aborted = client.call("testkit.go", json!({"abort": true})).await;
     assert_eq!(error_code(&aborted), "PLUGIN_CRASHED", "{aborted:?}");
     client.changes.stays_at(0).await;
@@ -141,9 +139,8 @@ async fn a_workflow_call_that_crashes_its_plugin_fires_nothing() {
 
 #[tokio::test]
 async fn an_isolated_invoice_serves_its_whole_lifecycle_with_list_changed() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--isolate", "invoice"]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, server, client) =
+        common::serve_and_connect(&["invoice"], &["--isolate", "invoice"]).await;
     invoice_lifecycle(&client).await;
     assert_eq!(server.stats().await["plugins"]["invoice"]["isolated"], true);
     assert_eq!(plugin_processes(&server).len(), 1);
@@ -153,12 +150,11 @@ async fn an_isolated_invoice_serves_its_whole_lifecycle_with_list_changed() {
 /// plugin (`is_cancelled`), across the process boundary.
 #[tokio::test]
 async fn host_services_and_deadlines_cross_the_process_boundary() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server, client) = common::serve_and_connect(
+        &["testkit"],
         &["--isolate", "testkit", "--tool-timeout", "1"],
-    );
-    let client = Client::http(&server.url).await;
+    )
+    .await;
     client.set_log_level("debug").await;
     let reported = client
         .call_with_meta(
@@ -233,9 +229,8 @@ async fn a_manifest_that_asks_for_isolation_is_isolated() {
 /// done, and only then.
 #[tokio::test]
 async fn replacing_an_isolated_plugin_starts_a_new_process_and_stops_the_old_one() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let mut server = Server::http(plugins.path(), &["--isolate", "testkit"]);
-    let client = Client::http(&server.url).await;
+    let (plugins, mut server, client) =
+        common::serve_and_connect(&["testkit"], &["--isolate", "testkit"]).await;
     let other = Client::http(&server.url).await;
     let before = plugin_processes(&server);
     assert_eq!(before.len(), 1, "one process for the one isolated plugin");

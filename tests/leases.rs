@@ -11,24 +11,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{
-    Client, PluginDir, Scrape, Server, error_code, handle_of, postgres_url, redis_cluster_url,
-    redis_url,
-};
+use common::{Client, PluginDir, Scrape, Server, error_code, handle_of, redis_url};
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 /// A server in handle mode on `store`, in `namespace`, with `extra` flags.
 fn node(plugins: &PluginDir, store: &str, namespace: &str, extra: &[&str]) -> Server {
-    let mut args = vec![
-        "--state-handle-key",
-        "--store",
-        store,
-        "--store-namespace",
-        namespace,
-    ];
-    args.extend_from_slice(extra);
-    Server::http(plugins.path(), &args)
+    let flags = [&["--state-handle-key"], extra].concat();
+    Server::sharing(plugins.path(), store, namespace, &flags)
 }
 
 fn namespace() -> String {
@@ -118,20 +108,10 @@ async fn racing_resets_run_once(store: &str) {
     }
 }
 
-#[tokio::test]
-async fn racing_calls_on_three_servers_run_the_handler_once_on_redis() {
-    racing_resets_run_once(&redis_url()).await;
-}
-
-#[tokio::test]
-async fn racing_calls_on_three_servers_run_the_handler_once_on_redis_cluster() {
-    racing_resets_run_once(&redis_cluster_url()).await;
-}
-
-#[tokio::test]
-async fn racing_calls_on_three_servers_run_the_handler_once_on_postgres() {
-    racing_resets_run_once(&postgres_url()).await;
-}
+common::on_every_shared_store!(racing_resets_run_once:
+    racing_calls_on_three_servers_run_the_handler_once_on_redis,
+    racing_calls_on_three_servers_run_the_handler_once_on_redis_cluster,
+    racing_calls_on_three_servers_run_the_handler_once_on_postgres);
 
 /// 60 racing captures of one authorized payment over three servers: one capture, no conflict.
 async fn racing_captures_capture_once(store: &str) {
@@ -155,20 +135,10 @@ async fn racing_captures_capture_once(store: &str) {
     assert_eq!(status.structured_content.unwrap()["state"], "captured");
 }
 
-#[tokio::test]
-async fn racing_captures_on_three_servers_capture_once_on_redis() {
-    racing_captures_capture_once(&redis_url()).await;
-}
-
-#[tokio::test]
-async fn racing_captures_on_three_servers_capture_once_on_redis_cluster() {
-    racing_captures_capture_once(&redis_cluster_url()).await;
-}
-
-#[tokio::test]
-async fn racing_captures_on_three_servers_capture_once_on_postgres() {
-    racing_captures_capture_once(&postgres_url()).await;
-}
+common::on_every_shared_store!(racing_captures_capture_once:
+    racing_captures_on_three_servers_capture_once_on_redis,
+    racing_captures_on_three_servers_capture_once_on_redis_cluster,
+    racing_captures_on_three_servers_capture_once_on_postgres);
 
 /// A server paused (SIGSTOP) in the middle of a slow call loses its lease; another server takes
 /// the instance over and commits; the paused server, resumed, runs to the end of its handler but

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Client, PluginDir, Server, invoice_lifecycle, names};
+use common::{Client, PluginDir, invoice_lifecycle, names};
 use serde_json::json;
 
 mod http {
@@ -10,17 +10,14 @@ mod http {
 
     #[tokio::test]
     async fn full_lifecycle_notifies_after_each_transition() {
-        let plugins = PluginDir::with(&["invoice"]);
-        let server = Server::http(plugins.path(), &[]);
-        let client = Client::http(&server.url).await;
+        let (_plugins, _server, client) = common::serve_and_connect(&["invoice"], &[]).await;
         invoice_lifecycle(&client).await;
         client.close().await;
     }
 
     #[tokio::test]
     async fn full_lifecycle_on_protocol_2025_06_18() {
-        let plugins = PluginDir::with(&["invoice"]);
-        let server = Server::http(plugins.path(), &[]);
+        let (_plugins, server) = common::start(&["invoice"], &[]);
         let client =
             Client::http_speaking(&server.url, rmcp::model::ProtocolVersion::V_2025_06_18).await;
         invoice_lifecycle(&client).await;
@@ -29,9 +26,7 @@ mod http {
 
     #[tokio::test]
     async fn two_sessions_have_separate_instances_and_separate_notifications() {
-        let plugins = PluginDir::with(&["invoice"]);
-        let server = Server::http(plugins.path(), &[]);
-        let alice = Client::http(&server.url).await;
+        let (_plugins, server, alice) = common::serve_and_connect(&["invoice"], &[]).await;
         let bob = Client::http(&server.url).await;
         alice.tool_names().await;
         bob.tool_names().await;

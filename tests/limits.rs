@@ -7,7 +7,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Client, PluginDir, Server, TokenFile};
+use common::{
+    Client, PluginDir, Server, TokenFile, begin_session, get_stream, initialize_message,
+    initialize_request, open_session, post,
+};
 use serde_json::{Value, json};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -25,8 +28,7 @@ fn address(server: &Server) -> String {
 
 #[tokio::test]
 async fn slowloris_and_idle_sockets_are_closed_while_a_normal_client_is_served() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--header-timeout", "2"]);
+    let (_plugins, server) = common::start(&["invoice"], &["--header-timeout", "2"]);
     let address = address(&server);
     let mut sockets = Vec::new();
     for n in 0..300 {
@@ -67,9 +69,8 @@ async fn slowloris_and_idle_sockets_are_closed_while_a_normal_client_is_served()
 
 #[tokio::test]
 async fn at_the_connection_cap_a_client_waits_instead_of_failing() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--max-connections", "4", "--header-timeout", "1"],
     );
     let address = address(&server);
@@ -89,24 +90,12 @@ async fn at_the_connection_cap_a_client_waits_instead_of_failing() {
 
 #[tokio::test]
 async fn past_the_session_cap_a_new_session_gets_503_with_retry_after() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--max-sessions", "3"]);
+    let (_plugins, server) = common::start(&["invoice"], &["--max-sessions", "3"]);
     let mut clients = Vec::new();
     for _ in 0..3 {
         clients.push(Client::http(&server.url).await);
     }
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "limits-test", "version": "0"}}});
-    let post = || {
-        reqwest::Client::new()
-            .post(&server.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .body(initialize.to_string())
-            .send()
-    };
-    let refused = post().await.expect("an answer");
+    let refused = initialize_request(&server.url, None).await;
     assert_eq!(refused.status(), 503);
     assert_eq!(refused.headers()["retry-after"], "5");
     let body: Value = refused.json().await.expect("a JSON-RPC error body");
@@ -127,7 +116,7 @@ async fn past_the_session_cap_a_new_session_gets_503_with_retry_after() {
     assert_ne!(result.is_error, Some(true), "{result:?}");
     // One ends (DELETE): a new session is admitted.
     clients.pop().unwrap().close().await;
-    let admitted = post().await.expect("an answer");
+    let admitted = initialize_request(&server.url, None).await;
     assert_eq!(admitted.status(), 200);
 }
 
@@ -135,8 +124,7 @@ async fn past_the_session_cap_a_new_session_gets_503_with_retry_after() {
 /// short wait for a slot), and another plugin's tool answers meanwhile.
 #[tokio::test]
 async fn a_slow_plugin_saturates_only_its_own_pool() {
-    let plugins = PluginDir::with(&["testkit", "invoice"]);
-    let server = Server::http(plugins.path(), &["--plugin-pool", "4"]);
+    let (_plugins, server) = common::start(&["testkit", "invoice"], &["--plugin-pool", "4"]);
     let client = std::sync::Arc::new(Client::http(&server.url).await);
     let slow: Vec<_> = (0..12)
         .map(|_| {
@@ -172,9 +160,8 @@ async fn a_slow_plugin_saturates_only_its_own_pool() {
 /// calls never overlap on one instance; afterwards the instance takes calls again.
 #[tokio::test]
 async fn an_instance_whose_call_timed_out_is_busy_until_its_plugin_returns() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &["--tool-timeout", "1"]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, server, client) =
+        common::serve_and_connect(&["testkit"], &["--tool-timeout", "1"]).await;
     client.call("testkit.go", json!({})).await;
     let late = client
         .call("testkit.reset", json!({"sleep_ms": 2500}))
@@ -202,9 +189,8 @@ async fn an_instance_whose_call_timed_out_is_busy_until_its_plugin_returns() {
 /// on worker threads, where the tool deadline applies again.
 #[tokio::test]
 async fn a_quick_tool_that_keeps_overrunning_its_budget_loses_the_privilege_once() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &["--tool-timeout", "1"]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, server, client) =
+        common::serve_and_connect(&["testkit"], &["--tool-timeout", "1"]).await;
     let first = client.call("testkit.quick_slow", json!({"ms": 50})).await;
     assert_ne!(first.is_error, Some(true), "{first:?}");
     // Forgiven, so still on the request's thread: past the 1 s deadline, and not cut off.
@@ -231,31 +217,6 @@ async fn a_quick_tool_that_keeps_overrunning_its_budget_loses_the_privilege_once
     );
 }
 
-/// The raw `initialize` a client sends to open a session.
-fn initialize_body() -> String {
-    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "limits-test", "version": "0"}}})
-    .to_string()
-}
-
-/// POSTs `initialize` and returns the new session's id (the handshake left unfinished).
-async fn open_session(server: &Server) -> String {
-    let answer = reqwest::Client::new()
-        .post(&server.url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .body(initialize_body())
-        .send()
-        .await
-        .expect("an answer");
-    assert_eq!(answer.status(), 200);
-    answer.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string()
-}
-
 /// Reads from `socket` until the server closes it; `false` if it is still open after `within`.
 async fn closed_within(socket: &mut TcpStream, within: Duration) -> bool {
     let mut buffer = [0u8; 4096];
@@ -276,25 +237,13 @@ async fn closed_within(socket: &mut TcpStream, within: Duration) -> bool {
 /// connection stays open and carries SSE comments.
 #[tokio::test]
 async fn idle_keepalive_connections_close_while_an_event_stream_stays_open() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--keepalive-timeout", "2", "--header-timeout", "60"],
     );
     let address = address(&server);
     // A GET stream of a session that finished its handshake.
-    let session = open_session(&server).await;
-    let initialized = reqwest::Client::new()
-        .post(&server.url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .header("Mcp-Session-Id", &session)
-        .header("Mcp-Protocol-Version", "2025-11-25")
-        .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(initialized.status(), 202);
+    let session = open_session(&server.url).await;
     let mut stream = TcpStream::connect(&address).await.unwrap();
     stream
         .write_all(
@@ -340,27 +289,19 @@ async fn idle_keepalive_connections_close_while_an_event_stream_stays_open() {
 /// is kept.
 #[tokio::test]
 async fn sessions_that_never_finish_their_handshake_stop_counting() {
-    let plugins = PluginDir::with(&["invoice"]);
     // 3 s, not 1: the client below must finish its handshake within it, and on a loaded CI
     // machine its session was once ended before its `notifications/initialized` arrived.
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--handshake-timeout", "3", "--max-sessions", "3"],
     );
     let client = Client::http(&server.url).await;
-    open_session(&server).await;
-    open_session(&server).await;
+    begin_session(&server.url).await;
+    begin_session(&server.url).await;
     let stats = server.stats().await;
     assert_eq!(stats["http_sessions"], 3, "{stats}");
     assert_eq!(stats["http_sessions_in_handshake"], 2, "{stats}");
-    let refused = reqwest::Client::new()
-        .post(&server.url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .body(initialize_body())
-        .send()
-        .await
-        .unwrap();
+    let refused = initialize_request(&server.url, None).await;
     assert_eq!(refused.status(), 503, "the cap counts unfinished sessions");
 
     let mut ended = false;
@@ -374,7 +315,7 @@ async fn sessions_that_never_finish_their_handshake_stop_counting() {
     assert!(ended, "{}", server.stats().await);
     assert_eq!(server.stats().await["http_sessions_in_handshake"], 0);
     // Room again for new sessions; the one that finished its handshake still works.
-    open_session(&server).await;
+    begin_session(&server.url).await;
     let result = client.call("invoice.submit", json!({"amount": 3})).await;
     assert_ne!(result.is_error, Some(true), "{result:?}");
 }
@@ -384,34 +325,24 @@ async fn sessions_that_never_finish_their_handshake_stop_counting() {
 /// racing for the last places take at most those places.
 #[tokio::test]
 async fn the_session_cap_holds_whatever_the_header_and_under_a_race() {
-    let plugins = PluginDir::with(&["invoice"]);
     // The racers never finish their handshake; a long handshake timeout keeps the one admitted
     // counted however slowly a loaded machine answers the others (at the default 10 s, a racer
     // answered after it was ended found its place free again).
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--max-sessions", "2", "--handshake-timeout", "600"],
     );
     let first = Client::http(&server.url).await;
-    let initialize = |version: &str| {
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": version, "capabilities": {},
-            "clientInfo": {"name": "limits-test", "version": "0"}}})
-        .to_string()
-    };
-    let post = |body: String, header: Option<&'static str>| {
-        let mut request = reqwest::Client::new()
-            .post(&server.url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .body(body);
+    let initialize = |version: &str| initialize_message(1, version).to_string();
+    let send = |body: String, header: Option<&'static str>| {
+        let mut request = post(&server.url, body);
         if let Some(version) = header {
             request = request.header("MCP-Protocol-Version", version);
         }
         request.send()
     };
     // One place left: of 10 racing initializes, exactly one takes it.
-    let racing = (0..10).map(|_| post(initialize("2025-11-25"), None));
+    let racing = (0..10).map(|_| send(initialize("2025-11-25"), None));
     let statuses: Vec<u16> = futures_util::future::join_all(racing)
         .await
         .into_iter()
@@ -424,7 +355,7 @@ async fn the_session_cap_holds_whatever_the_header_and_under_a_race() {
     );
     assert!(statuses.iter().all(|status| [200, 503].contains(status)));
     for _ in 0..10 {
-        let answer = post(initialize("2026-07-28"), Some("2026-07-28"))
+        let answer = send(initialize("2026-07-28"), Some("2026-07-28"))
             .await
             .expect("an answer");
         assert_eq!(answer.status(), 503, "an initialize with a 2026 header");
@@ -445,50 +376,22 @@ async fn the_session_cap_holds_whatever_the_header_and_under_a_race() {
 /// is probed. A stream that closes gives its place back.
 #[tokio::test]
 async fn event_streams_leave_connections_for_everything_else() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--max-connections", "10", "--stream-share", "30"],
     );
     let stream_of = |session: String| {
         let url = server.url.clone();
-        async move {
-            reqwest::Client::new()
-                .get(&url)
-                .header("Accept", "text/event-stream")
-                .header("Mcp-Session-Id", session)
-                .header("MCP-Protocol-Version", "2025-11-25")
-                .send()
-                .await
-                .expect("an answer")
-        }
-    };
-    let initialized = |session: String| {
-        let url = server.url.clone();
-        async move {
-            let answer = reqwest::Client::new()
-                .post(&url)
-                .header("Content-Type", "application/json")
-                .header("Accept", "application/json, text/event-stream")
-                .header("Mcp-Session-Id", session)
-                .header("MCP-Protocol-Version", "2025-11-25")
-                .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-                .send()
-                .await
-                .expect("an answer");
-            assert_eq!(answer.status(), 202);
-        }
+        async move { get_stream(&url, &session).send().await.expect("an answer") }
     };
     let mut held = Vec::new();
     for _ in 0..3 {
-        let session = open_session(&server).await;
-        initialized(session.clone()).await;
+        let session = open_session(&server.url).await;
         let stream = stream_of(session).await;
         assert_eq!(stream.status(), 200, "a stream within the share");
         held.push(stream);
     }
-    let session = open_session(&server).await;
-    initialized(session.clone()).await;
+    let session = open_session(&server.url).await;
     let refused = stream_of(session.clone()).await;
     assert_eq!(refused.status(), 503);
     assert_eq!(refused.headers()["retry-after"], "5");
@@ -497,7 +400,7 @@ async fn event_streams_leave_connections_for_everything_else() {
         .await
         .expect("an answer");
     assert_eq!(health.status(), 200);
-    let fresh = open_session(&server).await;
+    let fresh = begin_session(&server.url).await;
     assert!(!fresh.is_empty());
     // A stream that ends gives its place back.
     drop(held.pop());
@@ -514,7 +417,7 @@ async fn event_streams_leave_connections_for_everything_else() {
 
 /// An `initialize` POST, as `bearer` when given; its status and `Retry-After`.
 async fn initialize_as(server: &Server, bearer: Option<&str>) -> (u16, Option<String>) {
-    let answer = common::initialize_request(&server.url, bearer).await;
+    let answer = initialize_request(&server.url, bearer).await;
     let retry_after = answer
         .headers()
         .get("retry-after")
@@ -565,24 +468,12 @@ async fn one_principal_holds_at_most_its_share_of_sessions() {
 /// a stream that closes gives its place back.
 #[tokio::test]
 async fn one_client_keeps_at_most_its_share_of_event_streams() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--max-streams-per-principal", "1"]);
-    let session_id = || async {
-        let answer = common::initialize_request(&server.url, None).await;
-        answer.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned()
-    };
-    let stream = |session: String| {
-        reqwest::Client::new()
-            .get(&server.url)
-            .header("Accept", "text/event-stream")
-            .header("Mcp-Session-Id", session)
-            .header("MCP-Protocol-Version", "2025-11-25")
-            .send()
-    };
-    let (a, b) = (session_id().await, session_id().await);
+    let (_plugins, server) = common::start(&["invoice"], &["--max-streams-per-principal", "1"]);
+    let stream = |session: String| get_stream(&server.url, &session).send();
+    let (a, b) = (
+        begin_session(&server.url).await,
+        begin_session(&server.url).await,
+    );
     let held = stream(a.clone()).await.unwrap();
     assert_eq!(held.status(), 200);
     let refused = stream(b.clone()).await.unwrap();
@@ -609,9 +500,8 @@ async fn one_client_keeps_at_most_its_share_of_event_streams() {
 /// instances it has go on, and it may mint again after the wait.
 #[tokio::test]
 async fn minting_faster_than_the_rate_is_refused_and_creates_nothing() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server, client) = common::serve_and_connect(
+        &["invoice"],
         &[
             "--state-handle-key",
             "--mint-rate",
@@ -619,8 +509,8 @@ async fn minting_faster_than_the_rate_is_refused_and_creates_nothing() {
             "--mint-burst",
             "3",
         ],
-    );
-    let client = Client::http(&server.url).await;
+    )
+    .await;
     let mut handles = Vec::new();
     for _ in 0..3 {
         handles.push(common::handle_of(
@@ -726,12 +616,11 @@ async fn one_principal_holds_at_most_its_share_of_instances_on_every_server() {
 /// both say RECORD_TOO_LARGE with the size and the limit.
 #[tokio::test]
 async fn a_record_past_its_limit_is_refused_and_saves_nothing() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server, client) = common::serve_and_connect(
+        &["invoice"],
         &["--state-handle-key", "--max-record-bytes", "2000"],
-    );
-    let client = Client::http(&server.url).await;
+    )
+    .await;
     let huge = "x".repeat(2500);
     let refused = client
         .call("invoice.submit", json!({"amount": 1, "customer": huge}))

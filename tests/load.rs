@@ -9,8 +9,6 @@
 //! twice is caught. Minting (`--mint`): exactly COUNT instances end up in Turnstile's store.
 
 mod common;
-#[allow(dead_code)] // This file uses only the virtual environments of the module.
-mod python_support;
 
 use std::{
     io::{BufRead, BufReader},
@@ -19,8 +17,8 @@ use std::{
     time::Duration,
 };
 
+use common::python::{Sdk, python, python_file};
 use common::{PluginDir, Server, turnstile_bin};
-use python_support::{Sdk, python, python_file};
 use serde_json::Value;
 
 /// What one `turnstile load … --json` run left.
@@ -284,8 +282,7 @@ fn a_scenario_runs_exactly_and_a_wrong_expectation_is_a_violation() {
 
 #[test]
 fn open_loop_latency_counts_the_time_calls_waited_to_start() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &["--store", "memory:"]);
+    let (plugins, server) = common::start(&["testkit"], &["--store", "memory:"]);
     let slow = scenario_file(
         plugins.path(),
         r#"{"version": 1, "repeat": [{"tool": "testkit.slow", "arguments": {"ms": 100}}]}"#,

@@ -33,8 +33,7 @@ async fn scrape_until(server: &Server, what: &str, check: impl Fn(&Scrape) -> bo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_move_by_exactly_the_calls_made_by_tool_and_outcome() {
-    let plugins = PluginDir::with(&["invoice", "testkit"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice", "testkit"], &[]);
     let before = Scrape::of(&server).await;
 
     const CLIENTS: usize = 3;

@@ -10,16 +10,7 @@ use common::{
 use serde_json::json;
 
 fn node(plugins: &PluginDir, store: &str, namespace: &str) -> Server {
-    Server::http(
-        plugins.path(),
-        &[
-            "--state-handle-key",
-            "--store",
-            store,
-            "--store-namespace",
-            namespace,
-        ],
-    )
+    Server::sharing(plugins.path(), store, namespace, &["--state-handle-key"])
 }
 
 #[tokio::test]
@@ -40,12 +31,7 @@ async fn a_transition_on_one_server_notifies_and_regates_the_other(store: &str) 
     let alice = Client::http(&east.url).await;
     let bob = Client::http(&west.url).await;
 
-    let minted = alice.call("invoice.submit", json!({"amount": 12})).await;
-    assert_ne!(minted.is_error, Some(true), "{minted:?}");
-    let handle = minted.structured_content.unwrap()["handle"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let handle = handle_of(&alice.call("invoice.submit", json!({"amount": 12})).await);
     alice.changes.wait_for(1).await;
 
     // Bob, on the other server, sees the instance as Alice left it, and watches it.

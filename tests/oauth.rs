@@ -12,7 +12,7 @@ use std::{
 };
 
 use axum::{Json, Router, routing::get};
-use common::{Client, PluginDir, Server};
+use common::{Client, PluginDir, Server, initialize_request};
 use jsonwebtoken::{
     Algorithm, EncodingKey, Header, encode,
     jwk::{Jwk, JwkSet},
@@ -116,34 +116,23 @@ impl Issuer {
 }
 
 /// A server in OAuth mode trusting `issuer`.
-fn server(issuer: &Issuer, plugins: &PluginDir) -> Server {
-    Server::http(
-        plugins.path(),
-        &["--oauth-issuer", &issuer.url, "--public-url", PUBLIC_URL],
-    )
+fn server(issuer: &Issuer) -> (PluginDir, Server) {
+    let plugins = PluginDir::with(&["invoice"]);
+    let flags = ["--oauth-issuer", &issuer.url, "--public-url", PUBLIC_URL];
+    let server = Server::http(plugins.path(), &flags);
+    (plugins, server)
 }
 
-/// An `initialize` POST with `token` as bearer token.
-async fn initialize(server: &Server, token: Option<&str>) -> reqwest::Response {
-    common::initialize_request(&server.url, token).await
+/// The status of an `initialize` POST with `token` as bearer token (none if `None`).
+async fn status_for(server: &Server, token: Option<&str>) -> reqwest::StatusCode {
+    initialize_request(&server.url, token).await.status()
 }
 
 /// Starts a server trusting `issuer`, which must refuse to start; its stderr.
 fn refused_start_with_issuer(issuer: &str) -> String {
-    let plugins = PluginDir::with(&["invoice"]);
-    let data = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(common::turnstile_bin())
-        .args(["serve", "--http", "127.0.0.1:0", "--store", "memory:"])
-        .args(["--oauth-issuer", issuer, "--public-url", PUBLIC_URL])
-        .arg("--plugins")
-        .arg(plugins.path())
-        .arg("--data-dir")
-        .arg(data.path())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run turnstile");
-    assert!(!output.status.success(), "it started trusting {issuer}");
-    String::from_utf8_lossy(&output.stderr).into_owned()
+    let flags = ["--http", "127.0.0.1:0", "--store", "memory:"];
+    let trusting = ["--oauth-issuer", issuer, "--public-url", PUBLIC_URL];
+    common::refused_start(&["invoice"], &[&flags[..], &trusting].concat())
 }
 
 fn challenge(response: &reqwest::Response) -> String {
@@ -156,10 +145,9 @@ fn challenge(response: &reqwest::Response) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_valid_token_is_accepted_and_a_real_client_completes_a_session() {
     let issuer = Issuer::start().await;
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = server(&issuer, &plugins);
+    let (_plugins, server) = server(&issuer);
     let token = issuer.sign(&issuer.claims("alice"));
-    assert_eq!(initialize(&server, Some(&token)).await.status(), 200);
+    assert_eq!(status_for(&server, Some(&token)).await, 200);
     let client = Client::http_through(&server.url, reqwest::Client::new(), Some(&token)).await;
     let result = client.call("invoice.submit", json!({"amount": 12})).await;
     assert_ne!(result.is_error, Some(true), "{result:?}");
@@ -169,10 +157,9 @@ async fn a_valid_token_is_accepted_and_a_real_client_completes_a_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_tokens_get_401_saying_why_and_where_the_metadata_is() {
     let issuer = Issuer::start().await;
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = server(&issuer, &plugins);
+    let (_plugins, server) = server(&issuer);
 
-    let missing = initialize(&server, None).await;
+    let missing = initialize_request(&server.url, None).await;
     assert_eq!(missing.status(), 401);
     let header = challenge(&missing);
     assert!(header.starts_with("Bearer "), "{header}");
@@ -208,7 +195,7 @@ async fn bad_tokens_get_401_saying_why_and_where_the_metadata_is() {
         ("not a JWT", "s3cret".to_string(), "not a JWT"),
     ];
     for (case, token, reason) in cases {
-        let refused = initialize(&server, Some(&token)).await;
+        let refused = initialize_request(&server.url, Some(&token)).await;
         assert_eq!(refused.status(), 401, "{case}");
         let header = challenge(&refused);
         assert!(header.starts_with("Bearer "), "{case}: {header}");
@@ -226,14 +213,13 @@ async fn bad_tokens_get_401_saying_why_and_where_the_metadata_is() {
     }
     // The server kept serving throughout.
     let token = issuer.sign(&issuer.claims("alice"));
-    assert_eq!(initialize(&server, Some(&token)).await.status(), 200);
+    assert_eq!(status_for(&server, Some(&token)).await, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_protected_resource_metadata_answers_without_a_token() {
     let issuer = Issuer::start().await;
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = server(&issuer, &plugins);
+    let (_plugins, server) = server(&issuer);
     for path in [
         "/.well-known/oauth-protected-resource",
         "/.well-known/oauth-protected-resource/mcp",
@@ -275,14 +261,13 @@ fn an_issuer_that_cannot_be_read_stops_the_start_with_a_clear_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotated_key_is_fetched_when_a_token_names_it() {
     let issuer = Issuer::start().await;
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = server(&issuer, &plugins);
+    let (_plugins, server) = server(&issuer);
     let rotated = p256_key();
     issuer.publish(&rotated, "key-2");
     let token = issuer.sign_with(&issuer.claims("bob"), &rotated, "key-2");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let status = initialize(&server, Some(&token)).await.status();
+        let status = status_for(&server, Some(&token)).await;
         if status == 200 {
             break;
         }
@@ -301,17 +286,16 @@ async fn a_rotated_key_is_fetched_when_a_token_names_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_key_is_refused_within_the_refetch_period() {
     let issuer = Issuer::start_caching(Some(1)).await;
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = server(&issuer, &plugins);
+    let (_plugins, server) = server(&issuer);
     let token = issuer.sign(&issuer.claims("alice"));
-    assert_eq!(initialize(&server, Some(&token)).await.status(), 200);
+    assert_eq!(status_for(&server, Some(&token)).await, 200);
     // The issuer revokes key-1: it publishes a new key instead.
     let successor = p256_key();
     issuer.jwks.lock().unwrap().keys.clear();
     issuer.publish(&successor, "key-2");
     let removed_at = Instant::now();
     let refused = loop {
-        let response = initialize(&server, Some(&token)).await;
+        let response = initialize_request(&server.url, Some(&token)).await;
         if response.status() == 401 {
             break response;
         }
@@ -328,7 +312,7 @@ async fn a_removed_key_is_refused_within_the_refetch_period() {
         challenge(&refused)
     );
     let fresh = issuer.sign_with(&issuer.claims("alice"), &successor, "key-2");
-    assert_eq!(initialize(&server, Some(&fresh)).await.status(), 200);
+    assert_eq!(status_for(&server, Some(&fresh)).await, 200);
 }
 
 /// Signing keys fetched in clear from another machine could be anyone's: a plain-HTTP issuer

@@ -35,8 +35,7 @@ fn mode_of(path: &Path) -> u32 {
 /// only a host it serves.
 #[tokio::test]
 async fn probes_answer_any_host_and_stats_only_allowed_ones() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &["--allowed-host", "mcp.example.com"]);
+    let (_plugins, server) = common::start(&["testkit"], &["--allowed-host", "mcp.example.com"]);
     for host in ["10.1.2.3:8080", "localhost"] {
         let (status, body) = get_as(&server, "/healthz", host).await;
         assert_eq!((status, body), (StatusCode::OK, json!({"status": "ok"})));
@@ -57,8 +56,7 @@ async fn probes_answer_any_host_and_stats_only_allowed_ones() {
 /// Without a plugin the server cannot serve a call: not ready, and it says why.
 #[tokio::test]
 async fn without_plugins_it_is_alive_but_not_ready() {
-    let plugins = PluginDir::with(&[]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&[], &[]);
     let (status, _) = get_as(&server, "/healthz", "10.1.2.3").await;
     assert_eq!(status, StatusCode::OK);
     let (status, body) = get_as(&server, "/readyz", "10.1.2.3").await;
@@ -73,9 +71,7 @@ async fn without_plugins_it_is_alive_but_not_ready() {
 /// A megabyte of tool name is neither echoed in full nor logged in full.
 #[tokio::test]
 async fn a_huge_tool_name_is_clipped_in_the_error_and_the_log() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, server, client) = common::serve_and_connect(&["testkit"], &[]).await;
     let name = "n".repeat(1 << 20);
     let error = client
         .try_call(&name, json!({}))
@@ -97,9 +93,8 @@ async fn a_huge_tool_name_is_clipped_in_the_error_and_the_log() {
 /// A result over `--max-result-bytes` is a tool error that names its size and the limit.
 #[tokio::test]
 async fn a_result_over_the_limit_is_a_clear_tool_error() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &["--max-result-bytes", "1000"]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) =
+        common::serve_and_connect(&["testkit"], &["--max-result-bytes", "1000"]).await;
     let small = client.call("testkit.echo", json!({"text": "hi"})).await;
     assert_ne!(small.is_error, Some(true), "{small:?}");
     let big = client
@@ -117,9 +112,8 @@ async fn a_result_over_the_limit_is_a_clear_tool_error() {
 /// A gated call whose result is too large fires nothing: the instance stays where it was.
 #[tokio::test]
 async fn a_too_large_result_fires_no_transition() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &["--max-result-bytes", "10"]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) =
+        common::serve_and_connect(&["testkit"], &["--max-result-bytes", "10"]).await;
     let result = client.call("testkit.go", json!({})).await;
     assert_eq!(result.is_error, Some(true), "{result:?}");
     assert_eq!(

@@ -7,7 +7,6 @@
 //! Also: a server whose store is unreachable at start exits non-zero, naming the store.
 
 mod common;
-mod durability_support;
 
 use std::{
     process::{Command, Stdio},
@@ -18,10 +17,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Client, PluginDir, text_of, turnstile_bin};
-use durability_support::{
-    PrivateRedis, REVIEW, Turnstile, error_code, free_port, minted_handle, next_step, state_of,
-    with_handle,
+use common::durability::{REVIEW, next_step, with_handle};
+use common::{
+    Client, PluginDir, PrivateRedis, Server, error_code_if_any, free_port, handle_of, state_if_ok,
+    text_of, turnstile_bin,
 };
 use serde_json::json;
 
@@ -66,7 +65,7 @@ async fn mint(client: &Client, n: usize) -> Vec<Track> {
     for _ in 0..n {
         let result = client.call("invoice.submit", json!({"amount": 5})).await;
         tracks.push(Track {
-            handle: minted_handle(&result),
+            handle: handle_of(&result),
             acked: REVIEW.to_string(),
             unavailable: 0,
         });
@@ -111,7 +110,7 @@ fn drive(client: Arc<Client>, load: Arc<Load>) -> Vec<tokio::task::JoinHandle<()
                         }
                         Ok(Ok(result)) => result,
                     };
-                    match error_code(&result).as_deref() {
+                    match error_code_if_any(&result).as_deref() {
                         None => {
                             if down_at_start {
                                 load.problem(format!(
@@ -182,7 +181,7 @@ async fn assert_states_are_acked(client: &Client, load: &Load, when: &str) {
             .call("invoice.status", json!({"handle": handle}))
             .await;
         assert_eq!(
-            state_of(&result).as_deref(),
+            state_if_ok(&result).as_deref(),
             Some(acked.as_str()),
             "{when}: {handle} should be in {acked} (its last acknowledged transition): {result:?}"
         );
@@ -211,7 +210,7 @@ async fn a_redis_outage_gives_clear_errors_and_service_resumes_without_a_restart
     let mut redis = PrivateRedis::start();
     let port = redis.port;
     let url = redis.url();
-    let mut server = Turnstile::start(
+    let mut server = Server::http_in(
         plugins.path(),
         data.path(),
         &["--state-handle-key", "--store", &url],
@@ -266,7 +265,7 @@ async fn a_redis_outage_gives_clear_errors_and_service_resumes_without_a_restart
     let started = Instant::now();
     let refused = client.call("invoice.submit", json!({"amount": 1})).await;
     assert_eq!(
-        error_code(&refused).as_deref(),
+        error_code_if_any(&refused).as_deref(),
         Some("STORE_UNAVAILABLE"),
         "minting while Redis is down: {refused:?}"
     );
@@ -284,8 +283,8 @@ async fn a_redis_outage_gives_clear_errors_and_service_resumes_without_a_restart
     let back = Instant::now();
     let handle = loop {
         let result = client.call("invoice.submit", json!({"amount": 2})).await;
-        match error_code(&result).as_deref() {
-            None => break minted_handle(&result),
+        match error_code_if_any(&result).as_deref() {
+            None => break handle_of(&result),
             Some("STORE_UNAVAILABLE") if back.elapsed() < Duration::from_secs(10) => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -317,7 +316,7 @@ async fn a_redis_outage_gives_clear_errors_and_service_resumes_without_a_restart
             .call("invoice.status", json!({"handle": old_handle}))
             .await;
         assert_eq!(
-            error_code(&result).as_deref(),
+            error_code_if_any(&result).as_deref(),
             Some("UNKNOWN_HANDLE"),
             "{old_handle} after Redis lost its data: {result:?}"
         );
@@ -349,7 +348,7 @@ async fn a_transition_refused_by_a_stalled_redis_does_not_happen_later() {
     let plugins = PluginDir::with(&["invoice"]);
     let data = tempfile::tempdir().expect("temp dir");
     let redis = PrivateRedis::start();
-    let server = Turnstile::start(
+    let server = Server::http_in(
         plugins.path(),
         data.path(),
         &["--state-handle-key", "--store", &redis.url()],
@@ -389,7 +388,7 @@ async fn a_transition_refused_by_a_stalled_redis_does_not_happen_later() {
     redis.signal("CONT");
     for (handle, (result, took)) in handles.iter().zip(&answers) {
         assert_eq!(
-            error_code(result).as_deref(),
+            error_code_if_any(result).as_deref(),
             Some("STORE_UNAVAILABLE"),
             "{handle}: reject while Redis is stalled: {result:?}"
         );
@@ -406,7 +405,7 @@ async fn a_transition_refused_by_a_stalled_redis_does_not_happen_later() {
         let result = client
             .call("invoice.status", json!({"handle": handle}))
             .await;
-        let state = state_of(&result);
+        let state = state_if_ok(&result);
         if state.as_deref() != Some(REVIEW) {
             moved.push(format!("{handle}: {state:?} ({})", text_of(&result)));
         }
@@ -430,16 +429,16 @@ async fn starting_a_second_server_on_a_shared_redis_keeps_the_first_ones_session
     let (data_a, data_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let redis = PrivateRedis::start();
     let url = redis.url();
-    let first = Turnstile::start(plugins.path(), data_a.path(), &["--store", &url]);
+    let first = Server::http_in(plugins.path(), data_a.path(), &["--store", &url]);
     let client = Client::http(&first.url).await;
     let submitted = client.call("invoice.submit", json!({"amount": 4})).await;
-    assert_eq!(error_code(&submitted), None, "{submitted:?}");
+    assert_eq!(error_code_if_any(&submitted), None, "{submitted:?}");
     assert_eq!(client.invoice_state().await, json!(REVIEW));
 
-    let _second = Turnstile::start(plugins.path(), data_b.path(), &["--store", &url]);
+    let _second = Server::http_in(plugins.path(), data_b.path(), &["--store", &url]);
     let approved = client.call("invoice.approve", json!({})).await;
     assert_eq!(
-        error_code(&approved),
+        error_code_if_any(&approved),
         None,
         "the first server's session lost its acknowledged state when a second server started \
          on the same Redis: {}",

@@ -3,7 +3,6 @@
 //! count and the server's heap and resident memory; idleness brings all three back down.
 
 mod common;
-mod durability_support;
 
 use std::{
     sync::{
@@ -13,10 +12,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Client, PluginDir};
-use durability_support::{
-    APPROVED, DRAFT, REVIEW, Turnstile, error_code, minted_handle, state_of, with_handle,
-};
+use common::durability::{APPROVED, DRAFT, REVIEW, with_handle};
+use common::{Client, PluginDir, Server, error_code_if_any, handle_of, state_if_ok};
 use serde_json::{Value, json};
 use turnstile::store::EmbeddedStore;
 
@@ -49,7 +46,7 @@ struct Peaks {
 }
 
 impl Peaks {
-    async fn watch(&mut self, server: &Turnstile) {
+    async fn watch(&mut self, server: &Server) {
         let stats = server.stats().await;
         self.live = self.live.max(count(&stats, "instances"));
         self.heap = self.heap.max(live_bytes(&stats));
@@ -68,7 +65,7 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
     let n = burst();
     let plugins = PluginDir::with(&["invoice"]);
     let data = tempfile::tempdir().expect("temp dir");
-    let server = Turnstile::start(
+    let server = Server::http_in(
         plugins.path(),
         data.path(),
         &[
@@ -83,7 +80,7 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
     }
     // Warm up (first calls allocate the server's pools), then take the baseline.
     for client in &sessions {
-        minted_handle(&client.call("invoice.submit", json!({"amount": 1})).await);
+        handle_of(&client.call("invoice.submit", json!({"amount": 1})).await);
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let baseline_rss = server.rss_kib();
@@ -100,8 +97,7 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
         workers.push(tokio::spawn(async move {
             let mut sample = Vec::new();
             while next.fetch_add(1, Ordering::SeqCst) < n {
-                let handle =
-                    minted_handle(&client.call("invoice.submit", json!({"amount": 3})).await);
+                let handle = handle_of(&client.call("invoice.submit", json!({"amount": 3})).await);
                 if sample.len() * 100 < n / CONCURRENCY {
                     let (tool, target) = if sample.len() % 2 == 0 {
                         ("invoice.approve", APPROVED)
@@ -111,7 +107,7 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
                     let result = client
                         .call(tool, with_handle(&json!({"reason": "no"}), &handle))
                         .await;
-                    assert_eq!(error_code(&result), None, "{tool}: {result:?}");
+                    assert_eq!(error_code_if_any(&result), None, "{tool}: {result:?}");
                     sample.push((handle, target));
                 } else {
                     sample.push((handle, REVIEW));
@@ -217,7 +213,7 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
             .call("invoice.status", json!({"handle": handle}))
             .await;
         assert_eq!(
-            state_of(&result).as_deref(),
+            state_if_ok(&result).as_deref(),
             Some(*state),
             "{handle} after passivation: {result:?}"
         );
@@ -230,7 +226,7 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
     let approve = client
         .call("invoice.approve", json!({"handle": handle}))
         .await;
-    assert_eq!(error_code(&approve), None, "{approve:?}");
+    assert_eq!(error_code_if_any(&approve), None, "{approve:?}");
     let live = count(&server.stats().await, "instances");
     assert!(
         live >= 1,

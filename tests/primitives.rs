@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Client, PluginDir, Server, TokenFile, handle_of, rpc_error};
+use common::{Client, PluginDir, handle_of, rpc_error};
 use rmcp::model::{ErrorCode, ResourceContents};
 use serde_json::{Value, json};
 
@@ -32,8 +32,7 @@ fn read_json(result: rmcp::model::ReadResourceResult) -> Value {
 /// session nothing; then the checklist and the invoice (with the submitted amount) are served.
 #[tokio::test]
 async fn the_review_checklist_and_the_invoice_follow_the_workflow() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let (alice, bob) = (
         Client::http(&server.url).await,
         Client::http(&server.url).await,
@@ -139,13 +138,7 @@ async fn the_review_checklist_and_the_invoice_follow_the_workflow() {
 #[tokio::test]
 async fn an_instance_resource_follows_its_instance_and_only_its_owner_reaches_it() {
     let plugins = PluginDir::with(&["invoice"]);
-    let tokens = TokenFile::with("alice tok-alice\nbob tok-bob\n");
-    let server = Server::http(
-        plugins.path(),
-        &["--auth-token-file", tokens.arg(), "--state-handle-key"],
-    );
-    let connect = |token: &'static str| Client::http_as(&server.url, token);
-    let (alice, bob) = (connect("tok-alice").await, connect("tok-bob").await);
+    let (_tokens, _server, alice, bob) = common::alice_and_bob(&plugins).await;
 
     let handle = handle_of(&alice.call("invoice.submit", json!({"amount": 80})).await);
     let uri = format!("invoice://{handle}");
@@ -210,9 +203,7 @@ async fn an_instance_resource_follows_its_instance_and_only_its_owner_reaches_it
 /// has been captured, and not before.
 #[tokio::test]
 async fn the_refund_policy_is_offered_after_capture() {
-    let plugins = PluginDir::with(&["payment"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) = common::serve_and_connect(&["payment"], &[]).await;
     let policy = "payment.refund_policy";
     client
         .call(
@@ -246,9 +237,7 @@ async fn the_refund_policy_is_offered_after_capture() {
 /// usual focuses that fit what was typed; an argument the prompt does not have is -32602.
 #[tokio::test]
 async fn a_prompt_argument_completes_only_while_the_prompt_is_offered() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) = common::serve_and_connect(&["invoice"], &[]).await;
     let focus = |typed: &str| {
         json!({"ref": {"type": "ref/prompt", "name": "invoice.review_checklist"},
             "argument": {"name": "focus", "value": typed}})
@@ -283,13 +272,7 @@ async fn handles(client: &Client, template: &str, typed: &str) -> Vec<String> {
 #[tokio::test]
 async fn handles_complete_with_the_callers_own_live_instances_only() {
     let plugins = PluginDir::with(&["invoice"]);
-    let file = TokenFile::with("alice s3cret-alice\nbob s3cret-bob\n");
-    let server = Server::http(
-        plugins.path(),
-        &["--auth-token-file", file.arg(), "--state-handle-key"],
-    );
-    let alice = Client::http_as(&server.url, "s3cret-alice").await;
-    let bob = Client::http_as(&server.url, "s3cret-bob").await;
+    let (_tokens, _server, alice, bob) = common::alice_and_bob(&plugins).await;
     let mut minted = Vec::new();
     for amount in [1, 2, 3] {
         minted.push(handle_of(

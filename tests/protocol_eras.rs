@@ -11,8 +11,8 @@ mod common;
 use std::{fs, time::Duration};
 
 use common::{
-    Client, GATED_LISTS_EXTENSION, NEXT_STEP_META_KEY, PluginDir, Server, TokenFile, built_plugin,
-    error_code, handle_of, names, text_of,
+    Client, GATED_LISTS_EXTENSION, NEXT_STEP_META_KEY, PluginDir, Server, built_plugin, error_code,
+    handle_of, names, text_of,
 };
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
@@ -20,18 +20,7 @@ use serde_json::{Value, json};
 /// One 2026-07-28 request over raw HTTP, as a client without a session sends it: the response
 /// body, as bytes arrive (a list is answered as plain JSON).
 async fn raw_2026(url: &str, method: &str, meta: Value) -> String {
-    let mut meta = meta;
-    meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
-    meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
-    meta["io.modelcontextprotocol/clientInfo"] = json!({"name": "eras-test", "version": "0"});
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"_meta": meta}});
-    let response = reqwest::Client::new()
-        .post(url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", method)
-        .body(body.to_string())
+    let response = common::post_sessionless(url, 1, method, json!({"_meta": meta}))
         .send()
         .await
         .expect("the server answers");
@@ -72,8 +61,7 @@ fn last_text(result: &CallToolResult) -> String {
 
 #[tokio::test]
 async fn a_2026_client_gets_the_same_lists_whatever_it_names_or_did_before() {
-    let plugins = PluginDir::with(&["invoice", "payment"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice", "payment"], &[]);
     let url = &server.url;
     let first = lists(url, json!({})).await;
 
@@ -156,8 +144,7 @@ async fn a_2026_client_gets_the_same_lists_whatever_it_names_or_did_before() {
 
 #[tokio::test]
 async fn a_2026_listen_hears_a_plugin_dropped_in_but_no_transition() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (plugins, server) = common::start(&["invoice"], &[]);
     let watcher = Client::http_sessionless(&server.url).await;
     let caller = Client::http_sessionless(&server.url).await;
     let handle = handle_of(&caller.call("invoice.submit", json!({"amount": 5})).await);
@@ -191,8 +178,7 @@ async fn a_2026_listen_hears_a_plugin_dropped_in_but_no_transition() {
 
 #[tokio::test]
 async fn a_client_declaring_gated_lists_gets_the_menus_of_the_instances_it_names() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let client = Client::http_sessionless_declaring(&server.url, &[GATED_LISTS_EXTENSION]).await;
     let handle = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
     assert_eq!(
@@ -214,8 +200,7 @@ async fn a_client_declaring_gated_lists_gets_the_menus_of_the_instances_it_names
 
 #[tokio::test]
 async fn every_result_of_a_workflow_tool_ends_with_its_next_step() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let client = Client::http_sessionless(&server.url).await;
 
     // A starting call that minted a handle.
@@ -273,9 +258,7 @@ async fn every_result_of_a_workflow_tool_ends_with_its_next_step() {
 
 #[tokio::test]
 async fn a_2025_session_hears_the_next_step_too_and_it_can_be_turned_off() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let session = Client::http(&server.url).await;
+    let (plugins, _server, session) = common::serve_and_connect(&["invoice"], &[]).await;
     let submitted = session.call("invoice.submit", json!({"amount": 5})).await;
     assert_eq!(
         last_text(&submitted),
@@ -410,17 +393,7 @@ async fn an_instance_resource_reads_the_instance_and_is_updated_once_per_transit
 #[tokio::test]
 async fn another_principal_finds_no_instance_resource() {
     let plugins = PluginDir::with(&["invoice"]);
-    let tokens = TokenFile::with("alice tok-alice\nbob tok-bob\n");
-    let server = Server::http(
-        plugins.path(),
-        &["--state-handle-key", "--auth-token-file", tokens.arg()],
-    );
-    let as_who = |token: &'static str| {
-        let url = server.url.clone();
-        async move { Client::http_as(&url, token).await }
-    };
-    let alice = as_who("tok-alice").await;
-    let bob = as_who("tok-bob").await;
+    let (_tokens, _server, alice, bob) = common::alice_and_bob(&plugins).await;
     let handle = handle_of(&alice.call("invoice.submit", json!({"amount": 5})).await);
     let uri = format!("turnstile://invoice/{handle}");
     let read = document(&alice.read_resource(&uri).await.expect("alice reads hers"));
@@ -453,9 +426,7 @@ async fn moved(tool: &str, arguments: Value, on: &Client) {
 /// and hears one `resources/updated` per transition of it.
 #[tokio::test]
 async fn a_session_watches_its_own_instance_resource() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let session = Client::http(&server.url).await;
+    let (_plugins, _server, session) = common::serve_and_connect(&["invoice"], &[]).await;
     let uri = "turnstile://invoice/session";
     session.subscribe(uri).await.expect("subscribe");
     let read = document(&session.read_resource(uri).await.expect("read"));

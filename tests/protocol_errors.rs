@@ -5,75 +5,21 @@
 
 mod common;
 
-use std::{
-    io::{BufRead, BufReader, Write},
-    process::{Command, Stdio},
-    sync::mpsc,
-    time::{Duration, Instant},
-};
+use std::time::Instant;
 
-use common::{Client, PluginDir, Server, names, turnstile_bin};
-use reqwest::{RequestBuilder, StatusCode};
+use common::{
+    Client, PluginDir, RawStdio, Server, answer, http, initialize_message, names, open_session,
+    post, post_as, post_in_session, post_sessionless,
+};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 /// The session-based revision the raw client speaks.
 const PROTOCOL: &str = "2025-11-25";
-/// The sessionless revision.
-const PROTOCOL_2026: &str = "2026-07-28";
 
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
-
-fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("HTTP client")
-}
-
-/// A POST to `/mcp` with the headers a conforming client sends.
-fn post(server: &Server, body: impl Into<reqwest::Body>) -> RequestBuilder {
-    post_as(
-        server,
-        "application/json, text/event-stream",
-        "application/json",
-        body,
-    )
-}
-
-/// A POST to `/mcp` with the given `Accept` and `Content-Type`.
-fn post_as(
-    server: &Server,
-    accept: &str,
-    content_type: &str,
-    body: impl Into<reqwest::Body>,
-) -> RequestBuilder {
-    http()
-        .post(&server.url)
-        .header("Content-Type", content_type)
-        .header("Accept", accept)
-        .body(body)
-}
-
-/// The answer: status, and the body as one JSON-RPC message (an event stream's last `data:`).
-async fn answer(request: RequestBuilder) -> (StatusCode, Option<String>, Value) {
-    let response = request.send().await.expect("the server answers");
-    let status = response.status();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .map(|value| value.to_str().expect("text").to_string());
-    let text = response.text().await.expect("body");
-    let message = serde_json::from_str(&text).unwrap_or_else(|_| {
-        text.lines()
-            .rev()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .find_map(|data| serde_json::from_str(data.trim()).ok())
-            .unwrap_or_else(|| panic!("{status}: not JSON-RPC: {text:?}"))
-    });
-    (status, content_type, message)
-}
 
 /// Asserts `message` is a JSON-RPC error with `code` and `id`; returns its message text.
 fn assert_error(message: &Value, code: i64, id: &Value, what: &str) -> String {
@@ -85,45 +31,6 @@ fn assert_error(message: &Value, code: i64, id: &Value, what: &str) -> String {
         .unwrap_or_else(|| panic!("{what}: error without a message: {message}"));
     assert!(!text.is_empty(), "{what}: empty error message");
     text.to_string()
-}
-
-fn initialize(id: u64) -> Value {
-    json!({
-        "jsonrpc": "2.0", "id": id, "method": "initialize",
-        "params": {
-            "protocolVersion": PROTOCOL,
-            "capabilities": {},
-            "clientInfo": {"name": "protocol-errors-test", "version": "0"}
-        }
-    })
-}
-
-/// `initialize` and `notifications/initialized` by hand; the session id.
-async fn open_session(server: &Server) -> String {
-    let response = post(server, initialize(1).to_string())
-        .send()
-        .await
-        .expect("initialize");
-    assert_eq!(response.status(), StatusCode::OK, "initialize");
-    let session = response
-        .headers()
-        .get("mcp-session-id")
-        .expect("Mcp-Session-Id")
-        .to_str()
-        .expect("text")
-        .to_string();
-    let _ = response.text().await;
-    let response = post(
-        server,
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
-    )
-    .header("Mcp-Session-Id", &session)
-    .header("MCP-Protocol-Version", PROTOCOL)
-    .send()
-    .await
-    .expect("initialized");
-    assert!(response.status().is_success(), "initialized");
-    session
 }
 
 /// The server still serves: a new client connects and lists tools.
@@ -141,8 +48,7 @@ async fn still_serving(server: &Server) {
 
 #[tokio::test]
 async fn http_input_that_is_not_a_message_is_a_400_with_a_json_rpc_error() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let cases: &[(&[u8], i64, Value, &str)] = &[
         (b"", PARSE_ERROR, Value::Null, "empty body"),
         (b"{not json", PARSE_ERROR, Value::Null, "not JSON"),
@@ -180,7 +86,7 @@ async fn http_input_that_is_not_a_message_is_a_400_with_a_json_rpc_error() {
         ),
     ];
     for (body, code, id, what) in cases {
-        let (status, content_type, message) = answer(post(&server, body.to_vec())).await;
+        let (status, content_type, message) = answer(post(&server.url, body.to_vec())).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {message}");
         assert_eq!(
             content_type.as_deref(),
@@ -194,12 +100,11 @@ async fn http_input_that_is_not_a_message_is_a_400_with_a_json_rpc_error() {
 
 #[tokio::test]
 async fn http_refusals_keep_their_status_and_carry_a_json_rpc_error() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let valid = initialize(1).to_string();
+    let (_plugins, server) = common::start(&["invoice"], &[]);
+    let valid = initialize_message(1, PROTOCOL).to_string();
 
     let (status, content_type, message) = answer(post_as(
-        &server,
+        &server.url,
         "application/json",
         "application/json",
         valid.clone(),
@@ -214,7 +119,7 @@ async fn http_refusals_keep_their_status_and_carry_a_json_rpc_error() {
     );
 
     let (status, content_type, message) = answer(post_as(
-        &server,
+        &server.url,
         "application/json, text/event-stream",
         "text/plain",
         valid,
@@ -235,7 +140,7 @@ async fn http_refusals_keep_their_status_and_carry_a_json_rpc_error() {
 
     // 5 MiB of whitespace: over rmcp's 4 MiB limit.
     let huge = vec![b' '; 5 * 1024 * 1024];
-    let (status, content_type, message) = answer(post(&server, huge)).await;
+    let (status, content_type, message) = answer(post(&server.url, huge)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(content_type.as_deref(), Some("application/json"));
     let text = assert_error(&message, INVALID_REQUEST, &Value::Null, "too large");
@@ -246,40 +151,23 @@ async fn http_refusals_keep_their_status_and_carry_a_json_rpc_error() {
 
 #[tokio::test]
 async fn an_unknown_method_is_method_not_found_naming_it() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
 
     // In a session (2025-11-25): the error comes in the request's event stream.
-    let session = open_session(&server).await;
-    let (status, _, message) = answer(
-        post(
-            &server,
-            json!({"jsonrpc": "2.0", "id": 7, "method": "foo/bar"}).to_string(),
-        )
-        .header("Mcp-Session-Id", &session)
-        .header("MCP-Protocol-Version", PROTOCOL),
-    )
+    let session = open_session(&server.url).await;
+    let (status, _, message) = answer(post_in_session(
+        &server.url,
+        &session,
+        json!({"jsonrpc": "2.0", "id": 7, "method": "foo/bar"}).to_string(),
+    ))
     .await;
     assert_eq!(status, StatusCode::OK);
     let text = assert_error(&message, METHOD_NOT_FOUND, &json!(7), "unknown method");
     assert!(text.contains("foo/bar"), "names the method: {text}");
 
     // Sessionless (2026-07-28): a 4xx (404), which the Python SDK 2.x falls back on.
-    let meta = json!({
-        "io.modelcontextprotocol/protocolVersion": PROTOCOL_2026,
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "protocol-errors-test", "version": "0"}
-    });
-    let (status, content_type, message) = answer(
-        post(
-            &server,
-            json!({"jsonrpc": "2.0", "id": 8, "method": "foo/bar", "params": {"_meta": meta}})
-                .to_string(),
-        )
-        .header("MCP-Protocol-Version", PROTOCOL_2026)
-        .header("Mcp-Method", "foo/bar"),
-    )
-    .await;
+    let (status, content_type, message) =
+        answer(post_sessionless(&server.url, 8, "foo/bar", json!({}))).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(content_type.as_deref(), Some("application/json"));
     let text = assert_error(
@@ -295,8 +183,7 @@ async fn an_unknown_method_is_method_not_found_naming_it() {
 
 #[tokio::test]
 async fn delete_ends_a_live_session_with_204_and_an_unknown_one_is_404() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let delete = |session: &str| {
         http()
             .delete(&server.url)
@@ -304,7 +191,7 @@ async fn delete_ends_a_live_session_with_204_and_an_unknown_one_is_404() {
             .header("MCP-Protocol-Version", PROTOCOL)
     };
 
-    let session = open_session(&server).await;
+    let session = open_session(&server.url).await;
     let response = delete(&session).send().await.expect("DELETE");
     assert!(
         matches!(response.status(), StatusCode::OK | StatusCode::NO_CONTENT),
@@ -322,14 +209,11 @@ async fn delete_ends_a_live_session_with_204_and_an_unknown_one_is_404() {
     assert_error(&message, INVALID_REQUEST, &Value::Null, "unknown session");
 
     // The ended session is gone for requests too (404, as the spec says).
-    let (status, _, message) = answer(
-        post(
-            &server,
-            json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}).to_string(),
-        )
-        .header("Mcp-Session-Id", &session)
-        .header("MCP-Protocol-Version", PROTOCOL),
-    )
+    let (status, _, message) = answer(post_in_session(
+        &server.url,
+        &session,
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}).to_string(),
+    ))
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_error(
@@ -344,9 +228,8 @@ async fn delete_ends_a_live_session_with_204_and_an_unknown_one_is_404() {
 
 #[tokio::test]
 async fn a_foreign_origin_is_refused_and_loopback_or_none_pass() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--allowed-origin", "https://app.example.com:443"],
     );
     let port = server
@@ -355,8 +238,9 @@ async fn a_foreign_origin_is_refused_and_loopback_or_none_pass() {
         .next()
         .expect("a port")
         .to_string();
-    let with_origin =
-        |origin: &str| post(&server, initialize(1).to_string()).header("Origin", origin);
+    let with_origin = |origin: &str| {
+        post(&server.url, initialize_message(1, PROTOCOL).to_string()).header("Origin", origin)
+    };
 
     for foreign in [
         "https://evil.example",
@@ -379,7 +263,11 @@ async fn a_foreign_origin_is_refused_and_loopback_or_none_pass() {
         assert_eq!(status, StatusCode::OK, "Origin {allowed}: {message}");
         assert_eq!(message["result"]["protocolVersion"], PROTOCOL);
     }
-    let (status, _, message) = answer(post(&server, initialize(1).to_string())).await;
+    let (status, _, message) = answer(post(
+        &server.url,
+        initialize_message(1, PROTOCOL).to_string(),
+    ))
+    .await;
     assert_eq!(status, StatusCode::OK, "no Origin: {message}");
 
     still_serving(&server).await;
@@ -414,7 +302,10 @@ async fn timing_of_valid_requests() {
         }
         request
     };
-    let response = call(initialize(1).to_string(), None).send().await.unwrap();
+    let response = call(initialize_message(1, PROTOCOL).to_string(), None)
+        .send()
+        .await
+        .unwrap();
     let session = response.headers()["mcp-session-id"]
         .to_str()
         .unwrap()
@@ -447,68 +338,10 @@ async fn timing_of_valid_requests() {
 // ---------------------------------------------------------------------------------------------
 // stdio
 
-/// `turnstile serve --stdio`, spoken to line by line.
-struct StdioServer {
-    child: std::process::Child,
-    stdin: std::process::ChildStdin,
-    lines: mpsc::Receiver<String>,
-}
-
-impl StdioServer {
-    fn start(plugins: &std::path::Path) -> StdioServer {
-        let mut child = Command::new(turnstile_bin())
-            .args(common::STDIO_SERVE)
-            .arg(plugins)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start turnstile --stdio");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        StdioServer {
-            child,
-            stdin,
-            lines,
-        }
-    }
-
-    fn send(&mut self, line: &[u8]) {
-        self.stdin.write_all(line).expect("write a line");
-        self.stdin.write_all(b"\n").expect("write a newline");
-        self.stdin.flush().expect("flush");
-    }
-
-    /// The next line the server writes, as JSON.
-    fn reply(&self, what: &str) -> Value {
-        let line = self
-            .lines
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap_or_else(|_| panic!("{what}: no reply within 10 s"));
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {line}"))
-    }
-}
-
-impl Drop for StdioServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn stdio_answers_every_unreadable_line_and_keeps_serving() {
     let plugins = PluginDir::with(&["invoice"]);
-    let mut server = StdioServer::start(plugins.path());
+    let mut server = RawStdio::start(plugins.path());
     let cases: &[(&[u8], i64, Value, &str)] = &[
         (b"this is not json", PARSE_ERROR, Value::Null, "garbage"),
         (
@@ -542,7 +375,7 @@ fn stdio_answers_every_unreadable_line_and_keeps_serving() {
         server.send(line);
         assert_error(&server.reply(what), *code, id, what);
     }
-    server.send(initialize(1).to_string().as_bytes());
+    server.send(initialize_message(1, PROTOCOL).to_string().as_bytes());
     let reply = server.reply("initialize");
     assert_eq!(reply["id"], 1, "{reply}");
     assert_eq!(reply["result"]["protocolVersion"], PROTOCOL, "{reply}");

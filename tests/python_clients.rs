@@ -15,10 +15,9 @@
 //! they never skip.
 
 mod common;
-mod python_support;
 
+use common::python::{Sdk, is_invoice_handle, run_scenario, run_scenario_over_stdio};
 use common::{PluginDir, Server, TokenFile};
-use python_support::{Sdk, is_invoice_handle, run_scenario, run_scenario_over_stdio};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -132,6 +131,12 @@ fn model_steps(summary: &Value) -> Vec<(String, String, Value)> {
             )
         })
         .collect()
+}
+
+/// `field` of each of the summary's `steps`, in order.
+fn step_field<'a>(summary: &'a Value, field: &str) -> Vec<&'a Value> {
+    let steps = summary["steps"].as_array().expect("the summary's steps");
+    steps.iter().map(|step| &step[field]).collect()
 }
 
 /// What the model-style agent must have sent, built from the listed schemas alone: the handle it
@@ -250,6 +255,8 @@ fn mcp1_handle_mode_mints_and_follows_the_handle() {
 /// transition, while one naming another handle hears nothing; `tools/list` is sent `ttlMs: 0`.
 #[test]
 fn mcp2_handle_mode_listen_by_handle() {
+    // Deliberately parallel to `mcp1_handle_mode_mints_and_follows_the_handle`: each SDK line and transport is asserted
+    // as its own user sees it, in its own words.
     let (_plugins, mut server) = invoice_server(HANDLE_MODE);
     let summary = run_scenario(Sdk::Mcp2, "handle-lifecycle", &mut server);
     assert_eq!(summary["protocol"], "2026-07-28");
@@ -272,6 +279,8 @@ fn mcp2_handle_mode_listen_by_handle() {
 /// it a fresh throw-away instance on every request.
 #[test]
 fn mcp2_on_a_session_mode_server_keeps_state_by_handle() {
+    // Deliberately parallel to `mcp2_handle_mode_listen_by_handle`: each SDK line and transport is asserted
+    // as its own user sees it, in its own words.
     let (_plugins, mut server) = invoice_server(&[]);
     let summary = run_scenario(Sdk::Mcp2, "handle-lifecycle", &mut server);
     assert_eq!(summary["protocol"], "2026-07-28");
@@ -326,6 +335,8 @@ fn mcp1_stateless_lifecycle_over_separate_connections() {
 /// for every request; six independent clients racing for one transition: exactly one wins.
 #[test]
 fn mcp2_stateless_lifecycle_over_separate_clients() {
+    // Deliberately parallel to `mcp1_stateless_lifecycle_over_separate_connections`: each SDK line and transport is asserted
+    // as its own user sees it, in its own words.
     let (_plugins, mut server) = invoice_server(STATELESS);
     let summary = run_scenario(Sdk::Mcp2, "stateless", &mut server);
     assert_eq!(summary["states"], json!(["approved", "discharged"]));
@@ -353,12 +364,7 @@ fn mcp1_model_client_drives_two_invoices_from_the_schemas_alone() {
     let summary = run_scenario(Sdk::Mcp1, "model-client", &mut server);
     assert_eq!(summary["protocol"], "2025-11-25");
     assert_model_lifecycle(&summary);
-    let menus: Vec<&Value> = summary["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|step| &step["menu"])
-        .collect();
+    let menus = step_field(&summary, "menu");
     let all_but_status = [
         "invoice.approve",
         "invoice.discharge",
@@ -398,16 +404,13 @@ fn mcp1_model_client_drives_two_invoices_from_the_schemas_alone() {
 /// union of their menus, without the starting tools.
 #[test]
 fn mcp2_model_client_names_its_handles_in_meta() {
+    // Deliberately parallel to `mcp1_model_client_drives_two_invoices_from_the_schemas_alone`: each SDK line and transport is asserted
+    // as its own user sees it, in its own words.
     let (_plugins, mut server) = invoice_server(HANDLE_MODE);
     let summary = run_scenario(Sdk::Mcp2, "model-client", &mut server);
     assert_eq!(summary["protocol"], "2026-07-28");
     assert_model_lifecycle(&summary);
-    let menus: Vec<&Value> = summary["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|step| &step["menu of all handles"])
-        .collect();
+    let menus = step_field(&summary, "menu of all handles");
     let review = ["invoice.approve", "invoice.reject", "invoice.status"];
     let approved_review = [
         "invoice.approve",
@@ -612,6 +615,8 @@ fn mcp1_session_mode_prompts_and_resources_follow_the_state() {
 /// server per connection, so Bob's is his own); the process is the session.
 #[test]
 fn mcp1_over_stdio_prompts_and_resources_follow_the_state() {
+    // Deliberately parallel to `mcp1_session_mode_prompts_and_resources_follow_the_state`: each SDK line and transport is asserted
+    // as its own user sees it, in its own words.
     let plugins = PluginDir::with(&["invoice"]);
     let args = stdio_server(&plugins, &[]);
     let summary = run_scenario_over_stdio(Sdk::Mcp1, "primitives-session", &args);
@@ -702,6 +707,8 @@ fn mcp1_handle_mode_instance_resource_is_listed_read_and_updated_by_its_owner_on
 /// transition changed it, one naming another handle hears nothing.
 #[test]
 fn mcp2_prompts_and_resources_follow_the_handle() {
+    // Deliberately parallel to `mcp1_handle_mode_instance_resource_is_listed_read_and_updated_by_its_owner_only`: each SDK line and transport is asserted
+    // as its own user sees it, in its own words.
     let (_plugins, mut server) = invoice_server(HANDLE_MODE);
     let summary = run_scenario(Sdk::Mcp2, "primitives", &mut server);
     assert_handle_primitives(&summary, Transport::Http);
@@ -717,6 +724,8 @@ fn mcp2_prompts_and_resources_follow_the_handle() {
 /// itself (one server per client, so the other client's is its own).
 #[test]
 fn mcp2_over_stdio_prompts_and_resources_follow_the_handle() {
+    // Deliberately parallel to `mcp2_prompts_and_resources_follow_the_handle`: each SDK line and transport is asserted
+    // as its own user sees it, in its own words.
     let plugins = PluginDir::with(&["invoice"]);
     let args = stdio_server(&plugins, HANDLE_MODE);
     let summary = run_scenario_over_stdio(Sdk::Mcp2, "primitives", &args);
@@ -797,8 +806,7 @@ fn assert_handle_primitives(summary: &Value, transport: Transport) {
 /// session's level never come. Over stdio, the one stream keeps that order too.
 #[test]
 fn mcp1_hears_a_calls_log_lines_before_its_result() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let mut server = Server::http(plugins.path(), &["--store", "memory:"]);
+    let (plugins, mut server) = common::start(&["testkit"], &["--store", "memory:"]);
     let summary = run_scenario(Sdk::Mcp1, "plugin-logs", &mut server);
     assert_eq!(summary["rounds"], 20, "{summary}");
     assert_no_sdk_warnings(&summary);

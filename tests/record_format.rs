@@ -8,11 +8,10 @@
 //! starts a server on the same store.
 
 mod common;
-mod durability_support;
 
 use std::path::Path;
 
-use common::{Client, PluginDir, Server};
+use common::{Client, PluginDir, Server, handle_of};
 use deadpool_postgres::tokio_postgres;
 use redb::{ReadableDatabase, TableDefinition};
 use serde_json::json;
@@ -27,23 +26,33 @@ const FORMATS: TableDefinition<&str, (u64, &str)> = TableDefinition::new("instan
 const BROKEN: &str = "handle/invoice-00000000000000000000000000000000";
 
 fn start(plugins: &PluginDir, data: &Path, store: Option<&str>, ns: &str) -> Server {
-    let mut flags = vec!["--state-handle-key"];
-    if let Some(store) = store {
-        flags.extend(["--store", store, "--store-namespace", ns]);
-    }
-    Server::http_in(plugins.path(), data, &flags)
+    Server::on_store(
+        plugins.path(),
+        data,
+        store,
+        ns,
+        &["--state-handle-key"],
+        &[],
+    )
 }
 
 /// A server makes an invoice in review; returns its handle.
 async fn make_instance(server: &Server) -> String {
     let client = Client::http(&server.url).await;
-    let minted = client.call("invoice.submit", json!({"amount": 5})).await;
-    let handle = minted.structured_content.expect("structured")["handle"]
-        .as_str()
-        .expect("a handle")
-        .to_string();
+    let handle = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
     client.close().await;
     handle
+}
+
+/// A server on the shared store `url`, in a namespace of its own, makes an invoice in review
+/// and stops: the directories to start the next one with, the namespace, and the handle.
+async fn an_instance_on(url: &str) -> (PluginDir, tempfile::TempDir, String, String) {
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().expect("temp dir");
+    let ns = format!("fmt{}", uuid::Uuid::new_v4().simple());
+    let server = start(&plugins, data.path(), Some(url), &ns);
+    let handle = make_instance(&server).await;
+    (plugins, data, ns, handle)
 }
 
 /// A server started on the downgraded store migrates (logging one count) and serves the
@@ -114,14 +123,8 @@ async fn on_the_embedded_store() {
 
 #[tokio::test]
 async fn on_redis() {
-    let url = common::redis_url();
-    durability_support::require_reachable(&url);
-    let plugins = PluginDir::with(&["invoice"]);
-    let data = tempfile::tempdir().expect("temp dir");
-    let ns = format!("fmt{}", uuid::Uuid::new_v4().simple());
-    let server = start(&plugins, data.path(), Some(&url), &ns);
-    let handle = make_instance(&server).await;
-    drop(server);
+    let url = common::reachable_redis_url();
+    let (plugins, data, ns, handle) = an_instance_on(&url).await;
 
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
@@ -179,14 +182,8 @@ async fn on_redis() {
 
 #[tokio::test]
 async fn on_postgres() {
-    let url = common::postgres_url();
-    durability_support::require_reachable(&url);
-    let plugins = PluginDir::with(&["invoice"]);
-    let data = tempfile::tempdir().expect("temp dir");
-    let ns = format!("fmt{}", uuid::Uuid::new_v4().simple());
-    let server = start(&plugins, data.path(), Some(&url), &ns);
-    let handle = make_instance(&server).await;
-    drop(server);
+    let url = common::reachable_postgres_url();
+    let (plugins, data, ns, handle) = an_instance_on(&url).await;
 
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await

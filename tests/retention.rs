@@ -4,45 +4,43 @@
 //! while one that keeps moving is kept.
 
 mod common;
-mod durability_support;
 
 use std::time::Duration;
 
-use common::{Client, PluginDir, Server, error_code};
-use serde_json::{Value, json};
+use common::{Client, PluginDir, Server, error_code, handle_of, state_of};
+use serde_json::json;
+
+/// An invoice server in handle mode with `flags` on `store` (the embedded store when `None`),
+/// in a namespace of its own starting with `prefix`, and a client of it.
+async fn connect(
+    store: Option<String>,
+    prefix: &str,
+    flags: &[&str],
+) -> (PluginDir, tempfile::TempDir, Server, Client) {
+    let plugins = PluginDir::with(&["invoice"]);
+    let namespace = format!("{prefix}{}", uuid::Uuid::new_v4().simple());
+    let data = tempfile::tempdir().expect("temp dir");
+    let flags = [&["--state-handle-key"], flags].concat();
+    let server = Server::on_store(
+        plugins.path(),
+        data.path(),
+        store.as_deref(),
+        &namespace,
+        &flags,
+        &[],
+    );
+    let client = Client::http(&server.url).await;
+    (plugins, data, server, client)
+}
 
 /// Finishes one invoice and leaves another in review, waits past a 1 s retention, and checks
 /// that only the finished one is gone.
 async fn finished_instances_go_after_the_retention_period(store: Option<String>) {
-    let plugins = PluginDir::with(&["invoice"]);
-    let namespace = format!("retention{}", uuid::Uuid::new_v4().simple());
-    let mut flags = vec!["--state-handle-key", "--retain-final", "1"];
-    if let Some(store) = &store {
-        flags.extend(["--store", store, "--store-namespace", &namespace]);
-    }
-    let server = Server::http(plugins.path(), &flags);
-    let client = Client::http(&server.url).await;
-    let handle_of = |result: rmcp::model::CallToolResult| -> String {
-        result.structured_content.unwrap()["handle"]
-            .as_str()
-            .expect("a handle")
-            .to_string()
-    };
-    let done = handle_of(client.call("invoice.submit", json!({"amount": 5})).await);
-    client
-        .call("invoice.approve", json!({"handle": done}))
-        .await;
-    client
-        .call("invoice.discharge", json!({"handle": done}))
-        .await;
-    let running = handle_of(client.call("invoice.submit", json!({"amount": 6})).await);
-    let state = |result: rmcp::model::CallToolResult| -> Value {
-        result.structured_content.unwrap()["state"].clone()
-    };
-    assert_eq!(
-        state(client.call("invoice.status", json!({"handle": done})).await),
-        "discharged"
-    );
+    let flags = ["--retain-final", "1"];
+    let (_plugins, _data, _server, client) = connect(store, "retention", &flags).await;
+    let done = common::discharged_invoice(&client).await;
+    let running = handle_of(&client.call("invoice.submit", json!({"amount": 6})).await);
+    assert_eq!(state_of(&client, &done).await, "discharged");
 
     let mut gone = false;
     for _ in 0..40 {
@@ -56,60 +54,22 @@ async fn finished_instances_go_after_the_retention_period(store: Option<String>)
     }
     assert!(gone, "the finished instance outlived its retention");
     assert_eq!(
-        state(
-            client
-                .call("invoice.status", json!({"handle": running}))
-                .await
-        ),
+        state_of(&client, &running).await,
         "review",
         "an instance still running is kept"
     );
 }
 
-#[tokio::test]
-async fn on_the_embedded_store() {
-    finished_instances_go_after_the_retention_period(None).await;
-}
-
-#[tokio::test]
-async fn on_redis() {
-    let url = common::redis_url();
-    durability_support::require_reachable(&url);
-    finished_instances_go_after_the_retention_period(Some(url)).await;
-}
-
-#[tokio::test]
-async fn on_postgres() {
-    let url = common::postgres_url();
-    durability_support::require_reachable(&url);
-    finished_instances_go_after_the_retention_period(Some(url)).await;
-}
+common::on_every_store!(finished_instances_go_after_the_retention_period:
+    on_the_embedded_store, on_redis, on_postgres);
 
 /// With a 1 s `--instance-ttl` (and no final-state retention), an invoice left in review is
 /// deleted while another that keeps moving (reject, submit, ...) is kept until it stops.
 async fn idle_instances_go_after_the_ttl(store: Option<String>) {
-    let plugins = PluginDir::with(&["invoice"]);
-    let namespace = format!("ttl{}", uuid::Uuid::new_v4().simple());
-    let mut flags = vec![
-        "--state-handle-key",
-        "--retain-final",
-        "0",
-        "--instance-ttl",
-        "1",
-    ];
-    if let Some(store) = &store {
-        flags.extend(["--store", store, "--store-namespace", &namespace]);
-    }
-    let server = Server::http(plugins.path(), &flags);
-    let client = Client::http(&server.url).await;
-    let handle_of = |result: rmcp::model::CallToolResult| -> String {
-        result.structured_content.unwrap()["handle"]
-            .as_str()
-            .expect("a handle")
-            .to_string()
-    };
-    let idle = handle_of(client.call("invoice.submit", json!({"amount": 5})).await);
-    let moving = handle_of(client.call("invoice.submit", json!({"amount": 6})).await);
+    let flags = ["--retain-final", "0", "--instance-ttl", "1"];
+    let (_plugins, _data, _server, client) = connect(store, "ttl", &flags).await;
+    let idle = handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
+    let moving = handle_of(&client.call("invoice.submit", json!({"amount": 6})).await);
     // Keep `moving` moving for 4 s (several TTLs), one transition every 250 ms.
     let mut idle_gone = false;
     for step in 0..16 {
@@ -156,21 +116,5 @@ async fn idle_instances_go_after_the_ttl(store: Option<String>) {
     );
 }
 
-#[tokio::test]
-async fn ttl_on_the_embedded_store() {
-    idle_instances_go_after_the_ttl(None).await;
-}
-
-#[tokio::test]
-async fn ttl_on_redis() {
-    let url = common::redis_url();
-    durability_support::require_reachable(&url);
-    idle_instances_go_after_the_ttl(Some(url)).await;
-}
-
-#[tokio::test]
-async fn ttl_on_postgres() {
-    let url = common::postgres_url();
-    durability_support::require_reachable(&url);
-    idle_instances_go_after_the_ttl(Some(url)).await;
-}
+common::on_every_store!(idle_instances_go_after_the_ttl:
+    ttl_on_the_embedded_store, ttl_on_redis, ttl_on_postgres);

@@ -3,19 +3,15 @@
 
 mod common;
 
-use std::{
-    io::{BufRead, BufReader, Write},
-    process::{Command, Stdio},
+use common::{
+    Client, PluginDir, RawStdio, SESSION_PROTOCOL, Server, initialize_message, names, text_of,
 };
-
-use common::{Client, PluginDir, Server, names, text_of, turnstile_bin};
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[tokio::test]
 async fn a_panicking_tool_returns_a_tool_error_and_the_server_keeps_serving() {
-    let plugins = PluginDir::with(&["invoice", "testkit"]);
-    let mut server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, mut server, client) =
+        common::serve_and_connect(&["invoice", "testkit"], &[]).await;
     client.call("invoice.submit", json!({"amount": 5})).await;
 
     let result = client.call("testkit.panic", json!({})).await;
@@ -36,9 +32,8 @@ async fn a_panicking_tool_returns_a_tool_error_and_the_server_keeps_serving() {
 
 #[tokio::test]
 async fn a_tool_that_runs_too_long_times_out_and_the_server_keeps_serving() {
-    let plugins = PluginDir::with(&["invoice", "testkit"]);
-    let server = Server::http(plugins.path(), &["--tool-timeout", "1"]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) =
+        common::serve_and_connect(&["invoice", "testkit"], &["--tool-timeout", "1"]).await;
     let result = client.call("testkit.slow", json!({"ms": 5000})).await;
     assert_eq!(result.is_error, Some(true));
     assert_eq!(
@@ -88,9 +83,7 @@ async fn broken_plugin_files_are_reported_and_the_good_plugin_is_served() {
 
 #[tokio::test]
 async fn malformed_json_rpc_over_http_gets_an_error_and_the_session_keeps_working() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, server, client) = common::serve_and_connect(&["invoice"], &[]).await;
     let http = reqwest::Client::new();
     for body in ["{not json", r#"{"jsonrpc":"2.0","id":1}"#, r#"[1,2,3]"#, ""] {
         let response = http
@@ -121,66 +114,13 @@ async fn malformed_json_rpc_over_http_gets_an_error_and_the_session_keeps_workin
     );
 }
 
-/// Speaks raw JSON-RPC lines to `turnstile serve --stdio`.
-struct RawStdio {
-    child: std::process::Child,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
-}
-
-impl RawStdio {
-    fn start(plugins: &std::path::Path) -> RawStdio {
-        let mut child = Command::new(turnstile_bin())
-            .args(common::STDIO_SERVE)
-            .arg(plugins)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start turnstile --stdio");
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        RawStdio { child, lines }
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    /// The next message carrying `id`, skipping notifications.
-    fn reply_to(&mut self, id: &Value) -> Value {
-        loop {
-            let line = self
-                .lines
-                .next()
-                .expect("server closed stdout")
-                .expect("read");
-            let message: Value = serde_json::from_str(&line).expect("server writes JSON lines");
-            if &message["id"] == id {
-                return message;
-            }
-        }
-    }
-}
-
-impl Drop for RawStdio {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn malformed_json_rpc_over_stdio_gets_an_error_and_the_connection_keeps_working() {
     let plugins = PluginDir::with(&["invoice"]);
     let mut server = RawStdio::start(plugins.path());
-    server.send(
-        &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-            "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}})
-        .to_string(),
-    );
+    server.send(initialize_message(1, SESSION_PROTOCOL).to_string());
     assert!(server.reply_to(&json!(1))["result"].is_object());
-    server.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}).to_string());
+    server.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}).to_string());
 
     server.send(
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"invoice.teleport"}}"#,

@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Client, PluginDir, Server};
+use common::{Client, PluginDir, Server, http, initialize_message, messages, result_of};
 use reqwest::{StatusCode, header::CONTENT_TYPE};
 use serde_json::{Value, json};
 use turnstile::{
@@ -36,6 +36,8 @@ const CONCURRENCY: usize = 32;
 struct Raw {
     http: reqwest::Client,
     url: String,
+    /// The server's address without path, where `/stats` is.
+    base: String,
 }
 
 /// One session opened by [`Raw::open`].
@@ -45,38 +47,46 @@ struct RawSession {
     next_request: u64,
 }
 
-/// The JSON-RPC messages in a response body: plain JSON, or the `data:` lines of an event stream
-/// (rmcp sends an empty priming event first).
-fn messages(body: &str) -> Vec<Value> {
-    if let Ok(message) = serde_json::from_str::<Value>(body) {
-        return vec![message];
-    }
-    body.lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .filter_map(|data| serde_json::from_str(data.trim()).ok())
-        .collect()
-}
-
-/// The `result` of the response to request `id` in `body`; panics on a JSON-RPC error.
-fn result_of(body: &str, id: u64, what: &str) -> Value {
-    let messages = messages(body);
-    let Some(response) = messages.into_iter().find(|m| m["id"] == json!(id)) else {
-        panic!("{what}: no response to request {id} in {body:?}");
-    };
-    if let Some(error) = response.get("error") {
-        panic!("{what}: JSON-RPC error {error}");
-    }
-    response["result"].clone()
+/// A server on the memory store with `plugins`, and a raw session opened on it.
+async fn one_raw_session(plugins: &[&str]) -> (PluginDir, Server, RawSession) {
+    let plugins = PluginDir::with(plugins);
+    let server = Server::http(plugins.path(), &["--store", "memory:"]);
+    let session = Raw::new(&server).open().await;
+    (plugins, server, session)
 }
 
 impl Raw {
     fn new(server: &Server) -> Raw {
         Raw {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .expect("HTTP client"),
+            http: http(),
             url: server.url.clone(),
+            base: server.base(),
+        }
+    }
+
+    /// What the server holds now (`/stats`).
+    async fn held(&self) -> Held {
+        held(&self.http, &self.base).await
+    }
+
+    /// Polls `/stats` until `check` holds; ending a session is asynchronous.
+    async fn wait_until(
+        &self,
+        within: Duration,
+        what: &str,
+        check: impl Fn(&Held) -> bool,
+    ) -> Held {
+        let deadline = Instant::now() + within;
+        loop {
+            let now = self.held().await;
+            if check(&now) {
+                return now;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "after {within:?}, /stats still does not show {what}: {now:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -97,14 +107,7 @@ impl Raw {
 
     /// `initialize`, then `notifications/initialized`: a session as every client starts one.
     async fn open(&self) -> RawSession {
-        let initialize = json!({
-            "jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": {
-                "protocolVersion": PROTOCOL,
-                "capabilities": {},
-                "clientInfo": {"name": "sessions-test", "version": "0"}
-            }
-        });
+        let initialize = initialize_message(0, PROTOCOL);
         let response = self
             .post(None, &initialize)
             .send()
@@ -272,11 +275,19 @@ impl Held {
         subscriptions: 0,
         watched_instances: 0,
     };
+    /// One session, watching the one instance it touched.
+    const ONE_SESSION_ONE_INSTANCE: Held = Held {
+        instances: 1,
+        session_instances: 1,
+        sessions: 1,
+        subscriptions: 1,
+        watched_instances: 1,
+    };
 }
 
-async fn held(http: &reqwest::Client, server: &Server) -> Held {
+async fn held(http: &reqwest::Client, base: &str) -> Held {
     let body = http
-        .get(format!("{}/stats", server.base()))
+        .get(format!("{base}/stats"))
         .send()
         .await
         .expect("GET /stats")
@@ -295,28 +306,6 @@ async fn held(http: &reqwest::Client, server: &Server) -> Held {
         sessions: number(&stats["notifier"]["sessions"]),
         subscriptions: number(&stats["notifier"]["subscriptions"]),
         watched_instances: number(&stats["notifier"]["watched_instances"]),
-    }
-}
-
-/// Polls `/stats` until `check` holds; ending a session is asynchronous.
-async fn wait_until(
-    http: &reqwest::Client,
-    server: &Server,
-    within: Duration,
-    what: &str,
-    check: impl Fn(&Held) -> bool,
-) -> Held {
-    let deadline = Instant::now() + within;
-    loop {
-        let now = held(http, server).await;
-        if check(&now) {
-            return now;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "after {within:?}, /stats still does not show {what}: {now:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -371,14 +360,8 @@ async fn ten_thousand_ended_sessions_leave_nothing_behind() {
     assert!(has(&witness.tool_names(None).await, "invoice.submit"));
     let submitted = witness.call("invoice.submit", json!({"amount": 1})).await;
     assert_eq!(submitted["state"], "review");
-    let witness_only = Held {
-        instances: 1,
-        session_instances: 1,
-        sessions: 1,
-        subscriptions: 1,
-        watched_instances: 1,
-    };
-    assert_eq!(held(&raw.http, &server).await, witness_only);
+    let witness_only = Held::ONE_SESSION_ONE_INSTANCE;
+    assert_eq!(raw.held().await, witness_only);
 
     let started = Instant::now();
     let session_raw = raw.clone();
@@ -423,13 +406,9 @@ async fn ten_thousand_ended_sessions_leave_nothing_behind() {
     );
 
     let settled = Instant::now();
-    wait_until(
-        &raw.http,
-        &server,
-        Duration::from_secs(20),
-        "only the witness",
-        |now| *now == witness_only,
-    )
+    raw.wait_until(Duration::from_secs(20), "only the witness", |now| {
+        *now == witness_only
+    })
     .await;
     println!(
         "/stats settled {:.2?} after the last DELETE",
@@ -470,9 +449,7 @@ async fn a_passivated_session_instance_comes_back_once_and_leaves_no_record_when
     let submitted = session.call("invoice.submit", json!({"amount": 4})).await;
     assert_eq!(submitted["state"], "review");
     // The session stays, its invoice idles out of memory (it is saved).
-    wait_until(
-        &raw.http,
-        &server,
+    raw.wait_until(
         Duration::from_secs(10),
         "the session's instance passivated",
         |now| now.instances == 0 && now.sessions == 1,
@@ -481,33 +458,21 @@ async fn a_passivated_session_instance_comes_back_once_and_leaves_no_record_when
     // It comes back as it was, and is counted once.
     assert!(has(&session.tool_names(None).await, "invoice.approve"));
     assert_eq!(
-        held(&raw.http, &server).await,
-        Held {
-            instances: 1,
-            session_instances: 1,
-            sessions: 1,
-            subscriptions: 1,
-            watched_instances: 1,
-        },
+        raw.held().await,
+        Held::ONE_SESSION_ONE_INSTANCE,
         "after passivation and reactivation the session's one instance counts once"
     );
     // Idle out again, then end: the record must go although no actor holds it.
-    wait_until(
-        &raw.http,
-        &server,
+    raw.wait_until(
         Duration::from_secs(10),
         "the session's instance passivated again",
         |now| now.instances == 0 && now.sessions == 1,
     )
     .await;
     session.end().await;
-    wait_until(
-        &raw.http,
-        &server,
-        Duration::from_secs(10),
-        "everything forgotten",
-        |now| *now == Held::NOTHING,
-    )
+    raw.wait_until(Duration::from_secs(10), "everything forgotten", |now| {
+        *now == Held::NOTHING
+    })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     drop(server);
@@ -545,9 +510,8 @@ async fn wait_for_passivated(server: &Server, count: u64) {
 /// the state it was left in, and its `list_changed` on an event stream it opens afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_is_passivated_and_its_next_request_finds_it_as_it_was() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--store", "memory:", "--session-passivate-after", "1"],
     );
     let raw = Raw::new(&server);
@@ -566,14 +530,8 @@ async fn an_idle_session_is_passivated_and_its_next_request_finds_it_as_it_was()
     assert_eq!(stats["http_sessions"], 1, "{stats}");
     assert_eq!(stats["http_sessions_passivated"], 0, "{stats}");
     assert_eq!(
-        held(&raw.http, &server).await,
-        Held {
-            instances: 1,
-            session_instances: 1,
-            sessions: 1,
-            subscriptions: 1,
-            watched_instances: 1,
-        },
+        raw.held().await,
+        Held::ONE_SESSION_ONE_INSTANCE,
         "the restored session is the same session, counted once"
     );
 
@@ -607,13 +565,9 @@ async fn an_idle_session_is_passivated_and_its_next_request_finds_it_as_it_was()
     drop(stream);
 
     session.end().await;
-    wait_until(
-        &raw.http,
-        &server,
-        Duration::from_secs(10),
-        "everything forgotten",
-        |now| *now == Held::NOTHING,
-    )
+    raw.wait_until(Duration::from_secs(10), "everything forgotten", |now| {
+        *now == Held::NOTHING
+    })
     .await;
     assert_eq!(server.stats().await["http_sessions"], 0);
 }
@@ -621,9 +575,8 @@ async fn an_idle_session_is_passivated_and_its_next_request_finds_it_as_it_was()
 /// A passivated session still ends after `--session-idle-timeout` without a request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_passivated_session_ends_after_the_idle_timeout() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &[
             "--store",
             "memory:",
@@ -637,9 +590,7 @@ async fn a_passivated_session_ends_after_the_idle_timeout() {
     let mut session = raw.open().await;
     session.call("invoice.submit", json!({"amount": 4})).await;
     wait_for_passivated(&server, 1).await;
-    wait_until(
-        &raw.http,
-        &server,
+    raw.wait_until(
         Duration::from_secs(20),
         "the passivated session ended",
         |now| *now == Held::NOTHING,
@@ -682,9 +633,8 @@ async fn a_server_joining_a_shared_store_keeps_the_other_servers_live_sessions()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_that_stop_without_delete_end_after_the_idle_timeout() {
     const SESSIONS: usize = 100;
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
+    let (_plugins, server) = common::start(
+        &["invoice"],
         &["--session-idle-timeout", "1", "--store", "memory:"],
     );
     let raw = Raw::new(&server);
@@ -716,17 +666,11 @@ async fn sessions_that_stop_without_delete_end_after_the_idle_timeout() {
 
     // One more session keeps sending requests: it must outlive the others.
     let mut busy = raw.open().await;
-    let alone = Held {
-        instances: 1,
-        session_instances: 1,
-        sessions: 1,
-        subscriptions: 1,
-        watched_instances: 1,
-    };
+    let alone = Held::ONE_SESSION_ONE_INSTANCE;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         assert!(has(&busy.tool_names(None).await, "invoice.submit"));
-        let now = held(&raw.http, &server).await;
+        let now = raw.held().await;
         if now == alone {
             break;
         }
@@ -749,13 +693,9 @@ async fn sessions_that_stop_without_delete_end_after_the_idle_timeout() {
     drop(streams);
 
     // The busy one stops too.
-    wait_until(
-        &raw.http,
-        &server,
-        Duration::from_secs(20),
-        "everything forgotten",
-        |now| *now == Held::NOTHING,
-    )
+    raw.wait_until(Duration::from_secs(20), "everything forgotten", |now| {
+        *now == Held::NOTHING
+    })
     .await;
     assert_eq!(busy.probe().await, StatusCode::NOT_FOUND);
 }
@@ -763,8 +703,7 @@ async fn sessions_that_stop_without_delete_end_after_the_idle_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_sharing_a_handle_unsubscribe_when_they_end_and_the_instance_lives_on() {
     const SESSIONS: usize = 300;
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--state-handle-key"]);
+    let (_plugins, server) = common::start(&["invoice"], &["--state-handle-key"]);
     let raw = Raw::new(&server);
 
     let mut minter = raw.open().await;
@@ -774,13 +713,9 @@ async fn sessions_sharing_a_handle_unsubscribe_when_they_end_and_the_instance_li
         .expect("the result carries the handle")
         .to_string();
     minter.end().await;
-    wait_until(
-        &raw.http,
-        &server,
-        Duration::from_secs(10),
-        "zero subscriptions",
-        |now| now.subscriptions == 0 && now.sessions == 0,
-    )
+    raw.wait_until(Duration::from_secs(10), "zero subscriptions", |now| {
+        now.subscriptions == 0 && now.sessions == 0
+    })
     .await;
 
     // Every session touches the one invoice by listing it, and stays open until all have.
@@ -804,7 +739,7 @@ async fn sessions_sharing_a_handle_unsubscribe_when_they_end_and_the_instance_li
         }
     })
     .await;
-    let all = held(&raw.http, &server).await;
+    let all = raw.held().await;
     assert_eq!(
         (all.sessions, all.subscriptions, all.watched_instances),
         (SESSIONS as u64, SESSIONS as u64, 1),
@@ -817,13 +752,9 @@ async fn sessions_sharing_a_handle_unsubscribe_when_they_end_and_the_instance_li
 
     let sessions = std::mem::take(&mut *opened.lock().await);
     run_sessions_owned(sessions).await;
-    wait_until(
-        &raw.http,
-        &server,
-        Duration::from_secs(20),
-        "zero subscriptions",
-        |now| now.sessions == 0 && now.subscriptions == 0 && now.watched_instances == 0,
-    )
+    raw.wait_until(Duration::from_secs(20), "zero subscriptions", |now| {
+        now.sessions == 0 && now.subscriptions == 0 && now.watched_instances == 0
+    })
     .await;
 
     // The instance outlives every session that touched it.
@@ -842,18 +773,14 @@ async fn sessions_sharing_a_handle_unsubscribe_when_they_end_and_the_instance_li
         .await;
     assert_eq!(status["state"], "approved");
     assert_eq!(
-        held(&raw.http, &server).await.subscriptions,
+        raw.held().await.subscriptions,
         1,
         "only the new session watches the instance"
     );
     later.end().await;
-    wait_until(
-        &raw.http,
-        &server,
-        Duration::from_secs(10),
-        "zero subscriptions",
-        |now| now.sessions == 0 && now.subscriptions == 0 && now.watched_instances == 0,
-    )
+    raw.wait_until(Duration::from_secs(10), "zero subscriptions", |now| {
+        now.sessions == 0 && now.subscriptions == 0 && now.watched_instances == 0
+    })
     .await;
 }
 
@@ -878,11 +805,8 @@ async fn run_sessions_owned(sessions: Vec<RawSession>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_session_that_touched_a_handle_hears_one_transition() {
     const SESSIONS: usize = 200;
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
-        &["--state-handle-key", "--store", "memory:"],
-    );
+    let (_plugins, server) =
+        common::start(&["invoice"], &["--state-handle-key", "--store", "memory:"]);
     let http = reqwest::Client::new();
 
     let minter = Client::http(&server.url).await;
@@ -909,7 +833,7 @@ async fn every_session_that_touched_a_handle_hears_one_transition() {
     })
     .await;
     let clients = std::mem::take(&mut *clients.lock().await);
-    let subscribed = held(&http, &server).await;
+    let subscribed = held(&http, &server.base()).await;
     assert_eq!(
         (subscribed.subscriptions, subscribed.watched_instances),
         (SESSIONS as u64 + 1, 1),
@@ -961,10 +885,7 @@ async fn every_session_that_touched_a_handle_hears_one_transition() {
 /// whose `list_changed` comes ahead of its result. All give the same answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answer_only_requests_of_a_session_come_back_as_plain_json() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &["--store", "memory:"]);
-    let raw = Raw::new(&server);
-    let mut session = raw.open().await;
+    let (_plugins, _server, mut session) = one_raw_session(&["invoice"]).await;
     let post =
         |id: u64, method: &str, params: Value| session.post_request(id, method, params).send();
     let framing = |response: &reqwest::Response| {
@@ -1078,10 +999,7 @@ async fn answer_only_requests_of_a_session_come_back_as_plain_json() {
 /// (`mcp/http/direct.rs`); this is what keeps the two the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_answered_on_the_spot_is_answered_as_rmcp_answers_it() {
-    let plugins = PluginDir::with(&["invoice", "testkit"]);
-    let server = Server::http(plugins.path(), &["--store", "memory:"]);
-    let raw = Raw::new(&server);
-    let mut session = raw.open().await;
+    let (_plugins, _server, mut session) = one_raw_session(&["invoice", "testkit"]).await;
     session.until_taken_up().await;
     assert_eq!(
         session.call("invoice.submit", json!({"amount": 5})).await["state"],
@@ -1144,11 +1062,8 @@ async fn a_call_answered_on_the_spot_is_answered_as_rmcp_answers_it() {
 /// the session's own move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notice_due_before_the_event_stream_opens_arrives_when_it_opens() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(
-        plugins.path(),
-        &["--state-handle-key", "--store", "memory:"],
-    );
+    let (_plugins, server) =
+        common::start(&["invoice"], &["--state-handle-key", "--store", "memory:"]);
     let raw = Raw::new(&server);
     let alice = raw.open().await;
     let mut bob = raw.open().await;
@@ -1210,10 +1125,7 @@ async fn a_notice_due_before_the_event_stream_opens_arrives_when_it_opens() {
 /// long before its 5 s, and its transition does not fire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_plain_call_stops_its_plugin_and_fires_nothing() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &["--store", "memory:"]);
-    let raw = Raw::new(&server);
-    let mut session = raw.open().await;
+    let (_plugins, server, mut session) = one_raw_session(&["testkit"]).await;
     session.call("testkit.go", json!({})).await;
     let names = session.tool_names(None).await;
     assert!(has(&names, "testkit.reset"), "{names:?}");
@@ -1227,7 +1139,8 @@ async fn a_cancelled_plain_call_stops_its_plugin_and_fires_nothing() {
         .send();
     let call = tokio::spawn(call);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let cancelled = raw
+    let cancelled = session
+        .raw
         .post(
             Some(&session.id),
             &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
@@ -1268,10 +1181,7 @@ async fn a_cancelled_plain_call_stops_its_plugin_and_fires_nothing() {
 /// nothing is still plain JSON.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_logs_streams_its_lines_ahead_of_its_result_on_its_own_response() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &["--store", "memory:"]);
-    let raw = Raw::new(&server);
-    let mut session = raw.open().await;
+    let (_plugins, _server, mut session) = one_raw_session(&["testkit"]).await;
     session.until_taken_up().await;
     session
         .request("logging/setLevel", json!({"level": "info"}))

@@ -7,13 +7,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Client, PluginDir, Server};
+use common::{Client, PluginDir, Server, handle_of};
 use serde_json::{Value, json};
 
 #[tokio::test]
 async fn sigterm_lets_the_calls_in_flight_deliver_their_results_and_exits_0() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let mut server = Server::http(plugins.path(), &[]);
+    let (_plugins, mut server) = common::start(&["testkit"], &[]);
     let mut clients = Vec::new();
     for _ in 0..10 {
         clients.push(Client::http(&server.url).await);
@@ -49,11 +48,7 @@ async fn past_the_shutdown_timeout_calls_get_shutting_down_and_nothing_is_saved(
     let flags = ["--state-handle-key", "--shutdown-timeout", "1"];
     let mut server = Server::http_in(plugins.path(), data.path(), &flags);
     let client = Client::http(&server.url).await;
-    let started = client.call("testkit.go", json!({})).await;
-    let handle = started.structured_content.unwrap()["handle"]
-        .as_str()
-        .expect("a minted handle")
-        .to_string();
+    let handle = handle_of(&client.call("testkit.go", json!({})).await);
 
     let slow = tokio::spawn({
         let handle = handle.clone();

@@ -45,9 +45,7 @@ async fn menus_follow_nested_and_parallel_states() {
 /// menu says; one of 200 does not. Each step is a transition its session hears about.
 #[tokio::test]
 async fn a_guard_over_the_submitted_amount_decides_the_next_menu() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let large = Client::http(&server.url).await;
+    let (_plugins, server, large) = common::serve_and_connect(&["invoice"], &[]).await;
     let small = Client::http(&server.url).await;
     for (client, amount) in [(&large, 20_000), (&small, 200)] {
         let submitted = client
@@ -138,9 +136,7 @@ async fn a_declined_capture_rolls_the_payment_back_through_on_error() {
 /// runs; its result then says the state did not move, and no `list_changed` is sent.
 #[tokio::test]
 async fn a_plugin_guard_decides_a_transition_after_the_call() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) = common::serve_and_connect(&["testkit"], &[]).await;
     assert!(client.offers("testkit.go").await);
     let stopped = client.call("testkit.go", json!({"word": "stop"})).await;
     assert_ne!(stopped.is_error, Some(true), "{stopped:?}");

@@ -10,11 +10,10 @@
 //! within 10 s" (`ListChanges::wait_for`).
 
 mod common;
-mod durability_support;
 
 use std::{path::Path, time::Duration};
 
-use common::{Client, PluginDir, Server, names};
+use common::{Client, PluginDir, Server, names, state_of};
 use serde_json::{Value, json};
 
 /// The review deadline the tests configure, in ms, as the plugin reads it.
@@ -38,12 +37,15 @@ fn start(
     deadline_ms: &str,
     extra: &[&str],
 ) -> Server {
-    let mut flags = vec!["--state-handle-key"];
-    if let Some(store) = store {
-        flags.extend(["--store", store, "--store-namespace", ns]);
-    }
-    flags.extend(extra);
-    Server::http_in_env(plugins.path(), data, &flags, &[(ENV, deadline_ms)])
+    let flags = [&["--state-handle-key"], extra].concat();
+    Server::on_store(
+        plugins.path(),
+        data,
+        store,
+        ns,
+        &flags,
+        &[(ENV, deadline_ms)],
+    )
 }
 
 /// Submits an invoice (minting its instance); returns its handle.
@@ -53,14 +55,6 @@ async fn submit(client: &Client) -> String {
     let structured = minted.structured_content.expect("structured content");
     assert_eq!(structured["state"], "review");
     structured["handle"].as_str().expect("a handle").to_string()
-}
-
-async fn state_of(client: &Client, handle: &str) -> Value {
-    let status = client
-        .call("invoice.status", json!({"handle": handle}))
-        .await;
-    assert_ne!(status.is_error, Some(true), "{status:?}");
-    status.structured_content.expect("structured content")["state"].clone()
 }
 
 /// The record of `handle` in Redis, as (version, state value).
@@ -159,8 +153,7 @@ async fn the_deadline_survives_a_restart_on_the_embedded_store() {
 
 #[tokio::test]
 async fn the_deadline_survives_a_restart_on_redis() {
-    let url = common::redis_url();
-    durability_support::require_reachable(&url);
+    let url = common::reachable_redis_url();
     the_deadline_survives_a_restart(Some(url)).await;
 }
 
@@ -168,8 +161,7 @@ async fn the_deadline_survives_a_restart_on_redis() {
 /// before anyone asks (the store shows the move), once.
 #[tokio::test]
 async fn a_deadline_that_passed_while_no_server_ran_fires_on_start() {
-    let url = common::redis_url();
-    durability_support::require_reachable(&url);
+    let url = common::reachable_redis_url();
     let plugins = PluginDir::with(&["invoice"]);
     let data = tempfile::tempdir().unwrap();
     let ns = namespace("overdue");
@@ -210,8 +202,7 @@ async fn a_deadline_that_passed_while_no_server_ran_fires_on_start() {
 /// one `list_changed` per session), whichever server fires it.
 #[tokio::test]
 async fn two_servers_on_one_redis_fire_a_timer_once() {
-    let url = common::redis_url();
-    durability_support::require_reachable(&url);
+    let url = common::reachable_redis_url();
     let plugins = PluginDir::with(&["invoice"]);
     let (east_data, west_data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let ns = namespace("two");

@@ -11,9 +11,7 @@ use serde_json::{Value, json};
 
 #[tokio::test]
 async fn listed_tools_carry_their_title_annotations_and_output_schema() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (plugins, _server, client) = common::serve_and_connect(&["invoice"], &[]).await;
     let tools = client.tools().await;
     let status = tools
         .iter()
@@ -46,9 +44,8 @@ async fn listed_tools_carry_their_title_annotations_and_output_schema() {
 /// A failed call reports nothing of the kind, and a declared output schema lists the property.
 #[tokio::test]
 async fn a_workflow_result_names_the_state_the_call_left_the_instance_in() {
-    let plugins = PluginDir::with(&["invoice", "payment", "testkit"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) =
+        common::serve_and_connect(&["invoice", "payment", "testkit"], &[]).await;
     let steps = [
         ("invoice.submit", json!({"amount": 5}), json!("review")),
         (
@@ -117,9 +114,7 @@ async fn a_workflow_result_names_the_state_the_call_left_the_instance_in() {
 
 #[tokio::test]
 async fn an_output_that_breaks_its_schema_is_an_error_and_fires_nothing() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) = common::serve_and_connect(&["testkit"], &[]).await;
     let result = client.call("testkit.go", json!({"bad_output": true})).await;
     assert_eq!(error_code(&result), "BAD_OUTPUT");
     let message = result.structured_content.as_ref().unwrap()["error"]["message"].to_string();
@@ -140,9 +135,7 @@ async fn an_output_that_breaks_its_schema_is_an_error_and_fires_nothing() {
 
 #[tokio::test]
 async fn content_blocks_from_a_plugin_reach_the_client() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, _server, client) = common::serve_and_connect(&["testkit"], &[]).await;
     let result = client.call("testkit.content", json!({})).await;
     assert_ne!(result.is_error, Some(true), "{result:?}");
     // As the client reads it: the JSON of the first block.
@@ -219,26 +212,8 @@ async fn sessionless_exchange(
     arguments: Value,
     meta: Value,
 ) -> (String, Vec<Value>) {
-    let mut meta = meta;
-    meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
-    if meta
-        .get("io.modelcontextprotocol/clientCapabilities")
-        .is_none()
-    {
-        meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
-    }
-    meta["io.modelcontextprotocol/clientInfo"] =
-        json!({"name": "tool-results-test", "version": "0"});
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments, "_meta": meta}});
-    let response = reqwest::Client::new()
-        .post(url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", "tools/call")
-        .header("Mcp-Name", tool)
-        .body(body.to_string())
+    let params = json!({"name": tool, "arguments": arguments, "_meta": meta});
+    let response = common::post_sessionless(url, id, "tools/call", params)
         .send()
         .await
         .expect("the server answers");
@@ -250,15 +225,7 @@ async fn sessionless_exchange(
         .unwrap_or_default()
         .to_string();
     let text = response.text().await.expect("body");
-    let messages = match serde_json::from_str::<Value>(&text) {
-        Ok(single) => vec![single],
-        Err(_) => text
-            .lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .filter_map(|data| serde_json::from_str(data.trim()).ok())
-            .collect(),
-    };
-    (content_type, messages)
+    (content_type, common::messages(&text))
 }
 
 /// What a 2026-07-28 client puts in a request's `_meta` to declare Turnstile's gated-lists
@@ -274,8 +241,7 @@ fn gated_lists() -> Value {
 /// alone.
 #[tokio::test]
 async fn a_sessionless_answer_is_plain_json_unless_something_precedes_the_result() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let submit = json!({"amount": 5});
     let (framing, plain) =
         sessionless_exchange(&server.url, 1, "invoice.submit", submit.clone(), json!({})).await;
@@ -304,8 +270,7 @@ async fn a_sessionless_answer_is_plain_json_unless_something_precedes_the_result
 /// level in its `_meta`, and they arrive on the call's own stream, before its result.
 #[tokio::test]
 async fn a_sessionless_request_gets_logs_only_when_it_names_a_level() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["testkit"], &[]);
     let arguments = json!({"count": 2, "level": "error"});
     let messages = sessionless_call(&server.url, 1, "testkit.report", arguments, json!({})).await;
     assert_eq!(messages.len(), 1, "only the result: {messages:?}");
@@ -337,8 +302,7 @@ async fn a_sessionless_request_gets_logs_only_when_it_names_a_level() {
 /// every time; one that moves nothing carries none.
 #[tokio::test]
 async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_time() {
-    let plugins = PluginDir::with(&["invoice"]);
-    let server = Server::http(plugins.path(), &[]);
+    let (_plugins, server) = common::start(&["invoice"], &[]);
     let methods = |messages: &[Value]| -> Vec<String> {
         messages
             .iter()
@@ -410,9 +374,7 @@ async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_t
 /// completes anyway keeps its transition, since its effect happened.
 #[tokio::test]
 async fn a_cancelled_call_fires_only_if_its_plugin_completed_anyway() {
-    let plugins = PluginDir::with(&["testkit"]);
-    let server = Server::http(plugins.path(), &[]);
-    let client = Client::http(&server.url).await;
+    let (_plugins, server, client) = common::serve_and_connect(&["testkit"], &[]).await;
     let menu = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
         let mut names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
         names.sort();

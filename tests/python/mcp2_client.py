@@ -24,6 +24,8 @@ URL may also be `stdio:["PROGRAM", "ARG", ...]`: each client starts that server 
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
 
+# Deliberately parallel to mcp1_client.py: each script stands alone on its own SDK line, written
+# as that SDK's users write it; what both need lives in turnstile_e2e.py.
 from __future__ import annotations
 
 import importlib.metadata

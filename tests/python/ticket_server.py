@@ -49,6 +49,8 @@ assert MODE in (
 ), f"unknown mode {MODE}"
 HANDLES = MODE.startswith("handles")
 
+# Each tool spells out its own JSON Schema, as an independent server would; the alike shapes are
+# deliberate.
 TOOLS = {
     "ticket.start": types.Tool(
         name="ticket.start",

@@ -17,7 +17,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::common::{Server, turnstile_bin};
+use super::{Server, target_dir, turnstile_bin};
 
 /// How long one scenario may run before it is killed and the test fails.
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(120);
@@ -66,15 +66,6 @@ fn python_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python")
 }
 
-/// The cargo target directory the binary under test was built in (`target/debug/..`).
-fn target_dir() -> PathBuf {
-    turnstile_bin()
-        .parent()
-        .and_then(Path::parent)
-        .expect("the binary lives in <target>/<profile>/")
-        .to_path_buf()
-}
-
 /// Creates the virtual environments if needed; returns the directory that holds them.
 fn venvs() -> &'static Path {
     static VENVS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
@@ -116,12 +107,10 @@ fn venvs() -> &'static Path {
 /// The Python interpreter of the SDK's virtual environment (made first if needed), and the path
 /// of a file in `tests/python/`: for tests that run Python programs other than the client
 /// scenarios (such as `ticket_server.py`, an independent MCP server).
-#[allow(dead_code)] // Each test file that includes this module uses a different part of it.
 pub fn python(sdk: Sdk) -> PathBuf {
     venvs().join(sdk.venv()).join("bin/python")
 }
 
-#[allow(dead_code)]
 pub fn python_file(name: &str) -> PathBuf {
     python_dir().join(name)
 }
@@ -138,7 +127,6 @@ pub fn run_scenario(sdk: Sdk, scenario: &str, server: &mut Server) -> Value {
 /// Runs a scenario over stdio: the script's SDK starts `turnstile ARGS...` itself, as its child,
 /// for each connection it opens (the target is `stdio:` and the command line as a JSON list).
 /// Such a server's log is the scenario's to report (`server_logs` in the summary).
-#[allow(dead_code)] // Each test file that includes this module uses a different part of it.
 pub fn run_scenario_over_stdio(sdk: Sdk, scenario: &str, args: &[&str]) -> Value {
     let mut command = vec![turnstile_bin().to_string_lossy().into_owned()];
     command.extend(args.iter().map(|arg| (*arg).to_owned()));
