@@ -302,8 +302,8 @@ pub async fn timed_save<T>(
 mod tests {
     use super::*;
 
-    /// Renders what `record` records into a recorder of its own.
-    fn rendered(record: impl FnOnce()) -> String {
+    /// Renders what `record` records into a recorder of its own (also for `scrape`'s tests).
+    pub(super) fn rendered(record: impl FnOnce()) -> String {
         let recorder = PrometheusBuilder::new().build_recorder();
         metrics::with_local_recorder(&recorder, record);
         recorder.handle().render()

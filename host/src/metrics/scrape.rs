@@ -134,13 +134,7 @@ fn record_gauges(gauges: &Gauges) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Renders what `record` records into a recorder of its own.
-    fn rendered(record: impl FnOnce()) -> String {
-        let recorder = PrometheusBuilder::new().build_recorder();
-        metrics::with_local_recorder(&recorder, record);
-        recorder.handle().render()
-    }
+    use crate::metrics::tests::rendered;
 
     #[test]
     fn gauges_render_what_they_are_given_and_nothing_of_a_plugin_not_named() {
