@@ -33,7 +33,7 @@ use std::{
 
 use dashmap::DashMap;
 
-use crate::mcp::auth::bearer::Principal;
+use crate::mcp::auth::principal::Principal;
 use crate::{
     actors::Tenant,
     store::{StateStore, StoreError},

@@ -20,8 +20,11 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use super::oauth::{OAuth, Refused};
-use crate::actors::{Tenant, sha256_hex16};
+use super::{
+    oauth::{OAuth, Refused},
+    principal::Principal,
+};
+use crate::actors::Tenant;
 use crate::mcp::jsonrpc_errors::{Rejection, UNAUTHORIZED};
 use axum::{
     extract::{Request, State},
@@ -29,46 +32,6 @@ use axum::{
     middleware::Next,
     response::Response,
 };
-
-/// Who a request is from, named by where its proof came from, so that no two sources can name
-/// the same principal: `token:NAME` (a named token of the token file), `token:sha256:HEX` (a
-/// bare token, by a digest of the token), `oauth:ISSUER#SUB` (an OAuth access token).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal(pub String);
-
-impl Principal {
-    /// The principal of the token file's line `NAME TOKEN`.
-    pub fn named_token(name: &str) -> Principal {
-        Principal(format!("token:{name}"))
-    }
-
-    /// The principal of a bare token: the first 16 bytes of its SHA-256, in hex.
-    pub fn bare_token(token: &str) -> Principal {
-        Principal(format!("token:sha256:{}", sha256_hex16(token)))
-    }
-
-    /// The principal of an OAuth access token of `issuer` for `sub`.
-    pub fn oauth(issuer: &str, sub: &str) -> Principal {
-        Principal(format!("oauth:{issuer}#{sub}"))
-    }
-
-    /// The tenant its handle-keyed instances belong to (`actors::Tenant`). An OAuth principal
-    /// keeps the tenant its `sub` always had, so instances made before principals were
-    /// namespaced stay its own (one issuer per server). A token principal's tenant is its
-    /// namespaced name behind a NUL byte, which no accepted `sub` holds (`oauth.rs` refuses
-    /// control characters), so a `sub` can never reach a token's instances; instances of the
-    /// old token forms are moved to it at start (`commands/serve.rs`).
-    pub fn tenant(&self) -> Tenant {
-        match self
-            .0
-            .strip_prefix("oauth:")
-            .and_then(|rest| rest.split_once('#'))
-        {
-            Some((_, sub)) => Tenant::of(sub),
-            None => Tenant::of(&format!("\0{}", self.0)),
-        }
-    }
-}
 
 /// One line of the token file: the token, its principal, and what that principal was called
 /// before principals were namespaced (for moving its instances: `legacy_tenants`).

@@ -41,7 +41,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::bearer::Principal;
+use super::principal::Principal;
 
 /// Seconds of clock skew tolerated on `exp` and `nbf`.
 pub const LEEWAY_S: u64 = 30;

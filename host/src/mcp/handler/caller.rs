@@ -10,7 +10,7 @@ use rmcp::model::Extensions;
 use crate::{
     actors::Tenant,
     mcp::{
-        auth::bearer::Principal,
+        auth::principal::Principal,
         quotas::{ClientAddr, Holder},
     },
 };

@@ -7,7 +7,7 @@ use rmcp::model::Extensions;
 
 use super::header_names::SESSION_ID;
 use crate::mcp::{
-    auth::bearer::Principal,
+    auth::principal::Principal,
     handler::caller::{Caller, CarriedBy},
     quotas::ClientAddr,
 };

@@ -52,7 +52,7 @@ use super::{
     session_records::{SessionRecords, Visit},
 };
 use crate::mcp::{
-    auth::bearer::Principal,
+    auth::principal::Principal,
     handler::server::TurnstileServer,
     jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
     quotas::{self, ClientAddr, Holder, OverQuota, Quotas},

@@ -20,7 +20,7 @@ use std::sync::{
 use dashmap::DashMap;
 
 use super::session_records::SessionRecords;
-use crate::mcp::auth::bearer::Principal;
+use crate::mcp::auth::principal::Principal;
 
 /// How many sessions open between two prunings of ended sessions' entries.
 const PRUNE_EVERY: usize = 1024;
