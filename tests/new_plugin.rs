@@ -6,26 +6,31 @@ mod common;
 use std::{
     fs,
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Output},
 };
 
 use common::{Client, Server};
 use serde_json::json;
 
-/// Runs `command`, failing the test with its output if it fails.
-fn run(command: &mut Command) -> String {
-    let output = command.output().expect("the command starts");
-    let said = format!(
+/// What a command wrote, its standard output then its errors.
+fn said(output: &Output) -> String {
+    format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
-    );
+    )
+}
+
+/// Runs `command`, failing the test with its output if it fails.
+fn run(command: &mut Command) -> String {
+    let output = command.output().expect("the command starts");
+    let said = said(&output);
     assert!(output.status.success(), "{command:?}:\n{said}");
     said
 }
 
 fn new_plugin(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
+    let mut command = Command::new(common::turnstile_bin());
     command.arg("new-plugin").args(args);
     command
 }
@@ -47,11 +52,7 @@ fn cargo(crate_dir: &Path, target: &Path, args: &[&str]) -> String {
         output if output.status.success() => output,
         _ => attempt(false),
     };
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let said = said(&output);
     assert!(output.status.success(), "cargo {args:?}:\n{said}");
     said
 }

@@ -275,7 +275,6 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         handles: options.handles,
         call_limits,
         shutdown: shutdown.clone(),
-        connection_is_session: matches!(options.transport, Transport::Stdio),
         caller_of: match options.transport {
             Transport::Stdio => mcp::Caller::of_connection,
             Transport::Http(_) => mcp::http_caller,

@@ -21,7 +21,7 @@ use rmcp::{
 };
 
 use super::{
-    caller::{Caller, CallerOf},
+    caller::{Caller, CallerOf, CarriedBy},
     era::{declares_gated_lists, is_2026_07_28},
     reply,
     target::HandleMode,
@@ -44,8 +44,6 @@ pub struct Shared {
     pub call_limits: invoke::Limits,
     /// Draining and its stages: calls in flight are counted, listens end when streams close.
     pub shutdown: crate::shutdown::Shutdown,
-    /// The transport's connection is one session (stdio), whatever the protocol revision says.
-    pub connection_is_session: bool,
     /// Who a request is from, as the transport tells it (`caller.rs`).
     pub caller_of: CallerOf,
     /// The `tools/call` metrics, counted as calls are answered.
@@ -253,7 +251,9 @@ impl TurnstileServer {
         if self.shared.handles.is_some() {
             return self.shared.handles.as_ref();
         }
-        let sessionless = !self.shared.connection_is_session
+        // A connection that is one session (stdio) keeps the session model whatever the
+        // protocol revision says.
+        let sessionless = self.caller(context).session != CarriedBy::Connection
             && context
                 .meta
                 .protocol_version()
