@@ -9,6 +9,7 @@
 //!   serializes every call on it through its mailbox.
 //! - `notifier.rs`: [`notifier::Notifier`] knows which session watches which instance and tells
 //!   exactly those sessions when an instance's menu changes.
+//! - `operator.rs`: an operator's reset or delete of an instance, done by its actor.
 //! - `tenure.rs`: [`Tenure`](tenure::Tenure), an instance actor's lease on its record in a store
 //!   other servers share, so a handler runs on one server only and a lapsed lease cannot commit.
 //! - `instance/wake.rs`: the instance actor's timers and retention ([`Woke`]): due timers fired before
@@ -28,6 +29,7 @@ mod idempotency;
 mod instance;
 mod key;
 mod notifier;
+mod operator;
 mod registry;
 mod routes;
 mod runtime;
@@ -46,6 +48,7 @@ pub use self::{
     instance::{CallOutcome, InstanceError, InstanceView},
     key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId, Tenant, sha256_hex16},
     notifier::{Listener, Notice, NotifierStats, WatchEvent, WatchEvents},
+    operator::Operated,
     registry::RegistryStats,
     runtime::Runtime,
     system::{ActorOptions, start},

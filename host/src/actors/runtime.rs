@@ -10,6 +10,7 @@ use super::{
     instance::wake::{Wake, Woke},
     instance::{self, CallOutcome, InstanceError, InstanceView},
     notifier::{self, Listener, Notifier, NotifierStats},
+    operator::{self, Operated},
     registry::{self, Registry, RegistryStats},
     routes::Routes,
     watching::Watching,
@@ -118,21 +119,8 @@ impl Runtime {
     /// this process does not run (a session of another server process, a key no server writes)
     /// is [`Woke::Elsewhere`].
     pub async fn wake(&self, store_key: &str) -> Result<Woke, InstanceError> {
-        let Some(key) = InstanceKey::parse_store_key(store_key) else {
+        let Some((key, instance)) = self.resolve_here(store_key).await? else {
             return Ok(Woke::Elsewhere);
-        };
-        let instance = match self.routes.live(&key) {
-            Some(live) => live,
-            None => match self
-                .registry
-                .send(registry::ResolveDue { key: key.clone() })
-                .await
-                .map_err(|_| InstanceError::Stopped)?
-                .map_err(|unknown| InstanceError::UnknownWorkflow(unknown.0))?
-            {
-                Some(instance) => instance,
-                None => return Ok(Woke::Elsewhere),
-            },
         };
         let woke = instance
             .send(Wake)
@@ -143,6 +131,68 @@ impl Runtime {
             self.forget(key);
         }
         woke
+    }
+
+    /// An operator resets the instance stored under `store_key` to its machine's initial state
+    /// (`operator.rs`), through its actor here. `Ok(None)` when the instance is not this
+    /// process's to run (a session of another server process sharing the store, or of no live
+    /// session): no actor here holds it, so the caller may write the store itself.
+    pub async fn reset(
+        &self,
+        store_key: &str,
+        principal: Option<String>,
+    ) -> Result<Option<Operated>, InstanceError> {
+        let Some((_, instance)) = self.resolve_here(store_key).await? else {
+            return Ok(None);
+        };
+        instance
+            .send(operator::Reset { principal })
+            .await
+            .map_err(|_| InstanceError::Stopped)?
+            .map(Some)
+    }
+
+    /// An operator deletes the instance stored under `store_key`, through its actor here, which
+    /// is then forgotten (its handle is unknown from now on). `Ok(None)` as for
+    /// [`Runtime::reset`].
+    pub async fn delete(
+        &self,
+        store_key: &str,
+        principal: Option<String>,
+    ) -> Result<Option<Operated>, InstanceError> {
+        let Some((key, instance)) = self.resolve_here(store_key).await? else {
+            return Ok(None);
+        };
+        let deleted = instance
+            .send(operator::Delete { principal })
+            .await
+            .map_err(|_| InstanceError::Stopped)??;
+        if matches!(deleted, Operated::Deleted | Operated::Missing) {
+            self.forget(key);
+        }
+        Ok(Some(deleted))
+    }
+
+    /// The actor for the record under `store_key`, started if need be, when this process runs
+    /// it; `None` for a key that is not an instance's or an instance this process does not run
+    /// (see [`registry::ResolveDue`]).
+    async fn resolve_here(
+        &self,
+        store_key: &str,
+    ) -> Result<Option<(InstanceKey, Addr<instance::InstanceActor>)>, InstanceError> {
+        let Some(key) = InstanceKey::parse_store_key(store_key) else {
+            return Ok(None);
+        };
+        if let Some(live) = self.routes.live(&key) {
+            return Ok(Some((key, live)));
+        }
+        let found = self
+            .registry
+            .send(registry::ResolveDue { key: key.clone() })
+            .await
+            .map_err(|_| InstanceError::Stopped)?
+            .map_err(|unknown| InstanceError::UnknownWorkflow(unknown.0))?;
+        Ok(found.map(|instance| (key, instance)))
     }
 
     /// From now on, `session` hears about every change of `instance`. Idempotent.

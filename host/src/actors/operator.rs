@@ -1,0 +1,199 @@
+//! What an operator does to one instance (the console's reset and delete buttons), done by the
+//! instance's own actor, in its mailbox, like a call: never a write to the store behind a live
+//! actor's back, whose copy in memory would then be stale.
+//!
+//! The messages are handled by [`InstanceActor`] here rather than in `instance/`, which owns the
+//! `tools/call` path; they use only what that module lends the rest of `actors/` (its view, its
+//! lease, its `save`). A reset saves the machine's initial state and context as the next
+//! version, with an audit entry `operator:reset` naming the operator's principal, and forgets the
+//! instance's idempotency entries (a retry must not replay a result from before the reset). A
+//! delete removes the record (and its trail, which goes with it). Both hold the instance's lease
+//! first with a store other servers share, are compare-and-set on the version just read, tell the
+//! other servers (the store's change feed) and this one's watchers (the notifier).
+//!
+//! It must not decide what an operator may do (that is the console's access check) or find
+//! instances (that is `instances/`).
+
+use std::time::Instant;
+
+use actix::prelude::*;
+use serde_json::Value;
+
+use super::instance::{self, InstanceActor, InstanceError, InstanceView};
+use crate::{
+    gate::ListsChanged,
+    store::{AuditEntry, CURRENT_FORMAT, InstanceRecord, now_ms},
+};
+
+/// Put the instance back in its machine's initial state and context.
+#[derive(Message)]
+#[rtype(result = "Result<Operated, InstanceError>")]
+pub struct Reset {
+    /// The operator, for the audit trail (`None` without authentication).
+    pub principal: Option<String>,
+}
+
+/// Delete the instance's record.
+#[derive(Message)]
+#[rtype(result = "Result<Operated, InstanceError>")]
+pub struct Delete {
+    /// The operator, for the log.
+    pub principal: Option<String>,
+}
+
+/// What an operator's action did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Operated {
+    /// Reset from the state value `from` to `to`.
+    Reset { from: Value, to: Value },
+    /// The record is gone.
+    Deleted,
+    /// There was nothing stored to act on (never saved, or deleted meanwhile).
+    Missing,
+}
+
+/// Holds the instance's lease (with a store other servers share), waiting for another server to
+/// give it up for up to `--lease-wait`.
+async fn hold_lease(actor_tenure: Option<&super::tenure::Tenure>) -> Result<(), InstanceError> {
+    if let Some(tenure) = actor_tenure
+        && let Err(busy) = tenure.hold(Some(Instant::now())).await?
+    {
+        return Err(InstanceError::LeaseBusy {
+            retry_after_ms: busy.retry_after_ms,
+        });
+    }
+    Ok(())
+}
+
+/// The instance as stored now, or `None` when nothing is.
+async fn stored(
+    deps: &instance::InstanceDeps,
+    key: &super::InstanceKey,
+    workflow: &std::sync::Arc<crate::catalog::Workflow>,
+) -> Result<Option<InstanceView>, InstanceError> {
+    match instance::load(deps, key, workflow).await {
+        Ok(view) if view.version > 0 => Ok(Some(view)),
+        Ok(_) | Err(InstanceError::UnknownHandle(_)) => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+impl Handler<Reset> for InstanceActor {
+    type Result = AtomicResponse<Self, Result<Operated, InstanceError>>;
+
+    fn handle(&mut self, msg: Reset, _ctx: &mut Self::Context) -> Self::Result {
+        self.follow_catalog();
+        let (deps, key, workflow) = (self.deps.clone(), self.key.clone(), self.workflow.clone());
+        let tenure = self.tenure.clone();
+        let work = async move {
+            hold_lease(tenure.as_deref()).await?;
+            // Read again under the lease: the copy in memory may predate another server's move.
+            let Some(view) = stored(&deps, &key, &workflow).await? else {
+                return Ok((None, Operated::Missing));
+            };
+            let running = view.workflow.clone();
+            let now = now_ms();
+            let snapshot = running.machine.initial_snapshot_at(now);
+            let (from, to) = (view.snapshot.value(), snapshot.value());
+            let version = view.version + 1;
+            let record = InstanceRecord {
+                format: CURRENT_FORMAT,
+                workflow: running.id.clone(),
+                snapshot: snapshot.to_persisted(),
+                version,
+                updated_at_ms: now,
+                machine: Some(running.version.clone()),
+                idempotency: Vec::new(),
+                due_at_ms: deps.due_at(&key, &snapshot, now),
+                audit: Some(AuditEntry {
+                    at_ms: now,
+                    version,
+                    by: "operator:reset".into(),
+                    event: None,
+                    from: from.clone(),
+                    to: to.clone(),
+                    principal: msg.principal,
+                    confirmation: None,
+                }),
+                fence: tenure.as_ref().and_then(|tenure| tenure.fence()),
+            };
+            deps.save(&key, &running, &record, view.version, true)
+                .await?;
+            let after = InstanceView {
+                snapshot,
+                version,
+                workflow: running,
+                idempotency: Vec::new(),
+                updated_at_ms: now,
+                due_at_ms: record.due_at_ms,
+            };
+            Ok((Some(after), Operated::Reset { from, to }))
+        };
+        AtomicResponse::new(Box::pin(work.into_actor(self).map(
+            |result, actor, ctx| {
+                let outcome = match result {
+                    Ok((adopt, operated)) => {
+                        if let Some(view) = adopt {
+                            actor.workflow = view.workflow.clone();
+                            actor.current = Some(view);
+                            // Every list may differ in the initial state.
+                            actor.announce(ListsChanged::ALL, None);
+                        }
+                        Ok(operated)
+                    }
+                    Err(error) => {
+                        actor.current = None;
+                        Err(error)
+                    }
+                };
+                actor.after(&outcome, ctx);
+                outcome
+            },
+        )))
+    }
+}
+
+impl Handler<Delete> for InstanceActor {
+    type Result = AtomicResponse<Self, Result<Operated, InstanceError>>;
+
+    fn handle(&mut self, msg: Delete, _ctx: &mut Self::Context) -> Self::Result {
+        self.follow_catalog();
+        let (deps, key, workflow) = (self.deps.clone(), self.key.clone(), self.workflow.clone());
+        let tenure = self.tenure.clone();
+        let work = async move {
+            hold_lease(tenure.as_deref()).await?;
+            let Some(view) = stored(&deps, &key, &workflow).await? else {
+                return Ok(Operated::Missing);
+            };
+            let store_key = key.store_key();
+            let fence = tenure.as_ref().and_then(|tenure| tenure.fence());
+            if !deps
+                .store
+                .delete(&store_key, Some(view.version), fence.as_ref())
+                .await?
+            {
+                return Ok(Operated::Missing);
+            }
+            tracing::info!(workflow = %key.workflow, principal = msg.principal.as_deref().unwrap_or("-"), "an operator deleted an instance");
+            if let Err(error) = deps.store.announce_change(&deps.node, &store_key).await {
+                tracing::warn!(%error, "could not announce an operator's delete to other servers");
+            }
+            Ok(Operated::Deleted)
+        };
+        AtomicResponse::new(Box::pin(work.into_actor(self).map(
+            |outcome, actor, ctx| {
+                // Whatever happened, the next message reads the store again.
+                actor.current = None;
+                if matches!(outcome, Ok(Operated::Deleted)) {
+                    // The lease went with the record.
+                    if let Some(tenure) = &actor.tenure {
+                        tenure.forget();
+                    }
+                    actor.announce(ListsChanged::ALL, None);
+                }
+                actor.after(&outcome, ctx);
+                outcome
+            },
+        )))
+    }
+}
