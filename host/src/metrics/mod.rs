@@ -27,6 +27,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::{fast_hash::ConcurrentMap, store::StoreError};
 
+pub mod changes;
 pub mod scrape;
 
 /// `turnstile_calls_total{tool, outcome}`: `tools/call` requests answered.
@@ -243,6 +244,7 @@ impl CallMetrics {
 pub fn transition_saved(workflow: &str, event: &str) {
     counter!(TRANSITIONS, "workflow" => workflow.to_owned(), "event" => event.to_owned())
         .increment(1);
+    changes::changes().tell();
 }
 
 /// A `list_changed` reached a session's transport.
@@ -274,6 +276,7 @@ pub fn lease_fenced() {
 /// A change announced by another server reached this one.
 pub fn change_relayed() {
     counter!(CHANGES_RELAYED).increment(1);
+    changes::changes().tell();
 }
 
 /// The embedded store made `writes` writes durable in one commit.
