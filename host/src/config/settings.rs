@@ -393,8 +393,9 @@ pub struct ServeSettings {
     )]
     pub allow_test_plugins: bool,
     /// Require `Authorization: Bearer TOKEN` on every HTTP route but /healthz and /readyz.
-    /// The file holds one `TOKEN` or `NAME TOKEN` per line (`#` comments); it is read again
-    /// on SIGHUP, so tokens rotate without a restart.
+    /// The file holds one `TOKEN` or `NAME TOKEN` per line (`#` comments), followed by the
+    /// word `operator` for a token that may use the console at /console; it is read again on
+    /// SIGHUP, so tokens rotate without a restart.
     #[arg(
         long,
         env = "TURNSTILE_AUTH_TOKEN_FILE",
@@ -439,6 +440,16 @@ pub struct ServeSettings {
         value_name = "URL"
     )]
     pub public_url: Option<String>,
+    /// OAuth access tokens granting this scope (in their `scope` or `scp` claim) are
+    /// operators': they may use the console at /console. (Token file lines are marked
+    /// `operator` instead.) Needs --oauth-issuer or --oauth-jwks.
+    #[arg(
+        long,
+        env = "TURNSTILE_OPERATOR_SCOPE",
+        hide_env = true,
+        value_name = "SCOPE"
+    )]
+    pub operator_scope: Option<String>,
     /// Serve HTTPS with this PEM certificate chain (needs --tls-key); re-read on SIGHUP.
     #[arg(long, env = "TURNSTILE_TLS_CERT", hide_env = true, value_name = "PEM")]
     pub tls_cert: Option<PathBuf>,
@@ -586,6 +597,10 @@ impl ServeSettings {
         if self.oauth_jwks.is_some() && self.public_url.is_none() {
             return Err(Problem::Needs("oauth-jwks", "public-url"));
         }
+        if self.operator_scope.is_some() && self.oauth_issuer.is_none() && self.oauth_jwks.is_none()
+        {
+            return Err(Problem::Needs("operator-scope", "oauth-issuer or oauth-jwks"));
+        }
         // Without authentication an instance belongs to no one: the limit would count nothing.
         if self.max_instances_per_principal.is_some()
             && self.auth_token_file.is_none()
@@ -672,6 +687,7 @@ impl ServeSettings {
                         jwks: self.oauth_jwks,
                         // `check` refuses OAuth without it.
                         public_url: self.public_url.unwrap_or_default(),
+                        operator_scope: self.operator_scope,
                     }
                 }),
                 tls: self

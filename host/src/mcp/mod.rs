@@ -17,7 +17,7 @@
 //!
 //! **Architecture Invariant:** only this module names rmcp types.
 
-mod auth;
+pub mod auth;
 mod handler;
 mod http;
 mod jsonrpc_errors;

@@ -1,7 +1,8 @@
 //! Bearer-token authentication for HTTP: static tokens (`--auth-token-file`) and OAuth access
 //! tokens (`oauth.rs`), both giving a request one [`Principal`].
 //!
-//! The token file holds one token per line, `TOKEN` or `NAME TOKEN`; blank lines and lines
+//! The token file holds one token per line, `TOKEN` or `NAME TOKEN`, either followed by the
+//! word `operator` for a token that may also use the console (`console/`); blank lines and lines
 //! starting with `#` are skipped. A named token's principal is `token:NAME`; a bare token's is
 //! `token:sha256:` and a digest of the token itself, so it moves with the token and never with
 //! its line (reordering the file gives no token another's instances), and each bare token is
@@ -12,8 +13,8 @@
 //! Every route but the health probes and the OAuth metadata needs `Authorization: Bearer TOKEN`;
 //! a request without one, or with a token that is neither in the file nor a valid access token,
 //! gets 401 with `WWW-Authenticate: Bearer` (naming the protected-resource metadata when OAuth is
-//! on, as the MCP authorization spec asks) and a JSON-RPC error body. The principal is put in the
-//! request's extensions for what comes after.
+//! on, as the MCP authorization spec asks) and a JSON-RPC error body. The principal and its
+//! [`Role`] are put in the request's extensions for what comes after.
 
 use std::{
     path::{Path, PathBuf},
@@ -22,7 +23,7 @@ use std::{
 
 use super::{
     oauth::{OAuth, Refused},
-    principal::Principal,
+    principal::{Principal, Role},
 };
 use crate::actors::Tenant;
 use crate::mcp::jsonrpc_errors::{Rejection, UNAUTHORIZED};
@@ -38,6 +39,7 @@ use axum::{
 struct TokenLine {
     token: String,
     principal: Principal,
+    role: Role,
     legacy_name: String,
 }
 
@@ -49,15 +51,15 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    /// The principal `token` stands for: a static token first (a cheap comparison), then an
-    /// OAuth access token.
-    async fn principal(&self, token: &str) -> Result<Principal, Refused> {
-        if let Some(principal) = self
+    /// The principal `token` stands for, and its role: a static token first (a cheap
+    /// comparison), then an OAuth access token.
+    pub async fn identify(&self, token: &str) -> Result<(Principal, Role), Refused> {
+        if let Some(found) = self
             .tokens
             .as_ref()
-            .and_then(|tokens| tokens.principal(token))
+            .and_then(|tokens| tokens.identify(token))
         {
-            return Ok(principal);
+            return Ok(found);
         }
         match &self.oauth {
             Some(oauth) => oauth.verify(token).await,
@@ -107,9 +109,14 @@ impl Tokens {
         }
     }
 
-    /// The principal `token` stands for. Every known token is compared, each in constant time,
-    /// so the answer's timing says nothing about which token came close.
+    /// The principal `token` stands for.
     pub fn principal(&self, token: &str) -> Option<Principal> {
+        self.identify(token).map(|(principal, _)| principal)
+    }
+
+    /// The principal `token` stands for, and its role. Every known token is compared, each in
+    /// constant time, so the answer's timing says nothing about which token came close.
+    pub fn identify(&self, token: &str) -> Option<(Principal, Role)> {
         let tokens = self
             .current
             .read()
@@ -118,7 +125,7 @@ impl Tokens {
         let mut found = None;
         for line in tokens.iter() {
             if constant_time_eq(line.token.as_bytes(), token.as_bytes()) && found.is_none() {
-                found = Some(line.principal.clone());
+                found = Some((line.principal.clone(), line.role));
             }
         }
         found
@@ -153,6 +160,9 @@ impl Tokens {
     }
 }
 
+/// The word that ends an operator's token line.
+const OPERATOR: &str = "operator";
+
 fn parse_file(file: &Path) -> anyhow::Result<TokenList> {
     let text = std::fs::read_to_string(file).map_err(|error| {
         anyhow::anyhow!("cannot read the token file {}: {error}", file.display())
@@ -163,20 +173,29 @@ fn parse_file(file: &Path) -> anyhow::Result<TokenList> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let words: Vec<&str> = line.split_whitespace().collect();
+        let mut words: Vec<&str> = line.split_whitespace().collect();
+        // A last word `operator` marks the role; a token of that spelling needs a name before it.
+        let role = if words.len() > 1 && words.last() == Some(&OPERATOR) {
+            words.pop();
+            Role::Operator
+        } else {
+            Role::Client
+        };
         let line = match words.as_slice() {
             [token] => TokenLine {
                 token: (*token).to_owned(),
                 principal: Principal::bare_token(token),
+                role,
                 legacy_name: format!("line-{}", index + 1),
             },
             [name, token] => TokenLine {
                 token: (*token).to_owned(),
                 principal: Principal::named_token(name),
+                role,
                 legacy_name: (*name).to_owned(),
             },
             _ => anyhow::bail!(
-                "{} line {}: expected `TOKEN` or `NAME TOKEN`",
+                "{} line {}: expected `TOKEN` or `NAME TOKEN`, either followed by `operator`",
                 file.display(),
                 index + 1
             ),
@@ -219,16 +238,7 @@ pub async fn require_token(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| {
-            value
-                .strip_prefix("Bearer ")
-                .or_else(|| value.strip_prefix("bearer "))
-        })
-        .map(str::trim);
+    let presented = presented(request.headers());
     let metadata = authenticator
         .oauth
         .as_ref()
@@ -236,19 +246,33 @@ pub async fn require_token(
     let Some(token) = presented else {
         return unauthorized(None, metadata);
     };
-    match authenticator.principal(token).await {
-        Ok(principal) => {
+    match authenticator.identify(token).await {
+        Ok((principal, role)) => {
             request.extensions_mut().insert(principal);
+            request.extensions_mut().insert(role);
             next.run(request).await
         }
         Err(refused) => unauthorized(Some(&refused), metadata),
     }
 }
 
+/// The bearer token a request with `headers` presents, if any.
+pub fn presented(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| {
+            value
+                .strip_prefix("Bearer ")
+                .or_else(|| value.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+}
+
 /// The 401: `WWW-Authenticate: Bearer` with `error="invalid_token"` and a description when a
 /// token was refused, and `resource_metadata` when OAuth says where to get one (RFC 6750 section
 /// 3, RFC 9728 section 5.1).
-fn unauthorized(refused: Option<&Refused>, resource_metadata: Option<&str>) -> Response {
+pub fn unauthorized(refused: Option<&Refused>, resource_metadata: Option<&str>) -> Response {
     let mut challenge = String::from(r#"Bearer realm="turnstile""#);
     let message = match refused {
         Some(Refused(reason)) => {
@@ -303,6 +327,23 @@ mod tests {
         assert_eq!(tokens.principal("bare-token"), Some(bare));
         assert_eq!(tokens.principal("s3cre"), None);
         assert_eq!(tokens.principal("alice"), None, "a name is not a token");
+    }
+
+    #[test]
+    fn an_operator_line_ends_with_operator() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(&file, "ops t-ops operator\nalice t-alice\nt-bare operator\n").unwrap();
+        let tokens = Tokens::load(&file).unwrap();
+        assert_eq!(
+            tokens.identify("t-ops"),
+            Some((Principal("token:ops".into()), Role::Operator))
+        );
+        assert_eq!(tokens.identify("t-alice").unwrap().1, Role::Client);
+        assert_eq!(tokens.identify("t-bare").unwrap().1, Role::Operator);
+        assert_eq!(tokens.identify("operator"), None, "a role is not a token");
+        std::fs::write(&file, "a b c operator\n").unwrap();
+        assert!(Tokens::load(&file).is_err(), "three words and a role");
     }
 
     #[test]

@@ -41,7 +41,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::principal::Principal;
+use super::principal::{Principal, Role};
 
 /// Seconds of clock skew tolerated on `exp` and `nbf`.
 pub const LEEWAY_S: u64 = 30;
@@ -88,6 +88,9 @@ pub struct OAuthOptions {
     pub jwks: Option<String>,
     /// `--public-url`: the canonical URL of this MCP server, which tokens must name in `aud`.
     pub public_url: String,
+    /// `--operator-scope`: a token whose `scope` (or `scp`) claim holds this scope is an
+    /// operator's (`principal::Role`); `None`: no OAuth token is.
+    pub operator_scope: Option<String>,
 }
 
 /// The resource server: trusted keys and what a token must say.
@@ -96,6 +99,7 @@ pub struct OAuth {
     issuer: Option<String>,
     jwks_url: String,
     metadata_url: String,
+    operator_scope: Option<String>,
     keys: RwLock<Arc<JwkSet>>,
     /// When the keys were last fetched; also serializes fetches.
     fetched: tokio::sync::Mutex<Instant>,
@@ -109,6 +113,28 @@ pub struct Refused(pub String);
 #[derive(Deserialize)]
 struct Claims {
     sub: String,
+    /// RFC 8693 / RFC 9068: the granted scopes, space-separated.
+    #[serde(default)]
+    scope: Option<String>,
+    /// The same as a list, as some issuers (Azure AD, Okta) write it.
+    #[serde(default)]
+    scp: Option<Value>,
+}
+
+impl Claims {
+    /// Whether the token grants `wanted`.
+    fn grants(&self, wanted: &str) -> bool {
+        let in_scope = self
+            .scope
+            .as_deref()
+            .is_some_and(|scope| scope.split_whitespace().any(|s| s == wanted));
+        let in_scp = match &self.scp {
+            Some(Value::String(scp)) => scp.split_whitespace().any(|s| s == wanted),
+            Some(Value::Array(scp)) => scp.iter().any(|s| s.as_str() == Some(wanted)),
+            _ => false,
+        };
+        in_scope || in_scp
+    }
 }
 
 impl OAuth {
@@ -140,6 +166,7 @@ impl OAuth {
         tracing::info!(jwks = %jwks_url, keys = keys.keys.len(), refetch_s = fresh_for.as_secs(), "OAuth signing keys loaded");
         let oauth = Arc::new(OAuth {
             metadata_url: metadata_url(&resource),
+            operator_scope: options.operator_scope.clone(),
             resource: options.public_url.clone(),
             issuer: options.issuer.clone(),
             jwks_url,
@@ -169,8 +196,9 @@ impl OAuth {
         document
     }
 
-    /// The principal a valid access token stands for (its `sub`), or why it is refused.
-    pub async fn verify(&self, token: &str) -> Result<Principal, Refused> {
+    /// The principal a valid access token stands for (its `sub`) and its role (an operator's
+    /// when it grants `--operator-scope`), or why it is refused.
+    pub async fn verify(&self, token: &str) -> Result<(Principal, Role), Refused> {
         let header = decode_header(token)
             .map_err(|_| Refused("the bearer token is not a JWT".to_string()))?;
         if !ASYMMETRIC.contains(&header.alg) {
@@ -222,10 +250,15 @@ impl OAuth {
                 "the token's sub is empty or holds control characters".into(),
             ));
         }
-        Ok(Principal::oauth(
+        let role = match &self.operator_scope {
+            Some(scope) if claims.claims.grants(scope) => Role::Operator,
+            _ => Role::Client,
+        };
+        let principal = Principal::oauth(
             self.issuer.as_deref().unwrap_or(&self.jwks_url),
             &claims.claims.sub,
-        ))
+        );
+        Ok((principal, role))
     }
 
     /// The key set in force.

@@ -1,5 +1,5 @@
 //! Who a request is from, whichever proof it brought (a token of the file, an OAuth access
-//! token): one [`Principal`], and the tenant its handle-keyed instances belong to.
+//! token): one [`Principal`], the tenant its handle-keyed instances belong to, and its [`Role`].
 
 use crate::actors::{Tenant, sha256_hex16};
 
@@ -41,4 +41,17 @@ impl Principal {
             None => Tenant::of(&format!("\0{}", self.0)),
         }
     }
+}
+
+/// What a principal may do besides using tools: an operator may also use the console
+/// (`console/`), which sees and fixes every principal's instances. Given by the proof: a token
+/// line marked `operator` in the token file, or an OAuth access token carrying the scope named
+/// by `--operator-scope`. Put in a request's extensions beside its [`Principal`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Role {
+    /// Uses tools, prompts and resources: every client.
+    #[default]
+    Client,
+    /// Also operates the server through the console.
+    Operator,
 }
