@@ -14,6 +14,7 @@
 
 mod guards;
 mod live;
+mod offered;
 pub mod param_headers;
 mod primitives;
 mod version;
@@ -25,6 +26,7 @@ use serde_json::Value;
 pub use self::{
     guards::{PluginGuards, Unavailable},
     live::LiveCatalog,
+    offered::offered,
     primitives::{Bound, PromptEntry, ResourceEntry, SESSION_TOKEN, TemplateEntry},
     version::{canonical, machine_version},
 };

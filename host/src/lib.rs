@@ -13,6 +13,8 @@
 //! - [`plugin`]: loading plugin libraries and calling them through the C ABI.
 //! - [`store`]: where instance snapshots are saved, with compare-and-set versions.
 //! - [`commands`]: the `turnstile` subcommands.
+//! - [`instances`]: instances as an operator sees them (listing, showing, reset, delete),
+//!   shared by `turnstile instances` and the console.
 //! - [`config`]: `serve`'s settings from flags, `TURNSTILE_*` variables and a TOML file.
 //! - [`hotplug`]: the plugin directory's changes, applied to the catalog while serving.
 //! - [`timers`]: the task that wakes instances whose timers (or retention) fall due.
@@ -38,6 +40,7 @@ pub mod confirm;
 pub mod fast_hash;
 pub mod gate;
 pub mod hotplug;
+pub mod instances;
 pub mod invoke;
 pub mod load;
 pub mod logs;

@@ -7,8 +7,8 @@ use anyhow::bail;
 
 use super::LoadReport;
 use crate::{
-    catalog::{Bound, Catalog, Workflow},
-    statechart::diagram::{self, DiagramFormat, Offered},
+    catalog::{Workflow, offered},
+    statechart::diagram::{self, DiagramFormat},
 };
 
 /// Prints the diagrams. `workflow` picks one by id; an SVG is one picture of one workflow, so
@@ -67,32 +67,4 @@ pub fn run(
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The workflow's tools, and the prompts and resources bound to it, with the states each is
-/// bound to.
-fn offered(catalog: &Catalog, workflow: &Workflow) -> Offered {
-    let of_workflow = |entry: &dyn Bound, name: &str| {
-        (entry.workflow() == Some(workflow.id.as_str()))
-            .then(|| (name.to_owned(), entry.states().to_vec()))
-    };
-    Offered {
-        tools: workflow
-            .tools
-            .iter()
-            .map(|tool| (tool.name().to_string(), tool.manifest.states.clone()))
-            .collect(),
-        prompts: catalog
-            .prompts()
-            .filter_map(|p| of_workflow(&**p, &p.manifest.name))
-            .collect(),
-        resources: (catalog.resources())
-            .filter_map(|r| of_workflow(&**r, &r.manifest.uri))
-            .chain(
-                catalog
-                    .templates()
-                    .filter_map(|t| of_workflow(&**t, &t.manifest.uri_template)),
-            )
-            .collect(),
-    }
 }

@@ -1,44 +1,32 @@
-//! `turnstile instances`: what an operator needs to see and fix workflow instances in a store,
-//! without a client and without the plugins: list them (by workflow, state, age), show one with
-//! its audit trail (`store/audit.rs`), reset one to its machine's initial state (which the trail
-//! records as `operator:reset`), delete one (its trail with it).
+//! `turnstile instances`: what an operator needs to see and fix workflow instances, without a
+//! client and without the plugins: list them (by workflow, state, age), show one with its audit
+//! trail (`store/audit.rs`), reset one to its machine's initial state (which the trail records as
+//! `operator:reset`), delete one (its trail with it).
 //!
-//! It opens the store the way `serve` does. Every write is a compare-and-set on the version it
-//! read, so an instance a server moves meanwhile is left alone (the command says so and changes
-//! nothing), and every write is announced on the store's change channel, so servers sharing a
-//! Redis or PostgreSQL store drop their in-memory copy and read the new state on the next call.
-//! The embedded store is one process's file: stop the server first (the command says so when the
-//! file is in use).
-//!
-//! Everything here reads stored records as they are: the persisted snapshot carries its state
-//! value, status and context, so listing needs no machine; a reset takes the machine version
-//! the record names from the store (`StateStore::load_machine`).
+//! Either it opens the store the way `serve` does and works on it directly (`instances/query.rs`
+//! and `instances/repair.rs`: compare-and-set writes, announced on the store's change feed, so
+//! servers sharing a Redis or PostgreSQL store see them; the embedded store is one process's
+//! file, so stop the server first, which the command says when the file is in use), or, with
+//! `--server URL`, it asks a running server through its console's API (`instances/remote.rs`),
+//! on whatever store that server uses. Both are the same code as the console's.
 
-use std::{
-    io::Write,
-    path::PathBuf,
-    process::ExitCode,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{io::Write, path::PathBuf, process::ExitCode};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use serde_json::{Value, json};
 
 use crate::{
-    statechart::Machine,
-    store::{
-        self, AuditEntry, Fence, InstanceRecord, LeaseGrant, StateStore, StoreError, StoreOptions,
-        now_ms,
-    },
+    instances::{self, Filter, Summary, remote::Remote, repair},
+    store::{self, StateStore, StoreOptions},
 };
 
-/// `turnstile instances …`: the store to open, as `serve` names it, and what to do.
+/// `turnstile instances …`: the store to open, as `serve` names it (or a server to ask), and
+/// what to do.
 #[derive(clap::Args, Debug)]
 pub struct InstancesArgs {
     /// The store: `embedded:PATH`, `redis://…`, `postgres://…` (default: the embedded store in
     /// the data directory, as `serve` uses it).
-    #[arg(long, env = "TURNSTILE_STORE")]
+    #[arg(long, env = "TURNSTILE_STORE", conflicts_with = "server")]
     pub store: Option<String>,
     /// The deployment's namespace in a shared store (as given to `serve`).
     #[arg(long, env = "TURNSTILE_STORE_NAMESPACE", default_value = "turnstile")]
@@ -46,6 +34,14 @@ pub struct InstancesArgs {
     /// The data directory of the default embedded store (as given to `serve`).
     #[arg(long, env = "TURNSTILE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Ask this running server (`http://HOST:PORT`) through its console's API instead of
+    /// opening a store: works on any store while servers run.
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// With --server: a file holding an operator's bearer token (its first line that is not
+    /// blank or a `#` comment).
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub token_file: Option<PathBuf>,
     /// Print JSON, one object per line, instead of text.
     #[arg(long)]
     pub json: bool,
@@ -55,7 +51,8 @@ pub struct InstancesArgs {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum InstancesCommand {
-    /// Lists instances: key, workflow, state, status, version, last save.
+    /// Lists instances (handle- and session-keyed): key, workflow, state, status, version, last
+    /// save.
     List {
         #[arg(long)]
         workflow: Option<String>,
@@ -68,9 +65,9 @@ pub enum InstancesCommand {
         #[arg(long, default_value_t = 1000)]
         limit: usize,
     },
-    /// Shows one instance (a handle, or a store key from `list`): state, context, timers, and
-    /// its audit trail (each transition: when, by which tool or timer, from, to, principal; the
-    /// store keeps the last `--audit-keep` of them).
+    /// Shows one instance (a handle, or a store key from `list`): state, context (secrets
+    /// redacted), timers, and its audit trail (each transition: when, by which tool or timer,
+    /// from, to, principal; the store keeps the last `--audit-keep` of them).
     Show {
         instance: String,
         /// Only the last N entries of the audit trail (`audit_total` says how many there are).
@@ -83,21 +80,17 @@ pub enum InstancesCommand {
     Delete { instance: String },
 }
 
-/// Opens the store `args` names and runs the command, printing to stdout.
+/// Where the instances are.
+pub enum Source<'a> {
+    /// A store, opened here.
+    Store(&'a dyn StateStore),
+    /// A running server's console API.
+    Server(&'a Remote),
+}
+
+/// Opens the store `args` names (or reaches the server) and runs the command, printing to
+/// stdout.
 pub fn run_cli(args: InstancesArgs) -> anyhow::Result<ExitCode> {
-    let url = match args.store {
-        Some(url) => url,
-        None => super::serve::default_store(&super::serve::data_dir(args.data_dir)),
-    };
-    if url.starts_with("memory:") {
-        bail!("the memory store lives inside one server process: there is nothing to open");
-    }
-    // Opening an embedded store creates it: a mistyped path would show an empty store.
-    if let Some(path) = url.strip_prefix("embedded:")
-        && !std::path::Path::new(path).exists()
-    {
-        bail!("there is no embedded store at {path} (give --data-dir or --store as to serve)");
-    }
     let action = match args.command {
         InstancesCommand::List {
             workflow,
@@ -117,6 +110,30 @@ pub fn run_cli(args: InstancesArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    if let Some(url) = &args.server {
+        let remote = Remote::new(url, args.token_file.as_deref())?;
+        return runtime.block_on(run_on(
+            Source::Server(&remote),
+            action,
+            args.json,
+            &mut std::io::stdout().lock(),
+        ));
+    }
+    let url = match args.store {
+        Some(url) => url,
+        None => super::serve::default_store(&super::serve::data_dir(args.data_dir)),
+    };
+    if url.starts_with("memory:") {
+        bail!(
+            "the memory store lives inside one server process: there is nothing to open (ask the              server with --server URL)"
+        );
+    }
+    // Opening an embedded store creates it: a mistyped path would show an empty store.
+    if let Some(path) = url.strip_prefix("embedded:")
+        && !std::path::Path::new(path).exists()
+    {
+        bail!("there is no embedded store at {path} (give --data-dir or --store as to serve)");
+    }
     runtime.block_on(async {
         let options = StoreOptions {
             namespace: args.store_namespace,
@@ -126,7 +143,7 @@ pub fn run_cli(args: InstancesArgs) -> anyhow::Result<ExitCode> {
             if url.starts_with("embedded:") {
                 anyhow::anyhow!(
                     "cannot open {url}: {error}. The embedded store is one process's file: if a \
-                     server is running on it, stop it first"
+                     server is running on it, stop it first, or ask it with --server URL"
                 )
             } else {
                 anyhow::anyhow!("cannot open the store: {error}")
@@ -135,12 +152,6 @@ pub fn run_cli(args: InstancesArgs) -> anyhow::Result<ExitCode> {
         run(&*store, action, args.json, &mut std::io::stdout().lock()).await
     })
 }
-
-/// How many keys one page of a listing reads from the store.
-const PAGE: usize = 500;
-
-/// The name this command's writes are announced under, on a store's change channel.
-const ANNOUNCER: &str = "turnstile-instances";
 
 /// What to do.
 #[derive(Debug, Clone)]
@@ -159,20 +170,6 @@ pub enum Action {
     },
 }
 
-/// Which instances `list` prints.
-#[derive(Debug, Clone, Default)]
-pub struct Filter {
-    /// Only instances of this workflow.
-    pub workflow: Option<String>,
-    /// Only instances in this state: a state path (`review`, or `a.b` for a nested one), active
-    /// in the instance's state value.
-    pub state: Option<String>,
-    /// Only instances whose last save is at least this many seconds old.
-    pub older_than_secs: Option<u64>,
-    /// At most this many.
-    pub limit: usize,
-}
-
 /// Runs `action` against `store`, writing what it finds to `out` (one JSON object per line with
 /// `json`, else text for a person).
 pub async fn run(
@@ -181,17 +178,29 @@ pub async fn run(
     json: bool,
     out: &mut impl Write,
 ) -> anyhow::Result<ExitCode> {
+    run_on(Source::Store(store), action, json, out).await
+}
+
+/// Runs `action` against `source`, writing what it finds to `out`.
+pub async fn run_on(
+    source: Source<'_>,
+    action: Action,
+    json: bool,
+    out: &mut impl Write,
+) -> anyhow::Result<ExitCode> {
     match action {
-        Action::List(filter) => list(store, &filter, json, out).await?,
+        Action::List(filter) => {
+            let listed = match source {
+                Source::Store(store) => instances::list(store, &filter).await?,
+                Source::Server(remote) => remote.list(&filter).await?,
+            };
+            print_list(&listed, json, out)?;
+        }
         Action::Show { instance, last } => {
-            let (key, record) = find(store, &instance).await?;
-            let mut shown = describe(&key, &record);
-            let mut audit = store.audit(&key).await?;
-            shown["audit_total"] = audit.len().into();
-            if let Some(last) = last {
-                audit.drain(..audit.len().saturating_sub(last));
-            }
-            shown["audit"] = serde_json::to_value(audit)?;
+            let shown = match source {
+                Source::Store(store) => instances::show(store, &instance, last).await?,
+                Source::Server(remote) => remote.show(&instance, last).await?,
+            };
             if json {
                 writeln!(out, "{shown}")?;
             } else {
@@ -199,292 +208,60 @@ pub async fn run(
             }
         }
         Action::Reset { instance } => {
-            let (key, _) = find(store, &instance).await?;
-            let fence = operator_lease(store, &key).await?;
-            let reset = match reread(store, &key).await {
-                Ok(record) => reset(store, &key, &record, fence.as_ref()).await,
-                Err(error) => Err(error),
+            let (key, state) = match source {
+                Source::Store(store) => {
+                    let (key, _) = instances::find(store, &instance).await?;
+                    let state = repair::reset(store, &key, None).await?;
+                    (key, state)
+                }
+                Source::Server(remote) => {
+                    let done = remote.act("reset", &instance).await?;
+                    (done.key, done.state.unwrap_or_default())
+                }
             };
-            release(store, &key, fence.as_ref()).await;
-            report(out, json, "reset", &key, Some(&reset?))?;
+            report(out, json, "reset", &key, Some(&state))?;
         }
         Action::Delete { instance } => {
-            let (key, _) = find(store, &instance).await?;
-            let fence = operator_lease(store, &key).await?;
-            let deleted = match reread(store, &key).await {
-                Ok(record) => store
-                    .delete(&key, Some(record.version), fence.as_ref())
-                    .await
-                    .map_err(anyhow::Error::from),
-                Err(error) => Err(error),
+            let key = match source {
+                Source::Store(store) => {
+                    let (key, _) = instances::find(store, &instance).await?;
+                    repair::delete(store, &key).await?;
+                    key
+                }
+                Source::Server(remote) => remote.act("delete", &instance).await?.key,
             };
-            // A delete removes the lease with the record; only a failed one leaves it to release.
-            if !matches!(deleted, Ok(true)) {
-                release(store, &key, fence.as_ref()).await;
-            }
-            if !deleted? {
-                bail!(changed_meanwhile(&key));
-            }
-            announce(store, &key).await;
             report(out, json, "deleted", &key, None)?;
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-async fn list(
-    store: &dyn StateStore,
-    filter: &Filter,
-    json: bool,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    let cutoff = filter
-        .older_than_secs
-        .map(|secs| now_ms().saturating_sub(secs.saturating_mul(1000)));
-    if !json {
+fn print_list(listed: &[Summary], json: bool, out: &mut impl Write) -> anyhow::Result<()> {
+    if json {
+        for summary in listed {
+            writeln!(out, "{}", serde_json::to_value(summary)?)?;
+        }
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:<60} {:<14} {:<24} {:<8} {:>8}  UPDATED",
+        "KEY", "WORKFLOW", "STATE", "STATUS", "VERSION"
+    )?;
+    for summary in listed {
         writeln!(
             out,
-            "{:<60} {:<14} {:<24} {:<8} {:>8}  UPDATED",
-            "KEY", "WORKFLOW", "STATE", "STATUS", "VERSION"
+            "{:<60} {:<14} {:<24} {:<8} {:>8}  {}",
+            summary.key,
+            summary.workflow,
+            instances::state_text(&summary.state),
+            summary.status.as_str().unwrap_or("?"),
+            summary.version,
+            instances::age(summary.updated_at_ms)
         )?;
     }
-    let mut shown = 0;
-    let mut after: Option<String> = None;
-    'pages: loop {
-        let keys = store.list_keys("", after.as_deref(), PAGE).await?;
-        let Some(last) = keys.last().cloned() else {
-            break;
-        };
-        for key in keys {
-            if shown >= filter.limit {
-                break 'pages;
-            }
-            // Machine definitions share the key space; they are not instances.
-            let Some(record) = load_instance(store, &key).await? else {
-                continue;
-            };
-            let value = &record.snapshot["value"];
-            let keep = filter
-                .workflow
-                .as_ref()
-                .is_none_or(|w| *w == record.workflow)
-                && filter
-                    .state
-                    .as_ref()
-                    .is_none_or(|state| active_paths(value).contains(state))
-                && cutoff.is_none_or(|cutoff| record.updated_at_ms <= cutoff);
-            if !keep {
-                continue;
-            }
-            shown += 1;
-            if json {
-                writeln!(out, "{}", summary(&key, &record))?;
-            } else {
-                writeln!(
-                    out,
-                    "{:<60} {:<14} {:<24} {:<8} {:>8}  {}",
-                    key,
-                    record.workflow,
-                    state_text(value),
-                    record.snapshot["status"].as_str().unwrap_or("?"),
-                    record.version,
-                    age(record.updated_at_ms)
-                )?;
-            }
-        }
-        after = Some(last);
-    }
-    if !json {
-        writeln!(out, "{shown} instance(s)")?;
-    }
+    writeln!(out, "{} instance(s)", listed.len())?;
     Ok(())
-}
-
-/// The record under `key`, if it is an instance's (a record that does not parse is reported,
-/// not skipped: an operator looking for trouble wants to see it).
-async fn load_instance(
-    store: &dyn StateStore,
-    key: &str,
-) -> anyhow::Result<Option<InstanceRecord>> {
-    if !(key.starts_with("handle/") || key.starts_with(crate::actors::SESSION_PREFIX)) {
-        return Ok(None);
-    }
-    match store.load(key).await {
-        Ok(record) => Ok(record),
-        Err(StoreError::Unavailable(reason) | StoreError::NoAnswer(reason)) => {
-            bail!("the store is unavailable: {reason}")
-        }
-        Err(error) => {
-            tracing::warn!(%key, %error, "cannot read this record; skipped");
-            Ok(None)
-        }
-    }
-}
-
-/// The key and record `instance` names: a store key (`handle/…`, `session/…`), or a handle,
-/// whose key may carry a tenant (`handle/<handle>@<tenant>`).
-/// How long `reset` and `delete` wait for a server to give up the instance's lease.
-const OPERATOR_LEASE_WAIT: Duration = Duration::from_secs(10);
-/// How long the command's own lease lives: well past what a reset or delete takes.
-const OPERATOR_LEASE_TTL: Duration = Duration::from_secs(30);
-
-/// In a store servers share, takes the instance's lease for an operator's write (see
-/// `store/lease.rs`), so that no server runs a call on the instance while it is reset or
-/// deleted, and no call that ran before can commit after: waits for the server holding it to
-/// give it up (it does once the instance is idle), up to [`OPERATOR_LEASE_WAIT`]. `None` for
-/// a store no server shares, or an instance that is gone.
-async fn operator_lease(store: &dyn StateStore, key: &str) -> anyhow::Result<Option<Fence>> {
-    if !store.is_shared() {
-        return Ok(None);
-    }
-    let holder: Arc<str> = format!("operator-{}", std::process::id()).into();
-    let deadline = Instant::now() + OPERATOR_LEASE_WAIT;
-    loop {
-        match store
-            .acquire_lease(key, &holder, OPERATOR_LEASE_TTL)
-            .await?
-        {
-            LeaseGrant::Held { token, .. } => return Ok(Some(Fence { token, holder })),
-            LeaseGrant::Absent => return Ok(None),
-            LeaseGrant::Busy { remaining_ms } => {
-                if Instant::now() >= deadline {
-                    bail!(
-                        "{key} is busy: a server has been running calls on it for {}s; nothing \
-                         was done: run the command again",
-                        OPERATOR_LEASE_WAIT.as_secs()
-                    );
-                }
-                let pause = Duration::from_millis(remaining_ms.clamp(1, 100));
-                tokio::time::sleep(pause).await;
-            }
-        }
-    }
-}
-
-/// Gives the operator's lease back (best effort: it lapses by itself).
-async fn release(store: &dyn StateStore, key: &str, fence: Option<&Fence>) {
-    if let Some(fence) = fence
-        && let Err(error) = store.release_lease(key, fence).await
-    {
-        tracing::debug!(%key, %error, "could not release the operator's lease; it lapses by itself");
-    }
-}
-
-/// The record under `key`, read again once the lease is held.
-async fn reread(store: &dyn StateStore, key: &str) -> anyhow::Result<InstanceRecord> {
-    store
-        .load(key)
-        .await?
-        .with_context(|| format!("{key} was deleted while this command ran; nothing was done"))
-}
-
-async fn find(store: &dyn StateStore, instance: &str) -> anyhow::Result<(String, InstanceRecord)> {
-    let keys: Vec<String> = if instance.contains('/') {
-        vec![instance.to_string()]
-    } else {
-        let prefix = format!("handle/{instance}");
-        store
-            .list_keys(&prefix, None, PAGE)
-            .await?
-            .into_iter()
-            .filter(|key| key == &prefix || key.starts_with(&format!("{prefix}@")))
-            .collect()
-    };
-    let mut found = Vec::new();
-    for key in keys {
-        if let Some(record) = store.load(&key).await? {
-            found.push((key, record));
-        }
-    }
-    match found.len() {
-        0 => bail!("no instance {instance} in this store"),
-        1 => Ok(found.remove(0)),
-        _ => bail!(
-            "{instance} names {} instances (one per principal): name one by its key: {}",
-            found.len(),
-            found
-                .iter()
-                .map(|(key, _)| key.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
-}
-
-/// Puts the instance under `key` back in its machine's initial state, with the machine's
-/// initial context, forgetting its idempotency entries (a retry must not replay a result from
-/// before the reset). Returns the new state value.
-async fn reset(
-    store: &dyn StateStore,
-    key: &str,
-    record: &InstanceRecord,
-    fence: Option<&Fence>,
-) -> anyhow::Result<Value> {
-    let Some(version) = &record.machine else {
-        bail!(
-            "{key} does not name its machine version (a record from before format 2): start a \
-             server on this store once, which migrates it, then reset it"
-        );
-    };
-    let definition = store
-        .load_machine(&record.workflow, version)
-        .await?
-        .with_context(|| {
-            format!(
-                "machine version {version} of workflow \"{}\" is not in this store; nothing was \
-                 reset",
-                record.workflow
-            )
-        })?;
-    // The initial state needs no guard of the plugin's (nothing is decided by an event yet).
-    let guards = std::sync::Arc::new(crate::catalog::Unavailable);
-    let machine = Machine::from_json_with_guards(&definition, guards).with_context(|| {
-        format!(
-            "the stored machine version {version} of workflow \"{}\" does not load",
-            record.workflow
-        )
-    })?;
-    let snapshot = machine.initial_snapshot_at(now_ms());
-    let mut next = record.next(snapshot.to_persisted());
-    next.idempotency.clear();
-    // Due now: a server sharing the store looks at it at once (a server on the embedded store,
-    // when it starts) and sets its due time from the new state's timers and its own retention
-    // settings, which this command does not know.
-    next.due_at_ms = Some(now_ms());
-    next.audit = Some(AuditEntry {
-        confirmation: None,
-        at_ms: next.updated_at_ms,
-        version: next.version,
-        by: "operator:reset".into(),
-        event: None,
-        from: record.snapshot["value"].clone(),
-        to: snapshot.value(),
-        principal: None,
-    });
-    next.fence = fence.cloned();
-    match store.save(key, &next, record.version).await {
-        Ok(()) => {}
-        Err(StoreError::Conflict { .. } | StoreError::Fenced { .. }) => {
-            bail!(changed_meanwhile(key))
-        }
-        Err(error) => return Err(error.into()),
-    }
-    announce(store, key).await;
-    Ok(snapshot.value())
-}
-
-fn changed_meanwhile(key: &str) -> String {
-    format!(
-        "{key} changed while this command ran (a server moved it); nothing was done: run it again"
-    )
-}
-
-/// Tells the servers sharing the store that `key` changed, so they drop their copy. A failure
-/// costs them a stale copy until their next call conflicts and reloads it: logged, not fatal.
-async fn announce(store: &dyn StateStore, key: &str) {
-    if let Err(error) = store.announce_change(ANNOUNCER, key).await {
-        tracing::warn!(%key, %error, "could not tell running servers about the change");
-    }
 }
 
 fn report(
@@ -502,85 +279,24 @@ fn report(
         writeln!(out, "{line}")?;
     } else {
         match state {
-            Some(state) => writeln!(out, "{done} {key}: now in state {}", state_text(state))?,
+            Some(state) => writeln!(
+                out,
+                "{done} {key}: now in state {}",
+                instances::state_text(state)
+            )?,
             None => writeln!(out, "{done} {key}")?,
         }
     }
     Ok(())
 }
 
-/// One line of a listing.
-fn summary(key: &str, record: &InstanceRecord) -> Value {
-    json!({
-        "key": key,
-        "workflow": record.workflow,
-        "state": record.snapshot["value"],
-        "status": record.snapshot["status"],
-        "version": record.version,
-        "updated_at_ms": record.updated_at_ms,
-    })
-}
-
-/// Everything `show` prints.
-fn describe(key: &str, record: &InstanceRecord) -> Value {
-    let mut shown = summary(key, record);
-    shown["machine"] = json!(record.machine);
-    shown["format"] = json!(record.format);
-    shown["context"] = record.snapshot["context"].clone();
-    shown["timers"] = record.snapshot["timers"].clone();
-    shown["idempotency_entries"] = json!(record.idempotency.len());
-    shown
-}
-
-/// The state paths active in a state value: `"review"` → `review`; `{"a": "b"}` → `a`, `a.b`.
-fn active_paths(value: &Value) -> Vec<String> {
-    fn walk(value: &Value, prefix: &str, out: &mut Vec<String>) {
-        let join = |name: &str| {
-            if prefix.is_empty() {
-                name.to_string()
-            } else {
-                format!("{prefix}.{name}")
-            }
-        };
-        match value {
-            Value::String(name) => out.push(join(name)),
-            Value::Object(children) => {
-                for (name, child) in children {
-                    let path = join(name);
-                    out.push(path.clone());
-                    walk(child, &path, out);
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    walk(value, "", &mut out);
-    out
-}
-
-fn state_text(value: &Value) -> String {
-    match value {
-        Value::String(name) => name.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// How long ago `at_ms` was, for a person: `42s`, `5m`, `3h`, `2d`.
-fn age(at_ms: u64) -> String {
-    let secs = now_ms().saturating_sub(at_ms) / 1000;
-    match secs {
-        0..60 => format!("{secs}s ago"),
-        60..3600 => format!("{}m ago", secs / 60),
-        3600..86_400 => format!("{}h ago", secs / 3600),
-        _ => format!("{}d ago", secs / 86_400),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::MemoryStore;
+    use crate::{
+        statechart::Machine,
+        store::{InstanceRecord, MemoryStore},
+    };
 
     fn definition() -> Value {
         json!({"id": "doc", "initial": "draft", "context": {"n": 0}, "states": {

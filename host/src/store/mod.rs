@@ -114,7 +114,7 @@ pub use self::{
     owned::{HANDLE_PREFIX, OWNER_SEPARATOR, OwnedCounts, owner_of},
     postgres::PostgresStore,
     record::{DEFAULT_MAX_RECORD_BYTES, Due, InstanceRecord, MAX_DUE_MS, json_bytes, now_ms},
-    redact::redact,
+    redact::{redact, redact_context},
     redis::RedisStore,
     state_store::StateStore,
     unanswered::settle as settle_unanswered_save,

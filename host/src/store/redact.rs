@@ -1,5 +1,51 @@
-//! A store URL as it may be shown: in logs, errors and `--print-config`, with its passwords
-//! replaced.
+//! What a stored thing may show of itself: a store URL in logs, errors and `--print-config`,
+//! with its passwords replaced, and an instance's context on an operator's screen, with the
+//! values of secret-looking keys replaced.
+
+use serde_json::Value;
+
+/// Key names (lower case, `-` and `_` removed) whose values [`redact_context`] hides: a key
+/// holding one of these is taken for a secret.
+const SECRET_WORDS: [&str; 9] = [
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "apikey",
+    "credential",
+    "privatekey",
+    "authorization",
+    "cookie",
+];
+
+/// `context` with the value of every key that names a secret (`password`, `apiKey`,
+/// `client_secret`, `accessToken`, …, at any depth) shown as `"***"`, as `--print-config` shows
+/// a plugin's configuration values. For the console and `turnstile instances show`: a workflow's
+/// context is the plugin's data, and an operator's screen is no place for its credentials.
+pub fn redact_context(context: &Value) -> Value {
+    match context {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(key, value)| {
+                    let folded: String = key
+                        .chars()
+                        .filter(|c| *c != '_' && *c != '-')
+                        .flat_map(char::to_lowercase)
+                        .collect();
+                    let secret = SECRET_WORDS.iter().any(|word| folded.contains(word));
+                    let shown = if secret && !value.is_null() {
+                        Value::String("***".into())
+                    } else {
+                        redact_context(value)
+                    };
+                    (key.clone(), shown)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(redact_context).collect()),
+        other => other.clone(),
+    }
+}
 
 /// `url` without its password, for messages, logs and `--print-config`:
 /// `redis://user:secret@h/0` → `redis://user:***@h/0`; a `password` query parameter
@@ -41,7 +87,21 @@ pub fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use serde_json::json;
+
+    use super::{redact, redact_context};
+
+    #[test]
+    fn a_context_shows_everything_but_its_secrets() {
+        let context = json!({"amount": 5, "customer": {"name": "Ada", "apiKey": "k1"},
+            "client_secret": "s", "items": [{"accessToken": "t", "sku": "x"}], "password": null});
+        assert_eq!(
+            redact_context(&context),
+            json!({"amount": 5, "customer": {"name": "Ada", "apiKey": "***"},
+                "client_secret": "***", "items": [{"accessToken": "***", "sku": "x"}],
+                "password": null})
+        );
+    }
 
     #[test]
     fn redact_hides_passwords_only() {

@@ -1,0 +1,247 @@
+//! Reading instances from a store: the listing with its filters, an instance found by handle or
+//! key, and everything `show` tells about one. Everything here reads stored records as they
+//! are: the persisted snapshot carries its state value, status, context and timers, so none of
+//! it needs a machine.
+
+use anyhow::bail;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::store::{InstanceRecord, StateStore, StoreError, now_ms, redact_context};
+
+/// How many keys one page of a listing reads from the store.
+pub(super) const PAGE: usize = 500;
+
+/// Which instances a listing holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Filter {
+    /// Only instances of this workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// Only instances in this state: a state path (`review`, or `a.b` for a nested one), active
+    /// in the instance's state value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Only instances whose last save is at least this many seconds old.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub older_than_secs: Option<u64>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+/// One line of a listing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The store key: `handle/<handle>[@<tenant>]` or `session/<session>/<workflow>`.
+    pub key: String,
+    pub workflow: String,
+    /// The state value (`"review"`, or an object for nested and parallel states).
+    pub state: Value,
+    /// `active`, `done`, …
+    pub status: Value,
+    pub version: u64,
+    pub updated_at_ms: u64,
+}
+
+impl Summary {
+    pub fn of(key: &str, record: &InstanceRecord) -> Summary {
+        Summary {
+            key: key.to_owned(),
+            workflow: record.workflow.clone(),
+            state: record.snapshot["value"].clone(),
+            status: record.snapshot["status"].clone(),
+            version: record.version,
+            updated_at_ms: record.updated_at_ms,
+        }
+    }
+}
+
+/// The instances `filter` selects, in key order: handle-keyed and session-keyed alike.
+pub async fn list(store: &dyn StateStore, filter: &Filter) -> anyhow::Result<Vec<Summary>> {
+    let cutoff = filter
+        .older_than_secs
+        .map(|secs| now_ms().saturating_sub(secs.saturating_mul(1000)));
+    let mut shown = Vec::new();
+    each_instance(store, |key, record| {
+        if shown.len() >= filter.limit {
+            return false;
+        }
+        let value = &record.snapshot["value"];
+        let keep = filter
+            .workflow
+            .as_ref()
+            .is_none_or(|w| *w == record.workflow)
+            && filter
+                .state
+                .as_ref()
+                .is_none_or(|state| active_paths(value).contains(state))
+            && cutoff.is_none_or(|cutoff| record.updated_at_ms <= cutoff);
+        if keep {
+            shown.push(Summary::of(key, record));
+        }
+        true
+    })
+    .await?;
+    Ok(shown)
+}
+
+/// Calls `visit` with every instance record in the store, in key order, until it returns
+/// false. Reads page by page; for operators, not for hot paths.
+pub async fn each_instance(
+    store: &dyn StateStore,
+    mut visit: impl FnMut(&str, &InstanceRecord) -> bool,
+) -> anyhow::Result<()> {
+    let mut after: Option<String> = None;
+    loop {
+        let keys = store.list_keys("", after.as_deref(), PAGE).await?;
+        let Some(last) = keys.last().cloned() else {
+            return Ok(());
+        };
+        for key in keys {
+            // Machine definitions share the key space; they are not instances.
+            let Some(record) = load_instance(store, &key).await? else {
+                continue;
+            };
+            if !visit(&key, &record) {
+                return Ok(());
+            }
+        }
+        after = Some(last);
+    }
+}
+
+/// The record under `key`, if it is an instance's (a record that does not parse is reported,
+/// not skipped: an operator looking for trouble wants to see it).
+async fn load_instance(
+    store: &dyn StateStore,
+    key: &str,
+) -> anyhow::Result<Option<InstanceRecord>> {
+    if !(key.starts_with("handle/") || key.starts_with(crate::actors::SESSION_PREFIX)) {
+        return Ok(None);
+    }
+    match store.load(key).await {
+        Ok(record) => Ok(record),
+        Err(StoreError::Unavailable(reason) | StoreError::NoAnswer(reason)) => {
+            bail!("the store is unavailable: {reason}")
+        }
+        Err(error) => {
+            tracing::warn!(%key, %error, "cannot read this record; skipped");
+            Ok(None)
+        }
+    }
+}
+
+/// No instance of that handle or key is stored.
+#[derive(Debug, thiserror::Error)]
+#[error("no instance {0} in this store")]
+pub struct NotFound(pub String);
+
+/// The key and record `instance` names: a store key (`handle/…`, `session/…`), or a handle,
+/// whose key may carry a tenant (`handle/<handle>@<tenant>`).
+pub async fn find(
+    store: &dyn StateStore,
+    instance: &str,
+) -> anyhow::Result<(String, InstanceRecord)> {
+    let instance = instance.trim();
+    let keys: Vec<String> = if instance.contains('/') {
+        vec![instance.to_string()]
+    } else {
+        let prefix = format!("handle/{instance}");
+        store
+            .list_keys(&prefix, None, PAGE)
+            .await?
+            .into_iter()
+            .filter(|key| key == &prefix || key.starts_with(&format!("{prefix}@")))
+            .collect()
+    };
+    let mut found = Vec::new();
+    for key in keys {
+        if let Some(record) = store.load(&key).await? {
+            found.push((key, record));
+        }
+    }
+    match found.len() {
+        0 => Err(NotFound(instance.to_owned()).into()),
+        1 => Ok(found.remove(0)),
+        _ => bail!(
+            "{instance} names {} instances (one per principal): name one by its key: {}",
+            found.len(),
+            found
+                .iter()
+                .map(|(key, _)| key.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Everything `show` tells of the instance `instance` names: its summary, machine version,
+/// context (secret-looking values redacted, see `store::redact_context`), timers, and audit
+/// trail (the last `last` entries; `audit_total` says how many are kept).
+pub async fn show(
+    store: &dyn StateStore,
+    instance: &str,
+    last: Option<usize>,
+) -> anyhow::Result<Value> {
+    let (key, record) = find(store, instance).await?;
+    let mut shown = serde_json::to_value(Summary::of(&key, &record))?;
+    shown["machine"] = json!(record.machine);
+    shown["format"] = json!(record.format);
+    shown["context"] = redact_context(&record.snapshot["context"]);
+    shown["timers"] = record.snapshot["timers"].clone();
+    shown["due_at_ms"] = json!(record.due_at_ms);
+    shown["idempotency_entries"] = json!(record.idempotency.len());
+    let mut audit = store.audit(&key).await?;
+    shown["audit_total"] = audit.len().into();
+    if let Some(last) = last {
+        audit.drain(..audit.len().saturating_sub(last));
+    }
+    shown["audit"] = serde_json::to_value(audit)?;
+    Ok(shown)
+}
+
+/// The state paths active in a state value: `"review"` → `review`; `{"a": "b"}` → `a`, `a.b`.
+pub fn active_paths(value: &Value) -> Vec<String> {
+    fn walk(value: &Value, prefix: &str, out: &mut Vec<String>) {
+        let join = |name: &str| {
+            if prefix.is_empty() {
+                name.to_string()
+            } else {
+                format!("{prefix}.{name}")
+            }
+        };
+        match value {
+            Value::String(name) => out.push(join(name)),
+            Value::Object(children) => {
+                for (name, child) in children {
+                    let path = join(name);
+                    out.push(path.clone());
+                    walk(child, &path, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(value, "", &mut out);
+    out
+}
+
+/// A state value for a person: `review`, or its JSON when nested.
+pub fn state_text(value: &Value) -> String {
+    match value {
+        Value::String(name) => name.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// How long ago `at_ms` was, for a person: `42s ago`, `5m ago`, `3h ago`, `2d ago`.
+pub fn age(at_ms: u64) -> String {
+    let secs = now_ms().saturating_sub(at_ms) / 1000;
+    match secs {
+        0..60 => format!("{secs}s ago"),
+        60..3600 => format!("{}m ago", secs / 60),
+        3600..86_400 => format!("{}h ago", secs / 3600),
+        _ => format!("{}d ago", secs / 86_400),
+    }
+}
