@@ -13,6 +13,7 @@
 //! - [`plugin`]: loading plugin libraries and calling them through the C ABI.
 //! - [`store`]: where instance snapshots are saved, with compare-and-set versions.
 //! - [`commands`]: the `turnstile` subcommands.
+//! - [`console`]: the operator console at `/console` on the HTTP listener.
 //! - [`instances`]: instances as an operator sees them (listing, showing, reset, delete),
 //!   shared by `turnstile instances` and the console.
 //! - [`config`]: `serve`'s settings from flags, `TURNSTILE_*` variables and a TOML file.
@@ -36,6 +37,7 @@ pub mod actors;
 pub mod catalog;
 pub mod commands;
 pub mod config;
+pub mod console;
 pub mod confirm;
 pub mod fast_hash;
 pub mod gate;

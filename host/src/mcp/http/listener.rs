@@ -23,6 +23,7 @@ use super::{
     session_records::SessionRecords,
     tls::Tls,
 };
+use crate::console::{self, Console, SessionFigures};
 use crate::mcp::{
     auth::bearer::{self, Authenticator},
     auth::oauth::{OAuth, OAuthOptions},
@@ -229,21 +230,51 @@ pub async fn serve_http(
         .route(
             "/metrics",
             get({
-                let sessions = sessions.clone();
+                let (sessions, handshakes) = (sessions.clone(), handshakes.clone());
                 move |state| metrics::serve(state, sessions, handshakes)
             }),
         );
+    let authenticator = Authenticator {
+        tokens,
+        oauth: oauth.clone(),
+    };
+    // The operator console: only where it cannot open the server to strangers (with
+    // authentication, to operators only; else on loopback).
+    let console_served = authenticated || local.ip().is_loopback();
+    let console = console_served.then(|| {
+        let access = if authenticated {
+            console::Access::Operators(authenticator.clone())
+        } else {
+            console::Access::Open
+        };
+        let (sessions, handshakes) = (sessions.clone(), handshakes.clone());
+        Console::new(
+            shared.catalog.clone(),
+            shared.runtime.clone(),
+            shared.store.clone(),
+            Box::new(move || SessionFigures {
+                held: sessions.count(),
+                in_handshake: handshakes.pending(),
+                passivated: sessions.passivated(),
+            }),
+            access,
+            tls.is_some(),
+            shutdown.closing_streams.clone(),
+        )
+    });
     // Every route above needs a token, when authentication is configured.
     let app = if authenticated {
         app.layer(middleware::from_fn_with_state(
-            Authenticator {
-                tokens,
-                oauth: oauth.clone(),
-            },
+            authenticator,
             bearer::require_token,
         ))
     } else {
         app
+    };
+    // The console checks its own access (a browser brings a cookie, not a bearer header).
+    let app = match console {
+        Some(console) => app.merge(console::router(console)),
+        None => app,
     };
     // Where to get a token is public (RFC 9728): at the root and under the resource's path.
     let app = match oauth {
@@ -277,6 +308,9 @@ pub async fn serve_http(
         .with_state(shared);
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(address = %local, "serving MCP over Streamable HTTP at {scheme}://{local}/mcp");
+    if console_served {
+        tracing::info!("the operator console is at {scheme}://{local}/console");
+    }
     connections::serve(
         listener,
         app,

@@ -848,6 +848,14 @@ const STYLE: &str = r##"<defs>
 </defs>
 "##;
 
+/// The CSS inside the SVG's `<style>` element, exactly as it stands between the tags: a page
+/// that embeds the SVG allows it in its Content-Security-Policy by its hash.
+pub fn style_sheet() -> &'static str {
+    let start = STYLE.find("<style>").map_or(0, |at| at + "<style>".len());
+    let end = STYLE.find("</style>").unwrap_or(STYLE.len());
+    &STYLE[start..end]
+}
+
 /// Text for XML content and attributes. Control characters XML 1.0 cannot hold become spaces.
 fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
