@@ -129,27 +129,25 @@ impl Handler<Reset> for InstanceActor {
             };
             Ok((Some(after), Operated::Reset { from, to }))
         };
-        AtomicResponse::new(Box::pin(work.into_actor(self).map(
-            |result, actor, ctx| {
-                let outcome = match result {
-                    Ok((adopt, operated)) => {
-                        if let Some(view) = adopt {
-                            actor.workflow = view.workflow.clone();
-                            actor.current = Some(view);
-                            // Every list may differ in the initial state.
-                            actor.announce(ListsChanged::ALL, None);
-                        }
-                        Ok(operated)
+        AtomicResponse::new(Box::pin(work.into_actor(self).map(|result, actor, ctx| {
+            let outcome = match result {
+                Ok((adopt, operated)) => {
+                    if let Some(view) = adopt {
+                        actor.workflow = view.workflow.clone();
+                        actor.current = Some(view);
+                        // Every list may differ in the initial state.
+                        actor.announce(ListsChanged::ALL, None);
                     }
-                    Err(error) => {
-                        actor.current = None;
-                        Err(error)
-                    }
-                };
-                actor.after(&outcome, ctx);
-                outcome
-            },
-        )))
+                    Ok(operated)
+                }
+                Err(error) => {
+                    actor.current = None;
+                    Err(error)
+                }
+            };
+            actor.after(&outcome, ctx);
+            outcome
+        })))
     }
 }
 

@@ -599,7 +599,10 @@ impl ServeSettings {
         }
         if self.operator_scope.is_some() && self.oauth_issuer.is_none() && self.oauth_jwks.is_none()
         {
-            return Err(Problem::Needs("operator-scope", "oauth-issuer or oauth-jwks"));
+            return Err(Problem::Needs(
+                "operator-scope",
+                "oauth-issuer or oauth-jwks",
+            ));
         }
         // Without authentication an instance belongs to no one: the limit would count nothing.
         if self.max_instances_per_principal.is_some()

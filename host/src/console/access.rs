@@ -10,7 +10,7 @@
 //! it) and `Secure` over HTTPS, scoped to `/console`, and holds the token itself (base64url): the
 //! server keeps no login state, and rotating the token file logs the console out. A POST that
 //! does not carry a bearer header (a form of the console's own pages) must also come from the
-//! console's own origin (`Origin`, else `Sec-Fetch-Site`), which stops another site's page from
+//! console's own origin (`Sec-Fetch-Site`, else `Origin`), which stops another site's page from
 //! resetting instances through an operator's browser, cookie or not (an open loopback console
 //! has no cookie to withhold).
 
@@ -128,18 +128,24 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
         .and_then(|bytes| String::from_utf8(bytes).ok())
 }
 
-/// Whether a form's POST comes from a page of this server: its `Origin` names the host it was
-/// sent to, or (no `Origin`) the browser says it is same-origin or typed by the user. A client
-/// that sends neither is not a browser, which a foreign page could not have used.
+/// Whether a form's POST comes from a page of this server: the browser says so
+/// (`Sec-Fetch-Site: same-origin`, or `none` for one the user typed), or, from a browser that
+/// does not say, its `Origin` names the host it was sent to. A client that sends neither is not
+/// a browser, which a foreign page could not have used.
 fn same_origin(headers: &HeaderMap) -> bool {
     let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
-    match (header(header::ORIGIN.as_str()), header(header::HOST.as_str())) {
+    if let Some(site) = header(SEC_FETCH_SITE) {
+        return site == "same-origin" || site == "none";
+    }
+    match (
+        header(header::ORIGIN.as_str()),
+        header(header::HOST.as_str()),
+    ) {
         (Some(origin), Some(host)) => origin
             .split_once("://")
             .is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(host)),
         (Some(_), None) => false,
-        (None, _) => header(SEC_FETCH_SITE)
-            .is_none_or(|site| site == "same-origin" || site == "none"),
+        (None, _) => true,
     }
 }
 
@@ -240,6 +246,12 @@ mod tests {
         ])));
         assert!(same_origin(&headers(&[
             host,
+            ("sec-fetch-site", "same-origin")
+        ])));
+        // Chromium sends `Origin: null` for a form under `Referrer-Policy: no-referrer`.
+        assert!(same_origin(&headers(&[
+            host,
+            ("origin", "null"),
             ("sec-fetch-site", "same-origin")
         ])));
         assert!(same_origin(&headers(&[host])), "not a browser");

@@ -112,7 +112,10 @@ pub async fn act(
             ));
         }
         Err(InstanceError::Store(StoreError::Conflict { .. } | StoreError::Fenced { .. })) => {
-            return Err(Problem(StatusCode::CONFLICT, repair::changed_meanwhile(&key)));
+            return Err(Problem(
+                StatusCode::CONFLICT,
+                repair::changed_meanwhile(&key),
+            ));
         }
         Err(InstanceError::Store(
             error @ (StoreError::Unavailable(_) | StoreError::NoAnswer(_)),
@@ -146,7 +149,10 @@ async fn directly(
         }
         Act::Delete => {
             repair::delete(store, key).await.map_err(Problem::of)?;
-            tracing::info!(principal = operator.as_deref().unwrap_or("-"), "an operator deleted an instance");
+            tracing::info!(
+                principal = operator.as_deref().unwrap_or("-"),
+                "an operator deleted an instance"
+            );
             Ok(done(key, act, None))
         }
     }

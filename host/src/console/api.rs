@@ -138,7 +138,11 @@ pub fn lit_state(value: &Value) -> Option<String> {
     let paths = active_paths(value);
     paths
         .iter()
-        .find(|path| !paths.iter().any(|other| other.starts_with(&format!("{path}."))))
+        .find(|path| {
+            !paths
+                .iter()
+                .any(|other| other.starts_with(&format!("{path}.")))
+        })
         .cloned()
 }
 
@@ -150,9 +154,14 @@ pub async fn diagram(
 ) -> Response {
     let catalog = console.catalog.current();
     let Some(workflow) = catalog.workflow(&id) else {
-        return Problem(StatusCode::NOT_FOUND, format!("no workflow {id} is loaded")).into_response();
+        return Problem(StatusCode::NOT_FOUND, format!("no workflow {id} is loaded"))
+            .into_response();
     };
-    match diagram_of(&catalog, workflow, query.highlight.as_deref().filter(|s| !s.is_empty())) {
+    match diagram_of(
+        &catalog,
+        workflow,
+        query.highlight.as_deref().filter(|s| !s.is_empty()),
+    ) {
         Ok(svg) => ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response(),
         Err(unknown) => Problem(StatusCode::NOT_FOUND, unknown.to_string()).into_response(),
     }
@@ -193,7 +202,9 @@ pub async fn act(
             format!("no action {action}: reset or delete"),
         )
     })?;
-    actions::act(&console, act, &named.id, operator.0).await.map(Json)
+    actions::act(&console, act, &named.id, operator.0)
+        .await
+        .map(Json)
 }
 
 /// The server's figures.
@@ -237,9 +248,10 @@ pub async fn server_info(console: &Console) -> ServerInfo {
         Ok((registry, notifier)) => (Some(registry), Some(notifier)),
         Err(_) => (None, None),
     };
+    // Keyed so that they sort shortest first.
     let calls = [
-        ("last minute", Duration::from_secs(60)),
-        ("last 5 minutes", Duration::from_secs(300)),
+        ("1 minute", Duration::from_secs(60)),
+        ("5 minutes", Duration::from_secs(300)),
     ]
     .into_iter()
     .map(|(label, span)| (label, console.rates.over(span)))

@@ -97,7 +97,13 @@ pub async fn instance(State(console): State<Arc<Console>>, Query(named): Query<N
         .done
         .as_deref()
         .map(|state| format!("Reset: now in state {state}."));
-    pages::instance(signed_in(&console), &shown, svg.as_deref(), notice.as_deref()).into_response()
+    pages::instance(
+        signed_in(&console),
+        &shown,
+        svg.as_deref(),
+        notice.as_deref(),
+    )
+    .into_response()
 }
 
 /// `GET /console/instance/{reset,delete}?id=…`: the confirmation.

@@ -100,7 +100,10 @@ impl Census {
 
     /// Makes the counts again whenever they may have changed, while anyone watches, until
     /// `closing`.
-    pub async fn keep_counting(self: Arc<Self>, console_closing: tokio_util::sync::CancellationToken) {
+    pub async fn keep_counting(
+        self: Arc<Self>,
+        console_closing: tokio_util::sync::CancellationToken,
+    ) {
         let every = if self.store.is_shared() {
             SHARED_EVERY
         } else {

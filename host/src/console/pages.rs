@@ -405,9 +405,12 @@ pub fn server(signed_in: bool, shown: &ServerShown) -> Markup {
             section {
                 h2 { "Calls" }
                 table.rates {
-                    thead { tr { th scope="col" { "Over" } th scope="col" { "Calls" } th scope="col" { "Calls/s" } th scope="col" { "p99" } } }
+                    thead { tr { th scope="col" { "Over the last" } th scope="col" { "Calls" } th scope="col" { "Calls/s" } th scope="col" { "p99" } } }
                     tbody { @for (label, window) in &shown.windows { tr {
-                        th scope="row" { (label) }
+                        th scope="row" {
+                            (label)
+                            @if let Some(window) = window { " (" (window.seconds) " s measured)" }
+                        }
                         @match window {
                             Some(window) => {
                                 td.num { (window.calls) }

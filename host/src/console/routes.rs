@@ -1,7 +1,7 @@
 //! The console's routes, and the headers every answer of theirs carries: a strict
 //! Content-Security-Policy (scripts, styles, images and connections from this server only, no
 //! inline script; the one inline stylesheet allowed is the diagrams' own, by its hash), no
-//! framing, no referrer, no caching, no sniffing.
+//! framing, no referrer to other sites, no caching, no sniffing.
 
 use std::sync::{Arc, OnceLock};
 
@@ -22,7 +22,12 @@ use crate::statechart::diagram::svg;
 /// The routes under `/console`, with their own access check (not the listener's bearer layer:
 /// a browser proves itself with the login cookie).
 pub fn router<S: Clone + Send + Sync + 'static>(console: Arc<Console>) -> Router<S> {
-    tokio::spawn(console.census.clone().keep_counting(console.closing.clone()));
+    tokio::spawn(
+        console
+            .census
+            .clone()
+            .keep_counting(console.closing.clone()),
+    );
     let operators = Router::new()
         .route("/console", get(handlers::workflows))
         .route("/console/", get(handlers::workflows))
@@ -34,10 +39,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(console: Arc<Console>) -> Router
         )
         .route("/console/server", get(handlers::server))
         .route("/console/api/workflows", get(api::workflows))
-        .route(
-            "/console/api/workflows/{id}/diagram.svg",
-            get(api::diagram),
-        )
+        .route("/console/api/workflows/{id}/diagram.svg", get(api::diagram))
         .route("/console/api/instances", get(api::list))
         .route("/console/api/instance", get(api::show))
         .route("/console/api/instance/{action}", post(api::act))
@@ -106,7 +108,8 @@ async fn secure_headers(request: Request, next: Next) -> Response {
     );
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        // Not `no-referrer`: under it Chromium sends a form's `Origin` as `null`.
+        HeaderValue::from_static("same-origin"),
     );
     headers
         .entry(header::CACHE_CONTROL)

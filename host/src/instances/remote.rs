@@ -99,10 +99,8 @@ impl Remote {
     /// `action` is `reset` or `delete`.
     pub async fn act(&self, action: &str, instance: &str) -> anyhow::Result<Done> {
         let path = format!("instance/{action}");
-        self.answer(
-            self.request(reqwest::Method::POST, &path, &[("id", instance.to_owned())]),
-        )
-        .await
+        self.answer(self.request(reqwest::Method::POST, &path, &[("id", instance.to_owned())]))
+            .await
     }
 
     fn request(
@@ -137,14 +135,20 @@ impl Remote {
             .with_context(|| format!("{} did not finish its answer", self.base))?;
         if status.is_success() {
             return serde_json::from_slice(&body).with_context(|| {
-                format!("{} answered something that is not the console's JSON", self.base)
+                format!(
+                    "{} answered something that is not the console's JSON",
+                    self.base
+                )
             });
         }
         let reason = serde_json::from_slice::<Refusal>(&body)
             .map(|refusal| refusal.error)
             .unwrap_or_else(|_| String::from_utf8_lossy(&body).trim().to_owned());
         match status.as_u16() {
-            401 => bail!("{} wants an operator's token (--token-file): {reason}", self.base),
+            401 => bail!(
+                "{} wants an operator's token (--token-file): {reason}",
+                self.base
+            ),
             403 => bail!("{}: this token is not an operator's: {reason}", self.base),
             404 if reason.is_empty() => bail!(
                 "{} serves no console: it needs authentication, or a loopback address",

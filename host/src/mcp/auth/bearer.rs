@@ -333,7 +333,11 @@ mod tests {
     fn an_operator_line_ends_with_operator() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("tokens");
-        std::fs::write(&file, "ops t-ops operator\nalice t-alice\nt-bare operator\n").unwrap();
+        std::fs::write(
+            &file,
+            "ops t-ops operator\nalice t-alice\nt-bare operator\n",
+        )
+        .unwrap();
         let tokens = Tokens::load(&file).unwrap();
         assert_eq!(
             tokens.identify("t-ops"),

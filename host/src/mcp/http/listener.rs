@@ -307,9 +307,10 @@ pub async fn serve_http(
         })
         .with_state(shared);
     let scheme = if tls.is_some() { "https" } else { "http" };
-    tracing::info!(address = %local, "serving MCP over Streamable HTTP at {scheme}://{local}/mcp");
     if console_served {
-        tracing::info!("the operator console is at {scheme}://{local}/console");
+        tracing::info!(address = %local, "serving MCP over Streamable HTTP at {scheme}://{local}/mcp, and the operator console at {scheme}://{local}/console");
+    } else {
+        tracing::info!(address = %local, "serving MCP over Streamable HTTP at {scheme}://{local}/mcp");
     }
     connections::serve(
         listener,
