@@ -11,12 +11,14 @@
 //! - [`stores`]: the Redis and PostgreSQL servers the tests share, and the macros that run a
 //!   scenario once per store;
 //! - [`workflows`]: menus and the invoice walk; [`metrics`]: `GET /metrics` parsed;
-//! - [`durability`] and [`python`]: the fixtures only the durability and Python tests need.
+//! - [`durability`] and [`python`]: the fixtures only the durability and Python tests need;
+//!   [`browser`]: headless Chromium through chromedriver, for the console's test.
 //!
 //! Every test binary compiles this module on its own and uses a different part of it, hence
 //! the `allow`s below.
 #![allow(dead_code, unused_imports, unused_macros)]
 
+pub mod browser;
 pub mod client;
 pub mod durability;
 pub mod metrics;

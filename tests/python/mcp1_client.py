@@ -26,6 +26,8 @@ Usage: python mcp1_client.py SCENARIO URL
                      arrived, in order, when the SDK returns the call's result
   never-relists      server without handle flags: `tools/list` once, then submit → approve →
                      discharge, each call chosen from the previous result's next step
+  submit-invoice:TOKEN  server with --state-handle-key and this bearer token: submits one
+                     invoice and leaves it in review (the operator console's test finds it)
 URL may also be `stdio:["PROGRAM", "ARG", ...]`: each connection starts that server over stdio.
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
@@ -385,6 +387,15 @@ async def handle_lifecycle(url: str) -> dict[str, Any]:
             menus[state] = await c.menu(MENU[state], f"with _meta.handle after {tool}", handle)
             expect_equal(await c.state(handle), state, f"invoice.status by handle after {tool}")
         return {"protocol": c.protocol, "handle": handle, "menus": menus, "list_changed": c.changes.count}
+
+
+async def submit_invoice(url: str, token: str) -> dict[str, Any]:
+    """Handle mode, as the principal of `token`: one invoice submitted and left in review, for the
+    operator console's browser test (`tests/console.rs`) to watch arrive and find by handle."""
+    async with connect(url, "submitter", token) as c:
+        handle, _ = await mint(c, {"amount": 250, "customer": "ACME"})
+        expect_equal(await c.state(handle), "review", "invoice.status by handle after submit")
+        return {"protocol": c.protocol, "handle": handle}
 
 
 # --- 4. two sessions on one handle -------------------------------------------------------------
@@ -894,6 +905,7 @@ if __name__ == "__main__":
             "plugin-logs": plugin_logs,
             "never-relists": never_relists,
             "confirm-discharge": confirm_discharge,
+            "submit-invoice": submit_invoice,
         },
         SDK,
     )

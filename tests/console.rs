@@ -1,0 +1,306 @@
+//! The operator console (`/console`), as an operator sees it in a real browser (headless
+//! Chromium through chromedriver), against the real binary, with a real MCP client (the Python
+//! SDK) moving an invoice meanwhile; who may open it; and `turnstile instances --server`, which
+//! works through its API.
+//!
+//! On a failure in the browser, a screenshot of the page is kept in
+//! `<target>/console-screenshots/` (CI keeps it). Without Chromium the browser test fails under
+//! `CI=true` and is skipped, saying why, elsewhere.
+
+mod common;
+
+use std::{path::PathBuf, process::Command, time::Duration};
+
+use common::{
+    TokenFile,
+    browser::Browser,
+    python::{Sdk, run_scenario},
+    start, target_dir, turnstile_bin,
+};
+use serde_json::Value;
+
+const OPERATOR: &str = "t-ops-4f1c";
+const ALICE: &str = "t-alice-9b2e";
+
+/// An invoice server in handle mode with an operator (`ops`) and a client (`alice`).
+fn console_server(tokens: &TokenFile) -> (common::PluginDir, common::Server) {
+    start(
+        &["invoice"],
+        &[
+            "--state-handle-key",
+            "handle",
+            "--auth-token-file",
+            tokens.arg(),
+        ],
+    )
+}
+
+fn tokens() -> TokenFile {
+    TokenFile::with(&format!("ops {OPERATOR} operator\nalice {ALICE}\n"))
+}
+
+fn screenshots() -> PathBuf {
+    target_dir().join("console-screenshots")
+}
+
+/// The browser walk, step by step; `Err` says which step saw what.
+async fn walk(browser: &Browser, server: &mut common::Server) -> Result<(), String> {
+    let base = server.base();
+    let review = r#"td.count[data-workflow="invoice"][data-state="review"]"#;
+
+    // Logging in: the console asks for a token, and takes the operator's.
+    browser.open(&format!("{base}/console")).await;
+    let field = browser
+        .find("input#token")
+        .await
+        .ok_or("no login form at /console without a token")?;
+    browser.type_into(&field, OPERATOR).await;
+    let submit = browser
+        .find("form.login button")
+        .await
+        .ok_or("no login button")?;
+    browser.click(&submit).await;
+
+    // The invoice workflow's diagram, with a box per state, and its counts.
+    let diagram = r#"section.workflow[data-workflow="invoice"] svg.turnstile-graph"#;
+    browser
+        .find(diagram)
+        .await
+        .ok_or_else(|| format!("no invoice diagram after logging in, at {}", "/console"))?;
+    for state in ["draft", "review", "approved", "discharged"] {
+        let node = format!(r#"{diagram} g.state[data-state="{state}"]"#);
+        browser
+            .find(&node)
+            .await
+            .ok_or_else(|| format!("the diagram has no box for {state}"))?;
+    }
+    browser
+        .wait_for_text(review, "0", Duration::from_secs(5))
+        .await?;
+    // The live stream is open before the invoice moves: the count must change in place.
+    let live = "p#live-status:not([hidden])";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while browser.find(live).await.is_none() {
+        if std::time::Instant::now() > deadline {
+            return Err("the live updates did not connect in 10 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A client submits an invoice; the page's review count goes to 1 without a reload.
+    let summary = run_scenario(Sdk::Mcp1, &format!("submit-invoice:{ALICE}"), server);
+    let handle = summary["handle"].as_str().ok_or("no handle")?.to_owned();
+    browser
+        .wait_for_text(review, "1", Duration::from_secs(10))
+        .await
+        .map_err(|seen| format!("after the submit: {seen}"))?;
+    if browser.url().await != format!("{base}/console") {
+        return Err("the page was reloaded".into());
+    }
+
+    // Found by its handle: review lit on its diagram, and the submit in its trail.
+    browser.open(&format!("{base}/console/instances")).await;
+    let find = browser
+        .find("input#find-id")
+        .await
+        .ok_or("no search field")?;
+    browser.type_into(&find, &handle).await;
+    let go = browser
+        .find("form.find button")
+        .await
+        .ok_or("no Find button")?;
+    browser.click(&go).await;
+    browser
+        .find(r#"svg g.state.active[data-state="review"]"#)
+        .await
+        .ok_or_else(|| format!("review is not lit on {handle}'s diagram"))?;
+    let trail = browser
+        .text_of("table#audit tbody")
+        .await
+        .unwrap_or_default();
+    if !(trail.contains("tool:invoice.submit") && trail.contains("token:alice")) {
+        return Err(format!("the trail does not show alice's submit: {trail:?}"));
+    }
+
+    // Reset, confirmed: back in draft, the reset in the trail under the operator's name.
+    let reset = browser
+        .find("section.actions a.button")
+        .await
+        .ok_or("no Reset button")?;
+    browser.click(&reset).await;
+    let confirm = browser
+        .find("form.confirm button")
+        .await
+        .ok_or("no confirmation asked for the reset")?;
+    browser.click(&confirm).await;
+    browser
+        .wait_for_text("dd#instance-state", "draft", Duration::from_secs(5))
+        .await?;
+    let trail = browser
+        .text_of("table#audit tbody")
+        .await
+        .unwrap_or_default();
+    if !(trail.contains("operator:reset") && trail.contains("token:ops")) {
+        return Err(format!(
+            "the trail does not show the operator's reset: {trail:?}"
+        ));
+    }
+
+    // And the workflow's review count fell back.
+    browser.open(&format!("{base}/console")).await;
+    browser
+        .wait_for_text(review, "0", Duration::from_secs(5))
+        .await
+        .map_err(|seen| format!("after the reset: {seen}"))?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_watches_an_invoice_arrive_finds_it_and_resets_it() {
+    if let Some(reason) = common::browser::missing() {
+        if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+            panic!("the console's browser test cannot run: {reason}");
+        }
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let tokens = tokens();
+    let (_plugins, mut server) = console_server(&tokens);
+    let browser = Browser::start().await;
+    if let Err(failure) = walk(&browser, &mut server).await {
+        let shot = browser
+            .screenshot(&screenshots(), "an_operator_watches_an_invoice_arrive")
+            .await;
+        let page = browser.source().await;
+        panic!(
+            "{failure}\nscreenshot: {shot:?}\npage:\n{page}\nserver log:\n{}",
+            server.stderr()
+        );
+    }
+    browser.quit().await;
+}
+
+/// `GET path` with `token` (if any): the status and the body.
+async fn get(url: &str, token: Option<&str>) -> (u16, String) {
+    let client = reqwest::Client::new();
+    let mut request = client.get(url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let answer = request.send().await.expect("the server answers");
+    let status = answer.status().as_u16();
+    (status, answer.text().await.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn only_operators_get_in() {
+    let tokens = tokens();
+    let (_plugins, server) = console_server(&tokens);
+    let base = server.base();
+    for path in ["/console", "/console/instances", "/console/api/instances"] {
+        let url = format!("{base}{path}");
+        assert_eq!(get(&url, None).await.0, 401, "{path} without a token");
+        assert_eq!(
+            get(&url, Some("no-such-token")).await.0,
+            401,
+            "{path} with a wrong token"
+        );
+        let (status, body) = get(&url, Some(ALICE)).await;
+        assert_eq!(status, 403, "{path} for a client: {body}");
+        assert!(body.contains("token:alice is not an operator"), "{body}");
+        assert_eq!(
+            get(&url, Some(OPERATOR)).await.0,
+            200,
+            "{path} for the operator"
+        );
+    }
+    // Every page is under the policy that forbids inline script.
+    let answer = reqwest::Client::new()
+        .get(format!("{base}/console"))
+        .bearer_auth(OPERATOR)
+        .send()
+        .await
+        .unwrap();
+    let policy = answer.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        policy.contains("script-src 'self'") && !policy.contains("unsafe"),
+        "{policy}"
+    );
+    // A form of another site cannot act, even with the operator's credentials.
+    let refused = reqwest::Client::new()
+        .post(format!("{base}/console/instance/reset"))
+        .header("cookie", "turnstile_console=x")
+        .header("origin", "https://evil.example")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("id=anything")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 403);
+}
+
+/// `turnstile instances --server URL --token-file F ARGS…`: its stdout, or its stderr.
+fn instances_cli(base: &str, token: &str, args: &[&str]) -> Result<String, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, format!("# the operator's\n{token}\n")).unwrap();
+    let output = Command::new(turnstile_bin())
+        .args(["instances", "--server", base, "--token-file"])
+        .arg(&file)
+        .args(args)
+        .output()
+        .expect("run turnstile instances");
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_instances_command_works_through_a_running_server() {
+    let tokens = tokens();
+    let (_plugins, mut server) = console_server(&tokens);
+    let base = server.base();
+    let summary = run_scenario(Sdk::Mcp1, &format!("submit-invoice:{ALICE}"), &mut server);
+    let handle = summary["handle"].as_str().unwrap().to_owned();
+    let cli = |args: &[&str]| instances_cli(&base, OPERATOR, args);
+
+    let listed = cli(&["--json", "list", "--state", "review"]).unwrap();
+    let lines: Vec<Value> = listed
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{listed}");
+    assert!(
+        lines[0]["key"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("handle/{handle}@"))
+    );
+
+    let shown: Value = serde_json::from_str(&cli(&["--json", "show", &handle]).unwrap()).unwrap();
+    assert_eq!(shown["state"], "review");
+    assert_eq!(shown["audit"][0]["by"], "tool:invoice.submit");
+
+    let reset = cli(&["reset", &handle]).unwrap();
+    assert!(reset.contains("now in state draft"), "{reset}");
+    // The trail names the operator whose token asked for it.
+    let shown: Value = serde_json::from_str(&cli(&["--json", "show", &handle]).unwrap()).unwrap();
+    assert_eq!(
+        shown["audit"].as_array().unwrap().last().unwrap()["principal"],
+        "token:ops"
+    );
+
+    let deleted = cli(&["delete", &handle]).unwrap();
+    assert!(deleted.starts_with("deleted handle/"), "{deleted}");
+    let gone = cli(&["show", &handle]).unwrap_err();
+    assert!(gone.contains(&format!("no instance {handle}")), "{gone}");
+
+    // A client's token is refused, saying why.
+    let refused = instances_cli(&base, ALICE, &["list"]).unwrap_err();
+    assert!(refused.contains("not an operator"), "{refused}");
+}
