@@ -195,3 +195,75 @@ impl Handler<Delete> for InstanceActor {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::Operated;
+    use crate::{
+        actors::{ActorOptions, InstanceError, InstanceKey, start},
+        catalog::{Catalog, LiveCatalog},
+        statechart::{Event, Machine},
+        store::{InstanceRecord, MemoryStore, StateStore},
+    };
+
+    fn invoice() -> serde_json::Value {
+        json!({"id":"invoice","initial":"draft","context":{"n":0},"states":{
+            "draft":{"on":{"SUBMIT":"review"}},
+            "review":{"on":{"APPROVE":"approved"}},
+            "approved":{"type":"final"}}})
+    }
+
+    #[tokio::test]
+    async fn a_live_instance_is_reset_and_deleted_by_its_actor() {
+        let catalog = Arc::new(LiveCatalog::new(Catalog::with_machines(vec![invoice()])));
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let runtime = start(catalog, store.clone(), ActorOptions::default()).unwrap();
+        let key = InstanceKey::mint("invoice");
+        let store_key = key.store_key();
+        let machine = Machine::from_json(&invoice()).unwrap();
+        let moved = machine.transition(&machine.initial_snapshot(), &Event::new("SUBMIT"));
+        let mut record = InstanceRecord::first("invoice", moved.snapshot.to_persisted());
+        record.machine = Some(crate::catalog::machine_version(&invoice()));
+        store.save(&store_key, &record, 0).await.unwrap();
+        // The actor is live, with its copy in memory.
+        assert_eq!(
+            runtime.view(key.clone()).await.unwrap().snapshot.value(),
+            "review"
+        );
+
+        let reset = runtime
+            .reset(&store_key, Some("token:ops".into()))
+            .await
+            .unwrap();
+        assert_eq!(
+            reset,
+            Some(Operated::Reset {
+                from: json!("review"),
+                to: json!("draft")
+            })
+        );
+        // The actor's own copy moved with the store: a view needs no reload to see it.
+        let view = runtime.view(key.clone()).await.unwrap();
+        assert_eq!((view.snapshot.value(), view.version), (json!("draft"), 2));
+        let trail = store.audit(&store_key).await.unwrap();
+        let last = trail.last().unwrap();
+        assert_eq!(
+            (last.by.as_str(), last.principal.as_deref()),
+            ("operator:reset", Some("token:ops"))
+        );
+
+        let deleted = runtime.delete(&store_key, None).await.unwrap();
+        assert_eq!(deleted, Some(Operated::Deleted));
+        assert!(store.load(&store_key).await.unwrap().is_none());
+        assert!(matches!(
+            runtime.view(key).await,
+            Err(InstanceError::UnknownHandle(_))
+        ));
+        // A key that names no instance is nothing this process runs.
+        assert_eq!(runtime.reset("machine/x", None).await.unwrap(), None);
+    }
+}
