@@ -43,6 +43,9 @@ fn screenshots() -> PathBuf {
     target_dir().join("console-screenshots")
 }
 
+/// How long a page may take to show what a step looks for.
+const PAGE: Duration = Duration::from_secs(10);
+
 /// The browser walk, step by step; `Err` says which step saw what.
 async fn walk(browser: &Browser, server: &mut common::Server) -> Result<(), String> {
     let base = server.base();
@@ -51,7 +54,7 @@ async fn walk(browser: &Browser, server: &mut common::Server) -> Result<(), Stri
     // Logging in: the console asks for a token, and takes the operator's.
     browser.open(&format!("{base}/console")).await;
     let field = browser
-        .find("input#token")
+        .wait_for("input#token", PAGE)
         .await
         .ok_or("no login form at /console without a token")?;
     browser.type_into(&field, OPERATOR).await;
@@ -64,9 +67,9 @@ async fn walk(browser: &Browser, server: &mut common::Server) -> Result<(), Stri
     // The invoice workflow's diagram, with a box per state, and its counts.
     let diagram = r#"section.workflow[data-workflow="invoice"] svg.turnstile-graph"#;
     browser
-        .find(diagram)
+        .wait_for(diagram, PAGE)
         .await
-        .ok_or_else(|| format!("no invoice diagram after logging in, at {}", "/console"))?;
+        .ok_or("no invoice diagram after logging in")?;
     for state in ["draft", "review", "approved", "discharged"] {
         let node = format!(r#"{diagram} g.state[data-state="{state}"]"#);
         browser
@@ -74,18 +77,15 @@ async fn walk(browser: &Browser, server: &mut common::Server) -> Result<(), Stri
             .await
             .ok_or_else(|| format!("the diagram has no box for {state}"))?;
     }
-    browser
-        .wait_for_text(review, "0", Duration::from_secs(5))
-        .await?;
+    browser.wait_for_text(review, "0", PAGE).await?;
     // The live stream is open before the invoice moves: the count must change in place.
     let live = "p#live-status:not([hidden])";
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while browser.find(live).await.is_none() {
-        if std::time::Instant::now() > deadline {
-            return Err("the live updates did not connect in 10 s".into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    browser
+        .wait_for(live, PAGE)
+        .await
+        .ok_or("the live updates did not connect")?;
+    // The cell as this page shows it: a reloaded page would show another.
+    let cell = browser.find(review).await.ok_or("no review count")?;
 
     // A client submits an invoice; the page's review count goes to 1 without a reload.
     let summary = run_scenario(Sdk::Mcp1, &format!("submit-invoice:{ALICE}"), server);
@@ -94,14 +94,14 @@ async fn walk(browser: &Browser, server: &mut common::Server) -> Result<(), Stri
         .wait_for_text(review, "1", Duration::from_secs(10))
         .await
         .map_err(|seen| format!("after the submit: {seen}"))?;
-    if browser.url().await != format!("{base}/console") {
-        return Err("the page was reloaded".into());
+    if browser.find(review).await.as_ref() != Some(&cell) {
+        return Err("the count changed only with a reload of the page".into());
     }
 
     // Found by its handle: review lit on its diagram, and the submit in its trail.
     browser.open(&format!("{base}/console/instances")).await;
     let find = browser
-        .find("input#find-id")
+        .wait_for("input#find-id", PAGE)
         .await
         .ok_or("no search field")?;
     browser.type_into(&find, &handle).await;
@@ -111,7 +111,7 @@ async fn walk(browser: &Browser, server: &mut common::Server) -> Result<(), Stri
         .ok_or("no Find button")?;
     browser.click(&go).await;
     browser
-        .find(r#"svg g.state.active[data-state="review"]"#)
+        .wait_for(r#"svg g.state.active[data-state="review"]"#, PAGE)
         .await
         .ok_or_else(|| format!("review is not lit on {handle}'s diagram"))?;
     let trail = browser
@@ -124,17 +124,17 @@ async fn walk(browser: &Browser, server: &mut common::Server) -> Result<(), Stri
 
     // Reset, confirmed: back in draft, the reset in the trail under the operator's name.
     let reset = browser
-        .find("section.actions a.button")
+        .wait_for("section.actions a.button", PAGE)
         .await
         .ok_or("no Reset button")?;
     browser.click(&reset).await;
     let confirm = browser
-        .find("form.confirm button")
+        .wait_for("form.confirm button", PAGE)
         .await
         .ok_or("no confirmation asked for the reset")?;
     browser.click(&confirm).await;
     browser
-        .wait_for_text("dd#instance-state", "draft", Duration::from_secs(5))
+        .wait_for_text("dd#instance-state", "draft", PAGE)
         .await?;
     let trail = browser
         .text_of("table#audit tbody")
@@ -149,7 +149,7 @@ async fn walk(browser: &Browser, server: &mut common::Server) -> Result<(), Stri
     // And the workflow's review count fell back.
     browser.open(&format!("{base}/console")).await;
     browser
-        .wait_for_text(review, "0", Duration::from_secs(5))
+        .wait_for_text(review, "0", PAGE)
         .await
         .map_err(|seen| format!("after the reset: {seen}"))?;
     Ok(())
@@ -303,4 +303,80 @@ async fn the_instances_command_works_through_a_running_server() {
     // A client's token is refused, saying why.
     let refused = instances_cli(&base, ALICE, &["list"]).unwrap_err();
     assert!(refused.contains("not an operator"), "{refused}");
+}
+
+/// Reads the `counts` events of an open `/console/api/live` stream until one satisfies
+/// `wanted`, within `within`; that one, or what was last seen.
+async fn counts_until(
+    live: &mut reqwest::Response,
+    buffer: &mut String,
+    within: Duration,
+    wanted: impl Fn(&Value) -> bool,
+) -> Result<Value, String> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut last = Value::Null;
+    loop {
+        while let Some(end) = buffer.find("\n\n") {
+            let event: String = buffer.drain(..end + 2).collect();
+            if !event.lines().any(|line| line == "event: counts") {
+                continue;
+            }
+            let data = event
+                .lines()
+                .find_map(|line| line.strip_prefix("data: "))
+                .ok_or_else(|| format!("a counts event without data: {event:?}"))?;
+            last = serde_json::from_str(data).map_err(|e| format!("{e}: {data}"))?;
+            if wanted(&last) {
+                return Ok(last);
+            }
+        }
+        match tokio::time::timeout_at(deadline, live.chunk()).await {
+            Ok(Ok(Some(chunk))) => buffer.push_str(&String::from_utf8_lossy(&chunk)),
+            Ok(Ok(None)) => return Err(format!("the stream ended; last counts {last}")),
+            Ok(Err(error)) => return Err(format!("the stream failed: {error}")),
+            Err(_) => return Err(format!("not within {within:?}; last counts {last}")),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn live_counts_follow_a_transition_made_on_another_server_sharing_the_store() {
+    let redis = common::reachable_redis_url();
+    let namespace = format!("console_{}", uuid::Uuid::new_v4().simple());
+    let tokens = tokens();
+    let plugins = common::PluginDir::with(&["invoice"]);
+    let flags = [
+        "--state-handle-key",
+        "handle",
+        "--auth-token-file",
+        tokens.arg(),
+    ];
+    let watching = common::Server::sharing(plugins.path(), &redis, &namespace, &flags);
+    let mut moving = common::Server::sharing(plugins.path(), &redis, &namespace, &flags);
+    let mut live = reqwest::Client::new()
+        .get(format!("{}/console/api/live", watching.base()))
+        .bearer_auth(OPERATOR)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live.status().as_u16(), 200);
+    assert_eq!(
+        live.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let mut buffer = String::new();
+    let review = |counts: &Value| counts["invoice"]["states"]["review"].as_u64().unwrap_or(0);
+    counts_until(&mut live, &mut buffer, Duration::from_secs(10), |c| {
+        c["invoice"]["total"] == 0
+    })
+    .await
+    .unwrap();
+
+    // The other server mints and moves an invoice; this one's stream tells of it.
+    run_scenario(Sdk::Mcp1, &format!("submit-invoice:{ALICE}"), &mut moving);
+    counts_until(&mut live, &mut buffer, Duration::from_secs(10), |c| {
+        review(c) == 1
+    })
+    .await
+    .unwrap();
 }

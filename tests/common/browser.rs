@@ -30,8 +30,8 @@ pub struct Browser {
     http: reqwest::Client,
 }
 
-/// An element of the page, as the driver names it.
-#[derive(Clone, Debug)]
+/// An element of the page, as the driver names it (an element of a reloaded page is another).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Element(String);
 
 /// Why there is no browser: Chromium or its driver is not installed.
@@ -181,6 +181,21 @@ impl Browser {
     /// The first element `css` selects, if any.
     pub async fn find(&self, css: &str) -> Option<Element> {
         self.all(css).await.into_iter().next()
+    }
+
+    /// The first element `css` selects, waiting up to `within` for the page to show one (a
+    /// click on a form's button returns before the next page has loaded).
+    pub async fn wait_for(&self, css: &str, within: Duration) -> Option<Element> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(element) = self.find(css).await {
+                return Some(element);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// What `element` shows as text.
