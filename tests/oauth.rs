@@ -322,3 +322,55 @@ fn a_plain_http_issuer_elsewhere_is_refused_at_start() {
     let stderr = refused_start_with_issuer("http://issuer.example.test/");
     assert!(stderr.contains("is plain HTTP"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_scope_opens_the_console_and_nothing_else_does() {
+    let issuer = Issuer::start().await;
+    let plugins = PluginDir::with(&["invoice"]);
+    let flags = [
+        "--oauth-issuer",
+        &issuer.url,
+        "--public-url",
+        PUBLIC_URL,
+        "--operator-scope",
+        "turnstile:operate",
+    ];
+    let server = Server::http(plugins.path(), &flags);
+    let console = |token: Option<String>| {
+        let url = format!("{}/console/api/workflows", server.base());
+        async move {
+            let mut request = reqwest::Client::new().get(url);
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            request.send().await.unwrap().status().as_u16()
+        }
+    };
+    let with_scope = |scope: Value| {
+        let mut claims = issuer.claims("ops");
+        claims["scope"] = scope;
+        issuer.sign(&claims)
+    };
+    let operator = with_scope(json!("openid turnstile:operate"));
+    assert_eq!(console(Some(operator.clone())).await, 200);
+    // The same token is an ordinary client's on /mcp.
+    assert_eq!(status_for(&server, Some(&operator)).await, 200);
+    // `scp` as a list, as some issuers write it.
+    let mut listed = issuer.claims("ops");
+    listed["scp"] = json!(["turnstile:operate"]);
+    assert_eq!(console(Some(issuer.sign(&listed))).await, 200);
+    // Another scope, one that merely contains the name, or none: not an operator.
+    assert_eq!(
+        console(Some(with_scope(json!("turnstile:read")))).await,
+        403
+    );
+    assert_eq!(
+        console(Some(with_scope(json!("turnstile:operate:all")))).await,
+        403
+    );
+    assert_eq!(
+        console(Some(issuer.sign(&issuer.claims("alice")))).await,
+        403
+    );
+    assert_eq!(console(None).await, 401);
+}

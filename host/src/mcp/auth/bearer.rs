@@ -13,8 +13,8 @@
 //! Every route but the health probes and the OAuth metadata needs `Authorization: Bearer TOKEN`;
 //! a request without one, or with a token that is neither in the file nor a valid access token,
 //! gets 401 with `WWW-Authenticate: Bearer` (naming the protected-resource metadata when OAuth is
-//! on, as the MCP authorization spec asks) and a JSON-RPC error body. The principal and its
-//! [`Role`] are put in the request's extensions for what comes after.
+//! on, as the MCP authorization spec asks) and a JSON-RPC error body. The principal is put in the
+//! request's extensions for what comes after, and [`Role::Operator`] beside it for an operator.
 
 use std::{
     path::{Path, PathBuf},
@@ -249,7 +249,10 @@ pub async fn require_token(
     match authenticator.identify(token).await {
         Ok((principal, role)) => {
             request.extensions_mut().insert(principal);
-            request.extensions_mut().insert(role);
+            // Only an operator's is put there: absent is a client's, and costs a request nothing.
+            if role == Role::Operator {
+                request.extensions_mut().insert(role);
+            }
             next.run(request).await
         }
         Err(refused) => unauthorized(Some(&refused), metadata),

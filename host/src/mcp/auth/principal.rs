@@ -46,7 +46,8 @@ impl Principal {
 /// What a principal may do besides using tools: an operator may also use the console
 /// (`console/`), which sees and fixes every principal's instances. Given by the proof: a token
 /// line marked `operator` in the token file, or an OAuth access token carrying the scope named
-/// by `--operator-scope`. Put in a request's extensions beside its [`Principal`].
+/// by `--operator-scope`. An operator's is put in a request's extensions beside its
+/// [`Principal`] (a request without one is a client's).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Role {
     /// Uses tools, prompts and resources: every client.
