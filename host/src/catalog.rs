@@ -23,7 +23,7 @@ use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
 use serde_json::Value;
 
 pub use self::{
-    guards::{PluginGuards, Unavailable},
+    guards::{GuardAnswers, GuardQuestion, PluginGuards, Unavailable},
     live::LiveCatalog,
     primitives::{Bound, PromptEntry, ResourceEntry, SESSION_TOKEN, TemplateEntry},
     version::{canonical, machine_version},
@@ -109,6 +109,12 @@ impl ToolEntry {
     /// the handler says it may, or the binding has a person confirm.
     pub fn asks(&self) -> bool {
         self.manifest.asks || self.confirm.is_some()
+    }
+
+    /// Whether a call of this tool may fire an event: its transition on success, its
+    /// `on_error` on a handler error. A tool that fires nothing only reads the instance.
+    pub fn fires_something(&self) -> bool {
+        self.manifest.transition.is_some() || self.manifest.on_error.is_some()
     }
 
     /// A tool with no bound states is visible in every state (DESIGN: "a tool with no states is
