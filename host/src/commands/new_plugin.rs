@@ -15,7 +15,7 @@ use std::{
 use anyhow::{Context, bail};
 
 /// The C header, as the project gets it.
-const HEADER: &str = include_str!("../../../plugin-api/include/turnstile_plugin.h");
+const HEADER: &str = include_str!("../../../plugin-api/abi/include/turnstile_plugin.h");
 
 /// Where the SDK was when this binary was built.
 const BUILT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plugin-api");
