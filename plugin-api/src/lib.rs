@@ -38,7 +38,7 @@
 //! use schemars::JsonSchema;
 //! use serde::Deserialize;
 //! use serde_json::json;
-//! use turnstile_plugin_api::sdk::{Toolkit, action};
+//! use turnstile_plugin::sdk::{Toolkit, action};
 //!
 //! #[derive(Deserialize, JsonSchema)]
 //! struct Greet {
@@ -54,7 +54,7 @@
 //!     )
 //! }
 //!
-//! turnstile_plugin_api::export_toolkit!(toolkit);
+//! turnstile_plugin::export_toolkit!(toolkit);
 //! # fn main() { toolkit().build().unwrap(); }
 //! ```
 //!

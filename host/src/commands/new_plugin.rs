@@ -145,7 +145,7 @@ publish = false
 crate-type = ["cdylib", "rlib"]
 
 [dependencies]
-turnstile-plugin-api = { path = "{sdk}" }
+turnstile-plugin = { path = "{sdk}" }
 serde = { version = "1", features = ["derive"] }
 serde_json = "1"
 schemars = "1.2"
@@ -170,9 +170,9 @@ const RUST_LIB: &str = r#"//! The `{name}` plugin for Turnstile: one workflow, t
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use turnstile_plugin_api::sdk::{NoInput, Toolkit, Workflow};
+use turnstile_plugin::sdk::{NoInput, Toolkit, Workflow};
 
-turnstile_plugin_api::export_toolkit!(toolkit);
+turnstile_plugin::export_toolkit!(toolkit);
 
 /// The workflow, XState v5 JSON. The context keeps what the work is about (assigned from
 /// `{name}.start`'s input).
@@ -228,7 +228,7 @@ pub fn toolkit() -> Toolkit {
 
 #[cfg(test)]
 mod tests {
-    use turnstile_plugin_api::{CallContext, Plugin};
+    use turnstile_plugin::{CallContext, Plugin};
 
     use super::*;
 

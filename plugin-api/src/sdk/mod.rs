@@ -5,7 +5,7 @@
 //! use schemars::JsonSchema;
 //! use serde::Deserialize;
 //! use serde_json::json;
-//! use turnstile_plugin_api::sdk::{NoInput, Toolkit, Workflow};
+//! use turnstile_plugin::sdk::{NoInput, Toolkit, Workflow};
 //!
 //! #[derive(Deserialize, JsonSchema)]
 //! struct Lock {
@@ -30,7 +30,7 @@
 //!             .handle(|input: Lock, _ctx| Ok(json!({"message": format!("Locked by {}.", input.by)}))))
 //! }
 //!
-//! turnstile_plugin_api::export_toolkit!(toolkit);
+//! turnstile_plugin::export_toolkit!(toolkit);
 //!
 //! // In the plugin's tests: a typo in a state or an event fails here.
 //! # fn main() {
@@ -81,7 +81,7 @@
 //! # use serde::Deserialize;
 //! # use schemars::JsonSchema;
 //! # use serde_json::json;
-//! # use turnstile_plugin_api::sdk::{Toolkit, Workflow};
+//! # use turnstile_plugin::sdk::{Toolkit, Workflow};
 //! #[derive(Deserialize, JsonSchema)]
 //! struct Focus {
 //!     /// What to look at first.

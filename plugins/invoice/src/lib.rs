@@ -27,14 +27,14 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use turnstile_plugin_api::{
+use turnstile_plugin::{
     CallContext, ToolError, plugin_config,
     sdk::{NoInput, Toolkit, ToolkitPlugin, Workflow},
 };
 
 // Like `export_toolkit!`, reading the configuration first: a bad deadline or threshold refuses
 // the load.
-turnstile_plugin_api::export_plugin!(ToolkitPlugin, || {
+turnstile_plugin::export_plugin!(ToolkitPlugin, || {
     let deadline = review_deadline_ms(plugin_config())?;
     let confirm_above = confirm_above(plugin_config())?;
     toolkit_configured(deadline, confirm_above)
@@ -49,7 +49,7 @@ pub const DEFAULT_CONFIRM_ABOVE: f64 = 5_000.0;
 /// (`TURNSTILE_PLUGIN_INVOICE_CONFIRM_ABOVE`, a number of 0 or more), or
 /// [`DEFAULT_CONFIRM_ABOVE`].
 fn confirm_above(config: &Value) -> Result<f64, String> {
-    turnstile_plugin_api::config_number(config, "invoice", "confirm_above", DEFAULT_CONFIRM_ABOVE)
+    turnstile_plugin::config_number(config, "invoice", "confirm_above", DEFAULT_CONFIRM_ABOVE)
 }
 
 /// Every tool here computes its answer from the call alone, in microseconds, without I/O: the
@@ -65,7 +65,7 @@ pub const DEFAULT_REVIEW_DEADLINE_MS: u64 = 48 * 60 * 60 * 1000;
 /// The review deadline `config` sets (`review_deadline_ms`: whole milliseconds, above 0), or
 /// [`DEFAULT_REVIEW_DEADLINE_MS`].
 fn review_deadline_ms(config: &Value) -> Result<u64, String> {
-    turnstile_plugin_api::config_ms(
+    turnstile_plugin::config_ms(
         config,
         "invoice",
         "review_deadline_ms",
@@ -414,7 +414,7 @@ fn status(ctx: &CallContext) -> Status {
 
 #[cfg(test)]
 mod tests {
-    use turnstile_plugin_api::{Plugin, PrimitiveKind, sdk::ToolkitPlugin};
+    use turnstile_plugin::{Plugin, PrimitiveKind, sdk::ToolkitPlugin};
 
     use super::*;
 

@@ -34,16 +34,16 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use turnstile_plugin_api::{
+use turnstile_plugin::{
     CallContext, InputKind, InputRequest, ToolError, plugin_config,
     sdk::{NoInput, Toolkit, ToolkitPlugin, Workflow},
 };
 
 // Like `export_toolkit!`, reading the configuration first: a bad expiry or threshold refuses
 // the load.
-turnstile_plugin_api::export_plugin!(ToolkitPlugin, || {
+turnstile_plugin::export_plugin!(ToolkitPlugin, || {
     let expiry = authorization_expiry_ms(plugin_config())?;
-    let confirm_above = turnstile_plugin_api::config_number(
+    let confirm_above = turnstile_plugin::config_number(
         plugin_config(),
         "payment",
         "confirm_above",
@@ -68,7 +68,7 @@ pub const DEFAULT_AUTHORIZATION_EXPIRY_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// The authorization expiry `config` sets (`authorization_expiry_ms`: whole milliseconds, above
 /// 0), or [`DEFAULT_AUTHORIZATION_EXPIRY_MS`].
 fn authorization_expiry_ms(config: &Value) -> Result<u64, String> {
-    turnstile_plugin_api::config_ms(
+    turnstile_plugin::config_ms(
         config,
         "payment",
         "authorization_expiry_ms",
@@ -300,7 +300,7 @@ fn capture(ctx: &CallContext) -> Result<Value, ToolError> {
 
 /// `TURNSTILE_PLUGIN_PAYMENT_CARD_LIMIT`, as a number (none, or not a number: no limit).
 fn card_limit() -> Option<f64> {
-    turnstile_plugin_api::plugin_config()
+    turnstile_plugin::plugin_config()
         .get("card_limit")?
         .as_str()?
         .trim()
@@ -372,7 +372,7 @@ fn status(ctx: &CallContext) -> Status {
 
 #[cfg(test)]
 mod tests {
-    use turnstile_plugin_api::{Plugin, sdk::ToolkitPlugin};
+    use turnstile_plugin::{Plugin, sdk::ToolkitPlugin};
 
     use super::*;
 
