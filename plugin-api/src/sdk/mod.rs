@@ -130,10 +130,8 @@
 //! - [`Toolkit`], [`ToolkitPlugin`], [`DeclarationError`]: checking and dispatch (`toolkit.rs`).
 //! - `check.rs`: what `Toolkit::build` checks of each tool, prompt and resource.
 //! - `schema.rs`: schemas derived with `schemars`, cleaned into plain object schemas.
-//! - `machine.rs`: the outline of a machine the checks read.
 
 mod check;
-mod machine;
 mod prompt;
 mod resource;
 mod schema;

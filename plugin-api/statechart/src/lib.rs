@@ -492,6 +492,34 @@ impl Machine {
         })
     }
 
+    /// Whether an `event_type` event can do anything while `state` (a dot path or `#id`) is
+    /// active: some state that may be active at the same time listens to it, exactly or by
+    /// wildcard. Those are `state`, its ancestors and its descendants, and, inside a parallel
+    /// state, everything under the outermost parallel ancestor (its other regions). Guards are
+    /// not evaluated. For checking a binding (the plugin SDK refuses a tool whose event does
+    /// nothing in a state it is visible in), not for stepping.
+    pub fn accepts_event_in(&self, state: &str, event_type: &str) -> bool {
+        let tree = &self.tree;
+        let Some(node) = tree.lookup(state) else {
+            return false;
+        };
+        let mut chain = vec![node];
+        chain.extend(tree.proper_ancestors(node, None));
+        let scope = chain
+            .iter()
+            .rev()
+            .copied()
+            .find(|&n| tree.node(n).kind == tree::Kind::Parallel)
+            .unwrap_or(node);
+        let listens = |n: tree::NodeId| {
+            tree.node(n)
+                .on
+                .iter()
+                .any(|(d, ts)| !ts.is_empty() && matches_descriptor(event_type, d))
+        };
+        chain.iter().copied().any(listens) || (scope..tree.node(scope).subtree_end).any(listens)
+    }
+
     /// The states an `event_type` event may move an instance to from any of `states` (dot paths
     /// or `#id`s; their descendants and ancestors count, as they handle events there too), as
     /// dot paths in document order, each once. Guards are not evaluated: every target a
