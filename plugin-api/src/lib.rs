@@ -14,7 +14,7 @@
 //!   checked against the machine by a unit test, and [`export_toolkit!`] for the exported symbols. Start there to
 //!   write a plugin in Rust. Underneath it sits the lower-level [`Plugin`] trait with
 //!   [`export_plugin!`] (one `manifest` and one `call` written by hand), for plugins that build
-//!   their tool list at run time.
+//!   their tool list at run time. [`testing`] holds what a plugin's unit tests share.
 //!
 //! It must not do I/O or know anything about the host's runtime: the loader and its safe
 //! wrapper live in the host (`host/src/plugin/`). The contract itself (how the host talks to a
@@ -26,6 +26,8 @@
 //!   reading here to write a plugin in Rust.
 //! - [`plugin`]: the safe [`Plugin`] trait (which the SDK implements for you), the plugin's
 //!   configuration ([`plugin_config`]) and [`parse_input`].
+//! - [`testing`]: what a plugin's unit tests share (the plugin built, a call's context, a
+//!   manifest's bindings).
 //! - `export`: the `extern "C"` glue behind [`export_plugin!`] (not public API).
 //! - Re-exported from `turnstile-plugin-abi`: [`abi`] (the `#[repr(C)]` types), [`manifest`],
 //!   [`uri_template`], [`asking`], [`CallContext`], [`ToolError`], [`HostServices`].
@@ -64,6 +66,7 @@
 pub mod export;
 pub mod plugin;
 pub mod sdk;
+pub mod testing;
 
 pub use turnstile_plugin_abi::{
     ABI_VERSION, CallContext, ConfirmManifest, HANDLE_VARIABLE, HostServices, InputKind,

@@ -228,38 +228,30 @@ pub fn toolkit() -> Toolkit {
 
 #[cfg(test)]
 mod tests {
-    use turnstile_plugin::{CallContext, Plugin};
+    use turnstile_plugin::{
+        Plugin,
+        testing::{bindings, built, context},
+    };
 
     use super::*;
 
     #[test]
     fn each_tool_is_offered_where_the_workflow_needs_it() {
-        let plugin = toolkit().build().expect("every binding fits the machine");
-        let manifest = plugin.manifest();
-        let bound: Vec<(&str, Vec<String>)> = manifest
-            .tools
-            .iter()
-            .map(|tool| (tool.name.as_str(), tool.states.clone()))
-            .collect();
+        let manifest = built(toolkit()).manifest();
         assert_eq!(
-            bound,
+            bindings(&manifest),
             [
-                ("{name}.start", vec!["open".to_owned()]),
-                ("{name}.finish", vec!["working".to_owned()]),
-                ("{name}.status", vec![]),
+                ("{name}.start", "open".to_owned(), Some("START")),
+                ("{name}.finish", "working".to_owned(), Some("FINISH")),
+                ("{name}.status", String::new(), None),
             ]
         );
     }
 
     #[test]
     fn start_says_what_it_started() {
-        let plugin = toolkit().build().unwrap();
-        let ctx = CallContext {
-            state: json!("open"),
-            ..CallContext::default()
-        };
-        let said = plugin
-            .call("{name}.start", json!({"topic": "the report"}), &ctx)
+        let said = built(toolkit())
+            .call("{name}.start", json!({"topic": "the report"}), &context("h1", "open"))
             .unwrap();
         assert_eq!(said["topic"], "the report");
     }

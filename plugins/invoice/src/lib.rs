@@ -414,33 +414,18 @@ fn status(ctx: &CallContext) -> Status {
 
 #[cfg(test)]
 mod tests {
-    use turnstile_plugin::{Plugin, PrimitiveKind, sdk::ToolkitPlugin};
+    use turnstile_plugin::{
+        Plugin, PrimitiveKind,
+        testing::{bindings, built, context},
+    };
 
     use super::*;
 
-    fn plugin() -> ToolkitPlugin {
-        toolkit().build().expect("every binding fits the machine")
-    }
-
-    fn ctx(state: &str) -> CallContext {
-        CallContext {
-            call_id: "c".into(),
-            handle: "h".into(),
-            state: json!(state),
-            ..CallContext::default()
-        }
-    }
-
     #[test]
     fn manifest_binds_every_transition_of_the_machine() {
-        let manifest = plugin().manifest();
-        let bound: Vec<_> = manifest
-            .tools
-            .iter()
-            .map(|t| (t.name.as_str(), t.states.join(","), t.transition.as_deref()))
-            .collect();
+        let manifest = built(toolkit()).manifest();
         assert_eq!(
-            bound,
+            bindings(&manifest),
             [
                 ("invoice.submit", "draft".to_owned(), Some("SUBMIT")),
                 ("invoice.approve", "review".to_owned(), Some("APPROVE")),
@@ -511,7 +496,7 @@ mod tests {
 
     #[test]
     fn schemas_are_what_a_model_reads() {
-        let manifest = plugin().manifest();
+        let manifest = built(toolkit()).manifest();
         let schema = |name: &str| {
             let tool = manifest.tools.iter().find(|t| t.name == name).unwrap();
             (tool.input_schema.clone(), tool.output_schema.clone())
@@ -542,11 +527,11 @@ mod tests {
 
     #[test]
     fn submit_reports_what_happened() {
-        let out = plugin()
+        let out = built(toolkit())
             .call(
                 "invoice.submit",
                 json!({"amount": 120.5, "customer": "ACME"}),
-                &ctx("draft"),
+                &context("h", "draft"),
             )
             .unwrap();
         assert_eq!(out["amount"], 120.5);
@@ -558,20 +543,24 @@ mod tests {
 
     #[test]
     fn bad_inputs_are_rejected() {
-        let plugin = plugin();
+        let plugin = built(toolkit());
         for input in [json!({}), json!({"amount": 0}), json!({"amount": "1"})] {
             let err = plugin
-                .call("invoice.submit", input, &ctx("draft"))
+                .call("invoice.submit", input, &context("h", "draft"))
                 .unwrap_err();
             assert!(matches!(err, ToolError::BadInput(_)), "{err:?}");
         }
-        let err = plugin.call("invoice.reject", json!({"reason": " "}), &ctx("review"));
+        let err = plugin.call(
+            "invoice.reject",
+            json!({"reason": " "}),
+            &context("h", "review"),
+        );
         assert!(matches!(err, Err(ToolError::BadInput(_))));
     }
 
     #[test]
     fn the_checklist_and_the_invoice_read_the_submitted_amount() {
-        let plugin = plugin();
+        let plugin = built(toolkit());
         let manifest = plugin.manifest();
         assert_eq!(manifest.prompts[0].states, ["review", "second_approval"]);
         assert_eq!(manifest.prompts[0].arguments[0].name, "focus");
@@ -581,7 +570,7 @@ mod tests {
         );
         let review = CallContext {
             context: json!({"amount": 12_500}),
-            ..ctx("review")
+            ..context("h", "review")
         };
         let checklist = plugin
             .read(
@@ -608,8 +597,8 @@ mod tests {
 
     #[test]
     fn status_reads_the_context() {
-        let out = plugin()
-            .call("invoice.status", json!({}), &ctx("approved"))
+        let out = built(toolkit())
+            .call("invoice.status", json!({}), &context("h", "approved"))
             .unwrap();
         assert_eq!(out["state"], "approved");
         assert_eq!(out["next"], "discharge (pay out) it");

@@ -372,49 +372,30 @@ fn status(ctx: &CallContext) -> Status {
 
 #[cfg(test)]
 mod tests {
-    use turnstile_plugin::{Plugin, sdk::ToolkitPlugin};
+    use turnstile_plugin::{
+        Plugin,
+        testing::{bindings, built, context},
+    };
 
     use super::*;
 
-    fn plugin() -> ToolkitPlugin {
-        toolkit().build().expect("every binding fits the machine")
-    }
-
-    fn ctx(state: &str) -> CallContext {
-        CallContext {
-            call_id: "c1".into(),
-            handle: "pay-1".into(),
-            state: json!(state),
-            ..CallContext::default()
-        }
-    }
-
     #[test]
     fn manifest_binds_every_transition_of_the_machine() {
-        let manifest = plugin().manifest();
-        let bound: Vec<_> = manifest
-            .tools
-            .iter()
-            .map(|t| {
+        let manifest = built(toolkit()).manifest();
+        assert_eq!(
+            bindings(&manifest),
+            [
+                ("payment.authorize", "new".to_owned(), Some("AUTHORIZE")),
+                ("payment.capture", "authorized".to_owned(), Some("CAPTURE")),
                 (
-                    t.name.as_str(),
-                    t.states.join(","),
-                    t.transition.clone().unwrap_or_default(),
-                )
-            })
-            .collect();
-        let expected = [
-            ("payment.authorize", "new", "AUTHORIZE"),
-            ("payment.capture", "authorized", "CAPTURE"),
-            ("payment.void", "authorized,declined", "VOID"),
-            ("payment.refund", "captured", "REFUND"),
-            ("payment.status", "", ""),
-        ];
-        let expected: Vec<_> = expected
-            .iter()
-            .map(|(n, s, t)| (*n, s.to_string(), t.to_string()))
-            .collect();
-        assert_eq!(bound, expected);
+                    "payment.void",
+                    "authorized,declined".to_owned(),
+                    Some("VOID")
+                ),
+                ("payment.refund", "captured".to_owned(), Some("REFUND")),
+                ("payment.status", String::new(), None),
+            ]
+        );
         assert_eq!(
             manifest.workflows,
             [machine(DEFAULT_AUTHORIZATION_EXPIRY_MS)]
@@ -451,7 +432,7 @@ mod tests {
 
     #[test]
     fn the_authorize_schema_carries_its_constraints() {
-        let manifest = plugin().manifest();
+        let manifest = built(toolkit()).manifest();
         assert_eq!(
             manifest.tools[0].input_schema,
             json!({
@@ -470,12 +451,12 @@ mod tests {
 
     #[test]
     fn authorize_validates_and_reports() {
-        let plugin = plugin();
+        let plugin = built(toolkit());
         let out = plugin
             .call(
                 "payment.authorize",
                 json!({"amount": 10, "currency": "EUR"}),
-                &ctx("new"),
+                &context("pay-1", "new"),
             )
             .unwrap();
         assert_eq!(out["authorization"], "auth_c1");
@@ -485,7 +466,7 @@ mod tests {
             json!({"amount": 10}),
         ] {
             let err = plugin
-                .call("payment.authorize", bad, &ctx("new"))
+                .call("payment.authorize", bad, &context("pay-1", "new"))
                 .unwrap_err();
             assert!(matches!(err, ToolError::BadInput(_)), "{err:?}");
         }
@@ -493,13 +474,17 @@ mod tests {
 
     #[test]
     fn refund_needs_a_reason() {
-        let plugin = plugin();
+        let plugin = built(toolkit());
         let err = plugin
-            .call("payment.refund", json!({}), &ctx("captured"))
+            .call("payment.refund", json!({}), &context("pay-1", "captured"))
             .unwrap_err();
         assert!(matches!(err, ToolError::BadInput(_)));
         let out = plugin
-            .call("payment.refund", json!({"reason": "dup"}), &ctx("captured"))
+            .call(
+                "payment.refund",
+                json!({"reason": "dup"}),
+                &context("pay-1", "captured"),
+            )
             .unwrap();
         assert_eq!(out["refund"], "re_c1");
     }
@@ -508,12 +493,12 @@ mod tests {
     /// with the draft; one that cannot gets the plain note at once.
     #[test]
     fn a_refund_asks_the_clients_model_for_the_note_where_it_can() {
-        let plugin = plugin();
+        let plugin = built(toolkit());
         let refund = |asking: Value| {
             let ctx = CallContext {
                 context: json!({"amount": 40}),
                 asking,
-                ..ctx("captured")
+                ..context("pay-1", "captured")
             };
             plugin.call("payment.refund", json!({"reason": "duplicate"}), &ctx)
         };
@@ -538,8 +523,8 @@ mod tests {
 
     #[test]
     fn status_reads_the_context() {
-        let out = plugin()
-            .call("payment.status", json!({}), &ctx("authorized"))
+        let out = built(toolkit())
+            .call("payment.status", json!({}), &context("pay-1", "authorized"))
             .unwrap();
         assert_eq!(out["state"], "authorized");
         assert_eq!(out["next"], "capture or void it");
