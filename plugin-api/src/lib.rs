@@ -11,7 +11,8 @@
 //!   depends on this one crate.
 //! - **The Rust SDK** is this crate ([`sdk`]): declare a workflow and its tools in one chain
 //!   each, with input and output schemas derived from Rust types, dispatch by the SDK, bindings
-//!   checked against the machine by a unit test, and [`export_toolkit!`] for the exported symbols. Start there to
+//!   checked against the machine by a unit test (read by the host's own statechart engine,
+//!   `turnstile-statechart`), and [`export_toolkit!`] for the exported symbols. Start there to
 //!   write a plugin in Rust. Underneath it sits the lower-level [`Plugin`] trait with
 //!   [`export_plugin!`] (one `manifest` and one `call` written by hand), for plugins that build
 //!   their tool list at run time. [`testing`] holds what a plugin's unit tests share.

@@ -1,6 +1,7 @@
-//! [`ToolError`]: why a call into a plugin did not produce a result, as both sides name it. It
-//! crosses the ABI as a status code and `{"message"}`, never as this type; the plugin's glue
-//! writes it and the host reads the status back.
+//! [`ToolError`]: why a call into a plugin did not produce a result. It crosses the ABI as a
+//! status code and `{"message"}`, never as this type: a Rust plugin's handlers and the SDK's
+//! glue speak it, and it sits with the contract because [`CallContext::ask`](crate::CallContext)
+//! (ABI 1.4) returns it.
 
 use std::fmt;
 
@@ -17,9 +18,10 @@ pub enum ToolError {
     /// The plugin has no such tool (the host only calls tools from the manifest, so this means
     /// the manifest and `call` disagree). The string is the tool name.
     UnknownTool(String),
-    /// The tool needs input before it can go on (ABI 1.4; see [`CallContext::ask`](crate::CallContext::ask)): the
-    /// requests by key, each `{"method", "params"}`. Nothing fires; the host asks, and runs the
-    /// tool again with the answers.
+    /// The tool needs input before it can go on (ABI 1.4; see
+    /// [`CallContext::ask`](crate::CallContext::ask)): the requests by key, each
+    /// `{"method", "params"}`. Nothing fires; the host asks, and runs the tool again with the
+    /// answers.
     NeedsInput(serde_json::Map<String, Value>),
 }
 

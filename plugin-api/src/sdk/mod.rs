@@ -65,11 +65,14 @@
 //! - The handler never names the state that comes next: after a successful call the host fires
 //!   the tool's event, saves the new state, and adds it to the result's `structuredContent` as
 //!   `"state"` (unless the output has a `state` of its own).
-//! - [`Toolkit::build`] checks the declaration: every bound state exists in the machine, every
+//! - [`Toolkit::build`] checks the declaration: the machine is one the host loads (it is read by
+//!   the host's own engine, `turnstile-statechart`), every bound state exists in it, every
 //!   event is taken by some state the tool is visible in, tool names are valid and unique, input
-//!   and output types are objects. [`export_toolkit!`](crate::export_toolkit) runs it when the
-//!   host loads the library (a problem refuses the load); a unit test that calls it catches a
-//!   typo before that. Give every plugin such a test.
+//!   and output types are objects, and the manifest passes the host's rules
+//!   ([`Manifest::check`](crate::Manifest::check)). [`export_toolkit!`](crate::export_toolkit)
+//!   runs it when the host loads the library (a problem refuses the load); a unit test that
+//!   calls it catches a typo before that. Give every plugin such a test
+//!   ([`testing::built`](crate::testing::built)).
 //!
 //! # Prompts and resources
 //!
