@@ -163,7 +163,7 @@ impl ToolEntry {
 }
 
 /// The key under which a plugin's output object carries MCP content blocks (the output
-/// convention in `turnstile_plugin_api`'s docs).
+/// convention in `turnstile_plugin_abi`'s docs).
 pub const CONTENT_KEY: &str = "_content";
 
 /// Every way `value` fails `validator`, each naming where in the value it is.

@@ -29,7 +29,7 @@ use std::{thread, time::Duration};
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use turnstile_plugin_api::{
+use turnstile_plugin::{
     CallContext, LogLevel, Manifest, Plugin, ToolError, ToolManifest, parse_input, plugin_config,
 };
 
@@ -37,7 +37,7 @@ use turnstile_plugin_api::{
 #[derive(Default)]
 pub struct Testkit;
 
-turnstile_plugin_api::export_plugin!(Testkit);
+turnstile_plugin::export_plugin!(Testkit);
 
 /// The longest `testkit.slow` sleeps, so a typo in a test cannot hang the suite.
 const MAX_SLEEP_MS: u64 = 60_000;
