@@ -15,6 +15,13 @@
 //! The scan is textual, not a compiler's: it reads `use` trees and inline `crate::`/`super::`
 //! paths outside comments and `#[cfg(test)]` code, and follows a module's `pub use`
 //! re-exports to the file that defines the item, so a facade `mod.rs` is not itself a room.
+//!
+//! The statechart engine is a crate of its own, `turnstile-statechart` (`plugin-api/statechart/`),
+//! shared with the plugin SDK; the host names it `crate::statechart` through a re-export. The
+//! scan reads it where the host sees it, as the module `statechart` (its `crate::` is that
+//! module), so its rooms, circles and floor are held as when it lived in `host/src/statechart/`.
+//! That it names nothing of the host is now also the compiler's to hold: its manifest depends
+//! on no crate of this workspace, which a test here checks.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -25,6 +32,30 @@ use std::{
 /// A module of the host library: `store::embedded::writer`, or `` for the crate root.
 type Module = String;
 
+/// The crates the scan reads as one: the host's source, and the statechart crate mounted where
+/// the host names it (`crate::statechart`).
+const MOUNTS: &[(&str, &str)] = &[("src", ""), ("../plugin-api/statechart/src", "statechart")];
+
+/// `module` under `mount` (`` for the host's own).
+fn mounted(mount: &str, module: &str) -> Module {
+    match (mount, module) {
+        ("", module) => module.to_owned(),
+        (mount, "") => mount.to_owned(),
+        (mount, module) => format!("{mount}::{module}"),
+    }
+}
+
+/// The root that `crate::` names in `module`: the mount of the crate it belongs to.
+fn crate_root(module: &str) -> Vec<String> {
+    MOUNTS
+        .iter()
+        .map(|(_, mount)| *mount)
+        .find(|mount| !mount.is_empty() && within(module, mount))
+        .map_or_else(Vec::new, |mount| {
+            mount.split("::").map(str::to_owned).collect()
+        })
+}
+
 struct Crate {
     /// Each module's source, with comments and test code taken out.
     source: BTreeMap<Module, String>,
@@ -34,23 +65,25 @@ struct Crate {
 
 impl Crate {
     fn read() -> Crate {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut source = BTreeMap::new();
-        let mut files = Vec::new();
-        walk(&root, &mut files);
-        let test_only = test_only_modules(&root, &files);
-        for file in files {
-            let Some(module) = module_of(&root, &file) else {
-                continue;
-            };
-            if test_only
-                .iter()
-                .any(|t| module == *t || module.starts_with(&format!("{t}::")))
-            {
-                continue;
+        for (dir, mount) in MOUNTS {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+            let mut files = Vec::new();
+            walk(&root, &mut files);
+            let test_only = test_only_modules(&root, &files);
+            for file in files {
+                let Some(module) = module_of(&root, &file) else {
+                    continue;
+                };
+                if test_only
+                    .iter()
+                    .any(|t| module == *t || module.starts_with(&format!("{t}::")))
+                {
+                    continue;
+                }
+                let text = fs::read_to_string(&file).unwrap();
+                source.insert(mounted(mount, &module), strip(&text));
             }
-            let text = fs::read_to_string(&file).unwrap();
-            source.insert(module, strip(&text));
         }
         let mut exports = BTreeMap::new();
         for (module, text) in &source {
@@ -320,7 +353,7 @@ fn absolute(module: &str, path: &str) -> Option<Vec<String>> {
     };
     match segments[0] {
         "crate" => {
-            base.clear();
+            base = crate_root(module);
             segments.remove(0);
         }
         "self" => {
@@ -431,7 +464,9 @@ fn no_import_circle_of_more_than_two_files() {
 fn the_lower_floors_name_only_what_is_below_them() {
     // Each floor and what it may name besides itself (its own rooms, std and other crates).
     let floors: &[(&str, &[&str])] = &[
-        ("statechart", &["fast_hash"]),
+        // Its own crate now, naming nothing outside itself (`fast_hash`, which it was allowed,
+        // stays in the host: the engine never used it).
+        ("statechart", &[]),
         ("catalog", &["statechart", "plugin", "fast_hash", "confirm"]),
         ("store", &["statechart", "actors::key", "fast_hash"]),
     ];
@@ -506,9 +541,36 @@ fn the_scan_follows_re_exports_and_skips_tests() {
         Some("mcp::quotas")
     );
     assert!(edges["mcp::handler::server"].contains("mcp::quotas"));
+    // The statechart crate is read where the host names it, its `crate::` its own root.
+    assert_eq!(
+        krate
+            .resolve(&["statechart".into(), "Machine".into()], 0)
+            .as_deref(),
+        Some("statechart")
+    );
+    assert!(edges["statechart::diagram::dot"].contains("statechart::tree"));
+    assert!(edges["catalog"].iter().any(|m| within(m, "statechart")));
     assert!(strip("a\n#[cfg(test)]\nmod tests {\n use crate::x;\n}\nb").trim() == "a\n\nb");
     assert_eq!(
         expand("crate::a::{b, c::{d, self}}"),
         ["crate::a::b", "crate::a::c::d", "crate::a::c"]
+    );
+}
+
+/// The statechart crate is the floor below every other: it depends on no crate of this
+/// workspace, so the host's rooms and the SDK's cannot leak into it.
+#[test]
+fn the_statechart_crate_depends_on_nothing_of_the_workspace() {
+    let manifest = fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugin-api/statechart/Cargo.toml"),
+    )
+    .unwrap();
+    let inside: Vec<&str> = manifest
+        .lines()
+        .filter(|line| line.starts_with("turnstile") || line.contains("path ="))
+        .collect();
+    assert!(
+        inside.is_empty(),
+        "turnstile-statechart depends on crates of the workspace: {inside:?}"
     );
 }

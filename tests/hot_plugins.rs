@@ -251,6 +251,40 @@ async fn after_a_state_is_renamed_instances_in_it_finish_on_their_version() {
     assert_eq!(build(left.call("pingpong.pong", json!({})).await), "v2");
 }
 
+/// A call is checked against the tool its instance runs: an instance kept on the old machine
+/// takes the old version's arguments, even when the catalog's tool of that name now wants
+/// others; an instance on the new machine is held to the new schema.
+#[tokio::test]
+async fn a_kept_instance_checks_arguments_against_its_own_version_of_the_tool() {
+    let plugins = PluginDir::with(&[]);
+    let library = plugins.add_c_fixture("pingpong");
+    let server = Server::http(plugins.path(), &[]);
+    let (left, right) = left_and_right(&server).await;
+
+    let spin = r#"PONG_INPUT="{\"type\":\"object\",\"required\":[\"spin\"]}""#;
+    rebuild_pingpong(&library, &[r#"BUILD="v2""#, r#"RIGHT="far""#, spin]);
+    left.changes.wait_for(1).await;
+    right.changes.wait_for(2).await;
+
+    // "right" kept the old machine, whose pong takes no arguments.
+    let kept = right.call("pingpong.pong", json!({})).await;
+    assert_ne!(kept.is_error, Some(true), "{kept:?}");
+    assert_eq!(
+        kept.structured_content.expect("structured output")["build"],
+        "v1"
+    );
+
+    // "left" runs the new machine: its pong wants a spin, and says so.
+    let moved = left.call("pingpong.ping", json!({})).await;
+    assert_ne!(moved.is_error, Some(true), "{moved:?}");
+    let unspun = left.call("pingpong.pong", json!({})).await;
+    assert_eq!(unspun.is_error, Some(true), "{unspun:?}");
+    let text = common::text_of(&unspun);
+    assert!(text.contains("spin"), "names the missing argument: {text}");
+    let spun = left.call("pingpong.pong", json!({"spin": "top"})).await;
+    assert_ne!(spun.is_error, Some(true), "{spun:?}");
+}
+
 /// SIGHUP rescans the directory and tries again what was refused: here a library whose tools
 /// clashed with one that has since been removed.
 #[tokio::test]

@@ -147,6 +147,38 @@ async fn a_plugin_guard_decides_a_transition_after_the_call() {
     client.changes.wait_for(1).await;
 }
 
+/// A plugin's guard is plugin code and runs as a tool call does, with the same deadline, in
+/// process and isolated alike: one that outlives `--tool-timeout` counts as false (its
+/// transition is not taken, the log says why), and the server goes on answering.
+#[tokio::test]
+async fn a_plugin_guard_past_the_deadline_counts_as_false() {
+    for isolated in [false, true] {
+        let mut flags = vec!["--tool-timeout", "1"];
+        if isolated {
+            flags.extend(["--isolate", "testkit"]);
+        }
+        let (_plugins, server, client) = common::serve_and_connect(&["testkit"], &flags).await;
+        let stalled = client
+            .call("testkit.go", json!({"word": "go", "guard_sleep_ms": 3_000}))
+            .await;
+        assert_ne!(
+            stalled.is_error,
+            Some(true),
+            "isolated: {isolated}: {stalled:?}"
+        );
+        assert_eq!(
+            stalled.structured_content.unwrap()["state"],
+            "idle",
+            "isolated: {isolated}: the late guard blocked the transition"
+        );
+        let line = server.wait_for_log("a guard gave no answer");
+        assert!(line.contains("testkit.allows"), "{line}");
+        client.changes.stays_at(0).await;
+        let went = client.call("testkit.go", json!({"word": "go"})).await;
+        assert_eq!(went.structured_content.unwrap()["state"], "done");
+    }
+}
+
 /// An event that starts an eventless loop that never settles is stopped after 1,000
 /// microsteps: the call's result is TRANSITION_LOOP with the plugin's output, the instance stays
 /// where it was (its menu unchanged), and the session hears no `list_changed`.

@@ -22,7 +22,7 @@ use std::{path::PathBuf, sync::Arc};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use turnstile::{
-    actors::{self, ActorOptions, CallOutcome, InstanceKey, Runtime},
+    actors::{self, ActorOptions, Call, CallOutcome, InstanceKey, Runtime},
     catalog::{Catalog, LiveCatalog, ToolEntry},
     plugin::{self, PluginOutput},
     store::{self, StoreOptions},
@@ -108,15 +108,19 @@ impl Bench {
             .runtime
             .call(
                 key.clone(),
-                tool.clone(),
-                arguments,
-                String::new(),
-                host,
-                mint,
-                None,
-                None,
-                None,
-                serde_json::Value::Null,
+                Call {
+                    tool: tool.name().to_owned(),
+                    arguments,
+                    call_id: String::new(),
+                    host,
+                    mint,
+                    idempotency_key: None,
+                    principal: None,
+                    sent_at: std::time::Instant::now(),
+                    told_in_reply: None,
+                    asking: serde_json::Value::Null,
+                    watcher: None,
+                },
             )
             .await
             .expect("the call runs");

@@ -24,7 +24,7 @@ use std::{collections::BTreeMap, fmt, path::PathBuf, sync::Arc};
 use serde_json::Value;
 
 pub use self::{
-    guards::{PluginGuards, Unavailable},
+    guards::{GuardAnswers, GuardQuestion, PluginGuards, Unavailable},
     live::LiveCatalog,
     offered::offered,
     primitives::{Bound, PromptEntry, ResourceEntry, SESSION_TOKEN, TemplateEntry},
@@ -113,6 +113,12 @@ impl ToolEntry {
         self.manifest.asks || self.confirm.is_some()
     }
 
+    /// Whether a call of this tool may fire an event: its transition on success, its
+    /// `on_error` on a handler error. A tool that fires nothing only reads the instance.
+    pub fn fires_something(&self) -> bool {
+        self.manifest.transition.is_some() || self.manifest.on_error.is_some()
+    }
+
     /// A tool with no bound states is visible in every state (DESIGN: "a tool with no states is
     /// always visible").
     pub fn is_gated(&self) -> bool {
@@ -159,7 +165,7 @@ impl ToolEntry {
 }
 
 /// The key under which a plugin's output object carries MCP content blocks (the output
-/// convention in `turnstile_plugin_api`'s docs).
+/// convention in `turnstile_plugin_abi`'s docs).
 pub const CONTENT_KEY: &str = "_content";
 
 /// Every way `value` fails `validator`, each naming where in the value it is.

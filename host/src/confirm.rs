@@ -1,7 +1,7 @@
 //! Human confirmation as part of a tool's binding (issue 40): the plugin-free way to put a
 //! person in front of a destructive step (`invoice.discharge`, `payment.capture`).
 //!
-//! A tool whose manifest declares `confirm` (`turnstile_plugin_api::ConfirmManifest`) is
+//! A tool whose manifest declares `confirm` (`turnstile_plugin_abi::ConfirmManifest`) is
 //! confirmed before its handler runs, once the gate has let the call through: the host asks
 //! with a form under [`CONFIRM_KEY`], by the same means a handler asks (`mcp/handler/asking.rs`: an
 //! elicitation on the 2025 revisions, an input-required result on 2026-07-28), and the call runs
@@ -13,7 +13,7 @@
 //! how the person is reached.
 
 use serde_json::{Map, Value, json};
-use turnstile_plugin_api::{ConfirmManifest, InputRequest};
+use turnstile_plugin_abi::{ConfirmManifest, InputRequest};
 
 use crate::statechart::Condition;
 

@@ -23,7 +23,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    catalog::ToolEntry,
+    catalog::{GuardAnswers, GuardQuestion, ToolEntry},
     plugin::{
         CallContext, HostCall, LoadedPlugin, Overrun, PluginError, PluginOutput, PrimitiveKind,
     },
@@ -216,10 +216,76 @@ pub async fn complete(
     )
 }
 
+/// How many rounds of questions one run of the engine may put to its plugin's guards. Each
+/// round answers at least one new question; a machine whose guards keep raising new ones
+/// (eventless transitions whose assignments change what the next guard is given) past this
+/// has the rest count as false, as a guard that gives no answer does.
+const MAX_GUARD_ROUNDS: usize = 16;
+
+/// Runs `engine` (a computation of the statechart engine: pure, and cheap next to a plugin
+/// call) with the plugin guards it consults answered the way tool calls are run: on a blocking
+/// thread, in the plugin's pool, within the deadline of `limits`, across the pipe for an
+/// isolated plugin. Each round runs the engine with the answers so far, asks the plugin the
+/// questions it raised, and runs it again; the last run, which asked nothing new, is the
+/// result. A machine without plugin guards runs once.
+pub async fn answering_guards<T>(limits: &Limits, mut engine: impl FnMut() -> T) -> T {
+    let mut answers = GuardAnswers::default();
+    for _ in 0..MAX_GUARD_ROUNDS {
+        let (result, consulted) = answers.consult(&mut engine);
+        answers = consulted;
+        let questions = answers.take_unanswered();
+        if questions.is_empty() {
+            return result;
+        }
+        for question in questions {
+            let passes = guard(&question, limits).await;
+            answers.answer(question, passes);
+        }
+    }
+    tracing::warn!(
+        rounds = MAX_GUARD_ROUNDS,
+        "a step kept asking its plugin's guards new questions; the ones left count as false"
+    );
+    answers.close();
+    answers.consult(engine).0
+}
+
+/// Asks the plugin one guard question. A guard that cannot answer (the plugin failed, panicked,
+/// timed out, was busy, or answered something else than a boolean) is false, as an XState
+/// guard that throws blocks its transition; the plugin's author learns why from the log.
+async fn guard(question: &GuardQuestion, limits: &Limits) -> bool {
+    let GuardQuestion {
+        plugin,
+        name,
+        params,
+        context,
+        event,
+        ..
+    } = question;
+    let (owned_name, params, context, event) =
+        (name.clone(), params.clone(), context.clone(), event.clone());
+    let answered = on_worker(plugin, limits, "guard", name, move |plugin| {
+        plugin.guard(&owned_name, &params, &context, &event)
+    })
+    .await;
+    let error = match answered {
+        Ok(Ok(passes)) => return passes,
+        Ok(Err(error)) => error.to_string(),
+        Err(error) => error.to_string(),
+    };
+    tracing::warn!(
+        plugin = %plugin.manifest().name,
+        guard = %name,
+        %error,
+        "a guard gave no answer; it counts as false"
+    );
+    false
+}
+
 /// Runs `work` with `plugin` on a blocking thread, in the plugin's pool, within the deadline of
 /// `limits` (what is named `what` `name` in the log when it outlives it).
 async fn on_worker<T: Send + 'static>(
-    plugin: &Arc<LoadedPlugin>,
+    plugin: &LoadedPlugin,
     limits: &Limits,
     what: &str,
     name: &str,
@@ -245,8 +311,8 @@ async fn on_worker<T: Send + 'static>(
                 %name,
                 kind = what,
                 deadline_s = limits.timeout.as_secs_f64(),
-                "a plugin read (a prompt, resource or completion) outlived its deadline; its \
-                 thread stays busy until the plugin returns"
+                "a plugin's read (a prompt, resource or completion) or guard outlived its \
+                 deadline; its thread stays busy until the plugin returns"
             );
             Err(InvokeError::TimedOut(limits.timeout))
         }

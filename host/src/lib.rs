@@ -8,7 +8,8 @@
 //! - [`catalog`]: every tool and workflow the plugins bring, checked against each other.
 //! - [`actors`]: the registry, one actor per workflow instance, and the notifier.
 //! - [`gate`]: which tools an instance in a given state may see and call.
-//! - [`statechart`]: the XState v5 engine (pure code).
+//! - [`statechart`]: the XState v5 engine (pure code), the crate `turnstile-statechart`
+//!   (`plugin-api/statechart/`), which the plugin SDK checks bindings with too.
 //! - [`invoke`]: running one plugin tool on a blocking thread, with a deadline.
 //! - [`plugin`]: loading plugin libraries and calling them through the C ABI.
 //! - [`store`]: where instance snapshots are saved, with compare-and-set versions.
@@ -52,6 +53,9 @@ pub mod metrics;
 pub mod plugin;
 pub mod retention;
 pub mod shutdown;
-pub mod statechart;
 pub mod store;
 pub mod timers;
+
+/// The XState engine lives in a crate of its own so that the plugin SDK reads machines with the
+/// same code the host runs them with; host code keeps naming it `crate::statechart`.
+pub use turnstile_statechart as statechart;

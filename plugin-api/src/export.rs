@@ -20,13 +20,12 @@ use std::{
 use serde_json::{Value, json};
 
 use crate::{
-    Plugin,
+    CallContext, HostServices, Plugin, PrimitiveKind, ToolError,
     abi::{
         ABI_VERSION, CALL_CONTEXT_V1_0_SIZE, HOST_SERVICES_V1_1_SIZE, INIT_PARAMS_V1_0_SIZE,
         InitFn, PluginTableV1, RawBuffer, RawCallContext, RawHostServices, RawInitParams, ReadKind,
         Status, covers,
     },
-    plugin::{CallContext, HostServices, PrimitiveKind, ToolError},
 };
 
 /// Generates the two exported symbols for a [`Plugin`](crate::Plugin) type.
@@ -531,12 +530,9 @@ unsafe fn host_services(ctx: &RawCallContext) -> HostServices {
     if services.struct_size < HOST_SERVICES_V1_1_SIZE {
         return HostServices::default();
     }
-    HostServices {
-        call: services.call as usize,
-        log: services.log,
-        progress: services.progress,
-        is_cancelled: services.is_cancelled,
-    }
+    // SAFETY: the caller guarantees these are the host's services for this call, and their
+    // size was checked just above.
+    unsafe { HostServices::from_raw(services) }
 }
 
 /// Borrows a NUL-terminated UTF-8 string; null reads as `""`.

@@ -7,7 +7,7 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use turnstile_plugin_api::{
+use turnstile_plugin::{
     CallContext, InputKind, InputRequest, LogLevel, Manifest, Plugin, PrimitiveKind, ToolError,
     ToolManifest,
     abi::{
@@ -77,7 +77,7 @@ impl Plugin for Echo {
     }
 }
 
-turnstile_plugin_api::export_plugin!(Echo);
+turnstile_plugin::export_plugin!(Echo);
 
 // The generated symbols live in an anonymous `const` block; reach them by name, like `dlsym`.
 unsafe extern "C" {

@@ -4,7 +4,7 @@
 use std::ptr;
 
 use serde_json::Value;
-use turnstile_plugin_api::{
+use turnstile_plugin::{
     CallContext, Manifest, Plugin, ToolError,
     abi::{ABI_VERSION, PluginTableV1, RawBuffer, RawInitParams, Status},
 };
@@ -27,7 +27,7 @@ impl Plugin for NeedsConfig {
     }
 }
 
-turnstile_plugin_api::export_plugin!(NeedsConfig, NeedsConfig::new);
+turnstile_plugin::export_plugin!(NeedsConfig, NeedsConfig::new);
 
 unsafe extern "C" {
     fn turnstile_plugin_v1() -> *const PluginTableV1;

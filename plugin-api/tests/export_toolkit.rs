@@ -4,7 +4,7 @@
 use std::ptr;
 
 use serde_json::{Value, json};
-use turnstile_plugin_api::{
+use turnstile_plugin::{
     abi::{ABI_VERSION, PluginTableV1, RawBuffer, RawInitParams, Status},
     sdk::{NoInput, Toolkit, Workflow},
 };
@@ -20,7 +20,7 @@ fn toolkit() -> Toolkit {
     )
 }
 
-turnstile_plugin_api::export_toolkit!(toolkit);
+turnstile_plugin::export_toolkit!(toolkit);
 
 unsafe extern "C" {
     fn turnstile_plugin_v1() -> *const PluginTableV1;

@@ -16,7 +16,7 @@ use std::{
 };
 
 const SOURCE: &str = "migration.c";
-const HEADER_DIR: &str = "../../plugin-api/include";
+const HEADER_DIR: &str = "../../plugin-api/abi/include";
 
 fn main() {
     println!("cargo:rerun-if-changed={SOURCE}");

@@ -82,7 +82,7 @@ pub fn compile_c_fixture(name: &str, output: &Path, defines: &[&str]) {
         .args(["-shared", "-fPIC", "-o"])
         .arg(output)
         .arg("-I")
-        .arg(root.join("plugin-api/include"))
+        .arg(root.join("plugin-api/abi/include"))
         .args(defines.iter().map(|define| format!("-D{define}")))
         .arg(root.join(format!("tests/fixtures/{name}.c")))
         .status()

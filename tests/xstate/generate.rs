@@ -101,7 +101,8 @@ fn candidate_case(seed: u64, attempt: u64) -> Case {
     let mut root = build(&mut rng, &mut infos, 0, 0, &mut counter, &machine_id);
     root.insert("id".into(), json!(machine_id));
     // Rules read `context.n` and `context.b`: they exist whenever a rule may run (datalogic
-    // and json-logic-js differ on `null` in `==` and arithmetic; see statechart/logic.rs).
+    // and json-logic-js differ on `null` in `==` and arithmetic; see the statechart crate's
+    // logic.rs).
     if features.context || features.logic {
         root.insert(
             "context".into(),

@@ -2,7 +2,7 @@
 //! expanded with the variables it found, as the server serves `resources/read`.
 #![no_main]
 
-use turnstile_plugin_api::uri_template::{expand_template, match_template, template_variables};
+use turnstile_plugin_abi::uri_template::{expand_template, match_template, template_variables};
 
 libfuzzer_sys::fuzz_target!(|bytes: &[u8]| {
     let Ok(text) = std::str::from_utf8(bytes) else {

@@ -45,9 +45,9 @@ mod workers;
 pub use self::{
     idempotency::digest as arguments_digest,
     instance::wake::Woke,
-    instance::{CallOutcome, InstanceError, InstanceView},
+    instance::{Call, CallOutcome, InstanceError, InstanceView},
     key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId, Tenant, sha256_hex16},
-    notifier::{Listener, Notice, NotifierStats, WatchEvent, WatchEvents},
+    notifier::{Listener, Notice, NotifierStats, Subscribe, WatchEvent, WatchEvents},
     operator::Operated,
     registry::RegistryStats,
     runtime::Runtime,

@@ -51,7 +51,7 @@ pub trait Listener: Send + Sync + 'static {
 }
 
 /// `session` touched `instance`: tell it about the instance's changes from now on.
-#[derive(Message)]
+#[derive(Message, Clone)]
 #[rtype(result = "()")]
 pub struct Subscribe {
     pub session: SessionId,
@@ -107,14 +107,6 @@ pub struct SubscribeResource {
 pub struct UnsubscribeResource {
     pub session: SessionId,
     pub uri: Arc<str>,
-}
-
-/// `session` touched `instance` by mistake (it does not exist): stop watching it.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Unsubscribe {
-    pub session: SessionId,
-    pub instance: InstanceKey,
 }
 
 /// `session` ended: forget it everywhere.
@@ -262,21 +254,6 @@ impl Handler<UnsubscribeResource> for Notifier {
                 !uris.is_empty()
             });
         }
-    }
-}
-
-impl Handler<Unsubscribe> for Notifier {
-    type Result = ();
-
-    fn handle(&mut self, msg: Unsubscribe, _ctx: &mut Self::Context) {
-        if let Some(session) = self.sessions.get_mut(&msg.session) {
-            let still_watching = self.watching.remove(&msg.session, &msg.instance);
-            session.resources.remove(&msg.instance);
-            if !still_watching && !session.joined {
-                self.sessions.remove(&msg.session);
-            }
-        }
-        self.unwatch(&msg.session, &msg.instance);
     }
 }
 

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use serde_json::Value;
 
 use super::{
     InstanceKey, SessionId,
@@ -17,10 +16,8 @@ use super::{
     workers::{self, Workers},
 };
 use crate::{
-    catalog::ToolEntry,
     gate::ListsChanged,
     gate::{Affected, CatalogChange},
-    plugin::HostCall,
 };
 
 /// Cheap to clone; every method may be called from any tokio task.
@@ -37,50 +34,27 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Runs `tool` on the instance `key` (started or reloaded as needed), serialized with every
-    /// other call on that instance. With `mint`, `key` is a new handle-keyed instance that this
-    /// call starts: it exists (is saved) only if the call succeeds. With `idempotency_key`, a
-    /// call that repeats one the instance answered within the idempotency window gets that
-    /// answer and runs nothing. `principal` (authentication on) goes to the audit trail. With
-    /// `told_in_reply`, that session hears of the lists the call changed from the call's reply
-    /// (`CallOutcome::Ran`'s `lists`), not from the notifier. `asking` is what the handler may
-    /// ask for and has been told (`mcp/handler/asking.rs`; `null`: nothing may be asked).
-    ///
-    /// Not an `async fn`: one would keep each argument twice (as itself and as the local it is
-    /// moved to), where this future keeps them once, as the message.
-    #[allow(clippy::too_many_arguments)] // One call's whole request, each part named.
-    pub fn call(
+    /// Runs `call` on the instance `key` (started or reloaded as needed), serialized with every
+    /// other call on that instance (see [`instance::Call`] for what each part asks). A watcher
+    /// the session has already is not sent again.
+    pub async fn call(
         &self,
         key: InstanceKey,
-        tool: Arc<ToolEntry>,
-        arguments: Value,
-        call_id: String,
-        host: Option<Arc<HostCall>>,
-        mint: bool,
-        idempotency_key: Option<String>,
-        principal: Option<String>,
-        told_in_reply: Option<SessionId>,
-        asking: Value,
-    ) -> impl Future<Output = Result<CallOutcome, InstanceError>> + '_ {
-        let call = instance::Call {
-            asking,
-            tool,
-            arguments,
-            call_id,
-            host,
-            mint,
-            idempotency_key,
-            principal,
-            sent_at: std::time::Instant::now(),
-            told_in_reply,
-        };
-        async move {
-            let instance = self.resolve(key).await?;
-            instance
-                .send(call)
-                .await
-                .map_err(|_| InstanceError::Stopped)?
-        }
+        mut call: instance::Call,
+    ) -> Result<CallOutcome, InstanceError> {
+        call.watcher = self.unless_watched(call.watcher);
+        call.sent_at = std::time::Instant::now();
+        let instance = self.resolve(key).await?;
+        instance
+            .send(call)
+            .await
+            .map_err(|_| InstanceError::Stopped)?
+    }
+
+    /// A subscription for the instance to send once it is known to exist, unless the session
+    /// has it already.
+    fn unless_watched(&self, watcher: Option<notifier::Subscribe>) -> Option<notifier::Subscribe> {
+        watcher.filter(|watcher| !self.watching.contains(&watcher.session, &watcher.instance))
     }
 
     /// Test hook: creates the handle-keyed instance `key` in its initial state, saved. (Serving
@@ -100,10 +74,22 @@ impl Runtime {
     /// died: the registry notices the dead actor (or its dead thread) shortly after, and starts
     /// a new one that reloads the last saved state.
     pub async fn view(&self, key: InstanceKey) -> Result<InstanceView, InstanceError> {
+        self.look(key, None).await
+    }
+
+    /// [`Runtime::view`], for a session that watches the instance from then on if it exists
+    /// (see [`instance::View`]).
+    pub async fn look(
+        &self,
+        key: InstanceKey,
+        watcher: Option<notifier::Subscribe>,
+    ) -> Result<InstanceView, InstanceError> {
+        let watcher = self.unless_watched(watcher);
         let mut attempts_left = 3;
         loop {
             let instance = self.resolve(key.clone()).await?;
-            match instance.send(instance::View).await {
+            let watcher = watcher.clone();
+            match instance.send(instance::View { watcher }).await {
                 Ok(view) => return view,
                 Err(_) if attempts_left > 0 => {
                     attempts_left -= 1;
@@ -193,23 +179,6 @@ impl Runtime {
             .map_err(|_| InstanceError::Stopped)?
             .map_err(|unknown| InstanceError::UnknownWorkflow(unknown.0))?;
         Ok(found.map(|instance| (key, instance)))
-    }
-
-    /// From now on, `session` hears about every change of `instance`. Idempotent.
-    pub fn subscribe(
-        &self,
-        session: &SessionId,
-        listener: Arc<dyn Listener>,
-        instance: InstanceKey,
-    ) {
-        if self.watching.contains(session, &instance) {
-            return;
-        }
-        self.notifier.do_send(notifier::Subscribe {
-            session: session.clone(),
-            listener,
-            instance,
-        });
     }
 
     /// `session` hears about catalog changes from now on, even while it watches no instance
@@ -309,14 +278,6 @@ impl Runtime {
         self.notifier.do_send(notifier::UnsubscribeResource {
             session: session.clone(),
             uri: uri.into(),
-        });
-    }
-
-    /// `session` no longer hears about `instance` (it turned out not to exist).
-    pub fn unsubscribe(&self, session: &SessionId, instance: InstanceKey) {
-        self.notifier.do_send(notifier::Unsubscribe {
-            session: session.clone(),
-            instance,
         });
     }
 

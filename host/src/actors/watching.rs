@@ -31,22 +31,6 @@ impl Watching {
         self.table.entry(session).or_default().insert(instance)
     }
 
-    /// `session` no longer watches `instance`; returns whether it still watches any. The
-    /// notifier's only.
-    pub(super) fn remove(&self, session: &SessionId, instance: &InstanceKey) -> bool {
-        let still_watching = match self.table.get_mut(session) {
-            Some(mut watched) => {
-                watched.remove(instance);
-                !watched.is_empty()
-            }
-            None => return false,
-        };
-        if !still_watching {
-            self.table.remove(session);
-        }
-        still_watching
-    }
-
     /// Everything `session` watched, which it watches no more. The notifier's only.
     pub(super) fn take(&self, session: &SessionId) -> Set<InstanceKey> {
         let watched = self
@@ -85,9 +69,6 @@ mod tests {
             "only the subscribed session"
         );
         assert_eq!(watching.pairs(), 1);
-        assert!(!watching.remove(&session, &key), "it watches nothing more");
-        assert!(!watching.contains(&session, &key));
-        watching.insert(session.clone(), key.clone());
         let taken: Vec<InstanceKey> = watching.take(&session).into_iter().collect();
         assert_eq!(taken, std::slice::from_ref(&key));
         assert!(!watching.contains(&session, &key));

@@ -5,6 +5,15 @@
 //! machine is checked, loaded and replaced with its plugin, so a guard can never be missing
 //! while its machine is served. A machine naming a guard its plugin does not list is refused at
 //! load, with the guard's JSON path, as every other problem of a machine is.
+//!
+//! The statechart engine is synchronous and pure, and asks its guards as it goes; a plugin's
+//! guard is a call into plugin code, which must run as tool calls do (a blocking thread, the
+//! plugin's pool, a deadline, the pipe of an isolated plugin), never on the thread that asked.
+//! So while serving, the engine runs with [`GuardAnswers`] at hand: a question it has no
+//! answer to is noted and counts as false for that run, `invoke::answering_guards` has the
+//! plugin answer it, and the engine runs again with the answer.
+
+use std::{cell::RefCell, collections::HashMap};
 
 use serde_json::Value;
 
@@ -37,12 +46,23 @@ impl Guards for PluginGuards {
         self.check(name, params, &Value::Null, event)
     }
 
-    /// A guard that cannot answer (the plugin failed, panicked or answered something else than
-    /// a boolean) is false, as an XState guard that throws blocks its transition; the plugin's
-    /// author learns why from the log.
+    /// Looked up in the [`GuardAnswers`] of the engine's run, when it has them (serving);
+    /// otherwise asked here (a machine checked or loaded, an instance made with a given context
+    /// by a command). A guard that cannot answer (the plugin failed, panicked or answered
+    /// something else than a boolean) is false, as an XState guard that throws blocks its
+    /// transition; the plugin's author learns why from the log.
     fn check(&self, name: &str, params: Option<&Value>, context: &Value, event: &Event) -> bool {
         let params = params.unwrap_or(&Value::Null);
-        match self.plugin.guard(name, params, context, &event.to_json()) {
+        let event = event.to_json();
+        let looked_up = ANSWERING.with_borrow_mut(|answering| match answering {
+            Some(answers) => Ok(answers.look_up(&self.plugin, name, params, context, event)),
+            None => Err(event),
+        });
+        let event = match looked_up {
+            Ok(passes) => return passes,
+            Err(event) => event,
+        };
+        match self.plugin.guard(name, params, context, &event) {
             Ok(passes) => passes,
             Err(error) => {
                 tracing::warn!(
@@ -54,6 +74,92 @@ impl Guards for PluginGuards {
                 false
             }
         }
+    }
+}
+
+/// The answers a plugin's guards gave during one computation of the statechart engine (a
+/// step, the timers falling due), kept so that the engine, which is synchronous and pure, can
+/// run again with them at hand instead of calling the plugin itself.
+///
+/// Installed for the length of one run of the engine on this thread
+/// ([`GuardAnswers::consult`]); a guard asked meanwhile is looked up, and one not answered yet
+/// is noted and counts as false for that run. `invoke::answering_guards` then asks the plugin
+/// the noted questions as it runs tool calls (a blocking thread, the plugin's pool, the
+/// deadline) and runs the engine again, until it asks nothing new. Outside such a run (a
+/// machine checked at load, an instance made with a given context) a guard is asked inline.
+#[derive(Default)]
+pub struct GuardAnswers {
+    answers: HashMap<String, bool>,
+    unanswered: Vec<GuardQuestion>,
+    /// No more questions are asked: the unanswered ones stay false.
+    closed: bool,
+}
+
+/// One question a run of the engine put to a plugin guard, with everything the guard is given.
+pub struct GuardQuestion {
+    pub plugin: LoadedPlugin,
+    pub name: String,
+    pub params: Value,
+    pub context: Value,
+    pub event: Value,
+    /// The question as text: what its answer is kept under.
+    key: String,
+}
+
+thread_local! {
+    static ANSWERING: RefCell<Option<GuardAnswers>> = const { RefCell::new(None) };
+}
+
+impl GuardAnswers {
+    /// Runs `engine` with these answers at hand; gives back its result and the answers, with
+    /// the questions it asked that had none ([`GuardAnswers::take_unanswered`]).
+    pub fn consult<T>(self, engine: impl FnOnce() -> T) -> (T, GuardAnswers) {
+        let outer = ANSWERING.replace(Some(self));
+        let result = engine();
+        let answers = ANSWERING
+            .replace(outer)
+            .expect("the answers installed above are still there");
+        (result, answers)
+    }
+
+    /// The questions the last run asked that had no answer, each once.
+    pub fn take_unanswered(&mut self) -> Vec<GuardQuestion> {
+        std::mem::take(&mut self.unanswered)
+    }
+
+    /// Keeps `passes` as the answer to `question`.
+    pub fn answer(&mut self, question: GuardQuestion, passes: bool) {
+        self.answers.insert(question.key, passes);
+    }
+
+    /// Asks nothing more: a question without an answer stays false.
+    pub fn close(&mut self) {
+        self.closed = true;
+    }
+
+    fn look_up(
+        &mut self,
+        plugin: &LoadedPlugin,
+        name: &str,
+        params: &Value,
+        context: &Value,
+        event: Value,
+    ) -> bool {
+        let key = format!("{name}\u{0}{params}\u{0}{context}\u{0}{event}");
+        if let Some(passes) = self.answers.get(&key) {
+            return *passes;
+        }
+        if !self.closed && !self.unanswered.iter().any(|asked| asked.key == key) {
+            self.unanswered.push(GuardQuestion {
+                plugin: plugin.clone(),
+                name: name.to_owned(),
+                params: params.clone(),
+                context: context.clone(),
+                event,
+                key,
+            });
+        }
+        false
     }
 }
 

@@ -9,7 +9,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use turnstile_plugin_api::{
+use turnstile_plugin_abi::{
     HANDLE_VARIABLE, PromptManifest, ResourceManifest, ResourceTemplateManifest, uri_template,
 };
 

@@ -15,7 +15,7 @@ use std::{
 use anyhow::{Context, bail};
 
 /// The C header, as the project gets it.
-const HEADER: &str = include_str!("../../../plugin-api/include/turnstile_plugin.h");
+const HEADER: &str = include_str!("../../../plugin-api/abi/include/turnstile_plugin.h");
 
 /// Where the SDK was when this binary was built.
 const BUILT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plugin-api");
@@ -145,7 +145,7 @@ publish = false
 crate-type = ["cdylib", "rlib"]
 
 [dependencies]
-turnstile-plugin-api = { path = "{sdk}" }
+turnstile-plugin = { path = "{sdk}" }
 serde = { version = "1", features = ["derive"] }
 serde_json = "1"
 schemars = "1.2"
@@ -170,9 +170,9 @@ const RUST_LIB: &str = r#"//! The `{name}` plugin for Turnstile: one workflow, t
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use turnstile_plugin_api::sdk::{NoInput, Toolkit, Workflow};
+use turnstile_plugin::sdk::{NoInput, Toolkit, Workflow};
 
-turnstile_plugin_api::export_toolkit!(toolkit);
+turnstile_plugin::export_toolkit!(toolkit);
 
 /// The workflow, XState v5 JSON. The context keeps what the work is about (assigned from
 /// `{name}.start`'s input).
@@ -228,38 +228,30 @@ pub fn toolkit() -> Toolkit {
 
 #[cfg(test)]
 mod tests {
-    use turnstile_plugin_api::{CallContext, Plugin};
+    use turnstile_plugin::{
+        Plugin,
+        testing::{bindings, built, context},
+    };
 
     use super::*;
 
     #[test]
     fn each_tool_is_offered_where_the_workflow_needs_it() {
-        let plugin = toolkit().build().expect("every binding fits the machine");
-        let manifest = plugin.manifest();
-        let bound: Vec<(&str, Vec<String>)> = manifest
-            .tools
-            .iter()
-            .map(|tool| (tool.name.as_str(), tool.states.clone()))
-            .collect();
+        let manifest = built(toolkit()).manifest();
         assert_eq!(
-            bound,
+            bindings(&manifest),
             [
-                ("{name}.start", vec!["open".to_owned()]),
-                ("{name}.finish", vec!["working".to_owned()]),
-                ("{name}.status", vec![]),
+                ("{name}.start", "open".to_owned(), Some("START")),
+                ("{name}.finish", "working".to_owned(), Some("FINISH")),
+                ("{name}.status", String::new(), None),
             ]
         );
     }
 
     #[test]
     fn start_says_what_it_started() {
-        let plugin = toolkit().build().unwrap();
-        let ctx = CallContext {
-            state: json!("open"),
-            ..CallContext::default()
-        };
-        let said = plugin
-            .call("{name}.start", json!({"topic": "the report"}), &ctx)
+        let said = built(toolkit())
+            .call("{name}.start", json!({"topic": "the report"}), &context("h1", "open"))
             .unwrap();
         assert_eq!(said["topic"], "the report");
     }

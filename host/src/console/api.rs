@@ -235,7 +235,7 @@ pub async fn server_info(console: &Console) -> ServerInfo {
             json!({
                 "name": plugin.manifest().name,
                 "version": plugin.manifest().version,
-                "abi": turnstile_plugin_api::abi::ABI_VERSION.to_string(),
+                "abi": turnstile_plugin_abi::abi::ABI_VERSION.to_string(),
                 "isolated": plugin.is_isolated(),
                 "pool_size": pool.size(),
                 "calls_running": pool.busy(),

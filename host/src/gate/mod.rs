@@ -253,13 +253,20 @@ pub fn refusal(
     {
         return None;
     }
-    Some(Refusal {
-        tool: tool.name().to_string(),
+    Some(not_offered(workflow, tool.name(), snapshot))
+}
+
+/// The refusal of a call of the tool `name` to an instance of `workflow` in `snapshot`,
+/// whose menu does not have it: out of its states, or not a tool of the machine version the
+/// instance runs on.
+pub fn not_offered(workflow: &Workflow, name: &str, snapshot: &Snapshot) -> Refusal {
+    Refusal {
+        tool: name.to_owned(),
         workflow: workflow.id.clone(),
         state: snapshot.value(),
         allowed: menu_names(workflow, snapshot),
         done: is_done(snapshot),
-    })
+    }
 }
 
 /// Whether a prompt or resource is offered to an instance in `snapshot`: one bound to no state

@@ -6,7 +6,7 @@
 
 use std::{io, path::PathBuf};
 
-use turnstile_plugin_api::ABI_VERSION;
+use turnstile_plugin_abi::ABI_VERSION;
 
 /// A failure to load a plugin library or to complete a call into it.
 #[derive(Debug, thiserror::Error)]
@@ -109,7 +109,7 @@ pub enum PluginError {
     /// The plugin broke the protocol on a call: output that is not JSON, an unknown status,
     /// an error without `{"message"}`, or a status of [`Status::INTERNAL`].
     ///
-    /// [`Status::INTERNAL`]: turnstile_plugin_api::abi::Status::INTERNAL
+    /// [`Status::INTERNAL`]: turnstile_plugin_abi::abi::Status::INTERNAL
     #[error("{}: tool {tool}: {reason}", path.display())]
     BadResponse {
         path: PathBuf,

@@ -19,7 +19,7 @@ use std::{
     ptr, slice,
 };
 
-use turnstile_plugin_api::abi::{
+use turnstile_plugin_abi::abi::{
     ABI_VERSION, ABI_VERSION_SYMBOL, AbiVersionFn, CallFn, DestroyFn, ENTRY_SYMBOL_V1, EntryFnV1,
     FreeBufferFn, GuardFn, InitFn, ManifestFn, PLUGIN_TABLE_V1_0_SIZE, PluginTableV1, RawBuffer,
     RawCallContext, RawHostServices, RawInitParams, ReadFn, ReadKind, Status, covers,
@@ -406,7 +406,7 @@ unsafe fn read_table(table: *const PluginTableV1) -> Result<(Table, InitFn), Str
     // whole struct: an older plugin's table is shorter than this build's `PluginTableV1`. ABI
     // 1.0's fields are covered by the size check; a field appended later is read only where
     // `abi::covers(struct_size, ..)` says the plugin's table has it (the growth rule in
-    // `turnstile_plugin_api::abi`).
+    // `turnstile_plugin_abi::abi`).
     macro_rules! field {
         ($name:ident) => {
             // SAFETY: `table` is non-null and readable for `struct_size` bytes, and every caller

@@ -13,7 +13,7 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use turnstile_plugin_api::{CallContext, Manifest, PrimitiveKind, ToolManifest, abi::Status};
+use turnstile_plugin_abi::{CallContext, Manifest, PrimitiveKind, ToolManifest, abi::Status};
 
 use super::{
     config::PluginConfigs,
@@ -311,7 +311,7 @@ impl LoadedPlugin {
     }
 
     /// Produces the content of the prompt or resource `name` (ABI 1.3 `read`) for the instance
-    /// `ctx` describes: `request` and the output are as `turnstile_plugin_api::abi::ReadKind`
+    /// `ctx` describes: `request` and the output are as `turnstile_plugin_abi::abi::ReadKind`
     /// describes. Blocking, like [`LoadedPlugin::call`]. A plugin error the client should read
     /// (status `TOOL_ERROR` or `BAD_INPUT`) is a [`PluginOutput`] like a tool's; a plugin without
     /// `read`, one that does not know `name`, a panic or a broken answer is a
@@ -389,7 +389,7 @@ impl LoadedPlugin {
         let Backend::InProcess(library) = &self.inner.backend else {
             return Ok(Vec::new());
         };
-        let kind = turnstile_plugin_api::abi::ReadKind::COMPLETION;
+        let kind = turnstile_plugin_abi::abi::ReadKind::COMPLETION;
         let Some(output) = read_raw(library, kind, name, request, ctx).map_err(failed)? else {
             return Ok(Vec::new());
         };
@@ -505,7 +505,7 @@ impl std::fmt::Debug for LoadedPlugin {
 /// NUL; only the name, call id and handle could, which is the error.
 fn read_raw(
     library: &Library,
-    kind: turnstile_plugin_api::abi::ReadKind,
+    kind: turnstile_plugin_abi::abi::ReadKind,
     name: &str,
     request: &Value,
     ctx: &CallContext,
@@ -580,7 +580,7 @@ fn json_with_nul(value: &Value) -> Vec<u8> {
 fn needs_input(bytes: &[u8]) -> Result<PluginOutput, String> {
     let body: Value = serde_json::from_slice(bytes)
         .map_err(|err| format!("its request for input is not JSON: {err}"))?;
-    turnstile_plugin_api::asking::check_requests(&body).map(PluginOutput::NeedsInput)
+    turnstile_plugin_abi::asking::check_requests(&body).map(PluginOutput::NeedsInput)
 }
 
 /// The `message` string of `{"message": ...}`, if that is what `bytes` holds.

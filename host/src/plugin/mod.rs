@@ -1,4 +1,4 @@
-//! Loading plugin libraries and calling them through the C ABI of `turnstile-plugin-api`.
+//! Loading plugin libraries and calling them through the C ABI of `turnstile-plugin-abi`.
 //!
 //! This module owns everything between a file on disk and a JSON result: opening the library,
 //! checking its ABI version and tables, reading and checking its manifest, passing calls across
@@ -51,7 +51,7 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
 };
 
-pub use turnstile_plugin_api::{CallContext, LogLevel, Manifest, PrimitiveKind, ToolManifest};
+pub use turnstile_plugin_abi::{CallContext, LogLevel, Manifest, PrimitiveKind, ToolManifest};
 
 pub use self::{
     config::PluginConfigs,

@@ -24,7 +24,7 @@ pub enum PluginOutput {
     /// asked wrongly, and may ask again.
     BadInput(String),
     /// The tool needs input before it can go on (status `NEEDS_INPUT`, ABI 1.4): the requests
-    /// by key, checked (`turnstile_plugin_api::asking::check_requests`). Nothing fires; the
+    /// by key, checked (`turnstile_plugin_abi::asking::check_requests`). Nothing fires; the
     /// caller asks (`mcp/handler/asking.rs`) and calls again with the answers.
     NeedsInput(serde_json::Map<String, Value>),
 }

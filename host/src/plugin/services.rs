@@ -24,7 +24,7 @@ use std::{
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use turnstile_plugin_api::{
+use turnstile_plugin_abi::{
     LogLevel,
     abi::{RawHostServices, Status},
 };

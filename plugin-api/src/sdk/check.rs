@@ -1,7 +1,10 @@
 //! The checks [`Toolkit::build`](super::Toolkit::build) makes of each tool, prompt and
-//! resource, on its own and against its workflow's machine: the early copy of the host's load
-//! checks, plus the per-state event check the host does not make. Each problem is one sentence
-//! naming what it is about; nothing here builds or dispatches anything.
+//! resource, on its own and against its workflow's machine, in the SDK's words (one sentence
+//! per problem, naming what it is about, every problem at once), plus the per-state event check
+//! the host does not make. The rules are not copies: the tool-name rule is the ABI crate's
+//! ([`check_tool_name`]), the machine is read by the host's statechart engine, and the toolkit
+//! runs the ABI crate's [`Manifest::check`](crate::Manifest::check) over the manifest it
+//! writes. Nothing here builds or dispatches anything.
 
 use super::{
     prompt::{Prompt, non_string_arguments},
@@ -10,14 +13,14 @@ use super::{
     tool::Tool,
     workflow::Workflow,
 };
-use crate::uri_template;
+use crate::{manifest::check_tool_name, uri_template};
 
 /// The problems of one tool on its own and against its workflow's machine.
 pub(super) fn check_tool(tool: &Tool) -> Vec<String> {
     let manifest = &tool.manifest;
     let name = &manifest.name;
     let mut problems = Vec::new();
-    if !is_valid_tool_name(name) {
+    if check_tool_name(name).is_err() {
         problems.push(format!(
             "tool name {name:?} is not 1 to 128 characters of A-Z a-z 0-9 _ - ."
         ));
@@ -41,7 +44,7 @@ pub(super) fn check_tool(tool: &Tool) -> Vec<String> {
     let Some(workflow) = &tool.workflow else {
         return problems;
     };
-    let Ok(machine) = workflow.outline() else {
+    let Ok(machine) = workflow.parsed() else {
         // Reported once, with the workflow.
         return problems;
     };
@@ -86,7 +89,7 @@ pub(super) fn check_prompt(prompt: &Prompt) -> Vec<String> {
     let manifest = &prompt.manifest;
     let what = format!("prompt {}", manifest.name);
     let mut problems = Vec::new();
-    if !is_valid_tool_name(&manifest.name) {
+    if check_tool_name(&manifest.name).is_err() {
         problems.push(format!(
             "prompt name {:?} is not 1 to 128 characters of A-Z a-z 0-9 _ - .",
             manifest.name
@@ -157,7 +160,7 @@ fn check_states(what: &str, workflow: Option<&Workflow>, states: &[String]) -> V
             )]
         };
     };
-    let Ok(machine) = workflow.outline() else {
+    let Ok(machine) = workflow.parsed() else {
         // Reported once, with the workflow.
         return Vec::new();
     };
@@ -171,12 +174,4 @@ fn check_states(what: &str, workflow: Option<&Workflow>, states: &[String]) -> V
             )
         })
         .collect()
-}
-
-/// MCP's rule for tool names.
-fn is_valid_tool_name(name: &str) -> bool {
-    (1..=128).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }

@@ -5,7 +5,7 @@
 //! use schemars::JsonSchema;
 //! use serde::Deserialize;
 //! use serde_json::json;
-//! use turnstile_plugin_api::sdk::{NoInput, Toolkit, Workflow};
+//! use turnstile_plugin::sdk::{NoInput, Toolkit, Workflow};
 //!
 //! #[derive(Deserialize, JsonSchema)]
 //! struct Lock {
@@ -30,7 +30,7 @@
 //!             .handle(|input: Lock, _ctx| Ok(json!({"message": format!("Locked by {}.", input.by)}))))
 //! }
 //!
-//! turnstile_plugin_api::export_toolkit!(toolkit);
+//! turnstile_plugin::export_toolkit!(toolkit);
 //!
 //! // In the plugin's tests: a typo in a state or an event fails here.
 //! # fn main() {
@@ -65,11 +65,14 @@
 //! - The handler never names the state that comes next: after a successful call the host fires
 //!   the tool's event, saves the new state, and adds it to the result's `structuredContent` as
 //!   `"state"` (unless the output has a `state` of its own).
-//! - [`Toolkit::build`] checks the declaration: every bound state exists in the machine, every
+//! - [`Toolkit::build`] checks the declaration: the machine is one the host loads (it is read by
+//!   the host's own engine, `turnstile-statechart`), every bound state exists in it, every
 //!   event is taken by some state the tool is visible in, tool names are valid and unique, input
-//!   and output types are objects. [`export_toolkit!`](crate::export_toolkit) runs it when the
-//!   host loads the library (a problem refuses the load); a unit test that calls it catches a
-//!   typo before that. Give every plugin such a test.
+//!   and output types are objects, and the manifest passes the host's rules
+//!   ([`Manifest::check`](crate::Manifest::check)). [`export_toolkit!`](crate::export_toolkit)
+//!   runs it when the host loads the library (a problem refuses the load); a unit test that
+//!   calls it catches a typo before that. Give every plugin such a test
+//!   ([`testing::built`](crate::testing::built)).
 //!
 //! # Prompts and resources
 //!
@@ -81,7 +84,7 @@
 //! # use serde::Deserialize;
 //! # use schemars::JsonSchema;
 //! # use serde_json::json;
-//! # use turnstile_plugin_api::sdk::{Toolkit, Workflow};
+//! # use turnstile_plugin::sdk::{Toolkit, Workflow};
 //! #[derive(Deserialize, JsonSchema)]
 //! struct Focus {
 //!     /// What to look at first.
@@ -130,10 +133,8 @@
 //! - [`Toolkit`], [`ToolkitPlugin`], [`DeclarationError`]: checking and dispatch (`toolkit.rs`).
 //! - `check.rs`: what `Toolkit::build` checks of each tool, prompt and resource.
 //! - `schema.rs`: schemas derived with `schemars`, cleaned into plain object schemas.
-//! - `machine.rs`: the outline of a machine the checks read.
 
 mod check;
-mod machine;
 mod prompt;
 mod resource;
 mod schema;

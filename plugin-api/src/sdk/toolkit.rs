@@ -155,7 +155,7 @@ impl Toolkit {
         let mut manifest = Manifest::new(&self.name, &self.version);
         manifest.isolate = self.isolate;
         for (index, workflow) in self.workflows.iter().enumerate() {
-            if let Err(problem) = workflow.outline() {
+            if let Err(problem) = workflow.parsed() {
                 problems.push(format!("workflow #{}: {problem}", index + 1));
                 continue;
             }
@@ -243,6 +243,14 @@ impl Toolkit {
                 Declared::Fixed(fixed) => manifest.resources.push(fixed),
                 Declared::Template(template) => manifest.resource_templates.push(template),
             }
+        }
+        // The host's own rules over the whole manifest, once each declaration passed the
+        // SDK's: what is left for them to find is what the chains cannot say (a `quick` budget
+        // out of range, say), in the host's words.
+        if problems.is_empty()
+            && let Err(problem) = manifest.check()
+        {
+            problems.push(problem);
         }
         if problems.is_empty() {
             Ok(ToolkitPlugin {
@@ -474,6 +482,36 @@ mod tests {
             ]
         );
         assert!(error.to_string().starts_with("plugin p declares"));
+    }
+
+    /// The machine is read by the host's engine and the manifest checked by the host's rules,
+    /// so what a host would refuse at load fails the build, in the host's words.
+    #[test]
+    fn what_the_host_would_refuse_fails_the_build() {
+        let typo = Workflow::new(json!({"id": "door", "intial": "closed", "states": {}}));
+        let problems = Toolkit::new("p", "1")
+            .workflow(&typo)
+            .build()
+            .unwrap_err()
+            .problems;
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("workflow #1: ") && problems[0].contains("intial"),
+            "{problems:?}"
+        );
+        let slow = Toolkit::new("p", "1").tool(
+            action("p.slow")
+                .describe("Slow.")
+                .quick(500)
+                .handle(|_: NoInput, _| Ok(1)),
+        );
+        assert_eq!(
+            slow.build().unwrap_err().problems,
+            [
+                "tools[0] (p.slow): quick_ms must be 1 to 20 (milliseconds), not 500; a slower \
+              tool leaves quick_ms out and runs on worker threads"
+            ]
+        );
     }
 
     #[test]

@@ -4,14 +4,17 @@
 //! the author drew. Tools started with [`Workflow::action`] carry the workflow with them: its id
 //! is written once, in the machine, and the toolkit brings the machine into the manifest with
 //! its first tool.
+//!
+//! The machine is read by the host's own statechart engine (`turnstile-statechart`), so the
+//! bindings [`Toolkit::build`](super::Toolkit::build) checks against it, and the machine itself,
+//! are judged as the host will judge them when it loads the plugin.
 
 use std::sync::Arc;
 
 use serde_json::Value;
+use turnstile_statechart::{Event, Guards, Machine};
 
-use super::{
-    machine::Outline, prompt::PromptBuilder, resource::ResourceBuilder, tool::ToolBuilder,
-};
+use super::{prompt::PromptBuilder, resource::ResourceBuilder, tool::ToolBuilder};
 
 /// A workflow machine (cheap to clone: clones share it).
 #[derive(Clone)]
@@ -21,18 +24,18 @@ pub struct Workflow {
 
 struct Inner {
     machine: Value,
-    /// The machine's states and events, or why the JSON is not a machine (reported by
+    /// The machine as the host reads it, or why the JSON is not one (reported by
     /// [`Toolkit::build`](super::Toolkit::build), since a chain cannot fail half-way).
-    outline: Result<Outline, String>,
+    parsed: Result<Machine, String>,
 }
 
 impl Workflow {
     /// The workflow defined by `machine`, an XState v5 machine config in JSON (an object with
     /// at least `id`, `initial` and `states`).
     pub fn new(machine: Value) -> Workflow {
-        let outline = Outline::parse(&machine);
+        let parsed = parse(&machine);
         Workflow {
-            inner: Arc::new(Inner { machine, outline }),
+            inner: Arc::new(Inner { machine, parsed }),
         }
     }
 
@@ -59,9 +62,9 @@ impl Workflow {
     /// The machine's `id` (empty when the JSON has none; the toolkit refuses it then).
     pub fn id(&self) -> &str {
         self.inner
-            .outline
+            .parsed
             .as_ref()
-            .map_or("", |outline| outline.id())
+            .map_or("", |_| self.inner.machine["id"].as_str().unwrap_or(""))
     }
 
     /// The machine's JSON, as given.
@@ -69,13 +72,42 @@ impl Workflow {
         &self.inner.machine
     }
 
-    pub(crate) fn outline(&self) -> Result<&Outline, &str> {
-        self.inner.outline.as_ref().map_err(String::as_str)
+    /// The machine, or why the JSON is not one the host would load.
+    pub(crate) fn parsed(&self) -> Result<&Machine, &str> {
+        self.inner.parsed.as_ref().map_err(String::as_str)
     }
 
     /// Whether `other` is this very declaration (not merely an equal one).
     pub(crate) fn same(&self, other: &Workflow) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+/// Reads `machine` as the host does; `Err` says why it is not a machine it would load. The first
+/// two checks keep the SDK's own words for the commonest mistakes.
+fn parse(machine: &Value) -> Result<Machine, String> {
+    let Some(config) = machine.as_object() else {
+        return Err("a workflow machine must be a JSON object".to_owned());
+    };
+    if !config.get("id").is_some_and(Value::is_string) {
+        return Err("a workflow machine needs a string \"id\"".to_owned());
+    }
+    Machine::from_json_with_guards(machine, Arc::new(AnyNamedGuard)).map_err(|e| e.to_string())
+}
+
+/// Stands in for the toolkit's named guards while the machine is read: a workflow is declared
+/// before the guards its toolkit implements ([`Toolkit::guard`](super::Toolkit::guard)), and
+/// the SDK only reads the machine, never steps it. (The host checks, at load, that every named
+/// guard is one the plugin lists.)
+struct AnyNamedGuard;
+
+impl Guards for AnyNamedGuard {
+    fn contains(&self, _name: &str) -> bool {
+        true
+    }
+
+    fn eval(&self, _name: &str, _params: Option<&Value>, _event: &Event) -> bool {
+        false
     }
 }
 

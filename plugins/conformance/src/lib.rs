@@ -10,7 +10,7 @@
 use std::{thread, time::Duration};
 
 use serde_json::{Value, json};
-use turnstile_plugin_api::{
+use turnstile_plugin::{
     CallContext, InputKind, InputRequest, LogLevel, Manifest, Plugin, PrimitiveKind,
     PromptManifest, ResourceManifest, ResourceTemplateManifest, ToolError, ToolManifest,
 };
@@ -27,7 +27,7 @@ const STEP: Duration = Duration::from_millis(50);
 #[derive(Default)]
 pub struct Conformance;
 
-turnstile_plugin_api::export_plugin!(Conformance);
+turnstile_plugin::export_plugin!(Conformance);
 
 fn tool(name: &str, description: &str) -> ToolManifest {
     ToolManifest::new(

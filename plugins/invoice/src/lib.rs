@@ -27,14 +27,14 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use turnstile_plugin_api::{
+use turnstile_plugin::{
     CallContext, ToolError, plugin_config,
     sdk::{NoInput, Toolkit, ToolkitPlugin, Workflow},
 };
 
 // Like `export_toolkit!`, reading the configuration first: a bad deadline or threshold refuses
 // the load.
-turnstile_plugin_api::export_plugin!(ToolkitPlugin, || {
+turnstile_plugin::export_plugin!(ToolkitPlugin, || {
     let deadline = review_deadline_ms(plugin_config())?;
     let confirm_above = confirm_above(plugin_config())?;
     toolkit_configured(deadline, confirm_above)
@@ -49,7 +49,7 @@ pub const DEFAULT_CONFIRM_ABOVE: f64 = 5_000.0;
 /// (`TURNSTILE_PLUGIN_INVOICE_CONFIRM_ABOVE`, a number of 0 or more), or
 /// [`DEFAULT_CONFIRM_ABOVE`].
 fn confirm_above(config: &Value) -> Result<f64, String> {
-    turnstile_plugin_api::config_number(config, "invoice", "confirm_above", DEFAULT_CONFIRM_ABOVE)
+    turnstile_plugin::config_number(config, "invoice", "confirm_above", DEFAULT_CONFIRM_ABOVE)
 }
 
 /// Every tool here computes its answer from the call alone, in microseconds, without I/O: the
@@ -65,7 +65,7 @@ pub const DEFAULT_REVIEW_DEADLINE_MS: u64 = 48 * 60 * 60 * 1000;
 /// The review deadline `config` sets (`review_deadline_ms`: whole milliseconds, above 0), or
 /// [`DEFAULT_REVIEW_DEADLINE_MS`].
 fn review_deadline_ms(config: &Value) -> Result<u64, String> {
-    turnstile_plugin_api::config_ms(
+    turnstile_plugin::config_ms(
         config,
         "invoice",
         "review_deadline_ms",
@@ -414,33 +414,18 @@ fn status(ctx: &CallContext) -> Status {
 
 #[cfg(test)]
 mod tests {
-    use turnstile_plugin_api::{Plugin, PrimitiveKind, sdk::ToolkitPlugin};
+    use turnstile_plugin::{
+        Plugin, PrimitiveKind,
+        testing::{bindings, built, context},
+    };
 
     use super::*;
 
-    fn plugin() -> ToolkitPlugin {
-        toolkit().build().expect("every binding fits the machine")
-    }
-
-    fn ctx(state: &str) -> CallContext {
-        CallContext {
-            call_id: "c".into(),
-            handle: "h".into(),
-            state: json!(state),
-            ..CallContext::default()
-        }
-    }
-
     #[test]
     fn manifest_binds_every_transition_of_the_machine() {
-        let manifest = plugin().manifest();
-        let bound: Vec<_> = manifest
-            .tools
-            .iter()
-            .map(|t| (t.name.as_str(), t.states.join(","), t.transition.as_deref()))
-            .collect();
+        let manifest = built(toolkit()).manifest();
         assert_eq!(
-            bound,
+            bindings(&manifest),
             [
                 ("invoice.submit", "draft".to_owned(), Some("SUBMIT")),
                 ("invoice.approve", "review".to_owned(), Some("APPROVE")),
@@ -511,7 +496,7 @@ mod tests {
 
     #[test]
     fn schemas_are_what_a_model_reads() {
-        let manifest = plugin().manifest();
+        let manifest = built(toolkit()).manifest();
         let schema = |name: &str| {
             let tool = manifest.tools.iter().find(|t| t.name == name).unwrap();
             (tool.input_schema.clone(), tool.output_schema.clone())
@@ -542,11 +527,11 @@ mod tests {
 
     #[test]
     fn submit_reports_what_happened() {
-        let out = plugin()
+        let out = built(toolkit())
             .call(
                 "invoice.submit",
                 json!({"amount": 120.5, "customer": "ACME"}),
-                &ctx("draft"),
+                &context("h", "draft"),
             )
             .unwrap();
         assert_eq!(out["amount"], 120.5);
@@ -558,20 +543,24 @@ mod tests {
 
     #[test]
     fn bad_inputs_are_rejected() {
-        let plugin = plugin();
+        let plugin = built(toolkit());
         for input in [json!({}), json!({"amount": 0}), json!({"amount": "1"})] {
             let err = plugin
-                .call("invoice.submit", input, &ctx("draft"))
+                .call("invoice.submit", input, &context("h", "draft"))
                 .unwrap_err();
             assert!(matches!(err, ToolError::BadInput(_)), "{err:?}");
         }
-        let err = plugin.call("invoice.reject", json!({"reason": " "}), &ctx("review"));
+        let err = plugin.call(
+            "invoice.reject",
+            json!({"reason": " "}),
+            &context("h", "review"),
+        );
         assert!(matches!(err, Err(ToolError::BadInput(_))));
     }
 
     #[test]
     fn the_checklist_and_the_invoice_read_the_submitted_amount() {
-        let plugin = plugin();
+        let plugin = built(toolkit());
         let manifest = plugin.manifest();
         assert_eq!(manifest.prompts[0].states, ["review", "second_approval"]);
         assert_eq!(manifest.prompts[0].arguments[0].name, "focus");
@@ -581,7 +570,7 @@ mod tests {
         );
         let review = CallContext {
             context: json!({"amount": 12_500}),
-            ..ctx("review")
+            ..context("h", "review")
         };
         let checklist = plugin
             .read(
@@ -608,8 +597,8 @@ mod tests {
 
     #[test]
     fn status_reads_the_context() {
-        let out = plugin()
-            .call("invoice.status", json!({}), &ctx("approved"))
+        let out = built(toolkit())
+            .call("invoice.status", json!({}), &context("h", "approved"))
             .unwrap();
         assert_eq!(out["state"], "approved");
         assert_eq!(out["next"], "discharge (pay out) it");

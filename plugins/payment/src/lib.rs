@@ -34,16 +34,16 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use turnstile_plugin_api::{
+use turnstile_plugin::{
     CallContext, InputKind, InputRequest, ToolError, plugin_config,
     sdk::{NoInput, Toolkit, ToolkitPlugin, Workflow},
 };
 
 // Like `export_toolkit!`, reading the configuration first: a bad expiry or threshold refuses
 // the load.
-turnstile_plugin_api::export_plugin!(ToolkitPlugin, || {
+turnstile_plugin::export_plugin!(ToolkitPlugin, || {
     let expiry = authorization_expiry_ms(plugin_config())?;
-    let confirm_above = turnstile_plugin_api::config_number(
+    let confirm_above = turnstile_plugin::config_number(
         plugin_config(),
         "payment",
         "confirm_above",
@@ -68,7 +68,7 @@ pub const DEFAULT_AUTHORIZATION_EXPIRY_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// The authorization expiry `config` sets (`authorization_expiry_ms`: whole milliseconds, above
 /// 0), or [`DEFAULT_AUTHORIZATION_EXPIRY_MS`].
 fn authorization_expiry_ms(config: &Value) -> Result<u64, String> {
-    turnstile_plugin_api::config_ms(
+    turnstile_plugin::config_ms(
         config,
         "payment",
         "authorization_expiry_ms",
@@ -300,7 +300,7 @@ fn capture(ctx: &CallContext) -> Result<Value, ToolError> {
 
 /// `TURNSTILE_PLUGIN_PAYMENT_CARD_LIMIT`, as a number (none, or not a number: no limit).
 fn card_limit() -> Option<f64> {
-    turnstile_plugin_api::plugin_config()
+    turnstile_plugin::plugin_config()
         .get("card_limit")?
         .as_str()?
         .trim()
@@ -372,49 +372,30 @@ fn status(ctx: &CallContext) -> Status {
 
 #[cfg(test)]
 mod tests {
-    use turnstile_plugin_api::{Plugin, sdk::ToolkitPlugin};
+    use turnstile_plugin::{
+        Plugin,
+        testing::{bindings, built, context},
+    };
 
     use super::*;
 
-    fn plugin() -> ToolkitPlugin {
-        toolkit().build().expect("every binding fits the machine")
-    }
-
-    fn ctx(state: &str) -> CallContext {
-        CallContext {
-            call_id: "c1".into(),
-            handle: "pay-1".into(),
-            state: json!(state),
-            ..CallContext::default()
-        }
-    }
-
     #[test]
     fn manifest_binds_every_transition_of_the_machine() {
-        let manifest = plugin().manifest();
-        let bound: Vec<_> = manifest
-            .tools
-            .iter()
-            .map(|t| {
+        let manifest = built(toolkit()).manifest();
+        assert_eq!(
+            bindings(&manifest),
+            [
+                ("payment.authorize", "new".to_owned(), Some("AUTHORIZE")),
+                ("payment.capture", "authorized".to_owned(), Some("CAPTURE")),
                 (
-                    t.name.as_str(),
-                    t.states.join(","),
-                    t.transition.clone().unwrap_or_default(),
-                )
-            })
-            .collect();
-        let expected = [
-            ("payment.authorize", "new", "AUTHORIZE"),
-            ("payment.capture", "authorized", "CAPTURE"),
-            ("payment.void", "authorized,declined", "VOID"),
-            ("payment.refund", "captured", "REFUND"),
-            ("payment.status", "", ""),
-        ];
-        let expected: Vec<_> = expected
-            .iter()
-            .map(|(n, s, t)| (*n, s.to_string(), t.to_string()))
-            .collect();
-        assert_eq!(bound, expected);
+                    "payment.void",
+                    "authorized,declined".to_owned(),
+                    Some("VOID")
+                ),
+                ("payment.refund", "captured".to_owned(), Some("REFUND")),
+                ("payment.status", String::new(), None),
+            ]
+        );
         assert_eq!(
             manifest.workflows,
             [machine(DEFAULT_AUTHORIZATION_EXPIRY_MS)]
@@ -451,7 +432,7 @@ mod tests {
 
     #[test]
     fn the_authorize_schema_carries_its_constraints() {
-        let manifest = plugin().manifest();
+        let manifest = built(toolkit()).manifest();
         assert_eq!(
             manifest.tools[0].input_schema,
             json!({
@@ -470,12 +451,12 @@ mod tests {
 
     #[test]
     fn authorize_validates_and_reports() {
-        let plugin = plugin();
+        let plugin = built(toolkit());
         let out = plugin
             .call(
                 "payment.authorize",
                 json!({"amount": 10, "currency": "EUR"}),
-                &ctx("new"),
+                &context("pay-1", "new"),
             )
             .unwrap();
         assert_eq!(out["authorization"], "auth_c1");
@@ -485,7 +466,7 @@ mod tests {
             json!({"amount": 10}),
         ] {
             let err = plugin
-                .call("payment.authorize", bad, &ctx("new"))
+                .call("payment.authorize", bad, &context("pay-1", "new"))
                 .unwrap_err();
             assert!(matches!(err, ToolError::BadInput(_)), "{err:?}");
         }
@@ -493,13 +474,17 @@ mod tests {
 
     #[test]
     fn refund_needs_a_reason() {
-        let plugin = plugin();
+        let plugin = built(toolkit());
         let err = plugin
-            .call("payment.refund", json!({}), &ctx("captured"))
+            .call("payment.refund", json!({}), &context("pay-1", "captured"))
             .unwrap_err();
         assert!(matches!(err, ToolError::BadInput(_)));
         let out = plugin
-            .call("payment.refund", json!({"reason": "dup"}), &ctx("captured"))
+            .call(
+                "payment.refund",
+                json!({"reason": "dup"}),
+                &context("pay-1", "captured"),
+            )
             .unwrap();
         assert_eq!(out["refund"], "re_c1");
     }
@@ -508,12 +493,12 @@ mod tests {
     /// with the draft; one that cannot gets the plain note at once.
     #[test]
     fn a_refund_asks_the_clients_model_for_the_note_where_it_can() {
-        let plugin = plugin();
+        let plugin = built(toolkit());
         let refund = |asking: Value| {
             let ctx = CallContext {
                 context: json!({"amount": 40}),
                 asking,
-                ..ctx("captured")
+                ..context("pay-1", "captured")
             };
             plugin.call("payment.refund", json!({"reason": "duplicate"}), &ctx)
         };
@@ -538,8 +523,8 @@ mod tests {
 
     #[test]
     fn status_reads_the_context() {
-        let out = plugin()
-            .call("payment.status", json!({}), &ctx("authorized"))
+        let out = built(toolkit())
+            .call("payment.status", json!({}), &context("pay-1", "authorized"))
             .unwrap();
         assert_eq!(out["state"], "authorized");
         assert_eq!(out["next"], "capture or void it");

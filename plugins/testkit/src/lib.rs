@@ -29,7 +29,7 @@ use std::{thread, time::Duration};
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use turnstile_plugin_api::{
+use turnstile_plugin::{
     CallContext, LogLevel, Manifest, Plugin, ToolError, ToolManifest, parse_input, plugin_config,
 };
 
@@ -37,7 +37,7 @@ use turnstile_plugin_api::{
 #[derive(Default)]
 pub struct Testkit;
 
-turnstile_plugin_api::export_plugin!(Testkit);
+turnstile_plugin::export_plugin!(Testkit);
 
 /// The longest `testkit.slow` sleeps, so a typo in a test cannot hang the suite.
 const MAX_SLEEP_MS: u64 = 60_000;
@@ -265,8 +265,9 @@ impl Plugin for Testkit {
         }
     }
 
-    /// `testkit.allows`: true unless the call's `word` (its input) is `params.deny`. Any other
-    /// name is an error, which the host counts as false.
+    /// `testkit.allows`: true unless the call's `word` (its input) is `params.deny`, after
+    /// sleeping the call's `guard_sleep_ms` first (a guard slower than the host's deadline).
+    /// Any other name is an error, which the host counts as false.
     fn guard(
         &self,
         name: &str,
@@ -276,6 +277,8 @@ impl Plugin for Testkit {
     ) -> Result<bool, ToolError> {
         match name {
             "testkit.allows" => {
+                let sleep_ms = event["input"]["guard_sleep_ms"].as_u64().unwrap_or(0);
+                thread::sleep(Duration::from_millis(sleep_ms.min(MAX_SLEEP_MS)));
                 let word = &event["input"]["word"];
                 Ok(word.is_null() || *word != params["deny"])
             }

@@ -36,7 +36,7 @@ use crate::actors::{
     tenure::{LeaseSettings, Tenure},
 };
 use crate::{
-    catalog::{LiveCatalog, ToolEntry, Workflow},
+    catalog::{LiveCatalog, Workflow},
     gate::{self, ListsChanged, NextStep, Refusal},
     invoke::{self, InvokeError},
     plugin::{HostCall, PluginOutput},
@@ -46,11 +46,15 @@ use crate::{
     timers::Alarm,
 };
 
-/// Run `tool` on this instance, if the gate lets it.
+/// Run the tool named `tool` on this instance, if the gate lets it.
 #[derive(Message)]
 #[rtype(result = "Result<CallOutcome, InstanceError>")]
 pub struct Call {
-    pub tool: Arc<ToolEntry>,
+    /// The tool's name. The instance resolves it once, against the machine version it runs on
+    /// (an instance on an older version keeps that version's tools), and checks the arguments
+    /// with that version's schema: the catalog's tool of the same name may differ after a reload.
+    pub tool: String,
+    /// The arguments, the handle already taken out of them; not yet checked against a schema.
     pub arguments: Value,
     /// Unique per call; handed to the plugin for its logs and idempotency keys.
     pub call_id: String,
@@ -75,6 +79,13 @@ pub struct Call {
     /// What the handler may ask for and has been told (ABI 1.4, see `mcp/handler/asking.rs`): handed to
     /// the plugin as is; `null` when nothing may be asked.
     pub asking: Value,
+    /// The caller's session, to watch the instance from the moment it is known to exist: after
+    /// it loaded, or once a mint's first save is made. Sent to the notifier ahead of the news
+    /// of this call's own move, so the session hears of it; never sent for an instance that
+    /// turned out not to exist, so nothing has to be taken back. `None`: the caller does not
+    /// watch instances (no session, or its lists do not follow them), or watches this one
+    /// already.
+    pub watcher: Option<notifier::Subscribe>,
 }
 
 /// Test hook: create a handle-keyed instance in its initial state and save it, so that its
@@ -91,9 +102,12 @@ pub struct Create;
 pub struct End;
 
 /// Read the instance's current snapshot (waits for a call in progress to finish).
-#[derive(Message)]
+#[derive(Message, Default)]
 #[rtype(result = "Result<InstanceView, InstanceError>")]
-pub struct View;
+pub struct View {
+    /// A session to watch the instance once it is known to exist (see [`Call::watcher`]).
+    pub watcher: Option<notifier::Subscribe>,
+}
 
 /// Test hook: make the actor panic inside a handler, as a bug would.
 #[cfg(test)]
@@ -104,6 +118,9 @@ pub struct Crash;
 /// What a call came to.
 #[derive(Debug)]
 pub enum CallOutcome {
+    /// The arguments do not match the input schema of the tool as the instance's machine
+    /// version defines it: every problem, each naming where it is. Nothing ran.
+    InvalidArguments(Vec<String>),
     /// The gate refused the call; nothing ran and nothing changed.
     Forbidden(Refusal),
     /// The plugin ran. If its transition moved the instance (`moved`), the new state was saved
@@ -658,6 +675,8 @@ struct Finished {
     adopt: Option<InstanceView>,
     /// `Some` when the instance moved: which lists besides its tools the move changed.
     changed: Option<ListsChanged>,
+    /// The instance is known to exist: it loaded, or the call that minted it saved it.
+    exists: bool,
     outcome: Result<CallOutcome, InstanceError>,
 }
 
@@ -667,12 +686,13 @@ impl Handler<Call> for InstanceActor {
     fn handle(&mut self, call: Call, _ctx: &mut Self::Context) -> Self::Result {
         self.follow_catalog();
         let mint = call.mint;
+        // The tool as the instance's machine version defines it: resolved here, once, and again
+        // only if loading the record puts the instance on another version.
+        let tool = self.workflow.tool(&call.tool).cloned();
         // A mint's record does not exist yet: no lease to hold, and none needed (its first save
         // is the compare-and-set insert). A call that can write nothing (its tool fires no
         // event and it carries no idempotency key to remember) needs none either: it reads.
-        let tool = self.workflow.tool(call.tool.name()).unwrap_or(&call.tool);
-        let writes = tool.manifest.transition.is_some()
-            || tool.manifest.on_error.is_some()
+        let writes = tool.as_ref().is_some_and(|tool| tool.fires_something())
             || call.idempotency_key.is_some();
         let tenure = if mint { None } else { self.tenure.clone() };
         let leased = tenure.clone().filter(|_| writes);
@@ -692,6 +712,8 @@ impl Handler<Call> for InstanceActor {
         let workflow = self.workflow.clone();
         let sent_at = call.sent_at;
         let told_in_reply = call.told_in_reply.clone();
+        let mut call = call;
+        let watcher = call.watcher.take();
         let work = async move {
             // With a store other servers share, the lease first: the handler runs only where it
             // is held, and the copy in memory stands if nobody wrote since it was read.
@@ -703,6 +725,7 @@ impl Handler<Call> for InstanceActor {
                         return Finished {
                             adopt: cached,
                             changed: None,
+                            exists: false,
                             outcome: Err(InstanceError::LeaseBusy {
                                 retry_after_ms: busy.retry_after_ms,
                             }),
@@ -712,6 +735,7 @@ impl Handler<Call> for InstanceActor {
                         return Finished {
                             adopt: None,
                             changed: None,
+                            exists: false,
                             outcome: Err(error.into()),
                         };
                     }
@@ -747,9 +771,15 @@ impl Handler<Call> for InstanceActor {
                     return Finished {
                         adopt: None,
                         changed: None,
+                        exists: false,
                         outcome: Err(error),
                     };
                 }
+            };
+            let tool = if Arc::ptr_eq(&view.workflow, &workflow) {
+                tool
+            } else {
+                view.workflow.tool(&call.tool).cloned()
             };
             let finished = run_call(
                 &deps,
@@ -757,11 +787,26 @@ impl Handler<Call> for InstanceActor {
                 leased.as_deref(),
                 &key,
                 view.clone(),
+                tool,
                 call,
             )
             .await;
+            // A mint's instance exists once its first record is saved: when its call succeeded.
+            let exists = !mint
+                || matches!(
+                    finished,
+                    Ok((
+                        _,
+                        _,
+                        CallOutcome::Ran {
+                            output: PluginOutput::Success(_),
+                            ..
+                        }
+                    ))
+                );
             match finished {
                 Ok((after, moved, outcome)) => Finished {
+                    exists,
                     changed: if settled {
                         // Timers fired before the call: its before is not at hand.
                         Some(ListsChanged::ALL)
@@ -786,6 +831,7 @@ impl Handler<Call> for InstanceActor {
                 // failed save leaves us unsure what the store holds, so reload next time. A
                 // failed mint created nothing: forget it.
                 Err(error) => Finished {
+                    exists,
                     adopt: (!matches!(error, InstanceError::Store(_)) && !mint).then_some(view),
                     // Timers that fired before the call moved the instance (their before is not
                     // at hand: every list may have changed).
@@ -801,6 +847,12 @@ impl Handler<Call> for InstanceActor {
                     actor.workflow = view.workflow.clone();
                 }
                 actor.current = finished.adopt;
+                // Ahead of the news of the call's own move, in the notifier's mailbox.
+                if finished.exists
+                    && let Some(watcher) = watcher
+                {
+                    actor.deps.notifier.do_send(watcher);
+                }
                 if let Some(changed) = finished.changed {
                     // A caller that ran hears of it in its reply; one that failed, on its
                     // event stream with the other watchers.
@@ -891,8 +943,9 @@ impl Handler<End> for InstanceActor {
 impl Handler<View> for InstanceActor {
     type Result = AtomicResponse<Self, Result<InstanceView, InstanceError>>;
 
-    fn handle(&mut self, _: View, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, view: View, _ctx: &mut Self::Context) -> Self::Result {
         self.follow_catalog();
+        let watcher = view.watcher;
         let loading = self.current_or_load();
         let (deps, key, fence) = (self.deps.clone(), self.key.clone(), self.fence());
         // Timers that fell due fire first: a menu never shows a state they should have left. A
@@ -910,6 +963,10 @@ impl Handler<View> for InstanceActor {
             |settled, actor, _ctx| match settled {
                 Ok((view, moved)) => {
                     actor.current = Some(view.clone());
+                    // Ahead of the news of a timer's move, in the notifier's mailbox.
+                    if let Some(watcher) = watcher {
+                        actor.deps.notifier.do_send(watcher);
+                    }
                     if moved {
                         // A timer's move: what it changed besides tools is not worked out
                         // here, so every list is announced.

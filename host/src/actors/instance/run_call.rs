@@ -2,19 +2,22 @@
 //! [`run_call`] reads as its steps, each a function below it, in order:
 //!
 //! 1. [`replayed`]: a retry of a call already answered gets that answer; nothing runs.
-//! 2. [`own_tool`]: the instance's own version of the tool (an instance on an older machine
-//!    keeps that version's tools).
+//! 2. [`runnable`]: the tool as the instance's machine version defines it (an instance on an
+//!    older machine keeps that version's tools), resolved by the actor before this, once; a
+//!    name the version lacks is refused by the gate. The arguments are checked against that
+//!    tool's schema.
 //! 3. the gate ([`gate::refusal`]): a tool out of order is refused.
 //! 4. [`confirmed`]: a binding that has a person confirm asks now, and runs again with the
 //!    answer; a decline runs nothing.
 //! 5. [`event_input`] and [`call_context`]: what the event carries, and what the plugin is told.
 //! 6. [`run_plugin`]: under the instance's lease, renewed while the plugin works.
-//! 7. [`fire`]: a success fires the tool's transition, a handler error its `on_error`.
+//! 7. [`fire`]: a success fires the tool's transition, a handler error its `on_error`; the
+//!    plugin guards the step consults are answered through `invoke`, as tools are.
 //! 8. [`record_of`] and the save (compare-and-set), unless nothing is to be kept.
 //!
 //! An early step that answers returns the view unchanged and an outcome; nothing after it runs.
 
-use std::ops::ControlFlow;
+use std::{ops::ControlFlow, sync::Arc};
 
 use serde_json::Value;
 
@@ -48,6 +51,7 @@ pub(super) async fn run_call(
     tenure: Option<&Tenure>,
     key: &InstanceKey,
     view: InstanceView,
+    tool: Option<Arc<ToolEntry>>,
     call: Call,
 ) -> Result<Ran, InstanceError> {
     let workflow = view.workflow.clone();
@@ -61,7 +65,10 @@ pub(super) async fn run_call(
     if let Some(answer) = replayed(deps, &view, &call, idempotent.as_ref(), now)? {
         return Ok((view, false, answer));
     }
-    let tool = own_tool(&workflow, key, &call.tool)?;
+    let tool = match runnable(&workflow, key, &view, &call, tool)? {
+        ControlFlow::Continue(tool) => tool,
+        ControlFlow::Break(answer) => return Ok((view, false, answer)),
+    };
     if let Some(refusal) = gate::refusal(&workflow, &tool, &view.snapshot, &call.arguments) {
         return Ok((view, false, CallOutcome::Forbidden(refusal)));
     }
@@ -99,11 +106,11 @@ pub(super) async fn run_call(
         call.host,
     )
     .await?;
-    let (output, step, fired_event) =
-        match fire(&workflow, &view, &tool, key, output, input, call.mint) {
-            ControlFlow::Continue(fired) => fired,
-            ControlFlow::Break(answer) => return Ok((view, false, answer)),
-        };
+    let fired = fire(deps, &workflow, &view, &tool, key, output, input, call.mint).await;
+    let (output, step, fired_event) = match fired {
+        ControlFlow::Continue(fired) => fired,
+        ControlFlow::Break(answer) => return Ok((view, false, answer)),
+    };
     let succeeded = matches!(output, PluginOutput::Success(_));
     let moved = step.as_ref().is_some_and(|step| step.changed);
     // Saved: a transition, the first record of an instance this call started, or the result of
@@ -194,7 +201,7 @@ fn replayed(
     match idempotency::lookup(
         &view.idempotency,
         idempotency_key,
-        call.tool.name(),
+        &call.tool,
         arguments,
         deps.idempotency_window,
         now,
@@ -218,14 +225,18 @@ fn replayed(
     }
 }
 
-/// Step 2: the instance's own version of the tool: the catalog's, or the one of the older
-/// machine version the instance still runs on (see `Catalog::follow`). A version restored from
-/// the store alone has no tools to run.
-fn own_tool(
+/// Step 2: the instance's own version of the tool (`tool`, resolved by the actor): the
+/// catalog's, or the one of the older machine version the instance still runs on (see
+/// `Catalog::follow`). A version restored from the store alone has no tools to run; a name the
+/// version lacks is refused as out of order (it is on no menu of this instance). Go on with the
+/// tool, or stop with the answer: the refusal, or the arguments' problems against its schema.
+fn runnable(
     workflow: &Workflow,
     key: &InstanceKey,
-    called: &std::sync::Arc<ToolEntry>,
-) -> Result<std::sync::Arc<ToolEntry>, InstanceError> {
+    view: &InstanceView,
+    call: &Call,
+    tool: Option<Arc<ToolEntry>>,
+) -> Result<ControlFlow<CallOutcome, Arc<ToolEntry>>, InstanceError> {
     if workflow.archived {
         return Err(InstanceError::VersionUnavailable {
             key: key.to_string(),
@@ -236,7 +247,14 @@ fn own_tool(
             ),
         });
     }
-    Ok(workflow.tool(called.name()).unwrap_or(called).clone())
+    let Some(tool) = tool else {
+        let refusal = gate::not_offered(workflow, &call.tool, &view.snapshot);
+        return Ok(ControlFlow::Break(CallOutcome::Forbidden(refusal)));
+    };
+    if let Err(problems) = tool.check_arguments(&call.arguments) {
+        return Ok(ControlFlow::Break(CallOutcome::InvalidArguments(problems)));
+    }
+    Ok(ControlFlow::Continue(tool))
 }
 
 /// Step 4: a binding that has a person confirm asks now that the gate lets the call through,
@@ -272,8 +290,7 @@ fn confirmed(
 /// when the tool fires anything. Under a binding that confirms, `input.confirmation` is the
 /// host's to say: what the person confirmed, or nothing; never an argument posing as it.
 fn event_input(tool: &ToolEntry, arguments: &Value, confirmation: Option<&Value>) -> Option<Value> {
-    let fires_something = tool.manifest.transition.is_some() || tool.manifest.on_error.is_some();
-    fires_something.then(|| {
+    tool.fires_something().then(|| {
         let mut input = arguments.clone();
         if let (Value::Object(input), Some(_)) = (&mut input, &tool.confirm) {
             match confirmation {
@@ -323,10 +340,10 @@ async fn run_plugin(
     plugin_lock: &invoke::InstanceLock,
     tenure: Option<&Tenure>,
     view: &InstanceView,
-    tool: &std::sync::Arc<ToolEntry>,
+    tool: &Arc<ToolEntry>,
     arguments: Value,
     context: CallContext,
-    host: Option<std::sync::Arc<crate::plugin::HostCall>>,
+    host: Option<Arc<crate::plugin::HostCall>>,
 ) -> Result<PluginOutput, InstanceError> {
     if let Some(tenure) = tenure {
         match tenure.hold(None).await? {
@@ -359,9 +376,12 @@ async fn run_plugin(
 /// Step 7: a success fires the tool's transition, a handler error its `on_error` (if any); a
 /// tool without one, or an event the state does not take, moves nothing. Go on with the output,
 /// the step taken and the event fired, if any, or stop with the answer when an eventless loop
-/// stopped the step (the instance keeps its state).
+/// stopped the step (the instance keeps its state). The plugin's guards the step consults are
+/// answered through `invoke`, as its tools are.
 #[allow(clippy::type_complexity)] // Three results of one step, named at the call.
-fn fire(
+#[allow(clippy::too_many_arguments)] // One step's pieces, each used once.
+async fn fire(
+    deps: &InstanceDeps,
     workflow: &Workflow,
     view: &InstanceView,
     tool: &ToolEntry,
@@ -385,7 +405,12 @@ fn fire(
     let Some(event) = fired else {
         return ControlFlow::Continue((output, None, None));
     };
-    match workflow.machine.step(&view.snapshot, &event, now_ms()) {
+    let now = now_ms();
+    let stepped = invoke::answering_guards(&deps.limits, || {
+        workflow.machine.step(&view.snapshot, &event, now)
+    })
+    .await;
+    match stepped {
         Ok(step) => {
             ControlFlow::Continue((output, Some(step), Some(event.event_type().to_string())))
         }

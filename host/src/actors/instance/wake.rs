@@ -129,7 +129,10 @@ async fn settle_once(
         return Err(InstanceError::Tool(InvokeError::ShuttingDown));
     }
     let workflow = view.workflow.clone();
-    let fired = workflow.machine.fire_due(&view.snapshot, now);
+    let fired = crate::invoke::answering_guards(&deps.limits, || {
+        workflow.machine.fire_due(&view.snapshot, now)
+    })
+    .await;
     for timer in &fired.timers {
         if timer.outcome == Err(TransitionLoop) {
             tracing::error!(

@@ -1,5 +1,5 @@
 //! Asking the person (issue 40): how a call whose handler needs input (elicitation, sampling,
-//! roots; ABI 1.4's `NEEDS_INPUT`, see `turnstile_plugin_api::asking`) gets it, in whichever era
+//! roots; ABI 1.4's `NEEDS_INPUT`, see `turnstile_plugin_abi::asking`) gets it, in whichever era
 //! the client speaks.
 //!
 //! One rule in both eras, SEP-2322's: the handler runs, asks by key, and ends without firing
@@ -77,7 +77,7 @@ impl Era {
 }
 
 /// The kinds of input a client with `capabilities` can give, as the plugin is told them
-/// (`turnstile_plugin_api::InputKind::as_str`).
+/// (`turnstile_plugin_abi::InputKind::as_str`).
 pub fn can_ask(capabilities: Option<&ClientCapabilities>) -> Vec<&'static str> {
     let Some(capabilities) = capabilities else {
         return Vec::new();

@@ -24,7 +24,7 @@ use rmcp::{
     service::RequestContext,
 };
 use serde_json::{Value, json};
-use turnstile_plugin_api::HANDLE_VARIABLE;
+use turnstile_plugin_abi::HANDLE_VARIABLE;
 
 use super::{instance_resource, reply, server::TurnstileServer};
 use crate::{

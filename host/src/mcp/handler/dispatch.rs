@@ -26,7 +26,7 @@ use super::{
     server::TurnstileServer,
     target::HandleMode,
 };
-use crate::actors::{InstanceError, SessionId};
+use crate::actors::{InstanceError, SessionId, Subscribe};
 use crate::mcp::session::scope::SinkListener;
 
 impl ServerHandler for TurnstileServer {
@@ -309,16 +309,6 @@ impl ServerHandler for TurnstileServer {
         } else {
             Vec::new()
         };
-        // A subscription to an instance that does not exist would never hear anything: refuse
-        // it, as tools/list does.
-        for key in &keys {
-            if let Err(error) = self.shared.runtime.view(key.clone()).await {
-                if matches!(error, InstanceError::UnknownHandle(_)) {
-                    self.shared.runtime.forget(key.clone());
-                }
-                return Err(ErrorData::invalid_params(error.to_string(), None));
-            }
-        }
         let mut resources = Vec::new();
         for uri in context.accepted().resource_subscriptions.iter().flatten() {
             if let super::primitives::InstanceResource::Instance(key) =
@@ -333,10 +323,22 @@ impl ServerHandler for TurnstileServer {
         self.shared
             .runtime
             .join(&listener_id, listener.clone(), lists_follow_instances);
+        // Each instance is watched once it is known to exist. A subscription to one that does
+        // not exist would never hear anything: the listen is refused, as tools/list does, and
+        // leaves nothing behind.
         for key in keys {
-            self.shared
-                .runtime
-                .subscribe(&listener_id, listener.clone(), key);
+            let watcher = Subscribe {
+                session: listener_id.clone(),
+                listener: listener.clone(),
+                instance: key.clone(),
+            };
+            if let Err(error) = self.shared.runtime.look(key.clone(), Some(watcher)).await {
+                if matches!(error, InstanceError::UnknownHandle(_)) {
+                    self.shared.runtime.forget(key);
+                }
+                self.shared.runtime.session_ended(&listener_id);
+                return Err(ErrorData::invalid_params(error.to_string(), None));
+            }
         }
         for (key, uri) in resources {
             self.shared

@@ -573,7 +573,7 @@ impl TurnstileServer {
         let not_found = || reply::resource_not_found(uri);
         let workflow = template.workflow().ok_or_else(not_found)?;
         let token = variables
-            .get(turnstile_plugin_api::HANDLE_VARIABLE)
+            .get(turnstile_plugin_abi::HANDLE_VARIABLE)
             .ok_or_else(not_found)?;
         let (key, view) = self.instance_view(workflow, token, uri, context).await?;
         Ok(Subject {

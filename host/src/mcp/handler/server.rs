@@ -28,7 +28,7 @@ use super::{
 };
 use crate::mcp::{session::outbox::Outbox, session::scope::SessionScope};
 use crate::{
-    actors::{InstanceError, InstanceKey, InstanceView, Runtime},
+    actors::{InstanceError, InstanceKey, InstanceView, Runtime, Subscribe},
     catalog::{Catalog, LiveCatalog, ToolEntry, Workflow},
     gate, invoke,
 };
@@ -171,33 +171,34 @@ impl TurnstileServer {
         })
     }
 
-    /// Subscribes the session to `key`. Done before the instance is asked anything, so that the
-    /// subscription reaches the notifier ahead of any change the request causes. A request
-    /// without a session subscribes nothing: it ends with its answer, and its own call tells
-    /// it of a change directly (see `call_tool`).
-    pub(in crate::mcp) fn watch(&self, key: &InstanceKey, context: &RequestContext<RoleServer>) {
+    /// The subscription that lets the session hear about `key`, for the instance to send to
+    /// the notifier once it knows it exists (`actors::instance::Call::watcher`): the one point
+    /// where a session starts watching an instance, ahead of any change the request causes,
+    /// and never for an instance that does not exist. A request without a session watches
+    /// nothing: it ends with its answer, and its own call tells it of a change directly (see
+    /// `call_instance`).
+    pub(in crate::mcp) fn watcher(
+        &self,
+        key: &InstanceKey,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<Subscribe> {
         // On 2026-07-28 (without the gated-lists extension) a transition is no list change.
         if self.caller(context).is_sessionless() || !self.lists_follow_instances(context) {
-            return;
+            return None;
         }
-        self.shared.runtime.subscribe(
-            &self.session().id,
-            self.session().listener(&context.peer),
-            key.clone(),
-        );
+        Some(Subscribe {
+            session: self.session().id.clone(),
+            listener: self.session().listener(&context.peer),
+            instance: key.clone(),
+        })
     }
 
     /// After the instance answered: remember it among those the session touched, or, if it does
-    /// not exist, take the subscription back and drop the actor that looked for it, so a forged
-    /// handle leaves nothing behind (a client naming random handles must not fill the memory).
+    /// not exist, drop the actor that looked for it, so a forged handle leaves nothing behind
+    /// (a client naming random handles must not fill the memory).
     pub(in crate::mcp) fn settle<T>(&self, key: &InstanceKey, answer: &Result<T, InstanceError>) {
         match answer {
-            Err(InstanceError::UnknownHandle(_)) => {
-                self.shared
-                    .runtime
-                    .unsubscribe(&self.session().id, key.clone());
-                self.shared.runtime.forget(key.clone());
-            }
+            Err(InstanceError::UnknownHandle(_)) => self.shared.runtime.forget(key.clone()),
             _ => self.session().touch(key),
         }
     }
@@ -213,7 +214,7 @@ impl TurnstileServer {
             .map_err(|error| reply::instance_unreadable(&key.to_string(), &error))
     }
 
-    /// The instance `key` as it stands, watched from now on ([`Self::watch`]) and remembered,
+    /// The instance `key` as it stands, watched from now on ([`Self::watcher`]) and remembered,
     /// or, if it does not exist, left behind ([`Self::settle`]); the caller says what an error
     /// is to its client.
     pub(in crate::mcp) async fn look_at(
@@ -221,8 +222,8 @@ impl TurnstileServer {
         key: &InstanceKey,
         context: &RequestContext<RoleServer>,
     ) -> Result<InstanceView, InstanceError> {
-        self.watch(key, context);
-        let answer = self.shared.runtime.view(key.clone()).await;
+        let watcher = self.watcher(key, context);
+        let answer = self.shared.runtime.look(key.clone(), watcher).await;
         self.settle(key, &answer);
         answer
     }

@@ -22,7 +22,7 @@ use super::{
 };
 use crate::mcp::session::request_stream::RequestStream;
 use crate::{
-    actors::{CallOutcome, InstanceError, InstanceKey, Owner},
+    actors::{Call, CallOutcome, InstanceError, InstanceKey, Owner},
     catalog::{Catalog, ToolEntry},
     gate, invoke, metrics,
     plugin::{CallContext, HostCall, PluginOutput},
@@ -273,10 +273,8 @@ impl TurnstileServer {
                 Ok(target) => target,
                 Err(no_target) => return Ok(reply::no_target(tool.name(), &no_target).into()),
             };
+            // Checked by the instance, against its own version of the tool.
             let arguments = Value::Object(arguments);
-            if let Err(problems) = tool.check_arguments(&arguments) {
-                return Ok(reply::invalid_arguments(tool.name(), &problems).into());
-            }
             let idempotency_key = match context.meta.get("idempotencyKey") {
                 None => None,
                 Some(Value::String(key))
@@ -342,7 +340,7 @@ impl TurnstileServer {
     ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + '_ {
         async move {
             let name = tool.name().to_string();
-            self.watch(&key, &context);
+            let watcher = self.watcher(&key, &context);
             // A session's request whose stream Turnstile writes (`direct.rs`) hears of its own
             // move there, ahead of the result. On the session's event stream the news would come
             // after the result, and a client that closes once its call returns (the Python SDK
@@ -362,18 +360,20 @@ impl TurnstileServer {
             let answer = loop {
                 let call_id = uuid::Uuid::new_v4().to_string();
                 let (host, events) = HostCall::new(context.ct.child_token());
-                let running = std::pin::pin!(self.shared.runtime.call(
-                    key.clone(),
-                    tool.clone(),
-                    for_this_run(&mut arguments, again),
+                let call = Call {
+                    tool: name.clone(),
+                    arguments: for_this_run(&mut arguments, again),
                     call_id,
-                    Some(host),
+                    host: Some(host),
                     mint,
-                    for_this_run(&mut idempotency_key, again),
-                    self.caller(&context).principal_name(),
-                    told_in_reply.clone(),
-                    asking.as_ref().map_or(Value::Null, Asking::plugin_view),
-                ));
+                    idempotency_key: for_this_run(&mut idempotency_key, again),
+                    principal: self.caller(&context).principal_name(),
+                    sent_at: std::time::Instant::now(),
+                    told_in_reply: told_in_reply.clone(),
+                    asking: asking.as_ref().map_or(Value::Null, Asking::plugin_view),
+                    watcher: watcher.clone(),
+                };
+                let running = std::pin::pin!(self.shared.runtime.call(key.clone(), call));
                 let answer = self
                     .call_events(&context)
                     .forward_during(running, events)
@@ -403,10 +403,7 @@ impl TurnstileServer {
                     continue;
                 };
                 if mint {
-                    // Nothing was created: no handle goes out, no subscription or actor stays.
-                    self.shared
-                        .runtime
-                        .unsubscribe(&self.session().id, key.clone());
+                    // Nothing was created: no handle goes out, no actor stays.
                     self.shared.runtime.forget(key.clone());
                 }
                 return Ok(asked);
@@ -422,14 +419,20 @@ impl TurnstileServer {
             if created {
                 self.settle(&key, &answer);
             } else {
-                // The instance was never created: no handle goes out, no subscription or actor
-                // stays.
-                self.shared
-                    .runtime
-                    .unsubscribe(&self.session().id, key.clone());
+                // The instance was never created: no handle goes out, no actor stays.
                 self.shared.runtime.forget(key.clone());
+                if matches!(answer, Ok(CallOutcome::InvalidArguments(_)))
+                    && matches!(key.owner, Owner::Handle(_))
+                    && let Some(holder) = self.caller(&context).quota_holder()
+                {
+                    // Refused before anything ran, as a call with no instance to mint would be.
+                    self.shared.quotas.give_back_mint(&holder);
+                }
             }
             let (result, next) = match answer {
+                Ok(CallOutcome::InvalidArguments(problems)) => {
+                    (reply::invalid_arguments(&name, &problems), None)
+                }
                 Ok(CallOutcome::Forbidden(refusal)) => (
                     reply::forbidden(&refusal),
                     Some((gate::NextStep::of_refusal(&refusal), false)),

@@ -25,7 +25,7 @@ use std::{
 };
 
 use tokio_util::sync::CancellationToken;
-use turnstile_plugin_api::CallContext;
+use turnstile_plugin_abi::CallContext;
 
 use super::{
     frame,

@@ -45,7 +45,7 @@ use std::{
 };
 
 use serde_json::Value;
-use turnstile_plugin_api::{CallContext, Manifest};
+use turnstile_plugin_abi::{CallContext, Manifest};
 
 pub use self::{child::run as run_child, protocol::GUARD_CALL_PREFIX};
 

@@ -21,7 +21,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use turnstile_plugin_api::{LogLevel, Manifest};
+use turnstile_plugin_abi::{LogLevel, Manifest};
 
 use crate::plugin::{CallEvent, PluginError, PluginOutput};
 
@@ -152,7 +152,7 @@ impl Outcome {
             Outcome::BadInput { message } => Ok(PluginOutput::BadInput(message)),
             Outcome::NeedsInput { requests } => {
                 let body = serde_json::json!({ "inputRequests": requests });
-                turnstile_plugin_api::asking::check_requests(&body)
+                turnstile_plugin_abi::asking::check_requests(&body)
                     .map(PluginOutput::NeedsInput)
                     .map_err(|reason| PluginError::BadResponse {
                         path,

@@ -30,7 +30,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use turnstile_plugin_api::Manifest;
+use turnstile_plugin_abi::Manifest;
 
 use super::{
     Isolation, Link, Shared,

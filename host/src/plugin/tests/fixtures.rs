@@ -100,7 +100,7 @@ impl CLibrary {
             entry: Entry::Table,
             version_symbol: true,
             table_size: "sizeof(TurnstilePluginV1)".into(),
-            header_dir: repo_root().join("plugin-api/include"),
+            header_dir: repo_root().join("plugin-api/abi/include"),
             null_call: false,
             init_error: None,
             reads: false,

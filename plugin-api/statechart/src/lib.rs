@@ -12,6 +12,24 @@
 //! pure and deterministic; a step never panics and always returns. Time comes in as a `now`
 //! argument; persistence, concurrency, waking instances and notifications belong to the caller.
 //!
+//! **Why a crate of its own.** Two readers need to know what a machine means: the host, which
+//! runs it (it re-exports this crate as `turnstile::statechart`), and the plugin SDK
+//! (`turnstile-plugin`), whose `Toolkit::build` checks a plugin's bindings in the plugin's own
+//! unit tests. One reader for both means a binding the SDK accepts is one the host accepts; the
+//! SDK used to carry a second, looser outline of the JSON, which could disagree. It depends on
+//! no crate of this workspace (the host's `tests/architecture.rs` checks that), so it sits at
+//! `plugin-api/statechart/`, beside the ABI and SDK crates plugins build on.
+//!
+//! **What a plugin carries with it.** A Rust plugin now compiles the whole engine: the stepping
+//! it never calls, [`diagram`] and [`lint`] (the host's `turnstile graph` and `turnstile check`),
+//! and JSON Logic on `datalogic-rs`. That is the least bad option, and chosen on purpose: the
+//! checks need the parser, the parser needs JSON Logic (a guard with an operator XState lacks is
+//! refused at load, so the SDK must refuse it too), and the rest adds no dependency, only compile
+//! time, while the linker drops from the plugin's library what nothing calls. Features to leave
+//! `diagram` and `lint` out would save seconds of a plugin's first build and cost a second
+//! configuration of this crate to build and test; a plugin must never carry the host's runtime
+//! (actors, stores, transports), and this crate has none.
+//!
 //! # Layout
 //! - `tree`: the parsed node tree (flat vectors, document-order indices).
 //! - `parse`: JSON → tree, with every refusal; `logic`: JSON Logic rules; `guards`: guard
@@ -472,6 +490,34 @@ impl Machine {
             n.on.iter()
                 .any(|(d, ts)| !ts.is_empty() && matches_descriptor(event_type, d))
         })
+    }
+
+    /// Whether an `event_type` event can do anything while `state` (a dot path or `#id`) is
+    /// active: some state that may be active at the same time listens to it, exactly or by
+    /// wildcard. Those are `state`, its ancestors and its descendants, and, inside a parallel
+    /// state, everything under the outermost parallel ancestor (its other regions). Guards are
+    /// not evaluated. For checking a binding (the plugin SDK refuses a tool whose event does
+    /// nothing in a state it is visible in), not for stepping.
+    pub fn accepts_event_in(&self, state: &str, event_type: &str) -> bool {
+        let tree = &self.tree;
+        let Some(node) = tree.lookup(state) else {
+            return false;
+        };
+        let mut chain = vec![node];
+        chain.extend(tree.proper_ancestors(node, None));
+        let scope = chain
+            .iter()
+            .rev()
+            .copied()
+            .find(|&n| tree.node(n).kind == tree::Kind::Parallel)
+            .unwrap_or(node);
+        let listens = |n: tree::NodeId| {
+            tree.node(n)
+                .on
+                .iter()
+                .any(|(d, ts)| !ts.is_empty() && matches_descriptor(event_type, d))
+        };
+        chain.iter().copied().any(listens) || (scope..tree.node(scope).subtree_end).any(listens)
     }
 
     /// The states an `event_type` event may move an instance to from any of `states` (dot paths

@@ -22,7 +22,7 @@
 use std::fmt::Write;
 
 use super::{Edge, KINDS, Offered, Renderer};
-use crate::statechart::{
+use crate::{
     Machine,
     tree::{Kind, NodeId, ROOT},
 };
@@ -1195,14 +1195,14 @@ mod tests {
 
     /// The structure of a rich machine's SVG, against the checked-in
     /// `svg_structure.txt`. When a change is meant, rewrite it with
-    /// `TURNSTILE_BLESS=1 cargo test -p turnstile --lib diagram` and review the diff.
+    /// `TURNSTILE_BLESS=1 cargo test -p turnstile-statechart --lib diagram` and review the diff.
     #[test]
     fn structure_matches_the_checked_in_snapshot() {
         let (m, offered) = order();
         let out = svg(&m, &offered, Some("payment.pending"));
         let got = structure(&out);
-        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("src/statechart/diagram/svg_structure.txt");
+        let file =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/diagram/svg_structure.txt");
         if std::env::var_os("TURNSTILE_BLESS").is_some() {
             std::fs::write(&file, &got).unwrap();
         }

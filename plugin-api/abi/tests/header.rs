@@ -4,7 +4,7 @@
 
 use std::{env, fs, mem::offset_of, path::Path, process::Command};
 
-use turnstile_plugin_api::abi::{
+use turnstile_plugin_abi::abi::{
     ABI_VERSION, ABI_VERSION_SYMBOL, CALL_CONTEXT_V1_0_SIZE, ENTRY_SYMBOL_V1,
     INIT_PARAMS_V1_0_SIZE, PLUGIN_TABLE_V1_0_SIZE, PluginTableV1, RawBuffer, RawCallContext,
     RawHostServices, RawInitParams, ReadKind, Status,

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::{Edge, Renderer, clean};
-use crate::statechart::tree::{Kind, NodeId, ROOT};
+use crate::tree::{Kind, NodeId, ROOT};
 
 impl Renderer<'_> {
     /// The graph, named after the machine id so that several workflows printed one after the

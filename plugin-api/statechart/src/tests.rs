@@ -234,3 +234,66 @@ fn lookup_is_strict() {
     assert!(!m.has_state("review..x"));
     assert!(!m.initial_snapshot().matches("draft."));
 }
+
+/// A checkout with a parallel state, `#id`s, a history state and wildcards: what the plugin
+/// SDK's binding checks ask of a machine.
+fn checkout() -> Machine {
+    Machine::from_json(&json!({
+        "id": "checkout",
+        "initial": "cart",
+        "on": {"RESET": ".cart"},
+        "states": {
+            "cart": {"on": {"PAY": "paying"}},
+            "paying": {
+                "type": "parallel",
+                "states": {
+                    "card": {"id": "card", "initial": "entering", "states": {
+                        "entering": {"on": {"card.*": "entering"}},
+                        "hist": {"type": "history"}
+                    }},
+                    "address": {"on": {"ADDRESS": {"target": "address"}, "NOPE": []}}
+                }
+            },
+            "done": {"type": "final"}
+        }
+    }))
+    .unwrap()
+}
+
+#[test]
+fn bindable_states_are_named_by_path_or_by_id() {
+    let machine = checkout();
+    for name in [
+        "cart",
+        "paying.card.entering",
+        "#card",
+        "#card.entering",
+        "#checkout.cart",
+    ] {
+        assert!(machine.has_state(name), "{name}");
+    }
+    for name in [
+        "",
+        "#checkout",
+        "carts",
+        "paying.card.hist",
+        "entering",
+        "cart.",
+    ] {
+        assert!(!machine.has_state(name), "{name}");
+    }
+}
+
+#[test]
+fn an_event_counts_in_a_state_where_a_state_that_can_be_active_listens_to_it() {
+    let machine = checkout();
+    assert!(machine.accepts_event("PAY") && machine.accepts_event("card.number"));
+    assert!(!machine.accepts_event("NOPE") && !machine.accepts_event("cardx"));
+    assert!(machine.accepts_event_in("cart", "PAY"));
+    assert!(!machine.accepts_event_in("done", "PAY"));
+    assert!(!machine.accepts_event_in("nowhere", "PAY"));
+    // The root listens in every state; a parallel state's other region does too.
+    assert!(machine.accepts_event_in("done", "RESET"));
+    assert!(machine.accepts_event_in("paying.card.entering", "ADDRESS"));
+    assert!(machine.accepts_event_in("paying", "card.cvc"));
+}

@@ -3,8 +3,8 @@
 //! These types are the single definition shared by plugins (which serialise them) and the host
 //! (which parses and validates them). Unknown fields are rejected: manifests of C plugins are
 //! written by hand, and a misspelt `"transtion"` silently ignored would make a tool that never
-//! advances its workflow. The host adds semantic checks of its own (unique tool names, schema
-//! shape); this module only defines the shape.
+//! advances its workflow. The rules beyond the shape (unique names, MCP's tool-name rule, object
+//! schemas) are [`Manifest::check`] (`manifest/check.rs`), which the host and the SDK both run.
 //!
 //! ```json
 //! {
@@ -42,8 +42,12 @@
 //! plugin that declares none still loads on a host older than 1.3; one that declares some is
 //! refused by such a host (it rejects unknown fields), which is the honest outcome.
 
+mod check;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub use self::check::{MAX_TOOL_NAME, check_tool_name};
 
 /// A plugin's self-description.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

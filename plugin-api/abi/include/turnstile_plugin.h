@@ -1,8 +1,8 @@
 /*
  * turnstile_plugin.h — Turnstile plugin ABI, version 1.
  *
- * The C view of the types in the `turnstile-plugin-api` crate (plugin-api/src/abi.rs); the two
- * are kept identical, field by field, and `plugin-api/tests/header.rs` checks sizes and offsets.
+ * The C view of the types in the `turnstile-plugin-abi` crate (plugin-api/abi/src/abi.rs); the two
+ * are kept identical, field by field, and `plugin-api/abi/tests/header.rs` checks sizes and offsets.
  *
  * A plugin is a shared library exporting two symbols:
  *
