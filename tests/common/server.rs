@@ -190,7 +190,13 @@ impl Server {
     /// directory: `args` or `env` must say them, as a config file does) and `env` set, and
     /// waits until it listens on HTTP.
     pub fn serve_with(args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> Server {
-        let mut command = Command::new(turnstile_bin());
+        Server::serve_binary(&turnstile_bin(), args, env)
+    }
+
+    /// [`Server::serve_with`], running the `turnstile` at `binary` (one `cargo install` put
+    /// elsewhere, say) instead of the one this build made.
+    pub fn serve_binary(binary: &Path, args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> Server {
+        let mut command = Command::new(binary);
         command
             .arg("serve")
             .args(args)
