@@ -302,3 +302,36 @@ fn a_sample_ratio_outside_zero_to_one_is_refused() {
     );
     assert!(stderr.contains("otlp-sample-ratio"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_collector_is_one_warning_not_one_per_export() {
+    // A port nothing listens on any more.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let plugins = PluginDir::with(&["invoice"]);
+    // Batches every 100 ms (the SDK's variable), so that the calls below are several exports.
+    let mut server = Server::http_with_env(
+        plugins.path(),
+        &["--otlp-endpoint", &endpoint],
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    );
+    let client = Client::http(&server.url).await;
+    for _ in 0..3 {
+        let status = client.call("invoice.status", json!({})).await;
+        assert_ne!(
+            status.is_error,
+            Some(true),
+            "calls work without the collector"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    server.stop();
+    let log = server.stderr();
+    let warnings = log
+        .lines()
+        .filter(|line| line.contains("cannot export traces"))
+        .count();
+    assert_eq!(warnings, 1, "{log}");
+    assert!(!log.contains("ERROR"), "{log}");
+}
