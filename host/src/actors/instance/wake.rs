@@ -131,8 +131,13 @@ async fn settle_once(
         return Err(InstanceError::Tool(InvokeError::ShuttingDown));
     }
     // A firing is a trace of its own (`logs::otlp`), even when a call's load found it due: no
-    // client asked for it.
-    let span = if otlp::exporting() {
+    // client asked for it. (Saving a new instance's first deadline fires nothing: no trace.)
+    let fires = || {
+        view.snapshot
+            .next_deadline()
+            .is_some_and(|deadline| deadline <= now)
+    };
+    let span = if otlp::exporting() && fires() {
         let from = otlp::state(&view.snapshot.value());
         tracing::info_span!(
             target: "turnstile::timers",
