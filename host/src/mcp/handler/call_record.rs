@@ -1,7 +1,9 @@
 //! The record of one `tools/call`, from the handler's start to its answer.
 //!
 //! [`CallRecord`] opens the call's `tracing` span once the instance is known (tool, instance,
-//! and the outcome when the line that shows it is logged) and, once answered, counts the call
+//! and the outcome when the line that shows it is logged; with traces exported, `logs::otlp`,
+//! also the workflow and the outcome always, continuing the client's `traceparent`, while the
+//! instance's actor records `from` and `to`) and, once answered, counts the call
 //! under its tool and outcome (`crate::metrics::CallMetrics`). The outcome is read back from the
 //! answer itself, so it is what the client saw.
 //!
