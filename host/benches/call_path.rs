@@ -120,6 +120,7 @@ impl Bench {
                     told_in_reply: None,
                     asking: serde_json::Value::Null,
                     watcher: None,
+                    span: tracing::Span::none(),
                 },
             )
             .await

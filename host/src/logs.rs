@@ -12,9 +12,15 @@
 //! debug for their target (`RUST_LOG=info,rmcp=debug`), whatever their own level.
 //! `tests/metrics.rs` and the Python-client tests fail if any of them reaches the default log.
 //!
+//! With `--otlp-endpoint`, `serve` adds one more layer (`otlp.rs`), exporting the call spans as
+//! OpenTelemetry traces; without it the subscriber is exactly the log's.
+//!
 //! It must not decide what is logged where events happen; it only routes and filters.
 
 mod fields;
+pub mod otlp;
+
+pub use otlp::{OtlpOptions, TraceExport};
 
 use tracing::{Level, Metadata};
 use tracing_subscriber::{
@@ -51,6 +57,17 @@ const DEFAULT_FILTER: &str = "info";
 
 /// Installs the process's log subscriber. Call once, first thing.
 pub fn init(format: LogFormat) {
+    // Without an endpoint nothing can fail.
+    let _ = init_serving(format, None);
+}
+
+/// [`init`] for `serve`, exporting traces to `otlp`'s collector if given (then call inside the
+/// tokio runtime the server runs on, and [`TraceExport::shutdown`] when it is done). An endpoint
+/// the exporter cannot use is an error, and no subscriber is installed.
+pub fn init_serving(
+    format: LogFormat,
+    otlp: Option<&OtlpOptions>,
+) -> anyhow::Result<Option<TraceExport>> {
     let directives = std::env::var("RUST_LOG").ok();
     let filter = directives
         .as_deref()
@@ -73,11 +90,21 @@ pub fn init(format: LogFormat) {
     // per-layer filters keep a bitmap per span that every span operation consults (the call
     // span's enter, exit and records: 2.9% of a status call's instructions, BENCHMARKS.md,
     // "Sessions 14 and 15").
-    tracing_subscriber::registry()
+    let log = tracing_subscriber::registry()
         .with(rmcp_only_at_debug)
         .with(filter)
-        .with(stderr)
-        .init();
+        .with(stderr);
+    match otlp {
+        None => {
+            log.init();
+            Ok(None)
+        }
+        Some(options) => {
+            let (exporting, export) = otlp::layer(options)?;
+            log.with(exporting).init();
+            Ok(Some(export))
+        }
+    }
 }
 
 /// The targets `RUST_LOG` enables debug for. `Targets` reads the `target=level` part of the

@@ -151,11 +151,29 @@ fn main() -> ExitCode {
                     }
                 };
             }
-            turnstile::logs::init(resolved.log_format());
+            // The runtime first: a trace exporter's batch task runs on it.
+            let runtime = match commands::serve::runtime() {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    eprintln!("turnstile serve: {error:#}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let traces = {
+                let _inside = runtime.enter();
+                turnstile::logs::init_serving(resolved.log_format(), resolved.otlp().as_ref())
+            };
+            let traces = match traces {
+                Ok(traces) => traces,
+                Err(error) => {
+                    eprintln!("turnstile serve: --otlp-endpoint: {error}");
+                    return ExitCode::from(2);
+                }
+            };
             if let Some(file) = &resolved.file {
                 tracing::info!(file = %file.display(), "settings read from the config file");
             }
-            commands::serve::run(resolved.into_options())
+            commands::serve::run(runtime, resolved.into_options(), traces)
         }
         command => {
             turnstile::logs::init(cli.log_format);

@@ -183,6 +183,31 @@ impl InstanceKey {
         self
     }
 
+    /// How spans and traces name the instance: `<workflow>#<digest>`, the first 6 bytes of the
+    /// SHA-256 of its store key in hex. A handle and a session id are credentials, so a span
+    /// (which a log line or an exporter may carry anywhere) holds this digest, the same for every
+    /// call on the instance, and never the key itself.
+    pub fn label(&self) -> String {
+        use sha2::{Digest, Sha256};
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut separator = [0u8; 4];
+        let mut hasher = Sha256::new();
+        for piece in self.store_key_pieces(&mut separator) {
+            hasher.update(piece.as_bytes());
+        }
+        let digest = hasher.finalize();
+        // One string, written in place, without the formatting machinery: this runs on every
+        // call.
+        let mut label = String::with_capacity(self.workflow.len() + 13);
+        label.push_str(&self.workflow);
+        label.push('#');
+        for byte in &digest[..6] {
+            label.push(char::from(HEX[usize::from(byte >> 4)]));
+            label.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        }
+        label
+    }
+
     /// The key under which the instance is stored. Session-keyed instances share the prefix
     /// `session/`, so an operator (or start-up clean-up) can find them all.
     pub fn store_key(&self) -> String {
@@ -191,7 +216,7 @@ impl InstanceKey {
     }
 
     /// [`InstanceKey::store_key`] in the pieces it is joined from (`separator` is room for one
-    /// of them). Every call digests the key for its span (`mcp/handler/call_record.rs`), from these pieces:
+    /// of them). Every call digests the key for its span (`InstanceKey::label`), from these pieces:
     /// joining them costs an allocation, and `format!` cost more than the digest.
     pub fn store_key_pieces<'a>(&'a self, separator: &'a mut [u8; 4]) -> [&'a str; 4] {
         match &self.owner {
@@ -260,6 +285,24 @@ pub struct MalformedHandle(pub String);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instance_is_named_by_a_digest_of_its_store_key() {
+        use sha2::{Digest, Sha256};
+
+        use crate::actors::{SessionId, Tenant};
+        let session = SessionId::new();
+        let minted = InstanceKey::mint("invoice");
+        for key in [
+            InstanceKey::for_session(&session, "invoice"),
+            minted.clone(),
+            minted.owned_by(Some(&Tenant::of("alice"))),
+        ] {
+            let digest = Sha256::digest(key.store_key().as_bytes());
+            let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(key.label(), format!("invoice#{hex}"), "{key}");
+        }
+    }
 
     #[test]
     fn minted_handles_parse_back_to_the_same_instance() {

@@ -121,13 +121,28 @@ pub fn default_store(data_dir: &Path) -> String {
     format!("embedded:{}", data_dir.join("state.redb").display())
 }
 
-pub fn run(options: ServeOptions) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// The runtime `serve` runs on, made before [`run`] so that the log's trace exporter
+/// (`logs::init_serving`) can start its batch task on it.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_keep_alive(memory::IDLE_THREAD_LIFETIME)
         .build()
-        .context("cannot start the async runtime")?;
-    let drained_in_time = runtime.block_on(serve(options))?;
+        .context("cannot start the async runtime")
+}
+
+/// Serves on `runtime`; once served, sends the traces still batched (`traces`, the exporter
+/// `--otlp-endpoint` installed) while the runtime, which runs its batch task, is still up.
+pub fn run(
+    runtime: tokio::runtime::Runtime,
+    options: ServeOptions,
+    traces: Option<crate::logs::TraceExport>,
+) -> anyhow::Result<ExitCode> {
+    let served = runtime.block_on(serve(options));
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    let drained_in_time = served?;
     // Exit 1 when a shutdown had to abandon calls, so an orchestrator's log shows it.
     Ok(if drained_in_time {
         ExitCode::SUCCESS
@@ -278,6 +293,10 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         caller_of: match options.transport {
             Transport::Stdio => mcp::Caller::of_connection,
             Transport::Http(_) => mcp::http_caller,
+        },
+        traceparent_of: match options.transport {
+            Transport::Stdio => mcp::no_traceparent,
+            Transport::Http(_) => mcp::http_traceparent,
         },
         call_metrics: Default::default(),
         next_step: options.next_step,

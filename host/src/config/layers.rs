@@ -9,7 +9,11 @@ use std::{collections::BTreeMap, fmt, iter, path::PathBuf};
 use clap::{ArgMatches, Args, parser::ValueSource};
 
 use super::{ConfigError, ServeSettings, file::ConfigFile, settings::Problem};
-use crate::{commands::serve::ServeOptions, logs::LogFormat, plugin::PluginConfigs};
+use crate::{
+    commands::serve::ServeOptions,
+    logs::{LogFormat, OtlpOptions},
+    plugin::PluginConfigs,
+};
 
 /// Where a setting's value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +141,17 @@ impl Resolved {
         self.settings.log_format
     }
 
+    /// Where traces go, if anywhere (`--otlp-endpoint`).
+    pub fn otlp(&self) -> Option<OtlpOptions> {
+        self.settings
+            .otlp_endpoint
+            .as_ref()
+            .map(|endpoint| OtlpOptions {
+                endpoint: endpoint.clone(),
+                sample_ratio: self.settings.otlp_sample_ratio,
+            })
+    }
+
     /// What the server runs with.
     pub fn into_options(self) -> ServeOptions {
         self.settings.into_options(self.plugins)
@@ -156,6 +171,7 @@ impl Resolved {
             }
             Problem::Needs(a, b) => format!("{} needs `{b}` too", from(a)),
             Problem::Empty(key) => format!("{} is empty: give it a value", from(key)),
+            Problem::OutOfRange(key, range) => format!("{} must be {range}", from(key)),
         }
     }
 }

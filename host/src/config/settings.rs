@@ -531,6 +531,28 @@ pub struct ServeSettings {
         default_value_t = 20
     )]
     pub lease_idle: u64,
+    /// Export each tool call's span, with its plugin call and store save as child spans, and
+    /// each timer firing as a trace of its own, to this OpenTelemetry collector: OTLP over HTTP
+    /// with protobuf, the collector's base URL (`http://HOST:4318`; `/v1/traces` is added) or
+    /// its full traces URL. A W3C `traceparent` in a call's `_meta` or HTTP header is
+    /// continued. Default: nothing is exported.
+    #[arg(
+        long,
+        env = "TURNSTILE_OTLP_ENDPOINT",
+        hide_env = true,
+        value_name = "URL"
+    )]
+    pub otlp_endpoint: Option<String>,
+    /// With --otlp-endpoint: the share of traces exported, from 0 to 1. A call continuing a
+    /// client's trace follows that trace's sampling decision instead.
+    #[arg(
+        long,
+        env = "TURNSTILE_OTLP_SAMPLE_RATIO",
+        hide_env = true,
+        value_name = "RATIO",
+        default_value_t = 1.0
+    )]
+    pub otlp_sample_ratio: f64,
     /// `--log-format`, a global flag of `turnstile` (every subcommand logs); here so that the
     /// file may set it too. The layers fill it in from the global flag.
     #[arg(skip)]
@@ -573,6 +595,8 @@ pub enum Problem {
     Needs(&'static str, &'static str),
     /// A setting that names something is empty (an empty variable, say).
     Empty(&'static str),
+    /// A number outside its range (the second: the range, in words).
+    OutOfRange(&'static str, &'static str),
 }
 
 impl ServeSettings {
@@ -584,6 +608,12 @@ impl ServeSettings {
         }
         if self.state_handle_key.as_deref() == Some("") {
             return Err(Problem::Empty("state-handle-key"));
+        }
+        if self.otlp_endpoint.as_deref() == Some("") {
+            return Err(Problem::Empty("otlp-endpoint"));
+        }
+        if !(0.0..=1.0).contains(&self.otlp_sample_ratio) {
+            return Err(Problem::OutOfRange("otlp-sample-ratio", "from 0 to 1"));
         }
         if self.stdio && self.http.is_some() {
             return Err(Problem::Conflict("stdio", "http"));

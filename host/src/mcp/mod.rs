@@ -37,13 +37,13 @@ pub use self::{
     auth::oauth::OAuthOptions,
     handler::{
         asking::StateSeal,
-        caller::{Caller, CallerOf},
+        caller::{Caller, CallerOf, TraceparentOf, no_traceparent},
         reply::NextStepMode,
         server::{Shared, TurnstileServer},
         target::{DEFAULT_HANDLE_KEY, HandleMode},
     },
     http::{
-        caller::of as http_caller,
+        caller::{of as http_caller, traceparent as http_traceparent},
         connections::{ConnectionLimits, default_max_connections},
         listener::{DEFAULT_SESSION_PASSIVATE_AFTER, HttpOptions, TlsFiles, serve_http},
     },

@@ -30,6 +30,7 @@ use std::{
 
 use actix::prelude::*;
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::actors::{
     InstanceKey, Owner, SessionId, notifier,
@@ -86,6 +87,10 @@ pub struct Call {
     /// watch instances (no session, or its lists do not follow them), or watches this one
     /// already.
     pub watcher: Option<notifier::Subscribe>,
+    /// The call's span (`mcp/handler/call_record.rs`), which the actor runs the call in: its
+    /// plugin call and save are its children, and it records the states the call moved
+    /// between. `Span::none()` unless spans are exported (`logs::otlp`): nothing to pay then.
+    pub span: tracing::Span,
 }
 
 /// Test hook: create a handle-keyed instance in its initial state and save it, so that its
@@ -714,6 +719,7 @@ impl Handler<Call> for InstanceActor {
         let told_in_reply = call.told_in_reply.clone();
         let mut call = call;
         let watcher = call.watcher.take();
+        let span = std::mem::replace(&mut call.span, tracing::Span::none());
         let work = async move {
             // With a store other servers share, the lease first: the handler runs only where it
             // is held, and the copy in memory stands if nobody wrote since it was read.
@@ -840,7 +846,7 @@ impl Handler<Call> for InstanceActor {
                 },
             }
         };
-        AtomicResponse::new(Box::pin(work.into_actor(self).map(
+        AtomicResponse::new(Box::pin(work.instrument(span).into_actor(self).map(
             |mut finished, actor, ctx| {
                 if let Some(view) = &finished.adopt {
                     // The machine the load found the instance on (a pinned version, maybe).

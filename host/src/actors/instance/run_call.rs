@@ -20,6 +20,7 @@
 use std::{ops::ControlFlow, sync::Arc};
 
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::{Call, CallOutcome, InstanceDeps, InstanceError, InstanceView};
 use crate::actors::{
@@ -32,6 +33,7 @@ use crate::{
     confirm::Decision,
     gate,
     invoke::{self, InvokeError},
+    logs::otlp,
     plugin::{CallContext, PluginOutput},
     statechart::{Event, Step, TransitionLoop},
     store::{AuditEntry, CURRENT_FORMAT, IdempotencyEntry, InstanceRecord, now_ms},
@@ -56,6 +58,10 @@ pub(super) async fn run_call(
 ) -> Result<Ran, InstanceError> {
     let workflow = view.workflow.clone();
     let now = now_ms();
+    if otlp::exporting() {
+        let from = otlp::state(&view.snapshot.value());
+        tracing::Span::current().record("from", from.as_str());
+    }
     let idempotent = call.idempotency_key.as_ref().map(|idempotency_key| {
         (
             idempotency_key.clone(),
@@ -117,6 +123,14 @@ pub(super) async fn run_call(
     // a successful call a retry may repeat. A failed call that fired nothing stores nothing.
     let remembered = idempotent.is_some() && succeeded;
     let saves = moved || (call.mint && succeeded) || remembered;
+    if otlp::exporting() {
+        let after = match &step {
+            Some(step) if step.changed => &step.snapshot,
+            _ => &view.snapshot,
+        };
+        let to = otlp::state(&after.value());
+        tracing::Span::current().record("to", to.as_str());
+    }
     if !saves {
         let outcome = ran(&workflow, &view, output, false);
         return Ok((view, false, outcome));
@@ -156,7 +170,13 @@ pub(super) async fn run_call(
     }
     // A call's save is announced whether or not it moved the instance, as it always was; only a
     // timer's save that moves nothing stays quiet.
+    let saving = if otlp::exporting() {
+        tracing::info_span!(target: "turnstile::call", "save", version = record.version)
+    } else {
+        tracing::Span::none()
+    };
     deps.save(key, &workflow, &record, view.version, true)
+        .instrument(saving)
         .await?;
     if moved && let Some(event) = &fired_event {
         crate::metrics::transition_saved(&workflow.id, event);
@@ -353,6 +373,11 @@ async fn run_plugin(
             }
         }
     }
+    let plugin = if otlp::exporting() {
+        tracing::info_span!(target: "turnstile::call", "plugin", tool = %tool.name())
+    } else {
+        tracing::Span::none()
+    };
     let running = invoke::run(
         tool.clone(),
         arguments,
@@ -360,7 +385,8 @@ async fn run_plugin(
         host,
         &deps.limits,
         Some(plugin_lock),
-    );
+    )
+    .instrument(plugin);
     let output = match tenure {
         Some(tenure) => {
             tokio::select! {

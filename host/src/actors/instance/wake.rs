@@ -13,11 +13,13 @@
 //! `retention`'s rule; here it is applied).
 
 use actix::prelude::*;
+use tracing::Instrument;
 
 use super::{InstanceActor, InstanceDeps, InstanceError, InstanceView, load};
 use crate::actors::InstanceKey;
 use crate::{
     invoke::InvokeError,
+    logs::otlp,
     statechart::{Status, TransitionLoop},
     store::{AuditEntry, CURRENT_FORMAT, Fence, InstanceRecord, StoreError, now_ms},
 };
@@ -128,6 +130,39 @@ async fn settle_once(
     if deps.limits.abandon.is_cancelled() {
         return Err(InstanceError::Tool(InvokeError::ShuttingDown));
     }
+    // A firing is a trace of its own (`logs::otlp`), even when a call's load found it due: no
+    // client asked for it. (Saving a new instance's first deadline fires nothing: no trace.)
+    let fires = || {
+        view.snapshot
+            .next_deadline()
+            .is_some_and(|deadline| deadline <= now)
+    };
+    let span = if otlp::exporting() && fires() {
+        let from = otlp::state(&view.snapshot.value());
+        tracing::info_span!(
+            target: "turnstile::timers",
+            parent: None,
+            "timers",
+            workflow = %key.workflow,
+            instance = %key.label(),
+            from = from.as_str(),
+            to = tracing::field::Empty,
+            event = tracing::field::Empty,
+        )
+    } else {
+        tracing::Span::none()
+    };
+    fire_due(deps, key, view, now, fence).instrument(span).await
+}
+
+/// [`settle_once`] for an instance with work to do: fires what is due and saves.
+async fn fire_due(
+    deps: &InstanceDeps,
+    key: &InstanceKey,
+    view: InstanceView,
+    now: u64,
+    fence: Option<Fence>,
+) -> Result<Settled, InstanceError> {
     let workflow = view.workflow.clone();
     let fired = crate::invoke::answering_guards(&deps.limits, || {
         workflow.machine.fire_due(&view.snapshot, now)
@@ -175,7 +210,22 @@ async fn settle_once(
         }),
         fence,
     };
+    let saving = if otlp::exporting() {
+        let span = tracing::Span::current();
+        let to = otlp::state(&fired.snapshot.value());
+        span.record("to", to.as_str());
+        if let Some(AuditEntry {
+            event: Some(event), ..
+        }) = &record.audit
+        {
+            span.record("event", event.as_str());
+        }
+        tracing::info_span!(target: "turnstile::timers", "save", version = record.version)
+    } else {
+        tracing::Span::none()
+    };
     deps.save(key, &workflow, &record, view.version, moved)
+        .instrument(saving)
         .await?;
     for timer in &fired.timers {
         if timer.outcome == Ok(true) {

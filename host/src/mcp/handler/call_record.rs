@@ -1,7 +1,9 @@
 //! The record of one `tools/call`, from the handler's start to its answer.
 //!
 //! [`CallRecord`] opens the call's `tracing` span once the instance is known (tool, instance,
-//! and the outcome when the line that shows it is logged) and, once answered, counts the call
+//! and the outcome when the line that shows it is logged; with traces exported, `logs::otlp`,
+//! also the workflow and the outcome always, continuing the client's `traceparent`, while the
+//! instance's actor records `from` and `to`) and, once answered, counts the call
 //! under its tool and outcome (`crate::metrics::CallMetrics`). The outcome is read back from the
 //! answer itself, so it is what the client saw.
 //!
@@ -13,12 +15,12 @@ use std::{
 };
 
 use rmcp::{ErrorData, model::CallToolResponse};
-use sha2::{Digest, Sha256};
 use tracing::field;
 
 use crate::{
     actors::InstanceKey,
     catalog::ToolEntry,
+    logs::otlp,
     metrics::{self, CallMetrics},
 };
 
@@ -62,30 +64,51 @@ impl CallRecord {
     /// The instance is named `<workflow>#<digest>`: a handle and a session id are credentials,
     /// so the span (which a log line or an exporter may carry anywhere) holds a digest of the
     /// instance's key, the same for every call on that instance, and not the key itself.
-    pub fn span(&self, instance: Option<&InstanceKey>) -> tracing::Span {
+    ///
+    /// With traces exported (`logs::otlp`), the span continues the client's trace when the
+    /// call carried a W3C `traceparent`, and names the workflow; the instance's actor records
+    /// the state it moved `from` and `to`.
+    pub fn span(&self, instance: Option<&InstanceKey>, traceparent: Option<&str>) -> tracing::Span {
         self.span
             .get_or_init(|| {
-                // INFO, so that it is there for an exporting layer and gives context to a
-                // warning logged during the call; the log prints spans only around events, so it
-                // adds no line of its own. Made with every field it will have at once: a field
-                // recorded later is formatted again, appended to a copy grown for it.
-                match instance {
-                    Some(key) => tracing::info_span!(
-                        target: "turnstile::call",
-                        "call",
-                        tool = %self.tool_name(),
-                        instance = %instance_label(key),
-                        outcome = field::Empty,
-                    ),
-                    None => tracing::info_span!(
-                        target: "turnstile::call",
-                        "call",
-                        tool = %self.tool_name(),
-                        outcome = field::Empty,
-                    ),
+                let span = self.new_span(instance);
+                if otlp::exporting() {
+                    if let Some(traceparent) = traceparent {
+                        otlp::continue_trace(&span, traceparent);
+                    }
+                    if let Some(key) = instance {
+                        span.record("workflow", &*key.workflow);
+                    }
                 }
+                span
             })
             .clone()
+    }
+
+    /// The call's span, not yet entered.
+    fn new_span(&self, instance: Option<&InstanceKey>) -> tracing::Span {
+        // INFO, so that it is there for an exporting layer and gives context to a
+        // warning logged during the call; the log prints spans only around events, so it
+        // adds no line of its own. Made with every field it will have at once: a field
+        // recorded later is formatted again, appended to a copy grown for it.
+        match instance {
+            Some(key) => tracing::info_span!(
+                target: "turnstile::call",
+                "call",
+                tool = %self.tool_name(),
+                instance = %key.label(),
+                workflow = field::Empty,
+                from = field::Empty,
+                to = field::Empty,
+                outcome = field::Empty,
+            ),
+            None => tracing::info_span!(
+                target: "turnstile::call",
+                "call",
+                tool = %self.tool_name(),
+                outcome = field::Empty,
+            ),
+        }
     }
 
     /// The call was answered with `answer`: count it in `calls`, close its span, and pass the
@@ -101,11 +124,14 @@ impl CallRecord {
         // the call's span without entering it. The outcome is recorded in the span only then:
         // the log, the only layer, shows a span's fields on the lines logged in it, and past
         // this point there is none but this one, so recording it for nothing was a formatted
-        // field per call (BENCHMARKS.md's history, sessions 14 and 15). A layer that exports spans
-        // would record it always.
-        if tracing::enabled!(target: "turnstile::call", tracing::Level::DEBUG) {
-            let span = self.span(None);
-            span.record("outcome", field::display(outcome));
+        // field per call (BENCHMARKS.md's history, sessions 14 and 15); or when spans are exported.
+        let logged = tracing::enabled!(target: "turnstile::call", tracing::Level::DEBUG);
+        if otlp::exporting() || logged {
+            self.span(None, None)
+                .record("outcome", field::display(outcome));
+        }
+        if logged {
+            let span = self.span(None, None);
             tracing::debug!(
                 target: "turnstile::call",
                 parent: &span,
@@ -116,26 +142,6 @@ impl CallRecord {
         calls.answered(self.tool_name(), outcome, took);
         answer
     }
-}
-
-/// `<workflow>#<digest>`, the first 6 bytes of the SHA-256 of the instance's store key in hex.
-fn instance_label(key: &InstanceKey) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut separator = [0u8; 4];
-    let mut hasher = Sha256::new();
-    for piece in key.store_key_pieces(&mut separator) {
-        hasher.update(piece.as_bytes());
-    }
-    let digest = hasher.finalize();
-    // One string, written in place, without the formatting machinery: this runs on every call.
-    let mut label = String::with_capacity(key.workflow.len() + 13);
-    label.push_str(&key.workflow);
-    label.push('#');
-    for byte in &digest[..6] {
-        label.push(char::from(HEX[usize::from(byte >> 4)]));
-        label.push(char::from(HEX[usize::from(byte & 0x0f)]));
-    }
-    label
 }
 
 /// The `outcome` label of an answer: [`metrics::OK`], the error code of an `isError` result, or
@@ -173,22 +179,6 @@ mod tests {
 
     fn complete(result: CallToolResult) -> Result<CallToolResponse, ErrorData> {
         Ok(CallToolResponse::Complete(result))
-    }
-
-    #[test]
-    fn an_instance_is_named_by_a_digest_of_its_store_key() {
-        use crate::actors::{SessionId, Tenant};
-        let session = SessionId::new();
-        let minted = InstanceKey::mint("invoice");
-        for key in [
-            InstanceKey::for_session(&session, "invoice"),
-            minted.clone(),
-            minted.owned_by(Some(&Tenant::of("alice"))),
-        ] {
-            let digest = Sha256::digest(key.store_key().as_bytes());
-            let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
-            assert_eq!(instance_label(&key), format!("invoice#{hex}"), "{key}");
-        }
     }
 
     #[test]

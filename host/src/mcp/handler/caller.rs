@@ -18,6 +18,16 @@ use crate::{
 /// How a transport tells the handler who a request (its `RequestContext` extensions) is from.
 pub type CallerOf = for<'a> fn(&'a Extensions) -> Caller<'a>;
 
+/// How a transport tells the handler the W3C `traceparent` its request carried (over HTTP, a
+/// header), asked only when traces are exported: apart from [`Caller`], which is asked several
+/// times per request, so that no request pays for reading it otherwise.
+pub type TraceparentOf = for<'a> fn(&'a Extensions) -> Option<&'a str>;
+
+/// The [`TraceparentOf`] of a transport that carries none (stdio: only `_meta` carries one).
+pub fn no_traceparent(_: &Extensions) -> Option<&str> {
+    None
+}
+
 /// Who a request is from and what carried it, borrowed from the request: asking costs nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Caller<'a> {

@@ -21,7 +21,7 @@ use rmcp::{
 };
 
 use super::{
-    caller::{Caller, CallerOf, CarriedBy},
+    caller::{Caller, CallerOf, CarriedBy, TraceparentOf},
     era::{declares_gated_lists, is_2026_07_28},
     reply,
     target::HandleMode,
@@ -46,6 +46,8 @@ pub struct Shared {
     pub shutdown: crate::shutdown::Shutdown,
     /// Who a request is from, as the transport tells it (`caller.rs`).
     pub caller_of: CallerOf,
+    /// The `traceparent` a request's transport carried (`caller.rs`), read only to export it.
+    pub traceparent_of: TraceparentOf,
     /// The `tools/call` metrics, counted as calls are answered.
     pub call_metrics: crate::metrics::CallMetrics,
     /// Where a workflow tool's result says what may come next (`--next-step`).
@@ -157,6 +159,19 @@ impl TurnstileServer {
     /// Who `context`'s request is from and what carried it, as its transport says.
     pub(in crate::mcp) fn caller<'a>(&self, context: &'a RequestContext<RoleServer>) -> Caller<'a> {
         (self.shared.caller_of)(&context.extensions)
+    }
+
+    /// The W3C `traceparent` a call continues: its `_meta`'s, else its transport's (an HTTP
+    /// header). Asked only when traces are exported.
+    pub(in crate::mcp) fn traceparent<'a>(
+        &self,
+        context: &'a RequestContext<RoleServer>,
+    ) -> Option<&'a str> {
+        context
+            .meta
+            .get("traceparent")
+            .and_then(serde_json::Value::as_str)
+            .or_else(|| (self.shared.traceparent_of)(&context.extensions))
     }
 
     /// The session this handler serves. An HTTP session's messages wait for its event stream

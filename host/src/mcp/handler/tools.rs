@@ -24,7 +24,9 @@ use crate::mcp::session::request_stream::RequestStream;
 use crate::{
     actors::{Call, CallOutcome, InstanceError, InstanceKey, Owner},
     catalog::{Catalog, ToolEntry},
-    gate, invoke, metrics,
+    gate, invoke,
+    logs::otlp,
+    metrics,
     plugin::{CallContext, HostCall, PluginOutput},
 };
 
@@ -257,7 +259,8 @@ impl TurnstileServer {
                 // Boxed: a call of a workflow's tool, the common one, does not carry room for it.
                 let arguments = Value::Object(arguments);
                 let running = Box::pin(self.call_unbound(tool, arguments, asking, &context));
-                return Ok(running.instrument(record.span(None)).await);
+                let span = record.span(None, self.exported_traceparent(&context));
+                return Ok(running.instrument(span).await);
             };
             // The handle is the host's argument, not the plugin's: take it out before the schema
             // check.
@@ -317,10 +320,19 @@ impl TurnstileServer {
                     }
                 }
             }
-            let span = record.span(Some(&key));
+            let span = record.span(Some(&key), self.exported_traceparent(&context));
             self.call_instance(tool, key, mint, arguments, idempotency_key, asking, context)
                 .instrument(span)
                 .await
+        }
+    }
+
+    /// The `traceparent` the call's span continues, looked for only when spans are exported.
+    fn exported_traceparent<'c>(&self, context: &'c RequestContext<RoleServer>) -> Option<&'c str> {
+        if otlp::exporting() {
+            self.traceparent(context)
+        } else {
+            None
         }
     }
 
@@ -372,6 +384,13 @@ impl TurnstileServer {
                     told_in_reply: told_in_reply.clone(),
                     asking: asking.as_ref().map_or(Value::Null, Asking::plugin_view),
                     watcher: watcher.clone(),
+                    // The call's span, current here, for the actor to run the call in when
+                    // spans are exported (its children, the state it moves from and to).
+                    span: if otlp::exporting() {
+                        tracing::Span::current()
+                    } else {
+                        tracing::Span::none()
+                    },
                 };
                 let running = std::pin::pin!(self.shared.runtime.call(key.clone(), call));
                 let answer = self

@@ -33,6 +33,17 @@ pub fn of(extensions: &Extensions) -> Caller<'_> {
     }
 }
 
+/// The [`TraceparentOf`](crate::mcp::handler::caller::TraceparentOf) of the HTTP transport:
+/// the request's `traceparent` header, if it is visible ASCII.
+pub fn traceparent(extensions: &Extensions) -> Option<&str> {
+    extensions
+        .get::<Parts>()?
+        .headers
+        .get("traceparent")?
+        .to_str()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use std::net::{IpAddr, Ipv4Addr};
