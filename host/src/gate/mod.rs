@@ -239,18 +239,16 @@ impl NextStep {
 
 /// Checks a call of `tool` with `arguments` on an instance of `workflow` in `snapshot`: `None`
 /// when it may run, else why not (outside its states, or no transition its guards allow for
-/// these arguments: the plugin never runs for a call that could not move the instance). A tool that is not one of `workflow`'s (the instance runs an older version of
-/// the machine, which did not have it) is refused like one outside its states.
+/// these arguments: the plugin never runs for a call that could not move the instance). `tool`
+/// is `workflow`'s own; a name the instance's version of the machine lacks is refused by
+/// [`not_offered`] before this is asked.
 pub fn refusal(
     workflow: &Workflow,
     tool: &ToolEntry,
     snapshot: &Snapshot,
     arguments: &Value,
 ) -> Option<Refusal> {
-    if workflow.tool(tool.name()).is_some()
-        && is_visible(tool, snapshot)
-        && may_fire(workflow, tool, snapshot, Known::Input(arguments))
-    {
+    if is_visible(tool, snapshot) && may_fire(workflow, tool, snapshot, Known::Input(arguments)) {
         return None;
     }
     Some(not_offered(workflow, tool.name(), snapshot))

@@ -154,6 +154,22 @@ pub enum CallOutcome {
     Declined { action: String, next: NextStep },
 }
 
+impl CallOutcome {
+    /// Whether the call's instance exists after it: always for a call on an instance that
+    /// loaded; for a call that mints its instance, only when it ran and succeeded (its first
+    /// record is saved then). `outcome` is `None` for a call that failed.
+    pub fn leaves_instance(mint: bool, outcome: Option<&CallOutcome>) -> bool {
+        !mint
+            || matches!(
+                outcome,
+                Some(CallOutcome::Ran {
+                    output: PluginOutput::Success(_),
+                    ..
+                })
+            )
+    }
+}
+
 /// The instance as a caller may see it.
 #[derive(Debug, Clone)]
 pub struct InstanceView {
@@ -688,7 +704,7 @@ struct Finished {
 impl Handler<Call> for InstanceActor {
     type Result = AtomicResponse<Self, Result<CallOutcome, InstanceError>>;
 
-    fn handle(&mut self, call: Call, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, mut call: Call, _ctx: &mut Self::Context) -> Self::Result {
         self.follow_catalog();
         let mint = call.mint;
         // The tool as the instance's machine version defines it: resolved here, once, and again
@@ -717,7 +733,6 @@ impl Handler<Call> for InstanceActor {
         let workflow = self.workflow.clone();
         let sent_at = call.sent_at;
         let told_in_reply = call.told_in_reply.clone();
-        let mut call = call;
         let watcher = call.watcher.take();
         let span = std::mem::replace(&mut call.span, tracing::Span::none());
         let work = async move {
@@ -797,19 +812,8 @@ impl Handler<Call> for InstanceActor {
                 call,
             )
             .await;
-            // A mint's instance exists once its first record is saved: when its call succeeded.
-            let exists = !mint
-                || matches!(
-                    finished,
-                    Ok((
-                        _,
-                        _,
-                        CallOutcome::Ran {
-                            output: PluginOutput::Success(_),
-                            ..
-                        }
-                    ))
-                );
+            let outcome = finished.as_ref().ok().map(|(_, _, outcome)| outcome);
+            let exists = CallOutcome::leaves_instance(mint, outcome);
             match finished {
                 Ok((after, moved, outcome)) => Finished {
                     exists,

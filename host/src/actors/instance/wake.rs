@@ -106,10 +106,15 @@ pub(super) async fn settle(
 /// Whether settling `view` at `now` does anything: a timer is due, or the instance was never
 /// saved and has a timer (its deadline must reach the store's index).
 fn has_work(view: &InstanceView, now: u64) -> bool {
-    let deadline = view.snapshot.next_deadline();
-    let due = deadline.is_some_and(|deadline| deadline <= now);
-    let unsaved_timer = view.version == 0 && deadline.is_some();
-    due || unsaved_timer
+    let unsaved_timer = view.version == 0 && view.snapshot.next_deadline().is_some();
+    is_due(view, now) || unsaved_timer
+}
+
+/// Whether a timer of `view` is due at `now`.
+fn is_due(view: &InstanceView, now: u64) -> bool {
+    view.snapshot
+        .next_deadline()
+        .is_some_and(|deadline| deadline <= now)
 }
 
 async fn settle_once(
@@ -132,12 +137,7 @@ async fn settle_once(
     }
     // A firing is a trace of its own (`logs::otlp`), even when a call's load found it due: no
     // client asked for it. (Saving a new instance's first deadline fires nothing: no trace.)
-    let fires = || {
-        view.snapshot
-            .next_deadline()
-            .is_some_and(|deadline| deadline <= now)
-    };
-    let span = if otlp::exporting() && fires() {
+    let span = if otlp::exporting() && is_due(&view, now) {
         let from = otlp::state(&view.snapshot.value());
         tracing::info_span!(
             target: "turnstile::timers",

@@ -427,14 +427,7 @@ impl TurnstileServer {
                 }
                 return Ok(asked);
             };
-            let created = !mint
-                || matches!(
-                    answer,
-                    Ok(CallOutcome::Ran {
-                        output: PluginOutput::Success(_),
-                        ..
-                    })
-                );
+            let created = CallOutcome::leaves_instance(mint, answer.as_ref().ok());
             if created {
                 self.settle(&key, &answer);
             } else {
