@@ -252,7 +252,8 @@ async fn a_sessionless_answer_is_plain_json_unless_something_precedes_the_result
         sessionless_exchange(&server.url, 2, "invoice.submit", submit, gated_lists()).await;
     assert!(framing.starts_with("text/event-stream"), "{framing}");
     assert_eq!(minted[0]["method"], "notifications/tools/list_changed");
-    let handle = minted[1]["result"]["structuredContent"]["handle"].clone();
+    let result = &minted.last().expect("the result")["result"];
+    let handle = result["structuredContent"]["handle"].clone();
     let (framing, status) = sessionless_exchange(
         &server.url,
         2,
@@ -298,8 +299,10 @@ async fn a_sessionless_request_gets_logs_only_when_it_names_a_level() {
 }
 
 /// DESIGN behaviour 3 on 2026-07-28 with the gated-lists extension: a call that moves its
-/// instance carries exactly one `list_changed` on its own response stream, before its result,
-/// every time; one that moves nothing carries none.
+/// instance carries exactly one `tools/list_changed` on its own response stream, before its
+/// result, every time, and the `prompts/list_changed` and `resources/list_changed` of the lists
+/// the move changed (the invoice's review prompt and resources come and go with `review`), as a
+/// 2025 session is told; one that moves nothing carries none.
 #[tokio::test]
 async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_time() {
     let (_plugins, server) = common::start(&["invoice"], &[]);
@@ -317,10 +320,13 @@ async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_t
         gated_lists(),
     )
     .await;
-    assert_eq!(
-        methods(&minted),
-        ["notifications/tools/list_changed", "result"]
-    );
+    let moved = [
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+        "result",
+    ];
+    assert_eq!(methods(&minted), moved);
     let result = &minted.last().unwrap()["result"];
     let handle = result["structuredContent"]["handle"]
         .as_str()
@@ -336,11 +342,7 @@ async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_t
             gated_lists(),
         )
         .await;
-        assert_eq!(
-            methods(&rejected),
-            ["notifications/tools/list_changed", "result"],
-            "round {round}: {rejected:?}"
-        );
+        assert_eq!(methods(&rejected), moved, "round {round}: {rejected:?}");
         let submitted = sessionless_call(
             &server.url,
             id + 1,
@@ -349,11 +351,7 @@ async fn a_sessionless_caller_hears_its_own_transition_before_the_result_every_t
             gated_lists(),
         )
         .await;
-        assert_eq!(
-            methods(&submitted),
-            ["notifications/tools/list_changed", "result"],
-            "round {round}: {submitted:?}"
-        );
+        assert_eq!(methods(&submitted), moved, "round {round}: {submitted:?}");
     }
     let status = sessionless_call(
         &server.url,

@@ -47,7 +47,9 @@ pub use self::{
     instance::wake::Woke,
     instance::{Call, CallOutcome, InstanceError, InstanceView},
     key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId, Tenant, sha256_hex16},
-    notifier::{Listener, Notice, NotifierStats, Subscribe, WatchEvent, WatchEvents},
+    notifier::{
+        Listener, Notice, NotifierStats, Subscribe, WatchEvent, WatchEvents, notices_of_move,
+    },
     operator::Operated,
     registry::RegistryStats,
     runtime::Runtime,

@@ -43,6 +43,20 @@ pub enum Notice {
     ResourceUpdated(Arc<str>),
 }
 
+/// What a client whose lists follow an instance is told of the instance's move, in this order:
+/// its tools changed (every move, DESIGN 3), and its prompts and resources when `lists` says the
+/// move changed them. The one rule for it: the notifier tells the instance's watchers by it, and
+/// a caller told of its own move in its reply (`handler/call_events.rs`) is told by it too.
+pub fn notices_of_move(lists: ListsChanged) -> impl Iterator<Item = Notice> {
+    [
+        Some(Notice::ToolsChanged),
+        lists.prompts.then_some(Notice::PromptsChanged),
+        lists.resources.then_some(Notice::ResourcesChanged),
+    ]
+    .into_iter()
+    .flatten()
+}
+
 /// A session that can be told its lists changed.
 pub trait Listener: Send + Sync + 'static {
     /// Sends `notice`. An error means the session is gone (a notice the session did not ask
@@ -332,12 +346,8 @@ impl Handler<InstanceChanged> for Notifier {
             let session = self.sessions.get(session_id);
             let told = msg.told_in_reply.as_ref() == Some(session_id);
             if !told && session.is_none_or(|session| session.lists_follow_instances) {
-                self.tell(&mut batch, session_id, Notice::ToolsChanged);
-                if msg.lists.prompts {
-                    self.tell(&mut batch, session_id, Notice::PromptsChanged);
-                }
-                if msg.lists.resources {
-                    self.tell(&mut batch, session_id, Notice::ResourcesChanged);
+                for notice in notices_of_move(msg.lists) {
+                    self.tell(&mut batch, session_id, notice);
                 }
             }
             let subscribed = session.and_then(|session| session.resources.get(&msg.instance));

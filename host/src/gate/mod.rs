@@ -325,14 +325,14 @@ impl Offer {
 /// move ([`ListsChanged::between`]). Empty, and free to build, for a workflow with no prompts
 /// or resources.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Offered {
+struct Offered {
     prompts: Vec<String>,
     resources: Vec<String>,
 }
 
 impl Offered {
     /// What `catalog` offers an instance of `workflow` in `snapshot`.
-    pub fn of(catalog: &Catalog, workflow: &str, snapshot: &Snapshot) -> Offered {
+    fn of(catalog: &Catalog, workflow: &str, snapshot: &Snapshot) -> Offered {
         let offer = offer(catalog, workflow, snapshot);
         Offered {
             prompts: offer.prompt_names(),
@@ -358,11 +358,21 @@ impl ListsChanged {
     };
 
     /// What a move from an instance offered `before` to one offered `after` changed.
-    pub fn between(before: &Offered, after: &Offered) -> Self {
+    fn between(before: &Offered, after: &Offered) -> Self {
         ListsChanged {
             prompts: before.prompts != after.prompts,
             resources: before.resources != after.resources,
         }
+    }
+
+    /// What a move of an instance of `workflow` from `before` to `after` changed, by what
+    /// `catalog` offers it in each (nothing to compute for a workflow without prompts or
+    /// resources).
+    pub fn of_move(catalog: &Catalog, workflow: &str, before: &Snapshot, after: &Snapshot) -> Self {
+        ListsChanged::between(
+            &Offered::of(catalog, workflow, before),
+            &Offered::of(catalog, workflow, after),
+        )
     }
 }
 

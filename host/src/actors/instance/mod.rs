@@ -38,7 +38,7 @@ use crate::actors::{
 };
 use crate::{
     catalog::{LiveCatalog, Workflow},
-    gate::{self, ListsChanged, NextStep, Refusal},
+    gate::{ListsChanged, NextStep, Refusal},
     invoke::{self, InvokeError},
     plugin::{HostCall, PluginOutput},
     retention::Retention,
@@ -138,7 +138,8 @@ pub enum CallOutcome {
         state: Value,
         next: NextStep,
         /// The lists besides tools that changed, when the instance moved (by this call, or by
-        /// timers that fell due before it): what the caller is told if [`Call::told_in_reply`].
+        /// timers that fell due before it): what a caller told of its own move in its reply
+        /// hears there (`mcp/handler/call_events.rs`).
         lists: Option<ListsChanged>,
     },
     /// The plugin ran, but its event started an eventless loop (over the engine's microstep
@@ -815,24 +816,13 @@ impl Handler<Call> for InstanceActor {
             let outcome = finished.as_ref().ok().map(|(_, _, outcome)| outcome);
             let exists = CallOutcome::leaves_instance(mint, outcome);
             match finished {
-                Ok((after, moved, outcome)) => Finished {
+                Ok((after, _, outcome)) => Finished {
                     exists,
-                    changed: if settled {
+                    changed: match &outcome {
                         // Timers fired before the call: its before is not at hand.
-                        Some(ListsChanged::ALL)
-                    } else {
-                        // What the instance is offered besides tools before and after, to
-                        // tell its watchers whether the move changed it (computed for a move
-                        // only; nothing to compute for a workflow without prompts or resources).
-                        moved.then(|| {
-                            let catalog = deps.catalog.current();
-                            let offered =
-                                |snapshot| gate::Offered::of(&catalog, &key.workflow, snapshot);
-                            ListsChanged::between(
-                                &offered(&view.snapshot),
-                                &offered(&after.snapshot),
-                            )
-                        })
+                        _ if settled => Some(ListsChanged::ALL),
+                        CallOutcome::Ran { lists, .. } => *lists,
+                        _ => None,
                     },
                     adopt: Some(after),
                     outcome: Ok(outcome),

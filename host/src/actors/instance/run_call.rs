@@ -14,6 +14,8 @@
 //! 7. [`fire`]: a success fires the tool's transition, a handler error its `on_error`; the
 //!    plugin guards the step consults are answered through `invoke`, as tools are.
 //! 8. [`record_of`] and the save (compare-and-set), unless nothing is to be kept.
+//! 9. [`ran`]: the gate's account of the instance after the call: its next step, and which
+//!    lists a move changed.
 //!
 //! An early step that answers returns the view unchanged and an outcome; nothing after it runs.
 
@@ -132,7 +134,7 @@ pub(super) async fn run_call(
         tracing::Span::current().record("to", to.as_str());
     }
     if !saves {
-        let outcome = ran(&workflow, &view, output, false);
+        let outcome = ran(&view, output, None);
         return Ok((view, false, outcome));
     }
     let snapshot = match step {
@@ -189,19 +191,34 @@ pub(super) async fn run_call(
         updated_at_ms: record.updated_at_ms,
         due_at_ms: record.due_at_ms,
     };
-    let outcome = ran(&workflow, &after, output, moved);
+    // What the move changed, asked of the gate once, here, for the notices.
+    let lists = moved.then(|| {
+        gate::ListsChanged::of_move(
+            &deps.catalog.current(),
+            &key.workflow,
+            &view.snapshot,
+            &after.snapshot,
+        )
+    });
+    let outcome = ran(&after, output, lists);
     Ok((after, moved, outcome))
 }
 
-/// The outcome of a call that ran, with `view` the instance as it is after it.
-fn ran(workflow: &Workflow, view: &InstanceView, output: PluginOutput, moved: bool) -> CallOutcome {
-    let next = gate::next_step(workflow, &view.snapshot);
+/// Step 9: the outcome of a call that ran, with `after` the instance as it is now: where it
+/// stands (its next step, for the result) and, if the call moved it, which of its lists besides
+/// the tools the move changed (`lists`, for the notices).
+fn ran(
+    after: &InstanceView,
+    output: PluginOutput,
+    lists: Option<gate::ListsChanged>,
+) -> CallOutcome {
+    let next = gate::next_step(&after.workflow, &after.snapshot);
     CallOutcome::Ran {
         output,
-        moved,
+        moved: lists.is_some(),
         state: next.state.clone(),
         next,
-        lists: None,
+        lists,
     }
 }
 
@@ -293,12 +310,9 @@ fn confirmed(
     match decision {
         None | Some(Decision::NotNeeded) => ControlFlow::Continue(None),
         Some(Decision::Accepted(content)) => ControlFlow::Continue(Some(content)),
-        Some(Decision::Ask(requests)) => ControlFlow::Break(ran(
-            workflow,
-            view,
-            PluginOutput::NeedsInput(requests),
-            false,
-        )),
+        Some(Decision::Ask(requests)) => {
+            ControlFlow::Break(ran(view, PluginOutput::NeedsInput(requests), None))
+        }
         Some(Decision::Declined(action)) => ControlFlow::Break(CallOutcome::Declined {
             action,
             next: gate::next_step(workflow, &view.snapshot),

@@ -1,5 +1,5 @@
 //! What a plugin says while its call runs — log messages and progress (host services, ABI 1.1) —
-//! forwarded to the client **before** the call's result.
+//! and the call's own move, forwarded to the client **before** the call's result.
 //!
 //! The plugin's words arrive from its thread through the call's [`EventReceiver`]. The request's
 //! task takes them while it waits for the call, and once more after the call ended and before it
@@ -26,7 +26,13 @@ use rmcp::{
     },
 };
 
-use crate::mcp::session::{outbox::Outbox, request_stream::RequestStream};
+use crate::actors::{Notice, notices_of_move};
+use crate::gate::ListsChanged;
+use crate::mcp::session::{
+    outbox::{Outbox, notice_through_peer},
+    request_stream::RequestStream,
+};
+use crate::metrics;
 use crate::plugin::{CallEvent, EventReceiver, LogLevel};
 
 /// Where one call's events go, and which of them the client wants. Borrowed from the request
@@ -43,6 +49,9 @@ pub struct CallEvents<'a> {
     pub progress_token: Option<ProgressToken>,
     /// Messages below this level are not sent (`logging/setLevel`); `None`: none are.
     pub min_level: Option<LogLevel>,
+    /// Whether the caller hears of its own move here, ahead of the result, rather than from the
+    /// notifier ([`Self::tell_of_move`]).
+    pub tells_own_move: bool,
 }
 
 impl CallEvents<'_> {
@@ -71,6 +80,35 @@ impl CallEvents<'_> {
             Box::pin(self.send(event)).await;
         }
         output
+    }
+
+    /// Tells the caller, ahead of its result, of the move its call made, by the notifier's
+    /// rule ([`notices_of_move`]), when [`Self::tells_own_move`]. Only here can it be told in
+    /// time: the notifier's news of a session's move comes on its event stream, after the
+    /// result, where a client that closes once its call returns (the Python SDK 1.x) meets it
+    /// while closing and logs an ERROR; and a request without a session has no other stream.
+    pub async fn tell_of_move(&self, lists: ListsChanged) {
+        if !self.tells_own_move {
+            return;
+        }
+        for notice in notices_of_move(lists) {
+            let counted = notice == Notice::ToolsChanged;
+            let sent = match self.own_stream {
+                Some(stream) => {
+                    stream.notice(&notice);
+                    Ok(())
+                }
+                None => Box::pin(notice_through_peer(self.peer, notice)).await,
+            };
+            match sent {
+                Ok(()) if counted => metrics::list_changed_sent(metrics::Cause::Transition),
+                Ok(()) => {}
+                Err(error) => {
+                    tracing::debug!(%error, "cannot tell the caller its lists changed");
+                    return;
+                }
+            }
+        }
     }
 
     async fn send(&self, event: CallEvent) {

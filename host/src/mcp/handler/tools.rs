@@ -26,7 +26,6 @@ use crate::{
     catalog::{Catalog, ToolEntry},
     gate, invoke,
     logs::otlp,
-    metrics,
     plugin::{CallContext, HostCall, PluginOutput},
 };
 
@@ -196,12 +195,19 @@ impl TurnstileServer {
         } else {
             Some(self.session().log_level())
         };
+        let sessionless = self.caller(context).is_sessionless();
+        let own_stream = context.extensions.get::<RequestStream>();
         CallEvents {
             peer: &context.peer,
-            own_stream: context.extensions.get::<RequestStream>(),
-            outbox: (!self.caller(context).is_sessionless()).then(|| self.session().outbox()),
+            own_stream,
+            outbox: (!sessionless).then(|| self.session().outbox()),
             progress_token: context.meta.get_progress_token(),
             min_level,
+            // A session's request whose stream Turnstile writes (`direct.rs`), or a request
+            // without a session, whose own stream is the only one it has. A session's request
+            // that rmcp serves hears of its move from the notifier, with the other watchers.
+            tells_own_move: self.lists_follow_instances(context)
+                && (sessionless || own_stream.is_some()),
         }
     }
 
@@ -353,17 +359,10 @@ impl TurnstileServer {
         async move {
             let name = tool.name().to_string();
             let watcher = self.watcher(&key, &context);
-            // A session's request whose stream Turnstile writes (`direct.rs`) hears of its own
-            // move there, ahead of the result. On the session's event stream the news would come
-            // after the result, and a client that closes once its call returns (the Python SDK
-            // 1.x does) logs an ERROR for a message reaching a stream it is closing.
-            let own_stream = context.extensions.get::<RequestStream>().cloned();
-            let told_in_reply = own_stream
-                .as_ref()
-                .filter(|_| {
-                    !self.caller(&context).is_sessionless() && self.lists_follow_instances(&context)
-                })
-                .map(|_| self.session().id.clone());
+            let ahead = self.call_events(&context);
+            // A session told of its own move in the reply is not told again by the notifier.
+            let told_in_reply = (ahead.tells_own_move && !self.caller(&context).is_sessionless())
+                .then(|| self.session().id.clone());
             // Each run is a whole call: the gate is asked again, and a handler that needs input
             // ends having fired nothing (`asking.rs`).
             let deadline = std::time::Instant::now() + self.shared.call_limits.timeout;
@@ -393,10 +392,7 @@ impl TurnstileServer {
                     },
                 };
                 let running = std::pin::pin!(self.shared.runtime.call(key.clone(), call));
-                let answer = self
-                    .call_events(&context)
-                    .forward_during(running, events)
-                    .await;
+                let answer = ahead.forward_during(running, events).await;
                 let (
                     Some(asking),
                     Ok(CallOutcome::Ran {
@@ -464,24 +460,8 @@ impl TurnstileServer {
                     next,
                     lists,
                 }) => {
-                    if let (Some(stream), Some(_), Some(lists)) =
-                        (&own_stream, &told_in_reply, lists)
-                    {
-                        stream.lists_changed(lists);
-                    }
-                    if moved
-                        && self.caller(&context).is_sessionless()
-                        && self.lists_follow_instances(&context)
-                    {
-                        // This request's stream is the only place the caller can hear of the
-                        // change: say it there, before the result, every time.
-                        // Boxed, as only sessionless calls that move send it.
-                        match Box::pin(context.peer.notify_tool_list_changed()).await {
-                            Ok(()) => metrics::list_changed_sent(metrics::Cause::Transition),
-                            Err(error) => {
-                                tracing::debug!(%error, "cannot tell the caller its list changed")
-                            }
-                        }
+                    if let Some(lists) = lists {
+                        ahead.tell_of_move(lists).await;
                     }
                     (reply::ran(&name, output, Some(state)), Some((next, moved)))
                 }

@@ -272,15 +272,26 @@ impl Listener for Outbox {
 }
 
 async fn through_peer(peer: Peer<RoleServer>, message: Message) -> Result<(), String> {
-    let sent = match message {
-        Message::Notice(Notice::ToolsChanged) => peer.notify_tool_list_changed().await,
-        Message::Notice(Notice::PromptsChanged) => peer.notify_prompt_list_changed().await,
-        Message::Notice(Notice::ResourcesChanged) => peer.notify_resource_list_changed().await,
-        Message::Notice(Notice::ResourceUpdated(uri)) => {
+    match message {
+        Message::Notice(notice) => notice_through_peer(&peer, notice).await,
+        Message::Log(message) => peer
+            .notify_logging_message(message)
+            .await
+            .map_err(|error| error.to_string()),
+    }
+}
+
+/// Sends `notice` through rmcp's `peer`: on a session, where rmcp routes its messages; on a
+/// request without a session, on that request's own stream.
+pub async fn notice_through_peer(peer: &Peer<RoleServer>, notice: Notice) -> Result<(), String> {
+    let sent = match notice {
+        Notice::ToolsChanged => peer.notify_tool_list_changed().await,
+        Notice::PromptsChanged => peer.notify_prompt_list_changed().await,
+        Notice::ResourcesChanged => peer.notify_resource_list_changed().await,
+        Notice::ResourceUpdated(uri) => {
             peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(&*uri))
                 .await
         }
-        Message::Log(message) => peer.notify_logging_message(message).await,
     };
     sent.map_err(|error| error.to_string())
 }

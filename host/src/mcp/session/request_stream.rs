@@ -13,7 +13,7 @@ use rmcp::model::ServerJsonRpcMessage;
 use tokio::sync::Notify;
 
 use super::sse;
-use crate::{actors::Notice, gate::ListsChanged, metrics};
+use crate::actors::Notice;
 
 /// What a request's handler said about it that its stream has not carried yet: SSE events, in
 /// the order said. A lock and a buffer rather than a channel: most requests say nothing, and
@@ -65,17 +65,9 @@ impl RequestStream {
         self.send_event(&sse::message(message));
     }
 
-    /// Tells the caller, ahead of the result, which of its lists its call changed: the tools,
-    /// and `lists` besides.
-    pub fn lists_changed(&self, lists: ListsChanged) {
-        self.send_event(&sse::notice(&Notice::ToolsChanged));
-        if lists.prompts {
-            self.send_event(&sse::notice(&Notice::PromptsChanged));
-        }
-        if lists.resources {
-            self.send_event(&sse::notice(&Notice::ResourcesChanged));
-        }
-        metrics::list_changed_sent(metrics::Cause::Transition);
+    /// Sends `notice` ahead of the request's result (the caller's own move: `call_events.rs`).
+    pub fn notice(&self, notice: &Notice) {
+        self.send_event(&sse::notice(notice));
     }
 
     fn send_event(&self, event: &[u8]) {
