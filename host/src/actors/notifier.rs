@@ -137,7 +137,7 @@ pub enum WatchEvent {
     Unwatched(InstanceKey),
 }
 
-/// Where [`WatchEvent`]s go: `serve`'s relay, with a store other processes share.
+/// Where [`WatchEvent`]s go: the relay (`relay.rs`), with a store other processes share.
 pub type WatchEvents = tokio::sync::mpsc::UnboundedSender<WatchEvent>;
 
 /// How much the notifier holds, for operators and leak tests.
