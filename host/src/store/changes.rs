@@ -11,6 +11,8 @@
 //! of the instances it watches, so the deliveries of one transition are as many as the servers
 //! watching it, not as many as there are servers. Delivery is at most once: a feed whose
 //! connection drops ends, and its owner opens a new one and watches again what it watches.
+//! What was announced before a key was listened to is lost; the relay makes up for it by
+//! reading the key's version once it listens.
 
 use std::pin::Pin;
 
