@@ -10,6 +10,8 @@
 //! - `notifier.rs`: [`notifier::Notifier`] knows which session watches which instance and tells
 //!   exactly those sessions when an instance's menu changes.
 //! - `operator.rs`: an operator's reset or delete of an instance, done by its actor.
+//! - `relay.rs`: with a store other servers share, their changes of the instances watched here,
+//!   told to the watchers as this server's own are.
 //! - `tenure.rs`: [`Tenure`](tenure::Tenure), an instance actor's lease on its record in a store
 //!   other servers share, so a handler runs on one server only and a lapsed lease cannot commit.
 //! - `instance/wake.rs`: the instance actor's timers and retention ([`Woke`]): due timers fired before
@@ -31,6 +33,7 @@ mod key;
 mod notifier;
 mod operator;
 mod registry;
+mod relay;
 mod routes;
 mod runtime;
 mod system;
@@ -52,6 +55,7 @@ pub use self::{
     },
     operator::Operated,
     registry::RegistryStats,
+    relay::relay_changes_from_other_servers,
     runtime::Runtime,
     system::{ActorOptions, start},
     tenant_moves::move_tenants,

@@ -71,6 +71,21 @@ pub struct Subscribe {
     pub session: SessionId,
     pub listener: Arc<dyn Listener>,
     pub instance: InstanceKey,
+    /// The record version the session saw as it began watching, written by the instance actor
+    /// as it sends this (`None` before, or where no version is at hand): if the instance is
+    /// watched here for the first time, the relay of other servers' changes checks, once it
+    /// listens, that the instance has not moved on from it meanwhile (see `relay.rs`).
+    pub seen: Option<u64>,
+}
+
+impl Subscribe {
+    /// `self`, seeing the instance at `version`.
+    pub(super) fn seeing(self, version: u64) -> Subscribe {
+        Subscribe {
+            seen: Some(version),
+            ..self
+        }
+    }
 }
 
 /// `session` is a client that hears about the catalog changing, whether or not it watches an
@@ -147,11 +162,16 @@ pub struct InstanceChanged {
 /// instances its sessions watch (see `store/changes.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchEvent {
-    Watched(InstanceKey),
+    /// The first watcher came; it saw the instance's record at version `seen`, if that is known
+    /// (see [`Subscribe::seen`]).
+    Watched {
+        instance: InstanceKey,
+        seen: Option<u64>,
+    },
     Unwatched(InstanceKey),
 }
 
-/// Where [`WatchEvent`]s go: `serve`'s relay, with a store other processes share.
+/// Where [`WatchEvent`]s go: the relay (`relay.rs`), with a store other processes share.
 pub type WatchEvents = tokio::sync::mpsc::UnboundedSender<WatchEvent>;
 
 /// How much the notifier holds, for operators and leak tests.
@@ -239,7 +259,7 @@ impl Handler<Subscribe> for Notifier {
     type Result = ();
 
     fn handle(&mut self, msg: Subscribe, _ctx: &mut Self::Context) {
-        self.watch(msg.session, msg.listener, msg.instance);
+        self.watch(msg.session, msg.listener, msg.instance, msg.seen);
     }
 }
 
@@ -247,7 +267,14 @@ impl Handler<SubscribeResource> for Notifier {
     type Result = ();
 
     fn handle(&mut self, msg: SubscribeResource, _ctx: &mut Self::Context) {
-        self.watch(msg.session.clone(), msg.listener, msg.instance.clone());
+        // The instance is looked at before a subscription to its resource: watched already,
+        // as a rule, and its version is not at hand here.
+        self.watch(
+            msg.session.clone(),
+            msg.listener,
+            msg.instance.clone(),
+            None,
+        );
         if let Some(session) = self.sessions.get_mut(&msg.session) {
             session
                 .resources
@@ -372,8 +399,14 @@ impl Handler<Stats> for Notifier {
 }
 
 impl Notifier {
-    /// `session` watches `instance` from now on (idempotent).
-    fn watch(&mut self, session_id: SessionId, listener: Arc<dyn Listener>, instance: InstanceKey) {
+    /// `session` watches `instance` from now on (idempotent), having seen it at version `seen`.
+    fn watch(
+        &mut self,
+        session_id: SessionId,
+        listener: Arc<dyn Listener>,
+        instance: InstanceKey,
+        seen: Option<u64>,
+    ) {
         self.sessions
             .entry(session_id.clone())
             .or_insert_with(|| Session::new(listener, false));
@@ -382,7 +415,7 @@ impl Notifier {
             let first = watchers.is_empty();
             watchers.insert(session_id);
             if first {
-                self.emit(WatchEvent::Watched(instance));
+                self.emit(WatchEvent::Watched { instance, seen });
             }
         }
     }

@@ -41,7 +41,7 @@ pub struct ActorOptions {
     pub alarm: Arc<crate::timers::Alarm>,
     /// How instances' leases are held in a store other servers share (see `tenure.rs`).
     pub leases: super::LeaseSettings,
-    /// Told when an instance gains its first watcher here or loses its last (`serve`'s relay of
+    /// Told when an instance gains its first watcher here or loses its last (the relay of
     /// other servers' changes, with a store other processes share).
     pub watch_events: Option<super::WatchEvents>,
 }

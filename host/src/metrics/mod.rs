@@ -186,8 +186,9 @@ fn describe_recorded() {
     );
     describe_counter!(
         CHANGES_RELAYED,
-        "Changes announced by other servers sharing the store that reached this one: only those \
-         of instances its sessions or listen streams watch do"
+        "Changes made by other servers sharing the store that reached this one (announced, or \
+         found once its feed listened to the instance): only those of instances its sessions or \
+         listen streams watch do"
     );
     describe_counter!(
         LIST_CHANGED_SENT,
@@ -273,7 +274,8 @@ pub fn lease_fenced() {
     counter!(LEASE_FENCED).increment(1);
 }
 
-/// A change announced by another server reached this one.
+/// A change made by another server reached this one: announced, or found by the relay's check
+/// once its feed listened to the instance (`actors/relay.rs`).
 pub fn change_relayed() {
     counter!(CHANGES_RELAYED).increment(1);
     changes::changes().tell();

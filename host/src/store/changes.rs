@@ -4,13 +4,15 @@
 //! This module owns the vocabulary ([`ChangeFeed`], [`FeedSubscriptions`]); each shared store
 //! carries announcements its own way (Redis: a pub/sub channel per instance; PostgreSQL:
 //! `LISTEN`/`NOTIFY` on a channel named by a digest of the key). It must not decide what is
-//! watched: that is the notifier's, which tells `serve`'s relay when an instance gains its first
-//! watcher here or loses its last.
+//! watched: that is the notifier's, which tells the relay (`actors/relay.rs`) when an instance
+//! gains its first watcher here or loses its last.
 //!
 //! A change is announced on the instance's own channel, and a process listens on the channels
 //! of the instances it watches, so the deliveries of one transition are as many as the servers
 //! watching it, not as many as there are servers. Delivery is at most once: a feed whose
 //! connection drops ends, and its owner opens a new one and watches again what it watches.
+//! What was announced before a key was listened to is lost; the relay makes up for it by
+//! reading the key's version once it listens.
 
 use std::pin::Pin;
 

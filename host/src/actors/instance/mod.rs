@@ -114,6 +114,14 @@ pub struct View {
     pub watcher: Option<notifier::Subscribe>,
 }
 
+/// The record version the actor holds in memory, loading nothing (`None`: it holds none). Its
+/// own moves are in it, each told to the watchers here as it was saved: the relay of other
+/// servers' changes reads it to tell those from a change nobody here heard of (`relay.rs`).
+/// Answered between calls, never in the middle of one.
+#[derive(Message)]
+#[rtype(result = "Option<u64>")]
+pub struct Held;
+
 /// Test hook: make the actor panic inside a handler, as a bug would.
 #[cfg(test)]
 #[derive(Message)]
@@ -847,11 +855,16 @@ impl Handler<Call> for InstanceActor {
                     actor.workflow = view.workflow.clone();
                 }
                 actor.current = finished.adopt;
-                // Ahead of the news of the call's own move, in the notifier's mailbox.
+                // Ahead of the news of the call's own move, in the notifier's mailbox, with
+                // the version the call left (its move is told to the watcher as it is sent).
                 if finished.exists
                     && let Some(watcher) = watcher
                 {
-                    actor.deps.notifier.do_send(watcher);
+                    let version = actor.current.as_ref().map(|view| view.version);
+                    actor.deps.notifier.do_send(match version {
+                        Some(version) => watcher.seeing(version),
+                        None => watcher,
+                    });
                 }
                 if let Some(changed) = finished.changed {
                     // A caller that ran hears of it in its reply; one that failed, on its
@@ -965,7 +978,7 @@ impl Handler<View> for InstanceActor {
                     actor.current = Some(view.clone());
                     // Ahead of the news of a timer's move, in the notifier's mailbox.
                     if let Some(watcher) = watcher {
-                        actor.deps.notifier.do_send(watcher);
+                        actor.deps.notifier.do_send(watcher.seeing(view.version));
                     }
                     if moved {
                         // A timer's move: what it changed besides tools is not worked out
@@ -980,6 +993,14 @@ impl Handler<View> for InstanceActor {
                 }
             },
         )))
+    }
+}
+
+impl Handler<Held> for InstanceActor {
+    type Result = Option<u64>;
+
+    fn handle(&mut self, _: Held, _ctx: &mut Self::Context) -> Option<u64> {
+        self.current.as_ref().map(|view| view.version)
     }
 }
 

@@ -331,6 +331,7 @@ impl ServerHandler for TurnstileServer {
                 session: listener_id.clone(),
                 listener: listener.clone(),
                 instance: key.clone(),
+                seen: None,
             };
             if let Err(error) = self.shared.runtime.look(key.clone(), Some(watcher)).await {
                 if matches!(error, InstanceError::UnknownHandle(_)) {

@@ -205,6 +205,7 @@ impl TurnstileServer {
             session: self.session().id.clone(),
             listener: self.session().listener(&context.peer),
             instance: key.clone(),
+            seen: None,
         })
     }
 
