@@ -15,7 +15,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Client, PluginDir, Server, http, initialize_message, messages, result_of};
+use common::{
+    Client, PluginDir, Server, eventually, http, initialize_message, messages, result_of,
+};
 use reqwest::{StatusCode, header::CONTENT_TYPE};
 use serde_json::{Value, json};
 use turnstile::{
@@ -76,18 +78,20 @@ impl Raw {
         what: &str,
         check: impl Fn(&Held) -> bool,
     ) -> Held {
-        let deadline = Instant::now() + within;
-        loop {
-            let now = self.held().await;
-            if check(&now) {
-                return now;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "after {within:?}, /stats still does not show {what}: {now:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        eventually(
+            &format!("/stats still does not show {what}"),
+            within,
+            Duration::from_millis(50),
+            async || {
+                let now = self.held().await;
+                if check(&now) {
+                    Ok(now)
+                } else {
+                    Err(format!("{now:?}"))
+                }
+            },
+        )
+        .await
     }
 
     fn post(&self, session: Option<&str>, message: &Value) -> reqwest::RequestBuilder {
@@ -226,20 +230,20 @@ impl RawSession {
     /// up once it has handled `notifications/initialized`, which it accepts (202) before
     /// handling; until then rmcp answers, with a stream. A moment at most.
     async fn until_taken_up(&self) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let response = self.post_request(0, "ping", json!({})).send().await;
-            let answer = response.expect("ping");
-            if answer
-                .headers()
-                .get(CONTENT_TYPE)
-                .is_some_and(|framing| framing == "application/json")
-            {
-                return;
-            }
-            assert!(Instant::now() < deadline, "never answered with plain JSON");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually(
+            "never answered with plain JSON",
+            Duration::from_secs(5),
+            Duration::from_millis(10),
+            async || {
+                let response = self.post_request(0, "ping", json!({})).send().await;
+                let answer = response.expect("ping");
+                answer
+                    .headers()
+                    .get(CONTENT_TYPE)
+                    .is_some_and(|framing| framing == "application/json")
+            },
+        )
+        .await
     }
 
     /// What a request on this session gets now.
@@ -491,18 +495,12 @@ async fn a_passivated_session_instance_comes_back_once_and_leaves_no_record_when
 
 /// Polls `/stats` until `count` sessions are passivated.
 async fn wait_for_passivated(server: &Server, count: u64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let stats = server.stats().await;
-        if stats["http_sessions_passivated"] == count {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {count} sessions passivated within 20 s of a 1 s delay: {stats}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = format!("no {count} sessions passivated within 20 s of a 1 s delay");
+    server
+        .stats_until(&what, Duration::from_secs(20), |stats| {
+            stats["http_sessions_passivated"] == count
+        })
+        .await;
 }
 
 /// A session with nothing in flight for `--session-passivate-after` keeps only a small record;
@@ -667,19 +665,21 @@ async fn sessions_that_stop_without_delete_end_after_the_idle_timeout() {
     // One more session keeps sending requests: it must outlive the others.
     let mut busy = raw.open().await;
     let alone = Held::ONE_SESSION_ONE_INSTANCE;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        assert!(has(&busy.tool_names(None).await, "invoice.submit"));
-        let now = raw.held().await;
-        if now == alone {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "idle sessions did not end within 20 s of a 1 s idle timeout: {now:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    eventually(
+        "idle sessions did not end within 20 s of a 1 s idle timeout",
+        Duration::from_secs(20),
+        Duration::from_millis(300),
+        async || {
+            assert!(has(&busy.tool_names(None).await, "invoice.submit"));
+            let now = raw.held().await;
+            if now == alone {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        },
+    )
+    .await;
     let ids = ids.lock().unwrap().clone();
     assert_eq!(ids.len(), SESSIONS);
     for id in ids.iter().step_by(10) {
@@ -850,22 +850,26 @@ async fn every_session_that_touched_a_handle_hears_one_transition() {
         .await;
     assert_ne!(approved.is_error, Some(true), "approve: {approved:?}");
 
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let waiting = clients
-            .iter()
-            .filter(|client| client.changes.count() == 0)
-            .count();
-        if waiting == 0 && minter.changes.count() >= 2 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{waiting} of {SESSIONS} sessions (and the minter: {} of 2) got no list_changed",
-            minter.changes.count()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "not every session (nor the minter) heard of the transition",
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        async || {
+            let waiting = clients
+                .iter()
+                .filter(|client| client.changes.count() == 0)
+                .count();
+            if waiting == 0 && minter.changes.count() >= 2 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{waiting} of {SESSIONS} sessions (and the minter: {} of 2) got no list_changed",
+                    minter.changes.count()
+                ))
+            }
+        },
+    )
+    .await;
     // Exactly one each.
     minter.changes.stays_at(2).await;
     let extra: Vec<usize> = clients.iter().map(|c| c.changes.count()).collect();
@@ -1150,18 +1154,11 @@ async fn a_cancelled_plain_call_stops_its_plugin_and_fires_nothing() {
         .await
         .expect("notifications/cancelled");
     assert_eq!(cancelled.status(), StatusCode::ACCEPTED);
-    let started = Instant::now();
-    loop {
-        let stats = server.stats().await;
-        if stats["plugins"]["testkit"]["calls_running"] == 0 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(3),
-            "the plugin did not stop on cancellation: {stats}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let stopped = |stats: &Value| stats["plugins"]["testkit"]["calls_running"] == 0;
+    let what = "the plugin did not stop on cancellation";
+    server
+        .stats_until(what, Duration::from_secs(3), stopped)
+        .await;
     let answered = call.await.expect("the call's task").expect("the call");
     assert_eq!(answered.status(), StatusCode::OK);
     assert_eq!(
