@@ -95,12 +95,17 @@ impl Raw {
     }
 
     fn post(&self, session: Option<&str>, message: &Value) -> reqwest::RequestBuilder {
+        self.post_text(session, message.to_string())
+    }
+
+    /// A POST of `body`, whatever it holds, as a client sends a JSON-RPC message.
+    fn post_text(&self, session: Option<&str>, body: String) -> reqwest::RequestBuilder {
         let mut request = self
             .http
             .post(&self.url)
             .header(CONTENT_TYPE, "application/json")
             .header("Accept", "application/json, text/event-stream")
-            .body(message.to_string());
+            .body(body);
         if let Some(session) = session {
             request = request
                 .header("Mcp-Session-Id", session)
@@ -149,6 +154,11 @@ impl RawSession {
     fn post_request(&self, id: u64, method: &str, params: Value) -> reqwest::RequestBuilder {
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.raw.post(Some(&self.id), &message)
+    }
+
+    /// A POST of `body` on this session, ready to send.
+    fn post_body(&self, body: &str) -> reqwest::RequestBuilder {
+        self.raw.post_text(Some(&self.id), body.to_owned())
     }
 
     /// Sends a request and returns its result.
@@ -997,62 +1007,185 @@ async fn answer_only_requests_of_a_session_come_back_as_plain_json() {
     session.end().await;
 }
 
-/// A `tools/call` served on the spot (no progress token) gets the answer rmcp's own dispatch
-/// gives the same call (with one): the same result, the same tool error, the same JSON-RPC
-/// error. The direct path answers `tools/call` itself, as rmcp does around the handler
-/// (`mcp/http/direct.rs`); this is what keeps the two the same.
+/// The invoice plugin's prompt, offered in review.
+const CHECKLIST: &str = "invoice.review_checklist";
+
+/// Where a request of the corpus below is answered.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Served {
+    /// On the spot, by `mcp/http/direct.rs` (a plain JSON response).
+    Here,
+    /// By rmcp's machinery either way: `direct.rs` hands it on (or it is not a request at all).
+    ByRmcp,
+}
+
+/// An answer of the corpus test, as a client reads it: the HTTP status, the JSON-RPC message
+/// that answers the request (`Null` where none does) and the body otherwise.
+fn answer_of(status: StatusCode, body: &str) -> (StatusCode, Value, String) {
+    let answer = messages(body)
+        .into_iter()
+        .find(|message| message.get("result").is_some() || message.get("error").is_some());
+    match answer {
+        Some(answer) => (status, answer, String::new()),
+        None => (status, Value::Null, body.to_owned()),
+    }
+}
+
+/// Every request `mcp/http/direct.rs` may answer on the spot (each method of its `ANSWER_ONLY`,
+/// with and without parameters, answered with a result, a tool error or a JSON-RPC error), and
+/// the requests it must hand to rmcp but could be taken for them (an unknown method, parameters
+/// rmcp's types refuse, an id that is missing, null or not an id, a batch, another JSON-RPC
+/// version, a body that is not JSON), gets the answer rmcp's own dispatch gives the same bytes.
+/// Each body is sent twice on one session: plainly, and with an `Origin` (allowed on loopback),
+/// which `direct.rs` leaves to rmcp, as it leaves anything rmcp must check; a `tools/call` is
+/// also sent a third time with a progress token, the other way a client gets rmcp's dispatch.
+/// This is what keeps the two the same: it fails where the answers differ, and where a request
+/// meant to be answered on the spot was not (no plain JSON).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_answered_on_the_spot_is_answered_as_rmcp_answers_it() {
-    let (_plugins, _server, mut session) = one_raw_session(&["invoice", "testkit"]).await;
+async fn a_request_answered_on_the_spot_is_answered_as_rmcp_answers_it() {
+    use Served::{ByRmcp, Here};
+    let (_plugins, server, mut session) = one_raw_session(&["invoice", "testkit"]).await;
     session.until_taken_up().await;
+    // In review: the review checklist is offered, the invoice is readable.
     assert_eq!(
-        session.call("invoice.submit", json!({"amount": 5})).await["state"],
+        session
+            .call("invoice.submit", json!({"amount": 1234.5}))
+            .await["state"],
         "review"
     );
-    let mut id = 100;
-    for (name, arguments) in [
-        ("invoice.status", json!({})),
-        // Refused by the gate: a tool error (`isError`).
-        ("invoice.submit", json!({"amount": 5})),
-        // Wrong arguments, an unknown tool: JSON-RPC errors.
-        ("invoice.approve", json!({"note": 5})),
-        ("no.such.tool", json!({})),
-        // An image block beside structured content.
-        ("testkit.content", json!({})),
-        ("testkit.echo", json!({"word": "same"})),
-    ] {
-        let mut answers = Vec::new();
-        for progress in [None, Some(json!("p"))] {
-            id += 1;
-            let mut params = json!({"name": name, "arguments": arguments});
-            if let Some(token) = &progress {
-                params["_meta"] = json!({"progressToken": token});
-            }
-            let response = session
-                .post_request(id, "tools/call", params)
-                .send()
-                .await
-                .expect(name);
-            assert_eq!(response.status(), StatusCode::OK, "{name}");
-            let body = response.text().await.expect("body");
-            let mut answer = messages(&body)
-                .into_iter()
-                .find(|message| message["id"] == json!(id))
-                .unwrap_or_else(|| panic!("{name}: no answer to request {id} in {body:?}"));
-            answer.as_object_mut().unwrap().remove("id");
-            if name == "testkit.echo" {
-                // Each call has an id of its own; nothing else may differ.
-                answer["result"]["structuredContent"]
-                    .as_object_mut()
-                    .map(|echo| echo.remove("call_id"));
-                answer["result"]["content"] = Value::Null;
-            }
-            answers.push(answer);
+    let origin = format!(
+        "http://localhost:{}",
+        server.base().rsplit(':').next().unwrap()
+    );
+    let request = |id: u64, method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    };
+    let call = |id: u64, name: &str, arguments: Value| {
+        request(
+            id,
+            "tools/call",
+            json!({"name": name, "arguments": arguments}),
+        )
+    };
+    let message = |message: Value| message.to_string();
+    // What direct.rs answers itself.
+    let on_the_spot = [
+        // ping
+        message(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})),
+        request(2, "ping", json!({})),
+        request(3, "ping", json!({"_meta": {"note": 1}})),
+        message(json!({"jsonrpc": "2.0", "id": "a-7", "method": "ping"})),
+        // tools/list
+        message(json!({"jsonrpc": "2.0", "id": 10, "method": "tools/list"})),
+        request(11, "tools/list", json!({})),
+        request(12, "tools/list", Value::Null),
+        request(13, "tools/list", json!({"cursor": "nowhere"})),
+        // tools/call: a result, a tool error (refused by the gate), JSON-RPC errors (wrong
+        // arguments, an unknown tool), an image block beside structured content, a call id.
+        call(20, "invoice.status", json!({})),
+        call(21, "invoice.submit", json!({"amount": 5})),
+        call(22, "invoice.approve", json!({"note": 5})),
+        call(23, "no.such.tool", json!({})),
+        call(24, "testkit.content", json!({})),
+        call(25, "testkit.echo", json!({"word": "same"})),
+        request(26, "tools/call", json!({"name": "invoice.status"})),
+        call(27, "invoice.status", json!([1, 2])),
+        // prompts/list and prompts/get: a prompt, wrong arguments, an unknown prompt.
+        request(30, "prompts/list", json!({})),
+        message(json!({"jsonrpc": "2.0", "id": 31, "method": "prompts/list"})),
+        request(
+            32,
+            "prompts/get",
+            json!({"name": CHECKLIST, "arguments": {"focus": "the VAT number"}}),
+        ),
+        request(
+            33,
+            "prompts/get",
+            json!({"name": CHECKLIST, "arguments": {"focus": 3}}),
+        ),
+        request(34, "prompts/get", json!({"name": "no.such.prompt"})),
+        // resources/list, resources/templates/list, resources/read: a resource, unknown ones.
+        request(40, "resources/list", json!({})),
+        message(json!({"jsonrpc": "2.0", "id": 41, "method": "resources/list"})),
+        request(42, "resources/templates/list", json!({})),
+        request(43, "resources/read", json!({"uri": "invoice://session"})),
+        request(44, "resources/read", json!({"uri": "nothing://here"})),
+        request(45, "resources/read", json!({"uri": "invoice://invoice-0"})),
+        // Parameters rmcp's types refuse: rmcp reads each as a request of that method it has
+        // no type for, and answers it with an error.
+        request(60, "tools/call", json!({})),
+        request(62, "prompts/get", json!({})),
+        request(63, "resources/read", json!({})),
+        request(64, "resources/read", json!({"uri": 7})),
+    ];
+    // What direct.rs hands to rmcp whichever way it comes.
+    let handed_on = [
+        // Ids that are not ids, and no id (a notification, not a request).
+        message(json!({"jsonrpc": "2.0", "id": null, "method": "ping"})),
+        message(json!({"jsonrpc": "2.0", "id": {"n": 1}, "method": "tools/list"})),
+        message(json!({"jsonrpc": "2.0", "id": 1.5, "method": "tools/list"})),
+        message(json!({"jsonrpc": "2.0", "method": "tools/list"})),
+        message(json!({"jsonrpc": "2.0", "method": "tools/call",
+                       "params": {"name": "invoice.status", "arguments": {}}})),
+        // Methods that are not answer-only.
+        request(50, "foo/bar", json!({})),
+        request(51, "completion/complete", json!({})),
+        request(52, "logging/setLevel", json!({"level": "debug"})),
+        // Parameters that are not an object.
+        request(61, "tools/call", json!("nope")),
+        request(65, "tools/list", json!([1])),
+        // Not one JSON-RPC 2.0 request.
+        message(json!({"jsonrpc": "1.0", "id": 70, "method": "ping"})),
+        message(json!([{"jsonrpc": "2.0", "id": 71, "method": "ping"}])),
+        message(json!({"jsonrpc": "2.0", "id": 72})),
+        r#"{"jsonrpc": "2.0", "id": 73, "method": "ping""#.to_string(),
+        String::new(),
+    ];
+    let corpus = (on_the_spot.into_iter().map(|body| (Here, body)))
+        .chain(handed_on.into_iter().map(|body| (ByRmcp, body)));
+    for (served, body) in corpus {
+        let here = session.post_body(&body).send().await.expect(&body);
+        let framing = here.headers().get(CONTENT_TYPE).cloned();
+        let here = answer_of(here.status(), &here.text().await.expect("body"));
+        if served == Here {
+            assert_eq!(
+                framing.as_ref().and_then(|value| value.to_str().ok()),
+                Some("application/json"),
+                "{body} was not answered on the spot: {here:?}"
+            );
         }
-        assert_eq!(
-            answers[0], answers[1],
-            "{name}: served on the spot (left) and by rmcp (right)"
-        );
+        let mut by_rmcp = vec![session.post_body(&body).header("Origin", &origin)];
+        let mut with_progress: Value = serde_json::from_str(&body).unwrap_or_default();
+        if with_progress["method"] == "tools/call" && with_progress["params"].is_object() {
+            with_progress["params"]["_meta"] = json!({"progressToken": "p"});
+            by_rmcp.push(session.post_body(&with_progress.to_string()));
+        }
+        for rmcp in by_rmcp {
+            let rmcp = rmcp.send().await.expect(&body);
+            if served == Here {
+                assert_eq!(
+                    rmcp.headers()[CONTENT_TYPE],
+                    "text/event-stream",
+                    "{body}: rmcp answers with a stream"
+                );
+            }
+            let rmcp = answer_of(rmcp.status(), &rmcp.text().await.expect("body"));
+            let (mut here, mut rmcp) = (here.clone(), rmcp);
+            if body.contains("testkit.echo") {
+                // Each call has an id of its own; nothing else may differ.
+                for (_, answer, _) in [&mut here, &mut rmcp] {
+                    let result = &mut answer["result"];
+                    result["structuredContent"]
+                        .as_object_mut()
+                        .map(|echo| echo.remove("call_id"));
+                    result["content"] = Value::Null;
+                }
+            }
+            assert_eq!(
+                here, rmcp,
+                "{body}: served on the spot (left) and by rmcp (right)"
+            );
+        }
     }
     session.end().await;
 }
