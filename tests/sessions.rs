@@ -16,7 +16,8 @@ use std::{
 };
 
 use common::{
-    Client, PluginDir, Server, eventually, http, initialize_message, messages, result_of,
+    Client, PluginDir, SESSION_PROTOCOL, Server, eventually, http, initialize_message, messages,
+    post_with, result_of,
 };
 use reqwest::{StatusCode, header::CONTENT_TYPE};
 use serde_json::{Value, json};
@@ -26,7 +27,7 @@ use turnstile::{
 };
 
 /// The session-based revision the raw client speaks.
-const PROTOCOL: &str = "2025-11-25";
+const PROTOCOL: &str = SESSION_PROTOCOL;
 /// Concurrent sessions in the leak tests.
 const CONCURRENCY: usize = 32;
 
@@ -100,18 +101,7 @@ impl Raw {
 
     /// A POST of `body`, whatever it holds, as a client sends a JSON-RPC message.
     fn post_text(&self, session: Option<&str>, body: String) -> reqwest::RequestBuilder {
-        let mut request = self
-            .http
-            .post(&self.url)
-            .header(CONTENT_TYPE, "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .body(body);
-        if let Some(session) = session {
-            request = request
-                .header("Mcp-Session-Id", session)
-                .header("MCP-Protocol-Version", PROTOCOL);
-        }
-        request
+        post_with(&self.http, &self.url, session, body)
     }
 
     /// `initialize`, then `notifications/initialized`: a session as every client starts one.
