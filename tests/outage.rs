@@ -207,6 +207,17 @@ async fn wait_for_progress(load: &Load, more: u64, when: &str) {
     .await;
 }
 
+/// Drives a load on `load`'s instances until it made progress (200 more acknowledged
+/// transitions), stops it cleanly, and finds every acknowledged transition stored.
+async fn drive_and_check(client: &Arc<Client>, load: &Arc<Load>, when: &str) {
+    let drivers = drive(client.clone(), load.clone());
+    wait_for_progress(load, 200, when).await;
+    load.stop.store(true, Ordering::SeqCst);
+    join(drivers).await;
+    load.assert_no_problems(when);
+    assert_states_are_acked(client, load, &format!("{when}, load stopped")).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_outage_gives_clear_errors_and_service_resumes_without_a_restart() {
     let plugins = PluginDir::with(&["invoice"]);
@@ -224,12 +235,7 @@ async fn a_redis_outage_gives_clear_errors_and_service_resumes_without_a_restart
     // Redis up: drive a load, stop it cleanly, and find every acknowledged transition stored.
     let load = Arc::new(Load::default());
     *load.tracks.lock().unwrap() = mint(&client, HANDLES).await;
-    let drivers = drive(client.clone(), load.clone());
-    wait_for_progress(&load, 200, "Redis up").await;
-    load.stop.store(true, Ordering::SeqCst);
-    join(drivers).await;
-    load.assert_no_problems("Redis up");
-    assert_states_are_acked(&client, &load, "Redis up, load stopped").await;
+    drive_and_check(&client, &load, "Redis up").await;
 
     // Kill Redis in the middle of the load.
     load.stop.store(false, Ordering::SeqCst);
@@ -342,12 +348,7 @@ async fn a_redis_outage_gives_clear_errors_and_service_resumes_without_a_restart
         unavailable: 0,
     });
     *load.tracks.lock().unwrap() = tracks;
-    let drivers = drive(client.clone(), load.clone());
-    wait_for_progress(&load, 200, "Redis back").await;
-    load.stop.store(true, Ordering::SeqCst);
-    join(drivers).await;
-    load.assert_no_problems("Redis back");
-    assert_states_are_acked(&client, &load, "Redis back, load stopped").await;
+    drive_and_check(&client, &load, "Redis back").await;
 }
 
 /// DESIGN behaviour 3: "If persisting fails, the call returns an error and the instance stays in
