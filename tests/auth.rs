@@ -7,10 +7,17 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Client, PluginDir, SESSION_PROTOCOL, Server, TokenFile, error_code, handle_of,
+    Client, PluginDir, SESSION_PROTOCOL, Server, TokenFile, error_code, eventually, handle_of,
     initialize_message, initialize_request, post, text_of,
 };
 use serde_json::{Value, json};
+
+/// Waits (asking every 50 ms, for at most `within`) until `server` takes `token`, as it does
+/// once it has read its token file again after a SIGHUP; after that, fails the test with `what`.
+async fn until_accepted(server: &Server, token: &str, within: Duration, what: &str) {
+    let accepted = async || initialize_request(&server.url, Some(token)).await.status() == 200;
+    eventually(what, within, Duration::from_millis(50), accepted).await;
+}
 
 #[tokio::test]
 async fn a_request_needs_a_known_bearer_token_and_tokens_rotate_on_sighup() {
@@ -69,19 +76,8 @@ async fn a_request_needs_a_known_bearer_token_and_tokens_rotate_on_sighup() {
     // Rotation: a new file, SIGHUP, and only the new token works.
     file.rewrite("alice s3cret-alice-2\n");
     server.signal(libc::SIGHUP);
-    let mut rotated = false;
-    for _ in 0..50 {
-        if initialize_request(&server.url, Some("s3cret-alice-2"))
-            .await
-            .status()
-            == 200
-        {
-            rotated = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(rotated, "the new token was not taken up after SIGHUP");
+    let what = "the new token was not taken up after SIGHUP";
+    until_accepted(&server, "s3cret-alice-2", Duration::from_millis(2500), what).await;
     assert_eq!(
         initialize_request(&server.url, Some("s3cret-alice"))
             .await
@@ -216,18 +212,8 @@ async fn reordering_bare_tokens_gives_no_token_another_s_instances() {
     let handle = handle_of(&a.call("invoice.submit", json!({"amount": 5})).await);
     file.rewrite("tok-b-9876543210\ntok-a-0123456789\n");
     server.signal(libc::SIGHUP);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while initialize_request(&server.url, Some("tok-b-9876543210"))
-        .await
-        .status()
-        != 200
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "token B never came in"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = "token B never came in";
+    until_accepted(&server, "tok-b-9876543210", Duration::from_secs(10), what).await;
     let b = Client::http_as(&server.url, "tok-b-9876543210").await;
     let seen_by_b = b.call("invoice.status", json!({"handle": handle})).await;
     assert_eq!(error_code(&seen_by_b), "UNKNOWN_HANDLE");
@@ -308,16 +294,5 @@ async fn a_token_keeps_the_instances_it_made_under_its_old_principal() {
         .unwrap();
     assert!(!old, "the old key is gone");
     drop(server);
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{namespace}:*"))
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    for key in keys {
-        redis::cmd("DEL")
-            .arg(key)
-            .exec_async(&mut con)
-            .await
-            .unwrap();
-    }
+    common::delete_redis_namespace(&mut con, &namespace).await;
 }

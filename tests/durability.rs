@@ -20,7 +20,8 @@ use std::{
 
 use common::durability::{DRAFT, REVIEW, Rng, next_step, seed, with_handle};
 use common::{
-    Client, PluginDir, Server, error_code_if_any, handle_of, redis_cluster_url, state_if_ok,
+    Client, PluginDir, Server, error_code_if_any, eventually, handle_of, redis_cluster_url,
+    state_if_ok,
 };
 use serde_json::json;
 
@@ -170,21 +171,24 @@ async fn crash_and_recover(store: Option<&str>) {
     }
 
     // Let the load build up, then kill the server in the middle of it.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while acked_total.load(Ordering::SeqCst) < ACKED_BEFORE_KILL {
-        assert!(
-            Instant::now() < deadline,
-            "only {} transitions acknowledged in 30 s on {label}; problems: {:?}",
-            acked_total.load(Ordering::SeqCst),
-            unexpected.lock().unwrap()
-        );
-        assert!(
-            unexpected.lock().unwrap().is_empty(),
-            "calls failed on a live server ({label}): {:?}",
-            unexpected.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        &format!("fewer than {ACKED_BEFORE_KILL} transitions acknowledged in 30 s on {label}"),
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        async || {
+            let acked = acked_total.load(Ordering::SeqCst);
+            if acked >= ACKED_BEFORE_KILL {
+                return Ok(());
+            }
+            let problems = unexpected.lock().unwrap();
+            assert!(
+                problems.is_empty(),
+                "calls failed on a live server ({label}): {problems:?}"
+            );
+            Err(format!("only {acked}; problems: {problems:?}"))
+        },
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(rng.below(200))).await;
     let in_flight_at_kill = {
         let tracks = tracks.lock().unwrap();

@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{Client, PluginDir, Server, error_code, names, text_of};
+use std::time::Duration;
+
+use common::{Client, PluginDir, Server, error_code, eventually, names, text_of};
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
@@ -275,17 +277,7 @@ async fn a_session_keeps_listing_after_an_instance_it_touched_is_deleted() {
         common::serve_and_connect(&["invoice"], &["--state-handle-key", "--retain-final", "1"])
             .await;
     let done = common::discharged_invoice(&client).await;
-    let mut deleted = false;
-    for _ in 0..100 {
-        let status = client.call("invoice.status", json!({"handle": done})).await;
-        if status.is_error == Some(true) {
-            assert_eq!(error_code(&status), "UNKNOWN_HANDLE");
-            deleted = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert!(deleted, "retention deleted the finished invoice");
+    common::until_deleted(&client, &done, "retention deleted the finished invoice").await;
     assert_eq!(
         client.tool_names().await,
         names(&["invoice.status", "invoice.submit"])
@@ -355,14 +347,20 @@ async fn forged_handles_leave_no_instance_behind() {
         assert!(named.is_err(), "a listing naming it is refused");
     }
     // The registry forgets by message: wait for it to have taken them all.
-    let mut after = live(server.stats().await);
-    for _ in 0..50 {
-        if after <= before {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        after = live(server.stats().await);
-    }
+    let after = eventually(
+        "no actor stays for a handle that names nothing",
+        Duration::from_secs(1),
+        Duration::from_millis(20),
+        async || {
+            let after = live(server.stats().await);
+            if after <= before {
+                Ok(after)
+            } else {
+                Err(after)
+            }
+        },
+    )
+    .await;
     assert_eq!(
         after, before,
         "no actor stays for a handle that names nothing"

@@ -78,16 +78,11 @@ async fn retries_get_the_first_result(store: Option<String>) {
     assert_eq!(state_of(&client, &handle).await, "approved");
 
     // Passivated (`--idle-after 1`): the instance comes back from the store with its keys.
-    let mut passivated = false;
-    for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let stats = server.stats().await;
-        if stats["registry"]["instances"].as_u64() == Some(0) {
-            passivated = true;
-            break;
-        }
-    }
-    assert!(passivated, "the instance was never passivated");
+    let passivated = |stats: &Value| stats["registry"]["instances"].as_u64() == Some(0);
+    let what = "the instance was never passivated";
+    server
+        .stats_until(what, Duration::from_secs(10), passivated)
+        .await;
     let after_passivation = client
         .call_with_meta("invoice.approve", approve.clone(), key("approve-1"))
         .await;

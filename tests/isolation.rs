@@ -5,28 +5,37 @@
 
 mod common;
 
-use std::{
-    collections::BTreeSet,
-    fs,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeSet, fs, time::Duration};
 
 use common::{
-    Client, PluginDir, Server, built_plugin, error_code, invoice_lifecycle, names, text_of,
+    Client, PluginDir, Server, built_plugin, error_code, eventually, invoice_lifecycle, names,
+    text_of,
 };
+use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
+use tokio::task::JoinHandle;
 
 /// Waits (at most 10 s) until `check` holds for the server's `/stats`.
 async fn wait_for_stats(server: &Server, what: &str, check: impl Fn(&Value) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let stats = server.stats().await;
-        if check(&stats) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "never saw {what}: {stats}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = format!("never saw {what}");
+    server
+        .stats_until(&what, Duration::from_secs(10), check)
+        .await;
+}
+
+/// A `testkit.slow` call of `ms` made by `other` (which it closes afterwards), once the plugin
+/// runs it.
+async fn slow_call_running(server: &Server, other: Client, ms: u64) -> JoinHandle<CallToolResult> {
+    let slow = tokio::spawn(async move {
+        let result = other.call("testkit.slow", json!({ "ms": ms })).await;
+        other.close().await;
+        result
+    });
+    wait_for_stats(server, "the slow call running", |stats| {
+        stats["plugins"]["testkit"]["calls_running"] == 1
+    })
+    .await;
+    slow
 }
 
 /// The `turnstile plugin-host` processes the server runs now.
@@ -60,15 +69,7 @@ async fn an_isolated_plugin_that_aborts_fails_only_its_calls_in_flight_and_comes
     server.wait_for_log("plugin-host: serving");
 
     // A call in flight in the same process when it dies.
-    let slow = tokio::spawn(async move {
-        let result = other.call("testkit.slow", json!({"ms": 30000})).await;
-        other.close().await;
-        result
-    });
-    wait_for_stats(&server, "the slow call running", |stats| {
-        stats["plugins"]["testkit"]["calls_running"] == 1
-    })
-    .await;
+    let slow = slow_call_running(&server, other, 30000).await;
 
     let aborted = client.call("testkit.abort", json!({})).await;
     assert_eq!(error_code(&aborted), "PLUGIN_CRASHED", "{aborted:?}");
@@ -236,15 +237,7 @@ async fn replacing_an_isolated_plugin_starts_a_new_process_and_stops_the_old_one
     assert_eq!(before.len(), 1, "one process for the one isolated plugin");
 
     // A call on the old version, in flight across the replacement.
-    let slow = tokio::spawn(async move {
-        let result = other.call("testkit.slow", json!({"ms": 1500})).await;
-        other.close().await;
-        result
-    });
-    wait_for_stats(&server, "the slow call running", |stats| {
-        stats["plugins"]["testkit"]["calls_running"] == 1
-    })
-    .await;
+    let slow = slow_call_running(&server, other, 1500).await;
     let library = built_plugin("testkit");
     let name = library.file_name().unwrap();
     let staging = tempfile::tempdir().expect("temp dir");
@@ -261,15 +254,20 @@ async fn replacing_an_isolated_plugin_starts_a_new_process_and_stops_the_old_one
         Some(true),
         "the old process finished its call: {slow:?}"
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let after = loop {
-        let after = plugin_processes(&server);
-        if after.len() == 1 || Instant::now() > deadline {
-            break after;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!(after.len(), 1, "{after:?}");
+    let after = eventually(
+        "the old process never stopped",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        async || {
+            let after = plugin_processes(&server);
+            if after.len() == 1 {
+                Ok(after)
+            } else {
+                Err(format!("{after:?}"))
+            }
+        },
+    )
+    .await;
     assert!(after.is_disjoint(&before), "the old process is gone");
     let echoed = client.call("testkit.echo", json!({})).await;
     assert_ne!(echoed.is_error, Some(true), "{echoed:?}");

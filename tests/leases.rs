@@ -6,12 +6,9 @@
 
 mod common;
 
-use std::{
-    path::Path,
-    time::{Duration, Instant},
-};
+use std::{path::Path, time::Duration};
 
-use common::{Client, PluginDir, Scrape, Server, error_code, handle_of, redis_url};
+use common::{Client, PluginDir, Scrape, Server, error_code, eventually, handle_of, redis_url};
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
@@ -144,6 +141,13 @@ common::on_every_shared_store!(racing_captures_capture_once:
 /// the instance over and commits; the paused server, resumed, runs to the end of its handler but
 /// its save is refused by the fencing token. The instance moved once, and after the takeover
 /// only the new holder ran the handler.
+/// Waits (at most 10 s) until the plugin has started a run it logs in `log`.
+async fn until_started(log: &Path) {
+    let started = async || runs(log) > 0;
+    let (within, every) = (Duration::from_secs(10), Duration::from_millis(10));
+    eventually("the slow call never started", within, every, started).await;
+}
+
 #[tokio::test]
 async fn a_paused_server_cannot_commit_after_another_took_over() {
     let plugins = PluginDir::with(&["testkit"]);
@@ -164,11 +168,7 @@ async fn a_paused_server_cannot_commit_after_another_took_over() {
         let arguments = arguments.clone();
         tokio::spawn(async move { alice.call("testkit.reset", arguments).await })
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while runs(&log) == 0 {
-        assert!(Instant::now() < deadline, "the slow call never started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_started(&log).await;
     paused.signal(libc::SIGSTOP);
     // Bob's call waits out the paused server's lease, then runs and commits.
     let taken = bob.call("testkit.reset", arguments).await;
@@ -227,11 +227,7 @@ async fn a_call_that_waits_too_long_is_busy_and_runs_nothing() {
         let arguments = json!({"handle": handle, "run_log": log, "sleep_ms": 1500});
         tokio::spawn(async move { alice.call("testkit.reset", arguments).await })
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while runs(&log) == 0 {
-        assert!(Instant::now() < deadline, "the slow call never started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_started(&log).await;
     let busy = bob
         .call("testkit.reset", json!({"handle": handle, "run_log": log}))
         .await;

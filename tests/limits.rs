@@ -8,8 +8,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Client, PluginDir, Server, TokenFile, begin_session, get_stream, initialize_message,
-    initialize_request, open_session, post,
+    Client, PluginDir, Server, TokenFile, begin_session, eventually, get_stream,
+    initialize_message, initialize_request, open_session, post,
 };
 use serde_json::{Value, json};
 use tokio::{
@@ -304,15 +304,12 @@ async fn sessions_that_never_finish_their_handshake_stop_counting() {
     let refused = initialize_request(&server.url, None).await;
     assert_eq!(refused.status(), 503, "the cap counts unfinished sessions");
 
-    let mut ended = false;
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if server.stats().await["http_sessions"] == 1 {
-            ended = true;
-            break;
-        }
-    }
-    assert!(ended, "{}", server.stats().await);
+    let what = "the sessions that never finished their handshake were not ended";
+    server
+        .stats_until(what, Duration::from_secs(10), |stats| {
+            stats["http_sessions"] == 1
+        })
+        .await;
     assert_eq!(server.stats().await["http_sessions_in_handshake"], 0);
     // Room again for new sessions; the one that finished its handshake still works.
     begin_session(&server.url).await;
@@ -404,15 +401,13 @@ async fn event_streams_leave_connections_for_everything_else() {
     assert!(!fresh.is_empty());
     // A stream that ends gives its place back.
     drop(held.pop());
-    let mut admitted = false;
-    for _ in 0..50 {
-        if stream_of(session.clone()).await.status() == 200 {
-            admitted = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(admitted, "a place freed by a closed stream is taken again");
+    eventually(
+        "a place freed by a closed stream is taken again",
+        Duration::from_millis(2500),
+        Duration::from_millis(50),
+        async || stream_of(session.clone()).await.status() == 200,
+    )
+    .await;
 }
 
 /// An `initialize` POST, as `bearer` when given; its status and `Retry-After`.
@@ -480,19 +475,19 @@ async fn one_client_keeps_at_most_its_share_of_event_streams() {
     assert_eq!(refused.status(), 429);
     assert!(refused.headers().contains_key("retry-after"));
     drop(held);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let again = stream(b.clone()).await.unwrap();
-        if again.status() == 200 {
-            break;
-        }
-        assert_eq!(again.status(), 429);
-        assert!(
-            Instant::now() < deadline,
-            "the closed stream's place never came back"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        "the closed stream's place never came back",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        async || {
+            let again = stream(b.clone()).await.unwrap();
+            if again.status() != 200 {
+                assert_eq!(again.status(), 429);
+            }
+            again.status() == 200
+        },
+    )
+    .await;
 }
 
 /// Issue 39, item 2: `--mint-rate` bounds how fast one client starts instances: past its burst a
@@ -593,21 +588,21 @@ async fn one_principal_holds_at_most_its_share_of_instances_on_every_server() {
         let moved = alice_on_one.call(step, json!({"handle": first})).await;
         assert_ne!(moved.is_error, Some(true), "{moved:?}");
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let again = alice_on_two
-            .call("invoice.submit", json!({"amount": 5}))
-            .await;
-        if again.is_error != Some(true) {
-            break;
-        }
-        assert_eq!(common::error_code(&again), "QUOTA_EXCEEDED", "{again:?}");
-        assert!(
-            Instant::now() < deadline,
-            "the finished instance never gave its place back"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually(
+        "the finished instance never gave its place back",
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        async || {
+            let again = alice_on_two
+                .call("invoice.submit", json!({"amount": 5}))
+                .await;
+            if again.is_error == Some(true) {
+                assert_eq!(common::error_code(&again), "QUOTA_EXCEEDED", "{again:?}");
+            }
+            again.is_error != Some(true)
+        },
+    )
+    .await;
 }
 
 /// Issue 39, item 3: `--max-record-bytes` bounds what one instance's record may hold. Arguments

@@ -18,7 +18,7 @@ use std::{
 };
 
 use common::python::{Sdk, python, python_file};
-use common::{PluginDir, Server, turnstile_bin};
+use common::{PluginDir, Server, eventually_blocking, turnstile_bin};
 use serde_json::Value;
 
 /// What one `turnstile load … --json` run left.
@@ -538,13 +538,12 @@ impl TicketServer {
             .next()
             .unwrap()
             .to_string();
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(&address).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("ticket_server.py never listened on {address}");
+        eventually_blocking(
+            &format!("ticket_server.py never listened on {address}"),
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || std::net::TcpStream::connect(&address).is_ok(),
+        );
     }
 }
 

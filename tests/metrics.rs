@@ -3,12 +3,11 @@
 
 mod common;
 
-use std::{
-    collections::BTreeMap,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, time::Duration};
 
-use common::{Client, Labels, PluginDir, Scrape, Server, TokenFile, error_code, labels_of};
+use common::{
+    Client, Labels, PluginDir, Scrape, Server, TokenFile, error_code, eventually, labels_of,
+};
 use serde_json::{Value, json};
 
 /// `(labels, count)` pairs as `moved_since` reports them.
@@ -20,15 +19,16 @@ fn expect(rows: &[(&[(&str, &str)], f64)]) -> BTreeMap<Labels, f64> {
 
 /// Scrapes until `check` holds (at most 10 s), and returns that scrape.
 async fn scrape_until(server: &Server, what: &str, check: impl Fn(&Scrape) -> bool) -> Scrape {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let scrape = Scrape::of(server).await;
-        if check(&scrape) {
-            return scrape;
-        }
-        assert!(Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        &format!("never: {what}"),
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        async || {
+            let scrape = Scrape::of(server).await;
+            check(&scrape).then_some(scrape)
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,8 +19,8 @@ use std::{
 
 use common::durability::{REVIEW, next_step, with_handle};
 use common::{
-    Client, PluginDir, PrivateRedis, Server, error_code_if_any, free_port, handle_of, state_if_ok,
-    text_of, turnstile_bin,
+    Client, PluginDir, PrivateRedis, Server, error_code_if_any, eventually, free_port, handle_of,
+    poll_blocking, state_if_ok, text_of, turnstile_bin,
 };
 use serde_json::json;
 
@@ -191,16 +191,31 @@ async fn assert_states_are_acked(client: &Client, load: &Load, when: &str) {
 /// Waits (up to 10 s) until `load` acknowledged `more` transitions beyond what it had.
 async fn wait_for_progress(load: &Load, more: u64, when: &str) {
     let target = load.acked.load(Ordering::SeqCst) + more;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while load.acked.load(Ordering::SeqCst) < target {
-        load.assert_no_problems(when);
-        assert!(
-            Instant::now() < deadline,
-            "{when}: no progress ({} acknowledged)",
-            load.acked.load(Ordering::SeqCst)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        &format!("{when}: no progress"),
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        async || {
+            let acked = load.acked.load(Ordering::SeqCst);
+            if acked >= target {
+                return Ok(());
+            }
+            load.assert_no_problems(when);
+            Err(format!("{acked} acknowledged"))
+        },
+    )
+    .await;
+}
+
+/// Drives a load on `load`'s instances until it made progress (200 more acknowledged
+/// transitions), stops it cleanly, and finds every acknowledged transition stored.
+async fn drive_and_check(client: &Arc<Client>, load: &Arc<Load>, when: &str) {
+    let drivers = drive(client.clone(), load.clone());
+    wait_for_progress(load, 200, when).await;
+    load.stop.store(true, Ordering::SeqCst);
+    join(drivers).await;
+    load.assert_no_problems(when);
+    assert_states_are_acked(client, load, &format!("{when}, load stopped")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,12 +235,7 @@ async fn a_redis_outage_gives_clear_errors_and_service_resumes_without_a_restart
     // Redis up: drive a load, stop it cleanly, and find every acknowledged transition stored.
     let load = Arc::new(Load::default());
     *load.tracks.lock().unwrap() = mint(&client, HANDLES).await;
-    let drivers = drive(client.clone(), load.clone());
-    wait_for_progress(&load, 200, "Redis up").await;
-    load.stop.store(true, Ordering::SeqCst);
-    join(drivers).await;
-    load.assert_no_problems("Redis up");
-    assert_states_are_acked(&client, &load, "Redis up, load stopped").await;
+    drive_and_check(&client, &load, "Redis up").await;
 
     // Kill Redis in the middle of the load.
     load.stop.store(false, Ordering::SeqCst);
@@ -236,21 +246,24 @@ async fn a_redis_outage_gives_clear_errors_and_service_resumes_without_a_restart
     let acked_at_kill = load.acked.load(Ordering::SeqCst);
     let down_since = Instant::now();
     // Every instance hears about it, within a few seconds and more than once.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while load
-        .tracks
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|t| t.unavailable < 3)
-    {
-        load.assert_no_problems("Redis down");
-        assert!(
-            Instant::now() < deadline,
-            "not every instance got STORE_UNAVAILABLE three times in 20 s of outage"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        "not every instance got STORE_UNAVAILABLE three times in 20 s of outage",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        async || {
+            let heard = !load
+                .tracks
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|t| t.unavailable < 3);
+            if !heard {
+                load.assert_no_problems("Redis down");
+            }
+            heard
+        },
+    )
+    .await;
     load.stop.store(true, Ordering::SeqCst);
     join(drivers).await;
     load.assert_no_problems("Redis down");
@@ -281,19 +294,23 @@ async fn a_redis_outage_gives_clear_errors_and_service_resumes_without_a_restart
     let _redis = PrivateRedis::start_on(port);
     load.redis_down.store(false, Ordering::SeqCst);
     let back = Instant::now();
-    let handle = loop {
-        let result = client.call("invoice.submit", json!({"amount": 2})).await;
-        match error_code_if_any(&result).as_deref() {
-            None => break handle_of(&result),
-            Some("STORE_UNAVAILABLE") if back.elapsed() < Duration::from_secs(10) => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
+    let handle = eventually(
+        "service did not resume after Redis came back",
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        async || {
+            let result = client.call("invoice.submit", json!({"amount": 2})).await;
+            match error_code_if_any(&result).as_deref() {
+                None => Ok(handle_of(&result)),
+                Some("STORE_UNAVAILABLE") => Err(format!("{result:?}")),
+                _ => panic!(
+                    "service did not resume {:?} after Redis came back: {result:?}",
+                    back.elapsed()
+                ),
             }
-            _ => panic!(
-                "service did not resume {:?} after Redis came back: {result:?}",
-                back.elapsed()
-            ),
-        }
-    };
+        },
+    )
+    .await;
     println!(
         "service resumed {:.1?} after Redis restarted",
         back.elapsed()
@@ -331,12 +348,7 @@ async fn a_redis_outage_gives_clear_errors_and_service_resumes_without_a_restart
         unavailable: 0,
     });
     *load.tracks.lock().unwrap() = tracks;
-    let drivers = drive(client.clone(), load.clone());
-    wait_for_progress(&load, 200, "Redis back").await;
-    load.stop.store(true, Ordering::SeqCst);
-    join(drivers).await;
-    load.assert_no_problems("Redis back");
-    assert_states_are_acked(&client, &load, "Redis back, load stopped").await;
+    drive_and_check(&client, &load, "Redis back").await;
 }
 
 /// DESIGN behaviour 3: "If persisting fails, the call returns an error and the instance stays in
@@ -470,16 +482,13 @@ fn a_server_whose_store_is_unreachable_exits_naming_the_store() {
         .spawn()
         .expect("start turnstile");
     let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("turnstile kept running for 20 s without its store {url}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let exited = poll_blocking(Duration::from_secs(20), Duration::from_millis(50), || {
+        child.try_wait().expect("try_wait")
+    });
+    let Ok(status) = exited else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("turnstile kept running for 20 s without its store {url}");
     };
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();

@@ -13,7 +13,7 @@ use std::{
 };
 
 use common::durability::{APPROVED, DRAFT, REVIEW, with_handle};
-use common::{Client, PluginDir, Server, error_code_if_any, handle_of, state_if_ok};
+use common::{Client, PluginDir, Server, error_code_if_any, eventually, handle_of, state_if_ok};
 use serde_json::{Value, json};
 use turnstile::store::EmbeddedStore;
 
@@ -165,21 +165,26 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
             .close()
             .await;
     }
-    let deadline = Instant::now() + Duration::from_secs(IDLE_AFTER + 30);
-    let idle = loop {
-        let stats = server.stats().await;
-        if count(&stats, "instances") <= 5 && stats["notifier"]["subscriptions"].as_u64() == Some(0)
-        {
-            break stats;
-        }
-        assert!(
-            Instant::now() < deadline,
+    let idle = eventually(
+        &format!(
             "instances still live or subscribed {} s after the burst and its sessions ended \
-             (--idle-after {IDLE_AFTER}): {stats}",
+             (--idle-after {IDLE_AFTER})",
             IDLE_AFTER + 30
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+        ),
+        Duration::from_secs(IDLE_AFTER + 30),
+        Duration::from_millis(200),
+        async || {
+            let stats = server.stats().await;
+            if count(&stats, "instances") <= 5
+                && stats["notifier"]["subscriptions"].as_u64() == Some(0)
+            {
+                Ok(stats)
+            } else {
+                Err(stats)
+            }
+        },
+    )
+    .await;
     let passivated = count(&idle, "passivated") - count(&baseline, "passivated");
     assert!(
         passivated >= n as u64,

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use common::{
     Client, PluginDir, RawStdio, Server, answer, http, initialize_message, names, open_session,
-    post, post_as, post_in_session, post_sessionless,
+    post, post_as, post_in_session, post_sessionless, post_with,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -289,19 +289,7 @@ async fn timing_of_valid_requests() {
         }
     };
     let http = http();
-    let call = |body: String, session: Option<&str>| {
-        let mut request = http
-            .post(&url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .body(body);
-        if let Some(session) = session {
-            request = request
-                .header("Mcp-Session-Id", session)
-                .header("MCP-Protocol-Version", PROTOCOL);
-        }
-        request
-    };
+    let call = |body: String, session: Option<&str>| post_with(&http, &url, session, body);
     let response = call(initialize_message(1, PROTOCOL).to_string(), None)
         .send()
         .await

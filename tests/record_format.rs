@@ -166,18 +166,7 @@ async fn on_redis() {
         .unwrap();
     assert_eq!(broken, 1, "the damaged record is left alone");
     drop(server);
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{ns}:*"))
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    if !keys.is_empty() {
-        redis::cmd("DEL")
-            .arg(keys)
-            .query_async::<()>(&mut con)
-            .await
-            .unwrap();
-    }
+    common::delete_redis_namespace(&mut con, &ns).await;
 }
 
 #[tokio::test]

@@ -42,17 +42,8 @@ async fn finished_instances_go_after_the_retention_period(store: Option<String>)
     let running = handle_of(&client.call("invoice.submit", json!({"amount": 6})).await);
     assert_eq!(state_of(&client, &done).await, "discharged");
 
-    let mut gone = false;
-    for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let status = client.call("invoice.status", json!({"handle": done})).await;
-        if status.is_error == Some(true) {
-            assert_eq!(error_code(&status), "UNKNOWN_HANDLE", "{status:?}");
-            gone = true;
-            break;
-        }
-    }
-    assert!(gone, "the finished instance outlived its retention");
+    let what = "the finished instance outlived its retention";
+    common::until_deleted(&client, &done, what).await;
     assert_eq!(
         state_of(&client, &running).await,
         "review",
@@ -98,22 +89,8 @@ async fn idle_instances_go_after_the_ttl(store: Option<String>) {
     }
     assert!(idle_gone, "the idle instance outlived its TTL");
     // Once it stops moving, it goes too.
-    let mut gone = false;
-    for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let status = client
-            .call("invoice.status", json!({"handle": moving}))
-            .await;
-        if status.is_error == Some(true) {
-            assert_eq!(error_code(&status), "UNKNOWN_HANDLE", "{status:?}");
-            gone = true;
-            break;
-        }
-    }
-    assert!(
-        gone,
-        "the instance outlived its TTL after it stopped moving"
-    );
+    let what = "the instance outlived its TTL after it stopped moving";
+    common::until_deleted(&client, &moving, what).await;
 }
 
 common::on_every_store!(idle_instances_go_after_the_ttl:

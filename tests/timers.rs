@@ -13,7 +13,7 @@ mod common;
 
 use std::{path::Path, time::Duration};
 
-use common::{Client, PluginDir, Server, names, state_of};
+use common::{Client, PluginDir, Server, eventually, names, state_of};
 use serde_json::{Value, json};
 
 /// The review deadline the tests configure, in ms, as the plugin reads it.
@@ -181,14 +181,20 @@ async fn a_deadline_that_passed_while_no_server_ran_fires_on_start() {
 
     let second = start(&plugins, data.path(), Some(&url), &ns, "1000", &[]);
     for handle in &handles {
-        let mut record = redis_record(&url, &ns, handle).await;
-        for _ in 0..200 {
-            if record.0 >= 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            record = redis_record(&url, &ns, handle).await;
-        }
+        let record = eventually(
+            "the timer never fired on start",
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            async || {
+                let record = redis_record(&url, &ns, handle).await;
+                if record.0 >= 2 {
+                    Ok(record)
+                } else {
+                    Err(format!("{record:?}"))
+                }
+            },
+        )
+        .await;
         assert_eq!(record, (2, json!("draft")), "fired on start, once");
     }
     let bob = Client::http(&second.url).await;

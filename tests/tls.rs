@@ -4,9 +4,9 @@
 
 mod common;
 
-use std::path::Path;
+use std::{path::Path, time::Duration};
 
-use common::{Client, PluginDir, Server};
+use common::{Client, PluginDir, Server, eventually};
 use serde_json::json;
 
 /// A self-signed certificate for this machine's loopback names; returns its PEM.
@@ -64,19 +64,19 @@ async fn a_client_completes_a_session_over_tls_and_a_renewed_certificate_is_serv
     let second = write_certificate(files.path());
     server.signal(libc::SIGHUP);
     let health = format!("{}/healthz", server.base());
-    let mut renewed = false;
-    for _ in 0..50 {
-        if let Ok(answer) = trusting(&second).get(&health).send().await {
-            assert_eq!(answer.status(), 200);
-            renewed = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert!(
-        renewed,
-        "the renewed certificate was not served after SIGHUP"
-    );
+    eventually(
+        "the renewed certificate was not served after SIGHUP",
+        Duration::from_secs(5),
+        Duration::from_millis(100),
+        async || match trusting(&second).get(&health).send().await {
+            Ok(answer) => {
+                assert_eq!(answer.status(), 200);
+                true
+            }
+            Err(_) => false,
+        },
+    )
+    .await;
     assert!(
         trusting(&first).get(&health).send().await.is_err(),
         "the old certificate is still served"

@@ -387,16 +387,11 @@ async fn a_cancelled_call_fires_only_if_its_plugin_completed_anyway() {
             Duration::from_millis(300),
         )
         .await;
-    let mut stopped = false;
-    for _ in 0..100 {
-        let stats = server.stats().await;
-        if stats["plugins"]["testkit"]["calls_running"] == 0 {
-            stopped = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(stopped, "the plugin did not stop on cancellation");
+    let stopped = |stats: &Value| stats["plugins"]["testkit"]["calls_running"] == 0;
+    let what = "the plugin did not stop on cancellation";
+    server
+        .stats_until(what, Duration::from_secs(2), stopped)
+        .await;
     assert!(menu(client.tools().await).contains(&"testkit.reset".to_string()));
 
     // The plugin does not watch: it completes, and its transition stands.

@@ -16,7 +16,7 @@ use std::{
     time::Duration,
 };
 
-use common::{Client, PluginDir, Server, handle_of, refused_start};
+use common::{Client, PluginDir, Server, eventually, handle_of, refused_start};
 use opentelemetry_proto::tonic::{
     collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse},
     common::v1::any_value,
@@ -77,20 +77,21 @@ impl Collector {
 
     /// The spans named `name` once at least `n` arrived (within 20 s: a bound, not a timing).
     async fn wait_for(&self, name: &str, n: usize) -> Vec<Span> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let named = named(&self.spans(), name);
-            if named.len() >= n {
-                return named;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{} `{name}` spans of {n} arrived: {:?}",
-                named.len(),
-                self.spans()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        eventually(
+            &format!("fewer than {n} `{name}` spans arrived"),
+            Duration::from_secs(20),
+            Duration::from_millis(50),
+            async || {
+                let spans = self.spans();
+                let named = named(&spans, name);
+                if named.len() >= n {
+                    Ok(named)
+                } else {
+                    Err(format!("{} of {n}: {spans:?}", named.len()))
+                }
+            },
+        )
+        .await
     }
 }
 

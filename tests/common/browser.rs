@@ -10,10 +10,12 @@ use std::{
     net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::{Value, json};
+
+use super::{eventually, poll};
 
 /// Where Debian installs them (`apt-get install chromium chromium-driver`).
 pub const CHROMIUM: &str = "/usr/bin/chromium";
@@ -63,21 +65,16 @@ impl Browser {
             .expect("start chromedriver");
         let base = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let ready = match http.get(format!("{base}/status")).send().await {
+        eventually(
+            "chromedriver did not answer in 20 s",
+            Duration::from_secs(20),
+            Duration::from_millis(50),
+            async || match http.get(format!("{base}/status")).send().await {
                 Ok(answer) => answer.status().is_success(),
                 Err(_) => false,
-            };
-            if ready {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "chromedriver did not answer in 20 s"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            },
+        )
+        .await;
         let mut browser = Browser {
             driver,
             base,
@@ -186,16 +183,11 @@ impl Browser {
     /// The first element `css` selects, waiting up to `within` for the page to show one (a
     /// click on a form's button returns before the next page has loaded).
     pub async fn wait_for(&self, css: &str, within: Duration) -> Option<Element> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(element) = self.find(css).await {
-                return Some(element);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        poll(within, Duration::from_millis(100), async || {
+            self.find(css).await
+        })
+        .await
+        .ok()
     }
 
     /// What `element` shows as text.
@@ -246,20 +238,18 @@ impl Browser {
         wanted: &str,
         within: Duration,
     ) -> Result<(), String> {
-        let deadline = Instant::now() + within;
-        loop {
+        poll(within, Duration::from_millis(100), async || {
             let seen = self.text_of(css).await;
             if seen.as_deref() == Some(wanted) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
+                Ok(())
+            } else {
+                Err(format!(
                     "{css} shows {seen:?}, not {wanted:?}, after {} s",
                     within.as_secs()
-                ));
+                ))
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
     }
 
     /// Saves a screenshot of the window as `dir/name.png`; returns its path.

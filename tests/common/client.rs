@@ -22,7 +22,7 @@ use rmcp::{
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::{STDIO_SERVE, turnstile_bin};
+use super::{STDIO_SERVE, eventually, turnstile_bin};
 
 /// Counts `notifications/tools/list_changed`.
 #[derive(Default)]
@@ -391,18 +391,20 @@ impl Client {
     /// travel on the session's stream, which may reach the client just after the answer of the
     /// call that caused them (two HTTP streams keep no order between them).
     pub async fn events_when(&self, enough: impl Fn(&[String]) -> bool) -> Vec<String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let events = self.events();
-            if enough(&events) {
-                return events;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "events never completed: {events:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually(
+            "events never completed",
+            Duration::from_secs(10),
+            Duration::from_millis(10),
+            async || {
+                let events = self.events();
+                if enough(&events) {
+                    Ok(events)
+                } else {
+                    Err(format!("{events:?}"))
+                }
+            },
+        )
+        .await
     }
 
     /// Calls a tool; panics on a protocol error (tool errors are results).

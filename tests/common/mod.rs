@@ -11,6 +11,7 @@
 //! - [`stores`]: the Redis and PostgreSQL servers the tests share, and the macros that run a
 //!   scenario once per store;
 //! - [`workflows`]: menus and the invoice walk; [`metrics`]: `GET /metrics` parsed;
+//! - [`wait`]: polling until what the server does in its own time has happened;
 //! - [`durability`] and [`python`]: the fixtures only the durability and Python tests need;
 //!   [`browser`]: headless Chromium through chromedriver, for the console's test.
 //!
@@ -29,6 +30,7 @@ pub mod results;
 pub mod server;
 pub mod stdio;
 pub mod stores;
+pub mod wait;
 pub mod workflows;
 
 pub use client::*;
@@ -39,4 +41,5 @@ pub use results::*;
 pub use server::*;
 pub use stdio::*;
 pub use stores::*;
+pub use wait::*;
 pub use workflows::*;

@@ -12,12 +12,12 @@ use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
     sync::OnceLock,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::Value;
 
-use super::{Server, target_dir, turnstile_bin};
+use super::{Server, poll_blocking, target_dir, turnstile_bin};
 
 /// How long one scenario may run before it is killed and the test fails.
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(120);
@@ -237,22 +237,18 @@ fn run_with_timeout(mut command: Command, timeout: Duration) -> Result<Output, S
     };
     let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
     let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
-    let deadline = Instant::now() + timeout;
-    let mut timed_out = false;
-    let status = loop {
-        if let Some(status) = child
-            .try_wait()
-            .map_err(|e| format!("wait {program}: {e}"))?
-        {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            timed_out = true;
+    let finished = poll_blocking(timeout, Duration::from_millis(20), || {
+        child.try_wait().transpose()
+    });
+    let timed_out = finished.is_err();
+    let status = match finished {
+        Ok(status) => status,
+        Err(_) => {
             let _ = child.kill();
-            break child.wait().map_err(|e| format!("wait {program}: {e}"))?;
+            child.wait()
         }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    }
+    .map_err(|e| format!("wait {program}: {e}"))?;
     Ok(Output {
         status: if timed_out { None } else { status.code() },
         timed_out,

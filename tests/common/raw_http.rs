@@ -55,6 +55,28 @@ pub fn post_as(
         .body(body)
 }
 
+/// A POST of `body` to `url` as a client sends a JSON-RPC message, on the client `http` (one
+/// client for many requests keeps its connections), in `session` if one is named (its
+/// `Mcp-Session-Id` and the protocol header).
+pub fn post_with(
+    http: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    body: impl Into<reqwest::Body>,
+) -> RequestBuilder {
+    let request = http
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", ACCEPT_JSON_OR_SSE)
+        .body(body);
+    match session {
+        Some(session) => request
+            .header("Mcp-Session-Id", session)
+            .header("MCP-Protocol-Version", SESSION_PROTOCOL),
+        None => request,
+    }
+}
+
 /// A POST to `url` in `session`: with its `Mcp-Session-Id` and the protocol header.
 pub fn post_in_session(url: &str, session: &str, body: impl Into<reqwest::Body>) -> RequestBuilder {
     post(url, body)

@@ -6,13 +6,13 @@ use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::Value;
 use tempfile::TempDir;
 
-use super::{PluginDir, turnstile_bin};
+use super::{PluginDir, eventually, eventually_blocking, poll_blocking, turnstile_bin};
 
 /// `turnstile serve` over stdio on the memory store, as the tests start it, before the plugin
 /// directory: the arguments after these are `DIR` (for `--plugins`) and any others.
@@ -260,18 +260,18 @@ impl Server {
     /// Waits until the server's stderr holds `needle` (it writes it at most 10 s from now);
     /// returns the line.
     pub fn wait_for_log(&self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(line) = self.stderr().lines().find(|line| line.contains(needle)) {
-                return line.to_string();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server never logged {needle:?}; stderr:\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        eventually_blocking(
+            &format!("the server never logged {needle:?}"),
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || {
+                let stderr = self.stderr();
+                match stderr.lines().find(|line| line.contains(needle)) {
+                    Some(line) => Ok(line.to_string()),
+                    None => Err(format!("stderr:\n{stderr}")),
+                }
+            },
+        )
     }
 
     /// The address without path, e.g. `http://127.0.0.1:4242`.
@@ -297,16 +297,11 @@ impl Server {
 
     /// Waits up to `within` for the server to exit; its exit code, or `None` if it still runs.
     pub fn exit_code_within(&mut self, within: Duration) -> Option<i32> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return Some(status.code().unwrap_or(-1));
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        poll_blocking(within, Duration::from_millis(20), || {
+            self.child.try_wait().expect("try_wait")
+        })
+        .ok()
+        .map(|status| status.code().unwrap_or(-1))
     }
 
     /// SIGTERM, and waits for a clean exit: the server drains and folds the embedded store's
@@ -347,6 +342,22 @@ impl Server {
             .await
             .expect("GET /stats body");
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("/stats is not JSON ({e}): {text}"))
+    }
+
+    /// `/stats` once `check` holds for it, asked every 20 ms for at most `within` (ending a
+    /// session, passivating an instance, stopping a cancelled plugin happen in the server's own
+    /// time); fails the test with `what` and the last `/stats` after that.
+    pub async fn stats_until(
+        &self,
+        what: &str,
+        within: Duration,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        eventually(what, within, Duration::from_millis(20), async || {
+            let stats = self.stats().await;
+            if check(&stats) { Ok(stats) } else { Err(stats) }
+        })
+        .await
     }
 }
 

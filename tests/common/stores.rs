@@ -5,8 +5,10 @@
 use std::{
     net::{TcpListener, TcpStream},
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
+
+use super::eventually_blocking;
 
 /// Redis server the tests share (`TURNSTILE_TEST_REDIS_URL`, default the local one).
 pub fn redis_url() -> String {
@@ -14,6 +16,19 @@ pub fn redis_url() -> String {
 }
 
 /// Redis Cluster the tests share (`TURNSTILE_TEST_REDIS_CLUSTER_URL`, default a local one of
+/// Deletes every key of `namespace` (`NAMESPACE:*`) from the Redis `con` talks to: the cleanup of
+/// a test that wrote into a namespace of its own on the shared server.
+pub async fn delete_redis_namespace(con: &mut redis::aio::MultiplexedConnection, namespace: &str) {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{namespace}:*"))
+        .query_async(con)
+        .await
+        .unwrap();
+    if !keys.is_empty() {
+        redis::cmd("DEL").arg(keys).exec_async(con).await.unwrap();
+    }
+}
+
 /// three masters that `tests/redis-cluster.sh` starts unless it is running already).
 pub fn redis_cluster_url() -> String {
     static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -103,14 +118,12 @@ impl PrivateRedis {
             child: Some(child),
             port,
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !redis.answers_ping() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on port {port} did not come up"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        eventually_blocking(
+            &format!("redis-server on port {port} did not come up"),
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || redis.answers_ping(),
+        );
         redis
     }
 

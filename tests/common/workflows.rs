@@ -1,8 +1,10 @@
 //! The built plugins' workflows as the tests walk them: menus, and the invoice's lifecycle.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
-use super::Client;
+use super::{Client, error_code, eventually};
 
 /// What `tools/list` offers a session of the testkit plugin that has touched no instance: the
 /// tools that start one (`testkit.go`) and those bound to no workflow.
@@ -80,4 +82,24 @@ pub async fn discharged_invoice(client: &Client) -> String {
         assert_ne!(result.is_error, Some(true), "{step}: {result:?}");
     }
     handle
+}
+
+/// Waits until `invoice.status` finds `handle` no more (`UNKNOWN_HANDLE`: retention deleted the
+/// instance), asking every 250 ms for at most 10 s; after that, fails the test with `what`.
+pub async fn until_deleted(client: &Client, handle: &str, what: &str) {
+    eventually(
+        what,
+        Duration::from_secs(10),
+        Duration::from_millis(250),
+        async || {
+            let status = client
+                .call("invoice.status", json!({"handle": handle}))
+                .await;
+            if status.is_error == Some(true) {
+                assert_eq!(error_code(&status), "UNKNOWN_HANDLE", "{status:?}");
+            }
+            status.is_error == Some(true)
+        },
+    )
+    .await;
 }
