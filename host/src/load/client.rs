@@ -4,26 +4,24 @@
 //! session's GET stream or on a POST's own SSE response.
 //!
 //! Owns the wire: headers, the handshake of each protocol revision, SSE framing, the session's
-//! event stream (and, with `--stdio`, a server process per session: `stdio.rs`). It decides nothing about the contract (see `contract.rs`) and keeps no
-//! statistics beyond the notifications it counted.
+//! event stream (and, with `--stdio`, a server process per session: `stdio.rs`). It decides
+//! nothing about the contract (see `contract.rs`) and keeps no statistics beyond the
+//! notifications it counted (`wire.rs`, shared with `stdio.rs`).
 
-use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::{Duration, Instant},
-};
+use std::{sync::Arc, time::Duration};
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
-use tokio::{sync::Notify, task::JoinHandle};
+use tokio::task::JoinHandle;
 
-use super::{sse::SseParser, stdio::StdioLink};
+use super::{
+    sse::SseParser,
+    stdio::StdioLink,
+    wire::{ClientError, Notices, is_list_changed},
+};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const PROTOCOL_HEADER: &str = "mcp-protocol-version";
-const LIST_CHANGED: &str = "notifications/tools/list_changed";
 
 /// The protocol revision a client speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -52,42 +50,6 @@ impl Protocol {
     /// carries its client's identity in `_meta`.
     pub fn has_sessions(self) -> bool {
         self != Protocol::V2026_07_28
-    }
-}
-
-/// Why a request got no usable answer: the transport's failures, not the server's verdicts.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error("cannot reach the server: {0}")]
-    Connect(String),
-    #[error("no answer within {0:?}")]
-    Timeout(Duration),
-    #[error("HTTP {0}")]
-    Status(u16),
-    #[error("the server ended the session (HTTP 404)")]
-    SessionGone,
-    #[error("unreadable answer: {0}")]
-    BadAnswer(String),
-}
-
-impl ClientError {
-    /// A short, stable name, for counting errors by kind.
-    pub fn kind(&self) -> String {
-        match self {
-            ClientError::Connect(_) => "transport: connect".into(),
-            ClientError::Timeout(_) => "transport: timeout".into(),
-            ClientError::Status(code) => format!("transport: HTTP {code}"),
-            ClientError::SessionGone => "transport: session gone".into(),
-            ClientError::BadAnswer(_) => "transport: bad answer".into(),
-        }
-    }
-
-    fn from_reqwest(error: reqwest::Error, timeout: Duration) -> ClientError {
-        if error.is_timeout() {
-            ClientError::Timeout(timeout)
-        } else {
-            ClientError::Connect(error.to_string())
-        }
     }
 }
 
@@ -132,48 +94,6 @@ impl Endpoint {
 
     pub fn protocol(&self) -> Protocol {
         self.protocol
-    }
-}
-
-/// The `list_changed` notifications one session has heard.
-#[derive(Default)]
-pub struct Notices {
-    count: AtomicU64,
-    last: Mutex<Option<Instant>>,
-    arrived: Notify,
-}
-
-impl Notices {
-    pub(super) fn record(&self) {
-        // A std Mutex: held for one store, never across an await.
-        *self
-            .last
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner()) = Some(Instant::now());
-        self.count.fetch_add(1, Ordering::SeqCst);
-        self.arrived.notify_waiters();
-    }
-
-    pub fn count(&self) -> u64 {
-        self.count.load(Ordering::SeqCst)
-    }
-
-    /// Waits up to `timeout` until at least `n` have arrived; when they have, the time the last
-    /// one arrived.
-    pub async fn wait_for(&self, n: u64, timeout: Duration) -> Option<Instant> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let arrived = self.arrived.notified();
-            if self.count() >= n {
-                return *self
-                    .last
-                    .lock()
-                    .unwrap_or_else(|poison| poison.into_inner());
-            }
-            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
-                return None;
-            }
-        }
     }
 }
 
@@ -475,8 +395,4 @@ fn is_event_stream(headers: &HeaderMap) -> bool {
         .get(CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| value.starts_with("text/event-stream"))
-}
-
-pub(super) fn is_list_changed(message: &Value) -> bool {
-    message.get("method").and_then(Value::as_str) == Some(LIST_CHANGED)
 }

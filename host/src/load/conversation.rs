@@ -13,10 +13,11 @@ use tokio::time::Instant;
 
 use super::{
     Shared,
-    client::{ClientError, Notices, Session},
+    client::Session,
     contract::{self, CallIntent},
     schema_args,
     tools::{self, Menu, Outcome},
+    wire::{ClientError, Notices},
 };
 
 /// What [`Conversation::mint`] did: the menu before and after the minting call, and when that

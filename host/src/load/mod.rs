@@ -41,6 +41,7 @@ mod stats;
 mod stdio;
 mod tools;
 mod walker;
+mod wire;
 
 use std::{
     sync::{

@@ -11,7 +11,7 @@ use tokio::{task::JoinSet, time::Instant};
 
 use super::{
     LoadOptions, Mode, Shared,
-    client::{ClientError, Endpoint, Session},
+    client::{Endpoint, Session},
     contract::Violations,
     fanout, mint,
     pacing::Pacer,
@@ -21,6 +21,7 @@ use super::{
     scenario, server_cpu,
     stats::Stats,
     tools, walker,
+    wire::ClientError,
 };
 
 /// Why a run could not be made at all (exit code 2).

@@ -20,7 +20,7 @@ use tokio::{
     task::JoinHandle,
 };
 
-use super::client::{ClientError, Notices, is_list_changed};
+use super::wire::{ClientError, Notices, is_list_changed};
 
 /// Requests sent and not yet answered, by id.
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>;

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use serde_json::{Value, json};
 
-use super::client::{ClientError, Session};
+use super::{client::Session, wire::ClientError};
 
 /// The code of a refusal by gating.
 pub const FORBIDDEN: &str = "FORBIDDEN";

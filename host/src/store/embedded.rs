@@ -738,6 +738,7 @@ mod checkpoint;
 pub mod files;
 mod journal;
 mod overlay;
+mod priority;
 #[cfg(test)]
 mod tests;
 mod writer;

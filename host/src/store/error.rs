@@ -84,15 +84,16 @@ pub enum StoreError {
     /// The record was written in a format newer than this build reads (a newer server wrote
     /// it). It is neither read nor overwritten here.
     #[error(
-        "record {key:?} is in format {format}, newer than this server reads (up to {}): \
-         upgrade the server to use it",
-        super::CURRENT_FORMAT
+        "record {key:?} is in format {format}, newer than this server reads (up to \
+         {reads_up_to}): upgrade the server to use it"
     )]
     UnsupportedFormat {
         /// The record's key.
         key: String,
         /// The format number found.
         format: u64,
+        /// The newest format this build reads (`format.rs` says, where the error is made).
+        reads_up_to: u32,
     },
 
     /// The store URL or options are wrong (unknown scheme, bad namespace, unparsable URL).

@@ -88,6 +88,7 @@ pub fn decode(
         Some(newer) => Err(StoreError::UnsupportedFormat {
             key: key.to_owned(),
             format: newer,
+            reads_up_to: CURRENT_FORMAT,
         }),
     }
 }

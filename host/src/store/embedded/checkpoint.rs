@@ -25,8 +25,8 @@ use tokio::sync::oneshot;
 use super::{
     AUDIT, DUE, DUE_OF, FOLDED_THROUGH, FORMATS, INSTANCES, JOURNAL, journal,
     overlay::{Layer, Overlay, Pending},
+    priority::yield_to_requests,
     write_lock,
-    writer::yield_to_requests,
 };
 use crate::store::StoreError;
 
