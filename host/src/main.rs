@@ -79,8 +79,12 @@ enum Command {
         format: GraphFormat,
         /// With `--format svg`: light up this state (a dot path like `review` or
         /// `payment.pending`, or `#id`), as an operator would see an instance's current state.
+        /// Give it once per state to light several (an instance in a parallel state is in one
+        /// state per region), or give an instance's whole state value as JSON
+        /// (`{"work":{"shipping":"packing","billing":"unpaid"}}`, as `turnstile instances show`
+        /// prints it) to light every state it is in.
         #[arg(long, value_name = "STATE")]
-        highlight: Option<String>,
+        highlight: Vec<String>,
     },
     /// Write a new plugin, built outside this repository: a Rust crate on the SDK (or a C
     /// project on the header) with a workflow of three states, its tools and a test.
@@ -227,7 +231,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 GraphFormat::Dot => turnstile::statechart::diagram::DiagramFormat::Dot,
                 GraphFormat::Svg => turnstile::statechart::diagram::DiagramFormat::Svg,
             },
-            highlight.as_deref(),
+            &highlight,
         ),
         Command::NewPlugin {
             name,
