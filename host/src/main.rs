@@ -127,6 +127,11 @@ enum GraphFormat {
 }
 
 fn main() -> ExitCode {
+    // The process's rustls provider is ring (the server's TLS and OAuth name it themselves).
+    // reqwest, built without a provider of its own, takes this one for every client it builds,
+    // TLS or not: without it, building one (`turnstile load`'s, the `--otlp-endpoint`
+    // exporter's) would panic. (`instances --server` gives its client a configuration of its own.)
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
     let outcome = match cli.command {
