@@ -34,7 +34,8 @@ fn problem_page(console: &Console, problem: Problem) -> Response {
 
 /// `GET /console`: the workflows.
 pub async fn workflows(State(console): State<Arc<Console>>) -> Response {
-    let counts = match console.census.count().await {
+    // Counted for this page, and handed to the live stream its script opens next.
+    let counts = match console.census.count_for_page().await {
         Ok(counts) => counts,
         Err(error) => return problem_page(&console, Problem::of(error)),
     };
