@@ -6,8 +6,9 @@
 //! Over `http://` or `https://`: a server with `--tls-cert` is reached as it serves, with rustls
 //! on ring (the server's own TLS stack) verifying its certificate against the system's roots,
 //! and, with `--ca-file`, the certificates in that file too (a private CA's, or the server's
-//! own self-signed one, which is then trusted as it is: see `Pinned`). The token must be an operator's (see `docs/operations.md`), and over plain
-//! HTTP it crosses the network as it is: keep that to loopback or a trusted network.
+//! own self-signed one, which is then trusted as it is: see `Pinned`). The token must be an
+//! operator's (see `docs/operations.md`), and over plain HTTP it crosses the network as it is:
+//! keep that to loopback or a trusted network.
 
 use std::{path::Path, sync::Arc, time::Duration};
 
