@@ -359,6 +359,80 @@ fn graph_draws_one_workflow_as_svg_with_its_state_highlighted() {
     assert_eq!(stdout.matches("digraph").count(), 1);
 }
 
+/// The states lit (`active`) and tinted (`contains-active`) in an SVG, in document order.
+fn lit(svg: &str) -> (Vec<String>, Vec<String>) {
+    let doc = roxmltree::Document::parse(svg).expect("the SVG is well-formed XML");
+    let with = |class: &str| {
+        doc.descendants()
+            .filter(|n| n.has_tag_name("g") && n.attribute("data-state").is_some())
+            .filter(|n| {
+                n.attribute("class")
+                    .is_some_and(|c| c.split(' ').any(|t| t == class))
+            })
+            .map(|n| n.attribute("data-state").unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    (with("active"), with("contains-active"))
+}
+
+/// An order in its parallel `work` state is in one state of each region: `--highlight` given
+/// once per state, or given the instance's whole state value, lights both.
+#[test]
+fn graph_lights_every_region_of_a_parallel_state() {
+    let plugins = fixture_dir("order");
+    let dir = plugins.path().to_str().unwrap();
+    let graph = |highlight: &[&str]| {
+        let mut args = vec!["graph", "--plugins", dir, "order", "--format", "svg"];
+        for state in highlight {
+            args.extend(["--highlight", state]);
+        }
+        let (code, stdout, stderr) = run(&args, "");
+        assert_eq!(code, 0, "{highlight:?}: {stderr}");
+        lit(&stdout)
+    };
+    let both = (
+        vec![
+            "work.shipping.packing".to_owned(),
+            "work.billing.unpaid".to_owned(),
+        ],
+        vec![
+            "work".to_owned(),
+            "work.shipping".to_owned(),
+            "work.billing".to_owned(),
+        ],
+    );
+    assert_eq!(
+        graph(&["work.shipping.packing", "work.billing.unpaid"]),
+        both
+    );
+    // As `turnstile instances show` prints the state.
+    assert_eq!(
+        graph(&[r#"{"work":{"shipping":"packing","billing":"unpaid"}}"#]),
+        both
+    );
+    // One state is still one box.
+    assert_eq!(graph(&["open"]).0, ["open"]);
+    // A value naming a state the machine lacks is refused, naming it.
+    let (code, _, stderr) = run(
+        &[
+            "graph",
+            "--plugins",
+            dir,
+            "order",
+            "--format",
+            "svg",
+            "--highlight",
+            r#"{"work":{"shipping":"packing","billing":"overdue"}}"#,
+        ],
+        "",
+    );
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("no state `work.billing.overdue`"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn graph_names_an_unknown_workflow_or_state() {
     let plugins = PluginDir::with(&["invoice", "payment"]);

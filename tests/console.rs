@@ -380,3 +380,81 @@ async fn live_counts_follow_a_transition_made_on_another_server_sharing_the_stor
     .await
     .unwrap();
 }
+
+/// The states with `class` (`active`, `contains-active`) in the one SVG in `page`, in
+/// document order.
+fn lit_in(page: &str, class: &str) -> Vec<String> {
+    let start = page.find("<svg").expect("a diagram on the page");
+    let end = page[start..].find("</svg>").expect("the diagram ends") + start + "</svg>".len();
+    let doc = roxmltree::Document::parse(&page[start..end]).expect("the diagram is XML");
+    doc.descendants()
+        .filter(|n| n.has_tag_name("g") && n.attribute("data-state").is_some())
+        .filter(|n| {
+            n.attribute("class")
+                .is_some_and(|c| c.split(' ').any(|t| t == class))
+        })
+        .map(|n| n.attribute("data-state").unwrap().to_owned())
+        .collect()
+}
+
+/// An order started by a client is in its parallel `work` state, one state in each region: its
+/// instance page lights both, the diagram API lights what it is given (states, or the state
+/// value), and the workflow's counts count it in each.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_in_a_parallel_state_has_every_region_lit() {
+    let plugins = common::PluginDir::with(&[]);
+    plugins.add_c_fixture("order");
+    let tokens = tokens();
+    let server = common::Server::http(plugins.path(), &["--auth-token-file", tokens.arg()]);
+    let base = server.base();
+    let client = common::Client::http_as(&server.url, ALICE).await;
+    let started = client.call("order.start", serde_json::json!({})).await;
+    assert_ne!(started.is_error, Some(true), "{started:?}");
+
+    let (status, listed) = get(
+        &format!("{base}/console/api/instances?workflow=order"),
+        Some(OPERATOR),
+    )
+    .await;
+    assert_eq!(status, 200, "{listed}");
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    let instance = &listed["instances"][0];
+    assert_eq!(
+        instance["state"],
+        serde_json::json!({"work": {"shipping": "packing", "billing": "unpaid"}})
+    );
+    let key = instance["key"].as_str().unwrap();
+
+    let both = ["work.shipping.packing", "work.billing.unpaid"];
+    let around = ["work", "work.shipping", "work.billing"];
+    let page_url = format!(
+        "{base}/console/instance?{}",
+        serde_urlencoded::to_string([("id", key)]).unwrap()
+    );
+    let (status, page) = get(&page_url, Some(OPERATOR)).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(lit_in(&page, "active"), both, "the instance page");
+    assert_eq!(lit_in(&page, "contains-active"), around);
+
+    let diagram = format!("{base}/console/api/workflows/order/diagram.svg");
+    let value = instance["state"].to_string();
+    for query in [
+        vec![("highlight", both[0]), ("highlight", both[1])],
+        vec![("highlight", value.as_str())],
+    ] {
+        let url = format!("{diagram}?{}", serde_urlencoded::to_string(&query).unwrap());
+        let (status, svg) = get(&url, Some(OPERATOR)).await;
+        assert_eq!(status, 200, "{query:?}: {svg}");
+        assert_eq!(lit_in(&svg, "active"), both, "{query:?}");
+    }
+    let (status, refused) = get(&format!("{diagram}?highlight=work.nowhere"), Some(OPERATOR)).await;
+    assert_eq!(status, 404);
+    assert!(refused.contains("no state `work.nowhere`"), "{refused}");
+
+    let (_, workflows) = get(&format!("{base}/console/api/workflows"), Some(OPERATOR)).await;
+    let workflows: Value = serde_json::from_str(&workflows).unwrap();
+    let counts = &workflows["workflows"][0]["counts"];
+    for state in both.iter().chain(&around) {
+        assert_eq!(counts[state], 1, "{state}: {counts}");
+    }
+}

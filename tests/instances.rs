@@ -1,7 +1,8 @@
 //! `turnstile instances`: an operator finds an instance in the store, shows it with its audit
 //! trail (who moved it, by which tool, from and to), resets it and deletes it, and the server's
 //! clients see the result: on the embedded store (server stopped, as its file is one process's),
-//! and on Redis and PostgreSQL while servers run.
+//! and on Redis and PostgreSQL while servers run; and through a running server's console API
+//! over HTTPS (`--server https://… --ca-file`).
 
 mod common;
 
@@ -153,4 +154,114 @@ async fn on_redis_while_serving() {
 #[tokio::test]
 async fn on_postgres_while_serving() {
     find_show_reset_delete(shared(common::reachable_postgres_url()), false).await;
+}
+
+/// A server's certificate for this machine's loopback names, as PEM (certificate, key), signed
+/// by `ca` (a private CA), or self-signed and marked as a CA as `openssl req -x509` makes it.
+fn certificate(ca: Option<&rcgen::Issuer<'_, rcgen::KeyPair>>) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params =
+        rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap();
+    let certificate = match ca {
+        Some(ca) => params.signed_by(&key, ca).unwrap(),
+        None => {
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params.self_signed(&key).unwrap()
+        }
+    };
+    (certificate.pem(), key.serialize_pem())
+}
+
+/// `--server URL --token-file TOKEN --ca-file CA`.
+fn remote<'a>(base: &'a str, token: &'a str, ca: &'a str) -> Vec<&'a str> {
+    vec!["--server", base, "--token-file", token, "--ca-file", ca]
+}
+
+/// `--server https://…`: against a server serving TLS with a private CA's certificate, the
+/// command lists, shows and resets once told to trust that CA (`--ca-file`), and the server's
+/// client sees the reset; without it, or trusting another CA, it refuses to talk, saying what to
+/// give. A server's own self-signed certificate marked as a CA (what `openssl req -x509` makes,
+/// which WebPKI alone refuses as a server's) is trusted when given.
+#[tokio::test(flavor = "multi_thread")]
+async fn through_a_server_serving_tls() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let files = tempfile::tempdir().unwrap();
+    let path = |name: &str| files.path().join(name).to_str().unwrap().to_owned();
+    let write = |name: &str, text: &str| std::fs::write(path(name), text).unwrap();
+    let authority = |name: &str| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        write(name, &params.self_signed(&key).unwrap().pem());
+        rcgen::Issuer::new(params, key)
+    };
+    let ca = authority("ca.pem");
+    authority("other-ca.pem");
+    let (cert, key) = certificate(Some(&ca));
+    write("cert.pem", &cert);
+    write("key.pem", &key);
+    write("tokens", "ops tok-ops operator\nalice tok-alice\n");
+    write("ops", "tok-ops\n");
+    let tls = |cert: &str, key: &str| {
+        let flags = [
+            "--state-handle-key",
+            "--auth-token-file",
+            &path("tokens"),
+            "--tls-cert",
+            &path(cert),
+            "--tls-key",
+            &path(key),
+        ];
+        Server::http(plugins.path(), &flags)
+    };
+    let server = tls("cert.pem", "key.pem");
+    let base = server.base();
+    assert!(base.starts_with("https://127.0.0.1:"), "{base}");
+    let trusting = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(cert.as_bytes()).unwrap()])
+        .build()
+        .unwrap();
+    let client = Client::http_through(&server.url, trusting, Some("tok-alice")).await;
+    let handle = handle_of(&client.call("invoice.submit", json!({"amount": 300})).await);
+
+    let (ops, ca_file) = (path("ops"), path("ca.pem"));
+    let listed = instances(&remote(&base, &ops, &ca_file), &["list"]).unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(listed[0]["key"].as_str().unwrap().contains(&handle));
+    let shown = instances(&remote(&base, &ops, &ca_file), &["show", &handle]).unwrap();
+    assert_eq!(shown[0]["state"], "review");
+    let reset = instances(&remote(&base, &ops, &ca_file), &["reset", &handle]).unwrap();
+    assert_eq!(reset[0]["state"], "draft");
+    assert_eq!(state_of(&client, &handle).await, "draft");
+
+    // A certificate no system root vouches for: refused, saying what to give.
+    let refused = instances(&["--server", &base, "--token-file", &ops], &["list"]).unwrap_err();
+    assert!(
+        refused.contains("certificate") && refused.contains("--ca-file"),
+        "{refused}"
+    );
+    // Trusting another CA is no better.
+    let refused = instances(&remote(&base, &ops, &path("other-ca.pem")), &["list"]).unwrap_err();
+    assert!(refused.contains("certificate"), "{refused}");
+    // A CA file is for HTTPS, and must hold certificates.
+    let plain = base.replace("https://", "http://");
+    let refused = instances(&remote(&plain, &ops, &ca_file), &["list"]).unwrap_err();
+    assert!(
+        refused.contains("--ca-file is for a server reached over HTTPS"),
+        "{refused}"
+    );
+    let refused = instances(&remote(&base, &ops, &ops), &["list"]).unwrap_err();
+    assert!(refused.contains("holds no certificate"), "{refused}");
+
+    // The usual self-signed certificate, given as it is.
+    let (own, own_key) = certificate(None);
+    write("own.pem", &own);
+    write("own-key.pem", &own_key);
+    let own_server = tls("own.pem", "own-key.pem");
+    let own_base = own_server.base();
+    let listed = instances(&remote(&own_base, &ops, &path("own.pem")), &["list"]).unwrap();
+    assert!(listed.is_empty(), "a store of its own: {listed:?}");
+    let refused = instances(&remote(&own_base, &ops, &ca_file), &["list"]).unwrap_err();
+    assert!(refused.contains("certificate"), "{refused}");
 }

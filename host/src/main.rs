@@ -79,8 +79,12 @@ enum Command {
         format: GraphFormat,
         /// With `--format svg`: light up this state (a dot path like `review` or
         /// `payment.pending`, or `#id`), as an operator would see an instance's current state.
+        /// Give it once per state to light several (an instance in a parallel state is in one
+        /// state per region), or give an instance's whole state value as JSON
+        /// (`{"work":{"shipping":"packing","billing":"unpaid"}}`, as `turnstile instances show`
+        /// prints it) to light every state it is in.
         #[arg(long, value_name = "STATE")]
-        highlight: Option<String>,
+        highlight: Vec<String>,
     },
     /// Write a new plugin, built outside this repository: a Rust crate on the SDK (or a C
     /// project on the header) with a workflow of three states, its tools and a test.
@@ -123,6 +127,11 @@ enum GraphFormat {
 }
 
 fn main() -> ExitCode {
+    // The process's rustls provider is ring (the server's TLS and OAuth name it themselves).
+    // reqwest, built without a provider of its own, takes this one for every client it builds,
+    // TLS or not: without it, building one (`turnstile load`'s, the `--otlp-endpoint`
+    // exporter's) would panic. (`instances --server` gives its client a configuration of its own.)
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
     let outcome = match cli.command {
@@ -227,7 +236,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 GraphFormat::Dot => turnstile::statechart::diagram::DiagramFormat::Dot,
                 GraphFormat::Svg => turnstile::statechart::diagram::DiagramFormat::Svg,
             },
-            highlight.as_deref(),
+            &highlight,
         ),
         Command::NewPlugin {
             name,

@@ -12,16 +12,19 @@ use crate::{
 };
 
 /// Prints the diagrams. `workflow` picks one by id; an SVG is one picture of one workflow, so
-/// with several loaded it must be named; `highlight` (SVG only) marks a state as active.
+/// with several loaded it must be named; `highlight` (SVG only) marks states as active, each a
+/// state or a whole state value ([`diagram::highlighted`]): all of them are lit, since an instance
+/// in a parallel state is in several at once.
 pub fn run(
     plugins: &Path,
     workflow: Option<&str>,
     format: DiagramFormat,
-    highlight: Option<&str>,
+    highlight: &[String],
 ) -> anyhow::Result<ExitCode> {
-    if highlight.is_some() && format != DiagramFormat::Svg {
+    if !highlight.is_empty() && format != DiagramFormat::Svg {
         bail!("--highlight marks a state in an SVG: add --format svg");
     }
+    let highlight: Vec<&str> = highlight.iter().map(String::as_str).collect();
     let report = LoadReport::load(plugins)?;
     for problem in report.problems() {
         tracing::error!("{problem}");
@@ -58,7 +61,7 @@ pub fn run(
     for workflow in chosen {
         let offered = offered(catalog, workflow);
         if format == DiagramFormat::Svg {
-            let svg = diagram::render_svg(&workflow.machine, &offered, highlight)?;
+            let svg = diagram::render_svg(&workflow.machine, &offered, &highlight)?;
             out.write_all(svg.as_bytes())?;
         } else {
             let text = diagram::render_offered(&workflow.machine, &offered, format);

@@ -34,10 +34,15 @@ pub struct InstancesArgs {
     /// The data directory of the default embedded store (as given to `serve`).
     #[arg(long, env = "TURNSTILE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Ask this running server (`http://HOST:PORT`) through its console's API instead of
-    /// opening a store: works on any store while servers run.
+    /// Ask this running server (`http://HOST:PORT`, or `https://HOST:PORT` for one serving
+    /// TLS) through its console's API instead of opening a store: works on any store while
+    /// servers run.
     #[arg(long, value_name = "URL")]
     pub server: Option<String>,
+    /// With an `https://` --server: also trust the PEM certificates in this file (the server's
+    /// self-signed certificate, or the private CA that signed it), besides the system's roots.
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub ca_file: Option<PathBuf>,
     /// With --server: a file holding an operator's bearer token (its first line that is not
     /// blank or a `#` comment).
     #[arg(long, value_name = "FILE", requires = "server")]
@@ -111,7 +116,7 @@ pub fn run_cli(args: InstancesArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     if let Some(url) = &args.server {
-        let remote = Remote::new(url, args.token_file.as_deref())?;
+        let remote = Remote::new(url, args.token_file.as_deref(), args.ca_file.as_deref())?;
         return runtime.block_on(run_on(
             Source::Server(&remote),
             action,

@@ -7,7 +7,7 @@
 //! | route | what |
 //! | --- | --- |
 //! | `GET workflows` | each workflow: id, machine version, states, and counts per state |
-//! | `GET workflows/{id}/diagram.svg?highlight=STATE` | the diagram `turnstile graph --format svg` draws |
+//! | `GET workflows/{id}/diagram.svg?highlight=STATE…` | the diagram `turnstile graph --format svg` draws, each `highlight` (a state or a state value) lit |
 //! | `GET instances?workflow&state&older_than&limit` | `{"instances": [summary, …]}` |
 //! | `GET instance?id=HANDLE_OR_KEY&last=N` | what `turnstile instances show` prints |
 //! | `POST instance/reset?id=…`, `POST instance/delete?id=…` | `{"key", "done", "state"}` |
@@ -18,7 +18,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use axum::{
     Extension, Json,
-    extract::{Path, Query, State},
+    extract::{Path, Query, RawQuery, State},
     http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
@@ -34,7 +34,7 @@ use super::{
 use crate::{
     actors::{NotifierStats, RegistryStats},
     catalog::{Workflow, offered},
-    instances::{self, Filter, active_paths},
+    instances::{self, Filter},
     statechart::diagram,
 };
 
@@ -86,13 +86,6 @@ pub struct Named {
     pub done: Option<String>,
 }
 
-/// A diagram's query.
-#[derive(Debug, Deserialize)]
-pub struct Highlight {
-    #[serde(default)]
-    pub highlight: Option<String>,
-}
-
 /// One workflow, as the API lists it.
 #[derive(Debug, Serialize)]
 pub struct WorkflowInfo {
@@ -123,45 +116,48 @@ pub async fn workflows(State(console): State<Arc<Console>>) -> Result<Json<Value
     Ok(Json(json!({ "workflows": listed })))
 }
 
-/// The diagram of `workflow` with `highlight` lit, as `turnstile graph --format svg` draws it.
+/// The diagram of `workflow` with the states `highlight` names lit, as `turnstile graph --format
+/// svg` draws it (each a state, or a whole state value: `diagram::highlighted`).
 pub fn diagram_of(
     catalog: &crate::catalog::Catalog,
     workflow: &Workflow,
-    highlight: Option<&str>,
+    highlight: &[&str],
 ) -> Result<String, diagram::UnknownState> {
     diagram::render_svg(&workflow.machine, &offered(catalog, workflow), highlight)
 }
 
-/// The state to light for a state value: its deepest active state (the first, for parallel
-/// regions: one box is lit).
-pub fn lit_state(value: &Value) -> Option<String> {
-    let paths = active_paths(value);
-    paths
-        .iter()
-        .find(|path| {
-            !paths
-                .iter()
-                .any(|other| other.starts_with(&format!("{path}.")))
-        })
-        .cloned()
+/// The states to light for an instance's state value: every active leaf, one per region of a
+/// parallel state (lighting only the first would hide what the other regions wait for). States
+/// the loaded machine lacks (an instance pinned to an older version) are left out, so that the
+/// diagram still shows where it is in the states both versions have.
+pub fn lit_states(workflow: &Workflow, value: &Value) -> Vec<String> {
+    diagram::leaf_states(value)
+        .into_iter()
+        .filter(|state| workflow.machine.has_state(state))
+        .collect()
 }
 
-/// `GET /console/api/workflows/{id}/diagram.svg`.
+/// `GET /console/api/workflows/{id}/diagram.svg?highlight=STATE[&highlight=STATE…]`: each
+/// `highlight` a state, or an instance's whole state value as JSON; all are lit.
 pub async fn diagram(
     State(console): State<Arc<Console>>,
     Path(id): Path<String>,
-    Query(query): Query<Highlight>,
+    RawQuery(query): RawQuery,
 ) -> Response {
     let catalog = console.catalog.current();
     let Some(workflow) = catalog.workflow(&id) else {
         return Problem(StatusCode::NOT_FOUND, format!("no workflow {id} is loaded"))
             .into_response();
     };
-    match diagram_of(
-        &catalog,
-        workflow,
-        query.highlight.as_deref().filter(|s| !s.is_empty()),
-    ) {
+    // Repeated keys: serde's query maps cannot hold them, a list of pairs can.
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.as_deref().unwrap_or_default()).unwrap_or_default();
+    let highlight: Vec<&str> = pairs
+        .iter()
+        .filter(|(key, value)| key == "highlight" && !value.is_empty())
+        .map(|(_, value)| value.as_str())
+        .collect();
+    match diagram_of(&catalog, workflow, &highlight) {
         Ok(svg) => ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response(),
         Err(unknown) => Problem(StatusCode::NOT_FOUND, unknown.to_string()).into_response(),
     }

@@ -17,7 +17,7 @@ use super::{
     Access, Console,
     access::Operator,
     actions::{self, Act, Problem},
-    api::{self, ListQuery, Named, diagram_of, lit_state},
+    api::{self, ListQuery, Named, diagram_of, lit_states},
     pages::{self, PluginShown, ServerShown, WorkflowShown, encode},
 };
 use crate::instances;
@@ -34,7 +34,8 @@ fn problem_page(console: &Console, problem: Problem) -> Response {
 
 /// `GET /console`: the workflows.
 pub async fn workflows(State(console): State<Arc<Console>>) -> Response {
-    let counts = match console.census.count().await {
+    // Counted for this page, and handed to the live stream its script opens next.
+    let counts = match console.census.count_for_page().await {
         Ok(counts) => counts,
         Err(error) => return problem_page(&console, Problem::of(error)),
     };
@@ -45,7 +46,7 @@ pub async fn workflows(State(console): State<Arc<Console>>) -> Response {
             id: workflow.id.clone(),
             version: workflow.version.clone(),
             // No highlight: nothing is not a state the machine has.
-            svg: diagram_of(&catalog, workflow, None).unwrap_or_default(),
+            svg: diagram_of(&catalog, workflow, &[]).unwrap_or_default(),
             states: workflow.machine.state_paths(),
         })
         .collect();
@@ -90,8 +91,10 @@ pub async fn instance(State(console): State<Arc<Console>>, Query(named): Query<N
         .as_str()
         .and_then(|id| catalog.workflow(id))
         .and_then(|workflow| {
-            let lit = lit_state(&shown["state"]);
-            diagram_of(&catalog, workflow, lit.as_deref()).ok()
+            // Every state it is in: one per region of a parallel state.
+            let lit = lit_states(workflow, &shown["state"]);
+            let lit: Vec<&str> = lit.iter().map(String::as_str).collect();
+            diagram_of(&catalog, workflow, &lit).ok()
         });
     let notice = named
         .done

@@ -229,7 +229,8 @@ pub fn instances(
 }
 
 /// `/console/instance?id=…`: one instance, as `turnstile instances show` tells it, with its
-/// diagram (`svg`, the current state lit) and the reset and delete buttons.
+/// diagram (`svg`, every state it is in lit: one per region of a parallel state) and the reset
+/// and delete buttons.
 pub fn instance(signed_in: bool, shown: &Value, svg: Option<&str>, notice: Option<&str>) -> Markup {
     let key = shown["key"].as_str().unwrap_or_default();
     let id = encode(&[("id", key)]);
@@ -257,7 +258,7 @@ pub fn instance(signed_in: bool, shown: &Value, svg: Option<&str>, notice: Optio
                 h2 { "Diagram" }
                 @match svg {
                     Some(svg) => figure.diagram { (PreEscaped(svg)) },
-                    None => p { "No diagram: no plugin loaded here brings this workflow's machine, or its state is not in it." },
+                    None => p { "No diagram: no plugin loaded here brings this workflow's machine." },
                 }
             }
             section {

@@ -20,7 +20,7 @@ mod dot;
 mod mermaid;
 pub mod svg;
 
-pub use svg::{UnknownState, render_svg};
+pub use svg::{UnknownState, highlighted, leaf_states, render_svg};
 
 /// Output format of [`render_offered`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub enum DiagramFormat {
     Mermaid,
     /// Graphviz DOT.
     Dot,
-    /// SVG laid out here (no Graphviz needed); see [`render_svg`] to highlight a state.
+    /// SVG laid out here (no Graphviz needed); see [`render_svg`] to highlight states.
     Svg,
 }
 
@@ -66,7 +66,7 @@ pub fn render_offered(machine: &Machine, offered: &Offered, format: DiagramForma
     match format {
         DiagramFormat::Mermaid => r.mermaid(),
         DiagramFormat::Dot => r.dot(),
-        DiagramFormat::Svg => r.svg(None),
+        DiagramFormat::Svg => r.svg(&[]),
     }
 }
 

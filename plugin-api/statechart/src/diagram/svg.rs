@@ -15,7 +15,9 @@
 //!
 //! Every state is one `<g class="state" data-state="<dot path>">`, nested as the states are and
 //! titled with its path, so that tests and a console can find and highlight states; a
-//! highlighted state also has the class `active` (and its ancestors `contains-active`). Every
+//! highlighted state also has the class `active` (and its ancestors `contains-active`). Several
+//! states may be highlighted at once: an instance in a parallel state is in one state of each
+//! region, and an operator must see all of them, not the first region's alone. Every
 //! transition is one `<g class="edge" data-from data-to>`. The output depends on the machine and
 //! the bindings only: integer coordinates, no maps with random order.
 
@@ -37,28 +39,80 @@ pub struct UnknownState {
     pub known: Vec<String>,
 }
 
-/// Draws `machine` as SVG with what `offered` binds to each state; `highlight` (a dot path from
-/// the root, or `#id`) marks that state as the active one. Pure: the same input gives the same
-/// bytes.
+/// Draws `machine` as SVG with what `offered` binds to each state; each of `highlight` (see
+/// [`highlighted`]: a dot path from the root, `#id`, or a whole XState state value as JSON)
+/// marks its states as active. Pure: the same input gives the same bytes.
 pub fn render_svg(
     machine: &Machine,
     offered: &Offered,
-    highlight: Option<&str>,
+    highlight: &[&str],
 ) -> Result<String, UnknownState> {
     let tree = &machine.tree;
-    let active = match highlight {
-        None => None,
-        Some(state) => Some(
-            tree.lookup(state)
+    let mut active = Vec::new();
+    for spec in highlight {
+        for state in highlighted(spec) {
+            let n = tree
+                .lookup(&state)
                 .filter(|&n| n != ROOT && !tree.node(n).is_history())
                 .ok_or_else(|| UnknownState {
                     machine: tree.machine_id.clone(),
-                    state: state.to_owned(),
+                    state: state.clone(),
                     known: machine.state_paths(),
-                })?,
-        ),
-    };
-    Ok(Renderer::new(tree, offered).svg(active))
+                })?;
+            if !active.contains(&n) {
+                active.push(n);
+            }
+        }
+    }
+    Ok(Renderer::new(tree, offered).svg(&active))
+}
+
+/// The states one highlight names. A state is a dot path (`review`, `payment.pending`) or `#id`;
+/// text starting with `{` or `"` is an instance's XState state value as JSON
+/// (`{"work":{"shipping":"packing","billing":"unpaid"}}`), which names its active leaf states,
+/// one per region of a parallel state (`work.shipping.packing`, `work.billing.unpaid`): what a
+/// store record or `turnstile instances show` holds can be passed as it is. Text that looks like
+/// JSON but is not is returned whole, so that drawing it reports it as no state of the machine.
+pub fn highlighted(spec: &str) -> Vec<String> {
+    let trimmed = spec.trim_start();
+    if (trimmed.starts_with('{') || trimmed.starts_with('"'))
+        && let Ok(value) = serde_json::from_str::<serde_json::Value>(spec)
+    {
+        return leaf_states(&value);
+    }
+    vec![spec.to_owned()]
+}
+
+/// The active leaf states of an XState state value, as dot paths in the value's order: `"a"` is
+/// `a`; `{"a": "b"}` is `a.b`; `{"p": {"x": "y", "z": {}}}` is `p.x.y` and `p.z` (an atomic
+/// region is an empty object).
+pub fn leaf_states(value: &serde_json::Value) -> Vec<String> {
+    fn walk(value: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
+        let join = |name: &str| {
+            if prefix.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{prefix}.{name}")
+            }
+        };
+        match value {
+            serde_json::Value::String(name) => out.push(join(name)),
+            serde_json::Value::Object(children) => {
+                for (name, child) in children {
+                    match child {
+                        serde_json::Value::Object(inner) if inner.is_empty() => {
+                            out.push(join(name))
+                        }
+                        _ => walk(child, &join(name), out),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(value, "", &mut out);
+    out
 }
 
 /// Font size in px; the SVG asks for a monospace font of this size.
@@ -207,12 +261,13 @@ struct Svg<'r, 'a> {
     /// For each node, its layer and its row in that layer, among its siblings.
     rank: Vec<usize>,
     row: Vec<usize>,
-    active: Option<NodeId>,
+    /// The highlighted states.
+    active: &'r [NodeId],
 }
 
 impl Renderer<'_> {
-    /// The SVG document; `active` is highlighted.
-    pub(super) fn svg(&self, active: Option<NodeId>) -> String {
+    /// The SVG document; the states in `active` are highlighted.
+    pub(super) fn svg(&self, active: &[NodeId]) -> String {
         let edges = self.edges();
         let count = self.tree.nodes.len();
         let mut svg = Svg {
@@ -624,9 +679,9 @@ impl Svg<'_, '_> {
             if parent == Some(Kind::Parallel) {
                 c.push_str(" region");
             }
-            if self.active == Some(n) {
+            if self.active.contains(&n) {
                 c.push_str(" active");
-            } else if self.active.is_some_and(|a| tree.is_descendant(a, Some(n))) {
+            } else if self.active.iter().any(|&a| tree.is_descendant(a, Some(n))) {
                 c.push_str(" contains-active");
             }
             c
@@ -920,7 +975,7 @@ mod tests {
             .collect()
     }
 
-    fn svg(m: &Machine, offered: &Offered, highlight: Option<&str>) -> String {
+    fn svg(m: &Machine, offered: &Offered, highlight: &[&str]) -> String {
         render_svg(m, offered, highlight).unwrap()
     }
 
@@ -934,7 +989,7 @@ mod tests {
     #[test]
     fn every_state_is_one_group_nested_as_the_states_are() {
         let m = machine();
-        let out = svg(&m, &offered(), None);
+        let out = svg(&m, &offered(), &[]);
         let doc = Document::parse(&out).expect("well-formed XML");
         let mut drawn: Vec<&str> = states(&doc)
             .iter()
@@ -979,7 +1034,7 @@ mod tests {
 
     #[test]
     fn offered_names_are_listed_inside_their_state() {
-        let out = svg(&machine(), &offered(), None);
+        let out = svg(&machine(), &offered(), &[]);
         let doc = Document::parse(&out).unwrap();
         assert_eq!(own_texts(state(&doc, "draft")), ["draft", "tools: edit"]);
         // Bound to a compound state: offered in it and in everything inside it.
@@ -1016,7 +1071,7 @@ mod tests {
             tools: names,
             ..Offered::default()
         };
-        let out = svg(&machine(), &offered, None);
+        let out = svg(&machine(), &offered, &[]);
         let doc = Document::parse(&out).unwrap();
         let texts = own_texts(state(&doc, "draft"));
         assert!(texts.len() > 3, "{texts:?}");
@@ -1031,7 +1086,7 @@ mod tests {
 
     #[test]
     fn edges_carry_events_guards_and_delays() {
-        let out = svg(&guarded(), &Offered::default(), None);
+        let out = svg(&guarded(), &Offered::default(), &[]);
         let doc = Document::parse(&out).unwrap();
         let edges: Vec<(&str, &str, &str)> = doc
             .descendants()
@@ -1058,7 +1113,7 @@ mod tests {
             ]
         );
         let m = machine();
-        let out = svg(&m, &offered(), None);
+        let out = svg(&m, &offered(), &[]);
         assert!(out.contains(">done</text>"), "onDone is labelled");
         assert!(out.contains(">REJECT</text>"));
     }
@@ -1067,7 +1122,7 @@ mod tests {
     fn highlight_marks_exactly_that_state_and_tints_its_ancestors() {
         let m = machine();
         for name in ["review.pending", "#invoice.review.pending"] {
-            let out = svg(&m, &offered(), Some(name));
+            let out = svg(&m, &offered(), &[name]);
             let doc = Document::parse(&out).unwrap();
             let active: Vec<&str> = states(&doc)
                 .iter()
@@ -1082,16 +1137,84 @@ mod tests {
                 .collect();
             assert_eq!(around, ["review"]);
         }
-        let plain = svg(&m, &offered(), None);
+        let plain = svg(&m, &offered(), &[]);
         assert!(!plain.contains(" active\""));
         assert_eq!(plain, render_offered(&m, &offered(), DiagramFormat::Svg));
+    }
+
+    /// The states with `class` (`active`, `contains-active`), in document order.
+    fn with_class(out: &str, class: &str) -> Vec<String> {
+        let doc = Document::parse(out).unwrap();
+        states(&doc)
+            .iter()
+            .filter(|n| has_class(**n, class))
+            .map(|n| n.attribute("data-state").unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn every_region_of_a_parallel_state_is_lit_whether_named_or_given_as_a_state_value() {
+        let m = machine();
+        // An instance in `paid` is in both regions: its stored state value names both.
+        let value = r#"{"paid":{"ledger":{},"mail":{}}}"#;
+        for highlight in [
+            &[value][..],
+            &["paid.ledger", "paid.mail"],
+            &["paid.mail", value],
+        ] {
+            let out = svg(&m, &offered(), highlight);
+            assert_eq!(
+                with_class(&out, "active"),
+                ["paid.ledger", "paid.mail"],
+                "{highlight:?}"
+            );
+            assert_eq!(
+                with_class(&out, "contains-active"),
+                ["paid"],
+                "{highlight:?}"
+            );
+        }
+        // A state value of one atomic state is that state; a nested one, its leaf.
+        assert_eq!(
+            with_class(&svg(&m, &offered(), &["\"draft\""]), "active"),
+            ["draft"]
+        );
+        let nested = svg(&m, &offered(), &[r#"{"review":"pending"}"#]);
+        assert_eq!(with_class(&nested, "active"), ["review.pending"]);
+        assert_eq!(with_class(&nested, "contains-active"), ["review"]);
+    }
+
+    #[test]
+    fn a_state_value_names_its_leaf_states_and_a_bad_one_is_no_state() {
+        assert_eq!(
+            leaf_states(&json!({"work": {"shipping": "packing", "billing": {"due": "late"}}})),
+            ["work.shipping.packing", "work.billing.due.late"]
+        );
+        assert_eq!(
+            leaf_states(&json!({"p": {"a": {}, "b": {}}})),
+            ["p.a", "p.b"]
+        );
+        assert_eq!(highlighted("review.pending"), ["review.pending"]);
+        assert_eq!(highlighted("#invoice.review"), ["#invoice.review"]);
+        // Not JSON after all: drawn, it is reported as a state the machine lacks.
+        assert_eq!(highlighted("{paid"), ["{paid"]);
+        let err = render_svg(&machine(), &offered(), &["{paid"]).unwrap_err();
+        assert_eq!(err.state, "{paid");
+        // A value naming a state the machine lacks says which.
+        let err = render_svg(
+            &machine(),
+            &offered(),
+            &[r#"{"paid":{"ledger":{},"fax":{}}}"#],
+        )
+        .unwrap_err();
+        assert_eq!(err.state, "paid.fax");
     }
 
     #[test]
     fn an_unknown_highlight_names_the_state_and_the_known_ones() {
         let m = machine();
         for bad in ["revew", "review.", "", "#nope", "review.H"] {
-            let err = render_svg(&m, &offered(), Some(bad)).unwrap_err();
+            let err = render_svg(&m, &offered(), &[bad]).unwrap_err();
             assert_eq!(err.state, bad);
             let text = err.to_string();
             assert!(text.contains(&format!("no state `{bad}`")), "{text}");
@@ -1108,11 +1231,11 @@ mod tests {
             tools: vec![("<tool>".into(), vec!["x&y".into()])],
             ..Offered::default()
         };
-        let out = svg(&m, &offered, Some("x&y"));
+        let out = svg(&m, &offered, &["x&y"]);
         let doc = Document::parse(&out).expect("well-formed XML");
         assert_eq!(own_texts(state(&doc, "x&y")), ["x&y", "tools: <tool>"]);
         assert!(out.contains("data-state=\"q&apos;z\""));
-        assert_eq!(out, svg(&m, &offered, Some("x&y")));
+        assert_eq!(out, svg(&m, &offered, &["x&y"]));
     }
 
     /// The fixture of the structure snapshot: nesting, a parallel state, final and history
@@ -1193,16 +1316,16 @@ mod tests {
         out
     }
 
-    /// The structure of a rich machine's SVG, against the checked-in
-    /// `svg_structure.txt`. When a change is meant, rewrite it with
+    /// `structure` of the SVG of `order()` with `highlight` lit, against the checked-in
+    /// `src/diagram/<file>`. When a change is meant, rewrite it with
     /// `TURNSTILE_BLESS=1 cargo test -p turnstile-statechart --lib diagram` and review the diff.
-    #[test]
-    fn structure_matches_the_checked_in_snapshot() {
+    fn assert_snapshot(highlight: &[&str], file: &str) {
         let (m, offered) = order();
-        let out = svg(&m, &offered, Some("payment.pending"));
+        let out = svg(&m, &offered, highlight);
         let got = structure(&out);
-        let file =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/diagram/svg_structure.txt");
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/diagram")
+            .join(file);
         if std::env::var_os("TURNSTILE_BLESS").is_some() {
             std::fs::write(&file, &got).unwrap();
         }
@@ -1212,6 +1335,22 @@ mod tests {
             "the SVG's structure changed; if that is meant, run with TURNSTILE_BLESS=1 and \
              review the diff of {}\n--- got\n{got}--- want\n{want}",
             file.display()
+        );
+    }
+
+    /// The structure of a rich machine's SVG with one state lit.
+    #[test]
+    fn structure_matches_the_checked_in_snapshot() {
+        assert_snapshot(&["payment.pending"], "svg_structure.txt");
+    }
+
+    /// The same machine with an instance in its parallel state, lit from its state value: one
+    /// leaf of each region active, the regions and the parallel state around them tinted.
+    #[test]
+    fn structure_with_two_regions_lit_matches_the_checked_in_snapshot() {
+        assert_snapshot(
+            &[r#"{"shipping":{"pack":"todo","bill":"open"}}"#],
+            "svg_structure_parallel.txt",
         );
     }
 }
