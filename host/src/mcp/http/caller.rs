@@ -2,7 +2,7 @@
 //! `direct.rs`, the same way) puts in the request's extensions: the principal `auth/` found,
 //! the client's address the connection added (`idle.rs`), and the session the request names.
 
-use axum::http::request::Parts;
+use axum::http::{self, HeaderMap, request::Parts};
 use rmcp::model::Extensions;
 
 use super::header_names::SESSION_ID;
@@ -22,14 +22,25 @@ pub fn of(extensions: &Extensions) -> Caller<'_> {
             address: None,
         };
     };
+    read(&parts.headers, &parts.extensions)
+}
+
+/// The [`Caller`] of a request the endpoint has not handed on yet (`endpoint.rs`' per-client
+/// quotas), read from the same headers and extensions as [`of`] reads: so whatever a quota
+/// counts a request against is the holder the handler's own checks see.
+pub fn of_request<B>(request: &http::Request<B>) -> Caller<'_> {
+    read(request.headers(), request.extensions())
+}
+
+fn read<'a>(headers: &'a HeaderMap, extensions: &'a http::Extensions) -> Caller<'a> {
     Caller {
         // A session id that is not visible ASCII names no session the records hold.
-        session: match parts.headers.get(SESSION_ID) {
+        session: match headers.get(SESSION_ID) {
             Some(id) => CarriedBy::Session(id.to_str().unwrap_or_default()),
             None => CarriedBy::Nothing,
         },
-        principal: parts.extensions.get::<Principal>(),
-        address: parts.extensions.get::<ClientAddr>(),
+        principal: extensions.get::<Principal>(),
+        address: extensions.get::<ClientAddr>(),
     }
 }
 
@@ -68,12 +79,17 @@ mod tests {
             .insert(Principal("token:alice".into()));
         let address = ClientAddr(IpAddr::V4(Ipv4Addr::LOCALHOST));
         request.extensions_mut().insert(address);
+        // The endpoint reads the request before rmcp moves its parts into the handler's context.
+        let at_the_endpoint = of_request(&request);
+        assert_eq!(at_the_endpoint.http_session(), Some("abc"));
+        let holder = at_the_endpoint.quota_holder();
         let extensions = extensions_of(request);
         let caller = of(&extensions);
         assert_eq!(caller.http_session(), Some("abc"));
         assert!(!caller.is_sessionless());
         assert_eq!(caller.principal_name().as_deref(), Some("token:alice"));
         assert_eq!(caller.address, Some(&address));
+        assert_eq!(caller.quota_holder(), holder);
     }
 
     #[test]

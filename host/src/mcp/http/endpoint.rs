@@ -43,6 +43,7 @@ use rmcp::transport::streamable_http_server::{
 use serde_json::Value;
 
 use super::{
+    caller,
     direct::{self, Served},
     event_stream,
     handshake::{Handshakes, is_initialized_notification, is_method},
@@ -55,7 +56,7 @@ use crate::mcp::{
     auth::principal::Principal,
     handler::server::TurnstileServer,
     jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
-    quotas::{self, ClientAddr, Holder, OverQuota, Quotas},
+    quotas::{self, OverQuota, Quotas},
 };
 
 /// rmcp's answer when the body it read is not a JSON-RPC message it accepts (its 415).
@@ -231,7 +232,7 @@ fn unknown_session() -> Response {
 /// through rmcp, which then gets the session's messages.
 async fn get(layer: &McpLayer, request: Request) -> Response {
     // One client's streams first: past its own limit it waits for one of its streams to close.
-    let holder = holder_of(&request);
+    let holder = caller::of_request(&request).quota_holder();
     let its_place = match holder
         .as_ref()
         .map(|holder| layer.quotas.admit_stream(holder))
@@ -318,7 +319,7 @@ fn post(
 async fn post_to_rmcp(layer: &McpLayer, request: Request) -> Response {
     let session = session_of(request.headers()).map(str::to_owned);
     let principal = request.extensions().get::<Principal>().cloned();
-    let holder = holder_of(&request);
+    let holder = caller::of_request(&request).quota_holder();
     let (parts, body) = request.into_parts();
     let chunks: Arc<Mutex<Vec<Bytes>>> = Arc::default();
     let recorder = chunks.clone();
@@ -433,7 +434,7 @@ async fn admit(
     };
     // The client's own share first, then the server's: a client over its quota takes no place
     // among the sessions.
-    let its_place = match holder_of(&request).map(|holder| {
+    let its_place = match caller::of_request(&request).quota_holder().map(|holder| {
         layer
             .quotas
             .admit_session(&holder, |id| layer.sessions.exists(id))
@@ -457,14 +458,6 @@ async fn admit(
         "Service Unavailable: this server holds its maximum of {max} sessions; retry in \
          {BUSY_RETRY_AFTER_S} s, or end a session you no longer use (DELETE)"
     )))
-}
-
-/// Who a request counts against for the per-client quotas: its principal, else its address.
-fn holder_of(request: &Request) -> Option<Holder> {
-    Holder::of(
-        request.extensions().get::<Principal>(),
-        request.extensions().get::<ClientAddr>(),
-    )
 }
 
 /// 429 with `Retry-After` and a JSON-RPC error: one client's quota is reached.
