@@ -35,7 +35,7 @@ use hmac::{Hmac, KeyInit, Mac};
 #[allow(deprecated)] // Sampling is deprecated in 2026-07-28 (SEP-2577), not in 2025.
 use rmcp::model::{CreateMessageRequest, CreateMessageRequestParams};
 use rmcp::{
-    ErrorData, RoleServer,
+    RoleServer,
     model::{
         ClientCapabilities, ClientResult, ElicitRequest, ElicitRequestParams, InputRequests,
         InputRequiredResult, ServerRequest,
@@ -153,11 +153,23 @@ pub enum Next {
     Rerouted,
 }
 
+/// Why a request's `inputResponses` or `requestState` cannot be used: what is wrong, which
+/// `reply` words as the JSON-RPC error (invalid params) the request gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unusable {
+    /// Sent on a revision before 2026-07-28, where the server asks the client itself.
+    OtherRevision,
+    /// The answer under this key of `inputResponses` is not an object.
+    NotAnObject(String),
+    /// The `requestState` cannot be opened, and why: it is not this deployment's (or was
+    /// changed), has expired, or was issued to another principal or for another call.
+    State(&'static str),
+}
+
 impl Asking {
     /// The asking of a new call of `context`'s request: in the 2026 era, from the request's
-    /// `inputResponses` and `requestState` (checked against `call`: refused with a JSON-RPC
-    /// error when it was tampered with, has expired, or was issued for another call or
-    /// principal).
+    /// `inputResponses` and `requestState` (checked against `call`: [`Unusable`] when it was
+    /// tampered with, has expired, or was issued for another call or principal).
     pub fn start(
         context: &RequestContext<RoleServer>,
         seal: &StateSeal,
@@ -165,14 +177,10 @@ impl Asking {
         input_responses: Option<BTreeMap<String, Value>>,
         request_state: Option<&str>,
         confirm_fallback: bool,
-    ) -> Result<Asking, ErrorData> {
+    ) -> Result<Asking, Unusable> {
         let era = Era::of(context);
         if era == Era::Requests && (request_state.is_some() || input_responses.is_some()) {
-            return Err(ErrorData::invalid_params(
-                "inputResponses and requestState belong to protocol 2026-07-28; this request \
-                 speaks an earlier revision, where the server asks the client itself",
-                Some(json!({"code": "REQUEST_STATE_INVALID", "reason": "wrong protocol revision"})),
-            ));
+            return Err(Unusable::OtherRevision);
         }
         let (mut responses, asked) = match request_state {
             Some(state) => seal.open(state, &call)?,
@@ -185,14 +193,7 @@ impl Asking {
                 continue;
             }
             if !answer.is_object() {
-                return Err(ErrorData::invalid_params(
-                    format!(
-                        "inputResponses[{}] is not an object: each answer is the client's \
-                         result for the request of that key",
-                        super::clip::clip(&key)
-                    ),
-                    Some(json!({"code": "INVALID_INPUT_RESPONSES"})),
-                ));
+                return Err(Unusable::NotAnObject(key));
             }
             responses.insert(key, answer);
         }
@@ -486,46 +487,37 @@ impl StateSeal {
     }
 
     /// The answers `state` holds and the keys its round asked, if this deployment sealed it for
-    /// `call` and it has not expired; else the JSON-RPC error (invalid params) the retry gets.
+    /// `call` and it has not expired; else why not ([`Unusable::State`]).
     pub fn open(
         &self,
         state: &str,
         call: &CallIdentity,
-    ) -> Result<(Map<String, Value>, Vec<String>), ErrorData> {
-        let refused = |why: &str| {
-            ErrorData::invalid_params(
-                format!(
-                    "requestState {why}; start the call again without it (the answers it held \
-                     will be asked again)"
-                ),
-                Some(json!({"code": "REQUEST_STATE_INVALID", "reason": why})),
-            )
-        };
+    ) -> Result<(Map<String, Value>, Vec<String>), Unusable> {
         let Some((body, tag)) = state
             .strip_prefix("v1.")
             .and_then(|rest| rest.split_once('.'))
         else {
-            return Err(refused("integrity check failed"));
+            return Err(Unusable::State("integrity check failed"));
         };
         let tag = URL_SAFE_NO_PAD
             .decode(tag)
-            .map_err(|_| refused("integrity check failed"))?;
+            .map_err(|_| Unusable::State("integrity check failed"))?;
         self.tag(body)
             .verify_slice(&tag)
-            .map_err(|_| refused("integrity check failed"))?;
+            .map_err(|_| Unusable::State("integrity check failed"))?;
         let body: StateBody = URL_SAFE_NO_PAD
             .decode(body)
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            .ok_or_else(|| refused("integrity check failed"))?;
+            .ok_or(Unusable::State("integrity check failed"))?;
         if body.e < crate::store::now_ms() {
-            return Err(refused("has expired"));
+            return Err(Unusable::State("has expired"));
         }
         if body.p != call.principal {
-            return Err(refused("was issued to another principal"));
+            return Err(Unusable::State("was issued to another principal"));
         }
         if body.m != call.method || body.n != call.name || body.a != call.arguments {
-            return Err(refused("was issued for another call"));
+            return Err(Unusable::State("was issued for another call"));
         }
         Ok((body.r, body.q))
     }
@@ -569,11 +561,11 @@ mod tests {
             seal.seal(&call("alice"), &answers, asked.clone()),
             "never twice the same"
         );
-        let reason = |result: Result<(Map<String, Value>, Vec<String>), ErrorData>| {
-            result.unwrap_err().data.unwrap()["reason"]
-                .as_str()
-                .unwrap()
-                .to_owned()
+        let reason = |result: Result<(Map<String, Value>, Vec<String>), Unusable>| match result
+            .unwrap_err()
+        {
+            Unusable::State(why) => why,
+            other => panic!("not a refused state: {other:?}"),
         };
         assert_eq!(
             reason(seal.open(&state, &call("bob"))),

@@ -67,17 +67,14 @@ impl TurnstileServer {
                     .await?
             }
             other => {
-                return Err(ErrorData::invalid_params(
-                    format!("cannot complete a {} reference", other.reference_type()),
-                    None,
-                ));
+                return Err(reply::uncompletable_reference(other.reference_type()));
             }
         };
         let total = values.len();
         let shown: Vec<String> = values.into_iter().take(MAX_COMPLETIONS).collect();
         let info =
             CompletionInfo::with_pagination(shown, Some(total as u32), total > MAX_COMPLETIONS)
-                .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+                .map_err(|error| reply::completions_unlisted(&error))?;
         Ok(CompleteResult::new(info))
     }
 

@@ -305,7 +305,7 @@ impl ServerHandler for TurnstileServer {
                 self.caller(request).tenant().as_ref(),
                 self.shared.max_handles_per_request,
             )
-            .map_err(|error| ErrorData::invalid_params(error, None))?
+            .map_err(reply::invalid_handles)?
         } else {
             Vec::new()
         };
@@ -338,7 +338,7 @@ impl ServerHandler for TurnstileServer {
                     self.shared.runtime.forget(key);
                 }
                 self.shared.runtime.session_ended(&listener_id);
-                return Err(ErrorData::invalid_params(error.to_string(), None));
+                return Err(reply::unwatchable(&error));
             }
         }
         for (key, uri) in resources {

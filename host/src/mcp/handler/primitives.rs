@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 
 use super::{
     asking::{self, Asking, CallIdentity},
+    clip::clip,
     instance_resource, reply,
     server::TurnstileServer,
 };
@@ -256,14 +257,17 @@ impl TurnstileServer {
                 handle_in_meta,
                 self.caller(context).principal_name().as_deref(),
             );
-            Some(Asking::start(
-                context,
-                &self.shared.state_seal,
-                identity,
-                request.input_responses,
-                request.request_state.as_deref(),
-                false,
-            )?)
+            Some(
+                Asking::start(
+                    context,
+                    &self.shared.state_seal,
+                    identity,
+                    request.input_responses,
+                    request.request_state.as_deref(),
+                    false,
+                )
+                .map_err(|why| reply::unusable_answers(&why))?,
+            )
         } else {
             None
         };
@@ -489,7 +493,7 @@ impl TurnstileServer {
             .await
             .map_err(|error| {
                 reply::instance_unreadable(
-                    &format!("the instance of resource {}", reply::clip(uri)),
+                    &format!("the instance of resource {}", clip(uri)),
                     &crate::actors::InstanceError::Store(error),
                 )
             })?;
@@ -535,16 +539,13 @@ impl TurnstileServer {
                     self.caller(context).tenant().as_ref(),
                     self.shared.max_handles_per_request,
                 )
-                .map_err(|error| ErrorData::invalid_params(error, None))?
+                .map_err(reply::invalid_handles)?
                 .into_iter()
                 .find(|key| *key.workflow == *workflow),
         };
         let Some(key) = key else {
             let Some(loaded) = catalog.workflow(workflow) else {
-                return Err(ErrorData::internal_error(
-                    format!("no workflow \"{workflow}\" is loaded"),
-                    None,
-                ));
+                return Err(reply::unloaded_workflow(workflow));
             };
             return Ok(Subject {
                 key: None,
@@ -615,7 +616,7 @@ impl TurnstileServer {
             .map_err(|error| match error {
                 crate::actors::InstanceError::UnknownHandle(_) => not_found(),
                 other => reply::instance_unreadable(
-                    &format!("the instance of resource {}", reply::clip(uri)),
+                    &format!("the instance of resource {}", clip(uri)),
                     &other,
                 ),
             })?;
@@ -704,7 +705,7 @@ fn argument_problems(
         .collect();
     for (name, value) in arguments {
         if !declared.iter().any(|argument| argument.name == *name) {
-            problems.push(format!("unknown argument {}", reply::clip(name)));
+            problems.push(format!("unknown argument {}", clip(name)));
         } else if !value.is_string() {
             problems.push(format!("argument {name} must be a string"));
         }

@@ -9,26 +9,31 @@
 //! through [`clip`], so a megabyte of name cannot become a megabyte of error or of log line.
 //!
 //! Prompts and resources (`prompts/get`, `resources/read`) have no `isError` result: their
-//! answers and refusals are built in `reply/primitives.rs`.
+//! answers and refusals are built in `reply/primitives.rs`. The JSON-RPC errors of requests the
+//! handler cannot serve as sent are in `reply/request_errors.rs`. Nothing else in `handler/`
+//! builds an `ErrorData`: a room that finds a problem says what it is, and calls one of these.
 
 mod next_step;
 mod primitives;
+mod request_errors;
 
-use rmcp::{
-    ErrorData,
-    model::{CallToolResult, ContentBlock, JsonObject, Tool},
-};
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
 use serde_json::{Value, json};
 
 pub use self::next_step::{NextStepMode, Whereabouts, with_next_step};
 pub use self::primitives::{
-    InstanceDocument, completion_failed, instance_document, invalid_prompt_arguments,
-    listed_instance_resource, listed_instance_template, listed_prompt, listed_resource,
-    listed_template, prompt_input_unavailable, prompt_result, read_failure, resource_not_found,
-    resource_result, unknown_completion_argument, unknown_prompt, unknown_template, withheld,
+    InstanceDocument, completion_failed, completions_unlisted, instance_document,
+    invalid_prompt_arguments, listed_instance_resource, listed_instance_template, listed_prompt,
+    listed_resource, listed_template, prompt_input_unavailable, prompt_result, read_failure,
+    resource_not_found, resource_result, uncompletable_reference, unknown_completion_argument,
+    unknown_prompt, unknown_template, withheld,
 };
-pub use super::clip::clip;
-use super::target::NoTarget;
+pub use self::request_errors::{
+    MAX_IDEMPOTENCY_KEY_CHARS, handle_of_unloaded_workflow, instance_unreadable, invalid_handles,
+    invalid_idempotency_key, unknown_tool, unloaded_workflow, unroutable_request, unusable_answers,
+    unwatchable,
+};
+use super::{clip::clip, target::NoTarget};
 use crate::{
     actors::InstanceError,
     catalog::{CONTENT_KEY, ToolEntry},
@@ -77,71 +82,6 @@ pub fn listed_tool(tool: &ToolEntry, description: &str) -> Tool {
 
 /// Where a workflow tool's result reports the state the call left its instance in.
 pub const STATE_KEY: &str = "state";
-
-/// JSON-RPC -32602: no plugin provides a tool by that name.
-pub fn unknown_tool(name: &str) -> ErrorData {
-    let name = clip(name);
-    ErrorData::invalid_params(
-        format!("unknown tool: {name}"),
-        Some(json!({ "tool": name })),
-    )
-}
-
-/// The longest idempotency key accepted, in characters.
-pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 128;
-
-/// JSON-RPC -32602: `_meta.idempotencyKey` is not a string of 1 to
-/// [`MAX_IDEMPOTENCY_KEY_CHARS`] characters. Nothing ran.
-pub fn invalid_idempotency_key(key: &Value) -> ErrorData {
-    let problem = match key {
-        Value::String(text) if text.is_empty() => "is empty".to_owned(),
-        Value::String(text) => format!("is {} characters long", text.chars().count()),
-        other => format!("is not a string but {}", json_kind(other)),
-    };
-    ErrorData::invalid_params(
-        format!(
-            "_meta.idempotencyKey {problem}: it must be a string of 1 to \
-             {MAX_IDEMPOTENCY_KEY_CHARS} characters"
-        ),
-        Some(json!({ "field": "_meta.idempotencyKey" })),
-    )
-}
-
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// JSON-RPC error for a request rmcp could not route: `tools/call` with malformed params
-/// (-32602, naming the problem), or a method this server does not serve (-32601, naming it; on
-/// 2026-07-28 that includes the methods the revision removed, such as `initialize`).
-pub fn unroutable_request(method: &str, params: Option<&Value>) -> ErrorData {
-    if method == "tools/call" {
-        let params = params.cloned().unwrap_or(Value::Null);
-        if let Err(problem) = serde_json::from_value::<rmcp::model::CallToolRequestParams>(params) {
-            // serde's message may quote the offending value.
-            return ErrorData::invalid_params(
-                format!(
-                    "invalid params for tools/call: {}",
-                    clip(&problem.to_string())
-                ),
-                Some(json!({ "method": method })),
-            );
-        }
-    }
-    let method = clip(method);
-    ErrorData::new(
-        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-        format!("method not found: {method}"),
-        Some(json!({ "method": method })),
-    )
-}
 
 /// The tool ran: its output, or the failure it reported. For a tool of a workflow, `state` is
 /// the instance's state after the call: an object output that has no [`STATE_KEY`] of its own
@@ -436,21 +376,6 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
     )
 }
 
-/// A listing or read (`tools/list`, `prompts/get`, `resources/read`, …) could not read the state
-/// of the instance it names. An unknown handle is the caller's mistake (-32602), with the stable code
-/// `UNKNOWN_HANDLE` a tool call's refusal carries; anything else is the server's (-32603).
-pub fn instance_unreadable(instance: &str, error: &InstanceError) -> ErrorData {
-    match error {
-        InstanceError::UnknownHandle(_) => {
-            ErrorData::invalid_params(error.to_string(), Some(json!({ "code": "UNKNOWN_HANDLE" })))
-        }
-        other => ErrorData::internal_error(
-            format!("cannot read the state of {instance}: {other}"),
-            Some(json!({ "code": "STATE_UNAVAILABLE" })),
-        ),
-    }
-}
-
 /// The tool produced no output. Nothing was fired.
 pub fn invoke_failure(tool: &str, error: &InvokeError) -> CallToolResult {
     let mut details = json!({ "tool": tool, "message": error.to_string() });
@@ -612,16 +537,6 @@ fn error_result(text: String, code: &str, details: Value) -> CallToolResult {
 mod tests {
     use super::*;
     use crate::plugin::Returned;
-
-    #[test]
-    fn echoed_names_are_clipped() {
-        let name = "x".repeat(1 << 20);
-        let error = unknown_tool(&name);
-        assert!(error.message.len() < 200, "{}", error.message.len());
-        assert!(error.data.unwrap().to_string().len() < 200);
-        let error = unroutable_request(&name, None);
-        assert!(error.message.len() < 200, "{}", error.message.len());
-    }
 
     #[test]
     fn a_workflow_result_reports_the_state_unless_the_output_has_its_own() {

@@ -320,15 +320,12 @@ impl TurnstileServer {
                 self.caller(context).tenant().as_ref(),
                 self.shared.max_handles_per_request,
             )
-            .map_err(|error| ErrorData::invalid_params(error, None))?;
+            .map_err(reply::invalid_handles)?;
         let mut views = Vec::new();
         if !named.is_empty() {
             for key in named {
                 if catalog.workflow(&key.workflow).is_none() {
-                    return Err(ErrorData::invalid_params(
-                        format!("no workflow \"{}\" is loaded", reply::clip(&key.workflow)),
-                        None,
-                    ));
+                    return Err(reply::handle_of_unloaded_workflow(&key.workflow));
                 }
                 let view = self.view(&key, context).await?;
                 views.push((key, view));

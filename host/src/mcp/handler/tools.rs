@@ -246,14 +246,17 @@ impl TurnstileServer {
                         .as_ref()
                         .map(|principal| principal.0.as_str()),
                 );
-                Some(Asking::start(
-                    &context,
-                    &self.shared.state_seal,
-                    identity,
-                    request.input_responses,
-                    request.request_state.as_deref(),
-                    self.shared.confirm_fallback,
-                )?)
+                Some(
+                    Asking::start(
+                        &context,
+                        &self.shared.state_seal,
+                        identity,
+                        request.input_responses,
+                        request.request_state.as_deref(),
+                        self.shared.confirm_fallback,
+                    )
+                    .map_err(|why| reply::unusable_answers(&why))?,
+                )
             } else {
                 None
             };

@@ -238,7 +238,8 @@ fn message(answer: Result<ServerResult, ErrorData>, id: RequestId) -> ServerJson
 /// `InputRequired` result is refused before protocol revision 2026-07-28; the result keeps the
 /// shape older revisions know (no `resultType: "complete"`, no structured content that is not
 /// an object) unless the revision is 2026-07-28 or later. A test in `tests/sessions.rs` checks
-/// that the same calls get the same answers from rmcp and from here.
+/// that the same calls get the same answers from rmcp and from here. The two errors built here
+/// are rmcp's, worded as rmcp words them; Turnstile's own are built in `handler/reply.rs`.
 #[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
 fn call_tool(
     handler: &TurnstileServer,

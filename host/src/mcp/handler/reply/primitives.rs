@@ -17,11 +17,11 @@ use rmcp::{
 };
 use serde_json::{Value, json};
 
-use super::clip;
 use crate::{
     catalog::{PromptEntry, ResourceEntry, TemplateEntry},
     gate::Withheld,
     invoke::InvokeError,
+    mcp::handler::clip::clip,
     plugin::{PluginOutput, PrimitiveKind},
 };
 
@@ -173,6 +173,18 @@ pub fn unknown_completion_argument(kind: &str, name: &str, argument: &str) -> Er
         format!("{kind} {name} has no argument {argument}"),
         Some(json!({ "code": "UNKNOWN_ARGUMENT", "argument": argument })),
     )
+}
+
+/// JSON-RPC -32602: `completion/complete` names a kind of reference this server completes
+/// nothing of (it completes prompts' arguments and resource templates' variables).
+pub fn uncompletable_reference(kind: &str) -> ErrorData {
+    ErrorData::invalid_params(format!("cannot complete a {kind} reference"), None)
+}
+
+/// JSON-RPC -32603: the completions found could not be put in a result (rmcp refuses more than
+/// it allows in one, which the handler never offers it).
+pub fn completions_unlisted(error: &dyn std::fmt::Display) -> ErrorData {
+    ErrorData::internal_error(error.to_string(), None)
 }
 
 /// JSON-RPC -32602: a completion names a resource template nobody serves.
