@@ -55,12 +55,8 @@ pub enum Operated {
 /// Holds the instance's lease (with a store other servers share), waiting for another server to
 /// give it up for up to `--lease-wait`.
 async fn hold_lease(actor_tenure: Option<&super::tenure::Tenure>) -> Result<(), InstanceError> {
-    if let Some(tenure) = actor_tenure
-        && let Err(busy) = tenure.hold(Some(Instant::now())).await?
-    {
-        return Err(InstanceError::LeaseBusy {
-            retry_after_ms: busy.retry_after_ms,
-        });
+    if let Some(tenure) = actor_tenure {
+        tenure.hold(Some(Instant::now())).await??;
     }
     Ok(())
 }

@@ -34,7 +34,7 @@ use tracing::Instrument;
 
 use crate::actors::{
     InstanceKey, Owner, SessionId, notifier,
-    tenure::{LeaseSettings, Tenure},
+    tenure::{LeaseBusy, LeaseSettings, Tenure},
 };
 use crate::{
     catalog::{LiveCatalog, Workflow},
@@ -278,6 +278,17 @@ pub enum InstanceError {
          {limit} (--max-record-bytes)"
     )]
     RecordTooLarge { size: usize, limit: usize },
+}
+
+/// A lease another server holds past the wait is the call's [`InstanceError::LeaseBusy`]: the
+/// one place [`Tenure::hold`]'s refusal becomes what a caller is told, so every path that holds
+/// the lease before acting (a call, an operator's action) answers alike.
+impl From<LeaseBusy> for InstanceError {
+    fn from(busy: LeaseBusy) -> Self {
+        InstanceError::LeaseBusy {
+            retry_after_ms: busy.retry_after_ms,
+        }
+    }
 }
 
 /// What the actor needs that is shared by every instance.
@@ -756,9 +767,7 @@ impl Handler<Call> for InstanceActor {
                             adopt: cached,
                             changed: None,
                             exists: false,
-                            outcome: Err(InstanceError::LeaseBusy {
-                                retry_after_ms: busy.retry_after_ms,
-                            }),
+                            outcome: Err(busy.into()),
                         };
                     }
                     Err(error) => {

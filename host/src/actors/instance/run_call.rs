@@ -28,7 +28,7 @@ use super::{Call, CallOutcome, InstanceDeps, InstanceError, InstanceView};
 use crate::actors::{
     InstanceKey,
     idempotency::{self, Lookup},
-    tenure::Tenure,
+    tenure::{LeaseBusy, Tenure},
 };
 use crate::{
     catalog::{ToolEntry, Workflow},
@@ -382,9 +382,9 @@ async fn run_plugin(
     if let Some(tenure) = tenure {
         match tenure.hold(None).await? {
             Ok(holding) if holding.keeps(view.version) => {}
-            Ok(_) | Err(_) => {
-                return Err(InstanceError::LeaseBusy { retry_after_ms: 10 });
-            }
+            // Lost since the call held it, or granted anew over a record another server saved
+            // meanwhile: the plugin must not run on a copy that may be stale.
+            Ok(_) | Err(_) => return Err(LeaseBusy { retry_after_ms: 10 }.into()),
         }
     }
     let plugin = if otlp::exporting() {
