@@ -14,15 +14,20 @@
 //! It must not decide what an operator may do (that is the console's access check) or find
 //! instances (that is `instances/`).
 
-use std::time::Instant;
+use std::{sync::Arc, time::Instant};
 
 use actix::prelude::*;
 use serde_json::Value;
 
-use super::instance::{self, InstanceActor, InstanceError, InstanceView};
+use super::{
+    InstanceKey,
+    instance::{self, InstanceActor, InstanceDeps, InstanceError, InstanceView},
+    tenure::Tenure,
+};
 use crate::{
+    catalog::Workflow,
     gate::ListsChanged,
-    store::{AuditEntry, CURRENT_FORMAT, InstanceRecord, now_ms},
+    store::{AuditEntry, CURRENT_FORMAT, Fence, InstanceRecord, now_ms},
 };
 
 /// Put the instance back in its machine's initial state and context.
@@ -52,25 +57,44 @@ pub enum Operated {
     Missing,
 }
 
-/// Holds the instance's lease (with a store other servers share), waiting for another server to
-/// give it up for up to `--lease-wait`.
-async fn hold_lease(actor_tenure: Option<&super::tenure::Tenure>) -> Result<(), InstanceError> {
-    if let Some(tenure) = actor_tenure {
-        tenure.hold(Some(Instant::now())).await??;
-    }
-    Ok(())
+/// What an operator's action works on: the actor's instance, taken (once the actor follows the
+/// catalog) for the action's future, which runs apart from the actor. Reset and delete start
+/// alike, and [`Operand::held`] is how.
+struct Operand {
+    deps: Arc<InstanceDeps>,
+    key: InstanceKey,
+    workflow: Arc<Workflow>,
+    tenure: Option<Arc<Tenure>>,
 }
 
-/// The instance as stored now, or `None` when nothing is.
-async fn stored(
-    deps: &instance::InstanceDeps,
-    key: &super::InstanceKey,
-    workflow: &std::sync::Arc<crate::catalog::Workflow>,
-) -> Result<Option<InstanceView>, InstanceError> {
-    match instance::load(deps, key, workflow).await {
-        Ok(view) if view.version > 0 => Ok(Some(view)),
-        Ok(_) | Err(InstanceError::UnknownHandle(_)) => Ok(None),
-        Err(error) => Err(error),
+impl Operand {
+    fn of(actor: &mut InstanceActor) -> Self {
+        actor.follow_catalog();
+        Operand {
+            deps: actor.deps.clone(),
+            key: actor.key.clone(),
+            workflow: actor.workflow.clone(),
+            tenure: actor.tenure.clone(),
+        }
+    }
+
+    /// The instance as stored now, or `None` when nothing is. With a store other servers share,
+    /// read under its lease, held first (waiting for another server to give it up for up to
+    /// `--lease-wait`): the copy in memory may predate another server's move.
+    async fn held(&self) -> Result<Option<InstanceView>, InstanceError> {
+        if let Some(tenure) = &self.tenure {
+            tenure.hold(Some(Instant::now())).await??;
+        }
+        match instance::load(&self.deps, &self.key, &self.workflow).await {
+            Ok(view) if view.version > 0 => Ok(Some(view)),
+            Ok(_) | Err(InstanceError::UnknownHandle(_)) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The fence to write under: the lease held, if any.
+    fn fence(&self) -> Option<Fence> {
+        self.tenure.as_ref().and_then(|tenure| tenure.fence())
     }
 }
 
@@ -78,15 +102,12 @@ impl Handler<Reset> for InstanceActor {
     type Result = AtomicResponse<Self, Result<Operated, InstanceError>>;
 
     fn handle(&mut self, msg: Reset, _ctx: &mut Self::Context) -> Self::Result {
-        self.follow_catalog();
-        let (deps, key, workflow) = (self.deps.clone(), self.key.clone(), self.workflow.clone());
-        let tenure = self.tenure.clone();
+        let operand = Operand::of(self);
         let work = async move {
-            hold_lease(tenure.as_deref()).await?;
-            // Read again under the lease: the copy in memory may predate another server's move.
-            let Some(view) = stored(&deps, &key, &workflow).await? else {
+            let Some(view) = operand.held().await? else {
                 return Ok((None, Operated::Missing));
             };
+            let (deps, key) = (&operand.deps, &operand.key);
             let running = view.workflow.clone();
             let now = now_ms();
             let snapshot = running.machine.initial_snapshot_at(now);
@@ -100,7 +121,7 @@ impl Handler<Reset> for InstanceActor {
                 updated_at_ms: now,
                 machine: Some(running.version.clone()),
                 idempotency: Vec::new(),
-                due_at_ms: deps.due_at(&key, &snapshot, now),
+                due_at_ms: deps.due_at(key, &snapshot, now),
                 audit: Some(AuditEntry {
                     at_ms: now,
                     version,
@@ -111,9 +132,9 @@ impl Handler<Reset> for InstanceActor {
                     principal: msg.principal,
                     confirmation: None,
                 }),
-                fence: tenure.as_ref().and_then(|tenure| tenure.fence()),
+                fence: operand.fence(),
             };
-            deps.save(&key, &running, &record, view.version, true)
+            deps.save(key, &running, &record, view.version, true)
                 .await?;
             let after = InstanceView {
                 snapshot,
@@ -151,19 +172,16 @@ impl Handler<Delete> for InstanceActor {
     type Result = AtomicResponse<Self, Result<Operated, InstanceError>>;
 
     fn handle(&mut self, msg: Delete, _ctx: &mut Self::Context) -> Self::Result {
-        self.follow_catalog();
-        let (deps, key, workflow) = (self.deps.clone(), self.key.clone(), self.workflow.clone());
-        let tenure = self.tenure.clone();
+        let operand = Operand::of(self);
         let work = async move {
-            hold_lease(tenure.as_deref()).await?;
-            let Some(view) = stored(&deps, &key, &workflow).await? else {
+            let Some(view) = operand.held().await? else {
                 return Ok(Operated::Missing);
             };
+            let (deps, key) = (&operand.deps, &operand.key);
             let store_key = key.store_key();
-            let fence = tenure.as_ref().and_then(|tenure| tenure.fence());
             if !deps
                 .store
-                .delete(&store_key, Some(view.version), fence.as_ref())
+                .delete(&store_key, Some(view.version), operand.fence().as_ref())
                 .await?
             {
                 return Ok(Operated::Missing);
