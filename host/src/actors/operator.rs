@@ -27,7 +27,7 @@ use super::{
 use crate::{
     catalog::Workflow,
     gate::ListsChanged,
-    store::{AuditEntry, CURRENT_FORMAT, Fence, InstanceRecord, now_ms},
+    store::{AuditEntry, Fence, InstanceRecord, now_ms},
 };
 
 /// Put the instance back in its machine's initial state and context.
@@ -114,13 +114,7 @@ impl Handler<Reset> for InstanceActor {
             let (from, to) = (view.snapshot.value(), snapshot.value());
             let version = view.version + 1;
             let record = InstanceRecord {
-                format: CURRENT_FORMAT,
-                workflow: running.id.clone(),
-                snapshot: snapshot.to_persisted(),
-                version,
-                updated_at_ms: now,
                 machine: Some(running.version.clone()),
-                idempotency: Vec::new(),
                 due_at_ms: deps.due_at(key, &snapshot, now),
                 audit: Some(AuditEntry {
                     at_ms: now,
@@ -133,6 +127,7 @@ impl Handler<Reset> for InstanceActor {
                     confirmation: None,
                 }),
                 fence: operand.fence(),
+                ..InstanceRecord::new(running.id.clone(), snapshot.to_persisted(), version, now)
             };
             deps.save(key, &running, &record, view.version, true)
                 .await?;

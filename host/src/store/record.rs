@@ -93,14 +93,25 @@ impl InstanceRecord {
         json_bytes(&self.snapshot) + json_bytes(&self.idempotency)
     }
 
-    /// A record for a new instance (version 1, stamped now): save it with `expected = 0`.
-    pub fn first(workflow: impl Into<String>, snapshot: serde_json::Value) -> Self {
+    /// Version `version` of an instance of `workflow` in `snapshot`, written at
+    /// `updated_at_ms`, in the current format, and nothing more: no machine version,
+    /// idempotency entries, due time, audit entry or fence.
+    ///
+    /// Every record built here or by an instance actor starts from this one and sets what it
+    /// has over it (`InstanceRecord { due_at_ms, ..InstanceRecord::new(..) }`), so that a field
+    /// added to the record gets its value for all of them in this one place.
+    pub fn new(
+        workflow: impl Into<String>,
+        snapshot: serde_json::Value,
+        version: u64,
+        updated_at_ms: u64,
+    ) -> Self {
         Self {
             format: CURRENT_FORMAT,
             workflow: workflow.into(),
             snapshot,
-            version: 1,
-            updated_at_ms: now_ms(),
+            version,
+            updated_at_ms,
             machine: None,
             idempotency: Vec::new(),
             due_at_ms: None,
@@ -109,21 +120,19 @@ impl InstanceRecord {
         }
     }
 
+    /// A record for a new instance (version 1, stamped now): save it with `expected = 0`.
+    pub fn first(workflow: impl Into<String>, snapshot: serde_json::Value) -> Self {
+        Self::new(workflow, snapshot, 1, now_ms())
+    }
+
     /// The record that follows `self` with a new snapshot, in the current format, keeping its
     /// machine version and idempotency entries, with no due time (it belongs to the old
     /// snapshot: set the new one's): save it with `expected = self.version`.
     pub fn next(&self, snapshot: serde_json::Value) -> Self {
         Self {
-            format: CURRENT_FORMAT,
-            workflow: self.workflow.clone(),
-            snapshot,
-            version: self.version + 1,
-            updated_at_ms: now_ms(),
             machine: self.machine.clone(),
             idempotency: self.idempotency.clone(),
-            due_at_ms: None,
-            audit: None,
-            fence: None,
+            ..Self::new(self.workflow.clone(), snapshot, self.version + 1, now_ms())
         }
     }
 
@@ -152,15 +161,9 @@ impl InstanceRecord {
     ) -> Self {
         Self {
             format,
-            workflow,
-            snapshot,
-            version,
-            updated_at_ms,
             machine: extras.machine,
             idempotency: extras.idempotency,
-            due_at_ms: None,
-            audit: None,
-            fence: None,
+            ..Self::new(workflow, snapshot, version, updated_at_ms)
         }
     }
 

@@ -38,7 +38,7 @@ use crate::{
     logs::otlp,
     plugin::{CallContext, PluginOutput},
     statechart::{Event, Step, TransitionLoop},
-    store::{AuditEntry, CURRENT_FORMAT, IdempotencyEntry, InstanceRecord, now_ms},
+    store::{AuditEntry, IdempotencyEntry, InstanceRecord, now_ms},
 };
 
 /// What a call ran: the view after it, whether the state changed, and the outcome.
@@ -520,11 +520,6 @@ fn record_of(
     };
     let updated_at_ms = now_ms();
     InstanceRecord {
-        format: CURRENT_FORMAT,
-        workflow: workflow.id.clone(),
-        snapshot: snapshot.to_persisted(),
-        version: view.version + 1,
-        updated_at_ms,
         machine: Some(workflow.version.clone()),
         idempotency: idempotency::remember(
             &view.idempotency,
@@ -544,5 +539,11 @@ fn record_of(
             principal: kept.principal,
         }),
         fence: tenure.and_then(Tenure::fence),
+        ..InstanceRecord::new(
+            workflow.id.clone(),
+            snapshot.to_persisted(),
+            view.version + 1,
+            updated_at_ms,
+        )
     }
 }

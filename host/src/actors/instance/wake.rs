@@ -21,7 +21,7 @@ use crate::{
     invoke::InvokeError,
     logs::otlp,
     statechart::{Status, TransitionLoop},
-    store::{AuditEntry, CURRENT_FORMAT, Fence, InstanceRecord, StoreError, now_ms},
+    store::{AuditEntry, Fence, InstanceRecord, StoreError, now_ms},
 };
 
 /// The instance's due time came: fire its due timers, delete it if retention says so, or
@@ -185,11 +185,6 @@ async fn fire_due(
         view.updated_at_ms
     };
     let record = InstanceRecord {
-        format: CURRENT_FORMAT,
-        workflow: workflow.id.clone(),
-        snapshot: fired.snapshot.to_persisted(),
-        version: view.version + 1,
-        updated_at_ms,
         machine: Some(workflow.version.clone()),
         idempotency: view.idempotency.clone(),
         due_at_ms: deps.due_at(key, &fired.snapshot, updated_at_ms),
@@ -209,6 +204,12 @@ async fn fire_due(
             principal: None,
         }),
         fence,
+        ..InstanceRecord::new(
+            workflow.id.clone(),
+            fired.snapshot.to_persisted(),
+            view.version + 1,
+            updated_at_ms,
+        )
     };
     let saving = if otlp::exporting() {
         let span = tracing::Span::current();
@@ -278,16 +279,16 @@ async fn wake(
         return Ok((Some(view), false, Woke::Nothing));
     }
     let record = InstanceRecord {
-        format: CURRENT_FORMAT,
-        workflow: view.workflow.id.clone(),
-        snapshot: view.snapshot.to_persisted(),
-        version: view.version + 1,
-        updated_at_ms: view.updated_at_ms,
         machine: Some(view.workflow.version.clone()),
         idempotency: view.idempotency.clone(),
         due_at_ms: due,
-        audit: None,
         fence,
+        ..InstanceRecord::new(
+            view.workflow.id.clone(),
+            view.snapshot.to_persisted(),
+            view.version + 1,
+            view.updated_at_ms,
+        )
     };
     match deps
         .save(key, &view.workflow, &record, view.version, false)
