@@ -77,16 +77,18 @@ pub(super) async fn settle(
     now: u64,
     fence: Option<Fence>,
 ) -> Result<Settled, InstanceError> {
-    // Nearly every call finds nothing to do: it need not look up the catalog's machine.
-    if !has_work(&view, now) {
-        return Ok(Settled {
-            view,
-            moved: false,
-            saved: false,
-        });
-    }
-    for _ in 1..SETTLE_ATTEMPTS {
-        // Reloaded onto the catalog's machine, as the actor loads it.
+    let mut attempt = 1;
+    loop {
+        // Nearly every call finds nothing to do, and so may a reread after a lost race (the
+        // other writer settled it): neither need look up the catalog's machine.
+        if !has_work(&view, now) {
+            return Ok(Settled {
+                view,
+                moved: false,
+                saved: false,
+            });
+        }
+        // A reread after a lost race is loaded onto the catalog's machine, as the actor loads it.
         let workflow = deps
             .catalog
             .current()
@@ -94,13 +96,13 @@ pub(super) async fn settle(
             .cloned()
             .unwrap_or_else(|| view.workflow.clone());
         match settle_once(deps, key, view, now, fence.clone()).await {
-            Err(InstanceError::Store(StoreError::Conflict { .. })) => {
+            Err(InstanceError::Store(StoreError::Conflict { .. })) if attempt < SETTLE_ATTEMPTS => {
+                attempt += 1;
                 view = load(deps, key, &workflow).await?;
             }
             settled => return settled,
         }
     }
-    settle_once(deps, key, view, now, fence).await
 }
 
 /// Whether settling `view` at `now` does anything: a timer is due, or the instance was never
@@ -117,6 +119,7 @@ fn is_due(view: &InstanceView, now: u64) -> bool {
         .is_some_and(|deadline| deadline <= now)
 }
 
+/// One try of [`settle`], for a `view` with work to do.
 async fn settle_once(
     deps: &InstanceDeps,
     key: &InstanceKey,
@@ -124,13 +127,6 @@ async fn settle_once(
     now: u64,
     fence: Option<Fence>,
 ) -> Result<Settled, InstanceError> {
-    if !has_work(&view, now) {
-        return Ok(Settled {
-            view,
-            moved: false,
-            saved: false,
-        });
-    }
     // Past a shutdown's deadline nothing more is saved.
     if deps.limits.abandon.is_cancelled() {
         return Err(InstanceError::Tool(InvokeError::ShuttingDown));
