@@ -16,35 +16,36 @@
 //!
 //! It must not decide visibility itself (that is `gate`), build client-facing messages (that is
 //! `mcp`), or talk to sessions (that is the notifier).
+//!
+//! This file holds the messages, the actor's state and its smaller handlers; its rooms are
+//! `call.rs` (the mailbox side of a call), `run_call.rs` (a call's steps), `wake.rs` (timers and
+//! retention) and `deps.rs` (what every instance shares, and the save).
 
+mod call;
+mod deps;
 mod run_call;
 pub(super) mod wake;
 
-use self::{run_call::run_call, wake::settle};
+pub use self::deps::InstanceDeps;
 
-use std::{
-    collections::HashSet,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use self::wake::settle;
+
+use std::sync::Arc;
 
 use actix::prelude::*;
 use serde_json::Value;
-use tracing::Instrument;
 
 use crate::actors::{
     InstanceKey, Owner, SessionId, notifier,
-    tenure::{LeaseBusy, LeaseSettings, Tenure},
+    tenure::{LeaseBusy, Tenure},
 };
 use crate::{
-    catalog::{LiveCatalog, Workflow},
+    catalog::Workflow,
     gate::{ListsChanged, NextStep, Refusal},
     invoke::{self, InvokeError},
     plugin::{HostCall, PluginOutput},
-    retention::Retention,
     statechart::Snapshot,
-    store::{Fence, IdempotencyEntry, InstanceRecord, StateStore, StoreError, now_ms},
-    timers::Alarm,
+    store::{Fence, IdempotencyEntry, StoreError, now_ms},
 };
 
 /// Run the tool named `tool` on this instance, if the gate lets it.
@@ -291,32 +292,6 @@ impl From<LeaseBusy> for InstanceError {
     }
 }
 
-/// What the actor needs that is shared by every instance.
-pub struct InstanceDeps {
-    /// This process's name in change announcements (see `StateStore::announce_change`).
-    pub node: Arc<str>,
-    /// How long a plugin call may take, and when a shutdown stops waiting for it.
-    pub limits: invoke::Limits,
-    /// The catalog being served; a plugin reload replaces it (see [`InstanceActor::follow_catalog`]).
-    pub catalog: Arc<LiveCatalog>,
-    pub store: Arc<dyn StateStore>,
-    pub notifier: Addr<notifier::Notifier>,
-    /// How long an idempotency key is honoured (`--idempotency-window`).
-    pub idempotency_window: Duration,
-    /// The largest record a call may save (`--max-record-bytes`).
-    pub max_record_bytes: usize,
-    /// How long instances are kept (`--retain-final`, `--instance-ttl`): part of each due time.
-    pub retention: Retention,
-    /// Told every due time that is saved, so the timer task wakes in time for it.
-    pub alarm: Arc<Alarm>,
-    /// How leases are held, with a store other servers share (see `tenure.rs`).
-    pub leases: LeaseSettings,
-    /// The machine versions this process has put in the store (`StateStore::save_machine`),
-    /// so each is saved once, before the first record that names it. Keyed by version, which
-    /// hashes the whole definition (its `id` included).
-    pub saved_machines: Mutex<HashSet<String>>,
-}
-
 /// The name this actor holds leases under: the process's node name and a number of its own, so
 /// that two actors of one instance in one process (a passivated one still finishing a call, and
 /// its successor) never take each other's lease for their own.
@@ -324,87 +299,6 @@ fn holder_name(node: &str) -> Arc<str> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     format!("{node}.{}", NEXT.fetch_add(1, Ordering::Relaxed)).into()
-}
-
-impl InstanceDeps {
-    /// Makes sure the store keeps `workflow`'s machine definition, so a record naming its
-    /// version can be restored after the plugin that brings it is gone.
-    async fn keep_machine(&self, workflow: &Workflow) -> Result<(), StoreError> {
-        // The version alone names the machine (it hashes the whole definition, `id` included),
-        // so the check on every save allocates nothing.
-        if workflow.archived || self.machines().contains(workflow.version.as_str()) {
-            return Ok(());
-        }
-        self.store
-            .save_machine(&workflow.id, &workflow.version, &workflow.definition)
-            .await?;
-        self.machines().insert(workflow.version.clone());
-        Ok(())
-    }
-
-    fn machines(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        // Lookups and inserts only: a panic cannot leave the set inconsistent.
-        self.saved_machines
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// The due time of `key` in `snapshot`, last moved at `updated_at_ms` (see
-    /// `timers::due_at`): retention applies to handle-keyed instances only.
-    pub(super) fn due_at(
-        &self,
-        key: &InstanceKey,
-        snapshot: &Snapshot,
-        updated_at_ms: u64,
-    ) -> Option<u64> {
-        let retention = matches!(key.owner, Owner::Handle(_)).then_some(&self.retention);
-        crate::timers::due_at(snapshot, updated_at_ms, retention)
-    }
-
-    /// Saves `record` for `key` with compare-and-set on `expected` (under the lease
-    /// `record.fence` names, if any), after keeping the machine it names; then tells the timer
-    /// task its due time and, when it `moved`, the other server processes sharing the store
-    /// (they notify their own sessions).
-    pub(super) async fn save(
-        &self,
-        key: &InstanceKey,
-        workflow: &Workflow,
-        record: &InstanceRecord,
-        expected: u64,
-        moved: bool,
-    ) -> Result<(), InstanceError> {
-        let store_key = key.store_key();
-        self.keep_machine(workflow).await?;
-        let saved =
-            match crate::metrics::timed_save(self.store.save(&store_key, record, expected)).await {
-                // No answer is not "not saved": learn which it was before telling the caller.
-                Err(failure @ StoreError::NoAnswer(_)) => {
-                    crate::store::settle_unanswered_save(
-                        &*self.store,
-                        &store_key,
-                        record,
-                        expected,
-                        failure,
-                    )
-                    .await
-                }
-                other => other,
-            };
-        if let Err(StoreError::Fenced { .. }) = &saved {
-            crate::metrics::lease_fenced();
-            tracing::info!(instance = %key, "a save was refused: this server's lease on the instance lapsed or moved");
-        }
-        saved?;
-        if let Some(due) = record.due_at_ms {
-            self.alarm.set(due);
-        }
-        // The transition is saved already, so a failed announcement costs the others a
-        // notification, not a state.
-        if moved && let Err(error) = self.store.announce_change(&self.node, &store_key).await {
-            tracing::warn!(instance = %key, %error, "could not announce a change to other servers");
-        }
-        Ok(())
-    }
 }
 
 pub struct InstanceActor {
@@ -711,189 +605,6 @@ impl Supervised for InstanceActor {
     }
 }
 
-/// The result of a call's async part, with the view the actor should adopt afterwards.
-struct Finished {
-    adopt: Option<InstanceView>,
-    /// `Some` when the instance moved: which lists besides its tools the move changed.
-    changed: Option<ListsChanged>,
-    /// The instance is known to exist: it loaded, or the call that minted it saved it.
-    exists: bool,
-    outcome: Result<CallOutcome, InstanceError>,
-}
-
-impl Handler<Call> for InstanceActor {
-    type Result = AtomicResponse<Self, Result<CallOutcome, InstanceError>>;
-
-    fn handle(&mut self, mut call: Call, _ctx: &mut Self::Context) -> Self::Result {
-        self.follow_catalog();
-        let mint = call.mint;
-        // The tool as the instance's machine version defines it: resolved here, once, and again
-        // only if loading the record puts the instance on another version.
-        let tool = self.workflow.tool(&call.tool).cloned();
-        // A mint's record does not exist yet: no lease to hold, and none needed (its first save
-        // is the compare-and-set insert). A call that can write nothing (its tool fires no
-        // event and it carries no idempotency key to remember) needs none either: it reads.
-        let writes = tool.as_ref().is_some_and(|tool| tool.fires_something())
-            || call.idempotency_key.is_some();
-        let tenure = if mint { None } else { self.tenure.clone() };
-        let leased = tenure.clone().filter(|_| writes);
-        // The view is in memory for most calls: only a load is a future of its own (boxed, so
-        // that the call's future does not carry room for it).
-        let ready = if mint {
-            Some(InstanceView::unsaved(&self.workflow))
-        } else if leased.is_some() {
-            None
-        } else {
-            self.trusted_current()
-        };
-        let cached = self.current.clone();
-        let deps = self.deps.clone();
-        let plugin_lock = self.plugin_lock.clone();
-        let key = self.key.clone();
-        let workflow = self.workflow.clone();
-        let sent_at = call.sent_at;
-        let told_in_reply = call.told_in_reply.clone();
-        let watcher = call.watcher.take();
-        let span = std::mem::replace(&mut call.span, tracing::Span::none());
-        let work = async move {
-            // With a store other servers share, the lease first: the handler runs only where it
-            // is held, and the copy in memory stands if nobody wrote since it was read.
-            let ready = match &leased {
-                None => ready,
-                Some(tenure) => match tenure.hold(Some(sent_at)).await {
-                    Ok(Ok(holding)) => cached.clone().filter(|view| holding.keeps(view.version)),
-                    Ok(Err(busy)) => {
-                        return Finished {
-                            adopt: cached,
-                            changed: None,
-                            exists: false,
-                            outcome: Err(busy.into()),
-                        };
-                    }
-                    Err(error) => {
-                        return Finished {
-                            adopt: None,
-                            changed: None,
-                            exists: false,
-                            outcome: Err(error.into()),
-                        };
-                    }
-                },
-            };
-            let current = match ready {
-                Some(view) => Ok(view),
-                None => Box::pin(load(&deps, &key, &workflow)).await,
-            };
-            let loaded = match current {
-                // Timers that fell due fire first: the call sees the state they left. (A mint
-                // starts now: nothing of it is due, and it is saved only if its call succeeds.)
-                // Without the lease, the server that holds it settles the instance: a reading
-                // call sees the record as stored.
-                Ok(view) if !mint => {
-                    let fence = tenure.as_ref().and_then(|tenure| tenure.fence());
-                    match settle(&deps, &key, view.clone(), now_ms(), fence).await {
-                        Ok(settled) => Ok((settled.view, settled.moved)),
-                        Err(InstanceError::Store(StoreError::Fenced { .. }))
-                            if leased.is_none() =>
-                        {
-                            Ok((view, false))
-                        }
-                        Err(error) => Err(error),
-                    }
-                }
-                Ok(view) => Ok((view, false)),
-                Err(error) => Err(error),
-            };
-            let (view, settled) = match loaded {
-                Ok(loaded) => loaded,
-                Err(error) => {
-                    return Finished {
-                        adopt: None,
-                        changed: None,
-                        exists: false,
-                        outcome: Err(error),
-                    };
-                }
-            };
-            let tool = if Arc::ptr_eq(&view.workflow, &workflow) {
-                tool
-            } else {
-                view.workflow.tool(&call.tool).cloned()
-            };
-            let finished = run_call(
-                &deps,
-                &plugin_lock,
-                leased.as_deref(),
-                &key,
-                view.clone(),
-                tool,
-                call,
-            )
-            .await;
-            let outcome = finished.as_ref().ok().map(|(_, _, outcome)| outcome);
-            let exists = CallOutcome::leaves_instance(mint, outcome);
-            match finished {
-                Ok((after, _, outcome)) => Finished {
-                    exists,
-                    changed: match &outcome {
-                        // Timers fired before the call: its before is not at hand.
-                        _ if settled => Some(ListsChanged::ALL),
-                        CallOutcome::Ran { lists, .. } => *lists,
-                        _ => None,
-                    },
-                    adopt: Some(after),
-                    outcome: Ok(outcome),
-                },
-                // The state is whatever was loaded: a failed step changes nothing, except that a
-                // failed save leaves us unsure what the store holds, so reload next time. A
-                // failed mint created nothing: forget it.
-                Err(error) => Finished {
-                    exists,
-                    adopt: (!matches!(error, InstanceError::Store(_)) && !mint).then_some(view),
-                    // Timers that fired before the call moved the instance (their before is not
-                    // at hand: every list may have changed).
-                    changed: settled.then_some(ListsChanged::ALL),
-                    outcome: Err(error),
-                },
-            }
-        };
-        AtomicResponse::new(Box::pin(work.instrument(span).into_actor(self).map(
-            |mut finished, actor, ctx| {
-                if let Some(view) = &finished.adopt {
-                    // The machine the load found the instance on (a pinned version, maybe).
-                    actor.workflow = view.workflow.clone();
-                }
-                actor.current = finished.adopt;
-                // Ahead of the news of the call's own move, in the notifier's mailbox, with
-                // the version the call left (its move is told to the watcher as it is sent).
-                if finished.exists
-                    && let Some(watcher) = watcher
-                {
-                    let version = actor.current.as_ref().map(|view| view.version);
-                    actor.deps.notifier.do_send(match version {
-                        Some(version) => watcher.seeing(version),
-                        None => watcher,
-                    });
-                }
-                if let Some(changed) = finished.changed {
-                    // A caller that ran hears of it in its reply; one that failed, on its
-                    // event stream with the other watchers.
-                    let told = match &mut finished.outcome {
-                        Ok(CallOutcome::Ran { lists, .. }) => {
-                            *lists = Some(changed);
-                            told_in_reply
-                        }
-                        _ => None,
-                    };
-                    actor.announce(changed, told);
-                }
-                actor.after(&finished.outcome, ctx);
-                finished.outcome
-            },
-        )))
-    }
-}
-
 #[cfg(test)]
 impl Handler<Create> for InstanceActor {
     type Result = AtomicResponse<Self, Result<InstanceView, InstanceError>>;
@@ -908,10 +619,13 @@ impl Handler<Create> for InstanceActor {
             1,
         );
         view.due_at_ms = deps.due_at(&key, &view.snapshot, view.updated_at_ms);
-        let record = InstanceRecord {
+        let record = crate::store::InstanceRecord {
             updated_at_ms: view.updated_at_ms,
             due_at_ms: view.due_at_ms,
-            ..InstanceRecord::first(self.workflow.id.clone(), view.snapshot.to_persisted())
+            ..crate::store::InstanceRecord::first(
+                self.workflow.id.clone(),
+                view.snapshot.to_persisted(),
+            )
         };
         let work = async move {
             deps.save(&key, &workflow, &record, 0, false).await?;

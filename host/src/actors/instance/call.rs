@@ -1,0 +1,199 @@
+//! The instance actor's [`Call`] handler: the mailbox side of a `tools/call` — the tool
+//! resolved once against the instance's machine version, the lease, the load and the due
+//! timers, then [`run_call`]'s steps, and afterwards what the actor adopts, whom it has watch
+//! the instance, and what it tells the notifier.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tracing::Instrument;
+
+use super::{
+    Call, CallOutcome, InstanceActor, InstanceError, InstanceView, load, run_call::run_call,
+    wake::settle,
+};
+use crate::gate::ListsChanged;
+use crate::store::{StoreError, now_ms};
+
+/// The result of a call's async part, with the view the actor should adopt afterwards.
+struct Finished {
+    adopt: Option<InstanceView>,
+    /// `Some` when the instance moved: which lists besides its tools the move changed.
+    changed: Option<ListsChanged>,
+    /// The instance is known to exist: it loaded, or the call that minted it saved it.
+    exists: bool,
+    outcome: Result<CallOutcome, InstanceError>,
+}
+
+impl Handler<Call> for InstanceActor {
+    type Result = AtomicResponse<Self, Result<CallOutcome, InstanceError>>;
+
+    fn handle(&mut self, mut call: Call, _ctx: &mut Self::Context) -> Self::Result {
+        self.follow_catalog();
+        let mint = call.mint;
+        // The tool as the instance's machine version defines it: resolved here, once, and again
+        // only if loading the record puts the instance on another version.
+        let tool = self.workflow.tool(&call.tool).cloned();
+        // A mint's record does not exist yet: no lease to hold, and none needed (its first save
+        // is the compare-and-set insert). A call that can write nothing (its tool fires no
+        // event and it carries no idempotency key to remember) needs none either: it reads.
+        let writes = tool.as_ref().is_some_and(|tool| tool.fires_something())
+            || call.idempotency_key.is_some();
+        let tenure = if mint { None } else { self.tenure.clone() };
+        let leased = tenure.clone().filter(|_| writes);
+        // The view is in memory for most calls: only a load is a future of its own (boxed, so
+        // that the call's future does not carry room for it).
+        let ready = if mint {
+            Some(InstanceView::unsaved(&self.workflow))
+        } else if leased.is_some() {
+            None
+        } else {
+            self.trusted_current()
+        };
+        let cached = self.current.clone();
+        let deps = self.deps.clone();
+        let plugin_lock = self.plugin_lock.clone();
+        let key = self.key.clone();
+        let workflow = self.workflow.clone();
+        let sent_at = call.sent_at;
+        let told_in_reply = call.told_in_reply.clone();
+        let watcher = call.watcher.take();
+        let span = std::mem::replace(&mut call.span, tracing::Span::none());
+        let work = async move {
+            // With a store other servers share, the lease first: the handler runs only where it
+            // is held, and the copy in memory stands if nobody wrote since it was read.
+            let ready = match &leased {
+                None => ready,
+                Some(tenure) => match tenure.hold(Some(sent_at)).await {
+                    Ok(Ok(holding)) => cached.clone().filter(|view| holding.keeps(view.version)),
+                    Ok(Err(busy)) => {
+                        return Finished {
+                            adopt: cached,
+                            changed: None,
+                            exists: false,
+                            outcome: Err(busy.into()),
+                        };
+                    }
+                    Err(error) => {
+                        return Finished {
+                            adopt: None,
+                            changed: None,
+                            exists: false,
+                            outcome: Err(error.into()),
+                        };
+                    }
+                },
+            };
+            let current = match ready {
+                Some(view) => Ok(view),
+                None => Box::pin(load(&deps, &key, &workflow)).await,
+            };
+            let loaded = match current {
+                // Timers that fell due fire first: the call sees the state they left. (A mint
+                // starts now: nothing of it is due, and it is saved only if its call succeeds.)
+                // Without the lease, the server that holds it settles the instance: a reading
+                // call sees the record as stored.
+                Ok(view) if !mint => {
+                    let fence = tenure.as_ref().and_then(|tenure| tenure.fence());
+                    match settle(&deps, &key, view.clone(), now_ms(), fence).await {
+                        Ok(settled) => Ok((settled.view, settled.moved)),
+                        Err(InstanceError::Store(StoreError::Fenced { .. }))
+                            if leased.is_none() =>
+                        {
+                            Ok((view, false))
+                        }
+                        Err(error) => Err(error),
+                    }
+                }
+                Ok(view) => Ok((view, false)),
+                Err(error) => Err(error),
+            };
+            let (view, settled) = match loaded {
+                Ok(loaded) => loaded,
+                Err(error) => {
+                    return Finished {
+                        adopt: None,
+                        changed: None,
+                        exists: false,
+                        outcome: Err(error),
+                    };
+                }
+            };
+            let tool = if Arc::ptr_eq(&view.workflow, &workflow) {
+                tool
+            } else {
+                view.workflow.tool(&call.tool).cloned()
+            };
+            let finished = run_call(
+                &deps,
+                &plugin_lock,
+                leased.as_deref(),
+                &key,
+                view.clone(),
+                tool,
+                call,
+            )
+            .await;
+            let outcome = finished.as_ref().ok().map(|(_, _, outcome)| outcome);
+            let exists = CallOutcome::leaves_instance(mint, outcome);
+            match finished {
+                Ok((after, _, outcome)) => Finished {
+                    exists,
+                    changed: match &outcome {
+                        // Timers fired before the call: its before is not at hand.
+                        _ if settled => Some(ListsChanged::ALL),
+                        CallOutcome::Ran { lists, .. } => *lists,
+                        _ => None,
+                    },
+                    adopt: Some(after),
+                    outcome: Ok(outcome),
+                },
+                // The state is whatever was loaded: a failed step changes nothing, except that a
+                // failed save leaves us unsure what the store holds, so reload next time. A
+                // failed mint created nothing: forget it.
+                Err(error) => Finished {
+                    exists,
+                    adopt: (!matches!(error, InstanceError::Store(_)) && !mint).then_some(view),
+                    // Timers that fired before the call moved the instance (their before is not
+                    // at hand: every list may have changed).
+                    changed: settled.then_some(ListsChanged::ALL),
+                    outcome: Err(error),
+                },
+            }
+        };
+        AtomicResponse::new(Box::pin(work.instrument(span).into_actor(self).map(
+            |mut finished, actor, ctx| {
+                if let Some(view) = &finished.adopt {
+                    // The machine the load found the instance on (a pinned version, maybe).
+                    actor.workflow = view.workflow.clone();
+                }
+                actor.current = finished.adopt;
+                // Ahead of the news of the call's own move, in the notifier's mailbox, with
+                // the version the call left (its move is told to the watcher as it is sent).
+                if finished.exists
+                    && let Some(watcher) = watcher
+                {
+                    let version = actor.current.as_ref().map(|view| view.version);
+                    actor.deps.notifier.do_send(match version {
+                        Some(version) => watcher.seeing(version),
+                        None => watcher,
+                    });
+                }
+                if let Some(changed) = finished.changed {
+                    // A caller that ran hears of it in its reply; one that failed, on its
+                    // event stream with the other watchers.
+                    let told = match &mut finished.outcome {
+                        Ok(CallOutcome::Ran { lists, .. }) => {
+                            *lists = Some(changed);
+                            told_in_reply
+                        }
+                        _ => None,
+                    };
+                    actor.announce(changed, told);
+                }
+                actor.after(&finished.outcome, ctx);
+                finished.outcome
+            },
+        )))
+    }
+}
