@@ -159,6 +159,17 @@ async fn run_round(
         last_done: Mutex::new(None),
         findings: target.findings.clone(),
     });
+    // With no warm-up every call counts, the clients' first ones too: measuring starts before
+    // any client does (a client spawned first could set up and call before it, uncounted).
+    let started = Instant::now();
+    let mut phase = Phase::WarmingUp;
+    if options.warmup.is_zero() {
+        phase = Phase::Measuring {
+            since: started,
+            cpu: cpu_of(target.pid),
+        };
+        shared.stats.set_measuring(true);
+    }
     let mut clients = JoinSet::new();
     match &options.mode {
         Mode::Walk => {
@@ -185,15 +196,6 @@ async fn run_round(
                 target.pid,
             ));
         }
-    }
-    let started = Instant::now();
-    let mut phase = Phase::WarmingUp;
-    if options.warmup.is_zero() {
-        phase = Phase::Measuring {
-            since: started,
-            cpu: cpu_of(target.pid),
-        };
-        shared.stats.set_measuring(true);
     }
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
