@@ -39,13 +39,15 @@ use crate::{
 pub const SETTLE: Duration = Duration::from_millis(300);
 
 /// Why the loop should look at the directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wake {
     /// The watcher saw something change.
     Changed,
     /// SIGHUP: look, and try again the libraries refused so far (what they clashed with may
     /// be gone).
     Hangup,
+    /// An upstream said its tools changed: load its file again, though the file is the same.
+    Relist(PathBuf),
 }
 
 /// The libraries being served and the catalog they make.
@@ -108,9 +110,19 @@ impl HotPlug {
                 }
             };
             // A burst of events (a copy writes many times) makes one look.
-            let mut hangup = wake == Some(Wake::Hangup);
-            while let Ok(wake) = wakes.try_recv() {
-                hangup |= wake == Wake::Hangup;
+            let mut hangup = false;
+            for wake in wake
+                .into_iter()
+                .chain(std::iter::from_fn(|| wakes.try_recv().ok()))
+            {
+                match wake {
+                    Wake::Changed => {}
+                    Wake::Hangup => hangup = true,
+                    Wake::Relist(path) => {
+                        tracing::info!(path = %path.display(), "an upstream's tools changed: loading it again");
+                        self.directory.forget(&path);
+                    }
+                }
             }
             if hangup {
                 tracing::info!(dir = %self.directory.path().display(), "SIGHUP: rescanning the plugin directory");
@@ -208,6 +220,9 @@ impl HotPlug {
             }
             return Attempt::Refused;
         }
+        for note in plugin.notes() {
+            tracing::warn!("{}: {note}", path.display());
+        }
         let manifest = plugin.manifest();
         tracing::info!(
             plugin = %manifest.name,
@@ -261,6 +276,11 @@ pub fn start(
 ) -> anyhow::Result<()> {
     use anyhow::Context;
     let (wake, wakes) = mpsc::channel();
+    let relist = wake.clone();
+    options.relist.set(move |path| {
+        // Fails only once the loop is gone, at exit.
+        let _ = relist.send(Wake::Relist(path));
+    });
     let on_change = wake.clone();
     let watcher = plugin::directory::watch(directory.path(), move || {
         // Fails only once the loop is gone, at exit.

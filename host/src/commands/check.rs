@@ -26,7 +26,9 @@ pub fn run(
             manifest.workflows.len()
         );
     }
-    let problems = report.problems();
+    // A binding refused by an upstream's load is served without; here it is an error to fix.
+    let mut problems = report.problems();
+    problems.extend(report.notes());
     for problem in &problems {
         println!("error {problem}");
     }

@@ -66,6 +66,21 @@ impl LoadReport {
             .collect()
     }
 
+    /// What loading refused without refusing a plugin (an upstream's binding of a tool it
+    /// does not have), one line each, naming the file.
+    pub fn notes(&self) -> Vec<String> {
+        self.catalog
+            .plugins()
+            .iter()
+            .flat_map(|plugin| {
+                plugin
+                    .notes()
+                    .iter()
+                    .map(|note| format!("{}: {note}", plugin.path().display()))
+            })
+            .collect()
+    }
+
     /// Every problem, one line each (a test fixture left out is not one).
     pub fn problems(&self) -> Vec<String> {
         self.load_errors

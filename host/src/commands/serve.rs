@@ -166,6 +166,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         isolation: Some(options.isolation.clone()),
         configs: options.plugin_configs.clone(),
         allow_test_fixtures: options.allow_test_plugins,
+        relist: Default::default(),
     };
     let report = LoadReport::load_with(&options.plugins, &load_options)?;
     let refused = report.refused_files();
@@ -177,6 +178,9 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     // One bad plugin must not take the others down: say what is wrong and serve the rest.
     for problem in report.problems() {
         tracing::error!("plugin not loaded: {problem}");
+    }
+    for note in report.notes() {
+        tracing::warn!("{note}");
     }
     for plugin in report.catalog.plugins() {
         tracing::info!(plugin = %plugin.manifest().name, path = %plugin.path().display(), isolated = plugin.is_isolated(), "plugin loaded");

@@ -106,6 +106,34 @@ pub enum PluginError {
         reason: String,
     },
 
+    /// An upstream could not be reached: its process did not start or answer, its URL did not
+    /// answer, or it is in its backoff after failing. The call never reached it: nothing ran
+    /// there, nothing fired.
+    #[error("{}: {tool}: the upstream could not be reached: {reason}", path.display())]
+    UpstreamUnreachable {
+        path: PathBuf,
+        tool: String,
+        reason: String,
+    },
+
+    /// An upstream was sent the call and gave no answer (it ended, the connection broke, or
+    /// `call_timeout_s` passed): the call may have run there. Nothing fired here.
+    #[error("{}: tool {tool}: sent to the upstream, no answer: {reason}", path.display())]
+    UpstreamNoAnswer {
+        path: PathBuf,
+        tool: String,
+        reason: String,
+    },
+
+    /// Every per-instance session of an upstream is taken by a call in flight (`max_sessions`):
+    /// nothing ran.
+    #[error("{}: tool {tool}: {reason}", path.display())]
+    UpstreamBusy {
+        path: PathBuf,
+        tool: String,
+        reason: String,
+    },
+
     /// The plugin broke the protocol on a call: output that is not JSON, an unknown status,
     /// an error without `{"message"}`, or a status of [`Status::INTERNAL`].
     ///
@@ -137,6 +165,9 @@ impl PluginError {
             | PluginError::Panicked { path, .. }
             | PluginError::Isolation { path, .. }
             | PluginError::Crashed { path, .. }
+            | PluginError::UpstreamUnreachable { path, .. }
+            | PluginError::UpstreamNoAnswer { path, .. }
+            | PluginError::UpstreamBusy { path, .. }
             | PluginError::BadResponse { path, .. } => path,
         }
     }

@@ -24,6 +24,7 @@ use super::{
     output::{PluginOutput, Returned},
     pool::CallPool,
     services::{HostCall, Registered},
+    upstream::Upstream,
 };
 
 /// A plugin library, loaded and initialised, with its checked manifest.
@@ -44,6 +45,9 @@ struct Inner {
     backend: Backend,
     /// The bound on this plugin's concurrent calls (see `pool`).
     pool: CallPool,
+    /// What loading refused without refusing the plugin (an upstream's binding of a tool it
+    /// does not have), one line each.
+    notes: Vec<String>,
 }
 
 /// Where the plugin's code runs.
@@ -52,6 +56,8 @@ enum Backend {
     InProcess(Library),
     /// In a process of its own (see `isolated`).
     Isolated(Isolated),
+    /// An MCP server, reached as its client (see `upstream`).
+    Upstream(Upstream),
 }
 
 impl LoadedPlugin {
@@ -100,6 +106,7 @@ impl LoadedPlugin {
                 manifest,
                 backend: Backend::InProcess(library),
                 pool: CallPool::default(),
+                notes: Vec::new(),
             }),
         })
     }
@@ -123,8 +130,38 @@ impl LoadedPlugin {
                 manifest,
                 backend: Backend::Isolated(isolated),
                 pool: CallPool::default(),
+                notes: Vec::new(),
             }),
         })
+    }
+
+    /// The upstream file at `path`, connected and listed (see `upstream`). Blocking, until the
+    /// upstream answered. `list_changed` is called when the upstream says its tools changed.
+    pub(super) fn load_upstream(
+        path: &Path,
+        list_changed: super::upstream::ListChanged,
+    ) -> Result<LoadedPlugin, PluginError> {
+        let loaded = Upstream::load(path, list_changed)?;
+        Ok(LoadedPlugin {
+            inner: Arc::new(Inner {
+                path: path.to_owned(),
+                manifest: loaded.manifest,
+                backend: Backend::Upstream(loaded.upstream),
+                pool: CallPool::default(),
+                notes: loaded.notes,
+            }),
+        })
+    }
+
+    /// What loading refused without refusing the plugin, one line each (bindings of an
+    /// upstream's file that name tools it does not have).
+    pub fn notes(&self) -> &[String] {
+        &self.inner.notes
+    }
+
+    /// Whether the plugin is an upstream MCP server rather than a library.
+    pub fn is_upstream(&self) -> bool {
+        matches!(self.inner.backend, Backend::Upstream(_))
     }
 
     /// Whether the plugin runs in a process of its own.
@@ -136,7 +173,7 @@ impl LoadedPlugin {
     /// plugin in this process.
     pub fn crashes(&self) -> Option<u64> {
         match &self.inner.backend {
-            Backend::InProcess(_) => None,
+            Backend::InProcess(_) | Backend::Upstream(_) => None,
             Backend::Isolated(isolated) => Some(isolated.crashes()),
         }
     }
@@ -210,6 +247,7 @@ impl LoadedPlugin {
         let library = match &self.inner.backend {
             Backend::InProcess(library) => library,
             Backend::Isolated(isolated) => return isolated.call(tool, input, ctx, host),
+            Backend::Upstream(upstream) => return upstream.call(path, tool, input, ctx, host),
         };
         let bad_argument = |what: &'static str| PluginError::BadArgument {
             path: path.clone(),
@@ -282,6 +320,10 @@ impl LoadedPlugin {
                     Err(error) => Err(refused(error.to_string())),
                 };
             }
+            // An upstream's manifest names no guards, so its machine can name none.
+            Backend::Upstream(_) => {
+                return Err(refused("an upstream has no guards".into()));
+            }
         };
         // As in `call_with`: buffers ending in their NUL, of which only the name can hold one.
         let name_c = with_nul(name.as_bytes());
@@ -336,6 +378,11 @@ impl LoadedPlugin {
                     "the plugin runs isolated, and prompts and resources are not read across \
                      the process boundary yet"
                         .into(),
+                ));
+            }
+            Backend::Upstream(_) => {
+                return Err(failed(
+                    "an upstream's prompts and resources are not served yet".into(),
                 ));
             }
         };

@@ -19,6 +19,8 @@
 //! - [`HostCall`] (`services.rs`): the host services a plugin may use during a call (ABI 1.1).
 //! - `isolated/`: plugins that run in a process of their own ([`Isolation`]), both the server's
 //!   side and the child's (`turnstile plugin-host`, [`run_plugin_host`]).
+//! - `upstream/`: an MCP server in any language, named by a `NAME.upstream.toml` file that binds
+//!   its tools to a machine, called as its MCP client ([`Relist`] hears that its tools changed).
 //!
 //! **Invariant:** a library is never unloaded while a call may run: every [`LoadedPlugin`]
 //! clone holds an `Arc` to it, and `call` borrows one. The instance is destroyed, then the
@@ -43,12 +45,16 @@ mod quick;
 mod services;
 #[cfg(test)]
 mod tests;
+mod upstream;
 
 use std::{
     env::consts::DLL_SUFFIX,
     fs, io,
     path::{Path, PathBuf},
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 pub use turnstile_plugin_abi::{CallContext, LogLevel, Manifest, PrimitiveKind, ToolManifest};
@@ -62,6 +68,7 @@ pub use self::{
     pool::{CallPool, DEFAULT_POOL_SIZE, QUEUE_WAIT},
     quick::Overrun,
     services::{CallEvent, EventReceiver, HostCall},
+    upstream::is_upstream_name,
 };
 
 #[doc(hidden)]
@@ -92,6 +99,39 @@ pub struct LoadOptions {
     /// refuses them by default, `check`, `graph` and library users, which call no tool on a
     /// client's behalf, load them).
     pub allow_test_fixtures: bool,
+    /// Who is told that an upstream's tools changed (its `notifications/tools/list_changed`),
+    /// so that it is loaded again.
+    pub relist: Relist,
+}
+
+/// Where an upstream's "my tools changed" goes: set once by whoever reloads plugins (the hot
+/// plugin loop); until then, and in `check` and `graph`, nowhere.
+#[derive(Clone, Default)]
+pub struct Relist(Arc<OnceLock<RelistTo>>);
+
+/// Whoever hears [`Relist`]'s paths.
+type RelistTo = Box<dyn Fn(PathBuf) + Send + Sync>;
+
+impl Relist {
+    /// From now on, `to` hears the path of each upstream file whose tools changed.
+    pub fn set(&self, to: impl Fn(PathBuf) + Send + Sync + 'static) {
+        let _ = self.0.set(Box::new(to));
+    }
+
+    /// Tells whoever listens that the upstream `path`'s tools changed.
+    fn tell(&self, path: PathBuf) {
+        if let Some(to) = self.0.get() {
+            to(path);
+        }
+    }
+}
+
+impl std::fmt::Debug for Relist {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relist")
+            .field("set", &self.0.get().is_some())
+            .finish()
+    }
 }
 
 impl Default for LoadOptions {
@@ -101,6 +141,7 @@ impl Default for LoadOptions {
             isolation: None,
             configs: PluginConfigs::default(),
             allow_test_fixtures: true,
+            relist: Relist::default(),
         }
     }
 }
@@ -132,7 +173,14 @@ pub fn load_dir_with(dir: &Path, options: &LoadOptions) -> (Vec<LoadedPlugin>, V
 /// isolate it (by name or by its manifest's `isolate`), moved into a process of its own
 /// started on the bytes just loaded. Blocking; for an isolated plugin, until its process is
 /// ready.
+///
+/// An upstream file (`NAME.upstream.toml`) is read, its server connected to and its tools listed
+/// instead (see `upstream`): blocking until it answered.
 pub fn load_with(path: &Path, options: &LoadOptions) -> Result<LoadedPlugin, PluginError> {
+    if is_upstream_name(path) {
+        let (relist, file) = (options.relist.clone(), path.to_owned());
+        return LoadedPlugin::load_upstream(path, Arc::new(move || relist.tell(file.clone())));
+    }
     let mut plugin = match &options.isolation {
         Some(isolation) => load_private_copy_then(
             path,
@@ -158,8 +206,9 @@ pub fn load_with(path: &Path, options: &LoadOptions) -> Result<LoadedPlugin, Plu
     Ok(plugin)
 }
 
-/// The shared libraries in `dir` (by the platform suffix), non-recursively, in file-name order,
-/// and the errors met reading the directory. A symlink to a file counts as a file.
+/// The plugin files in `dir` (shared libraries by the platform suffix, and upstream files,
+/// `*.upstream.toml`), non-recursively, in file-name order, and the errors met reading the
+/// directory. A symlink to a file counts as a file.
 pub fn library_files(dir: &Path) -> (Vec<PathBuf>, Vec<PluginError>) {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -177,7 +226,9 @@ pub fn library_files(dir: &Path) -> (Vec<PathBuf>, Vec<PluginError>) {
             Ok(entry) => {
                 let path = entry.path();
                 // `fs::metadata` follows symlinks, so a symlinked plugin counts as a file.
-                if is_library_name(&path) && fs::metadata(&path).is_ok_and(|meta| meta.is_file()) {
+                if (is_library_name(&path) || is_upstream_name(&path))
+                    && fs::metadata(&path).is_ok_and(|meta| meta.is_file())
+                {
                     files.push(path);
                 }
             }

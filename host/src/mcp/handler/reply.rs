@@ -435,8 +435,20 @@ fn busy(tool: &str, error: &InvokeError) -> CallToolResult {
 /// library's path, goes to the server log; the client gets the reason without the path, which is
 /// the server's business.
 fn plugin_failure(tool: &str, error: &PluginError) -> CallToolResult {
-    if let PluginError::Crashed { reason, .. } = error {
-        return plugin_crashed(tool, reason);
+    match error {
+        PluginError::Crashed { reason, .. } => return plugin_crashed(tool, reason),
+        PluginError::UpstreamUnreachable { reason, .. } => {
+            return upstream_unreachable(tool, reason);
+        }
+        PluginError::UpstreamNoAnswer { reason, .. } => return upstream_no_answer(tool, reason),
+        PluginError::UpstreamBusy { reason, .. } => {
+            return error_result(
+                format!("{tool} did not run and changed nothing: {reason}. Retry shortly."),
+                "BUSY",
+                json!({ "tool": tool, "message": reason, "retryAfterMs": 1000 }),
+            );
+        }
+        _ => {}
     }
     tracing::warn!(%tool, %error, "plugin failure");
     let full = error.to_string();
@@ -460,6 +472,36 @@ fn plugin_crashed(tool: &str, reason: &str) -> CallToolResult {
         ),
         "PLUGIN_CRASHED",
         json!({ "tool": tool, "message": reason }),
+    )
+}
+
+/// The call never reached the plugin's upstream server (it did not start, answer or accept
+/// the call): nothing ran there and nothing fired. Not logged here: the upstream's links log
+/// its going away and coming back.
+fn upstream_unreachable(tool: &str, reason: &str) -> CallToolResult {
+    error_result(
+        format!(
+            "{tool} did not reach its upstream server and changed nothing: {reason}. \
+             Retrying may succeed once the server is back."
+        ),
+        "UPSTREAM_UNAVAILABLE",
+        json!({ "tool": tool, "message": reason, "handlerRan": false, "committed": false }),
+    )
+}
+
+/// The call was sent to the plugin's upstream server and got no answer: it may have run
+/// there, so the answer must not say "changed nothing" of the world, only of the workflow,
+/// which did not move.
+fn upstream_no_answer(tool: &str, reason: &str) -> CallToolResult {
+    error_result(
+        format!(
+            "{tool} was sent to its upstream server, which gave no answer ({reason}): it may \
+             have run there, but the workflow did not move. Check what the server did before \
+             acting again, or retry with the same idempotency key (_meta.idempotencyKey, which \
+             the server is given) so that a server honouring it acts once."
+        ),
+        "UPSTREAM_UNAVAILABLE",
+        json!({ "tool": tool, "message": reason, "handlerRan": "unknown", "committed": false }),
     )
 }
 
