@@ -102,6 +102,22 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         sdk: Option<PathBuf>,
     },
+    /// Gate an MCP server that exists already: connect to it, list its tools, and write
+    /// `NAME.upstream.toml` and a machine of one state offering them all, to split into steps.
+    NewUpstream {
+        /// The upstream's name, which starts its tools' names (`NAME.TOOL`).
+        name: String,
+        /// Where to write the two files (default: the current directory, e.g. the plugin
+        /// directory); neither may exist yet.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// The server's Streamable HTTP endpoint, instead of a command.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+        /// The command that starts the server over stdio, after `--`.
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -244,5 +260,11 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             dir,
             sdk,
         } => commands::new_plugin::run(&name, lang, dir.as_deref(), sdk.as_deref()),
+        Command::NewUpstream {
+            name,
+            dir,
+            url,
+            command,
+        } => commands::new_upstream::run(&name, dir.as_deref(), &command, url.as_deref()),
     }
 }

@@ -6,6 +6,7 @@ pub mod instances;
 pub mod load;
 pub mod machine;
 pub mod new_plugin;
+pub mod new_upstream;
 pub mod plugin_host;
 pub mod replacement;
 pub mod serve;

@@ -68,7 +68,9 @@ pub use self::{
     pool::{CallPool, DEFAULT_POOL_SIZE, QUEUE_WAIT},
     quick::Overrun,
     services::{CallEvent, EventReceiver, HostCall},
-    upstream::is_upstream_name,
+    upstream::{
+        file::Transport as UpstreamTransport, is_upstream_name, list_tools as list_upstream_tools,
+    },
 };
 
 #[doc(hidden)]

@@ -95,14 +95,23 @@ impl Link {
     /// Connects to the upstream `file` describes. `list_changed` is called when it says its
     /// tools changed.
     pub async fn connect(file: &UpstreamFile, list_changed: ListChanged) -> Result<Link, String> {
+        Link::connect_to(&file.name, &file.transport, list_changed).await
+    }
+
+    /// Connects to the upstream `name` reached by `transport`.
+    pub async fn connect_to(
+        name: &str,
+        transport: &Transport,
+        list_changed: ListChanged,
+    ) -> Result<Link, String> {
         let calls = Arc::new(Calls::default());
         let client = Client {
-            name: file.name.clone(),
+            name: name.to_owned(),
             calls: calls.clone(),
             list_changed,
         };
         let connecting = async {
-            match &file.transport {
+            match transport {
                 Transport::Stdio {
                     program,
                     args,
@@ -120,7 +129,7 @@ impl Link {
                         .spawn()
                         .map_err(|err| format!("cannot start {}: {err}", program.display()))?;
                     if let Some(stderr) = stderr {
-                        tokio::spawn(forward_stderr(file.name.clone(), stderr));
+                        tokio::spawn(forward_stderr(name.to_owned(), stderr));
                     }
                     client
                         .serve(transport)

@@ -47,7 +47,7 @@ use turnstile_plugin_abi::{CallContext, Manifest};
 use self::{
     bindings::ListedTool,
     call::{Failure, Target},
-    file::{Sessions as Mode, UpstreamFile},
+    file::{Sessions as Mode, Transport, UpstreamFile},
     link::Link,
     sessions::Sessions,
 };
@@ -171,6 +171,23 @@ impl Upstream {
             ))),
         }
     }
+}
+
+/// What the upstream `name` reached by `transport` calls itself (its version) and the tools it
+/// lists (MCP `Tool` objects), for `turnstile new-upstream`. Blocking; starts and ends its own
+/// runtime (a stdio upstream's process ends with it).
+pub fn list_tools(name: &str, transport: &Transport) -> Result<(String, Vec<Value>), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| format!("cannot start a runtime: {err}"))?;
+    runtime.block_on(async {
+        let link = Link::connect_to(name, transport, Arc::new(|| {})).await?;
+        let tools = link.list_tools().await?;
+        let version = link.version();
+        link.close().await;
+        Ok((version, tools))
+    })
 }
 
 /// Runs `future` on the upstream's runtime and waits for it on this thread; `None` if the
