@@ -92,6 +92,10 @@ pub struct LoadArgs {
     /// Run the same load against this second endpoint too, taking turns, and print ratios.
     #[arg(long, value_name = "URL2")]
     pub compare: Option<String>,
+    /// With --compare: the scenario the second endpoint's clients run instead of --scenario's
+    /// (the same steps under the tool names that server gives them).
+    #[arg(long, value_name = "FILE", requires_all = ["compare", "scenario"])]
+    pub compare_scenario: Option<PathBuf>,
     /// The second server's process id, for its CPU time per call.
     #[arg(long, value_name = "PID", requires = "compare")]
     pub compare_pid: Option<u32>,
@@ -223,6 +227,12 @@ fn options(args: LoadArgs) -> Result<Parsed, String> {
             },
             stdio: args.stdio.then(|| args.command.clone()),
             compare: args.compare,
+            compare_mode: match &args.compare_scenario {
+                Some(path) => Some(Mode::Scenario(Arc::new(
+                    Scenario::load(path).map_err(|e| e.to_string())?,
+                ))),
+                None => None,
+            },
             protocol: args.protocol,
             mode,
             duration,

@@ -65,6 +65,10 @@ pub struct LoadOptions {
     pub stdio: Option<Vec<String>>,
     /// A second endpoint to run the same load against, interleaved (`--compare`).
     pub compare: Option<String>,
+    /// What the second endpoint's clients do instead of `mode` (`--compare-scenario`: the same
+    /// steps under the names that server gives its tools, e.g. an upstream alone against the
+    /// same server behind Turnstile).
+    pub compare_mode: Option<Mode>,
     pub protocol: Protocol,
     pub mode: Mode,
     /// Measure for this long (after the warm-up); `None` with `iterations`.

@@ -38,6 +38,8 @@ struct Target {
     url: String,
     /// Over stdio, the server command (then `url` is only a label).
     stdio: Option<Vec<String>>,
+    /// What its clients do, when not the run's `mode` (`--compare-scenario`).
+    mode: Option<Mode>,
     pid: Option<u32>,
     stats: Arc<Stats>,
     violations: Arc<Violations>,
@@ -50,7 +52,9 @@ pub async fn run(options: &LoadOptions) -> Result<Summary, LoadError> {
     let mut targets = vec![Target::new(&options.url, options.server_pid)];
     targets[0].stdio = options.stdio.clone();
     if let Some(url) = &options.compare {
-        targets.push(Target::new(url, options.compare_pid));
+        let mut second = Target::new(url, options.compare_pid);
+        second.mode = options.compare_mode.clone();
+        targets.push(second);
     }
     for target in &targets {
         preflight(target, options).await?;
@@ -90,6 +94,7 @@ impl Target {
         Target {
             url: url.to_string(),
             stdio: None,
+            mode: None,
             pid,
             stats: Arc::default(),
             violations: Arc::default(),
@@ -171,7 +176,7 @@ async fn run_round(
         shared.stats.set_measuring(true);
     }
     let mut clients = JoinSet::new();
-    match &options.mode {
+    match target.mode.as_ref().unwrap_or(&options.mode) {
         Mode::Walk => {
             for _ in 0..options.settings.sessions {
                 clients.spawn(walker::run_client(shared.clone()));

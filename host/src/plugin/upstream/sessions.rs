@@ -48,7 +48,12 @@ pub struct Sessions {
 /// One link, as a call sees it: open, or when it may be opened again.
 #[derive(Default)]
 pub struct Slot {
+    /// An async mutex: a call that finds the link down connects while holding it, so the calls
+    /// behind it wait for that connection rather than start their own.
     state: Mutex<SlotState>,
+    /// A std mutex: held for a read or a write, never across an await, and taken when a call
+    /// ends, which may be outside any runtime.
+    usage: std::sync::Mutex<Usage>,
 }
 
 #[derive(Default)]
@@ -57,9 +62,21 @@ struct SlotState {
     /// No new attempt before this, after a failure.
     retry_at: Option<Instant>,
     backoff: Option<Duration>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Usage {
     last_used: Option<Instant>,
     /// Calls holding this slot's link right now.
     in_flight: usize,
+}
+
+impl Slot {
+    fn usage(&self) -> std::sync::MutexGuard<'_, Usage> {
+        self.usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// A call's hold on a link; the slot counts it until dropped.
@@ -71,18 +88,14 @@ pub struct Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let slot = self.slot.clone();
-        let freed = self.freed.take();
-        // The count is behind an async mutex; the call is ending, so this need not wait.
-        tokio::spawn(async move {
-            let mut state = slot.state.lock().await;
-            state.in_flight -= 1;
-            state.last_used = Some(Instant::now());
-            drop(state);
-            if let Some(sessions) = freed {
-                sessions.freed.notify_waiters();
-            }
-        });
+        {
+            let mut usage = self.slot.usage();
+            usage.in_flight -= 1;
+            usage.last_used = Some(Instant::now());
+        }
+        if let Some(sessions) = &self.freed {
+            sessions.freed.notify_waiters();
+        }
     }
 }
 
@@ -144,13 +157,13 @@ impl Sessions {
         if slots.len() >= max {
             let mut idle = None;
             for (key, slot) in slots.iter() {
-                let state = slot.state.lock().await;
-                if state.in_flight == 0
+                let usage = *slot.usage();
+                if usage.in_flight == 0
                     && idle
                         .as_ref()
-                        .is_none_or(|(_, used)| state.last_used < *used)
+                        .is_none_or(|(_, used)| usage.last_used < *used)
                 {
-                    idle = Some((key.clone(), state.last_used));
+                    idle = Some((key.clone(), usage.last_used));
                 }
             }
             let (key, _) = idle?;
@@ -204,7 +217,7 @@ impl Sessions {
                 }
             }
         };
-        state.in_flight += 1;
+        slot.usage().in_flight += 1;
         Ok(Held {
             link,
             slot: slot.clone(),
@@ -217,8 +230,8 @@ impl Sessions {
         let mut slots = self.per_instance.lock().await;
         let mut stale = Vec::new();
         for (key, slot) in slots.iter() {
-            let state = slot.state.lock().await;
-            if state.in_flight == 0 && state.last_used.is_none_or(|used| used.elapsed() >= idle) {
+            let usage = *slot.usage();
+            if usage.in_flight == 0 && usage.last_used.is_none_or(|used| used.elapsed() >= idle) {
                 stale.push(key.clone());
             }
         }
