@@ -230,6 +230,28 @@ async def purge() -> types.CallToolResult:
 # The call log: one JSON line per tools/call, written when the request arrives (before argument
 # validation and before the tool runs), so unknown tools and bad arguments are logged too.
 
+@mcp.prompt()
+def triage(title: str) -> str:
+    """How to triage a ticket: what to ask first, whom to assign it to."""
+    return (f"Triage the ticket {title!r}: ask what is broken and since when, "
+            "then assign it to whoever owns that system.")
+
+
+@mcp.resource("desk://policy", mime_type="text/markdown")
+def policy() -> str:
+    """The desk's policy: what may be closed without the person who opened it."""
+    return "# Desk policy\n\nA ticket is resolved only with its opener's consent."
+
+
+@mcp.resource("desk://tickets/{ticket}", mime_type="application/json")
+def ticket_resource(ticket: str) -> str:
+    """One ticket, as the desk keeps it."""
+    for entry in tickets.values():
+        if entry and entry.get("ticket") == ticket:
+            return json.dumps(entry)
+    return json.dumps({"ticket": None})
+
+
 def install_call_log(path: str) -> None:
     server = mcp._mcp_server  # the low-level Server FastMCP registers its handlers on
     handle_call = server.request_handlers[types.CallToolRequest]

@@ -380,10 +380,8 @@ impl LoadedPlugin {
                         .into(),
                 ));
             }
-            Backend::Upstream(_) => {
-                return Err(failed(
-                    "an upstream's prompts and resources are not served yet".into(),
-                ));
+            Backend::Upstream(upstream) => {
+                return upstream.read(&self.inner.path, kind, name, request, ctx);
             }
         };
         let output = read_raw(library, kind.raw(), name, request, ctx)

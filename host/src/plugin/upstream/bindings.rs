@@ -7,10 +7,21 @@
 //! naming a tool the upstream does not list is refused here, alone: the rest is served, and the
 //! refusal is a note the loader reports.
 
-use serde_json::{Map, Value, json};
-use turnstile_plugin_abi::{Manifest, ToolManifest, manifest::ToolAnnotations};
+use std::collections::HashSet;
 
-use super::file::{Unlisted, UpstreamFile};
+use serde_json::{Map, Value, json};
+use turnstile_plugin_abi::{
+    Manifest, ToolManifest,
+    manifest::{
+        PromptArgumentManifest, PromptManifest, ResourceManifest, ResourceTemplateManifest,
+        ToolAnnotations,
+    },
+};
+
+use super::{
+    file::{PrimitiveBinding, Unlisted, UpstreamFile},
+    link::Primitives,
+};
 
 /// One tool as the upstream lists it (`tools/list`), in the plain terms the manifest needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,8 +45,14 @@ pub struct Offer {
     pub notes: Vec<String>,
 }
 
-/// The manifest for `file`'s upstream, which calls itself `version` and lists `listed`.
-pub fn offer(file: &UpstreamFile, version: &str, listed: &[ListedTool]) -> Offer {
+/// The manifest for `file`'s upstream, which calls itself `version` and lists the tools
+/// `listed` and the prompts and resources `primitives`.
+pub fn offer(
+    file: &UpstreamFile,
+    version: &str,
+    listed: &[ListedTool],
+    primitives: &Primitives,
+) -> Offer {
     let workflow = file.workflow().to_owned();
     let mut tools = Vec::new();
     for tool in listed {
@@ -78,7 +95,7 @@ pub fn offer(file: &UpstreamFile, version: &str, listed: &[ListedTool]) -> Offer
             confirm: binding.and_then(|b| b.confirm.clone()),
         });
     }
-    let notes = file
+    let mut notes: Vec<String> = file
         .tools
         .keys()
         .filter(|name| !listed.iter().any(|tool| &&tool.name == name))
@@ -90,6 +107,8 @@ pub fn offer(file: &UpstreamFile, version: &str, listed: &[ListedTool]) -> Offer
             )
         })
         .collect();
+    let prompts = offer_prompts(file, &primitives.prompts, &mut notes);
+    let (resources, resource_templates) = offer_resources(file, primitives, &mut notes);
     Offer {
         manifest: Manifest {
             name: file.name.clone(),
@@ -97,14 +116,144 @@ pub fn offer(file: &UpstreamFile, version: &str, listed: &[ListedTool]) -> Offer
             workflows: vec![file.machine.clone()],
             tools,
             guards: Vec::new(),
-            prompts: Vec::new(),
-            resources: Vec::new(),
-            resource_templates: Vec::new(),
+            prompts,
+            resources,
+            resource_templates,
             isolate: false,
             test_fixture: false,
         },
         notes,
     }
+}
+
+/// Whether the prompt or resource bound by `binding` (or by none) is left out.
+fn hidden(file: &UpstreamFile, binding: Option<&PrimitiveBinding>) -> bool {
+    binding.map_or(file.unlisted == Unlisted::Hidden, |binding| binding.hidden)
+}
+
+/// The upstream's prompts, renamed `NAME.prompt` like its tools and bound as `[prompts.…]` says.
+fn offer_prompts(
+    file: &UpstreamFile,
+    prompts: &[Value],
+    notes: &mut Vec<String>,
+) -> Vec<PromptManifest> {
+    let text = |value: &Value, key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
+    let mut offered = Vec::new();
+    for prompt in prompts {
+        let Some(name) = text(prompt, "name") else {
+            continue;
+        };
+        let binding = file.prompts.get(&name);
+        if hidden(file, binding) {
+            continue;
+        }
+        let arguments = prompt["arguments"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|argument| {
+                Some(PromptArgumentManifest {
+                    name: text(argument, "name")?,
+                    description: text(argument, "description"),
+                    required: argument["required"].as_bool().unwrap_or(false),
+                })
+            })
+            .collect();
+        offered.push(PromptManifest {
+            name: offered_name(&file.name, &name),
+            title: text(prompt, "title"),
+            description: text(prompt, "description")
+                .filter(|description| !description.trim().is_empty())
+                .unwrap_or_else(|| format!("The prompt {name}.")),
+            arguments,
+            workflow: binding.map(|_| file.workflow().to_owned()),
+            states: binding.map(|b| b.states.clone()).unwrap_or_default(),
+            text: None,
+            asks: false,
+        });
+    }
+    for name in file.prompts.keys() {
+        if !prompts
+            .iter()
+            .any(|prompt| prompt["name"].as_str() == Some(name))
+        {
+            notes.push(format!(
+                "prompts.{name}: the upstream has no prompt named {name:?}; this binding is \
+                 refused, the rest is served"
+            ));
+        }
+    }
+    offered
+}
+
+/// The upstream's resources and templates under their own URIs (a URI cannot be renamed),
+/// bound as `[resources."URI or template"]` says.
+fn offer_resources(
+    file: &UpstreamFile,
+    primitives: &Primitives,
+    notes: &mut Vec<String>,
+) -> (Vec<ResourceManifest>, Vec<ResourceTemplateManifest>) {
+    let text = |value: &Value, key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
+    // `read` is asked by name, so names are made unique: a second resource of a name is known
+    // by its URI.
+    let mut names = HashSet::new();
+    let mut unique = |name: Option<String>, uri: &str| match name {
+        Some(name) if names.insert(name.clone()) => name,
+        _ => {
+            names.insert(uri.to_owned());
+            uri.to_owned()
+        }
+    };
+    let mut resources = Vec::new();
+    for resource in &primitives.resources {
+        let Some(uri) = text(resource, "uri") else {
+            continue;
+        };
+        let binding = file.resources.get(&uri);
+        if hidden(file, binding) {
+            continue;
+        }
+        resources.push(ResourceManifest {
+            name: unique(text(resource, "name"), &uri),
+            uri,
+            title: text(resource, "title"),
+            description: text(resource, "description"),
+            mime_type: text(resource, "mimeType"),
+            workflow: binding.map(|_| file.workflow().to_owned()),
+            states: binding.map(|b| b.states.clone()).unwrap_or_default(),
+            text: None,
+        });
+    }
+    let mut templates = Vec::new();
+    for template in &primitives.templates {
+        let Some(uri_template) = text(template, "uriTemplate") else {
+            continue;
+        };
+        let binding = file.resources.get(&uri_template);
+        if hidden(file, binding) {
+            continue;
+        }
+        templates.push(ResourceTemplateManifest {
+            name: unique(text(template, "name"), &uri_template),
+            uri_template,
+            title: text(template, "title"),
+            description: text(template, "description"),
+            mime_type: text(template, "mimeType"),
+            workflow: binding.map(|_| file.workflow().to_owned()),
+            states: binding.map(|b| b.states.clone()).unwrap_or_default(),
+        });
+    }
+    for uri in file.resources.keys() {
+        let listed =
+            |items: &[Value], key: &str| items.iter().any(|item| item[key].as_str() == Some(uri));
+        if !listed(&primitives.resources, "uri") && !listed(&primitives.templates, "uriTemplate") {
+            notes.push(format!(
+                "resources.{uri:?}: the upstream has no resource or template {uri:?}; this \
+                 binding is refused, the rest is served"
+            ));
+        }
+    }
+    (resources, templates)
 }
 
 /// The name a client sees for the upstream's tool `tool`.
@@ -180,7 +329,7 @@ mod tests {
     #[test]
     fn bound_tools_are_renamed_and_bound_hidden_ones_are_left_out() {
         let tools = [listed("open"), listed("purge"), listed("status")];
-        let offer = offer(&file("ungated"), "1.0", &tools);
+        let offer = offer(&file("ungated"), "1.0", &tools, &Primitives::default());
         let names: Vec<_> = offer
             .manifest
             .tools
@@ -205,7 +354,7 @@ mod tests {
     #[test]
     fn unlisted_hidden_offers_only_the_bound_tools() {
         let tools = [listed("open"), listed("status")];
-        let offer = offer(&file("hidden"), "1.0", &tools);
+        let offer = offer(&file("hidden"), "1.0", &tools, &Primitives::default());
         let names: Vec<_> = offer
             .manifest
             .tools
@@ -217,11 +366,59 @@ mod tests {
 
     #[test]
     fn a_binding_of_a_missing_tool_is_a_note_and_the_rest_is_served() {
-        let offer = offer(&file("ungated"), "1.0", &[listed("open")]);
+        let offer = offer(
+            &file("ungated"),
+            "1.0",
+            &[listed("open")],
+            &Primitives::default(),
+        );
         assert_eq!(offer.notes.len(), 2, "{:?}", offer.notes);
         assert!(offer.notes[0].starts_with("tools.gone: the upstream has no tool named \"gone\""));
         assert!(offer.notes[1].starts_with("tools.purge: "));
         assert_eq!(offer.manifest.tools.len(), 1);
+    }
+
+    #[test]
+    fn prompts_are_renamed_and_resources_keep_their_uris() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("m.json"),
+            r#"{"id":"desk","initial":"new","states":{"new":{},"open":{}}}"#,
+        )
+        .unwrap();
+        let text = "name = \"desk\"\ncommand = [\"x\"]\nmachine = \"m.json\"\n\
+                    [prompts.triage]\nstates = [\"open\"]\n[resources.\"desk://gone\"]\n";
+        let file = UpstreamFile::parse(dir.path(), text).unwrap();
+        let primitives = Primitives {
+            prompts: vec![
+                json!({"name": "triage", "arguments": [{"name": "title", "required": true}]}),
+                json!({"name": "free", "description": "Free."}),
+            ],
+            resources: vec![json!({"uri": "desk://policy", "name": "policy"})],
+            templates: vec![json!({"uriTemplate": "desk://t/{id}", "name": "policy"})],
+        };
+        let offer = offer(&file, "1", &[], &primitives);
+        let prompts = &offer.manifest.prompts;
+        assert_eq!(prompts[0].name, "desk.triage");
+        assert_eq!(
+            (prompts[0].workflow.as_deref(), &prompts[0].states[..]),
+            (Some("desk"), &["open".to_owned()][..])
+        );
+        assert!(prompts[0].arguments[0].required);
+        assert_eq!(
+            (prompts[1].name.as_str(), prompts[1].workflow.as_deref()),
+            ("desk.free", None)
+        );
+        assert_eq!(offer.manifest.resources[0].uri, "desk://policy");
+        // Names are what a read is asked by: the template's clash is known by its template.
+        assert_eq!(offer.manifest.resource_templates[0].name, "desk://t/{id}");
+        assert!(
+            offer
+                .notes
+                .iter()
+                .any(|note| note.starts_with("resources.\"desk://gone\""))
+        );
+        offer.manifest.check().unwrap();
     }
 
     #[test]

@@ -11,7 +11,7 @@
 use std::{sync::Arc, time::Duration};
 
 use serde_json::{Map, Value, json};
-use turnstile_plugin_abi::CallContext;
+use turnstile_plugin_abi::{CallContext, PrimitiveKind};
 
 use super::{
     asking::Asking,
@@ -102,6 +102,47 @@ pub async fn run(
             Err(CallFailed::NotSent(reason)) => Err(Failure::Unreachable(reason)),
             Err(CallFailed::NoAnswer(reason)) => Err(Failure::NoAnswer(reason)),
         },
+    }
+}
+
+/// Reads a prompt (`prompts/get`) or resource (`resources/read`) upstream with `params`, for
+/// the instance `ctx` describes: the upstream's answer is already in the shape a library's
+/// `read` gives (`{"description", "messages"}`, `{"contents"}`). An error the upstream answers is
+/// a failure here, as a library's broken read is.
+pub async fn read(
+    target: Target<'_>,
+    kind: PrimitiveKind,
+    mut params: Value,
+    ctx: &CallContext,
+) -> Result<PluginOutput, Failure> {
+    let held = target
+        .sessions
+        .hold(&ctx.handle, SESSION_WAIT)
+        .await
+        .map_err(|no| match no {
+            NoLink::Unreachable(reason) => Failure::Unreachable(reason),
+            NoLink::Busy(reason) => Failure::Busy(reason),
+        })?;
+    params["_meta"] = meta(target.workflow, ctx);
+    let asking = async {
+        match kind {
+            PrimitiveKind::Prompt => held.link.get_prompt(params).await,
+            PrimitiveKind::Resource => held.link.read_resource(params).await,
+        }
+    };
+    match tokio::time::timeout(target.timeout, asking).await {
+        Ok(Ok(mut answer)) => {
+            if let Value::Object(answer) = &mut answer {
+                answer.remove("_meta");
+            }
+            Ok(PluginOutput::success(answer))
+        }
+        Ok(Err(CallFailed::NotSent(reason))) => Err(Failure::Unreachable(reason)),
+        Ok(Err(CallFailed::NoAnswer(reason))) => Err(Failure::NoAnswer(reason)),
+        Err(_) => Err(Failure::NoAnswer(format!(
+            "no answer within {}s (call_timeout_s)",
+            target.timeout.as_secs()
+        ))),
     }
 }
 

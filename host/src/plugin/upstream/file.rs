@@ -30,6 +30,10 @@ pub struct UpstreamFile {
     /// What becomes of upstream tools no `[tools.NAME]` names.
     pub unlisted: Unlisted,
     pub tools: BTreeMap<String, ToolBinding>,
+    /// `[prompts.NAME]`, by the upstream's prompt name.
+    pub prompts: BTreeMap<String, PrimitiveBinding>,
+    /// `[resources."URI or template"]`, by the upstream's URI or URI template.
+    pub resources: BTreeMap<String, PrimitiveBinding>,
     /// How long a call sent upstream may wait for its answer (`call_timeout_s`, default 60).
     pub call_timeout: Duration,
 }
@@ -103,6 +107,18 @@ pub struct ToolBinding {
     pub read_only: Option<bool>,
 }
 
+/// `[prompts.NAME]` or `[resources."URI or template"]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrimitiveBinding {
+    /// Listed (2025 sessions) and readable only in these states; none: in every state.
+    #[serde(default)]
+    pub states: Vec<String>,
+    /// Never listed, never read.
+    #[serde(default)]
+    pub hidden: bool,
+}
+
 /// The file as written (serde's view; [`UpstreamFile::parse`] checks the rest).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -125,11 +141,10 @@ struct Raw {
     call_timeout_s: Option<u64>,
     #[serde(default)]
     tools: BTreeMap<String, ToolBinding>,
-    /// `[prompts.NAME]` and `[resources."URI"]`: read only to be refused (see `parse`).
     #[serde(default)]
-    prompts: toml::Table,
+    prompts: BTreeMap<String, PrimitiveBinding>,
     #[serde(default)]
-    resources: toml::Table,
+    resources: BTreeMap<String, PrimitiveBinding>,
 }
 
 #[derive(Deserialize, Default, PartialEq)]
@@ -254,19 +269,6 @@ impl UpstreamFile {
                 ));
             }
         }
-        // Written in the file's format so that a file naming them is refused, not misread.
-        if let Some(kind) = [
-            ("prompts", raw.prompts.len()),
-            ("resources", raw.resources.len()),
-        ]
-        .iter()
-        .find_map(|(kind, count)| (*count > 0).then_some(kind))
-        {
-            return Err(format!(
-                "{kind}: an upstream's prompts and resources are not served yet (only its tools); \
-                 remove the [{kind}.…] tables"
-            ));
-        }
         let call_timeout = match raw.call_timeout_s {
             Some(0) => return Err("call_timeout_s: must be at least 1".into()),
             Some(seconds) => Duration::from_secs(seconds),
@@ -279,6 +281,8 @@ impl UpstreamFile {
             machine,
             unlisted: raw.unlisted,
             tools: raw.tools,
+            prompts: raw.prompts,
+            resources: raw.resources,
             call_timeout,
         })
     }

@@ -196,6 +196,73 @@ impl Link {
             .collect())
     }
 
+    /// The upstream's prompts, resources and resource templates (MCP's objects, as JSON), each
+    /// empty when the server does not declare that capability.
+    pub async fn list_primitives(&self) -> Result<Primitives, String> {
+        let capabilities = self
+            .service
+            .peer_info()
+            .and_then(|info| serde_json::to_value(&*info).ok())
+            .map(|info| info["capabilities"].clone())
+            .unwrap_or_default();
+        let mut primitives = Primitives::default();
+        if capabilities.get("prompts").is_some() {
+            let prompts = self
+                .service
+                .list_all_prompts()
+                .await
+                .map_err(|err| format!("prompts/list failed: {err}"))?;
+            primitives.prompts = prompts
+                .iter()
+                .filter_map(|p| serde_json::to_value(p).ok())
+                .collect();
+        }
+        if capabilities.get("resources").is_some() {
+            let resources = self
+                .service
+                .list_all_resources()
+                .await
+                .map_err(|err| format!("resources/list failed: {err}"))?;
+            primitives.resources = resources
+                .iter()
+                .filter_map(|r| serde_json::to_value(r).ok())
+                .collect();
+            let templates = self
+                .service
+                .list_all_resource_templates()
+                .await
+                .map_err(|err| format!("resources/templates/list failed: {err}"))?;
+            primitives.templates = templates
+                .iter()
+                .filter_map(|t| serde_json::to_value(t).ok())
+                .collect();
+        }
+        Ok(primitives)
+    }
+
+    /// `prompts/get` with `params` (MCP's `GetPromptRequestParams` as JSON); the result as JSON.
+    pub async fn get_prompt(&self, params: Value) -> Result<Value, CallFailed> {
+        let params = serde_json::from_value(params)
+            .map_err(|err| CallFailed::NotSent(format!("cannot be sent: {err}")))?;
+        match self.service.get_prompt(params).await {
+            Ok(result) => serde_json::to_value(result)
+                .map_err(|err| CallFailed::NoAnswer(format!("its answer is unusable: {err}"))),
+            Err(error) => Err(classify(&error)),
+        }
+    }
+
+    /// `resources/read` with `params` (MCP's `ReadResourceRequestParams` as JSON); the result as
+    /// JSON.
+    pub async fn read_resource(&self, params: Value) -> Result<Value, CallFailed> {
+        let params = serde_json::from_value(params)
+            .map_err(|err| CallFailed::NotSent(format!("cannot be sent: {err}")))?;
+        match self.service.read_resource(params).await {
+            Ok(result) => serde_json::to_value(result)
+                .map_err(|err| CallFailed::NoAnswer(format!("its answer is unusable: {err}"))),
+            Err(error) => Err(classify(&error)),
+        }
+    }
+
     /// Registers a call, so that what the upstream says during it reaches it.
     pub fn register(&self, number: u64, call: Arc<InFlight>) -> Registered {
         self.calls.lock().insert(number, call);
@@ -221,6 +288,14 @@ impl Link {
     pub async fn close(self) {
         let _ = self.service.cancel().await;
     }
+}
+
+/// What an upstream lists beside its tools, as MCP's objects in JSON.
+#[derive(Debug, Default)]
+pub struct Primitives {
+    pub prompts: Vec<Value>,
+    pub resources: Vec<Value>,
+    pub templates: Vec<Value>,
 }
 
 /// How a call failed to get its answer.

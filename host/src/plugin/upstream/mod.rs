@@ -42,7 +42,7 @@ use std::{
 
 use serde_json::Value;
 use tokio::sync::oneshot;
-use turnstile_plugin_abi::{CallContext, Manifest};
+use turnstile_plugin_abi::{CallContext, Manifest, PrimitiveKind};
 
 use self::{
     bindings::ListedTool,
@@ -97,15 +97,16 @@ impl Upstream {
             async move {
                 let link = Link::connect(&file, list_changed).await?;
                 let tools = link.list_tools().await?;
+                let primitives = link.list_primitives().await?;
                 let version = link.version();
-                Ok::<_, String>((link, tools, version))
+                Ok::<_, String>((link, tools, primitives, version))
             }
         };
-        let (link, tools, version) = wait(&runtime, connecting)
+        let (link, tools, primitives, version) = wait(&runtime, connecting)
             .ok_or_else(|| unreachable("its thread ended".into()))?
             .map_err(unreachable)?;
         let listed = tools.iter().map(listed_tool).collect::<Vec<_>>();
-        let offer = bindings::offer(&file, &version, &listed);
+        let offer = bindings::offer(&file, &version, &listed, &primitives);
         offer.manifest.check().map_err(bad)?;
         let sessions = {
             let _entered = runtime.enter();
@@ -126,6 +127,49 @@ impl Upstream {
             manifest: offer.manifest,
             notes: offer.notes,
         })
+    }
+
+    /// Produces the prompt (`NAME.prompt`) or resource (by its manifest name) `name`, as a
+    /// library's `read` does: `request` and the output are shaped as the ABI's `ReadKind`
+    /// says, which are MCP's `prompts/get` and `resources/read` shapes. Blocking.
+    pub fn read(
+        &self,
+        path: &Path,
+        kind: PrimitiveKind,
+        name: &str,
+        request: &Value,
+        ctx: &CallContext,
+    ) -> Result<PluginOutput, PluginError> {
+        let what = format!("{} {name}", kind.as_str());
+        let failed = |reason: String| PluginError::ReadFailed {
+            path: path.to_owned(),
+            what: what.clone(),
+            reason,
+        };
+        let params = match kind {
+            PrimitiveKind::Prompt => {
+                let prompt = bindings::upstream_name(&self.file.name, name)
+                    .ok_or_else(|| failed("not one of this upstream's prompts".into()))?;
+                serde_json::json!({"name": prompt, "arguments": request["arguments"]})
+            }
+            PrimitiveKind::Resource => serde_json::json!({"uri": request["uri"]}),
+        };
+        let (sessions, file, ctx) = (self.sessions.clone(), self.file.clone(), ctx.clone());
+        let reading = async move {
+            let target = Target {
+                sessions: &sessions,
+                workflow: file.workflow(),
+                timeout: file.call_timeout,
+            };
+            call::read(target, kind, params, &ctx).await
+        };
+        match wait(&self.runtime, reading) {
+            Some(Ok(output)) => Ok(output),
+            Some(Err(
+                Failure::Unreachable(reason) | Failure::NoAnswer(reason) | Failure::Busy(reason),
+            )) => Err(failed(reason)),
+            None => Err(failed("the upstream was stopped".into())),
+        }
     }
 
     /// Calls the tool a client knows as `tool`. Blocking, like a library's call.
