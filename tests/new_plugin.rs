@@ -1,5 +1,6 @@
 //! `turnstile new-plugin`: what it writes builds outside this repository, passes its own test,
-//! and is served by the real binary with its tools gated (issue 41, item 5).
+//! and is served by the real binary with its tools gated (issue 41, item 5); a Rust plugin
+//! builds from an installed binary alone, on the copy of the SDK the binary carries.
 
 mod common;
 
@@ -35,8 +36,8 @@ fn new_plugin(args: &[&str]) -> Command {
     command
 }
 
-/// A cargo for the new crate: its own target directory, offline when the registry cache holds
-/// what it needs (it does after this workspace's build), else online.
+/// A cargo for the new crate, building into `target`: offline when the registry cache holds what
+/// it needs (it does after this workspace's build), else online.
 fn cargo(crate_dir: &Path, target: &Path, args: &[&str]) -> String {
     let attempt = |offline: bool| {
         let mut command = Command::new(env!("CARGO"));
@@ -78,13 +79,80 @@ async fn served_and_gated(library: &Path, name: &str) {
     assert_eq!(menu, [finish, status]);
 }
 
+/// The source tree this suite was built from, which a new plugin must not need.
+fn source_tree() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ sits in the source tree")
+        .to_path_buf()
+}
+
+/// Where the new crates build: one target directory under the suite's, kept between runs, so
+/// that a run compiles the plugin and its copy of the SDK, not serde and the rest again.
+fn shared_target() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("new-plugin-target")
+}
+
+/// Every file under `dir`, with its text.
+fn files_under(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            let text = fs::read_to_string(&path).unwrap();
+            files.push((path, text));
+        }
+    }
+    files
+}
+
+/// `turnstile` as installed (the binary alone, copied out of the build) writes a crate that names
+/// nothing of the source tree, builds, passes its test, and is served with its tools gated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_rust_plugin_builds_out_of_tree_tests_and_is_served_gated() {
+async fn a_new_rust_plugin_from_an_installed_binary_needs_no_source_tree() {
+    let installed = tempfile::tempdir().unwrap();
+    let turnstile = installed.path().join("turnstile");
+    fs::copy(common::turnstile_bin(), &turnstile).unwrap();
     let work = tempfile::tempdir().unwrap();
+    let said = run(Command::new(&turnstile)
+        .args(["new-plugin", "tickets"])
+        .current_dir(work.path()));
+    assert!(
+        said.contains("libtickets") && said.contains("turnstile-sdk"),
+        "{said}"
+    );
+
     let crate_dir = work.path().join("tickets");
-    let said = run(new_plugin(&["tickets", "--dir"]).arg(&crate_dir));
-    assert!(said.contains("libtickets"), "{said}");
-    let target = work.path().join("target");
+    let tree = source_tree().display().to_string();
+    let written = files_under(&crate_dir);
+    for (path, text) in &written {
+        assert!(
+            !text.contains(&tree),
+            "{} names {tree}:\n{text}",
+            path.display()
+        );
+    }
+    let manifest = fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
+    let dependency = format!(
+        "turnstile-plugin = {{ version = \"{}\", path = \"turnstile-sdk/turnstile-plugin\" }}",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(manifest.contains(&dependency), "{manifest}");
+    for krate in [
+        "turnstile-plugin",
+        "turnstile-plugin-abi",
+        "turnstile-statechart",
+    ] {
+        let carried = crate_dir
+            .join("turnstile-sdk")
+            .join(krate)
+            .join("Cargo.toml");
+        assert!(written.iter().any(|(path, _)| *path == carried), "{krate}");
+    }
+
+    let target = shared_target();
     let tested = cargo(&crate_dir, &target, &["test"]);
     assert!(tested.contains("2 passed"), "{tested}");
     cargo(&crate_dir, &target, &["build"]);
@@ -94,6 +162,21 @@ async fn a_new_rust_plugin_builds_out_of_tree_tests_and_is_served_gated() {
         std::env::consts::DLL_SUFFIX
     ));
     served_and_gated(&library, "tickets").await;
+}
+
+#[test]
+fn sdk_names_another_sdk_by_path_and_carries_none() {
+    let work = tempfile::tempdir().unwrap();
+    let crate_dir = work.path().join("tickets");
+    let sdk = source_tree().join("plugin-api").canonicalize().unwrap();
+    run(new_plugin(&["tickets", "--dir"])
+        .arg(&crate_dir)
+        .arg("--sdk")
+        .arg(&sdk));
+    let manifest = fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
+    let dependency = format!("turnstile-plugin = {{ path = \"{}\" }}", sdk.display());
+    assert!(manifest.contains(&dependency), "{manifest}");
+    assert!(!crate_dir.join("turnstile-sdk").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

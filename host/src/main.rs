@@ -97,8 +97,8 @@ enum Command {
         /// Where to write it (default: `./NAME`); must not exist yet.
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
-        /// The SDK crate to depend on (default: the `plugin-api/` of the source tree this
-        /// turnstile was built from).
+        /// The SDK crate to depend on, by path (default: the copy of the SDK this turnstile
+        /// carries, written beside the plugin in `turnstile-sdk/`).
         #[arg(long, value_name = "DIR")]
         sdk: Option<PathBuf>,
     },

@@ -2,9 +2,13 @@
 //! this repository, with a workflow of three states, three tools bound to it, and a test, so a
 //! plugin author starts from something that loads rather than from the ABI's header.
 //!
-//! The Rust crate depends on the SDK by path: the `plugin-api/` of the source tree this binary
-//! was built from (`--sdk DIR` names another), since the SDK is not published. The C project
-//! carries its own copy of the header. Nothing is overwritten: the directory must not exist.
+//! The Rust crate depends on the SDK this binary carries (`sdk.rs`), written beside it in
+//! `turnstile-sdk/` and named by version and path, so it builds on a machine with an installed
+//! `turnstile` and no source tree; `--sdk DIR` names another SDK crate instead, by path. The C
+//! project carries its own copy of the header. Nothing is overwritten: the directory must not
+//! exist.
+
+mod sdk;
 
 use std::{
     fs,
@@ -17,8 +21,13 @@ use anyhow::{Context, bail};
 /// The C header, as the project gets it.
 const HEADER: &str = include_str!("../../../plugin-api/abi/include/turnstile_plugin.h");
 
-/// Where the SDK was when this binary was built.
-const BUILT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plugin-api");
+/// The SDK a new Rust plugin depends on.
+enum Sdk {
+    /// The one this binary carries, written into the plugin's `turnstile-sdk/`.
+    Carried,
+    /// The crate in this directory (`--sdk DIR`), by path.
+    At(PathBuf),
+}
 
 /// The language of the new plugin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -39,22 +48,26 @@ pub fn run(
     if dir.exists() {
         bail!("{} exists already: name a new directory", dir.display());
     }
-    let files = match lang {
+    let (files, carried) = match lang {
         Lang::Rust => {
             let sdk = match sdk {
-                Some(sdk) => sdk.to_path_buf(),
-                None => PathBuf::from(BUILT_SDK),
+                None => Sdk::Carried,
+                Some(sdk) => Sdk::At(
+                    sdk.canonicalize()
+                        .with_context(|| format!("--sdk {}: no such directory", sdk.display()))?,
+                ),
             };
-            let sdk = sdk.canonicalize().with_context(|| {
+            let carried = matches!(sdk, Sdk::Carried).then(|| {
                 format!(
-                    "the plugin SDK is not at {} (the source tree this turnstile was built \
-                     from); name it with --sdk DIR",
-                    sdk.display()
+                    "The SDK it builds on, turnstile-plugin {}, is in {}/{}/.\n",
+                    sdk::VERSION,
+                    dir.display(),
+                    sdk::FOLDER
                 )
-            })?;
-            rust_files(name, &sdk)
+            });
+            (rust_files(name, &sdk), carried)
         }
-        Lang::C => c_files(name),
+        Lang::C => (c_files(name), None),
     };
     for (path, text) in &files {
         let path = dir.join(path);
@@ -74,10 +87,12 @@ pub fn run(
     };
     println!(
         "Wrote the plugin `{name}` in {dir}.\n\
+         {carried}\
          Build and test it:  cd {dir} && {build}\n\
          Then put {built} in the directory a server loads (`turnstile serve --plugins DIR`);\n\
          a server with hot plugins takes it up without a restart (docs/plugins.md).",
-        dir = dir.display()
+        dir = dir.display(),
+        carried = carried.unwrap_or_default(),
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -108,25 +123,39 @@ fn library_file(name: &str) -> String {
     )
 }
 
-fn rust_files(name: &str, sdk: &Path) -> Vec<(&'static str, String)> {
-    let sdk = sdk.display().to_string().replace('\\', "/");
-    vec![
-        (
-            "Cargo.toml",
-            RUST_MANIFEST.replace("{name}", name).replace("{sdk}", &sdk),
+/// The crate's files: its own, and the carried SDK's unless it names another.
+fn rust_files(name: &str, sdk: &Sdk) -> Vec<(String, String)> {
+    let dependency = match sdk {
+        Sdk::Carried => sdk::dependency(),
+        Sdk::At(dir) => format!(
+            "turnstile-plugin = {{ path = \"{}\" }}",
+            dir.display().to_string().replace('\\', "/")
         ),
-        ("src/lib.rs", RUST_LIB.replace("{name}", name)),
-        (".gitignore", "/target\n".to_owned()),
-    ]
+    };
+    let mut files = vec![
+        (
+            "Cargo.toml".to_owned(),
+            RUST_MANIFEST
+                .replace("{name}", name)
+                .replace("{sdk}", &dependency)
+                .replace("{sdk_folder}", sdk::FOLDER),
+        ),
+        ("src/lib.rs".to_owned(), RUST_LIB.replace("{name}", name)),
+        (".gitignore".to_owned(), "/target\n".to_owned()),
+    ];
+    if let Sdk::Carried = sdk {
+        files.extend(sdk::files().map(|(path, text)| (path, text.to_owned())));
+    }
+    files
 }
 
-fn c_files(name: &str) -> Vec<(&'static str, String)> {
+fn c_files(name: &str) -> Vec<(String, String)> {
     vec![
-        ("plugin.c", C_PLUGIN.replace("{name}", name)),
-        ("turnstile_plugin.h", HEADER.to_owned()),
-        ("check.c", C_CHECK.replace("{name}", name)),
+        ("plugin.c".to_owned(), C_PLUGIN.replace("{name}", name)),
+        ("turnstile_plugin.h".to_owned(), HEADER.to_owned()),
+        ("check.c".to_owned(), C_CHECK.replace("{name}", name)),
         (
-            "Makefile",
+            "Makefile".to_owned(),
             C_MAKEFILE
                 .replace("{name}", name)
                 .replace("{library}", &library_file(name)),
@@ -145,13 +174,15 @@ publish = false
 crate-type = ["cdylib", "rlib"]
 
 [dependencies]
-turnstile-plugin = { path = "{sdk}" }
+{sdk}
 serde = { version = "1", features = ["derive"] }
 serde_json = "1"
 schemars = "1.2"
 
-# A crate of its own, even inside another workspace's tree.
+# A crate of its own, even inside another workspace's tree; the SDK's crates are its
+# dependencies, not its members.
 [workspace]
+exclude = ["{sdk_folder}"]
 "#;
 
 const RUST_LIB: &str = r#"//! The `{name}` plugin for Turnstile: one workflow, three tools.
@@ -462,12 +493,35 @@ mod tests {
 
     #[test]
     fn every_template_names_the_plugin_and_nothing_else() {
-        for (_, text) in rust_files("tickets", Path::new("/sdk"))
-            .into_iter()
+        let ours = |files: Vec<(String, String)>| {
+            files
+                .into_iter()
+                .filter(|(path, _)| !path.starts_with(sdk::FOLDER))
+        };
+        for (_, text) in ours(rust_files("tickets", &Sdk::Carried))
+            .chain(ours(rust_files("tickets", &Sdk::At("/sdk".into()))))
             .chain(c_files("tickets"))
         {
             assert!(!text.contains("{name}"), "{text}");
-            assert!(!text.contains("{library}") && !text.contains("{sdk}"));
+            assert!(!text.contains("{library}") && !text.contains("{sdk"));
         }
+    }
+
+    #[test]
+    fn the_manifest_names_the_carried_sdk_by_version_or_another_by_path() {
+        let manifest = |sdk| rust_files("tickets", &sdk).swap_remove(0).1;
+        let carried = manifest(Sdk::Carried);
+        let line = format!(
+            "turnstile-plugin = {{ version = \"{}\", path = \"turnstile-sdk/turnstile-plugin\" }}",
+            sdk::VERSION
+        );
+        assert!(carried.contains(&line), "{carried}");
+        let named = manifest(Sdk::At("/opt/turnstile/plugin-api".into()));
+        assert!(
+            named.contains("turnstile-plugin = { path = \"/opt/turnstile/plugin-api\" }"),
+            "{named}"
+        );
+        let files = rust_files("tickets", &Sdk::At("/sdk".into()));
+        assert_eq!(files.len(), 3, "another SDK is not carried");
     }
 }
