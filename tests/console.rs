@@ -242,6 +242,50 @@ async fn only_operators_get_in() {
     assert_eq!(refused.status().as_u16(), 403);
 }
 
+/// Issue 50, item 8: a form of another site cannot log an operator out, as it cannot act: 403,
+/// and no cookie is cleared. The console's own form (same origin) logs out.
+#[tokio::test]
+async fn a_cross_site_logout_is_refused() {
+    let tokens = tokens();
+    let (_plugins, server) = console_server(&tokens);
+    let logout = format!("{}/console/logout", server.base());
+    // Redirects are the answer here, not something to follow.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let post = |headers: &[(&str, &str)]| {
+        let mut request = http
+            .post(&logout)
+            .header("cookie", "turnstile_console=x")
+            .header("content-type", "application/x-www-form-urlencoded");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send()
+    };
+    for foreign in [
+        [("origin", "https://evil.example")],
+        [("sec-fetch-site", "cross-site")],
+    ] {
+        let refused = post(&foreign).await.unwrap();
+        assert_eq!(refused.status().as_u16(), 403, "{foreign:?}");
+        assert!(
+            refused.headers().get("set-cookie").is_none(),
+            "{foreign:?}: the cookie is kept"
+        );
+        let body = refused.text().await.unwrap();
+        assert!(body.contains("another site"), "{body}");
+    }
+    let own = post(&[("sec-fetch-site", "same-origin")]).await.unwrap();
+    assert_eq!(own.status().as_u16(), 303);
+    let cleared = own.headers()["set-cookie"].to_str().unwrap();
+    assert!(
+        cleared.starts_with("turnstile_console=;") && cleared.contains("Max-Age=0"),
+        "{cleared}"
+    );
+}
+
 /// `turnstile instances --server URL --token-file F ARGS…`: its stdout, or its stderr.
 fn instances_cli(base: &str, token: &str, args: &[&str]) -> Result<String, String> {
     let dir = tempfile::tempdir().unwrap();

@@ -119,6 +119,7 @@ impl Bench {
                     sent_at: std::time::Instant::now(),
                     told_in_reply: None,
                     asking: serde_json::Value::Null,
+                    made_for: None,
                     watcher: None,
                     span: tracing::Span::none(),
                 },

@@ -6,8 +6,14 @@
 //! with a form under [`CONFIRM_KEY`], by the same means a handler asks (`mcp/handler/asking.rs`: an
 //! elicitation on the 2025 revisions, an input-required result on 2026-07-28), and the call runs
 //! again with the answer. An accept runs the handler, and the form's content becomes the event's
-//! `input.confirmation` and the audit entry's `confirmation`; a decline or cancel runs nothing
-//! and fires nothing (`DECLINED`).
+//! `input.confirmation`, the audit entry's `confirmation` and what the handler is told
+//! (`CallContext::confirmation`); a decline or cancel runs nothing and fires nothing
+//! (`DECLINED`).
+//!
+//! Only what was asked is kept (issue 50): the content is the fields the form declares, each
+//! bounded (a string by the form's `maxLength`, which the host adds, [`MAX_FIELD_CHARS`], where
+//! the form gives none; a multi-select by its `maxItems`, else its number of options), and
+//! anything else the client sent is dropped. An answer over a bound does not fit the form.
 //!
 //! This module owns the rule (checked at load) and the decision for one call. It must not know
 //! how the person is reached.
@@ -18,13 +24,30 @@ use turnstile_plugin_abi::{ConfirmManifest, InputRequest};
 use crate::statechart::Condition;
 
 /// The key the host asks a confirmation under (a handler's own keys are its business; this one
-/// is the host's, and a name no plugin would pick by chance).
-pub const CONFIRM_KEY: &str = "turnstile.confirm";
+/// is the host's, under the prefix no plugin may ask under), and tells the handler the kept
+/// answer under.
+pub use turnstile_plugin_abi::asking::CONFIRM_KEY;
+
+/// The longest string a form's field may hold when the form sets no `maxLength` of its own,
+/// in characters: the host adds it to the form the person is shown.
+pub const MAX_FIELD_CHARS: u64 = 1024;
+
+/// What `--confirm-fallback allow` keeps as "confirmed" (`mcp/handler/asking.rs` answers with
+/// [`fallback_answer`]): that nobody did.
+const FALLBACK_NOTE: &str = "no person was asked (--confirm-fallback allow)";
+
+/// The answer the host gives itself for a person a client cannot reach, under
+/// `--confirm-fallback allow`: accepted, with a content (`{"fallback": …}`) that
+/// [`Decision::Accepted`] keeps as it is, so that the audit trail says nobody confirmed.
+pub fn fallback_answer() -> Value {
+    json!({"action": "accept", "content": {"fallback": FALLBACK_NOTE}})
+}
 
 /// A tool's confirmation, checked and compiled.
 pub struct Confirmation {
     message: String,
-    /// The form: the manifest's, or an empty object schema for a plain yes or no.
+    /// The form: the manifest's with the host's bounds added ([`bounded`]), or an empty object
+    /// schema for a plain yes or no.
     schema: Value,
     /// The form, compiled: an accepted answer that does not fit it counts as no answer.
     form: jsonschema::Validator,
@@ -67,7 +90,7 @@ impl Confirmation {
             None => json!({"type": "object", "properties": {}}),
             Some(schema) => {
                 check_form(schema).map_err(|problem| format!("confirm.schema: {problem}"))?;
-                schema.clone()
+                bounded(schema)
             }
         };
         let form = jsonschema::validator_for(&schema)
@@ -104,17 +127,71 @@ impl Confirmation {
         };
         match answer.get("action").and_then(Value::as_str) {
             Some("accept") => {
-                let content = answer.get("content").cloned().unwrap_or_else(|| json!({}));
-                if self.form.is_valid(&content) {
+                let content = match answer.get("content") {
+                    None | Some(Value::Null) => json!({}),
+                    Some(content) => content.clone(),
+                };
+                if !self.form.is_valid(&content) {
+                    Decision::Declined("an answer that does not fit the form".to_owned())
+                } else if *answer == fallback_answer() {
+                    // The host's own note that nobody was asked, kept for the audit trail.
                     Decision::Accepted(content)
                 } else {
-                    Decision::Declined("an answer that does not fit the form".to_owned())
+                    Decision::Accepted(self.kept(content))
                 }
             }
             Some(action) => Decision::Declined(action.to_owned()),
             None => Decision::Declined("no answer".to_owned()),
         }
     }
+
+    /// What is kept of `content`, an answer that fits the form (so each field it declares is
+    /// within its bounds): the fields the form declares, and nothing else.
+    fn kept(&self, content: Value) -> Value {
+        let Value::Object(fields) = content else {
+            return json!({});
+        };
+        let declared = &self.schema["properties"];
+        let kept = fields
+            .into_iter()
+            .filter(|(name, _)| declared.get(name.as_str()).is_some());
+        Value::Object(kept.collect())
+    }
+}
+
+/// `schema` (a form [`check_form`] passed) with the host's bounds on each field that has none:
+/// a free string gets `maxLength` [`MAX_FIELD_CHARS`] (one chosen from options is bounded by
+/// them), a multi-select `maxItems` its number of options. A conforming client shows them to
+/// the person; the form's validator holds every answer to them.
+fn bounded(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    let Some(properties) = schema["properties"].as_object_mut() else {
+        return schema;
+    };
+    for field in properties.values_mut() {
+        let Some(field) = field.as_object_mut() else {
+            continue;
+        };
+        let chosen = ["enum", "oneOf", "anyOf", "const"]
+            .iter()
+            .any(|key| field.contains_key(*key));
+        match field.get("type").and_then(Value::as_str) {
+            Some("string") if !chosen && !field.contains_key("maxLength") => {
+                field.insert("maxLength".to_owned(), json!(MAX_FIELD_CHARS));
+            }
+            Some("array") if !field.contains_key("maxItems") => {
+                let options = field.get("items").and_then(|items| {
+                    ["enum", "anyOf"]
+                        .iter()
+                        .find_map(|key| items.get(*key).and_then(Value::as_array))
+                });
+                let options = options.map_or(0, Vec::len);
+                field.insert("maxItems".to_owned(), json!(options));
+            }
+            _ => {}
+        }
+    }
+    schema
 }
 
 /// Checks that `schema` is a flat object schema an elicitation form may carry.
@@ -177,7 +254,8 @@ mod tests {
                 &json!({}),
                 &told(json!({"action": "accept", "content": {"reference": "R-1"}}))
             ),
-            Decision::Accepted(json!({"reference": "R-1"}))
+            Decision::Accepted(json!({})),
+            "a plain yes asks for no field, and keeps none"
         );
         assert_eq!(
             plain.decide(&json!({}), &json!({}), &told(json!({"action": "decline"}))),
@@ -192,6 +270,52 @@ mod tests {
                 &told(json!({"action": "accept", "content": {"reference": 7}}))
             ),
             Decision::Declined("an answer that does not fit the form".into())
+        );
+    }
+
+    #[test]
+    fn only_what_the_form_asks_for_is_kept_each_field_bounded() {
+        let form = json!({"type": "object", "properties": {
+            "reference": {"type": "string"},
+            "code": {"type": "string", "maxLength": 4},
+            "kind": {"type": "string", "enum": ["wire", "card"]},
+            "tags": {"type": "array", "items": {"enum": ["a", "b"]}}}});
+        let confirm = confirmation(Some(form), None);
+        // The form the person is shown carries the bounds.
+        let Decision::Ask(requests) = confirm.decide(&json!({}), &json!({}), &json!(null)) else {
+            panic!("nothing answered yet");
+        };
+        let shown = &requests[CONFIRM_KEY]["params"]["requestedSchema"]["properties"];
+        assert_eq!(shown["reference"]["maxLength"], MAX_FIELD_CHARS);
+        assert_eq!(shown["code"]["maxLength"], 4, "the form's own bound stands");
+        assert!(
+            shown["kind"].get("maxLength").is_none(),
+            "bounded by its options"
+        );
+        assert_eq!(shown["tags"]["maxItems"], 2);
+        let answered = |content: Value| {
+            confirm.decide(
+                &json!({}),
+                &json!({}),
+                &json!({"responses": {CONFIRM_KEY: {"action": "accept", "content": content}}}),
+            )
+        };
+        let huge = "x".repeat(3 << 20);
+        assert_eq!(
+            answered(json!({"reference": "R-1", "tags": ["a"], "note": huge, "deep": {"a": 1}})),
+            Decision::Accepted(json!({"reference": "R-1", "tags": ["a"]}))
+        );
+        let unfit = Decision::Declined("an answer that does not fit the form".into());
+        let long = "r".repeat(MAX_FIELD_CHARS as usize + 1);
+        assert_eq!(answered(json!({"reference": long})), unfit);
+        assert_eq!(answered(json!({"code": "12345"})), unfit);
+        assert_eq!(answered(json!({"tags": ["a", "b", "a"]})), unfit);
+        assert_eq!(answered(json!("not an object")), unfit);
+        // The host's own note, under --confirm-fallback allow, is kept as it is.
+        let told = json!({"responses": {CONFIRM_KEY: fallback_answer()}});
+        assert_eq!(
+            confirm.decide(&json!({}), &json!({}), &told),
+            Decision::Accepted(fallback_answer()["content"].clone())
         );
     }
 

@@ -12,7 +12,7 @@
 //! does not carry a bearer header (a form of the console's own pages) must also come from the
 //! console's own origin (`Sec-Fetch-Site`, else `Origin`), which stops another site's page from
 //! resetting instances through an operator's browser, cookie or not (an open loopback console
-//! has no cookie to withhold).
+//! has no cookie to withhold); the login and logout forms are held to the same rule.
 
 use std::sync::Arc;
 
@@ -205,8 +205,16 @@ pub async fn log_in(
     }
 }
 
-/// `POST /console/logout`: forgets the cookie.
-pub async fn log_out() -> Response {
+/// `POST /console/logout`: forgets the cookie, for a form of the console's own pages only (as
+/// every other action: another site's page must not end an operator's login either).
+pub async fn log_out(headers: HeaderMap) -> Response {
+    if !same_origin(&headers) {
+        return refuse(
+            false,
+            StatusCode::FORBIDDEN,
+            "a form of another site cannot log out here",
+        );
+    }
     let mut response = Redirect::to("/console/login").into_response();
     response.headers_mut().insert(
         header::SET_COOKIE,

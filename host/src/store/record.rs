@@ -87,10 +87,13 @@ pub fn json_bytes(value: &impl Serialize) -> usize {
 }
 
 impl InstanceRecord {
-    /// About what the record takes in a store: its snapshot (state and context) and its
-    /// remembered idempotent results as JSON, which are all that grow with what callers send.
+    /// About what the record takes in a store, as its save writes it: its snapshot (state and
+    /// context), its remembered idempotent results and the audit entry the same write appends
+    /// (which keeps a confirmation), as JSON: all that grows with what callers send.
     pub fn stored_bytes(&self) -> usize {
-        json_bytes(&self.snapshot) + json_bytes(&self.idempotency)
+        json_bytes(&self.snapshot)
+            + json_bytes(&self.idempotency)
+            + self.audit.as_ref().map_or(0, json_bytes)
     }
 
     /// Version `version` of an instance of `workflow` in `snapshot`, written at

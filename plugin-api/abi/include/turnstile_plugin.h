@@ -170,7 +170,9 @@ typedef struct TurnstileCallContext {
      * {"<key>": answer}}, or NULL when the host cannot ask for this call (then never return
      * TURNSTILE_NEEDS_INPUT). canAsk lists "elicitation.form", "elicitation.url", "sampling" and
      * "roots" as the client can answer them; responses holds the answers to the requests
-     * earlier runs of this call returned with TURNSTILE_NEEDS_INPUT. */
+     * earlier runs of this call returned with TURNSTILE_NEEDS_INPUT, and, when the tool's
+     * binding has a person confirm and they accepted, "turnstile.confirm": {"action": "accept",
+     * "content": {...}} with the form's fields the host kept. */
     const char *asking_json;
 } TurnstileCallContext;
 

@@ -136,6 +136,11 @@ pub const MAX_KEY_CHARS: usize = 64;
 /// Keys the host asks under itself (a binding's confirmation): no plugin may ask under them.
 pub const HOST_KEY_PREFIX: &str = "turnstile.";
 
+/// The key the host asks a binding's confirmation under
+/// ([`ToolManifest::confirm`](crate::ToolManifest::confirm)), and tells the handler what the
+/// person confirmed under (read it with [`CallContext::confirmation`]).
+pub const CONFIRM_KEY: &str = "turnstile.confirm";
+
 /// The requests a handler's [`crate::abi::Status::NEEDS_INPUT`] output carries, checked: an
 /// object of 1 to [`MAX_REQUESTS`] requests, each under a key of 1 to [`MAX_KEY_CHARS`]
 /// characters, each `{"method", "params"}` with a method the host can ask and object params (a
@@ -189,6 +194,20 @@ impl CallContext {
     /// client has given it (see the module docs).
     pub fn answer(&self, key: &str) -> Option<&Value> {
         self.asking.get("responses")?.get(key)
+    }
+
+    /// What the person confirmed before this run, when the tool's binding has one confirm
+    /// ([`ToolManifest::confirm`](crate::ToolManifest::confirm)) and they accepted: the
+    /// form's fields as the host kept them (only those its schema declares, each within its
+    /// bounds; `{}` for a plain yes). `None` when nothing was confirmed for this call (the
+    /// binding's `when` did not hold, or it has none).
+    pub fn confirmation(&self) -> Option<&Value> {
+        let answer = self.answer(CONFIRM_KEY)?;
+        if answer["action"] == "accept" {
+            answer.get("content")
+        } else {
+            None
+        }
     }
 
     /// Whether the client can answer requests of `kind` (the host says so from the client's
@@ -280,6 +299,20 @@ mod tests {
         assert_eq!(
             InputRequest::url("Pay", "https://p.example", "e1").kind(),
             InputKind::Url
+        );
+    }
+
+    #[test]
+    fn the_confirmation_is_what_the_person_accepted() {
+        let confirmed = json!({"action": "accept", "content": {"reference": "R-1"}});
+        let told = context(json!({"responses": {CONFIRM_KEY: confirmed}}));
+        assert_eq!(told.confirmation(), Some(&json!({"reference": "R-1"})));
+        assert_eq!(context(json!({"responses": {}})).confirmation(), None);
+        assert_eq!(context(Value::Null).confirmation(), None);
+        let declined = json!({"action": "decline"});
+        assert_eq!(
+            context(json!({"responses": {CONFIRM_KEY: declined}})).confirmation(),
+            None
         );
     }
 

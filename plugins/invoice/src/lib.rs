@@ -202,7 +202,8 @@ pub fn toolkit_configured(review_deadline_ms: u64, confirm_above: f64) -> Toolki
                 .compact("Pay out the approved invoice.")
                 .bind_state("approved", "DISCHARGE")
                 // The money leaves here: above the threshold a person says yes first, and may
-                // give the payment reference (kept in the audit trail as what they confirmed).
+                // give the payment reference (kept in the audit trail as what they confirmed,
+                // and told to the handler).
                 .confirm_with(
                     format!(
                         "Pay out this invoice? It is over {confirm_above:.0}, and the money \
@@ -214,10 +215,7 @@ pub fn toolkit_configured(review_deadline_ms: u64, confirm_above: f64) -> Toolki
                     Some(json!({">": [{"var": ["context.amount", 0]}, confirm_above]})),
                 )
                 .quick(QUICK_MS)
-                .handle(|input: Discharge, ctx| {
-                    Ok(json!({"invoice": ctx.handle, "reference": input.reference,
-                        "message": "Invoice discharged (paid out)."}))
-                }),
+                .handle(discharge),
         )
         .tool(
             invoice
@@ -381,6 +379,19 @@ fn submit(input: Submit, ctx: &CallContext) -> Result<Value, ToolError> {
     }))
 }
 
+/// Pays the invoice out. The payment reference is the one the person gave when confirming, if
+/// they were asked and gave one (their word over the model's), else the argument's.
+fn discharge(input: Discharge, ctx: &CallContext) -> Result<Value, ToolError> {
+    let confirmed = ctx
+        .confirmation()
+        .and_then(|confirmed| confirmed["reference"].as_str())
+        .map(str::trim)
+        .filter(|reference| !reference.is_empty());
+    let reference = confirmed.map(str::to_owned).or(input.reference);
+    Ok(json!({"invoice": ctx.handle, "reference": reference,
+        "message": "Invoice discharged (paid out)."}))
+}
+
 fn reject(input: Reject, ctx: &CallContext) -> Result<Value, ToolError> {
     let reason = input.reason.trim();
     if reason.is_empty() {
@@ -539,6 +550,27 @@ mod tests {
         // Each input once: the message does not repeat the customer.
         assert!(!out["message"].as_str().unwrap().contains("ACME"));
         assert!(out.get("state").is_none(), "the host reports the state");
+    }
+
+    #[test]
+    fn a_discharge_reports_the_reference_the_person_confirmed() {
+        let plugin = built(toolkit());
+        let confirmed = |content: Value| CallContext {
+            asking: json!({"responses": {"turnstile.confirm":
+                {"action": "accept", "content": content}}}),
+            ..context("h", "approved")
+        };
+        let discharge = |arguments: Value, ctx: &CallContext| {
+            plugin.call("invoice.discharge", arguments, ctx).unwrap()["reference"].clone()
+        };
+        let given = json!({"reference": "R-model"});
+        assert_eq!(
+            discharge(given.clone(), &confirmed(json!({"reference": "R-person"}))),
+            "R-person"
+        );
+        assert_eq!(discharge(given.clone(), &confirmed(json!({}))), "R-model");
+        assert_eq!(discharge(given, &context("h", "approved")), "R-model");
+        assert_eq!(discharge(json!({}), &context("h", "approved")), Value::Null);
     }
 
     #[test]

@@ -79,8 +79,15 @@ pub struct Call {
     /// notices, which would reach it on its event stream only after the result.
     pub told_in_reply: Option<SessionId>,
     /// What the handler may ask for and has been told (ABI 1.4, see `mcp/handler/asking.rs`): handed to
-    /// the plugin as is; `null` when nothing may be asked.
+    /// the plugin as is (but a binding's confirmation, `confirm.rs`, as the host kept it);
+    /// `null` when nothing may be asked.
     pub asking: Value,
+    /// The revision of the instance the answers in `asking` were given for (from the outcome
+    /// that asked for them, [`CallOutcome::Ran`]'s `revision`, or a sealed `requestState`):
+    /// the call runs only while the instance is still at it, and is answered
+    /// [`CallOutcome::MovedOn`] once the step they answered has moved on, even to a state that
+    /// offers the tool again. `None`: nothing was asked yet.
+    pub made_for: Option<Revision>,
     /// The caller's session, to watch the instance from the moment it is known to exist: after
     /// it loaded, or once a mint's first save is made. Sent to the notifier ahead of the news
     /// of this call's own move, so the session hears of it; never sent for an instance that
@@ -150,6 +157,9 @@ pub enum CallOutcome {
         /// timers that fell due before it): what a caller told of its own move in its reply
         /// hears there (`mcp/handler/call_events.rs`).
         lists: Option<ListsChanged>,
+        /// The instance's revision after the call: what the answers to a request for input
+        /// (`output` `NeedsInput`) are given for ([`Call::made_for`]).
+        revision: Revision,
     },
     /// The plugin ran, but its event started an eventless loop (over the engine's microstep
     /// limit): nothing was saved and the instance keeps `state`. `output` is what the plugin
@@ -162,6 +172,21 @@ pub enum CallOutcome {
     /// The binding has a person confirm (`confirm.rs`), who answered `action` (decline,
     /// cancel): nothing ran and nothing changed. `next` is where the instance is.
     Declined { action: String, next: NextStep },
+    /// The call's answers were given for an earlier revision of the instance
+    /// ([`Call::made_for`]): the step they answered moved on (a call, a timer, an operator's
+    /// reset), so nothing ran and nothing changed, however the gate would judge the call now.
+    /// `next` is where the instance is.
+    MovedOn { next: NextStep },
+}
+
+/// Which saved step of an instance something was made for: its record's version and when that
+/// version was written (an instance deleted and walked again reaches the same version at another
+/// time). Every save makes a new one, whether or not it moved the instance. A never-saved
+/// instance's is `(0, 0)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Revision {
+    pub version: u64,
+    pub at_ms: u64,
 }
 
 impl CallOutcome {
@@ -198,6 +223,19 @@ pub struct InstanceView {
 }
 
 impl InstanceView {
+    /// The saved step this view is of.
+    pub fn revision(&self) -> Revision {
+        Revision {
+            version: self.version,
+            // A never-saved view's time is when it was made, which no record keeps.
+            at_ms: if self.version == 0 {
+                0
+            } else {
+                self.updated_at_ms
+            },
+        }
+    }
+
     /// An instance of `workflow` in `snapshot` that has saved `version` times, as of now.
     fn new(workflow: Arc<Workflow>, snapshot: Snapshot, version: u64) -> Self {
         InstanceView {

@@ -6,10 +6,12 @@
 //!    older machine keeps that version's tools), resolved by the actor before this, once; a
 //!    name the version lacks is refused by the gate. The arguments are checked against that
 //!    tool's schema.
-//! 3. the gate ([`gate::refusal`]): a tool out of order is refused.
+//! 3. the gate ([`gate::refusal`]): a tool out of order is refused; so is a call whose answers
+//!    were given for a step the instance has moved on from ([`Call::made_for`]).
 //! 4. [`confirmed`]: a binding that has a person confirm asks now, and runs again with the
 //!    answer; a decline runs nothing.
-//! 5. [`event_input`] and [`call_context`]: what the event carries, and what the plugin is told.
+//! 5. [`event_input`] and [`call_context`]: what the event carries, and what the plugin is told
+//!    (a confirmation as the host kept it, [`told`]).
 //! 6. [`run_plugin`]: under the instance's lease, renewed while the plugin works.
 //! 7. [`fire`]: a success fires the tool's transition, a handler error its `on_error`; the
 //!    plugin guards the step consults are answered through `invoke`, as tools are.
@@ -32,7 +34,7 @@ use crate::actors::{
 };
 use crate::{
     catalog::{ToolEntry, Workflow},
-    confirm::Decision,
+    confirm::{CONFIRM_KEY, Decision},
     gate,
     invoke::{self, InvokeError},
     logs::otlp,
@@ -80,16 +82,27 @@ pub(super) async fn run_call(
     if let Some(refusal) = gate::refusal(&workflow, &tool, &view.snapshot, &call.arguments) {
         return Ok((view, false, CallOutcome::Forbidden(refusal)));
     }
+    // Answers given for another step (a sealed `requestState` replayed after a reset and a new
+    // approval) answer nothing now: the person is asked anew, on a call of its own.
+    if call
+        .made_for
+        .is_some_and(|made_for| made_for != view.revision())
+    {
+        let next = gate::next_step(&workflow, &view.snapshot);
+        return Ok((view, false, CallOutcome::MovedOn { next }));
+    }
     let confirmation = match confirmed(&workflow, &tool, &view, &call) {
         ControlFlow::Continue(confirmation) => confirmation,
         ControlFlow::Break(answer) => return Ok((view, false, answer)),
     };
-    // Arguments that alone would put the record over its limit (the event carries them into
-    // the context) are refused before the plugin runs.
-    let argument_bytes = crate::store::json_bytes(&call.arguments);
-    if argument_bytes > deps.max_record_bytes {
+    // Arguments and a confirmation that alone would put the record over its limit (the event
+    // carries them into the context, the audit entry keeps the confirmation) are refused before
+    // the plugin runs.
+    let known_bytes = crate::store::json_bytes(&call.arguments)
+        + confirmation.as_ref().map_or(0, crate::store::json_bytes);
+    if known_bytes > deps.max_record_bytes {
         return Err(InstanceError::RecordTooLarge {
-            size: argument_bytes,
+            size: known_bytes,
             limit: deps.max_record_bytes,
         });
     }
@@ -101,7 +114,7 @@ pub(super) async fn run_call(
         call.call_id,
         &call.arguments,
         call.idempotency_key.as_deref(),
-        call.asking,
+        told(call.asking, confirmation.as_ref()),
     );
     let output = run_plugin(
         deps,
@@ -219,6 +232,7 @@ fn ran(
         state: next.state.clone(),
         next,
         lists,
+        revision: after.revision(),
     }
 }
 
@@ -250,6 +264,7 @@ fn replayed(
             state: entry.state.clone(),
             next: gate::next_step(&view.workflow, &view.snapshot),
             lists: None,
+            revision: view.revision(),
         })),
         Lookup::Expired(entry) => Err(InstanceError::IdempotencyResultExpired {
             key: idempotency_key.clone(),
@@ -340,7 +355,25 @@ fn event_input(tool: &ToolEntry, arguments: &Value, confirmation: Option<&Value>
     })
 }
 
-/// Step 5b: what the plugin is told of the call (`call_id`, its `arguments`, the client's
+/// Step 5b: what the handler is told of its asking: `asking` as the call carried it, but for a
+/// binding's confirmation, which is what the host kept of it (`confirm.rs`: the fields the form
+/// declares, each bounded), and nothing when no confirmation was made for this call.
+fn told(mut asking: Value, confirmation: Option<&Value>) -> Value {
+    if let Some(Value::Object(responses)) = asking.get_mut("responses") {
+        match confirmation {
+            Some(content) => {
+                let kept = serde_json::json!({"action": "accept", "content": content});
+                responses.insert(CONFIRM_KEY.to_owned(), kept);
+            }
+            None => {
+                responses.remove(CONFIRM_KEY);
+            }
+        }
+    }
+    asking
+}
+
+/// Step 5c: what the plugin is told of the call (`call_id`, its `arguments`, the client's
 /// `idempotency_key`, what it may `ask`) and of the instance.
 fn call_context(
     key: &InstanceKey,
@@ -473,6 +506,7 @@ async fn fire(
                     state,
                     next,
                     lists: None,
+                    revision: view.revision(),
                 },
             })
         }

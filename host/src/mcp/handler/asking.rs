@@ -15,8 +15,12 @@
 //!   runs the handler again, up to [`MAX_ROUNDS`] times.
 //! - **2026-07-28**: servers send no requests of their own. The call returns an input-required
 //!   result with the requests and a `requestState`, sealed ([`StateSeal`]) with the answers so
-//!   far, the call it belongs to, its principal and its expiry. The client retries with
-//!   `inputResponses` and the state; any server holding the same key takes the retry.
+//!   far, the call it belongs to, its principal, the revision of the instance it was made for
+//!   and its expiry. The client retries with `inputResponses` and the state; any server holding
+//!   the same key takes the retry, while the instance is still at that revision: a state is
+//!   good for one step, and refused once the step has moved on (issue 50: replayed after an
+//!   operator's reset and a new approval, it would have paid out again unasked). A
+//!   `requestState` sent to a tool that asks for nothing is refused too.
 //!
 //! Only what the client declared it can answer is asked: the handler is told (`canAsk`), and a
 //! request past it ends the call `INPUT_UNAVAILABLE` (`reply.rs`), naming what was needed.
@@ -46,7 +50,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::Sha256;
 
-use crate::confirm::CONFIRM_KEY;
+use crate::actors::Revision;
+use crate::confirm::{CONFIRM_KEY, fallback_answer};
 use crate::mcp::session::request_stream::RequestStream;
 
 /// The most rounds of asking one call may take in a 2025 session (a handler that asks again
@@ -132,6 +137,13 @@ pub struct Asking {
     /// A confirmation (`confirm.rs`) the client cannot show counts as given
     /// (`--confirm-fallback allow`).
     confirm_fallback: bool,
+    /// The revision of the instance the answers are given for: the one the last round of
+    /// asking was made at (the actor's outcome, or a sealed state). `None` before anything was
+    /// asked about an instance, and for a tool of no workflow.
+    made_for: Option<Revision>,
+    /// `made_for` is the one a sealed state the request brought named (or, when `None`, the
+    /// state named none); false once this request asked again itself.
+    from_state: bool,
 }
 
 /// What comes of a handler's request for input.
@@ -161,10 +173,20 @@ pub enum Unusable {
     OtherRevision,
     /// The answer under this key of `inputResponses` is not an object.
     NotAnObject(String),
-    /// The `requestState` cannot be opened, and why: it is not this deployment's (or was
-    /// changed), has expired, or was issued to another principal or for another call.
+    /// The `requestState` cannot be used, and why: it is not this deployment's (or was
+    /// changed), has expired, was issued to another principal or for another call, was made
+    /// for a step of the instance that has moved on, or was sent to a tool that asks nothing.
     State(&'static str),
 }
+
+/// Why a `requestState` made for a step the instance has moved on from is refused.
+pub const MOVED_ON: &str = "was made for a step of the instance that has moved on";
+
+/// Why a `requestState` sent to a tool that asks for nothing is refused.
+pub const NOTHING_ASKED: &str = "was sent to a tool that asks for nothing";
+
+/// Why a `requestState` that names no step of an instance is refused for a call about one.
+pub const NO_STEP: &str = "names no step of the instance";
 
 impl Asking {
     /// The asking of a new call of `context`'s request: in the 2026 era, from the request's
@@ -182,9 +204,13 @@ impl Asking {
         if era == Era::Requests && (request_state.is_some() || input_responses.is_some()) {
             return Err(Unusable::OtherRevision);
         }
-        let (mut responses, asked) = match request_state {
+        let Opened {
+            mut responses,
+            asked,
+            made_for,
+        } = match request_state {
             Some(state) => seal.open(state, &call)?,
-            None => (Map::new(), Vec::new()),
+            None => Opened::default(),
         };
         for (key, answer) in input_responses.unwrap_or_default() {
             // A confirmation counts only as the answer to the host's own question, asked in
@@ -204,7 +230,35 @@ impl Asking {
             rounds: 0,
             call,
             confirm_fallback,
+            made_for,
+            from_state: request_state.is_some(),
         })
+    }
+
+    /// The revision of the instance the answers so far were given for ([`Asking`]'s
+    /// `made_for`).
+    pub fn made_for(&self) -> Option<Revision> {
+        self.made_for
+    }
+
+    /// Whether the request came with a `requestState` that names no revision of an instance:
+    /// one sealed for a tool of no workflow, or by a server from before revisions were sealed.
+    /// A call about an instance refuses it ([`NO_STEP`]): what it answered cannot be told to be
+    /// of the instance's current step.
+    pub fn unpinned_state(&self) -> bool {
+        self.from_state && self.made_for.is_none()
+    }
+
+    /// Whether the answers are those of a sealed state the request brought (not of a round
+    /// asked within this request): a refusal of them is the state's ([`MOVED_ON`]).
+    pub fn answers_sealed(&self) -> bool {
+        self.from_state
+    }
+
+    /// The handler asked again at `revision` of its instance: the answers to come are for it.
+    pub fn asked_at(&mut self, revision: Revision) {
+        self.made_for = Some(revision);
+        self.from_state = false;
     }
 
     /// What the plugin is told (ABI 1.4 `asking_json`): what it may ask and what it was told.
@@ -226,9 +280,8 @@ impl Asking {
             // Dangerous by the operator's choice: the step runs without a person.
             tracing::info!(tool = %self.call.name, "confirmed without a person: the client cannot show a form (--confirm-fallback allow)");
             // What the audit trail keeps as "confirmed": that nobody did.
-            let unconfirmed = json!({"action": "accept",
-                "content": {"fallback": "no person was asked (--confirm-fallback allow)"}});
-            self.responses.insert(CONFIRM_KEY.to_owned(), unconfirmed);
+            self.responses
+                .insert(CONFIRM_KEY.to_owned(), fallback_answer());
             requests.remove(CONFIRM_KEY);
             if requests.is_empty() {
                 return Next::RunAgain;
@@ -255,7 +308,7 @@ impl Asking {
                         }
                     };
                 let asked: Vec<String> = input_requests.keys().cloned().collect();
-                let state = seal.seal(&self.call, &self.responses, asked);
+                let state = seal.seal(&self.call, &self.responses, asked, self.made_for);
                 Next::InputRequired(InputRequiredResult::new(Some(input_requests), Some(state)))
             }
             Era::Requests => {
@@ -409,6 +462,10 @@ struct StateBody {
     /// The keys this round asks.
     #[serde(default)]
     q: Vec<String>,
+    /// The revision of the instance the round asked at (`None`: a tool of no workflow, or a
+    /// prompt).
+    #[serde(default)]
+    s: Option<Revision>,
     /// When it stops being honoured, in unix milliseconds.
     e: u64,
     /// Random, so that no two states are alike (a round's state is never the last one's).
@@ -463,12 +520,13 @@ impl StateSeal {
         mac
     }
 
-    /// The state of `call` holding `responses`, asking `asked`.
+    /// The state of `call` holding `responses`, asking `asked` of the instance at `made_for`.
     pub fn seal(
         &self,
         call: &CallIdentity,
         responses: &Map<String, Value>,
         asked: Vec<String>,
+        made_for: Option<Revision>,
     ) -> String {
         let nonce: [u8; 12] = rand::random();
         let body = StateBody {
@@ -478,6 +536,7 @@ impl StateSeal {
             p: call.principal.clone(),
             r: responses.clone(),
             q: asked,
+            s: made_for,
             e: crate::store::now_ms().saturating_add(self.ttl.as_millis() as u64),
             x: URL_SAFE_NO_PAD.encode(nonce),
         };
@@ -486,13 +545,9 @@ impl StateSeal {
         format!("v1.{body}.{tag}")
     }
 
-    /// The answers `state` holds and the keys its round asked, if this deployment sealed it for
-    /// `call` and it has not expired; else why not ([`Unusable::State`]).
-    pub fn open(
-        &self,
-        state: &str,
-        call: &CallIdentity,
-    ) -> Result<(Map<String, Value>, Vec<String>), Unusable> {
+    /// What `state` holds, if this deployment sealed it for `call` and it has not expired; else
+    /// why not ([`Unusable::State`]).
+    pub fn open(&self, state: &str, call: &CallIdentity) -> Result<Opened, Unusable> {
         let Some((body, tag)) = state
             .strip_prefix("v1.")
             .and_then(|rest| rest.split_once('.'))
@@ -519,8 +574,23 @@ impl StateSeal {
         if body.m != call.method || body.n != call.name || body.a != call.arguments {
             return Err(Unusable::State("was issued for another call"));
         }
-        Ok((body.r, body.q))
+        Ok(Opened {
+            responses: body.r,
+            asked: body.q,
+            made_for: body.s,
+        })
     }
+}
+
+/// What an opened `requestState` holds.
+#[derive(Debug, Default, PartialEq)]
+pub struct Opened {
+    /// The answers given in earlier rounds.
+    pub responses: Map<String, Value>,
+    /// The keys its round asked.
+    pub asked: Vec<String>,
+    /// The revision of the instance its round asked at.
+    pub made_for: Option<Revision>,
 }
 
 #[cfg(test)]
@@ -551,19 +621,25 @@ mod tests {
             .unwrap()
             .clone();
         let asked = vec!["confirm".to_owned()];
-        let state = seal.seal(&call("alice"), &answers, asked.clone());
+        let at = Some(Revision {
+            version: 3,
+            at_ms: 1_700_000_000_000,
+        });
+        let state = seal.seal(&call("alice"), &answers, asked.clone(), at);
         assert_eq!(
             seal.open(&state, &call("alice")).unwrap(),
-            (answers.clone(), asked.clone())
+            Opened {
+                responses: answers.clone(),
+                asked: asked.clone(),
+                made_for: at
+            }
         );
         assert_ne!(
             state,
-            seal.seal(&call("alice"), &answers, asked.clone()),
+            seal.seal(&call("alice"), &answers, asked.clone(), at),
             "never twice the same"
         );
-        let reason = |result: Result<(Map<String, Value>, Vec<String>), Unusable>| match result
-            .unwrap_err()
-        {
+        let reason = |result: Result<Opened, Unusable>| match result.unwrap_err() {
             Unusable::State(why) => why,
             other => panic!("not a refused state: {other:?}"),
         };
@@ -601,7 +677,7 @@ mod tests {
             "integrity check failed"
         );
         let short = StateSeal::new(vec![7; 32], Duration::ZERO).unwrap();
-        let stale = short.seal(&call("alice"), &answers, asked);
+        let stale = short.seal(&call("alice"), &answers, asked, None);
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(reason(short.open(&stale, &call("alice"))), "has expired");
         assert!(StateSeal::new(vec![1; 31], Duration::ZERO).is_err());

@@ -246,17 +246,24 @@ impl TurnstileServer {
                         .as_ref()
                         .map(|principal| principal.0.as_str()),
                 );
-                Some(
-                    Asking::start(
-                        &context,
-                        &self.shared.state_seal,
-                        identity,
-                        request.input_responses,
-                        request.request_state.as_deref(),
-                        self.shared.confirm_fallback,
-                    )
-                    .map_err(|why| reply::unusable_answers(&why))?,
+                let asking = Asking::start(
+                    &context,
+                    &self.shared.state_seal,
+                    identity,
+                    request.input_responses,
+                    request.request_state.as_deref(),
+                    self.shared.confirm_fallback,
                 )
+                .map_err(|why| reply::unusable_answers(&why))?;
+                if tool.workflow().is_some() && asking.unpinned_state() {
+                    let why = asking::Unusable::State(asking::NO_STEP);
+                    return Err(reply::unusable_answers(&why));
+                }
+                Some(asking)
+            } else if request.request_state.is_some() {
+                // No state was ever made for it: it asks nothing.
+                let why = asking::Unusable::State(asking::NOTHING_ASKED);
+                return Err(reply::unusable_answers(&why));
             } else {
                 None
             };
@@ -385,6 +392,7 @@ impl TurnstileServer {
                     sent_at: std::time::Instant::now(),
                     told_in_reply: told_in_reply.clone(),
                     asking: asking.as_ref().map_or(Value::Null, Asking::plugin_view),
+                    made_for: asking.as_ref().and_then(Asking::made_for),
                     watcher: watcher.clone(),
                     // The call's span, current here, for the actor to run the call in when
                     // spans are exported (its children, the state it moves from and to).
@@ -400,12 +408,15 @@ impl TurnstileServer {
                     Some(asking),
                     Ok(CallOutcome::Ran {
                         output: PluginOutput::NeedsInput(requests),
+                        revision,
                         ..
                     }),
                 ) = (asking.as_mut(), &answer)
                 else {
                     break answer;
                 };
+                // The answers to come are for the instance as it stands now.
+                asking.asked_at(*revision);
                 let requests = requests.clone();
                 let next = asking
                     .next(requests, &context, &self.shared.state_seal, deadline)
@@ -440,6 +451,13 @@ impl TurnstileServer {
                     self.shared.quotas.give_back_mint(&holder);
                 }
             }
+            if matches!(answer, Ok(CallOutcome::MovedOn { .. }))
+                && asking.as_ref().is_some_and(Asking::answers_sealed)
+            {
+                // The sealed state the client sent answered a step that is gone.
+                let why = asking::Unusable::State(asking::MOVED_ON);
+                return Err(reply::unusable_answers(&why));
+            }
             let (result, next) = match answer {
                 Ok(CallOutcome::InvalidArguments(problems)) => {
                     (reply::invalid_arguments(&name, &problems), None)
@@ -462,6 +480,7 @@ impl TurnstileServer {
                     state,
                     next,
                     lists,
+                    ..
                 }) => {
                     if let Some(lists) = lists {
                         ahead.tell_of_move(lists).await;
@@ -471,6 +490,15 @@ impl TurnstileServer {
                 Ok(CallOutcome::Declined { action, next }) => {
                     (reply::declined(&name, &action), Some((next, false)))
                 }
+                // Asked within this request (2025 revisions), and moved on meanwhile.
+                Ok(CallOutcome::MovedOn { next }) => (
+                    reply::asking_failed(
+                        &name,
+                        "the instance moved on to another step while the input was asked for; \
+                         call the tool again to be asked anew",
+                    ),
+                    Some((next, false)),
+                ),
                 Err(error) => (reply::failure(&name, &error), None),
             };
             // A failed mint left no instance to have a next step.
