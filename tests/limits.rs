@@ -1,7 +1,9 @@
 //! Limits that keep a long-running server answering (issue "A server you can leave running",
 //! items 2 and 3): sockets that never send a request are closed after the header timeout while
 //! normal clients are served, the connection cap makes clients wait rather than fail, and the
-//! session cap refuses a new session with 503 and `Retry-After`.
+//! session cap refuses a new session with 503 and `Retry-After`. And (issue 50, items 2 and 3)
+//! every response held open counts as a stream, request bodies have a deadline, and the probes
+//! are answered whatever holds the connections.
 
 mod common;
 
@@ -643,4 +645,232 @@ async fn a_record_past_its_limit_is_refused_and_saves_nothing() {
         .call("invoice.submit", json!({"amount": 1, "customer": "ACME"}))
         .await;
     assert_ne!(fine.is_error, Some(true), "{fine:?}");
+}
+
+/// The params of a 2026-07-28 `subscriptions/listen` for `list_changed`.
+fn listen_params() -> Value {
+    json!({"notifications": {"toolsListChanged": true}})
+}
+
+/// A `subscriptions/listen` POST on a connection of its own (`bearer` when given): its answer,
+/// whose body, an open stream when it is 200, is left unread for as long as the test keeps it.
+async fn listen(server: &Server, bearer: Option<&str>) -> reqwest::Response {
+    let mut request =
+        common::post_sessionless(&server.url, 1, "subscriptions/listen", listen_params());
+    if let Some(bearer) = bearer {
+        request = request.bearer_auth(bearer);
+    }
+    request
+        .send()
+        .await
+        .expect("an answer to subscriptions/listen")
+}
+
+/// The status of `/healthz` and `/readyz`, each asked on a new connection, given up after 5 s.
+async fn probes(server: &Server) -> Vec<u16> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let mut statuses = Vec::new();
+    for probe in ["/healthz", "/readyz"] {
+        let answer = client
+            .get(format!("{}{probe}", server.base()))
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("{probe} unanswered: {error}"));
+        statuses.push(answer.status().as_u16());
+    }
+    statuses
+}
+
+/// Issue 50, item 2: a 2026-07-28 listen is held open like a GET event stream, and counts as
+/// one: of 40 listens, each on its own connection, at `--max-connections 40`, the
+/// `--stream-share` (80 %) gets its stream and the rest 503 with `Retry-After`; with every
+/// connection held, `/healthz` and `/readyz` are answered; a closed listen gives its place back.
+#[tokio::test]
+async fn listens_take_their_share_of_connections_and_the_probes_are_answered() {
+    let (_plugins, server) = common::start(&["invoice"], &["--max-connections", "40"]);
+    let mut streams = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..40 {
+        let answer = listen(&server, None).await;
+        match answer.status().as_u16() {
+            200 => {
+                assert_eq!(answer.headers()["content-type"], "text/event-stream");
+                streams.push(answer);
+            }
+            503 => {
+                assert_eq!(answer.headers()["retry-after"], "5");
+                refused.push(answer);
+            }
+            status => panic!("a listen answered {status}"),
+        }
+    }
+    assert_eq!((streams.len(), refused.len()), (32, 8));
+    // All 40 connections are held (the refused ones kept open too): the probes still answer.
+    assert_eq!(probes(&server).await, [200, 200]);
+    let body: Value = refused.pop().unwrap().json().await.expect("JSON-RPC");
+    assert_eq!(body["error"]["code"], -32000, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--stream-share"),
+        "{body}"
+    );
+    // A listen that closes gives its place back; the next one streams.
+    drop(streams.pop());
+    eventually(
+        "the closed listen's place never came back",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        async || {
+            let again = listen(&server, None).await;
+            if again.status() != 200 {
+                assert_eq!(again.status(), 503);
+                return false;
+            }
+            streams.push(again);
+            true
+        },
+    )
+    .await;
+    drop(refused);
+}
+
+/// Issue 50, item 2: `--max-streams-per-principal` counts listens as it counts GET streams:
+/// a principal holding two (a GET stream and a listen, or two listens) gets 429 with
+/// `Retry-After` for a third of either kind, while another principal listens.
+#[tokio::test]
+async fn one_principal_keeps_at_most_its_share_of_listens_and_streams() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let file = TokenFile::with("alice s3cret-alice\nbob s3cret-bob\n");
+    let server = Server::http(
+        plugins.path(),
+        &[
+            "--auth-token-file",
+            file.arg(),
+            "--max-streams-per-principal",
+            "2",
+        ],
+    );
+    let alice = Some("s3cret-alice");
+    let first = listen(&server, alice).await;
+    assert_eq!(first.status(), 200);
+    let second = listen(&server, alice).await;
+    assert_eq!(second.status(), 200);
+    let third = listen(&server, alice).await;
+    assert_eq!(third.status(), 429);
+    assert!(third.headers().contains_key("retry-after"));
+    let body: Value = third.json().await.expect("JSON-RPC");
+    assert_eq!(body["error"]["code"], -32000, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("token:alice"),
+        "{body}"
+    );
+    // A GET stream of one of her sessions counts against the same two.
+    let session = common::session_id(&initialize_request(&server.url, alice).await);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let answer = common::post_in_session(&server.url, &session, initialized.to_string())
+        .bearer_auth("s3cret-alice")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 202);
+    let get = || {
+        get_stream(&server.url, &session)
+            .bearer_auth("s3cret-alice")
+            .send()
+    };
+    assert_eq!(get().await.unwrap().status(), 429);
+    // Another principal has its own count.
+    let bob = listen(&server, Some("s3cret-bob")).await;
+    assert_eq!(bob.status(), 200);
+    // One of hers closes: her GET stream finds the place.
+    drop(first);
+    eventually(
+        "the closed listen's place never came back",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        async || {
+            let stream = get().await.unwrap();
+            if stream.status() != 200 {
+                assert_eq!(stream.status(), 429);
+            }
+            stream.status() == 200
+        },
+    )
+    .await;
+    drop((second, bob));
+}
+
+/// Issue 50, item 3: request bodies have a deadline. 30 connections at `--max-connections 30`
+/// send complete headers, then their body a byte a second: `/healthz` and `/readyz` are
+/// answered within `--body-timeout` + 1 s all the same, each trickling connection is closed
+/// without an answer, and the server goes on serving. Such a client is not a normal one, and is
+/// logged at INFO, not WARN or ERROR.
+#[tokio::test]
+async fn trickled_bodies_are_cut_and_the_probes_answer_meanwhile() {
+    let (_plugins, server) = common::start(
+        &["invoice"],
+        &["--max-connections", "30", "--body-timeout", "2"],
+    );
+    let address = address(&server);
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{{"
+    );
+    let (mut readers, mut writers) = (Vec::new(), Vec::new());
+    for _ in 0..30 {
+        let socket = TcpStream::connect(&address).await.expect("connect");
+        let (reader, mut writer) = socket.into_split();
+        writer.write_all(head.as_bytes()).await.unwrap();
+        readers.push(reader);
+        writers.push(writer);
+    }
+    let trickling = Instant::now();
+    let trickle = tokio::spawn(async move {
+        for _ in 0..60 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            for writer in &mut writers {
+                // Refused once the server has closed the connection.
+                let _ = writer.write_all(b" ").await;
+            }
+        }
+    });
+    assert_eq!(probes(&server).await, [200, 200]);
+    let answered_after = trickling.elapsed();
+    assert!(
+        answered_after <= Duration::from_secs(3),
+        "the probes took {answered_after:?}"
+    );
+    // Every trickling connection is closed, and none was answered.
+    for mut reader in readers {
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(30), reader.read_to_end(&mut answer))
+            .await
+            .expect("a trickling connection was left open");
+        assert!(
+            read.is_err() || answer.is_empty(),
+            "a trickling client got {:?}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+    trickle.abort();
+    // The server still serves, and said what it did at INFO.
+    let client = Client::http(&server.url).await;
+    let result = client.call("invoice.submit", json!({"amount": 1})).await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    server.wait_for_log("did not arrive within --body-timeout");
+    let log = server.stderr();
+    let complaints: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains(" ERROR ") || line.contains(" WARN "))
+        .filter(|line| !line.contains("connection limit reached"))
+        .collect();
+    assert!(complaints.is_empty(), "{complaints:#?}");
 }

@@ -190,8 +190,9 @@ pub struct ServeSettings {
         value_name = "N"
     )]
     pub max_sessions_per_principal: Option<usize>,
-    /// Keep at most this many event streams open per principal (per client address without
-    /// authentication); a stream past it gets 429 with `Retry-After`. Default: no limit.
+    /// Keep at most this many responses held open (event streams and 2026-07-28 listens) per
+    /// principal (per client address without authentication); one past it gets 429 with
+    /// `Retry-After`. Default: no limit.
     #[arg(
         long,
         env = "TURNSTILE_MAX_STREAMS_PER_PRINCIPAL",
@@ -310,6 +311,17 @@ pub struct ServeSettings {
         default_value_t = 10
     )]
     pub header_timeout: u64,
+    /// Close an HTTP connection whose request body has not arrived in full this many seconds
+    /// after the server began to wait for it, or that arrives slower than 1 KiB a second
+    /// (averaged, once it has been waited for 2 s); the client gets no answer.
+    #[arg(
+        long,
+        env = "TURNSTILE_BODY_TIMEOUT",
+        hide_env = true,
+        value_name = "SECS",
+        default_value_t = 10
+    )]
+    pub body_timeout: u64,
     /// Close an HTTP keep-alive connection idle (no request in flight) for this many
     /// seconds. Open event streams are not idle: they get SSE comments meanwhile.
     #[arg(
@@ -331,7 +343,9 @@ pub struct ServeSettings {
     )]
     pub handshake_timeout: u64,
     /// Accept at most this many HTTP connections at once; further ones wait in the listen
-    /// backlog until one closes. Default: the open-file limit less 256.
+    /// backlog until one closes, but for a few (8) accepted past it so that `/healthz` and
+    /// `/readyz` are answered whatever holds the others (any other request on those waits for a
+    /// place, up to --keepalive-timeout, then gets 503). Default: the open-file limit less 256.
     #[arg(
         long,
         env = "TURNSTILE_MAX_CONNECTIONS",
@@ -339,9 +353,10 @@ pub struct ServeSettings {
         value_name = "N"
     )]
     pub max_connections: Option<usize>,
-    /// Event streams (a session's GET stream) may hold at most this percentage of
-    /// `--max-connections`; past it a new one gets 503 with `Retry-After`, so that
-    /// `initialize`, calls and probes always find a connection.
+    /// Responses held open (a session's GET event stream, a 2026-07-28 `subscriptions/listen`,
+    /// the console's live counts) may hold at most this percentage of `--max-connections`;
+    /// past it a new one gets 503 with `Retry-After`, so that `initialize` and calls always
+    /// find a connection.
     #[arg(
         long,
         env = "TURNSTILE_STREAM_SHARE",
@@ -486,10 +501,10 @@ pub struct ServeSettings {
         default_value_t = 600
     )]
     pub idempotency_window: u64,
-    /// The largest record an instance may save, in bytes (its state, context and remembered
-    /// idempotent results as JSON): a call whose result would make it larger is answered
-    /// RECORD_TOO_LARGE and saves and fires nothing; one whose arguments alone are larger is
-    /// refused before its plugin runs.
+    /// The largest record an instance may save, in bytes (its state, context, remembered
+    /// idempotent results and the audit entry the save appends, as JSON): a call whose result
+    /// would make it larger is answered RECORD_TOO_LARGE and saves and fires nothing; one whose
+    /// arguments and confirmation alone are larger is refused before its plugin runs.
     #[arg(
         long,
         env = "TURNSTILE_MAX_RECORD_BYTES",
@@ -707,6 +722,7 @@ impl ServeSettings {
                         .max_connections
                         .unwrap_or_else(mcp::default_max_connections),
                     header_timeout: secs(self.header_timeout),
+                    body_timeout: secs(self.body_timeout),
                     keepalive_timeout: secs(self.keepalive_timeout),
                     stream_share: self.stream_share,
                 },

@@ -130,6 +130,26 @@ fn the_file_fills_in_what_flags_leave_out() {
 }
 
 #[test]
+fn the_body_timeout_reaches_the_connections() {
+    let options = |args: &[&str], file| resolve(args, file).unwrap().into_options();
+    let default = options(&["--plugins", "/p"], None);
+    assert_eq!(
+        default.http.connections.body_timeout,
+        std::time::Duration::from_secs(10)
+    );
+    let from_file = options(&["--plugins", "/p"], Some("body-timeout = 3\n"));
+    assert_eq!(
+        from_file.http.connections.body_timeout,
+        std::time::Duration::from_secs(3)
+    );
+    let flag = options(&["--plugins", "/p", "--body-timeout", "4"], None);
+    assert_eq!(
+        flag.http.connections.body_timeout,
+        std::time::Duration::from_secs(4)
+    );
+}
+
+#[test]
 fn an_unknown_key_is_refused_with_its_line() {
     let message = invalid("plugins = \"/p\"\n\nhttp-adress = \"127.0.0.1:1\"\n");
     assert!(message.contains("line 3"), "{message}");

@@ -3,15 +3,17 @@
 //! (without), so that one client cannot take what the server-wide caps leave for the others.
 //!
 //! This module owns the counts and the decisions; `http/endpoint.rs` asks it before opening a
-//! session or an event stream (a refusal is HTTP 429 with `Retry-After`), and the `tools/call`
-//! handler before a call mints an instance (a refusal is `isError` with code `QUOTA_EXCEEDED`
-//! and `retryAfterMs`, built in `reply.rs`). Every limit is off unless configured.
+//! session, `http/held.rs` before holding a response open (a refusal is HTTP 429 with
+//! `Retry-After`), and the `tools/call` handler before a call mints an instance (a refusal is
+//! `isError` with code `QUOTA_EXCEEDED` and `retryAfterMs`, built in `reply.rs`). Every limit is
+//! off unless configured.
 //!
 //! - **Sessions**: a session is its opener's. Admission counts the sessions the server still
 //!   holds for that holder (a scan of the opener table, only with the limit set, only on
 //!   `initialize`) plus those of its `initialize`s still being answered, and takes a place in
 //!   the same step under the holder's entry lock, so racing `initialize`s cannot all pass.
-//! - **Event streams**: a place per open stream, given back when the stream's body is dropped.
+//! - **Event streams**: a place per response held open (a GET event stream, a 2026-07-28
+//!   `subscriptions/listen`, the console's live counts), given back when its body is dropped.
 //! - **Mints**: a token bucket per holder (`--mint-rate` per second, `--mint-burst` at once).
 //! - **Instances** (`--max-instances-per-principal`): the handle-keyed instances a principal's
 //!   tenant holds in the store, counted by the store's owner index (`store/owned.rs`) before each

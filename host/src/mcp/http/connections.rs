@@ -1,17 +1,21 @@
 //! Accepting HTTP connections so that a long-running server cannot be locked up by its sockets:
-//! a cap on open connections with back-pressure, a deadline for request headers, `TCP_NODELAY`,
-//! and a drain that lets responses in flight finish.
+//! a cap on open connections with back-pressure, deadlines for request headers and bodies,
+//! `TCP_NODELAY`, and a drain that lets responses in flight finish.
 //!
 //! `axum::serve` has none of the limits, so this is the accept loop of axum's "serve with hyper"
 //! pattern, with them added:
-//! - **`max_connections`**: a connection holds a permit for its whole life, and the loop takes a
-//!   permit *before* `accept`. At the cap it stops accepting, so new connections wait in the
+//! - **`max_connections`**: a connection holds a place for its whole life, and the loop takes a
+//!   place *before* `accept`. At the cap it takes one of the few places past it
+//!   (`reserve.rs`: for the probes, and for requests that wait there for a place within the
+//!   cap), and once those are taken too it stops accepting, so new connections wait in the
 //!   kernel's backlog instead of being accepted and starved; an accept error (such as running
 //!   out of file descriptors) backs off instead of spinning.
-//! - **`header_timeout`** and **`keepalive_timeout`**: a connection that waits for a request
-//!   head longer than the first (a slowloris client, a socket that never sends), or sits idle
-//!   between requests longer than the second, is closed. A connection with a request in flight
-//!   (a slow tool call, an open SSE stream) is never idle; `idle.rs` keeps the clocks.
+//! - **`header_timeout`**, **`body_timeout`** and **`keepalive_timeout`**: a connection that
+//!   waits for a request head longer than the first (a slowloris client, a socket that never
+//!   sends), whose request body does not arrive within the second (or trickles,
+//!   `body_clock.rs`), or that sits idle between requests longer than the third, is closed. A
+//!   connection with a request in flight (a slow tool call, an open SSE stream) is never idle;
+//!   `idle.rs` keeps the clocks.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -21,10 +25,14 @@ use hyper_util::{
     server::{conn::auto, graceful::GracefulShutdown},
     service::TowerToHyperService,
 };
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::{idle::Activity, tls::Tls};
+use super::{
+    idle::Activity,
+    reserve::{self, Places, Seat},
+    tls::Tls,
+};
 use crate::actors::Workers;
 
 /// How connections are accepted and bounded.
@@ -35,15 +43,19 @@ pub struct ConnectionLimits {
     /// How long a client may take to send a request's headers (and a new connection its first
     /// byte).
     pub header_timeout: Duration,
+    /// How long a request body may take to arrive once its handler waits for it (and it must
+    /// keep `body_clock::MIN_RATE` after its grace).
+    pub body_timeout: Duration,
     /// How long a keep-alive connection may sit idle, with no request in flight, between
     /// requests.
     pub keepalive_timeout: Duration,
-    /// The percentage of `max_connections` that event streams may hold (`--stream-share`).
+    /// The percentage of `max_connections` that responses held open (event streams, listens)
+    /// may hold (`--stream-share`, `held.rs`).
     pub stream_share: u8,
 }
 
 impl ConnectionLimits {
-    /// How many event streams may be open at once: `stream_share` percent of the connections,
+    /// How many responses may be held open at once: `stream_share` percent of the connections,
     /// at least one.
     pub fn max_streams(&self) -> usize {
         (self.max_connections * usize::from(self.stream_share) / 100).max(1)
@@ -55,6 +67,7 @@ impl Default for ConnectionLimits {
         ConnectionLimits {
             max_connections: default_max_connections(),
             header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
             keepalive_timeout: Duration::from_secs(60),
             stream_share: 80,
         }
@@ -89,7 +102,9 @@ pub async fn serve(
     stop_accepting: CancellationToken,
     workers: Option<Arc<Workers>>,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let max = limits.max_connections.max(1);
+    // A request past the cap waits for a place as long as an idle connection may keep one.
+    let places = Places::new(max, limits.keepalive_timeout, stop_accepting.clone());
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // No hyper header read timeout: it would also end idle keep-alive connections at the header
@@ -97,18 +112,19 @@ pub async fn serve(
     builder.http1().timer(TokioTimer::new());
     let mut full_logged = false;
     loop {
-        // Back-pressure: no permit, no accept.
-        let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+        // Back-pressure: no place, no accept.
+        let seat = tokio::select! {
+            seat = places.next() => seat,
             () = stop_accepting.cancelled() => break,
         };
-        if permits.available_permits() == 0 && !full_logged {
+        if places.free() == 0 && !full_logged {
             full_logged = true;
             tracing::warn!(
                 max_connections = limits.max_connections,
-                "connection limit reached; new connections wait until one closes"
+                "connection limit reached; new connections wait until one closes (the probes \
+                 are still answered)"
             );
-        } else if permits.available_permits() > limits.max_connections / 10 {
+        } else if places.free() > limits.max_connections / 10 {
             full_logged = false;
         }
         let (stream, peer) = tokio::select! {
@@ -124,13 +140,24 @@ pub async fn serve(
             },
             () = stop_accepting.cancelled() => break,
         };
+        let seat = seat.within_if_free(&places);
+        // Past the cap, a connection is kept idle no longer than it may take to send a head: its
+        // place is for the next probe.
+        let keepalive_timeout = match seat {
+            Seat::Within(_) => limits.keepalive_timeout,
+            Seat::Past(_) => limits.keepalive_timeout.min(limits.header_timeout),
+        };
         let connection = Connection {
             builder: builder.clone(),
             watcher: graceful.watcher(),
             peer,
             app: app.clone(),
-            permit,
-            activity: Activity::new(limits.header_timeout, limits.keepalive_timeout),
+            seat,
+            activity: Activity::new(
+                limits.header_timeout,
+                keepalive_timeout,
+                limits.body_timeout,
+            ),
         };
         without_nagle(&stream);
         let tls = tls.as_ref().map(Tls::acceptor);
@@ -174,13 +201,13 @@ fn without_nagle(stream: &tokio::net::TcpStream) {
     }
 }
 
-/// One accepted connection and what serving it needs; its permit is released when it ends.
+/// One accepted connection and what serving it needs; its place is given back when it ends.
 struct Connection {
     builder: auto::Builder<TokioExecutor>,
     watcher: hyper_util::server::graceful::Watcher,
     peer: SocketAddr,
     app: Router,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    seat: Seat,
     activity: Arc<Activity>,
 }
 
@@ -217,9 +244,13 @@ impl Connection {
             watcher,
             peer,
             app,
-            permit,
+            seat,
             activity,
         } = self;
+        let app = match &seat {
+            Seat::Within(_) => app,
+            Seat::Past(past) => reserve::probes_first(app, past.clone()),
+        };
         let service = TowerToHyperService::new(activity.clone().wrap(app, peer.ip()));
         let io = TokioIo::new(activity.watch(io));
         let connection = builder.serve_connection_with_upgrades(io, service);
@@ -230,10 +261,17 @@ impl Connection {
                     tracing::debug!(%peer, %error, "connection ended");
                 }
             }
-            // Dropping the connection closes its socket; nothing was in flight on it.
-            () = activity.expired() => tracing::debug!(%peer, "closed an idle connection"),
+            // Dropping the connection closes its socket; nothing was in flight on it, or a
+            // request body did not come in time (and the client gets no answer).
+            () = activity.expired() => {
+                if activity.body_was_late() {
+                    tracing::info!(%peer, "closed a connection whose request body did not arrive within --body-timeout (or came slower than the minimum rate)");
+                } else {
+                    tracing::debug!(%peer, "closed an idle connection");
+                }
+            }
         }
-        drop(permit);
+        drop(seat);
     }
 }
 
@@ -265,6 +303,7 @@ mod tests {
         let limits = ConnectionLimits {
             max_connections: 1,
             header_timeout: Duration::from_millis(300),
+            body_timeout: Duration::from_secs(10),
             keepalive_timeout: Duration::from_secs(60),
             stream_share: 80,
         };
@@ -276,7 +315,7 @@ mod tests {
         slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
             .await
             .unwrap();
-        // The only permit is taken: a second client is not served while the slow one lives.
+        // The only place is taken: a second client waits (past the cap) while the slow one lives.
         let mut second = tokio::net::TcpStream::connect(address).await.unwrap();
         second
             .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -290,7 +329,7 @@ mod tests {
         let cut =
             tokio::time::timeout(Duration::from_secs(5), slow.read_to_end(&mut Vec::new())).await;
         assert!(cut.is_ok(), "the slow client was not cut off");
-        // ... which frees the permit for the second.
+        // ... which frees the place for the second.
         let read = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buffer))
             .await
             .expect("the second client is served")
@@ -314,6 +353,7 @@ mod tests {
         let limits = ConnectionLimits {
             max_connections: 8,
             header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(10),
             keepalive_timeout: Duration::from_millis(300),
             stream_share: 80,
         };

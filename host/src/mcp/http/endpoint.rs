@@ -22,10 +22,7 @@ use std::{
     convert::Infallible,
     future::Future,
     pin::Pin,
-    sync::{
-        Arc, Mutex, PoisonError,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::{Arc, Mutex, PoisonError, atomic::AtomicUsize},
     task::{Context, Poll},
 };
 
@@ -44,10 +41,12 @@ use serde_json::Value;
 
 use super::{
     caller,
+    caps::{BUSY_RETRY_AFTER_S, Place, busy, over_quota},
     direct::{self, Served},
     event_stream,
     handshake::{Handshakes, is_initialized_notification, is_method},
     header_names::{PROTOCOL_VERSION, SESSION_ID},
+    held::{self, HeldStreams},
     idle,
     session_owners::SessionOwners,
     session_records::{SessionRecords, Visit},
@@ -55,8 +54,8 @@ use super::{
 use crate::mcp::{
     auth::principal::Principal,
     handler::server::TurnstileServer,
-    jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection, SERVER_BUSY},
-    quotas::{self, OverQuota, Quotas},
+    jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection},
+    quotas::{self, Quotas},
 };
 
 /// rmcp's answer when the body it read is not a JSON-RPC message it accepts (its 415).
@@ -89,51 +88,11 @@ pub struct McpLayer {
     /// counted with the sessions held, so that concurrent `initialize`s cannot all pass the
     /// check before any of them is held.
     pub opening: Arc<AtomicUsize>,
-    /// Event streams open now, and how many may be (`--stream-share` of `--max-connections`).
-    pub streams: Arc<AtomicUsize>,
-    pub max_streams: usize,
-    /// What one principal (or client address) may hold: sessions and event streams.
+    /// The responses held open (event streams and listens), under `--stream-share` of
+    /// `--max-connections` and each holder's `--max-streams-per-principal`.
+    pub held: Arc<HeldStreams>,
+    /// What one principal (or client address) may hold: sessions.
     pub quotas: Arc<Quotas>,
-}
-
-/// How long a client refused for the session or stream cap is told to wait (`Retry-After`,
-/// seconds).
-const BUSY_RETRY_AFTER_S: u64 = 5;
-
-/// A place under a cap (a session opening, an event stream), taken with the check in one atomic
-/// step and given back when dropped.
-struct Place(Arc<AtomicUsize>);
-
-impl Place {
-    /// A place among `taken`, if `fits` says one more fits beside those taken now.
-    fn take(taken: &Arc<AtomicUsize>, fits: impl Fn(usize) -> bool) -> Option<Place> {
-        taken
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
-                fits(now).then_some(now + 1)
-            })
-            .ok()
-            .map(|_| Place(taken.clone()))
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// 503 with `Retry-After` and a JSON-RPC error saying `message`: a cap is reached.
-fn busy(message: String) -> Response {
-    let rejection = Rejection {
-        code: SERVER_BUSY,
-        message,
-        id: Value::Null,
-    };
-    let mut response = rejection.into_response(StatusCode::SERVICE_UNAVAILABLE);
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(BUSY_RETRY_AFTER_S));
-    response
 }
 
 impl McpLayer {
@@ -229,37 +188,13 @@ fn unknown_session() -> Response {
 }
 
 /// Serves a GET: a live session's event stream right here (`event_stream.rs`), any other
-/// through rmcp, which then gets the session's messages.
+/// through rmcp, which then gets the session's messages. Either is held open: it takes its
+/// places among the held streams first (`held.rs`), given back when it closes.
 async fn get(layer: &McpLayer, request: Request) -> Response {
-    // One client's streams first: past its own limit it waits for one of its streams to close.
-    let holder = caller::of_request(&request).quota_holder();
-    let its_place = match holder
-        .as_ref()
-        .map(|holder| layer.quotas.admit_stream(holder))
-    {
-        Some(Err(refusal)) => return over_quota(&refusal),
-        Some(Ok(place)) => place,
-        None => None,
-    };
-    // A GET is an event stream: it holds its connection for as long as it is open.
-    let max = layer.max_streams;
-    let Some(stream) = Place::take(&layer.streams, |open| open < max) else {
-        tracing::info!(
-            max_streams = max,
-            "event stream limit reached; refusing a new stream"
-        );
-        return busy(format!(
-            "Service Unavailable: {max} event streams are open, the most this server keeps \
-             beside its calls (--stream-share); retry in {BUSY_RETRY_AFTER_S} s"
-        ));
-    };
-    // The place is given back when the stream's body is dropped: the stream closed.
-    get_stream(layer, request).await.map(|body| {
-        Body::from_stream(body.into_data_stream().map(move |chunk| {
-            let _held = (&stream, &its_place);
-            chunk
-        }))
-    })
+    layer
+        .held
+        .serve(request, |request| get_stream(layer, request))
+        .await
 }
 
 /// Serves a GET: the session's event stream, here or through rmcp.
@@ -313,10 +248,22 @@ fn post(
     }
 }
 
+/// Serves a POST through rmcp; a `subscriptions/listen`, whose answer is held open as long as
+/// its client listens, first takes its places among the held streams (`held.rs`), as a GET does.
+async fn post_to_rmcp(layer: &McpLayer, request: Request) -> Response {
+    if !held::is_listen(request.headers()) {
+        return post_through_rmcp(layer, request).await;
+    }
+    layer
+        .held
+        .serve(request, |request| post_through_rmcp(layer, request))
+        .await
+}
+
 /// Serves a POST through rmcp, keeping handles on the body's chunks in case rmcp refuses it (or,
 /// on a session still in its handshake, to see whether it is the `notifications/initialized`
 /// that ends it).
-async fn post_to_rmcp(layer: &McpLayer, request: Request) -> Response {
+async fn post_through_rmcp(layer: &McpLayer, request: Request) -> Response {
     let session = session_of(request.headers()).map(str::to_owned);
     let principal = request.extensions().get::<Principal>().cloned();
     let holder = caller::of_request(&request).quota_holder();
@@ -458,22 +405,6 @@ async fn admit(
         "Service Unavailable: this server holds its maximum of {max} sessions; retry in \
          {BUSY_RETRY_AFTER_S} s, or end a session you no longer use (DELETE)"
     )))
-}
-
-/// 429 with `Retry-After` and a JSON-RPC error: one client's quota is reached.
-fn over_quota(refusal: &OverQuota) -> Response {
-    tracing::debug!(holder = %refusal.holder, quota = refusal.what, "a client is over its quota");
-    let rejection = Rejection {
-        code: SERVER_BUSY,
-        message: format!("Too Many Requests: {}", refusal.message()),
-        id: Value::Null,
-    };
-    let mut response = rejection.into_response(StatusCode::TOO_MANY_REQUESTS);
-    response.headers_mut().insert(
-        header::RETRY_AFTER,
-        HeaderValue::from(refusal.retry_after.unwrap_or_default().as_secs().max(1)),
-    );
-    response
 }
 
 /// Serves a DELETE: 204 when it ended a live session, 404 when there was none to end.

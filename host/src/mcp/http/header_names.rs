@@ -15,10 +15,13 @@ pub const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-v
 /// `Last-Event-Id`.
 pub const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
+/// `Mcp-Method` (2026-07-28: the request's method, which rmcp checks against its body).
+pub const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+
 #[cfg(test)]
 mod tests {
     use rmcp::transport::common::http_header::{
-        HEADER_LAST_EVENT_ID, HEADER_MCP_PROTOCOL_VERSION, HEADER_SESSION_ID,
+        HEADER_LAST_EVENT_ID, HEADER_MCP_METHOD, HEADER_MCP_PROTOCOL_VERSION, HEADER_SESSION_ID,
     };
 
     use super::*;
@@ -29,6 +32,7 @@ mod tests {
             (SESSION_ID, HEADER_SESSION_ID),
             (PROTOCOL_VERSION, HEADER_MCP_PROTOCOL_VERSION),
             (LAST_EVENT_ID, HEADER_LAST_EVENT_ID),
+            (MCP_METHOD, HEADER_MCP_METHOD),
         ] {
             assert_eq!(ours, HeaderName::from_bytes(rmcps.as_bytes()).unwrap());
         }

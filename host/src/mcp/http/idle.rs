@@ -12,11 +12,13 @@
 //!   first of them.
 //! - **nothing at all yet** on a new connection: `header_timeout` from the accept.
 //! - **idle between requests**: `keepalive_timeout` from the end of the last response.
+//! - **a request body too slow** (`body_clock.rs` tells it): at once, whatever is in flight.
 //!
 //! [`Activity::watch`] wraps the connection's byte stream (reads say a head has begun),
 //! [`Activity::wrap`] the service (a request begins when hyper hands it over and ends when its
-//! response body is dropped), and [`Activity::expired`] resolves when the deadline of the
-//! current wait passes; the accept loop then drops the connection.
+//! response body is dropped; its body is timed by `body_clock.rs`), and [`Activity::expired`]
+//! resolves when the deadline of the current wait passes; the accept loop then drops the
+//! connection.
 //!
 //! Over HTTP/2 any frame that arrives with no request in flight (a client's PING, say) counts as
 //! the start of a head, so an HTTP/2 connection that only pings is closed after the header
@@ -46,6 +48,8 @@ use tokio::{
 };
 use tower::ServiceExt;
 
+use super::body_clock::{Late, TimedBody};
+
 /// What a connection is waiting for, and since when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wait {
@@ -55,6 +59,8 @@ enum Wait {
     Idle { since: Instant },
     /// For the rest of a request head whose first bytes arrived.
     Head { since: Instant },
+    /// For nothing: a request body did not come in time, and the connection is to be closed.
+    BodyLate { since: Instant },
 }
 
 #[derive(Debug)]
@@ -79,10 +85,15 @@ pub struct Activity {
     changed: Notify,
     header_timeout: Duration,
     keepalive_timeout: Duration,
+    body_timeout: Duration,
 }
 
 impl Activity {
-    pub fn new(header_timeout: Duration, keepalive_timeout: Duration) -> Arc<Activity> {
+    pub fn new(
+        header_timeout: Duration,
+        keepalive_timeout: Duration,
+        body_timeout: Duration,
+    ) -> Arc<Activity> {
         Arc::new(Activity {
             state: Mutex::new(State {
                 in_flight: 0,
@@ -94,6 +105,7 @@ impl Activity {
             changed: Notify::new(),
             header_timeout,
             keepalive_timeout,
+            body_timeout,
         })
     }
 
@@ -109,13 +121,22 @@ impl Activity {
     }
 
     fn deadline_of(&self, state: &State) -> Option<Instant> {
+        if let Wait::BodyLate { since } = state.wait {
+            return Some(since);
+        }
         if state.in_flight > 0 {
             return None;
         }
         Some(match state.wait {
             Wait::FirstRequest { since } | Wait::Head { since } => since + self.header_timeout,
             Wait::Idle { since } => since + self.keepalive_timeout,
+            Wait::BodyLate { since } => since,
         })
+    }
+
+    /// Whether the connection is being closed for a request body that did not come in time.
+    pub fn body_was_late(&self) -> bool {
+        matches!(self.lock().wait, Wait::BodyLate { .. })
     }
 
     /// The state changed: wakes the waiter if the deadline now comes before the one it sleeps
@@ -163,7 +184,9 @@ impl Activity {
     /// Bytes arrived: when nothing is in flight, they begin a request head.
     fn bytes_read(&self) {
         let mut state = self.lock();
-        if state.in_flight == 0 && !matches!(state.wait, Wait::Head { .. }) {
+        if state.in_flight == 0
+            && matches!(state.wait, Wait::FirstRequest { .. } | Wait::Idle { .. })
+        {
             state.wait = Wait::Head {
                 since: Instant::now(),
             };
@@ -183,7 +206,7 @@ impl Activity {
     fn request_ended(&self) {
         let mut state = self.lock();
         state.in_flight = state.in_flight.saturating_sub(1);
-        if state.in_flight == 0 {
+        if state.in_flight == 0 && !matches!(state.wait, Wait::BodyLate { .. }) {
             state.wait = Wait::Idle {
                 since: Instant::now(),
             };
@@ -199,8 +222,9 @@ impl Activity {
         }
     }
 
-    /// `app` as a service that counts its requests in flight until their response bodies end.
-    /// Each request carries the client's address (`quotas::ClientAddr`).
+    /// `app` as a service that counts its requests in flight until their response bodies end,
+    /// and times their bodies (`body_clock.rs`). Each request carries the client's address
+    /// (`quotas::ClientAddr`).
     pub fn wrap(
         self: Arc<Self>,
         app: Router,
@@ -215,7 +239,9 @@ impl Activity {
         tower::service_fn(move |request: Request<hyper::body::Incoming>| {
             let in_flight = activity.request_started();
             let app = app.clone();
-            let mut request = request.map(Body::new);
+            let body_timeout = activity.body_timeout;
+            let mut request =
+                request.map(|body| Body::new(TimedBody::new(body, activity.clone(), body_timeout)));
             request
                 .extensions_mut()
                 .insert(crate::mcp::quotas::ClientAddr(client));
@@ -224,6 +250,19 @@ impl Activity {
                 Ok(hold_until_sent(response, in_flight))
             }
         })
+    }
+}
+
+impl Late for Activity {
+    /// A request body did not come in time: the connection is closed now, whatever is in flight
+    /// on it (`Activity::expired` resolves).
+    fn body_late(&self) {
+        let mut state = self.lock();
+        state.wait = Wait::BodyLate {
+            since: Instant::now(),
+        };
+        drop(state);
+        self.changed.notify_one();
     }
 }
 
@@ -336,7 +375,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn each_wait_has_its_own_deadline() {
-        let activity = Activity::new(Duration::from_secs(10), Duration::from_secs(60));
+        let activity = Activity::new(
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+            Duration::from_secs(10),
+        );
         let opened = Instant::now();
         assert_eq!(activity.deadline(), Some(opened + Duration::from_secs(10)));
         tokio::time::advance(Duration::from_secs(1)).await;
@@ -367,7 +410,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn only_a_sooner_deadline_wakes_the_waiter() {
-        let activity = Activity::new(Duration::from_secs(10), Duration::from_secs(60));
+        let activity = Activity::new(
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+            Duration::from_secs(10),
+        );
         activity.arm();
         tokio::time::advance(Duration::from_secs(1)).await;
         // A busy connection's requests: every deadline is later than the armed one.
@@ -385,7 +432,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_busy_connection_expires_a_keepalive_after_its_last_response() {
-        let activity = Activity::new(Duration::from_secs(10), Duration::from_secs(60));
+        let activity = Activity::new(
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+            Duration::from_secs(10),
+        );
         let expired = tokio::spawn({
             let activity = activity.clone();
             async move { activity.expired().await }
@@ -411,7 +462,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn expired_waits_out_a_request_in_flight() {
-        let activity = Activity::new(Duration::from_secs(1), Duration::from_secs(5));
+        let activity = Activity::new(
+            Duration::from_secs(1),
+            Duration::from_secs(5),
+            Duration::from_secs(10),
+        );
         let request = activity.request_started();
         let expired = tokio::spawn({
             let activity = activity.clone();
@@ -426,6 +481,30 @@ mod tests {
         let ended = Instant::now();
         expired.await.unwrap();
         assert!(Instant::now() >= ended + Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_body_expires_the_connection_with_its_request_in_flight() {
+        let activity = Activity::new(
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+            Duration::from_secs(10),
+        );
+        let request = activity.request_started();
+        let expired = tokio::spawn({
+            let activity = activity.clone();
+            async move { activity.expired().await }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!expired.is_finished(), "expired with a request in flight");
+        activity.body_late();
+        expired.await.unwrap();
+        assert!(activity.body_was_late());
+        // Neither the end of its request nor more bytes make it a connection to keep.
+        drop(request);
+        activity.bytes_read();
+        assert!(activity.body_was_late());
+        assert!(activity.deadline().is_some_and(|due| due <= Instant::now()));
     }
 
     #[test]

@@ -7,7 +7,14 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use axum::{Json, Router, extract::State, middleware, routing::get};
+use axum::{
+    Json, Router,
+    extract::{Request, State},
+    http::Method,
+    middleware::{self, Next},
+    response::Response,
+    routing::get,
+};
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
@@ -18,6 +25,7 @@ use super::{
     endpoint::{McpEndpoint, McpLayer},
     handshake::Handshakes,
     health,
+    held::HeldStreams,
     host_check::{self, AllowedHosts, RefuseForeignHost},
     idle, metrics,
     session_records::SessionRecords,
@@ -201,6 +209,11 @@ pub async fn serve_http(
     );
     // Events are counted from here on, for `/metrics` (over stdio nothing is counted).
     crate::metrics::install();
+    // Every response held open counts here, whatever route it is on.
+    let held = Arc::new(HeldStreams::new(
+        options.connections.max_streams(),
+        shared.quotas.clone(),
+    ));
     let app = Router::new()
         .route_service(
             "/mcp",
@@ -215,8 +228,7 @@ pub async fn serve_http(
                 sse_keep_alive: idle::sse_keepalive_interval(options.connections.keepalive_timeout),
                 closing_streams: streams.child_token(),
                 opening: Default::default(),
-                streams: Default::default(),
-                max_streams: options.connections.max_streams(),
+                held: held.clone(),
                 quotas: shared.quotas.clone(),
             }),
         )
@@ -271,9 +283,12 @@ pub async fn serve_http(
     } else {
         app
     };
-    // The console checks its own access (a browser brings a cookie, not a bearer header).
+    // The console checks its own access (a browser brings a cookie, not a bearer header). Its
+    // live counts are a stream held open like any other.
     let app = match console {
-        Some(console) => app.merge(console::router(console)),
+        Some(console) => app.merge(
+            console::router(console).layer(middleware::from_fn_with_state(held, hold_console_live)),
+        ),
         None => app,
     };
     // Where to get a token is public (RFC 9728): at the root and under the resource's path.
@@ -323,6 +338,22 @@ pub async fn serve_http(
     .await;
     Ok(())
 }
+
+/// The console's live counts (`GET /console/api/live`, an SSE stream) take their places among
+/// the held streams (`held.rs`); every other console request passes untouched.
+async fn hold_console_live(
+    State(held): State<Arc<HeldStreams>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.method() != Method::GET || request.uri().path() != CONSOLE_LIVE {
+        return next.run(request).await;
+    }
+    held.serve(request, |request| next.run(request)).await
+}
+
+/// The console's live stream.
+const CONSOLE_LIVE: &str = "/console/api/live";
 
 /// The `Origin`s to accept: loopback ones on any port when the server listens on loopback (or on
 /// every interface, loopback among them), plus those the operator named. A page served from this
