@@ -13,7 +13,9 @@
 //! - [`workflows`]: menus and the invoice walk; [`metrics`]: `GET /metrics` parsed;
 //! - [`wait`]: polling until what the server does in its own time has happened;
 //! - [`durability`] and [`python`]: the fixtures only the durability and Python tests need;
-//!   [`browser`]: headless Chromium through chromedriver, for the console's test.
+//!   [`browser`]: headless Chromium through chromedriver, for the console's test;
+//! - [`upstreams`]: upstream files, the example ticket desk over stdio and Streamable HTTP (and
+//!   its TypeScript twin), and the desk's own record of the calls it received.
 //!
 //! Every test binary compiles this module on its own and uses a different part of it, hence
 //! the `allow`s below.
@@ -30,6 +32,7 @@ pub mod results;
 pub mod server;
 pub mod stdio;
 pub mod stores;
+pub mod upstreams;
 pub mod wait;
 pub mod workflows;
 
@@ -41,5 +44,6 @@ pub use results::*;
 pub use server::*;
 pub use stdio::*;
 pub use stores::*;
+pub use upstreams::*;
 pub use wait::*;
 pub use workflows::*;

@@ -74,3 +74,24 @@ pub async fn state_of(client: &Client, handle: &str) -> Value {
     assert_ne!(status.is_error, Some(true), "{status:?}");
     status.structured_content.expect("structured content")["state"].clone()
 }
+
+/// The next step a workflow tool's result carries (`_meta["dev.turnstile/next-step"]`):
+/// `{"workflow", "state", "status", "available", "moved", "handle"?}`.
+pub fn next_step_of(result: &CallToolResult) -> Value {
+    result
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.get(super::NEXT_STEP_META_KEY))
+        .cloned()
+        .unwrap_or_else(|| panic!("the result carries its next step: {result:?}"))
+}
+
+/// The last text block of a result: a workflow tool's next step, in words.
+pub fn next_step_sentence(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|text| text.text.clone()))
+        .next_back()
+        .expect("a text block")
+}

@@ -28,6 +28,9 @@ Usage: python mcp1_client.py SCENARIO URL
                      discharge, each call chosen from the previous result's next step
   submit-invoice:TOKEN  server with --state-handle-key and this bearer token: submits one
                      invoice and leaves it in review (the operator console's test finds it)
+  tickets-resolve    server with --state-handle-key serving the ticket desk upstream
+                     (plugins/tickets): the desk's own question (an elicitation it sends
+                     Turnstile) reaches this client; a decline moves nothing, an accept resolves
 URL may also be `stdio:["PROGRAM", "ARG", ...]`: each connection starts that server over stdio.
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
@@ -892,6 +895,41 @@ async def confirm_discharge(url: str) -> dict[str, Any]:
         return {"protocol": c.protocol, "asked": person.asked[0], "trail": trail}
 
 
+# --- 11. an upstream's question, answered by the person ------------------------------------------
+
+
+async def tickets_resolve(url: str) -> dict[str, Any]:
+    """Handle mode, the ticket desk of plugins/tickets (an MCP server of its own, written with
+    this SDK) behind Turnstile as an upstream. `tickets.resolve` makes the desk ask the person to
+    confirm: an elicitation the desk sends Turnstile, which puts it to this client. A decline
+    leaves the ticket in `open` (nothing fired); an accept resolves it."""
+    person = Person([("decline", None), ("accept", {"confirm": True})])
+    async with connect(url, "resolver", elicitation_callback=person) as c:
+        opened = await c.call_ok("tickets.open", {"title": "the printer is on fire"})
+        handle = opened.get("handle")
+        expect(isinstance(handle, str) and handle.startswith("tickets-"), f"a minted handle: {opened!r}")
+        expect_equal(opened.get("state"), "open", "the state after tickets.open")
+        # As a client does before it calls: the menu (the SDK checks results against it).
+        menu = sorted(tool.name for tool in await c.tools(handle))
+        expect("tickets.resolve" in menu, f"tickets.resolve offered in open: {menu}")
+        declined = await c.call("tickets.resolve", {"handle": handle, "note": "rebooted"})
+        expect(declined.isError is True, f"a declined resolve must be an error: {_text(declined)!r}")
+        expect_equal(len(person.asked), 1, "the person was asked once for the declined resolve")
+        after_decline = await c.call_ok("tickets.status", {"handle": handle})
+        resolved = await c.call_ok("tickets.resolve", {"handle": handle, "note": "rebooted"})
+        expect_equal(len(person.asked), 2, "the person was asked once per resolve")
+        after_accept = await c.call_ok("tickets.status", {"handle": handle})
+        return {
+            "protocol": c.protocol,
+            "handle": handle,
+            "asked": person.asked,
+            "declined": {"structured": declined.structuredContent, "text": _text(declined)},
+            "after_decline": after_decline,
+            "resolved": resolved,
+            "after_accept": after_accept,
+        }
+
+
 if __name__ == "__main__":
     run(
         {
@@ -906,6 +944,7 @@ if __name__ == "__main__":
             "never-relists": never_relists,
             "confirm-discharge": confirm_discharge,
             "submit-invoice": submit_invoice,
+            "tickets-resolve": tickets_resolve,
         },
         SDK,
     )
