@@ -580,3 +580,63 @@ async fn check_names_the_file_and_the_key_of_a_bad_upstream_file_and_serve_keeps
     let opened = client.call("tickets.open", json!({"title": "t"})).await;
     assert_eq!(ok(&opened)["state"], "open");
 }
+
+/// Three servers on one Redis namespace share one desk over Streamable HTTP: 60 calls racing
+/// for one move of one instance, spread over the three, move it once, and the desk is called
+/// once (the loser never reaches it: the instance's lease puts the call on one server at a time,
+/// and the gate refuses the rest once it moved).
+#[tokio::test]
+async fn racing_calls_over_three_servers_reach_a_shared_upstream_once() {
+    let dir = UpstreamDir::empty();
+    let desk = HttpDesk::python(&dir.calls);
+    dir.write("tickets.upstream.toml", &UpstreamToml::http(&desk.url));
+    let namespace = format!("upstreams_{}", uuid::Uuid::new_v4().simple());
+    let servers: Vec<Server> = (0..3)
+        .map(|_| {
+            Server::sharing(
+                dir.path(),
+                &common::redis_url(),
+                &namespace,
+                &["--state-handle-key"],
+            )
+        })
+        .collect();
+    let mut clients = Vec::new();
+    for server in &servers {
+        for _ in 0..2 {
+            clients.push(Client::http(&server.url).await);
+        }
+    }
+    let opened = clients[0]
+        .call("tickets.open", json!({"title": "race"}))
+        .await;
+    let handle = handle_of(&opened);
+    let racing = (0..60).map(|n| {
+        clients[n % clients.len()].call(
+            "tickets.assign",
+            json!({"handle": handle, "assignee": format!("agent-{n}")}),
+        )
+    });
+    let results = futures_util::future::join_all(racing).await;
+    let won = results.iter().filter(|r| r.is_error != Some(true)).count();
+    let refused: Vec<Value> = results
+        .iter()
+        .filter(|r| r.is_error == Some(true))
+        .map(error_code)
+        .collect();
+    assert_eq!(won, 1, "{refused:?}");
+    assert!(
+        refused.iter().all(|code| code == "FORBIDDEN"),
+        "the losers are refused by the gate: {refused:?}"
+    );
+    assert_eq!(
+        dir.calls.calls_of("assign").len(),
+        1,
+        "{:?}",
+        dir.calls.tools()
+    );
+    let status = clients[5]
+        .call("tickets.status", json!({"handle": handle}))
+        .await;
+    assert_eq!(ok(&status)["state"], "assigned");
+}

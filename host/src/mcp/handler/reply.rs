@@ -134,12 +134,15 @@ pub fn needed(requests: &serde_json::Map<String, Value>) -> String {
 }
 
 /// The tool needs input the client cannot give (it did not declare the capability, or the
-/// host cannot ask on this connection): nothing ran to completion and nothing fired.
+/// host cannot ask on this connection): nothing ran to completion and nothing fired. The
+/// handler did run up to where it asked (a handler asks before it acts, by contract), so the
+/// words say the workflow did not move, not that nothing ran.
 pub fn input_unavailable(tool: &str, needed: &str) -> CallToolResult {
     error_result(
         format!(
-            "{tool} did not run and changed nothing: it needs input this client cannot give: \
-             {needed}. Use a client that supports it, or ask the user another way."
+            "{tool} stopped before acting and the workflow did not move: it needs input this \
+             client cannot give: {needed}. Use a client that supports it, or ask the user \
+             another way."
         ),
         "INPUT_UNAVAILABLE",
         json!({ "tool": tool, "needed": needed }),
