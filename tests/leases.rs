@@ -2,13 +2,20 @@
 //! or PostgreSQL store, and a transition's handler runs on one of them only, however many calls
 //! race for it. The testkit's `testkit.reset` writes a line per run of its handler to a file, so
 //! the runs are counted across processes; a server paused mid-call loses its lease and cannot
-//! commit once it resumes.
+//! commit once it resumes, and one cut off from the store by a partition cannot take its lease
+//! back with a renewal the partition held (issue 50).
 
 mod common;
 
-use std::{path::Path, time::Duration};
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
 
-use common::{Client, PluginDir, Scrape, Server, error_code, eventually, handle_of, redis_url};
+use common::{
+    Client, Partition, PluginDir, Scrape, Server, error_code, eventually, handle_of,
+    reachable_postgres_url, reachable_redis_url, redis_url,
+};
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
@@ -284,4 +291,86 @@ async fn a_busy_server_gives_the_lease_up_to_one_that_waits() {
         codes.iter().all(|code| code == "FORBIDDEN"),
         "the busy server's own calls: {codes:?}"
     );
+}
+
+/// After a partition heals, a renewal it held back is refused (issue 50, item 7). Server A runs
+/// a slow call under the instance's lease; from then on A's requests to the store are held back
+/// (its renewal is sent, but not delivered), so its lease lapses, and server B takes the
+/// instance over and moves it. Then the partition heals and A's held renewal reaches the store
+/// first: refused, it does not take the lease back from B, which moved on (B's next call gets
+/// the lease within a wait shorter than A's lease would live), and A's save, delivered behind
+/// it, is fenced: its caller is told `CONFLICT`, and the instance moved once.
+async fn a_held_back_renewal_is_refused_after_the_partition_heals(store: &str) {
+    let plugins = PluginDir::with(&["testkit"]);
+    let namespace = namespace();
+    let partition = Partition::before(store);
+    // A's lease lives 600 ms unless renewed (the renewal is sent about 340 ms after a grant);
+    // B waits 300 ms at most for a lease, less than one of A's lives.
+    let a_flags = ["--lease-ttl", "600", "--lease-wait", "5000"];
+    let b_flags = ["--lease-ttl", "600", "--lease-wait", "300"];
+    let cut_off = node(&plugins, &partition.url(store), &namespace, &a_flags);
+    let other = node(&plugins, store, &namespace, &b_flags);
+    let alice = Client::http(&cut_off.url).await;
+    let bob = Client::http(&other.url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("runs.log");
+    let handle = handle_of(&alice.call("testkit.go", json!({})).await);
+    // A call long enough for A to renew its lease, so that the store knows the renewal before
+    // the partition (Redis has its script, a connection of A's to PostgreSQL its prepared
+    // statement): the renewal held back is then sent whole, not as a first request waiting for
+    // an answer before the rest is sent.
+    let warm_up = json!({"handle": handle, "sleep_ms": 800});
+    let reset = alice.call("testkit.reset", warm_up).await;
+    assert_ne!(reset.is_error, Some(true), "{reset:?}");
+    let done = alice.call("testkit.go", json!({"handle": handle})).await;
+    assert_ne!(done.is_error, Some(true), "{done:?}");
+
+    let slow = {
+        let arguments = json!({"handle": handle, "run_log": log, "sleep_ms": 1500});
+        tokio::spawn(async move { alice.call("testkit.reset", arguments).await })
+    };
+    until_started(&log).await;
+    let started = Instant::now();
+    partition.hold();
+    // Unrenewed, A's lease lapses 600 ms after its grant: B's call finds it free and moves the
+    // instance (done -> idle).
+    tokio::time::sleep_until((started + Duration::from_millis(800)).into()).await;
+    let taken = bob
+        .call("testkit.reset", json!({"handle": handle, "run_log": log}))
+        .await;
+    assert_ne!(taken.is_error, Some(true), "{taken:?}");
+    // A's handler returns at 1500 ms; its save is sent behind its renewal, and held too.
+    tokio::time::sleep_until((started + Duration::from_millis(1800)).into()).await;
+    assert!(
+        partition.held_bytes() > 0,
+        "A's requests were not held back"
+    );
+    partition.release();
+
+    let refused = slow.await.unwrap();
+    assert_eq!(error_code(&refused), "CONFLICT", "{refused:?}");
+    // The renewal took nothing back: B's next call gets the lease within its 300 ms wait (a
+    // lease granted to A would keep it 600 ms) and finds the instance where B moved it.
+    let next = bob.call("testkit.go", json!({"handle": handle})).await;
+    assert_ne!(
+        next.is_error,
+        Some(true),
+        "B's call after the partition healed: {next:?}"
+    );
+    // Two runs of the handler (A's, whose save was refused, and B's): one move. A's clients see
+    // B's moves too: the instance is `done` now, where `testkit.go` is refused.
+    assert_eq!(runs(&log), 2);
+    let alice = Client::http(&cut_off.url).await;
+    let seen = alice.call("testkit.go", json!({"handle": handle})).await;
+    assert_eq!(error_code(&seen), "FORBIDDEN", "{seen:?}");
+}
+
+#[tokio::test]
+async fn a_held_back_renewal_is_refused_after_the_partition_heals_on_redis() {
+    a_held_back_renewal_is_refused_after_the_partition_heals(&reachable_redis_url()).await;
+}
+
+#[tokio::test]
+async fn a_held_back_renewal_is_refused_after_the_partition_heals_on_postgres() {
+    a_held_back_renewal_is_refused_after_the_partition_heals(&reachable_postgres_url()).await;
 }

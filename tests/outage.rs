@@ -134,7 +134,20 @@ fn drive(client: Arc<Client>, load: Arc<Load>) -> Vec<tokio::task::JoinHandle<()
                                 ));
                             }
                             let text = text_of(&result);
-                            if !(text.contains("store") && text.contains("changed nothing")) {
+                            // A save in flight when Redis died may have been applied: that
+                            // answer says so ("unknown"), never "changed nothing".
+                            let committed =
+                                &result.structured_content.as_ref().unwrap()["error"]["committed"];
+                            let honest = if committed == "unknown" {
+                                text.contains("it may have moved")
+                            } else {
+                                committed == false
+                                    && (text.contains("changed nothing")
+                                        || text.contains(
+                                            "the handler ran but the workflow did not move",
+                                        ))
+                            };
+                            if !(text.contains("store") && honest) {
                                 load.problem(format!(
                                     "{tool} on {handle}: the error does not say the store \
                                      failed and nothing changed: {text}"

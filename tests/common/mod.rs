@@ -10,6 +10,10 @@
 //! - [`raw_http`]: Streamable HTTP by hand; [`stdio`]: JSON-RPC lines to `serve --stdio`;
 //! - [`stores`]: the Redis and PostgreSQL servers the tests share, and the macros that run a
 //!   scenario once per store;
+//! - [`cutter`]: a TCP proxy before a store that breaks a connection right after a save went
+//!   through it;
+//! - [`partition`]: a TCP proxy before a store that holds back one server's requests, and
+//!   delivers them late;
 //! - [`workflows`]: menus and the invoice walk; [`metrics`]: `GET /metrics` parsed;
 //! - [`wait`]: polling until what the server does in its own time has happened;
 //! - [`durability`] and [`python`]: the fixtures only the durability and Python tests need;
@@ -23,8 +27,10 @@
 
 pub mod browser;
 pub mod client;
+pub mod cutter;
 pub mod durability;
 pub mod metrics;
+pub mod partition;
 pub mod plugins;
 pub mod python;
 pub mod raw_http;
@@ -37,7 +43,9 @@ pub mod wait;
 pub mod workflows;
 
 pub use client::*;
+pub use cutter::*;
 pub use metrics::*;
+pub use partition::*;
 pub use plugins::*;
 pub use raw_http::*;
 pub use results::*;

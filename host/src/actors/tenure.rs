@@ -19,7 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::store::{Fence, LeaseGrant, StateStore, StoreError};
+use crate::store::{Fence, LeaseGrant, LeaseRenewal, StateStore, StoreError};
 
 /// How leases are held (`--lease-ttl`, `--lease-wait`, `--lease-idle`).
 #[derive(Debug, Clone, Copy)]
@@ -156,13 +156,14 @@ impl Tenure {
     }
 
     /// Holds the lease for a call: at once when it is fresh, else by asking the store (a
-    /// renewal, or a new grant). With `waiting_since` (when the call was sent), it waits for
-    /// another holder until `--lease-wait` after that; without, not at all.
+    /// renewal of the lease held, or, when none is or it was lost, a new grant). With
+    /// `waiting_since` (when the call was sent), it waits for another holder until
+    /// `--lease-wait` after that; without, not at all.
     pub(super) async fn hold(
         &self,
         waiting_since: Option<Instant>,
     ) -> Result<Result<Holding, LeaseBusy>, StoreError> {
-        if self.is_fresh() {
+        if self.is_fresh() || self.renew().await? {
             return Ok(Ok(Holding::Kept));
         }
         let wait = waiting_since.is_some();
@@ -189,21 +190,16 @@ impl Tenure {
                     version,
                     wanted,
                 } => {
-                    let before = self.held().replace(Held {
+                    // Nothing was held when this ask was sent (a lease held is renewed, above),
+                    // so this is a grant: another server may have written since this actor
+                    // last looked, which the version tells.
+                    *self.held() = Some(Held {
                         token,
                         wanted,
-                        // A margin for the store's clock running a little fast.
-                        lapses_at: asked_at + self.settings.ttl - self.settings.ttl / 10,
+                        lapses_at: self.lapses_at(asked_at),
                     });
-                    let kept = before.is_some_and(|before| before.token == token);
-                    if !kept {
-                        crate::metrics::lease_granted(took_over);
-                    }
-                    return Ok(Ok(if kept {
-                        Holding::Kept
-                    } else {
-                        Holding::Granted { version }
-                    }));
+                    crate::metrics::lease_granted(took_over);
+                    return Ok(Ok(Holding::Granted { version }));
                 }
                 LeaseGrant::Absent => {
                     *self.held() = None;
@@ -233,11 +229,44 @@ impl Tenure {
         }
     }
 
+    /// Renews the lease held, naming its fencing token: `true` while it is still this
+    /// process's, `false` when none is held or the store refused the renewal (the lease lapsed
+    /// or passed on: it is forgotten). A renewal is never a new grant (`store/lease.rs`), so one
+    /// delivered late, after a partition, cannot take the lease back from the server that moved
+    /// on.
+    async fn renew(&self) -> Result<bool, StoreError> {
+        let Some(fence) = self.fence() else {
+            return Ok(false);
+        };
+        let asked_at = Instant::now();
+        let renewal = self
+            .store
+            .renew_lease(&self.key, &fence, self.settings.ttl)
+            .await;
+        let held = match renewal {
+            Ok(LeaseRenewal::Renewed { wanted }) => Some(Held {
+                token: fence.token,
+                wanted,
+                lapses_at: self.lapses_at(asked_at),
+            }),
+            Ok(LeaseRenewal::Lost) | Err(_) => None,
+        };
+        *self.held() = held;
+        renewal.map(|renewal| renewal != LeaseRenewal::Lost)
+    }
+
+    /// When a lease granted or renewed by a request sent at `asked_at` lapses by this process's
+    /// clock, with a margin for the store's clock running a little fast.
+    fn lapses_at(&self, asked_at: Instant) -> Instant {
+        asked_at + self.settings.ttl - self.settings.ttl / 10
+    }
+
     /// Renews the lease while a long call runs, a third of its life before it would lapse;
     /// never returns (the call's future is raced against it). Once a renewal finds the lease
-    /// lost (lapsed, and maybe taken by another server, while this process was paused), it
-    /// stops renewing and keeps the fence the call read under, so that the store refuses the
-    /// call's save as fenced, as it must.
+    /// lost (lapsed, and maybe taken by another server, while this process was paused or cut
+    /// off), it stops renewing and keeps the fence the call read under, so that the store
+    /// refuses the call's save as fenced, as it must. It never asks for a new grant: what the
+    /// call read may be stale by then, so a grant would be of no use to it.
     pub(super) async fn keep_alive(&self) {
         loop {
             let Some(held) = *self.held() else {
@@ -245,22 +274,18 @@ impl Tenure {
             };
             let renew_at = held.lapses_at - self.settings.ttl / 3;
             tokio::time::sleep_until(renew_at.into()).await;
-            let mut renewed = self.hold(None).await;
+            let mut renewed = self.renew().await;
             // A store that does not answer once may answer the next time: keep trying while
-            // the lease lives.
+            // the lease lives. Every try names the same token, so a try that was applied though
+            // its answer was lost makes the next one a renewal all the same.
             while renewed.is_err() && Instant::now() + RETRY_PAUSE < held.lapses_at {
                 tokio::time::sleep(RETRY_PAUSE).await;
                 *self.held() = Some(held);
-                renewed = self.hold(None).await;
+                renewed = self.renew().await;
             }
             match renewed {
-                Ok(Ok(Holding::Kept)) => {}
-                lost => {
-                    if let Ok(Ok(Holding::Granted { .. })) = lost {
-                        // Granted anew: what the call read may be stale, so the grant is of no
-                        // use to it; free it for others.
-                        self.release().await;
-                    }
+                Ok(true) => {}
+                Ok(false) | Err(_) => {
                     *self.held() = Some(Held {
                         lapses_at: Instant::now(),
                         ..held
@@ -379,6 +404,42 @@ mod tests {
                     1
                 )
                 .await,
+            Err(StoreError::Fenced { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_late_renewal_takes_nothing_back() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::shared());
+        store
+            .save("k", &InstanceRecord::first("w", serde_json::json!(1)), 0)
+            .await
+            .unwrap();
+        let a = Tenure::new(store.clone(), "k".into(), "a".into(), settings(60, 1000));
+        let b = Tenure::new(store.clone(), "k".into(), "b".into(), settings(5000, 1000));
+        a.hold(Some(Instant::now())).await.unwrap().unwrap();
+        let old = a.fence().unwrap();
+        // a is cut off past its lease; b takes the instance over, and gives the lease up.
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        b.hold(Some(Instant::now())).await.unwrap().unwrap();
+        let taken = b.fence().unwrap().token;
+        b.release().await;
+        // a's renewal comes late: refused, it grants a nothing (the next grant is the one after
+        // b's), and a keeps the fence its call read under, which the store refuses.
+        let renewing = tokio::time::timeout(Duration::from_millis(100), a.keep_alive()).await;
+        assert!(renewing.is_err(), "keep_alive never returns");
+        assert_eq!(a.fence(), Some(old.clone()));
+        let next = store
+            .acquire_lease("k", "c", Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(
+            matches!(next, crate::store::LeaseGrant::Held { token, took_over: false, .. } if token == taken + 1),
+            "{next:?}"
+        );
+        let moved = InstanceRecord::first("w", serde_json::json!(1)).next(serde_json::json!(2));
+        assert!(matches!(
+            store.save("k", &moved.fenced(Some(old)), 1).await,
             Err(StoreError::Fenced { .. })
         ));
     }

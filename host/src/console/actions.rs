@@ -65,7 +65,7 @@ impl Problem {
             StatusCode::NOT_FOUND
         } else if matches!(
             error.downcast_ref::<StoreError>(),
-            Some(StoreError::Unavailable(_) | StoreError::NoAnswer(_))
+            Some(StoreError::Unavailable(_) | StoreError::NoAnswer(_) | StoreError::Dropped(_))
         ) {
             StatusCode::SERVICE_UNAVAILABLE
         } else {
@@ -118,7 +118,7 @@ pub async fn act(
             ));
         }
         Err(InstanceError::Store(
-            error @ (StoreError::Unavailable(_) | StoreError::NoAnswer(_)),
+            error @ (StoreError::Unavailable(_) | StoreError::NoAnswer(_) | StoreError::Dropped(_)),
         )) => {
             return Err(Problem(
                 StatusCode::SERVICE_UNAVAILABLE,

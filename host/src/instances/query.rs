@@ -121,7 +121,11 @@ async fn load_instance(
     }
     match store.load(key).await {
         Ok(record) => Ok(record),
-        Err(StoreError::Unavailable(reason) | StoreError::NoAnswer(reason)) => {
+        Err(
+            StoreError::Unavailable(reason)
+            | StoreError::NoAnswer(reason)
+            | StoreError::Dropped(reason),
+        ) => {
             bail!("the store is unavailable: {reason}")
         }
         Err(error) => {

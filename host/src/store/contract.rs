@@ -16,8 +16,8 @@ use std::{
 use serde_json::json;
 
 use super::{
-    AuditEntry, Due, EmbeddedStore, Fence, InstanceRecord, LeaseGrant, MAX_DUE_MS, PostgresStore,
-    RedisStore, StateStore, StoreError, StoreOptions,
+    AuditEntry, Due, EmbeddedStore, Fence, InstanceRecord, LeaseGrant, LeaseRenewal, MAX_DUE_MS,
+    PostgresStore, RedisStore, StateStore, StoreError, StoreOptions,
 };
 
 pub(super) const REDIS_URL_VAR: &str = "TURNSTILE_TEST_REDIS_URL";
@@ -224,6 +224,7 @@ leasing_stores!(
     a_lapsed_lease_is_taken_over_with_a_larger_token,
     a_delete_takes_the_lease_with_the_record,
     racing_holders_get_one_lease,
+    a_renewal_names_its_token_and_never_takes_the_lease_back,
 );
 
 /// The change-feed cases: every store other processes share.
@@ -269,6 +270,23 @@ fn fence(token: u64, holder: &str) -> Option<Fence> {
 async fn acquire(store: &dyn StateStore, key: &str, holder: &str, ttl_ms: u64) -> LeaseGrant {
     store
         .acquire_lease(key, holder, Duration::from_millis(ttl_ms))
+        .await
+        .unwrap()
+}
+
+async fn renew(
+    store: &dyn StateStore,
+    key: &str,
+    token: u64,
+    holder: &str,
+    ttl_ms: u64,
+) -> LeaseRenewal {
+    store
+        .renew_lease(
+            key,
+            &fence(token, holder).unwrap(),
+            Duration::from_millis(ttl_ms),
+        )
         .await
         .unwrap()
 }
@@ -462,6 +480,101 @@ async fn racing_holders_get_one_lease(store: Arc<dyn StateStore>) {
         }
     }
     assert_eq!(held, 1);
+}
+
+/// A renewal names the lease it renews and is refused, changing nothing, unless that is the
+/// lease alive now: a holder's renewal held back by a partition and delivered after its lease
+/// passed on neither takes it back nor marks it wanted.
+async fn a_renewal_names_its_token_and_never_takes_the_lease_back(store: Arc<dyn StateStore>) {
+    store.save("k", &record("w", 1, "a"), 0).await.unwrap();
+    let a = token_of(acquire(&*store, "k", "a", 100).await);
+    assert_eq!(
+        renew(&*store, "k", a, "a", 100).await,
+        LeaseRenewal::Renewed { wanted: false }
+    );
+    // Not under another token, nor a's token under another name.
+    assert_eq!(
+        renew(&*store, "k", a + 1, "a", 30_000).await,
+        LeaseRenewal::Lost
+    );
+    assert_eq!(
+        renew(&*store, "k", a, "b", 30_000).await,
+        LeaseRenewal::Lost
+    );
+    // a is cut off past its lease: its renewal is refused though nobody took the lease yet.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(
+        renew(&*store, "k", a, "a", 30_000).await,
+        LeaseRenewal::Lost
+    );
+    // b takes over. a's held-back renewal, delivered now, is refused and marks nothing: b's
+    // own renewal does not hear the lease is wanted.
+    let b = token_of(acquire(&*store, "k", "b", 30_000).await);
+    assert!(b > a);
+    assert_eq!(
+        renew(&*store, "k", a, "a", 30_000).await,
+        LeaseRenewal::Lost
+    );
+    assert_eq!(
+        renew(&*store, "k", b, "b", 30_000).await,
+        LeaseRenewal::Renewed { wanted: false }
+    );
+    store
+        .save("k", &record("w", 2, "b").fenced(fence(b, "b")), 1)
+        .await
+        .unwrap();
+    // b moved on and gave the lease up; a's renewal, delivered later still, grants nothing:
+    // the next asker gets the lease at once, with the next token, not as a takeover.
+    store
+        .release_lease("k", &fence(b, "b").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        renew(&*store, "k", a, "a", 30_000).await,
+        LeaseRenewal::Lost
+    );
+    assert_eq!(
+        renew(&*store, "k", b, "b", 30_000).await,
+        LeaseRenewal::Lost
+    );
+    let c = acquire(&*store, "k", "c", 30_000).await;
+    assert_eq!(
+        c,
+        LeaseGrant::Held {
+            token: b + 1,
+            took_over: false,
+            version: 2,
+            wanted: false
+        }
+    );
+    // a's save is fenced; the record is b's.
+    assert_fenced(
+        store
+            .save("k", &record("w", 2, "a").fenced(fence(a, "a")), 1)
+            .await,
+        true,
+    );
+    assert_eq!(store.load("k").await.unwrap().unwrap().version, 2);
+    // The live holder's renewal hears that another asked.
+    assert!(matches!(
+        acquire(&*store, "k", "d", 30_000).await,
+        LeaseGrant::Busy { .. }
+    ));
+    assert_eq!(
+        renew(&*store, "k", b + 1, "c", 30_000).await,
+        LeaseRenewal::Renewed { wanted: true }
+    );
+    // Deleted with its record, the lease is renewed by nobody.
+    assert!(
+        store
+            .delete("k", Some(2), fence(b + 1, "c").as_ref())
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        renew(&*store, "k", b + 1, "c", 30_000).await,
+        LeaseRenewal::Lost
+    );
 }
 
 /// A change announced for a key reaches the feeds watching that key, with its origin, and no

@@ -48,6 +48,13 @@ pub enum StoreError {
     #[error("state store unavailable: {0}")]
     NoAnswer(String),
 
+    /// The connection broke (reset, broken pipe, closed) after a write was sent on it: the
+    /// store may have applied it. Unlike [`StoreError::NoAnswer`] on a connection that lives
+    /// on, a reread cannot travel behind the write, so the record as read again proves that it
+    /// was applied, never that it was not (see `unanswered.rs`). Only a save reports this.
+    #[error("state store unavailable: {0}")]
+    Dropped(String),
+
     /// A save got no answer (the store timed out, or the connection dropped) and reading the
     /// record again could not tell whether it was applied (see `unanswered.rs`): it may have
     /// been. A retry with the same idempotency key is safe either way.
@@ -121,7 +128,9 @@ impl StoreError {
     /// matters only to a save).
     pub(super) fn when_connecting(self) -> StoreError {
         match self {
-            StoreError::NoAnswer(reason) => StoreError::Unavailable(reason),
+            StoreError::NoAnswer(reason) | StoreError::Dropped(reason) => {
+                StoreError::Unavailable(reason)
+            }
             other => other,
         }
     }
@@ -130,7 +139,10 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            StoreError::Unavailable(_) | StoreError::NoAnswer(_) | StoreError::Ambiguous { .. }
+            StoreError::Unavailable(_)
+                | StoreError::NoAnswer(_)
+                | StoreError::Dropped(_)
+                | StoreError::Ambiguous { .. }
         )
     }
 }

@@ -1,7 +1,8 @@
 //! Leases: which server process may run calls on an instance, and the fencing token that keeps
 //! a process whose lease lapsed from committing.
 //!
-//! This module owns the vocabulary of the lease contract ([`Fence`], [`LeaseGrant`]); each
+//! This module owns the vocabulary of the lease contract ([`Fence`], [`LeaseGrant`],
+//! [`LeaseRenewal`]); each
 //! shared store keeps leases beside its records (Redis: a `PX` key per instance and a counter in
 //! the record's hash; PostgreSQL: three columns of the instance's row). It must not decide when
 //! to take or give up a lease: that is the instance actor's (`actors/tenure.rs`).
@@ -10,9 +11,16 @@
 //!
 //! - [`super::StateStore::acquire_lease`] grants the lease on an existing record to one holder
 //!   at a time, for a time to live the store's own clock counts (so servers' clocks need not
-//!   agree). Asked again by the holder while it lives, it is renewed with the same token. Once
-//!   it lapses, the next grant (to anyone, the old holder included) carries a larger token: the
-//!   token is the record's **fencing token**, and never goes back while the record exists.
+//!   agree). Asked again by the holder while it lives, it is given back with the same token.
+//!   Once it lapses, the next grant (to anyone, the old holder included) carries a larger token:
+//!   the token is the record's **fencing token**, and never goes back while the record exists.
+//! - [`super::StateStore::renew_lease`] names the [`Fence`] it renews, token and holder, and
+//!   extends the lease only if that fence is the lease alive now, in one atomic step; anything
+//!   else ([`LeaseRenewal::Lost`]: lapsed, released, granted to another, or the record gone) is
+//!   refused and changes nothing: no grant, no wanted mark. A renewal is never a grant, so one
+//!   held back by a partition and delivered after the lease passed on cannot take it back
+//!   from the server that moved on. A holder that learns it lost the lease asks anew with
+//!   `acquire_lease`, knowing that what it read may be stale.
 //! - A save or delete that names a [`Fence`] is applied only if that fence is the lease alive
 //!   now, in the same atomic step as the version check. One that names none is applied only if
 //!   no lease is alive. Either refusal is [`super::StoreError::Fenced`], and writes nothing.
@@ -42,6 +50,19 @@ pub struct Fence {
     pub token: u64,
     /// The holder the lease was granted to (a server process's node name).
     pub holder: Arc<str>,
+}
+
+/// The answer to [`super::StateStore::renew_lease`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseRenewal {
+    /// The lease named is the one alive, and now lives the time to live asked for.
+    Renewed {
+        /// Another holder asked for the lease (see [`LeaseGrant::Held::wanted`]).
+        wanted: bool,
+    },
+    /// The lease named is not alive any more (lapsed, released, passed to another holder, or
+    /// deleted with its record): nothing was changed.
+    Lost,
 }
 
 /// The answer to [`super::StateStore::acquire_lease`].

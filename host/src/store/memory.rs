@@ -23,8 +23,8 @@ use std::{
 use async_trait::async_trait;
 
 use super::{
-    AuditEntry, Due, Fence, InstanceRecord, LeaseGrant, OwnedCounts, StateStore, StoreError,
-    check_save, conflict, format, machine_key, versions_match,
+    AuditEntry, Due, Fence, InstanceRecord, LeaseGrant, LeaseRenewal, OwnedCounts, StateStore,
+    StoreError, check_save, conflict, format, machine_key, versions_match,
 };
 
 /// In-memory store. Cloning is not offered: share it as `Arc<dyn StateStore>`.
@@ -279,6 +279,28 @@ impl StateStore for MemoryStore {
             version,
             wanted,
         })
+    }
+
+    async fn renew_lease(
+        &self,
+        key: &str,
+        fence: &Fence,
+        ttl: Duration,
+    ) -> Result<LeaseRenewal, StoreError> {
+        let now = Instant::now();
+        let mut records = self.records();
+        match records.leases.get_mut(key) {
+            Some(lease)
+                if lease.until > now
+                    && lease.token == fence.token
+                    && *lease.holder == *fence.holder =>
+            {
+                lease.until = now + ttl;
+                let wanted = lease.wanted.as_ref().is_some_and(|(_, until)| *until > now);
+                Ok(LeaseRenewal::Renewed { wanted })
+            }
+            _ => Ok(LeaseRenewal::Lost),
+        }
     }
 
     async fn release_lease(&self, key: &str, fence: &Fence) -> Result<(), StoreError> {

@@ -11,7 +11,7 @@
 //! - `format.rs`: the record format number and the fields added since format 1.
 //! - `migrate.rs`: [`migrate`], rewriting format-1 records as the current format on start, and
 //!   records whose due time is not the one their snapshot gives.
-//! - `lease.rs`: [`Fence`] and [`LeaseGrant`], the lease contract of the stores other processes
+//! - `lease.rs`: [`Fence`], [`LeaseGrant`] and [`LeaseRenewal`], the lease contract of the stores other processes
 //!   share: one holder per record at a time, and writes fenced by the lease they name.
 //! - `changes.rs`: [`ChangeFeed`], how a process hears another's changes of the instances it
 //!   watches, and only those.
@@ -106,7 +106,7 @@ pub use self::{
     embedded::{BatchStats, EmbeddedStore, files::private_dir as private_data_dir},
     error::StoreError,
     format::{CURRENT_FORMAT, IdempotencyEntry},
-    lease::{Fence, LeaseGrant, WANTED_FOR},
+    lease::{Fence, LeaseGrant, LeaseRenewal, WANTED_FOR},
     memory::MemoryStore,
     migrate::{MigrationReport, migrate},
     open::open,

@@ -18,7 +18,9 @@
 //! last grant), `lease_holder text` and `lease_until timestamptz` (PostgreSQL's clock, so
 //! servers' clocks need not agree), and `lease_wanted_by`/`lease_wanted_until`, the mark of an
 //! asker waiting for it. A save or delete checks them in its `WHERE`, under the same
-//! row lock as the version, so a grant and a write on one instance are serialized by the row.
+//! row lock as the version, so a grant and a write on one instance are serialized by the row;
+//! a renewal, too, extends `lease_until` only where `fence` and `lease_holder` are the ones it
+//! names and the lease lives.
 //!
 //! Changes are announced with `NOTIFY` on a channel named by a digest of the namespace and the
 //! instance's key (`t` and 32 hex digits: a channel name is at most 63 bytes, a key up to 1024),
@@ -46,8 +48,8 @@ use deadpool_postgres::{
 
 use super::{
     AuditEntry, ChangeFeed, Due, Durability, FeedSubscriptions, Fence, InstanceRecord, LeaseGrant,
-    StateStore, StoreError, StoreOptions, WANTED_FOR, chain, check_key, check_save, conflict,
-    format, invalid, redact,
+    LeaseRenewal, StateStore, StoreError, StoreOptions, WANTED_FOR, chain, check_key, check_save,
+    conflict, format, invalid, redact,
 };
 
 /// The rows whose key names an owner (`owned.rs`: `handle/…@owner`), and the owner such a key
@@ -77,6 +79,7 @@ struct Sql {
     delete_if: String,
     acquire: String,
     lease_left: String,
+    renew: String,
     release: String,
     list: String,
     count: String,
@@ -208,6 +211,14 @@ impl Sql {
                  WHERE key = $1 \
                  RETURNING GREATEST(0, (EXTRACT(EPOCH FROM \
                    GREATEST(lease_until, lease_wanted_until) - clock_timestamp()) * 1000)::bigint)"
+            ),
+            // Only the lease named, while it lives: a renewal is never a grant.
+            renew: format!(
+                "UPDATE {t} SET \
+                   lease_until = clock_timestamp() + $4::bigint * interval '1 millisecond' \
+                 WHERE key = $1 AND fence = $2 AND lease_holder = $3 \
+                   AND lease_until > clock_timestamp() \
+                 RETURNING COALESCE(lease_wanted_until > clock_timestamp(), false)"
             ),
             release: format!(
                 "UPDATE {t} SET lease_holder = NULL, lease_until = NULL \
@@ -418,6 +429,36 @@ impl PostgresStore {
                 .execute(&stmt, params)
                 .await
                 .map_err(|e| self.down(what, e))
+        })
+        .await
+    }
+
+    /// [`Self::execute`] for a save: a connection that broke once the statement was sent on it
+    /// (not a refusal from PostgreSQL, which answered) may have carried it, and PostgreSQL may
+    /// commit it still ([`StoreError::Dropped`]). Failing to get a connection or to prepare
+    /// the statement sent nothing.
+    async fn execute_save(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        self.bounded("save", async {
+            let client = self.pool.get().await.map_err(|e| self.down("save", e))?;
+            let stmt = client
+                .prepare_cached(sql)
+                .await
+                .map_err(|e| self.down("save", e))?;
+            client.execute(&stmt, params).await.map_err(|e| {
+                if e.as_db_error().is_some() {
+                    self.down("save", e)
+                } else {
+                    StoreError::Dropped(format!(
+                        "{}: the connection broke while a save was in flight: {}",
+                        self.name,
+                        chain(&e)
+                    ))
+                }
+            })
         })
         .await
     }
@@ -749,7 +790,7 @@ impl StateStore for PostgresStore {
                 }
                 None => &self.sql.insert,
             };
-            self.execute("save", sql, &params).await?
+            self.execute_save(sql, &params).await?
         } else {
             let pg_expected = pg_version(key, expected)?;
             let (token, holder) = fence_params(record.fence.as_ref());
@@ -773,7 +814,7 @@ impl StateStore for PostgresStore {
                 }
                 None => &self.sql.update,
             };
-            self.execute("save", sql, &params).await?
+            self.execute_save(sql, &params).await?
         };
         if changed == 1 {
             return Ok(());
@@ -895,6 +936,30 @@ impl StateStore for PostgresStore {
             Some(row) => LeaseGrant::Busy {
                 remaining_ms: column::<Option<i64>>(key, row, 0)?.unwrap_or(0).max(0) as u64,
             },
+        })
+    }
+
+    async fn renew_lease(
+        &self,
+        key: &str,
+        fence: &Fence,
+        ttl: Duration,
+    ) -> Result<LeaseRenewal, StoreError> {
+        check_key(key)?;
+        let token = i64::try_from(fence.token).unwrap_or(i64::MAX);
+        let ttl_ms = i64::try_from(ttl.as_millis().max(1)).unwrap_or(i64::MAX);
+        let rows = self
+            .query(
+                "renew lease",
+                &self.sql.renew,
+                &[&key, &token, &&*fence.holder, &ttl_ms],
+            )
+            .await?;
+        Ok(match rows.first() {
+            Some(row) => LeaseRenewal::Renewed {
+                wanted: column(key, row, 0)?,
+            },
+            None => LeaseRenewal::Lost,
         })
     }
 

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::{
-    AuditEntry, ChangeFeed, Due, Durability, Fence, InstanceRecord, LeaseGrant, StoreError,
+    AuditEntry, ChangeFeed, Due, Durability, Fence, InstanceRecord, LeaseGrant, LeaseRenewal,
+    StoreError,
 };
 
 /// Persistence for workflow instances, keyed by the instance's handle.
@@ -80,8 +81,8 @@ pub trait StateStore: Send + Sync {
         fence: Option<&Fence>,
     ) -> Result<bool, StoreError>;
 
-    /// Grants `holder` the lease on the record under `key` for `ttl`, or renews it (see
-    /// `lease.rs` for the contract): [`LeaseGrant::Busy`] while another holder's lease lives,
+    /// Grants `holder` the lease on the record under `key` for `ttl` (see `lease.rs` for the
+    /// contract; a holder keeping a lease it holds renews it with [`Self::renew_lease`]): [`LeaseGrant::Busy`] while another holder's lease lives,
     /// [`LeaseGrant::Absent`] when there is no record. Stores no other process shares grant
     /// every lease at once, with token 0 (they are not asked: nobody needs a lease there).
     async fn acquire_lease(
@@ -97,6 +98,19 @@ pub trait StateStore: Send + Sync {
             version,
             wanted: false,
         })
+    }
+
+    /// Renews the lease `fence` names for `ttl`, only if it is the lease alive now (its token
+    /// and its holder), checked and extended in one atomic step; else [`LeaseRenewal::Lost`],
+    /// changing nothing (see `lease.rs`: a late renewal must not take a lease back). Stores no
+    /// other process shares renew every lease (they are not asked).
+    async fn renew_lease(
+        &self,
+        _key: &str,
+        _fence: &Fence,
+        _ttl: Duration,
+    ) -> Result<LeaseRenewal, StoreError> {
+        Ok(LeaseRenewal::Renewed { wanted: false })
     }
 
     /// Ends the lease `fence` names, if it is still alive, so another holder need not wait for

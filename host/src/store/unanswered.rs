@@ -2,17 +2,23 @@
 //! was sent. The store may still apply it after the caller stopped waiting, so "failed" would be
 //! a lie as often as not, and a client told its transition failed would run it again.
 //!
-//! This module owns the one rule for learning what happened: read the record again (one more
-//! bounded read) and compare.
+//! This module owns the one rule for learning what happened: read the record again, once the
+//! store answers (a few bounded reads over a few seconds: a broken link is opened again), and
+//! compare.
 //! - The record is the one the save wrote (its version, time and snapshot): it committed, and
 //!   the caller is told so.
 //! - The record is still at the version the save expected, on a store that answers one
-//!   connection's requests in order (Redis: the reread travels behind the save, so the save was
-//!   applied before it or never will be): it did not commit, and the failure stands.
-//! - Anything else (the reread fails too, or a store whose reread may overtake the save, like a
-//!   PostgreSQL pool whose statement may still be running on another connection):
-//!   [`StoreError::Ambiguous`]. The client is told it may have been saved, and that a retry with
-//!   the same idempotency key cannot run it twice.
+//!   connection's requests in order (Redis), after a timeout on a connection that lives on: the
+//!   reread travels behind the save, so the save was applied before it or never will be. It did
+//!   not commit, and the failure stands ([`StoreError::Unavailable`]).
+//! - Anything else: [`StoreError::Ambiguous`]. The reread fails too; or the connection broke
+//!   ([`StoreError::Dropped`]), so the reread went on another one, which a save still in the
+//!   store's buffers may follow; or a store whose reread may overtake the save (a PostgreSQL
+//!   pool, whose statement may still be running on another connection); or another writer
+//!   moved the record on since. The client is told it may have been saved, and that a retry
+//!   with the same idempotency key cannot run it twice.
+
+use std::time::Duration;
 
 use super::{InstanceRecord, StateStore, StoreError};
 
@@ -25,10 +31,12 @@ pub async fn settle(
     expected: u64,
     failure: StoreError,
 ) -> Result<(), StoreError> {
-    let StoreError::NoAnswer(reason) = failure else {
-        return Err(failure);
+    let (reason, link_lives) = match failure {
+        StoreError::NoAnswer(reason) => (reason, true),
+        StoreError::Dropped(reason) => (reason, false),
+        other => return Err(other),
     };
-    match store.load(key).await {
+    match reread(store, key).await {
         Ok(Some(stored)) if is_the_save(&stored, record) => {
             tracing::info!(
                 key,
@@ -38,7 +46,8 @@ pub async fn settle(
             Ok(())
         }
         Ok(stored)
-            if store.answers_in_order()
+            if link_lives
+                && store.answers_in_order()
                 && stored.as_ref().map_or(0, |stored| stored.version) == expected =>
         {
             Err(StoreError::Unavailable(reason))
@@ -47,6 +56,25 @@ pub async fn settle(
             key: key.to_owned(),
             reason,
         }),
+    }
+}
+
+/// How long [`reread`] waits between tries: a link the failure broke is opened again meanwhile.
+const REREAD_PAUSES_MS: [u64; 6] = [50, 100, 250, 500, 1000, 1000];
+
+/// The record under `key`, read once the store answers: tried again after each pause of
+/// [`REREAD_PAUSES_MS`] while the store is unreachable (about three seconds in all, each read
+/// bounded by the store's own timeout).
+async fn reread(store: &dyn StateStore, key: &str) -> Result<Option<InstanceRecord>, StoreError> {
+    let mut pauses = REREAD_PAUSES_MS.iter();
+    loop {
+        match store.load(key).await {
+            Err(error) if error.is_unavailable() => match pauses.next() {
+                Some(&pause) => tokio::time::sleep(Duration::from_millis(pause)).await,
+                None => return Err(error),
+            },
+            read => return read,
+        }
     }
 }
 

@@ -9,10 +9,11 @@ use actix::prelude::*;
 use tracing::Instrument;
 
 use super::{
-    Call, CallOutcome, InstanceActor, InstanceError, InstanceView, load, run_call::run_call,
+    Call, CallOutcome, InstanceActor, InstanceError, InstanceView, load,
+    run_call::{Failed, readers, run_call},
     wake::settle,
 };
-use crate::gate::ListsChanged;
+use crate::gate::{self, ListsChanged};
 use crate::store::{StoreError, now_ms};
 
 /// The result of a call's async part, with the view the actor should adopt afterwards.
@@ -23,6 +24,9 @@ struct Finished {
     /// The instance is known to exist: it loaded, or the call that minted it saved it.
     exists: bool,
     outcome: Result<CallOutcome, InstanceError>,
+    /// For a call that failed once the instance was known: the instance as it stood, and
+    /// whether the handler had returned (the caller is told [`CallOutcome::Failed`]).
+    failed_on: Option<(InstanceView, bool)>,
 }
 
 impl Handler<Call> for InstanceActor {
@@ -68,6 +72,8 @@ impl Handler<Call> for InstanceActor {
                     Ok(Ok(holding)) => cached.clone().filter(|view| holding.keeps(view.version)),
                     Ok(Err(busy)) => {
                         return Finished {
+                            // The state as far as it is known: the copy in memory, if any.
+                            failed_on: cached.clone().map(|view| (view, false)),
                             adopt: cached,
                             changed: None,
                             exists: false,
@@ -80,6 +86,7 @@ impl Handler<Call> for InstanceActor {
                             changed: None,
                             exists: false,
                             outcome: Err(error.into()),
+                            failed_on: None,
                         };
                     }
                 },
@@ -116,6 +123,7 @@ impl Handler<Call> for InstanceActor {
                         changed: None,
                         exists: false,
                         outcome: Err(error),
+                        failed_on: None,
                     };
                 }
             };
@@ -138,6 +146,7 @@ impl Handler<Call> for InstanceActor {
             let exists = CallOutcome::leaves_instance(mint, outcome);
             match finished {
                 Ok((after, _, outcome)) => Finished {
+                    failed_on: None,
                     exists,
                     changed: match &outcome {
                         // Timers fired before the call: its before is not at hand.
@@ -151,8 +160,12 @@ impl Handler<Call> for InstanceActor {
                 // The state is whatever was loaded: a failed step changes nothing, except that a
                 // failed save leaves us unsure what the store holds, so reload next time. A
                 // failed mint created nothing: forget it.
-                Err(error) => Finished {
+                Err(Failed {
+                    error,
+                    after_handler,
+                }) => Finished {
                     exists,
+                    failed_on: Some((view.clone(), after_handler)),
                     adopt: (!matches!(error, InstanceError::Store(_)) && !mint).then_some(view),
                     // Timers that fired before the call moved the instance (their before is not
                     // at hand: every list may have changed).
@@ -192,7 +205,15 @@ impl Handler<Call> for InstanceActor {
                     actor.announce(changed, told);
                 }
                 actor.after(&finished.outcome, ctx);
-                finished.outcome
+                match (finished.outcome, finished.failed_on) {
+                    (Err(error), Some((view, after_handler))) => Ok(CallOutcome::Failed {
+                        error,
+                        after_handler,
+                        next: gate::next_step(&view.workflow, &view.snapshot),
+                        readers: readers(&view),
+                    }),
+                    (outcome, _) => outcome,
+                }
             },
         )))
     }

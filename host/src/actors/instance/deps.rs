@@ -99,7 +99,7 @@ impl InstanceDeps {
         let saved =
             match crate::metrics::timed_save(self.store.save(&store_key, record, expected)).await {
                 // No answer is not "not saved": learn which it was before telling the caller.
-                Err(failure @ StoreError::NoAnswer(_)) => {
+                Err(failure @ (StoreError::NoAnswer(_) | StoreError::Dropped(_))) => {
                     crate::store::settle_unanswered_save(
                         &*self.store,
                         &store_key,

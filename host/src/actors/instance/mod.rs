@@ -140,8 +140,12 @@ pub struct Crash;
 #[derive(Debug)]
 pub enum CallOutcome {
     /// The arguments do not match the input schema of the tool as the instance's machine
-    /// version defines it: every problem, each naming where it is. Nothing ran.
-    InvalidArguments(Vec<String>),
+    /// version defines it: every problem, each naming where it is. Nothing ran. `next` is where
+    /// the instance is.
+    InvalidArguments {
+        problems: Vec<String>,
+        next: NextStep,
+    },
     /// The gate refused the call; nothing ran and nothing changed.
     Forbidden(Refusal),
     /// The plugin ran. If its transition moved the instance (`moved`), the new state was saved
@@ -177,6 +181,19 @@ pub enum CallOutcome {
     /// reset), so nothing ran and nothing changed, however the gate would judge the call now.
     /// `next` is where the instance is.
     MovedOn { next: NextStep },
+    /// The call failed once the instance was known (`error` says why): nothing it did was
+    /// saved, or, for a save that got no answer the store could settle, it may have been
+    /// (`StoreError::Ambiguous`). `after_handler`: the tool's handler had run and returned when
+    /// the call failed (its save failed, or its record was too large, or a shutdown overtook
+    /// it). `next` is where the instance stood before the call, which is where it stands unless
+    /// the save may have been applied; `readers` are the tools on that menu that move nothing,
+    /// for a caller to learn where it is.
+    Failed {
+        error: InstanceError,
+        after_handler: bool,
+        next: NextStep,
+        readers: Vec<String>,
+    },
 }
 
 /// Which saved step of an instance something was made for: its record's version and when that

@@ -49,6 +49,55 @@ type Ran = (InstanceView, bool, CallOutcome);
 /// A call's idempotency key and the digest of its arguments.
 type Idempotent = (String, String);
 
+/// A call that failed: why, and whether the tool's handler had run and returned by then (the
+/// failure came at the fire, the size check or the save: what the handler did outside the
+/// workflow stands, whatever the workflow did).
+#[derive(Debug)]
+pub(super) struct Failed {
+    pub error: InstanceError,
+    pub after_handler: bool,
+}
+
+impl Failed {
+    /// A failure once the handler had run and returned.
+    fn after_handler(error: impl Into<InstanceError>) -> Failed {
+        Failed {
+            error: error.into(),
+            after_handler: true,
+        }
+    }
+}
+
+/// A failure before the handler returned (a plugin's own failure says, in its error, whether it
+/// ran: `mcp/handler/reply.rs`).
+impl From<InstanceError> for Failed {
+    fn from(error: InstanceError) -> Failed {
+        Failed {
+            error,
+            after_handler: false,
+        }
+    }
+}
+
+/// The tools on `view`'s menu that move nothing (a read-only one first): what a caller unsure
+/// whether its call moved the instance may call to learn where it is.
+pub(super) fn readers(view: &InstanceView) -> Vec<String> {
+    let mut readers: Vec<_> = gate::menu(&view.workflow, &view.snapshot)
+        .into_iter()
+        .filter(|tool| !tool.fires_something())
+        .collect();
+    readers.sort_by_key(|tool| {
+        let read_only = tool
+            .manifest
+            .annotations
+            .as_ref()
+            .and_then(|hints| hints.read_only_hint)
+            .unwrap_or(false);
+        !read_only
+    });
+    readers.iter().map(|tool| tool.name().to_string()).collect()
+}
+
 /// Idempotency, gate, confirmation, plugin, transition, save: one call, step by step (see the
 /// module docs).
 pub(super) async fn run_call(
@@ -59,7 +108,7 @@ pub(super) async fn run_call(
     view: InstanceView,
     tool: Option<Arc<ToolEntry>>,
     call: Call,
-) -> Result<Ran, InstanceError> {
+) -> Result<Ran, Failed> {
     let workflow = view.workflow.clone();
     let now = now_ms();
     if otlp::exporting() {
@@ -104,7 +153,8 @@ pub(super) async fn run_call(
         return Err(InstanceError::RecordTooLarge {
             size: known_bytes,
             limit: deps.max_record_bytes,
-        });
+        }
+        .into());
     }
     let input = event_input(&tool, &call.arguments, confirmation.as_ref());
     let context = call_context(
@@ -173,15 +223,15 @@ pub(super) async fn run_call(
     );
     // Past a shutdown's deadline the caller is told SHUTTING_DOWN: save nothing it was not told.
     if deps.limits.abandon.is_cancelled() {
-        return Err(InstanceError::Tool(InvokeError::ShuttingDown));
+        return Err(Failed::after_handler(InvokeError::ShuttingDown));
     }
     // A record past its limit is not saved, and nothing the call would fire happens.
     let size = record.stored_bytes();
     if size > deps.max_record_bytes {
-        return Err(InstanceError::RecordTooLarge {
+        return Err(Failed::after_handler(InstanceError::RecordTooLarge {
             size,
             limit: deps.max_record_bytes,
-        });
+        }));
     }
     // A call's save is announced whether or not it moved the instance, as it always was; only a
     // timer's save that moves nothing stays quiet.
@@ -192,7 +242,8 @@ pub(super) async fn run_call(
     };
     deps.save(key, &workflow, &record, view.version, true)
         .instrument(saving)
-        .await?;
+        .await
+        .map_err(Failed::after_handler)?;
     if moved && let Some(event) = &fired_event {
         crate::metrics::transition_saved(&workflow.id, event);
     }
@@ -304,7 +355,11 @@ fn runnable(
         return Ok(ControlFlow::Break(CallOutcome::Forbidden(refusal)));
     };
     if let Err(problems) = tool.check_arguments(&call.arguments) {
-        return Ok(ControlFlow::Break(CallOutcome::InvalidArguments(problems)));
+        let next = gate::next_step(workflow, &view.snapshot);
+        return Ok(ControlFlow::Break(CallOutcome::InvalidArguments {
+            problems,
+            next,
+        }));
     }
     Ok(ControlFlow::Continue(tool))
 }

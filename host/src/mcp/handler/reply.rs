@@ -20,7 +20,9 @@ mod request_errors;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
 use serde_json::{Value, json};
 
-pub use self::next_step::{NextStepMode, Whereabouts, with_next_step};
+pub use self::next_step::{
+    NextStepMode, Uncertain, Whereabouts, with_next_step, with_uncertain_step,
+};
 pub use self::primitives::{
     InstanceDocument, completion_failed, completions_unlisted, instance_document,
     invalid_prompt_arguments, listed_instance_resource, listed_instance_template, listed_prompt,
@@ -138,33 +140,47 @@ pub fn needed(requests: &serde_json::Map<String, Value>) -> String {
 /// handler did run up to where it asked (a handler asks before it acts, by contract), so the
 /// words say the workflow did not move, not that nothing ran.
 pub fn input_unavailable(tool: &str, needed: &str) -> CallToolResult {
-    error_result(
-        format!(
-            "{tool} stopped before acting and the workflow did not move: it needs input this \
-             client cannot give: {needed}. Use a client that supports it, or ask the user \
-             another way."
+    with_known(
+        error_result(
+            format!(
+                "{tool} stopped before acting and the workflow did not move: it needs input this \
+                 client cannot give: {needed}. Use a client that supports it, or ask the user \
+                 another way."
+            ),
+            "INPUT_UNAVAILABLE",
+            json!({ "tool": tool, "needed": needed }),
         ),
-        "INPUT_UNAVAILABLE",
-        json!({ "tool": tool, "needed": needed }),
+        Fact::Unknown,
+        Fact::No,
     )
 }
 
 /// The tool's input could not be got (the client failed to answer, or the call asked too many
-/// times, or was cancelled while it waited): nothing fired.
+/// times, or was cancelled while it waited): nothing fired. A handler that asked ran up to its
+/// question (it asks before it acts, by contract); a binding's confirmation asks before the
+/// handler: `handlerRan` is "unknown" here, where the two are not told apart.
 pub fn asking_failed(tool: &str, why: &str) -> CallToolResult {
-    error_result(
-        format!("{tool} did not run to completion and changed nothing: {why}."),
-        "INPUT_UNAVAILABLE",
-        json!({ "tool": tool, "message": why }),
+    with_known(
+        error_result(
+            format!("{tool} stopped before acting and the workflow did not move: {why}."),
+            "INPUT_UNAVAILABLE",
+            json!({ "tool": tool, "message": why }),
+        ),
+        Fact::Unknown,
+        Fact::No,
     )
 }
 
 /// The person declined (or cancelled) what the tool asked: nothing ran and nothing fired.
 pub fn declined(tool: &str, action: &str) -> CallToolResult {
-    error_result(
-        format!("{tool} did not run and changed nothing: the user answered {action:?}."),
-        "DECLINED",
-        json!({ "tool": tool, "action": action }),
+    with_known(
+        error_result(
+            format!("{tool} did not run and changed nothing: the user answered {action:?}."),
+            "DECLINED",
+            json!({ "tool": tool, "action": action }),
+        ),
+        Fact::No,
+        Fact::No,
     )
 }
 
@@ -237,21 +253,25 @@ pub fn forbidden(refusal: &Refusal) -> CallToolResult {
     } else {
         refusal.allowed.join(", ")
     };
-    error_result(
-        format!(
-            "{tool} is not available in the current state of workflow {workflow} ({state}). \
-             Tools available now: {allowed}.",
-            tool = refusal.tool,
-            workflow = refusal.workflow,
-            state = refusal.state,
+    with_known(
+        error_result(
+            format!(
+                "{tool} is not available in the current state of workflow {workflow} ({state}). \
+                 Tools available now: {allowed}.",
+                tool = refusal.tool,
+                workflow = refusal.workflow,
+                state = refusal.state,
+            ),
+            "FORBIDDEN",
+            json!({
+                "tool": refusal.tool,
+                "workflow": refusal.workflow,
+                "state": refusal.state,
+                "allowed": refusal.allowed,
+            }),
         ),
-        "FORBIDDEN",
-        json!({
-            "tool": refusal.tool,
-            "workflow": refusal.workflow,
-            "state": refusal.state,
-            "allowed": refusal.allowed,
-        }),
+        Fact::No,
+        Fact::No,
     )
 }
 
@@ -259,28 +279,200 @@ pub fn forbidden(refusal: &Refusal) -> CallToolResult {
 /// microsteps than the engine allows): nothing was saved, the instance keeps its state, and the
 /// caller still sees what the plugin answered.
 pub fn transition_loop(tool: &str, output: Value, state: Value) -> CallToolResult {
-    error_result(
-        format!(
-            "{tool} ran, but its event started a loop of eventless transitions in the workflow \
-             that never settles; the workflow stays in {state} and nothing was saved. The \
-             plugin's answer is in structuredContent.error.output."
+    with_known(
+        error_result(
+            format!(
+                "{tool} ran, but its event started a loop of eventless transitions in the workflow \
+                 that never settles; the workflow stays in {state} and nothing was saved. The \
+                 plugin's answer is in structuredContent.error.output."
+            ),
+            "TRANSITION_LOOP",
+            json!({"tool": tool, "state": state, "output": output}),
         ),
-        "TRANSITION_LOOP",
-        json!({"tool": tool, "state": state, "output": output}),
+        Fact::Yes,
+        Fact::No,
     )
 }
 
 /// The arguments do not match the tool's input schema. Nothing ran.
 pub fn invalid_arguments(tool: &str, problems: &[String]) -> CallToolResult {
-    error_result(
-        format!("invalid arguments for {tool}: {}", problems.join("; ")),
-        "INVALID_ARGUMENTS",
-        json!({ "tool": tool, "problems": problems }),
+    with_known(
+        error_result(
+            format!("invalid arguments for {tool}: {}", problems.join("; ")),
+            "INVALID_ARGUMENTS",
+            json!({ "tool": tool, "problems": problems }),
+        ),
+        Fact::No,
+        Fact::No,
     )
 }
 
-/// The call could not complete; the instance is in the state it was in before.
+/// What a failed call's answer says is known of one part of it (`handlerRan`, `committed`):
+/// it happened, it did not, or nobody can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fact {
+    Yes,
+    No,
+    Unknown,
+}
+
+impl Fact {
+    fn json(self) -> Value {
+        match self {
+            Fact::Yes => json!(true),
+            Fact::No => json!(false),
+            Fact::Unknown => json!("unknown"),
+        }
+    }
+}
+
+/// Whether the tool's handler ran, as `error` (met before the handler returned) tells: a
+/// plugin that timed out, crashed or failed inside may have acted; one that returned output
+/// the host could not use ran; every other failure stopped the call before the handler.
+fn handler_ran_of(error: &InstanceError) -> Fact {
+    let InstanceError::Tool(error) = error else {
+        return Fact::No;
+    };
+    match error {
+        InvokeError::BadOutput(_) | InvokeError::ResultTooLarge { .. } => Fact::Yes,
+        InvokeError::Busy(_) | InvokeError::InstanceBusy => Fact::No,
+        InvokeError::Plugin(
+            PluginError::UpstreamUnreachable { .. } | PluginError::UpstreamBusy { .. },
+        ) => Fact::No,
+        InvokeError::TimedOut(_)
+        | InvokeError::Worker(_)
+        | InvokeError::ShuttingDown
+        | InvokeError::Plugin(_) => Fact::Unknown,
+    }
+}
+
+/// Whether the call's save was applied, as `error` tells: only a save that got no answer the
+/// store could settle (`store/unanswered.rs`) may have been; every other failure saved nothing.
+fn committed_of(error: &InstanceError) -> Fact {
+    match error {
+        InstanceError::Store(
+            StoreError::Ambiguous { .. } | StoreError::NoAnswer(_) | StoreError::Dropped(_),
+        ) => Fact::Unknown,
+        _ => Fact::No,
+    }
+}
+
+/// Whether the call that failed with `error` may have been saved (its instance may have moved).
+pub fn may_have_saved(error: &InstanceError) -> bool {
+    committed_of(error) == Fact::Unknown
+}
+
+/// Writes what is known (`handlerRan`, `committed`) into `result`'s `structuredContent.error`.
+fn with_known(mut result: CallToolResult, handler_ran: Fact, committed: Fact) -> CallToolResult {
+    if let Some(Value::Object(structured)) = &mut result.structured_content
+        && let Some(Value::Object(error)) = structured.get_mut("error")
+    {
+        error.insert("handlerRan".to_owned(), handler_ran.json());
+        error.insert("committed".to_owned(), committed.json());
+    }
+    result
+}
+
+/// A call of a workflow tool that failed once its instance was known (`CallOutcome::Failed`):
+/// `after_handler` when the handler had run and returned. The answer says what is known, in
+/// `structuredContent.error` (`handlerRan`, `committed`: true, false or "unknown") and in words:
+/// "the handler ran but the workflow did not move" only when the store proved it, "it may have
+/// moved" (naming `readers`, the tools that read where it is) when it could not tell.
+pub fn call_failed(
+    tool: &str,
+    error: &InstanceError,
+    after_handler: bool,
+    readers: &[String],
+) -> CallToolResult {
+    let handler_ran = if after_handler {
+        Fact::Yes
+    } else {
+        handler_ran_of(error)
+    };
+    let committed = committed_of(error);
+    let result = match (handler_ran, committed) {
+        (_, Fact::Unknown) => may_have_moved(tool, error, handler_ran, readers),
+        (Fact::Yes, _) if after_handler => handler_ran_unsaved(tool, error),
+        _ => return failure(tool, error),
+    };
+    with_known(result, handler_ran, committed)
+}
+
+/// The handler ran and returned, but what the call would have done to the workflow was not
+/// saved, and the store proved it: whatever the handler did outside the workflow stands.
+fn handler_ran_unsaved(tool: &str, error: &InstanceError) -> CallToolResult {
+    let (code, advice) = match error {
+        InstanceError::Store(StoreError::Conflict { .. } | StoreError::Fenced { .. }) => (
+            "CONFLICT",
+            "Another server moved this instance on meanwhile; re-read it before the next step",
+        ),
+        InstanceError::RecordTooLarge { .. } => (
+            "RECORD_TOO_LARGE",
+            "Send less, or finish this instance and start another",
+        ),
+        InstanceError::Tool(InvokeError::ShuttingDown) => {
+            ("SHUTTING_DOWN", "Call again once the server is back")
+        }
+        _ => (
+            "STORE_UNAVAILABLE",
+            "What the handler did outside the workflow stands: check it before calling again",
+        ),
+    };
+    let mut details = json!({ "tool": tool, "message": error.to_string() });
+    if let InstanceError::RecordTooLarge { size, limit } = error {
+        details["size"] = json!(size);
+        details["limit"] = json!(limit);
+    }
+    error_result(
+        format!("{tool}: the handler ran but the workflow did not move: {error}. {advice}."),
+        code,
+        details,
+    )
+}
+
+/// The call's save got no answer and reading the record again could not tell whether it was
+/// applied: the workflow may have moved. Never "changed nothing".
+fn may_have_moved(
+    tool: &str,
+    error: &InstanceError,
+    handler_ran: Fact,
+    readers: &[String],
+) -> CallToolResult {
+    let ran = match handler_ran {
+        Fact::Yes => format!("{tool}'s handler ran, but the store"),
+        Fact::No => "the store".to_owned(),
+        Fact::Unknown => format!("{tool} may have run, and the store"),
+    };
+    let read = if readers.is_empty() {
+        "read the instance (tools/list, or its resource)".to_owned()
+    } else {
+        format!("call {}", readers.join(" or "))
+    };
+    error_result(
+        format!(
+            "{ran} did not answer whether the workflow moved ({error}): it may have moved:              {read}, or retry with the same idempotency key (_meta.idempotencyKey: if the              call was saved, the retry is answered from memory and runs nothing). Without a              key, read where it is before calling again."
+        ),
+        "STORE_UNAVAILABLE",
+        json!({ "tool": tool, "message": error.to_string(), "readers": readers }),
+    )
+}
+
+/// The call could not complete, and nothing of it was saved but what `error` leaves unknown
+/// (`handlerRan`, `committed` say what is known).
 pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
+    let (handler_ran, committed) = (handler_ran_of(error), committed_of(error));
+    if committed == Fact::Unknown {
+        return with_known(
+            may_have_moved(tool, error, handler_ran, &[]),
+            handler_ran,
+            committed,
+        );
+    }
+    with_known(failure_words(tool, error), handler_ran, committed)
+}
+
+/// [`failure`]'s code and words, by what failed.
+fn failure_words(tool: &str, error: &InstanceError) -> CallToolResult {
     let code = match error {
         InstanceError::Store(StoreError::Conflict { .. }) => {
             return error_result(
@@ -338,22 +530,6 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
                 }),
             );
         }
-        InstanceError::Store(StoreError::Ambiguous { .. }) => {
-            return error_result(
-                format!(
-                    "{tool} ran, but the store did not answer whether its result was saved: the \
-                     instance may have moved. A retry with the same _meta.idempotencyKey is safe \
-                     (if it was saved, the retry is answered from memory and runs nothing); \
-                     without one, read the instance's state before calling again."
-                ),
-                "STORE_UNAVAILABLE",
-                json!({
-                    "tool": tool,
-                    "message": error.to_string(),
-                    "committed": "unknown",
-                }),
-            );
-        }
         InstanceError::RecordTooLarge { size, limit } => {
             return error_result(
                 format!(
@@ -379,8 +555,23 @@ pub fn failure(tool: &str, error: &InstanceError) -> CallToolResult {
     )
 }
 
-/// The tool produced no output. Nothing was fired.
+/// The tool produced no output. Nothing was fired; `handlerRan` says whether the handler ran.
 pub fn invoke_failure(tool: &str, error: &InvokeError) -> CallToolResult {
+    let handler_ran = match error {
+        InvokeError::Plugin(
+            PluginError::UpstreamUnreachable { .. } | PluginError::UpstreamNoAnswer { .. },
+        ) => return invoke_failure_words(tool, error),
+        InvokeError::BadOutput(_) | InvokeError::ResultTooLarge { .. } => Fact::Yes,
+        InvokeError::Busy(_)
+        | InvokeError::InstanceBusy
+        | InvokeError::Plugin(PluginError::UpstreamBusy { .. }) => Fact::No,
+        _ => Fact::Unknown,
+    };
+    with_known(invoke_failure_words(tool, error), handler_ran, Fact::No)
+}
+
+/// [`invoke_failure`]'s code and words, by what failed.
+fn invoke_failure_words(tool: &str, error: &InvokeError) -> CallToolResult {
     let mut details = json!({ "tool": tool, "message": error.to_string() });
     let code = match error {
         InvokeError::Plugin(error) => return plugin_failure(tool, error),
@@ -395,11 +586,18 @@ pub fn invoke_failure(tool: &str, error: &InvokeError) -> CallToolResult {
             "RESULT_TOO_LARGE"
         }
     };
-    error_result(
-        format!("{tool} did not complete and changed nothing: {error}"),
-        code,
-        details,
-    )
+    let words = match code {
+        // The handler ran: only its output could not be used.
+        "BAD_OUTPUT" | "RESULT_TOO_LARGE" => {
+            format!("{tool}: the handler ran but the workflow did not move: {error}")
+        }
+        "INTERNAL" => format!("{tool} did not complete: {error}. The workflow did not move."),
+        _ => format!(
+            "{tool} did not complete: {error}. The handler may have acted before it stopped, \
+             but the workflow did not move."
+        ),
+    };
+    error_result(words, code, details)
 }
 
 /// The caller started instances faster than its quota allows, or holds as many as it may
@@ -413,13 +611,17 @@ pub fn over_quota(tool: &str, refusal: &crate::mcp::quotas::OverQuota) -> CallTo
     if let Some(wait) = refusal.retry_after {
         details["retryAfterMs"] = json!(wait.as_millis().max(1) as u64);
     }
-    error_result(
-        format!(
-            "{tool} did not run and changed nothing: {}",
-            refusal.message()
+    with_known(
+        error_result(
+            format!(
+                "{tool} did not run and changed nothing: {}",
+                refusal.message()
+            ),
+            "QUOTA_EXCEEDED",
+            details,
         ),
-        "QUOTA_EXCEEDED",
-        details,
+        Fact::No,
+        Fact::No,
     )
 }
 
@@ -427,10 +629,14 @@ pub fn over_quota(tool: &str, refusal: &crate::mcp::quotas::OverQuota) -> CallTo
 fn busy(tool: &str, error: &InvokeError) -> CallToolResult {
     /// A hint, not a promise: slots free up as the plugin's calls return.
     const RETRY_AFTER_MS: u64 = 1000;
-    error_result(
-        format!("{tool} did not run and changed nothing: {error}"),
-        "BUSY",
-        json!({ "tool": tool, "message": error.to_string(), "retryAfterMs": RETRY_AFTER_MS }),
+    with_known(
+        error_result(
+            format!("{tool} did not run and changed nothing: {error}"),
+            "BUSY",
+            json!({ "tool": tool, "message": error.to_string(), "retryAfterMs": RETRY_AFTER_MS }),
+        ),
+        Fact::No,
+        Fact::No,
     )
 }
 
@@ -458,7 +664,10 @@ fn plugin_failure(tool: &str, error: &PluginError) -> CallToolResult {
     let prefix = format!("{}: ", error.path().display());
     let reason = full.strip_prefix(&prefix).unwrap_or(&full);
     error_result(
-        format!("{tool} failed inside its plugin and changed nothing: {reason}"),
+        format!(
+            "{tool} failed inside its plugin: {reason}. The handler may have acted before it \
+             failed, but the workflow did not move."
+        ),
         "PLUGIN_FAILED",
         json!({ "tool": tool, "message": reason }),
     )
@@ -470,8 +679,9 @@ fn plugin_failure(tool: &str, error: &PluginError) -> CallToolResult {
 fn plugin_crashed(tool: &str, reason: &str) -> CallToolResult {
     error_result(
         format!(
-            "{tool} did not complete and changed nothing: {reason}. The plugin is being \
-             restarted; retrying may succeed."
+            "{tool} did not complete: {reason}. The handler may have acted before its process \
+             ended, but the workflow did not move. The plugin is being restarted; retrying may \
+             succeed."
         ),
         "PLUGIN_CRASHED",
         json!({ "tool": tool, "message": reason }),
@@ -518,10 +728,14 @@ pub fn no_target(tool: &str, why: &NoTarget) -> CallToolResult {
 
 /// The handle is malformed, or names an instance of another workflow. Nothing ran.
 fn invalid_handle(tool: &str, reason: &str) -> CallToolResult {
-    error_result(
-        format!("{tool} was not run: {reason}"),
-        "INVALID_HANDLE",
-        json!({ "tool": tool, "message": reason }),
+    with_known(
+        error_result(
+            format!("{tool} was not run: {reason}"),
+            "INVALID_HANDLE",
+            json!({ "tool": tool, "message": reason }),
+        ),
+        Fact::No,
+        Fact::No,
     )
 }
 
@@ -535,10 +749,14 @@ fn handle_required(tool: &str, key: &str, starters: &[String]) -> CallToolResult
             starters.join(" or ")
         )
     };
-    error_result(
-        format!("{tool} acts on an existing workflow instance: pass its {key}.{start}"),
-        "HANDLE_REQUIRED",
-        json!({ "tool": tool, "argument": key, "start_with": starters }),
+    with_known(
+        error_result(
+            format!("{tool} acts on an existing workflow instance: pass its {key}.{start}"),
+            "HANDLE_REQUIRED",
+            json!({ "tool": tool, "argument": key, "start_with": starters }),
+        ),
+        Fact::No,
+        Fact::No,
     )
 }
 

@@ -160,7 +160,7 @@ impl TurnstileServer {
                 .next(requests.clone(), context, &self.shared.state_seal, deadline)
                 .await;
             if let Some(answer) = asked(&name, next) {
-                return answer;
+                return answer.into();
             }
         }
     }
@@ -317,7 +317,11 @@ impl TurnstileServer {
                 && let Some(holder) = self.caller(&context).quota_holder()
                 && let Err(refusal) = self.shared.quotas.take_mint(&holder)
             {
-                return Ok(reply::over_quota(tool.name(), &refusal).into());
+                let refused = reply::over_quota(tool.name(), &refusal);
+                let standing = Err(self.not_started(&key.workflow));
+                return Ok(self
+                    .closed_with_step(refused, &key, &context, standing)
+                    .into());
             }
             // A mint in flight holds a place under the instance limit until it settles.
             let mut _minting = None;
@@ -327,13 +331,19 @@ impl TurnstileServer {
             {
                 let store = self.shared.store.as_ref();
                 let quotas = &self.shared.quotas;
-                match quotas.reserve_instance(store, tenant, &holder).await {
-                    Ok(Ok(place)) => _minting = place,
-                    Ok(Err(refusal)) => return Ok(reply::over_quota(tool.name(), &refusal).into()),
-                    Err(down) => {
-                        let error = InstanceError::Store(down);
-                        return Ok(reply::failure(tool.name(), &error).into());
+                let refused = match quotas.reserve_instance(store, tenant, &holder).await {
+                    Ok(Ok(place)) => {
+                        _minting = place;
+                        None
                     }
+                    Ok(Err(refusal)) => Some(reply::over_quota(tool.name(), &refusal)),
+                    Err(down) => Some(reply::failure(tool.name(), &InstanceError::Store(down))),
+                };
+                if let Some(refused) = refused {
+                    let standing = Err(self.not_started(&key.workflow));
+                    return Ok(self
+                        .closed_with_step(refused, &key, &context, standing)
+                        .into());
                 }
             }
             let span = record.span(Some(&key), self.exported_traceparent(&context));
@@ -409,12 +419,14 @@ impl TurnstileServer {
                     Ok(CallOutcome::Ran {
                         output: PluginOutput::NeedsInput(requests),
                         revision,
+                        next: asked_at,
                         ..
                     }),
                 ) = (asking.as_mut(), &answer)
                 else {
                     break answer;
                 };
+                let asked_at = asked_at.clone();
                 // The answers to come are for the instance as it stands now.
                 asking.asked_at(*revision);
                 let requests = requests.clone();
@@ -435,7 +447,19 @@ impl TurnstileServer {
                     // Nothing was created: no handle goes out, no actor stays.
                     self.shared.runtime.forget(key.clone());
                 }
-                return Ok(asked);
+                return Ok(match asked {
+                    // An error closes with the next step, as every workflow tool's result does.
+                    Asked::Error(result) => {
+                        let standing = if mint {
+                            Err(self.not_started(&key.workflow))
+                        } else {
+                            Ok((asked_at, false))
+                        };
+                        self.closed_with_step(result, &key, &context, standing)
+                            .into()
+                    }
+                    Asked::Other(response) => response,
+                });
             };
             let created = CallOutcome::leaves_instance(mint, answer.as_ref().ok());
             if created {
@@ -443,7 +467,7 @@ impl TurnstileServer {
             } else {
                 // The instance was never created: no handle goes out, no actor stays.
                 self.shared.runtime.forget(key.clone());
-                if matches!(answer, Ok(CallOutcome::InvalidArguments(_)))
+                if matches!(answer, Ok(CallOutcome::InvalidArguments { .. }))
                     && matches!(key.owner, Owner::Handle(_))
                     && let Some(holder) = self.caller(&context).quota_holder()
                 {
@@ -458,13 +482,16 @@ impl TurnstileServer {
                 let why = asking::Unusable::State(asking::MOVED_ON);
                 return Err(reply::unusable_answers(&why));
             }
-            let (result, next) = match answer {
-                Ok(CallOutcome::InvalidArguments(problems)) => {
-                    (reply::invalid_arguments(&name, &problems), None)
-                }
+            // Where the instance stands, for the result's next step: known (`Ok`), or not for
+            // sure (`Err`).
+            let (result, standing) = match answer {
+                Ok(CallOutcome::InvalidArguments { problems, next }) => (
+                    reply::invalid_arguments(&name, &problems),
+                    Ok((next, false)),
+                ),
                 Ok(CallOutcome::Forbidden(refusal)) => (
                     reply::forbidden(&refusal),
-                    Some((gate::NextStep::of_refusal(&refusal), false)),
+                    Ok((gate::NextStep::of_refusal(&refusal), false)),
                 ),
                 Ok(CallOutcome::Looped {
                     output,
@@ -472,7 +499,7 @@ impl TurnstileServer {
                     next,
                 }) => (
                     reply::transition_loop(&name, output, state),
-                    Some((next, false)),
+                    Ok((next, false)),
                 ),
                 Ok(CallOutcome::Ran {
                     output,
@@ -485,10 +512,10 @@ impl TurnstileServer {
                     if let Some(lists) = lists {
                         ahead.tell_of_move(lists).await;
                     }
-                    (reply::ran(&name, output, Some(state)), Some((next, moved)))
+                    (reply::ran(&name, output, Some(state)), Ok((next, moved)))
                 }
                 Ok(CallOutcome::Declined { action, next }) => {
-                    (reply::declined(&name, &action), Some((next, false)))
+                    (reply::declined(&name, &action), Ok((next, false)))
                 }
                 // Asked within this request (2025 revisions), and moved on meanwhile.
                 Ok(CallOutcome::MovedOn { next }) => (
@@ -497,40 +524,90 @@ impl TurnstileServer {
                         "the instance moved on to another step while the input was asked for; \
                          call the tool again to be asked anew",
                     ),
-                    Some((next, false)),
+                    Ok((next, false)),
                 ),
-                Err(error) => (reply::failure(&name, &error), None),
+                Ok(CallOutcome::Failed {
+                    error,
+                    after_handler,
+                    next,
+                    readers,
+                }) => {
+                    let result = reply::call_failed(&name, &error, after_handler, &readers);
+                    let standing = if reply::may_have_saved(&error) {
+                        Err(reply::Uncertain::MayHaveMoved {
+                            before: next,
+                            readers,
+                        })
+                    } else {
+                        Ok((next, false))
+                    };
+                    (result, standing)
+                }
+                Err(error) => (reply::failure(&name, &error), Err(reply::Uncertain::Unread)),
             };
-            // A failed mint left no instance to have a next step.
-            let next = next.filter(|_| created);
-            let next_step = self.shared.next_step;
-            let handle = match (self.handle_mode(&context), &key.owner) {
-                (Some(mode), Owner::Handle(handle)) if created => Some((mode, &**handle)),
-                _ => None,
+            // A failed mint left no instance to have a next step: the tools that start one.
+            // (One whose save may have been applied may have left one: its handle goes out.)
+            let may_exist = matches!(standing, Err(reply::Uncertain::MayHaveMoved { .. }));
+            let standing = if created || (may_exist && mint) {
+                standing
+            } else {
+                Err(self.not_started(&key.workflow))
             };
-            let result = match handle {
-                Some((mode, handle)) => reply::with_handle(
-                    result,
-                    &mode.key,
+            Ok(self
+                .closed_with_step(result, &key, &context, standing)
+                .into())
+        }
+    }
+
+    /// What a call of `workflow` that started nothing says of its next step: the tools that
+    /// start an instance.
+    fn not_started(&self, workflow: &str) -> reply::Uncertain {
+        let catalog = self.shared.catalog.current();
+        let starters = catalog
+            .workflow(workflow)
+            .map(|workflow| gate::starters(workflow));
+        reply::Uncertain::NotStarted {
+            starters: starters.unwrap_or_default(),
+        }
+    }
+
+    /// `result` closed as every result of a workflow tool is: with the instance's handle (in
+    /// handle mode, when one exists) and its next step, known (`Ok`: where it is, and whether
+    /// the call moved it) or not for sure (`Err`).
+    fn closed_with_step(
+        &self,
+        result: CallToolResult,
+        key: &InstanceKey,
+        context: &RequestContext<RoleServer>,
+        standing: Result<(gate::NextStep, bool), reply::Uncertain>,
+    ) -> CallToolResult {
+        let next_step = self.shared.next_step;
+        let exists = !matches!(standing, Err(reply::Uncertain::NotStarted { .. }));
+        let handle = match (self.handle_mode(context), &key.owner) {
+            (Some(mode), Owner::Handle(handle)) if exists => Some((mode, &**handle)),
+            _ => None,
+        };
+        let result = match handle {
+            Some((mode, handle)) => {
+                reply::with_handle(result, &mode.key, handle, !next_step.writes_text())
+            }
+            None => result,
+        };
+        let handle = handle.map(|(_, handle)| handle);
+        match standing {
+            Ok((next, moved)) => reply::with_next_step(
+                result,
+                next_step,
+                reply::Whereabouts {
+                    workflow: &key.workflow,
                     handle,
-                    next.is_none() || !next_step.writes_text(),
-                ),
-                None => result,
-            };
-            let result = match next {
-                Some((next, moved)) => reply::with_next_step(
-                    result,
-                    next_step,
-                    reply::Whereabouts {
-                        workflow: &key.workflow,
-                        handle: handle.map(|(_, handle)| handle),
-                        next,
-                        moved,
-                    },
-                ),
-                None => result,
-            };
-            Ok(result.into())
+                    next,
+                    moved,
+                },
+            ),
+            Err(uncertain) => {
+                reply::with_uncertain_step(result, next_step, &key.workflow, handle, uncertain)
+            }
         }
     }
 }
@@ -542,17 +619,35 @@ fn for_this_run<T: Clone>(kept: &mut Option<T>, again: bool) -> T {
     taken.expect("a call that cannot ask runs once")
 }
 
+/// What a call whose handler asked for input answers: an error result (a workflow tool's closes
+/// with its next step), or another response.
+enum Asked {
+    Error(CallToolResult),
+    Other(CallToolResponse),
+}
+
+impl From<Asked> for CallToolResponse {
+    fn from(asked: Asked) -> CallToolResponse {
+        match asked {
+            Asked::Error(result) => result.into(),
+            Asked::Other(response) => response,
+        }
+    }
+}
+
 /// What a call of `tool` whose handler asked for input answers, given what came of asking;
 /// `None` when the answers are in and the handler runs again.
-fn asked(tool: &str, next: asking::Next) -> Option<CallToolResponse> {
+fn asked(tool: &str, next: asking::Next) -> Option<Asked> {
     Some(match next {
         asking::Next::RunAgain => return None,
-        asking::Next::InputRequired(result) => result.into(),
+        asking::Next::InputRequired(result) => Asked::Other(result.into()),
         asking::Next::Unavailable(requests) => {
-            reply::input_unavailable(tool, &reply::needed(&requests)).into()
+            Asked::Error(reply::input_unavailable(tool, &reply::needed(&requests)))
         }
-        asking::Next::Failed(why) => reply::asking_failed(tool, &why).into(),
-        asking::Next::Cancelled => reply::asking_failed(tool, "the call was cancelled").into(),
-        asking::Next::Rerouted => CallToolResult::success(Vec::new()).into(),
+        asking::Next::Failed(why) => Asked::Error(reply::asking_failed(tool, &why)),
+        asking::Next::Cancelled => {
+            Asked::Error(reply::asking_failed(tool, "the call was cancelled"))
+        }
+        asking::Next::Rerouted => Asked::Other(CallToolResult::success(Vec::new()).into()),
     })
 }

@@ -28,7 +28,8 @@
 //!   the key index and write this one in one step (`ns:owned_v1` marks it done);
 //! - `ns:lease:<key>`: the instance's lease (see `lease.rs`), `"<token> <holder>"`, expiring by
 //!   itself (`PX`, Redis's clock). The record hash's field `n` counts the grants: the fencing
-//!   token. The save and delete scripts check the lease in the same step as the version;
+//!   token. The save and delete scripts check the lease in the same step as the version, and
+//!   the renewal script extends it only while it is still the `"<token> <holder>"` named;
 //!   delete removes it with the record;
 //! - `ns:wanted:<key>`: the holder that asked for the lease while another held it, for
 //!   `WANTED_FOR`; the holder learns so when it renews, and the free lease is kept for the asker
@@ -53,9 +54,9 @@ use self::{
     link::{FeedOpener, Link},
 };
 use super::{
-    AuditEntry, ChangeFeed, Due, Durability, Fence, InstanceRecord, LeaseGrant, StateStore,
-    StoreError, StoreOptions, WANTED_FOR, chain, check_key, check_save, conflict, format,
-    machine_key, owner_of, redact,
+    AuditEntry, ChangeFeed, Due, Durability, Fence, InstanceRecord, LeaseGrant, LeaseRenewal,
+    StateStore, StoreError, StoreOptions, WANTED_FOR, chain, check_key, check_save, conflict,
+    format, machine_key, owner_of, redact,
 };
 
 /// Digits of a due time in a `ns:due` member: enough for every `u64`.
@@ -202,6 +203,15 @@ redis.call('DEL', KEYS[3])
 return {'held', tostring(token), took_over, version, '0'}
 ";
 
+/// Renews a lease if it is still the one named, never granting one (see `lease.rs`). KEYS:
+/// lease, wanted mark. ARGV: `"<token> <holder>"`, time to live (ms). Returns 1 when renewed and
+/// wanted, 0 when renewed, -1 when the lease named is not the live one (nothing changed).
+const RENEW_LUA: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return redis.call('EXISTS', KEYS[2])
+";
+
 /// Releases a lease if it is still the one named. KEYS: lease, record hash. ARGV:
 /// `"<token> <holder>"`, token.
 const RELEASE_LUA: &str = r"
@@ -251,6 +261,7 @@ pub struct RedisStore {
     owned_recount_script: Script,
     due_script: Script,
     acquire_script: Script,
+    renew_script: Script,
     release_script: Script,
 }
 
@@ -292,6 +303,7 @@ impl RedisStore {
             delete_script: Script::new(&lease_checked(DELETE_LUA, 3)),
             due_script: Script::new(DUE_LUA),
             acquire_script: Script::new(ACQUIRE_LUA),
+            renew_script: Script::new(RENEW_LUA),
             release_script: Script::new(RELEASE_LUA),
         };
         let mut con = store.con.clone();
@@ -540,6 +552,34 @@ fn unavailable(name: &str, what: &str, e: &RedisError) -> StoreError {
     }
 }
 
+/// [`bounded`] for a save: a connection that broke (reset, broken pipe, closed) while the
+/// script was in flight may have delivered it, and Redis runs what it received, so the save
+/// may be applied ([`StoreError::Dropped`]). Only a refused connection proves that nothing was
+/// sent; redis-rs does not say whether a request was written, so a broken link is taken to
+/// have carried it.
+async fn bounded_save<T>(
+    name: &str,
+    op_timeout: Duration,
+    op: impl Future<Output = Result<T, RedisError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(op_timeout, op).await {
+        Ok(Err(e))
+            if (e.is_io_error() || e.is_connection_dropped())
+                && !e.is_connection_refusal()
+                && !e.is_timeout() =>
+        {
+            Err(StoreError::Dropped(format!(
+                "{name}: the connection broke while a save was in flight: {}",
+                chain(&e)
+            )))
+        }
+        Ok(answered) => answered.map_err(|e| unavailable(name, "save", &e)),
+        Err(_) => Err(StoreError::NoAnswer(format!(
+            "{name}: save timed out after {op_timeout:?}"
+        ))),
+    }
+}
+
 /// Lexical bounds for `ZRANGEBYLEX`/`ZLEXCOUNT` covering keys that start with `prefix` (and are
 /// after `after`). Keys are UTF-8, which never contains byte 0xFF, so `prefix + 0xFF` is above
 /// every key with that prefix.
@@ -745,12 +785,10 @@ impl StateStore for RedisStore {
             .arg(fence_arg(record.fence.as_ref()))
             .arg(self.options.audit_keep.max(1))
             .arg(owned_member(key));
-        let answer: String = self
-            .bounded(
-                "save",
-                async move { invocation.invoke_async(&mut con).await },
-            )
-            .await?;
+        let answer: String = bounded_save(&self.name, self.op_timeout, async move {
+            invocation.invoke_async(&mut con).await
+        })
+        .await?;
         if answer == "ok" {
             return self.replicated(key).await;
         }
@@ -892,6 +930,30 @@ impl StateStore for RedisStore {
             }),
             _ => Ok(LeaseGrant::Absent),
         }
+    }
+
+    async fn renew_lease(
+        &self,
+        key: &str,
+        fence: &Fence,
+        ttl: Duration,
+    ) -> Result<LeaseRenewal, StoreError> {
+        check_key(key)?;
+        let mut con = self.con.clone();
+        let mut invocation = self.renew_script.key(self.layout.lease(key));
+        invocation
+            .key(self.layout.lease_wanted(key))
+            .arg(fence_arg(Some(fence)))
+            .arg(ttl.as_millis().max(1) as u64);
+        let answer: i64 = self
+            .bounded("renew lease", async move {
+                invocation.invoke_async(&mut con).await
+            })
+            .await?;
+        Ok(match answer {
+            -1 => LeaseRenewal::Lost,
+            wanted => LeaseRenewal::Renewed { wanted: wanted > 0 },
+        })
     }
 
     async fn release_lease(&self, key: &str, fence: &Fence) -> Result<(), StoreError> {

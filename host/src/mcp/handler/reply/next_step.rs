@@ -83,6 +83,117 @@ pub fn with_next_step(
     result
 }
 
+/// Where an instance stands when a result cannot say it for sure: what an error reports in
+/// place of a [`Whereabouts`].
+pub enum Uncertain {
+    /// The call's save got no answer the store could settle: the instance is in `before`, or
+    /// where the call would have moved it. `readers` are the tools that say which.
+    MayHaveMoved {
+        before: NextStep,
+        readers: Vec<String>,
+    },
+    /// Where the instance stands could not be read (its record did not load).
+    Unread,
+    /// The call started no instance: `starters` are the tools that start one.
+    NotStarted { starters: Vec<String> },
+}
+
+/// Adds `uncertain` to `result` as `mode` says, as [`with_next_step`] adds a known step: a
+/// closing sentence, and `_meta` with `status` `"unknown"` (and `moved` `"unknown"` when the
+/// call may have moved the instance) or `"not-started"`, `state` null where it is not known.
+pub fn with_uncertain_step(
+    mut result: CallToolResult,
+    mode: NextStepMode,
+    workflow: &str,
+    handle: Option<&str>,
+    uncertain: Uncertain,
+) -> CallToolResult {
+    if mode.writes_text() {
+        let text = uncertain_sentence(workflow, handle, &uncertain);
+        result.content.push(ContentBlock::text(text));
+    }
+    if mode.writes_meta() {
+        let mut next = serde_json::Map::with_capacity(7);
+        next.insert("workflow".to_string(), Value::from(workflow));
+        if let Some(handle) = handle {
+            next.insert("handle".to_string(), Value::from(handle));
+        }
+        let names =
+            |names: Vec<String>| Value::Array(names.into_iter().map(Value::String).collect());
+        match uncertain {
+            Uncertain::MayHaveMoved { before, readers } => {
+                next.insert("state".to_string(), before.state);
+                next.insert("status".to_string(), Value::from("unknown"));
+                next.insert("available".to_string(), names(before.available));
+                next.insert("moved".to_string(), Value::from("unknown"));
+                next.insert("readers".to_string(), names(readers));
+            }
+            Uncertain::Unread => {
+                next.insert("state".to_string(), Value::Null);
+                next.insert("status".to_string(), Value::from("unknown"));
+                next.insert("available".to_string(), Value::Array(Vec::new()));
+                next.insert("moved".to_string(), Value::Bool(false));
+            }
+            Uncertain::NotStarted { starters } => {
+                next.insert("state".to_string(), Value::Null);
+                next.insert("status".to_string(), Value::from("not-started"));
+                next.insert("available".to_string(), names(starters));
+                next.insert("moved".to_string(), Value::Bool(false));
+            }
+        }
+        result
+            .meta
+            .get_or_insert_default()
+            .insert(NEXT_STEP_META_KEY.to_string(), Value::Object(next));
+    }
+    result
+}
+
+/// "Invoice invoice-… may have moved: …", "No invoice was started. …".
+fn uncertain_sentence(workflow: &str, handle: Option<&str>, uncertain: &Uncertain) -> String {
+    let mut named = capitalized(workflow);
+    if let Some(handle) = handle {
+        named.push(' ');
+        named.push_str(handle);
+    }
+    match uncertain {
+        Uncertain::MayHaveMoved { before, readers } => {
+            let read = if readers.is_empty() {
+                "read it again".to_owned()
+            } else {
+                format!("call {}", readers.join(" or "))
+            };
+            format!(
+                "{named} may have moved: before this call it was in {state}. To learn where it \
+                 is, {read}, or retry with the same idempotency key.",
+                state = state_label(&before.state),
+            )
+        }
+        Uncertain::Unread => format!(
+            "{named}: where it stands could not be read just now; call again once the store \
+             answers."
+        ),
+        Uncertain::NotStarted { starters } if starters.is_empty() => {
+            format!("No {workflow} was started.")
+        }
+        Uncertain::NotStarted { starters } => format!(
+            "No {workflow} was started. To start one, call {}.",
+            starters.join(" or ")
+        ),
+    }
+}
+
+/// `workflow` with its first letter in upper case.
+fn capitalized(workflow: &str) -> String {
+    let mut text = String::with_capacity(workflow.len() + 64);
+    let mut letters = workflow.chars();
+    if let Some(first) = letters.next() {
+        text.extend(first.to_uppercase());
+        text.push_str(letters.as_str());
+    }
+    text
+}
+
 /// "Invoice invoice-… is now in approved. Next: invoice.discharge, invoice.status."
 fn sentence(at: &Whereabouts<'_>) -> String {
     let mut text = String::with_capacity(96);
