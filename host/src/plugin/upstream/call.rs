@@ -69,40 +69,64 @@ pub async fn run(
         asking: Asking::new(&ctx.asking),
         host,
     });
-    let _registered = held.link.register(number, call.clone());
+    let registered = held.link.register(number, call.clone());
     let params = json!({
         "name": tool,
         "arguments": match input { Value::Object(_) => input.clone(), _ => json!({}) },
         "_meta": meta(target.workflow, ctx),
     });
-    let answer = async {
-        match tokio::time::timeout(target.timeout, held.link.call_tool(params)).await {
+    let (link, timeout) = (held.link.clone(), target.timeout);
+    let mut answer = Box::pin(async move {
+        match tokio::time::timeout(timeout, link.call_tool(params)).await {
             Ok(answer) => answer,
             Err(_) => Err(CallFailed::NoAnswer(format!(
                 "no answer within {}s (call_timeout_s)",
-                target.timeout.as_secs()
+                timeout.as_secs()
             ))),
         }
-    };
+    });
     let cancelled = async {
         match cancelled {
             Some(cancelled) => cancelled.cancelled().await,
             None => std::future::pending().await,
         }
     };
-    tokio::select! {
+    let step = tokio::select! {
         biased;
-        () = call.asking.stopped() => {
-            let needed = call.asking.needed().unwrap_or_default();
-            Ok(PluginOutput::NeedsInput(needed))
+        () = call.asking.stopped() => Step::Ask,
+        () = cancelled => Step::Cancelled,
+        answer = &mut answer => Step::Answered(answer),
+    };
+    match step {
+        Step::Ask => {
+            // The upstream was told no and finishes this run on its own; it is not cancelled
+            // while it takes that answer in (an SDK server cancelled in the middle of its own
+            // request can end: the Python SDK 1.30 did). Its answer is not wanted: the call
+            // runs again with the person's.
+            tokio::spawn(async move {
+                let _ = answer.await;
+                drop((registered, held));
+            });
+            Ok(PluginOutput::NeedsInput(
+                call.asking.needed().unwrap_or_default(),
+            ))
         }
-        () = cancelled => Err(Failure::NoAnswer("the call was cancelled while the upstream ran it".into())),
-        answer = answer => match answer {
-            Ok(result) => Ok(output_of(result)),
-            Err(CallFailed::NotSent(reason)) => Err(Failure::Unreachable(reason)),
-            Err(CallFailed::NoAnswer(reason)) => Err(Failure::NoAnswer(reason)),
-        },
+        Step::Cancelled => Err(Failure::NoAnswer(
+            "the call was cancelled while the upstream ran it".into(),
+        )),
+        Step::Answered(Ok(result)) => Ok(output_of(result)),
+        Step::Answered(Err(CallFailed::NotSent(reason))) => Err(Failure::Unreachable(reason)),
+        Step::Answered(Err(CallFailed::NoAnswer(reason))) => Err(Failure::NoAnswer(reason)),
     }
+}
+
+/// How a call's wait ended.
+enum Step {
+    /// The upstream asked something the host must put to the person first.
+    Ask,
+    /// The client cancelled, or the host's deadline passed: the upstream call is cancelled.
+    Cancelled,
+    Answered(Result<Value, CallFailed>),
 }
 
 /// Reads a prompt (`prompts/get`) or resource (`resources/read`) upstream with `params`, for
