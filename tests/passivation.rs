@@ -256,8 +256,8 @@ async fn idle_instances_leave_memory_and_come_back_as_they_were() {
     );
     // And the process's resident memory follows. Not all of it: freed chunks that share a page
     // with a live allocation stay resident (no allocator can return part of a page); that is a
-    // roughly fixed ~10 MiB here, so the share given back grows with the burst (92% at 100,000
-    // instances in BENCHMARKS.md).
+    // roughly fixed ~10 MiB here, so the share given back grows with the burst (84% at 100,000
+    // instances in BENCHMARKS.md, "Memory and passivation").
     println!(
         "resident memory after every instance left memory and every session ended: baseline \
          {baseline_rss} KiB, peak {peak_rss} KiB, idle {idle_rss} KiB, gave back {gave_back} of \

@@ -1,4 +1,4 @@
-"""Idle-session memory and session setup time (BENCHMARKS.md, "Session 7").
+"""Idle-session memory and session setup time (BENCHMARKS.md, "Memory and passivation").
 
 Opens N sessions (initialize + notifications/initialized) over one keep-alive connection,
 one after the other; reports setup latency and the server's RSS growth per session, then waits

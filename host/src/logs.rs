@@ -88,8 +88,8 @@ pub fn init_serving(
     };
     // Global filters, not per-layer ones: with one layer they let through the same lines, and
     // per-layer filters keep a bitmap per span that every span operation consults (the call
-    // span's enter, exit and records: 2.9% of a status call's instructions, BENCHMARKS.md,
-    // "Sessions 14 and 15").
+    // span's enter, exit and records: 2.9% of a status call's instructions, BENCHMARKS.md's
+    // history, sessions 14 and 15).
     let log = tracing_subscriber::registry()
         .with(rmcp_only_at_debug)
         .with(filter)

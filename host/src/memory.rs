@@ -5,7 +5,7 @@
 //! library is linked). A call allocates and frees a few hundred small blocks (request and answer
 //! JSON, the event, the snapshot's save), on the worker threads and the store's writer; with
 //! glibc's malloc that was about 15% of the server's CPU under load, and jemalloc's thread caches
-//! cut the CPU per call by 15–20% (BENCHMARKS.md, session 9). Plugins keep their own allocator:
+//! cut the CPU per call by 15–20% (BENCHMARKS.md's history, session 9). Plugins keep their own allocator:
 //! each side of the C ABI frees only what it allocated.
 //!
 //! A burst of instances and sessions is freed when it passivates, and jemalloc returns the freed

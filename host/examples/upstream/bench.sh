@@ -5,7 +5,8 @@
 # turns in one run. The same steps on both (through_turnstile.json, alone.json): the gated run
 # also checks every refusal and list_changed. BENCHMARKS.md, "An upstream behind the gate".
 #   bash host/examples/upstream/bench.sh [SESSIONS] [SECONDS] [ROUNDS]   (after cargo build --release)
-# STORE=embedded:DIR/state.redb (default memory:) puts Turnstile on another store.
+# STORE=embedded:DIR/state.redb (default memory:) puts Turnstile on another store; LOAD_FLAGS
+# adds flags to turnstile load (LOAD_FLAGS="--rate 1000": open loop, for the latency added).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 SESSIONS=${1:-64}
@@ -38,4 +39,4 @@ for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && b
 "$BIN" load "http://127.0.0.1:$port/mcp" --scenario host/examples/upstream/through_turnstile.json \
     --compare "$desk" --compare-scenario host/examples/upstream/alone.json \
     --sessions "$SESSIONS" --duration "$SECONDS_TOTAL" --warmup 1 --rounds "$ROUNDS" \
-    --server-pid "$turnstile_pid" --compare-pid "$desk_pid" --no-progress
+    --server-pid "$turnstile_pid" --compare-pid "$desk_pid" --no-progress ${LOAD_FLAGS:-}

@@ -3,7 +3,7 @@
 //! A call hands its request to its instance's mailbox and waits for the answer. When the caller
 //! and the actor sit on different threads, each of those two hand-offs wakes a sleeping thread
 //! (an eventfd write, then a context switch), and once the rest of a call was cheap that was its
-//! largest cost (BENCHMARKS.md, session 8). So these threads run both sides: an accepted HTTP
+//! largest cost (BENCHMARKS.md's history, session 8). So these threads run both sides: an accepted HTTP
 //! connection is served on one of them, round-robin, and an instance actor starts on the thread
 //! of the call that first asks for it. The session that minted an instance, or whose own instance
 //! it is, then talks to it without leaving its thread; any other caller still reaches it through

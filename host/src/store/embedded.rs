@@ -122,8 +122,8 @@ impl EmbeddedStore {
     /// it writes until the cache is full, so the server's memory would grow with the number of
     /// instances ever saved, passivated or not. Instances are read once per activation and
     /// written once per checkpoint, so a cache that holds the b-tree's upper levels and the pages
-    /// being written is enough; the rest is served from the OS page cache. BENCHMARKS.md compares
-    /// mint rates with and without the bound.
+    /// being written is enough; the rest is served from the OS page cache. BENCHMARKS.md's history
+    /// (in git) compares mint rates with and without the bound.
     pub const PAGE_CACHE_BYTES: usize = 4 << 20;
 
     /// Opens (or creates) the store file at `path`, creating missing parent directories, and

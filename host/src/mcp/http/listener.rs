@@ -179,7 +179,7 @@ pub async fn serve_http(
         // moved nothing and reported no progress) get it as plain JSON; rmcp falls back to an
         // SSE stream per request as soon as anything precedes the result (a `list_changed`,
         // a log line, progress). Session mode always streams: rmcp has no per-request choice
-        // there (BENCHMARKS.md measures what the framing costs).
+        // there (BENCHMARKS.md's history measures what the framing costs).
         .with_json_response(true);
     let mut workers = LocalSessionManager::default();
     // The idle timeout is the session records' (`session_records.rs`): requests served outside
