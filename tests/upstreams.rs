@@ -336,6 +336,58 @@ async fn an_upstream_file_dropped_in_edited_and_removed_is_announced_each_time()
     server.wait_for_log("plugin removed");
 }
 
+/// The desk adds a tool while it runs and says so (`notifications/tools/list_changed`): its
+/// tools are listed again on the links it has and the bindings checked again (one refused at
+/// load now binds), the client is told, the new tool is served, and the desk is not started
+/// anew (the ticket it keeps in memory, and its pid, are the same).
+#[tokio::test]
+async fn an_upstream_whose_tools_change_is_listed_again_without_a_restart() {
+    // `escalate` is bound before the desk has it: refused at load, served once the desk adds it.
+    let dir = UpstreamDir::stdio(|file| {
+        file.bind("grow", "")
+            .bind("escalate", "states = [\"open\"]")
+    });
+    let server = Server::http(dir.path(), &[]);
+    let client = Client::http(&server.url).await;
+    let opened = client
+        .call("tickets.open", json!({"title": "printer"}))
+        .await;
+    let pid = pid_of(&opened);
+    let told_before = client.changes.count();
+    assert!(
+        !client
+            .tool_names()
+            .await
+            .contains(&"tickets.escalate".to_owned())
+    );
+
+    let grown = client.call("tickets.grow", json!({})).await;
+    assert_eq!(pid_of(&grown), pid);
+    client.changes.wait_for(told_before + 1).await;
+    common::eventually(
+        "tickets.escalate listed",
+        std::time::Duration::from_secs(10),
+        std::time::Duration::from_millis(50),
+        async || {
+            client
+                .tool_names()
+                .await
+                .contains(&"tickets.escalate".to_owned())
+        },
+    )
+    .await;
+    let escalated = client
+        .call("tickets.escalate", json!({"reason": "smoke"}))
+        .await;
+    assert_eq!(pid_of(&escalated), pid, "the same desk, not a new one");
+    assert_eq!(
+        ok(&escalated)["title"],
+        "printer",
+        "the desk kept its ticket"
+    );
+    server.wait_for_log("an upstream's tools changed");
+}
+
 /// `session = "per-instance"`: each instance its own desk (and the same one on every call);
 /// `shared`: one desk for all.
 #[tokio::test]

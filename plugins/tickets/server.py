@@ -230,6 +230,25 @@ async def purge() -> types.CallToolResult:
 # The call log: one JSON line per tools/call, written when the request arrives (before argument
 # validation and before the tool runs), so unknown tools and bad arguments are logged too.
 
+async def escalate(ctx: Context, reason: str = "") -> types.CallToolResult:
+    """Hand the ticket to a human (a tool the desk adds while it runs: see `grow`)."""
+    key, ticket = ticket_of(ctx)
+    if ticket is None:
+        return no_ticket(key)
+    ticket["escalated"] = reason or True
+    return ok(dict(ticket))
+
+
+@mcp.tool()
+async def grow(ctx: Context) -> types.CallToolResult:
+    """Add the tool `escalate` to the desk and tell the client its tools changed (a server
+    whose tools change while it runs, as `notifications/tools/list_changed` announces)."""
+    if "escalate" not in {tool.name for tool in await mcp.list_tools()}:
+        mcp.add_tool(escalate, name="escalate")
+    await ctx.session.send_tool_list_changed()
+    return ok({"tools": sorted(tool.name for tool in await mcp.list_tools())})
+
+
 @mcp.prompt()
 def triage(title: str) -> str:
     """How to triage a ticket: what to ask first, whom to assign it to."""

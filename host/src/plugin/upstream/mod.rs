@@ -32,9 +32,10 @@ mod link;
 mod sessions;
 
 use std::{
-    path::Path,
+    collections::HashMap,
+    path::{Path, PathBuf},
     sync::{
-        Arc,
+        Arc, LazyLock, Mutex, PoisonError, Weak,
         atomic::{AtomicU64, Ordering},
     },
     thread,
@@ -64,66 +65,85 @@ pub(super) struct Loaded {
 
 /// The server's handle on one upstream; see the module docs.
 pub(super) struct Upstream {
+    running: Arc<Running>,
+    next_call: AtomicU64,
+}
+
+/// An upstream's thread and links, shared by every load of the same file (see [`reusable`]).
+struct Running {
     file: Arc<UpstreamFile>,
+    /// The file's text, as loaded: a load of the same text may reuse this.
+    text: String,
     runtime: tokio::runtime::Handle,
     sessions: Arc<Sessions>,
-    next_call: AtomicU64,
-    /// Taken when the handle drops: its end tells the upstream's thread to stop.
-    stop: Option<oneshot::Sender<()>>,
+    /// Taken when the last handle drops: its end tells the upstream's thread to stop.
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+/// The upstreams running in this process, by file, so that loading a file again unchanged (the
+/// upstream said its tools changed) lists the tools again on the links it has, rather than
+/// starting the server anew and losing what it keeps in memory.
+static RUNNING: LazyLock<Mutex<HashMap<PathBuf, Weak<Running>>>> = LazyLock::new(Mutex::default);
+
+/// The running upstream of `path` if its file was `text` and its machine `machine` when it was
+/// loaded.
+fn reusable(path: &Path, text: &str, machine: &Value) -> Option<Arc<Running>> {
+    let running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+    let running = running.get(path)?.upgrade()?;
+    (running.text == text && running.file.machine == *machine).then_some(running)
 }
 
 impl Upstream {
     /// Reads the file at `path`, connects to its upstream and lists its tools. Blocking, until
-    /// the upstream answered (or failed to).
+    /// the upstream answered (or failed to). A file loaded again unchanged, while its upstream
+    /// runs, is listed again on the same links.
     pub fn load(path: &Path, list_changed: ListChanged) -> Result<Loaded, PluginError> {
         let bad = |reason: String| PluginError::BadManifest {
             path: path.to_owned(),
             reason,
         };
-        let file = Arc::new(UpstreamFile::read(path).map_err(bad)?);
-        let (runtime, stop) = start_thread(&file.name).map_err(|err| PluginError::Io {
-            path: path.to_owned(),
-            action: "cannot start the upstream's thread".into(),
-            source: err,
-        })?;
         let unreachable = |reason: String| PluginError::UpstreamUnreachable {
             path: path.to_owned(),
             tool: "tools/list".into(),
             reason,
         };
-        let connecting = {
-            let file = file.clone();
-            let list_changed = list_changed.clone();
-            async move {
-                let link = Link::connect(&file, list_changed).await?;
-                let tools = link.list_tools().await?;
-                let primitives = link.list_primitives().await?;
-                let version = link.version();
-                Ok::<_, String>((link, tools, primitives, version))
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| bad(format!("cannot read the file: {err}")))?;
+        let file = Arc::new(UpstreamFile::read(path).map_err(bad)?);
+        let (running, listing) = match reusable(path, &text, &file.machine) {
+            Some(running) => {
+                let sessions = running.sessions.clone();
+                let listing = wait(&running.runtime, async move { sessions.list().await })
+                    .ok_or_else(|| unreachable("its thread ended".into()))?
+                    .map_err(unreachable)?;
+                (running, listing)
+            }
+            None => {
+                let (running, listing) =
+                    start(path, file, text, list_changed).map_err(|failure| match failure {
+                        Started::Thread(err) => PluginError::Io {
+                            path: path.to_owned(),
+                            action: "cannot start the upstream's thread".into(),
+                            source: err,
+                        },
+                        Started::Unreachable(reason) => unreachable(reason),
+                    })?;
+                (running, listing)
             }
         };
-        let (link, tools, primitives, version) = wait(&runtime, connecting)
-            .ok_or_else(|| unreachable("its thread ended".into()))?
-            .map_err(unreachable)?;
+        let Listing {
+            tools,
+            primitives,
+            version,
+        } = listing;
         let listed = tools.iter().map(listed_tool).collect::<Vec<_>>();
-        let offer = bindings::offer(&file, &version, &listed, &primitives);
+        let offer = bindings::offer(&running.file, &version, &listed, &primitives);
         offer.manifest.check().map_err(bad)?;
-        let sessions = {
-            let _entered = runtime.enter();
-            Sessions::new(file.clone(), list_changed, link)
-        };
-        if let Mode::PerInstance { idle, .. } = file.sessions {
-            runtime.spawn(close_idle(Arc::downgrade(&sessions), idle));
-        }
-        let upstream = Upstream {
-            file,
-            runtime,
-            sessions,
-            next_call: AtomicU64::new(1),
-            stop: Some(stop),
-        };
         Ok(Loaded {
-            upstream,
+            upstream: Upstream {
+                running,
+                next_call: AtomicU64::new(1),
+            },
             manifest: offer.manifest,
             notes: offer.notes,
         })
@@ -148,13 +168,17 @@ impl Upstream {
         };
         let params = match kind {
             PrimitiveKind::Prompt => {
-                let prompt = bindings::upstream_name(&self.file.name, name)
+                let prompt = bindings::upstream_name(&self.running.file.name, name)
                     .ok_or_else(|| failed("not one of this upstream's prompts".into()))?;
                 serde_json::json!({"name": prompt, "arguments": request["arguments"]})
             }
             PrimitiveKind::Resource => serde_json::json!({"uri": request["uri"]}),
         };
-        let (sessions, file, ctx) = (self.sessions.clone(), self.file.clone(), ctx.clone());
+        let (sessions, file, ctx) = (
+            self.running.sessions.clone(),
+            self.running.file.clone(),
+            ctx.clone(),
+        );
         let reading = async move {
             let target = Target {
                 sessions: &sessions,
@@ -163,7 +187,7 @@ impl Upstream {
             };
             call::read(target, kind, params, &ctx).await
         };
-        match wait(&self.runtime, reading) {
+        match wait(&self.running.runtime, reading) {
             Some(Ok(output)) => Ok(output),
             Some(Err(
                 Failure::Unreachable(reason) | Failure::NoAnswer(reason) | Failure::Busy(reason),
@@ -181,14 +205,14 @@ impl Upstream {
         ctx: &CallContext,
         host: Option<Arc<HostCall>>,
     ) -> Result<PluginOutput, PluginError> {
-        let Some(upstream_tool) = bindings::upstream_name(&self.file.name, tool) else {
+        let Some(upstream_tool) = bindings::upstream_name(&self.running.file.name, tool) else {
             return Err(PluginError::UnknownTool {
                 path: path.to_owned(),
                 tool: tool.to_owned(),
             });
         };
         let number = self.next_call.fetch_add(1, Ordering::Relaxed);
-        let (sessions, file) = (self.sessions.clone(), self.file.clone());
+        let (sessions, file) = (self.running.sessions.clone(), self.running.file.clone());
         let (upstream_tool, input, ctx) = (upstream_tool.to_owned(), input.clone(), ctx.clone());
         let running = async move {
             let target = Target {
@@ -208,7 +232,7 @@ impl Upstream {
                 Failure::Busy(reason) => PluginError::UpstreamBusy { path, tool, reason },
             }
         };
-        match wait(&self.runtime, running) {
+        match wait(&self.running.runtime, running) {
             Some(outcome) => outcome.map_err(failed),
             None => Err(failed(Failure::Unreachable(
                 "the upstream was stopped".into(),
@@ -232,6 +256,65 @@ pub fn list_tools(name: &str, transport: &Transport) -> Result<(String, Vec<Valu
         link.close().await;
         Ok((version, tools))
     })
+}
+
+/// What an upstream lists: its tools, prompts and resources, and its version.
+pub(super) struct Listing {
+    pub tools: Vec<Value>,
+    pub primitives: link::Primitives,
+    pub version: String,
+}
+
+/// Why an upstream could not be started.
+enum Started {
+    Thread(std::io::Error),
+    Unreachable(String),
+}
+
+/// Starts `file`'s upstream (its thread, its first link) and lists it; registers it as the
+/// running upstream of `path`.
+fn start(
+    path: &Path,
+    file: Arc<UpstreamFile>,
+    text: String,
+    list_changed: ListChanged,
+) -> Result<(Arc<Running>, Listing), Started> {
+    let (runtime, stop) = start_thread(&file.name).map_err(Started::Thread)?;
+    let connecting = {
+        let file = file.clone();
+        let list_changed = list_changed.clone();
+        async move {
+            let link = Link::connect(&file, list_changed).await?;
+            let listing = Listing {
+                tools: link.list_tools().await?,
+                primitives: link.list_primitives().await?,
+                version: link.version(),
+            };
+            Ok::<_, String>((link, listing))
+        }
+    };
+    let (link, listing) = wait(&runtime, connecting)
+        .ok_or_else(|| Started::Unreachable("its thread ended".into()))?
+        .map_err(Started::Unreachable)?;
+    let sessions = {
+        let _entered = runtime.enter();
+        Sessions::new(file.clone(), list_changed, link)
+    };
+    if let Mode::PerInstance { idle, .. } = file.sessions {
+        runtime.spawn(close_idle(Arc::downgrade(&sessions), idle));
+    }
+    let running = Arc::new(Running {
+        file,
+        text,
+        runtime,
+        sessions,
+        stop: Mutex::new(Some(stop)),
+    });
+    RUNNING
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(path.to_owned(), Arc::downgrade(&running));
+    Ok((running, listing))
 }
 
 /// Runs `future` on the upstream's runtime and waits for it on this thread; `None` if the
@@ -298,12 +381,16 @@ fn listed_tool(tool: &Value) -> ListedTool {
     }
 }
 
-impl Drop for Upstream {
+impl Drop for Running {
     fn drop(&mut self) {
         // The links are closed (stdio: each process told to stop) before the thread is told to
         // end; calls in flight hold their own link, which closes when they return.
         let sessions = self.sessions.clone();
-        let stop = self.stop.take();
+        let stop = self
+            .stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         self.runtime.spawn(async move {
             sessions.close_all().await;
             drop(stop);

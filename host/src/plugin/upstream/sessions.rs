@@ -225,6 +225,18 @@ impl Sessions {
         })
     }
 
+    /// Lists the upstream again on the shared link (its tools changed).
+    pub async fn list(self: &Arc<Self>) -> Result<super::Listing, String> {
+        let held = self.hold("", Duration::ZERO).await.map_err(|no| match no {
+            NoLink::Unreachable(reason) | NoLink::Busy(reason) => reason,
+        })?;
+        Ok(super::Listing {
+            tools: held.link.list_tools().await?,
+            primitives: held.link.list_primitives().await?,
+            version: held.link.version(),
+        })
+    }
+
     /// Closes the per-instance sessions unused for `idle`; returns how many are left.
     pub async fn close_idle(&self, idle: Duration) -> usize {
         let mut slots = self.per_instance.lock().await;
