@@ -16,7 +16,7 @@ use turnstile_plugin_abi::{CallContext, PrimitiveKind};
 use super::{
     asking::Asking,
     link::{CallFailed, InFlight},
-    sessions::{NoLink, Sessions},
+    sessions::{Held, NoLink, Sessions},
 };
 use crate::plugin::{HostCall, PluginOutput};
 
@@ -56,14 +56,7 @@ pub async fn run(
     ctx: &CallContext,
     host: Option<Arc<HostCall>>,
 ) -> Result<PluginOutput, Failure> {
-    let held = target
-        .sessions
-        .hold(&ctx.handle, SESSION_WAIT)
-        .await
-        .map_err(|no| match no {
-            NoLink::Unreachable(reason) => Failure::Unreachable(reason),
-            NoLink::Busy(reason) => Failure::Busy(reason),
-        })?;
+    let held = hold(&target, ctx).await?;
     let cancelled = host.as_ref().map(|host| host.cancellation().clone());
     let call = Arc::new(InFlight {
         asking: Asking::new(&ctx.asking),
@@ -129,6 +122,18 @@ enum Step {
     Answered(Result<Value, CallFailed>),
 }
 
+/// The link for the instance `ctx` describes, or why there is none.
+async fn hold(target: &Target<'_>, ctx: &CallContext) -> Result<Held, Failure> {
+    target
+        .sessions
+        .hold(&ctx.handle, SESSION_WAIT)
+        .await
+        .map_err(|no| match no {
+            NoLink::Unreachable(reason) => Failure::Unreachable(reason),
+            NoLink::Busy(reason) => Failure::Busy(reason),
+        })
+}
+
 /// Reads a prompt (`prompts/get`) or resource (`resources/read`) upstream with `params`, for
 /// the instance `ctx` describes: the upstream's answer is already in the shape a library's
 /// `read` gives (`{"description", "messages"}`, `{"contents"}`). An error the upstream answers is
@@ -139,14 +144,7 @@ pub async fn read(
     mut params: Value,
     ctx: &CallContext,
 ) -> Result<PluginOutput, Failure> {
-    let held = target
-        .sessions
-        .hold(&ctx.handle, SESSION_WAIT)
-        .await
-        .map_err(|no| match no {
-            NoLink::Unreachable(reason) => Failure::Unreachable(reason),
-            NoLink::Busy(reason) => Failure::Busy(reason),
-        })?;
+    let held = hold(&target, ctx).await?;
     params["_meta"] = meta(target.workflow, ctx);
     let asking = async {
         match kind {

@@ -185,15 +185,7 @@ impl Link {
 
     /// The upstream's tools, every page, as JSON (MCP's `Tool` objects).
     pub async fn list_tools(&self) -> Result<Vec<Value>, String> {
-        let tools = self
-            .service
-            .list_all_tools()
-            .await
-            .map_err(|err| format!("tools/list failed: {err}"))?;
-        Ok(tools
-            .iter()
-            .filter_map(|tool| serde_json::to_value(tool).ok())
-            .collect())
+        as_json("tools/list", self.service.list_all_tools().await)
     }
 
     /// The upstream's prompts, resources and resource templates (MCP's objects, as JSON), each
@@ -207,60 +199,28 @@ impl Link {
             .unwrap_or_default();
         let mut primitives = Primitives::default();
         if capabilities.get("prompts").is_some() {
-            let prompts = self
-                .service
-                .list_all_prompts()
-                .await
-                .map_err(|err| format!("prompts/list failed: {err}"))?;
-            primitives.prompts = prompts
-                .iter()
-                .filter_map(|p| serde_json::to_value(p).ok())
-                .collect();
+            primitives.prompts = as_json("prompts/list", self.service.list_all_prompts().await)?;
         }
         if capabilities.get("resources").is_some() {
-            let resources = self
-                .service
-                .list_all_resources()
-                .await
-                .map_err(|err| format!("resources/list failed: {err}"))?;
-            primitives.resources = resources
-                .iter()
-                .filter_map(|r| serde_json::to_value(r).ok())
-                .collect();
-            let templates = self
-                .service
-                .list_all_resource_templates()
-                .await
-                .map_err(|err| format!("resources/templates/list failed: {err}"))?;
-            primitives.templates = templates
-                .iter()
-                .filter_map(|t| serde_json::to_value(t).ok())
-                .collect();
+            primitives.resources =
+                as_json("resources/list", self.service.list_all_resources().await)?;
+            primitives.templates = as_json(
+                "resources/templates/list",
+                self.service.list_all_resource_templates().await,
+            )?;
         }
         Ok(primitives)
     }
 
     /// `prompts/get` with `params` (MCP's `GetPromptRequestParams` as JSON); the result as JSON.
     pub async fn get_prompt(&self, params: Value) -> Result<Value, CallFailed> {
-        let params = serde_json::from_value(params)
-            .map_err(|err| CallFailed::NotSent(format!("cannot be sent: {err}")))?;
-        match self.service.get_prompt(params).await {
-            Ok(result) => serde_json::to_value(result)
-                .map_err(|err| CallFailed::NoAnswer(format!("its answer is unusable: {err}"))),
-            Err(error) => Err(classify(&error)),
-        }
+        answer_of(self.service.get_prompt(params_of(params)?).await)
     }
 
     /// `resources/read` with `params` (MCP's `ReadResourceRequestParams` as JSON); the result as
     /// JSON.
     pub async fn read_resource(&self, params: Value) -> Result<Value, CallFailed> {
-        let params = serde_json::from_value(params)
-            .map_err(|err| CallFailed::NotSent(format!("cannot be sent: {err}")))?;
-        match self.service.read_resource(params).await {
-            Ok(result) => serde_json::to_value(result)
-                .map_err(|err| CallFailed::NoAnswer(format!("its answer is unusable: {err}"))),
-            Err(error) => Err(classify(&error)),
-        }
+        answer_of(self.service.read_resource(params_of(params)?).await)
     }
 
     /// Registers a call, so that what the upstream says during it reaches it.
@@ -275,13 +235,7 @@ impl Link {
     /// Sends `tools/call` with `params` (MCP's `CallToolRequestParams` as JSON) and returns the
     /// result as JSON. Dropping the future cancels the call upstream (`notifications/cancelled`).
     pub async fn call_tool(&self, params: Value) -> Result<Value, CallFailed> {
-        let params = serde_json::from_value(params)
-            .map_err(|err| CallFailed::NotSent(format!("cannot be sent: {err}")))?;
-        match self.service.call_tool(params).await {
-            Ok(result) => serde_json::to_value(result)
-                .map_err(|err| CallFailed::NoAnswer(format!("its answer is unusable: {err}"))),
-            Err(error) => Err(classify(&error)),
-        }
+        answer_of(self.service.call_tool(params_of(params)?).await)
     }
 
     /// Ends the session (stdio: the process is told to stop, then killed).
@@ -305,6 +259,35 @@ pub enum CallFailed {
     NotSent(String),
     /// It was sent, and no usable answer came: it may have run upstream.
     NoAnswer(String),
+}
+
+/// A request's params, from JSON to rmcp's type: one that does not fit was never sent.
+fn params_of<P: serde::de::DeserializeOwned>(params: Value) -> Result<P, CallFailed> {
+    serde_json::from_value(params)
+        .map_err(|err| CallFailed::NotSent(format!("cannot be sent: {err}")))
+}
+
+/// A request's answer, as JSON, or how it failed.
+fn answer_of<R: serde::Serialize>(
+    answer: Result<R, rmcp::ServiceError>,
+) -> Result<Value, CallFailed> {
+    match answer {
+        Ok(result) => serde_json::to_value(result)
+            .map_err(|err| CallFailed::NoAnswer(format!("its answer is unusable: {err}"))),
+        Err(error) => Err(classify(&error)),
+    }
+}
+
+/// A listing's items as JSON; `method` names the request in the error.
+fn as_json<T: serde::Serialize>(
+    method: &str,
+    items: Result<Vec<T>, rmcp::ServiceError>,
+) -> Result<Vec<Value>, String> {
+    let items = items.map_err(|err| format!("{method} failed: {err}"))?;
+    Ok(items
+        .iter()
+        .filter_map(|item| serde_json::to_value(item).ok())
+        .collect())
 }
 
 /// Whether `error` means the request was never sent.
