@@ -126,28 +126,9 @@ fn shows_forms() -> Value {
     json!({"io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}})
 }
 
-/// A 2026-07-28 `tools/call` of `tool` with `arguments` and the rest of `params` (`_meta`,
-/// `inputResponses`, `requestState`): the JSON-RPC response, and the size of its body.
-async fn call_2026(url: &str, tool: &str, arguments: Value, mut params: Value) -> (Value, usize) {
-    params["name"] = json!(tool);
-    params["arguments"] = arguments;
-    let response = common::post_sessionless(url, 1, "tools/call", params)
-        .send()
-        .await
-        .expect("the server answers");
-    assert!(response.status().is_success(), "{}", response.status());
-    let body = response.text().await.expect("a body");
-    let messages = common::messages(&body);
-    let response = messages
-        .into_iter()
-        .find(|message| message["id"] == 1)
-        .unwrap_or_else(|| panic!("no response in {body:?}"));
-    (response, body.len())
-}
-
 /// The result of a 2026-07-28 call that must succeed.
 async fn ok_2026(url: &str, tool: &str, arguments: Value) -> Value {
-    let (response, _) = call_2026(url, tool, arguments, json!({})).await;
+    let (response, _) = common::call_2026(url, tool, arguments, json!({})).await;
     let result = &response["result"];
     assert_ne!(result["isError"], true, "{tool}: {response}");
     result.clone()
@@ -168,7 +149,7 @@ async fn approved_2026(url: &str) -> String {
 /// result's confirmation request and its `requestState`.
 async fn ask_to_discharge(url: &str, handle: &str) -> (Value, String) {
     let arguments = json!({"handle": handle});
-    let (response, _) = call_2026(
+    let (response, _) = common::call_2026(
         url,
         "invoice.discharge",
         arguments,
@@ -190,7 +171,7 @@ async fn answer_discharge(url: &str, handle: &str, answer: Value, state: &str) -
         "inputResponses": {"turnstile.confirm": answer},
         "requestState": state,
     });
-    call_2026(url, "invoice.discharge", json!({"handle": handle}), params).await
+    common::call_2026(url, "invoice.discharge", json!({"handle": handle}), params).await
 }
 
 /// The invoice's state, as `invoice.status` says it.
@@ -369,7 +350,7 @@ async fn a_sealed_state_is_good_for_its_step_alone() {
     for sent in [state.as_str(), "v1.not.sealed"] {
         let params = json!({"_meta": shows_forms(), "requestState": sent});
         let (refused, _) =
-            call_2026(url, "invoice.status", json!({"handle": handle}), params).await;
+            common::call_2026(url, "invoice.status", json!({"handle": handle}), params).await;
         let (code, reason) = refusal(&refused);
         assert_eq!(code, -32602, "{refused}");
         assert!(reason.contains("asks for nothing"), "{refused}");

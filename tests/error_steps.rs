@@ -201,20 +201,9 @@ async fn input_unavailable_closes_with_the_next_step() {
     );
 }
 
-/// A 2026-07-28 `tools/call` of `tool` with `arguments` and the rest of `params`: the result.
-async fn call_2026(url: &str, tool: &str, arguments: Value, mut params: Value) -> Value {
-    params["name"] = json!(tool);
-    params["arguments"] = arguments;
-    let response = common::post_sessionless(url, 1, "tools/call", params)
-        .send()
-        .await
-        .expect("the server answers");
-    assert!(response.status().is_success(), "{}", response.status());
-    let body = response.text().await.expect("a body");
-    let response = common::messages(&body)
-        .into_iter()
-        .find(|message| message["id"] == 1)
-        .unwrap_or_else(|| panic!("no response in {body:?}"));
+/// The result of a 2026-07-28 `tools/call` ([`common::call_2026`]).
+async fn call_2026(url: &str, tool: &str, arguments: Value, params: Value) -> Value {
+    let (response, _) = common::call_2026(url, tool, arguments, params).await;
     response["result"].clone()
 }
 

@@ -84,6 +84,30 @@ pub fn post_in_session(url: &str, session: &str, body: impl Into<reqwest::Body>)
         .header("MCP-Protocol-Version", SESSION_PROTOCOL)
 }
 
+/// A 2026-07-28 `tools/call` of `tool` with `arguments` and the rest of `params` (`_meta`,
+/// `inputResponses`, `requestState`), sent as [`post_sessionless`] sends it: the JSON-RPC
+/// response, and the size of its body.
+pub async fn call_2026(
+    url: &str,
+    tool: &str,
+    arguments: Value,
+    mut params: Value,
+) -> (Value, usize) {
+    params["name"] = json!(tool);
+    params["arguments"] = arguments;
+    let response = post_sessionless(url, 1, "tools/call", params)
+        .send()
+        .await
+        .expect("the server answers");
+    assert!(response.status().is_success(), "{}", response.status());
+    let body = response.text().await.expect("a body");
+    let response = messages(&body)
+        .into_iter()
+        .find(|message| message["id"] == 1)
+        .unwrap_or_else(|| panic!("no response in {body:?}"));
+    (response, body.len())
+}
+
 /// A 2026-07-28 request `id` of `method` without a session, as such a client sends it: `params`
 /// (an object) with the per-request protocol metadata added to its `_meta` (empty
 /// `clientCapabilities` unless `_meta` declares some), and the protocol's headers

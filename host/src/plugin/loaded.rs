@@ -381,7 +381,7 @@ impl LoadedPlugin {
                 ));
             }
             Backend::Upstream(upstream) => {
-                return upstream.read(&self.inner.path, kind, name, request, ctx);
+                return upstream.read(kind, name, request, ctx).map_err(failed);
             }
         };
         let output = read_raw(library, kind.raw(), name, request, ctx)

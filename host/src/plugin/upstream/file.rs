@@ -156,15 +156,17 @@ enum SessionKind {
 }
 
 impl UpstreamFile {
-    /// Reads and checks the file at `path`; the error is one line naming the file.
-    pub fn read(path: &Path) -> Result<UpstreamFile, String> {
+    /// Reads and checks the file at `path`, and gives its text with it (a reload compares it);
+    /// the error is one line naming the file.
+    pub fn read(path: &Path) -> Result<(UpstreamFile, String), String> {
         let text =
             std::fs::read_to_string(path).map_err(|err| format!("cannot read the file: {err}"))?;
         // Relative paths resolve from the folder of the real file, so a symlink in the plugin
         // directory to a file kept beside its server works.
         let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
         let dir = real.parent().unwrap_or(Path::new(".")).to_owned();
-        UpstreamFile::parse(&dir, &text)
+        let file = UpstreamFile::parse(&dir, &text)?;
+        Ok((file, text))
     }
 
     /// Checks `text`, resolving relative paths from `dir`.

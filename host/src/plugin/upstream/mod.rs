@@ -107,9 +107,8 @@ impl Upstream {
             tool: "tools/list".into(),
             reason,
         };
-        let text = std::fs::read_to_string(path)
-            .map_err(|err| bad(format!("cannot read the file: {err}")))?;
-        let file = Arc::new(UpstreamFile::read(path).map_err(bad)?);
+        let (file, text) = UpstreamFile::read(path).map_err(bad)?;
+        let file = Arc::new(file);
         let (running, listing) = match reusable(path, &text, &file.machine) {
             Some(running) => {
                 let sessions = running.sessions.clone();
@@ -151,25 +150,19 @@ impl Upstream {
 
     /// Produces the prompt (`NAME.prompt`) or resource (by its manifest name) `name`, as a
     /// library's `read` does: `request` and the output are shaped as the ABI's `ReadKind`
-    /// says, which are MCP's `prompts/get` and `resources/read` shapes. Blocking.
+    /// says, which are MCP's `prompts/get` and `resources/read` shapes. Blocking. The error is
+    /// the reason, which `LoadedPlugin::read` names as it names a library's.
     pub fn read(
         &self,
-        path: &Path,
         kind: PrimitiveKind,
         name: &str,
         request: &Value,
         ctx: &CallContext,
-    ) -> Result<PluginOutput, PluginError> {
-        let what = format!("{} {name}", kind.as_str());
-        let failed = |reason: String| PluginError::ReadFailed {
-            path: path.to_owned(),
-            what: what.clone(),
-            reason,
-        };
+    ) -> Result<PluginOutput, String> {
         let params = match kind {
             PrimitiveKind::Prompt => {
                 let prompt = bindings::upstream_name(&self.running.file.name, name)
-                    .ok_or_else(|| failed("not one of this upstream's prompts".into()))?;
+                    .ok_or("not one of this upstream's prompts")?;
                 serde_json::json!({"name": prompt, "arguments": request["arguments"]})
             }
             PrimitiveKind::Resource => serde_json::json!({"uri": request["uri"]}),
@@ -191,8 +184,8 @@ impl Upstream {
             Some(Ok(output)) => Ok(output),
             Some(Err(
                 Failure::Unreachable(reason) | Failure::NoAnswer(reason) | Failure::Busy(reason),
-            )) => Err(failed(reason)),
-            None => Err(failed("the upstream was stopped".into())),
+            )) => Err(reason),
+            None => Err("the upstream was stopped".into()),
         }
     }
 
