@@ -31,6 +31,10 @@ Usage: python mcp1_client.py SCENARIO URL
   tickets-resolve    server with --state-handle-key serving the ticket desk upstream
                      (plugins/tickets): the desk's own question (an elicitation it sends
                      Turnstile) reaches this client; a decline moves nothing, an accept resolves
+  lost-reply:H1,H2,...  server with --state-handle-key whose store connection is cut right after
+                     each save to draft (tests/lost_replies.rs arms the proxy): `invoice.reject`
+                     on each of these invoices (in review), reporting what the SDK hands back for
+                     each call, then where each invoice is (`invoice.status`)
 URL may also be `stdio:["PROGRAM", "ARG", ...]`: each connection starts that server over stdio.
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
@@ -930,6 +934,55 @@ async def tickets_resolve(url: str) -> dict[str, Any]:
         }
 
 
+# --- 12. a save whose store reply was lost ---------------------------------------------------------
+
+NEXT_STEP = "dev.turnstile/next-step"
+
+
+async def answer_of(c: Connection, handle: str) -> dict[str, Any]:
+    """`invoice.reject` on `handle`, and everything this SDK hands its user for it: the result's
+    text blocks, `isError`, `structuredContent.error` and the next step in `_meta`; or, if the SDK
+    raises instead of returning a result, what it raised."""
+    answer: dict[str, Any] = {"handle": handle, "raised": None}
+    try:
+        result = await c.call("invoice.reject", {"handle": handle, "reason": "lost reply"})
+    except Exception as error:  # noqa: BLE001 - what the SDK raises is what its user is shown
+        answer["raised"] = f"{type(error).__name__}: {error}"
+        return answer
+    answer["isError"] = result.isError
+    answer["texts"] = [block.text for block in result.content if isinstance(block, types.TextContent)]
+    answer["error"] = (result.structuredContent or {}).get("error")
+    answer["next"] = (result.meta or {}).get(NEXT_STEP)
+    return answer
+
+
+async def state_once_readable(c: Connection, handle: str) -> str:
+    """`invoice.status` of `handle`, called again (for up to 5 s) while it fails: a call may meet
+    a pooled store connection the proxy left dead."""
+    seen = ""
+    for _ in range(50):
+        result = await c.call("invoice.status", {"handle": handle})
+        if not result.isError:
+            return (result.structuredContent or {}).get("state")
+        seen = _text(result)
+        await anyio.sleep(0.1)
+    raise Failed(f"invoice.status of {handle} never answered: {seen!r}")
+
+
+async def lost_reply(url: str, handles: str) -> dict[str, Any]:
+    """Handle mode, behind a store proxy that breaks the connection right after each save to
+    draft (the test minted the invoices, in review, and armed the proxy): `invoice.reject` on
+    each handle, reporting what the SDK shows for each call, then where each invoice really is."""
+    listed = handles.split(",")
+    async with connect(url, "lost-reply") as c:
+        # As a client does before it calls: the menu (the SDK checks results against it). Listed
+        # once, before any save was cut: what this scenario is about is the calls.
+        await c.menu(MENU["review"], "with _meta.handle in review", listed[0])
+        calls = [await answer_of(c, handle) for handle in listed]
+        states = {handle: await state_once_readable(c, handle) for handle in listed}
+        return {"protocol": c.protocol, "calls": calls, "states": states}
+
+
 if __name__ == "__main__":
     run(
         {
@@ -945,6 +998,7 @@ if __name__ == "__main__":
             "confirm-discharge": confirm_discharge,
             "submit-invoice": submit_invoice,
             "tickets-resolve": tickets_resolve,
+            "lost-reply": lost_reply,
         },
         SDK,
     )

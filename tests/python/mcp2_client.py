@@ -20,6 +20,10 @@ Usage: python mcp2_client.py SCENARIO URL
                     handle hears each list's `list_changed` exactly when a transition changed it
   by-the-book       2026-07-28 without the gated-lists extension: one stable `tools/list`, then
                     two invoices driven to `discharged` from each result's next step alone
+  lost-reply:H1,H2,...  server with --state-handle-key whose store connection is cut right after
+                    each save to draft (tests/lost_replies.rs arms the proxy): `invoice.reject` on
+                    each of these invoices (in review), reporting what the SDK hands back for each
+                    call, then where each invoice is (`invoice.status`)
 URL may also be `stdio:["PROGRAM", "ARG", ...]`: each client starts that server over stdio.
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
@@ -730,6 +734,54 @@ async def confirm_across_servers(url: str, second_url: str) -> dict[str, Any]:
         return {"protocol": one.protocol_version, "asked": asked, "keys": keys}
 
 
+# --- a save whose store reply was lost -------------------------------------------------------------
+
+
+async def answer_of(client: Client, handle: str) -> dict[str, Any]:
+    """`invoice.reject` on `handle`, and everything this SDK hands its user for it: the result's
+    text blocks, `isError`, `structuredContent.error` and the next step in `_meta`; or, if the SDK
+    raises instead of returning a result, what it raised."""
+    answer: dict[str, Any] = {"handle": handle, "raised": None}
+    try:
+        result = await client.call_tool("invoice.reject", {"handle": handle, "reason": "lost reply"})
+    except Exception as error:  # noqa: BLE001 - what the SDK raises is what its user is shown
+        answer["raised"] = f"{type(error).__name__}: {error}"
+        return answer
+    answer["isError"] = result.is_error
+    answer["texts"] = [block.text for block in result.content if isinstance(block, types.TextContent)]
+    answer["error"] = (result.structured_content or {}).get("error")
+    answer["next"] = (result.meta or {}).get(NEXT_STEP)
+    return answer
+
+
+async def state_once_readable(client: Client, handle: str) -> str:
+    """`invoice.status` of `handle`, called again (for up to 5 s) while it fails: a call may meet
+    a pooled store connection the proxy left dead."""
+    seen = ""
+    for _ in range(50):
+        result = await client.call_tool("invoice.status", {"handle": handle})
+        if not result.is_error:
+            return (result.structured_content or {}).get("state")
+        seen = _text(result)
+        await anyio.sleep(0.1)
+    raise Failed(f"invoice.status of {handle} never answered: {seen!r}")
+
+
+async def lost_reply(url: str, handles: str) -> dict[str, Any]:
+    """Handle mode, behind a store proxy that breaks the connection right after each save to
+    draft (the test minted the invoices, in review, and armed the proxy): `invoice.reject` on
+    each handle, reporting what the SDK shows for each call, then where each invoice really is."""
+    listed = handles.split(",")
+    async with Client(url, extensions=GATED) as client:
+        expect_equal(client.protocol_version, MODERN, "protocol version mcp.Client negotiated")
+        # As a client does before it calls: the menu (the SDK checks results against it). Listed
+        # once, before any save was cut: what this scenario is about is the calls.
+        await menu(client, MENU["review"], "with _meta.handle in review", listed[0])
+        calls = [await answer_of(client, handle) for handle in listed]
+        states = {handle: await state_once_readable(client, handle) for handle in listed}
+        return {"protocol": client.protocol_version, "calls": calls, "states": states}
+
+
 if __name__ == "__main__":
     run(
         {
@@ -740,6 +792,7 @@ if __name__ == "__main__":
             "primitives": primitives,
             "by-the-book": by_the_book,
             "confirm-across-servers": confirm_across_servers,
+            "lost-reply": lost_reply,
         },
         SDK,
     )

@@ -48,7 +48,8 @@ pub(super) fn check_content_source(manifest: &Manifest, reads: bool) -> Result<(
     }
     if let Some(template) = manifest.resource_templates.first() {
         return Err(format!(
-            "resource_templates[0] ({}): a template's content comes from the plugin's read entry              point (ABI 1.3), which the plugin does not have",
+            "resource_templates[0] ({}): a template's content comes from the plugin's read entry \
+             point (ABI 1.3), which the plugin does not have",
             template.uri_template
         ));
     }

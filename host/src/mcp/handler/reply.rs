@@ -450,7 +450,10 @@ fn may_have_moved(
     };
     error_result(
         format!(
-            "{ran} did not answer whether the workflow moved ({error}): it may have moved:              {read}, or retry with the same idempotency key (_meta.idempotencyKey: if the              call was saved, the retry is answered from memory and runs nothing). Without a              key, read where it is before calling again."
+            "{ran} did not answer whether the workflow moved ({error}): it may have moved: \
+             {read}, or retry with the same idempotency key (_meta.idempotencyKey: if the \
+             call was saved, the retry is answered from memory and runs nothing). Without a \
+             key, read where it is before calling again."
         ),
         "STORE_UNAVAILABLE",
         json!({ "tool": tool, "message": error.to_string(), "readers": readers }),
