@@ -557,9 +557,6 @@ async fn an_idle_session_is_passivated_and_its_next_request_finds_it_as_it_was()
             other => panic!("no list_changed on the restored session's stream: {other:?} {heard}"),
         }
     }
-    // While its stream is open it is not idle.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(server.stats().await["http_sessions_passivated"], 0);
     drop(stream);
 
     session.end().await;
@@ -568,6 +565,88 @@ async fn an_idle_session_is_passivated_and_its_next_request_finds_it_as_it_was()
     })
     .await;
     assert_eq!(server.stats().await["http_sessions"], 0);
+}
+
+/// Issue 51, item 1: a session that only watches (its event stream open, nothing else in flight)
+/// is passivated like an idle one, so that ten thousand watchers do not each hold rmcp's
+/// machinery; its stream stays open and goes on telling it of the instance it watches, and its
+/// next request finds it as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watching_session_is_passivated_and_its_open_stream_goes_on_telling_it() {
+    let (_plugins, server) = common::start(
+        &["invoice"],
+        &[
+            "--store",
+            "memory:",
+            "--state-handle-key",
+            "--session-passivate-after",
+            "1",
+        ],
+    );
+    let raw = Raw::new(&server);
+    let mut watcher = raw.open().await;
+    let submitted = watcher.call("invoice.submit", json!({"amount": 4})).await;
+    assert_eq!(submitted["state"], "review");
+    let handle = submitted["handle"].as_str().expect("a handle").to_string();
+    watcher.until_taken_up().await;
+    let mut stream = watcher.open_stream().await;
+    wait_for_passivated(&server, 1).await;
+
+    // Another session moves the instance: the passivated watcher hears it on its open stream.
+    let mut mover = raw.open().await;
+    let approved = mover
+        .call("invoice.approve", json!({"handle": handle}))
+        .await;
+    assert_eq!(approved["state"], "approved", "{approved}");
+    let heard = heard_within(&mut stream, Duration::from_secs(10)).await;
+    assert!(
+        heard.contains("notifications/tools/list_changed"),
+        "the watching session heard nothing while passivated: {heard:?}"
+    );
+    let stats = server.stats().await;
+    assert_eq!(
+        stats["http_sessions_passivated"], 1,
+        "the watcher stayed passivated while it was told: {stats}"
+    );
+
+    // Its next request restores it: the menu of the state the other session moved it to.
+    let names = watcher.tool_names(Some(json!({"handle": handle}))).await;
+    assert!(
+        has(&names, "invoice.discharge") && !has(&names, "invoice.approve"),
+        "{names:?}"
+    );
+    let stats = server.stats().await;
+    assert_eq!(stats["http_sessions"], 2, "{stats}");
+
+    // Restored, and passivated again while the same stream stays open: it still hears.
+    wait_for_passivated(&server, 2).await;
+    let discharged = mover
+        .call("invoice.discharge", json!({"handle": handle}))
+        .await;
+    assert_eq!(discharged["state"], "discharged", "{discharged}");
+    let heard = heard_within(&mut stream, Duration::from_secs(10)).await;
+    assert!(
+        heard.contains("notifications/tools/list_changed"),
+        "the stream went quiet after a restore and a second passivation: {heard:?}"
+    );
+    drop(stream);
+    watcher.end().await;
+    mover.end().await;
+}
+
+/// What arrives on `stream` until a tools `list_changed` (the first notice of a transition) or
+/// until `within` passes.
+async fn heard_within(stream: &mut reqwest::Response, within: Duration) -> String {
+    let mut heard = String::new();
+    let deadline = Instant::now() + within;
+    while !heard.contains("notifications/tools/list_changed") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.chunk()).await {
+            Ok(Ok(Some(chunk))) => heard.push_str(&String::from_utf8_lossy(&chunk)),
+            _ => break,
+        }
+    }
+    heard
 }
 
 /// A passivated session still ends after `--session-idle-timeout` without a request.

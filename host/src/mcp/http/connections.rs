@@ -35,6 +35,16 @@ use super::{
 };
 use crate::actors::Workers;
 
+/// The most an HTTP/1 connection buffers of what it reads (hyper's `max_buf_size`, at its
+/// least): a request head must fit in it, and a body is read in pieces of at most this size.
+///
+/// Why the least: hyper's read buffer is the largest thing a held event stream costs. With its
+/// default bound (~400 KiB) the buffer of a connection that sent one GET grows to 16 KiB as
+/// hyper reads ahead, and stays so for the life of the stream; bounded here it stays at 8 KiB
+/// (BENCHMARKS.md, "Memory per watching session"). Request heads past 8 KiB are refused (431),
+/// as nginx and most proxies in front of a server refuse them by default.
+const READ_BUFFER_BYTES: usize = 8 * 1024;
+
 /// How connections are accepted and bounded.
 #[derive(Debug, Clone)]
 pub struct ConnectionLimits {
@@ -109,7 +119,10 @@ pub async fn serve(
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // No hyper header read timeout: it would also end idle keep-alive connections at the header
     // timeout. `idle::Activity` keeps both clocks.
-    builder.http1().timer(TokioTimer::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .max_buf_size(READ_BUFFER_BYTES);
     let mut full_logged = false;
     loop {
         // Back-pressure: no place, no accept.

@@ -158,7 +158,18 @@ fn by_the_book(layer: &McpLayer, request: Request) -> impl Future<Output = Respo
             // The others boxed: this future is copied whole into its box for every request, and
             // most are POSTs (BENCHMARKS.md's history, session 16).
             Method::DELETE => Box::pin(delete(layer, request)).await,
-            Method::GET => Box::pin(get(layer, request)).await,
+            Method::GET => {
+                let response = Box::pin(get(layer, request)).await;
+                if response
+                    .extensions()
+                    .get::<event_stream::Watching>()
+                    .is_some()
+                    && let Some(visit) = visit.as_mut()
+                {
+                    visit.watching();
+                }
+                response
+            }
             _ => {
                 Box::pin(async { as_json_rpc(layer.through_rmcp(request).await, &[]).await }).await
             }
@@ -202,7 +213,9 @@ async fn get_stream(layer: &McpLayer, request: Request) -> Response {
     if let Some((outbox, live)) =
         session_of(request.headers()).and_then(|id| layer.sessions.outbox(id))
     {
-        if live && event_stream::may_serve(request.headers()) {
+        // A passivated session may be watching: its open stream was served here, and a second
+        // one gets keep-alives here too (rmcp would restore the session and take the route).
+        if (live || outbox.has_open_stream()) && event_stream::may_serve(request.headers()) {
             return event_stream::serve(
                 &outbox,
                 layer.sse_keep_alive,

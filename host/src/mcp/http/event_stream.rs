@@ -73,8 +73,15 @@ pub fn serve(outbox: &Outbox, keep_alive: Duration, closing: CancellationToken) 
             Some((Ok::<_, Infallible>(Frame::data(event)), (messages, ticks)))
         })
         .take_until(closing.cancelled_owned());
-    streaming(Body::new(http_body_util::StreamBody::new(events)))
+    let mut response = streaming(Body::new(http_body_util::StreamBody::new(events)));
+    response.extensions_mut().insert(Watching);
+    response
 }
+
+/// Marks a response as a session's event stream served here, which needs no handler of the
+/// session's: it does not keep the session from passivating (`session_records.rs`).
+#[derive(Debug, Clone, Copy)]
+pub struct Watching;
 
 /// A 200 response whose body is SSE events, with the headers that keep proxies from buffering
 /// them (also the stream of a POST that says something before its result: `direct.rs`).

@@ -3,8 +3,9 @@
 //! A live session costs about 60 KiB, nearly all of it rmcp's per-session machinery (a task and
 //! the first block of each of its channels; BENCHMARKS.md, "Memory per idle session"). Most of
 //! that is wasted on a session that has gone quiet: a client that opened a session and keeps it
-//! for later, with no event stream open. So a session with no request in flight (an open event
-//! stream is one) for `--session-passivate-after` is **passivated**: rmcp's worker for it is
+//! for later, or one that only watches its event stream. So a session with no request in flight
+//! (an event stream rmcp serves is one; one Turnstile serves is not, see below) for
+//! `--session-passivate-after` is **passivated**: rmcp's worker for it is
 //! closed, and what is left is its record here (the client's `initialize` parameters and the
 //! session's [`SessionScope`]: its instances, subscriptions and log level), about 1 KiB.
 //!
@@ -26,6 +27,14 @@
 //! `http/endpoint.rs` reports each request of a session ([`SessionRecords::visit`]); the handler
 //! (`server.rs`) binds a new session's scope and its [`Served`] once its handshake is done and
 //! adopts the scope back on a restore. It must not look into requests: it counts them.
+//!
+//! **A watching session passivates too.** Its event stream, served by Turnstile from the
+//! session's [`Outbox`] (`event_stream.rs`), needs nothing of rmcp's worker: the notifier tells
+//! the outbox, and the outbox writes to the stream. So that stream is no request in flight here
+//! ([`Visit::watching`]): a session that only watches is passivated like an idle one, and its
+//! stream goes on carrying its notices (`Outbox::passivate` keeps an open stream). A watching
+//! session then costs its record, its stream and hyper's connection, not rmcp's machinery
+//! (BENCHMARKS.md, "Memory per watching session").
 
 use std::{
     sync::{Arc, Weak},
@@ -64,7 +73,8 @@ struct Record {
     /// Where its messages go, from its `initialize` on: its handler's scope takes it up, and a
     /// GET that comes before the handler did (right after the handshake) finds it here.
     outbox: Arc<Outbox>,
-    /// Requests of the session whose responses are not sent in full (open streams among them).
+    /// Requests of the session whose responses are not sent in full (an event stream rmcp
+    /// serves among them; one Turnstile serves is not: [`Visit::watching`]).
     in_flight: usize,
     /// When a request of the session last began or ended.
     last_seen: Instant,
@@ -171,6 +181,7 @@ impl SessionRecords {
                             records: self.clone(),
                             id: key,
                             served,
+                            in_flight: true,
                         });
                     }
                 }
@@ -180,9 +191,11 @@ impl SessionRecords {
         }
     }
 
-    fn visit_ended(&self, id: &str) {
+    fn visit_ended(&self, id: &str, in_flight: bool) {
         if let Some(mut record) = self.records.get_mut(id) {
-            record.in_flight = record.in_flight.saturating_sub(1);
+            if in_flight {
+                record.in_flight = record.in_flight.saturating_sub(1);
+            }
             record.last_seen = Instant::now();
         }
     }
@@ -279,6 +292,8 @@ pub struct Visit {
     id: Arc<str>,
     /// Found with the record, rather than looked up again: see [`Visit::take_served`].
     served: Option<Served>,
+    /// Counted among the session's requests in flight (not once it is [`Visit::watching`]).
+    in_flight: bool,
 }
 
 impl Visit {
@@ -287,11 +302,25 @@ impl Visit {
     pub fn take_served(&mut self) -> Option<Served> {
         self.served.take()
     }
+
+    /// The request is the session's event stream, served by Turnstile: no longer counted in
+    /// flight, so the session may passivate while the stream stays open (see the module doc).
+    /// Its end still counts as activity.
+    pub fn watching(&mut self) {
+        // The session's handler, found with the record for a POST: a stream that held it would
+        // keep the handler and rmcp's peer (its channel: ~11 KiB) alive past passivation.
+        self.served = None;
+        if std::mem::take(&mut self.in_flight)
+            && let Some(mut record) = self.records.records.get_mut(&*self.id)
+        {
+            record.in_flight = record.in_flight.saturating_sub(1);
+        }
+    }
 }
 
 impl Drop for Visit {
     fn drop(&mut self) {
-        self.records.visit_ended(&self.id);
+        self.records.visit_ended(&self.id, self.in_flight);
     }
 }
 

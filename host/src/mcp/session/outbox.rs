@@ -11,7 +11,9 @@
 //!
 //! While such a session has no stream open, its messages wait here, the last
 //! [`MAX_WAITING`] of them, for the stream it opens next (rmcp kept them the same way). A
-//! passivated session is told nothing: it has no stream, and lists again when it comes back.
+//! passivated session with no stream is told nothing, and lists again when it comes back; one
+//! passivated while its stream was open (it only watches: `session_records.rs`) keeps that
+//! stream, which needs no handler, and is told on it as before.
 //!
 //! It must not decide who is told what (the notifier does): it only carries messages.
 
@@ -106,14 +108,23 @@ impl Outbox {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The session is passivated: until [`Outbox::restore`], it is told nothing.
+    /// The session is passivated (its handler is gone): until [`Outbox::restore`] it is told
+    /// nothing, unless a stream Turnstile serves is open, which goes on carrying its messages.
     pub fn passivate(&self) {
         let mut state = self.state();
-        state.passivated = true;
         state.peer = None;
-        if let Route::Stream(_) = state.route {
-            state.route = Route::Waiting(VecDeque::new());
+        if !state.has_open_stream() {
+            state.passivated = true;
+            if let Route::Stream(_) = state.route {
+                state.route = Route::Waiting(VecDeque::new());
+            }
         }
+    }
+
+    /// Whether a stream Turnstile serves is open: a GET then gets keep-alives only, whether the
+    /// session is live or passivated while watching.
+    pub fn has_open_stream(&self) -> bool {
+        self.state().has_open_stream()
     }
 
     /// A new handler serves the passivated session: messages go to its peer or its streams.
@@ -133,9 +144,7 @@ impl Outbox {
     /// this one with keep-alives only, as rmcp does a second stream).
     pub fn open_stream(&self) -> Option<mpsc::Receiver<Bytes>> {
         let mut state = self.state();
-        if let Route::Stream(open) = &state.route
-            && !open.is_closed()
-        {
+        if state.has_open_stream() {
             return None;
         }
         let (sender, receiver) = mpsc::channel(STREAM_CAPACITY);
@@ -248,6 +257,12 @@ impl Outbox {
             Route::Waiting(waiting) => wait(waiting, message),
         }
         Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+impl State {
+    fn has_open_stream(&self) -> bool {
+        matches!(&self.route, Route::Stream(open) if !open.is_closed())
     }
 }
 

@@ -142,7 +142,8 @@ impl SessionScope {
     }
 
     /// The session's handler is gone while the session lives on (passivated): until a new
-    /// handler serves it, its notices are dropped (it has no stream to carry them).
+    /// handler serves it, its notices are dropped, unless its event stream is open
+    /// ([`Outbox::passivate`]).
     pub fn unbind(&self) {
         self.outbox.passivate();
     }
