@@ -649,6 +649,10 @@ impl ServeSettings {
                 "oauth-issuer or oauth-jwks",
             ));
         }
+        // 0 s would close every connection that sends a body before the body came.
+        if self.body_timeout == 0 {
+            return Err(Problem::OutOfRange("body-timeout", "at least 1 (seconds)"));
+        }
         // Without authentication an instance belongs to no one: the limit would count nothing.
         if self.max_instances_per_principal.is_some()
             && self.auth_token_file.is_none()

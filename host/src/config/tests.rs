@@ -150,6 +150,18 @@ fn the_body_timeout_reaches_the_connections() {
 }
 
 #[test]
+fn a_body_timeout_of_zero_is_refused_from_a_flag_or_a_file() {
+    for (args, file) in [
+        (&["--plugins", "/p", "--body-timeout", "0"][..], None),
+        (&["--plugins", "/p"][..], Some("body-timeout = 0\n")),
+    ] {
+        let message = resolve(args, file).err().expect("refused").to_string();
+        assert!(message.contains("body-timeout"), "{message}");
+        assert!(message.contains("at least 1"), "{message}");
+    }
+}
+
+#[test]
 fn an_unknown_key_is_refused_with_its_line() {
     let message = invalid("plugins = \"/p\"\n\nhttp-adress = \"127.0.0.1:1\"\n");
     assert!(message.contains("line 3"), "{message}");
