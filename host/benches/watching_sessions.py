@@ -26,10 +26,24 @@ def rss():
 conn = http.client.HTTPConnection("127.0.0.1", port)
 
 
+def exchange(method, path, body=None, headers=None):
+    """One request on the shared keep-alive connection, opened again if the server closed it
+    while it was idle (`--keepalive-timeout`)."""
+    for attempt in (1, 2):
+        try:
+            conn.request(method, path, body, headers or {})
+            response = conn.getresponse()
+            return response, response.read().decode()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            conn.close()
+            if attempt == 2:
+                raise
+
+
 def heap():
     """The server's live heap (jemalloc's `allocated`, from `/stats`), in KiB."""
-    conn.request("GET", "/stats")
-    return json.loads(conn.getresponse().read())["memory"]["allocated"] // 1024
+    _, body = exchange("GET", "/stats")
+    return json.loads(body)["memory"]["allocated"] // 1024
 
 
 def post(session, message):
@@ -37,9 +51,7 @@ def post(session, message):
     if session:
         headers["Mcp-Session-Id"] = session
         headers["MCP-Protocol-Version"] = PROTOCOL
-    conn.request("POST", "/mcp", json.dumps(message), headers)
-    response = conn.getresponse()
-    body = response.read().decode()
+    response, body = exchange("POST", "/mcp", json.dumps(message), headers)
     if response.status >= 300:
         sys.exit(f"{message.get('method')}: HTTP {response.status}: {body}")
     for line in body.splitlines():  # an SSE-framed answer: its data line
