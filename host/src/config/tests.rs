@@ -155,7 +155,7 @@ fn a_body_timeout_of_zero_is_refused_from_a_flag_or_a_file() {
         (&["--plugins", "/p", "--body-timeout", "0"][..], None),
         (&["--plugins", "/p"][..], Some("body-timeout = 0\n")),
     ] {
-        let message = resolve(args, file).err().expect("refused").to_string();
+        let message = resolve(args, file).expect_err("refused").to_string();
         assert!(message.contains("body-timeout"), "{message}");
         assert!(message.contains("at least 1"), "{message}");
     }
