@@ -329,3 +329,74 @@ async fn json_log_lines_parse_and_carry_each_calls_span() {
     assert_eq!(warning["span"]["name"], "call", "{warning}");
     assert_eq!(warning["span"]["tool"], "testkit.quick_slow", "{warning}");
 }
+
+/// `turnstile_instances{workflow, state}` and `turnstile_workflow_instances{workflow}`, read
+/// from the store's counts by state at each scrape: they follow transitions and a retention
+/// delete, and a `turnstile instances repair` of a shared store (run while the server serves)
+/// finds nothing to correct.
+async fn instance_gauges_follow_transitions_and_deletes(store: Option<String>) {
+    let plugins = PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().expect("temp dir");
+    let namespace = format!("gauges{}", uuid::Uuid::new_v4().simple());
+    let server = Server::on_store(
+        plugins.path(),
+        data.path(),
+        store.as_deref(),
+        &namespace,
+        &["--state-handle-key", "--retain-final", "1"],
+        &[],
+    );
+    let client = Client::http(&server.url).await;
+    let mut handles = Vec::new();
+    for amount in [5, 6, 7] {
+        handles.push(common::handle_of(
+            &client
+                .call("invoice.submit", json!({"amount": amount}))
+                .await,
+        ));
+    }
+    let approved = client
+        .call("invoice.approve", json!({"handle": handles[0]}))
+        .await;
+    assert_ne!(approved.is_error, Some(true), "{approved:?}");
+    // Finished, so retention deletes it a second later.
+    let done = common::discharged_invoice(&client).await;
+    common::until_deleted(
+        &client,
+        &done,
+        "retention never deleted the finished invoice",
+    )
+    .await;
+
+    let gauges = |scrape: &Scrape| {
+        let mut series = scrape.series("turnstile_instances");
+        series.extend(scrape.series("turnstile_workflow_instances"));
+        series
+    };
+    let wanted = expect(&[
+        (&[("workflow", "invoice"), ("state", "review")], 2.0),
+        (&[("workflow", "invoice"), ("state", "approved")], 1.0),
+        (&[("workflow", "invoice")], 3.0),
+    ]);
+    let scrape = scrape_until(&server, "the gauges say what the store holds", |scrape| {
+        gauges(scrape) == wanted
+    })
+    .await;
+    assert_eq!(gauges(&scrape), wanted);
+
+    if let Some(store) = &store {
+        let output = std::process::Command::new(common::turnstile_bin())
+            .args(["instances", "--json", "--store", store, "--store-namespace"])
+            .arg(&namespace)
+            .arg("repair")
+            .output()
+            .expect("run turnstile instances repair");
+        assert!(output.status.success(), "{output:?}");
+        let repaired: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(repaired, json!({"instances": 3, "corrected": []}));
+        assert_eq!(gauges(&Scrape::of(&server).await), wanted);
+    }
+}
+
+common::on_every_store!(instance_gauges_follow_transitions_and_deletes:
+    instance_gauges_on_the_embedded_store, instance_gauges_on_redis, instance_gauges_on_postgres);

@@ -1,7 +1,8 @@
 //! `turnstile instances`: what an operator needs to see and fix workflow instances, without a
 //! client and without the plugins: list them (by workflow, state, age), show one with its audit
 //! trail (`store/audit.rs`), reset one to its machine's initial state (which the trail records as
-//! `operator:reset`), delete one (its trail with it).
+//! `operator:reset`), delete one (its trail with it), and count them all again into the store's
+//! counts by state (`repair`, `instances/recount.rs`).
 //!
 //! Either it opens the store the way `serve` does and works on it directly (`instances/query.rs`
 //! and `instances/repair.rs`: compare-and-set writes, announced on the store's change feed, so
@@ -83,6 +84,11 @@ pub enum InstancesCommand {
     Reset { instance: String },
     /// Deletes an instance; its handle then answers UNKNOWN_HANDLE.
     Delete { instance: String },
+    /// Counts every instance again and rewrites the store's counts by state (what the console
+    /// and `/metrics` show), saying which counts were wrong: for counts that drifted, as when
+    /// servers of an older version wrote beside this one. Servers sharing a Redis or PostgreSQL
+    /// store may go on serving meanwhile; the embedded store must be closed (stop the server).
+    Repair,
 }
 
 /// Where the instances are.
@@ -111,6 +117,7 @@ pub fn run_cli(args: InstancesArgs) -> anyhow::Result<ExitCode> {
         InstancesCommand::Show { instance, last } => Action::Show { instance, last },
         InstancesCommand::Reset { instance } => Action::Reset { instance },
         InstancesCommand::Delete { instance } => Action::Delete { instance },
+        InstancesCommand::Repair => Action::Repair,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -130,7 +137,8 @@ pub fn run_cli(args: InstancesArgs) -> anyhow::Result<ExitCode> {
     };
     if url.starts_with("memory:") {
         bail!(
-            "the memory store lives inside one server process: there is nothing to open (ask the              server with --server URL)"
+            "the memory store lives inside one server process: there is nothing to open (ask the \
+             server with --server URL)"
         );
     }
     // Opening an embedded store creates it: a mistyped path would show an empty store.
@@ -173,6 +181,7 @@ pub enum Action {
     Delete {
         instance: String,
     },
+    Repair,
 }
 
 /// Runs `action` against `store`, writing what it finds to `out` (one JSON object per line with
@@ -237,8 +246,54 @@ pub async fn run_on(
             };
             report(out, json, "deleted", &key, None)?;
         }
+        Action::Repair => {
+            let Source::Store(store) = source else {
+                bail!(
+                    "repair counts the records of a store: open it (--store, or --data-dir for \
+                     the embedded store, once its server is stopped) rather than --server"
+                );
+            };
+            print_recounted(&instances::recount::recount(store).await?, json, out)?;
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_recounted(
+    recounted: &instances::recount::Recounted,
+    json: bool,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::to_value(recounted)?)?;
+        return Ok(());
+    }
+    for line in &recounted.corrected {
+        let state = if line.state.is_empty() {
+            "(all)"
+        } else {
+            &line.state
+        };
+        writeln!(
+            out,
+            "corrected {} {} {state}: {} -> {}",
+            line.workflow,
+            if line.machine.is_empty() {
+                "(no version)"
+            } else {
+                &line.machine
+            },
+            line.was,
+            line.now
+        )?;
+    }
+    writeln!(
+        out,
+        "counted {} instance(s); {} count(s) corrected",
+        recounted.instances,
+        recounted.corrected.len()
+    )?;
+    Ok(())
 }
 
 fn print_list(listed: &[Summary], json: bool, out: &mut impl Write) -> anyhow::Result<()> {
@@ -450,5 +505,21 @@ mod tests {
         )
         .await;
         assert!(gone.unwrap_err().to_string().contains("no instance doc-1"));
+    }
+
+    #[tokio::test]
+    async fn repair_counts_every_instance_again_and_says_what_it_corrected() {
+        let store = MemoryStore::default();
+        stored(&store, "handle/doc-1").await;
+        stored(&store, "handle/doc-2@0123").await;
+        let repaired: Value =
+            serde_json::from_str(&run_text(&store, Action::Repair).await.unwrap()).unwrap();
+        assert_eq!(repaired, json!({"instances": 2, "corrected": []}));
+        let mut out = Vec::new();
+        run(&store, Action::Repair, false, &mut out).await.unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "counted 2 instance(s); 0 count(s) corrected\n"
+        );
     }
 }

@@ -34,8 +34,7 @@ fn problem_page(console: &Console, problem: Problem) -> Response {
 
 /// `GET /console`: the workflows.
 pub async fn workflows(State(console): State<Arc<Console>>) -> Response {
-    // Counted for this page, and handed to the live stream its script opens next.
-    let counts = match console.census.count_for_page().await {
+    let counts = match console.census.count().await {
         Ok(counts) => counts,
         Err(error) => return problem_page(&console, Problem::of(error)),
     };

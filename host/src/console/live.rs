@@ -2,28 +2,20 @@
 //! /console/api/live`, SSE) that sends the counts again whenever they change, to the workflows
 //! page's script.
 //!
-//! There is no index of instances by state, so a count reads every instance record
-//! (`instances::query::each_instance`). It is made again when something changed, and only while
-//! someone watches: a transition saved here or relayed from another server sharing the store
-//! (`metrics::changes`, counted where those are counted), an operator's reset or delete. The
-//! relay hears only of the instances this server watches, and instances other servers create or
-//! delete reach no feed at all, so with a store others write to the count is also made every
-//! [`SHARED_EVERY`] while watched; with one only this process writes, every [`OWN_EVERY`]
-//! (retention deletes records without a transition). Bursts of changes are folded: the next
-//! count waits at least four times as long as the last one took, and [`SETTLE`] at the least.
-//!
-//! What a count cannot be is incremental: the console hears that something changed, never what
-//! (no key, no from and to), and other servers' changes to instances nobody here watches are
-//! heard of by no feed. Counting without reading every record needs the store to keep the
-//! counts by state itself, in the same write as each record (see `docs/operations.md`).
-//! Two reads are spared, though: the workflows page's own count is handed to the stream its
-//! script opens a moment later ([`Census::count_for_page`]), instead of being made again at
-//! once; and counts made before the last watcher left are never sent to the next one as news.
+//! The counts are the store's own ([`StateStore::count_by_state`]): an index every store keeps
+//! in the same write as each record, so reading them costs the same at ten instances as at a
+//! million, and reads no record. They are read again, while someone watches, when something
+//! changed here (a transition saved by this server or relayed from another sharing the store,
+//! an operator's reset or delete: `metrics::changes`), and at least every [`EVERY`] besides,
+//! for what no feed tells of (instances other servers create or delete, retention's deletes).
+//! Bursts of changes are folded: the next read waits at least four times as long as the last one
+//! took, and [`SETTLE`] at the least. Counts read before the last watcher left are never sent to
+//! the next one as news.
 
 use std::{
     collections::BTreeMap,
     convert::Infallible,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -31,37 +23,21 @@ use axum::{
     extract::State,
     response::sse::{Event, KeepAlive, Sse},
 };
-use serde::Serialize;
 use tokio::sync::{Notify, watch};
 
 use super::Console;
-use crate::{
-    catalog::LiveCatalog,
-    instances::{active_paths, query::each_instance},
-    metrics::changes::changes,
-    store::StateStore,
-};
+pub use crate::store::WorkflowCount;
+use crate::{catalog::LiveCatalog, metrics::changes::changes, store::StateStore};
 
-/// With a store other servers write to, how often the count is made while someone watches.
-const SHARED_EVERY: Duration = Duration::from_secs(2);
-/// With a store only this process writes to, the same (its own changes are told at once).
-const OWN_EVERY: Duration = Duration::from_secs(30);
-/// The shortest time between two counts: changes in a burst are counted together.
+/// How often the counts are read while someone watches, whatever is heard: a move no feed
+/// tells of reaches an open page within this.
+const EVERY: Duration = Duration::from_secs(1);
+/// The shortest time between two reads: changes in a burst are counted together.
 const SETTLE: Duration = Duration::from_millis(100);
-/// How recent a page's count must be to be the live stream's first (its script connects as the
-/// page loads), if no change was heard since.
-const TAKE_WITHIN: Duration = Duration::from_secs(2);
 
-/// One workflow's instances: how many in all, and how many in each state (a state counts an
-/// instance whose state it is or contains: `review` counts `review.checking` too).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct WorkflowCount {
-    pub total: u64,
-    pub states: BTreeMap<String, u64>,
-}
-
-/// Every workflow's count, by workflow id (also workflows no plugin loads now, whose instances
-/// remain).
+/// Every workflow's count, by workflow id, all its machine versions together (a state counts an
+/// instance whose state it is or contains: `review` counts `review.checking` too), also of
+/// workflows no plugin loads now, whose instances remain.
 pub type Counts = BTreeMap<String, WorkflowCount>;
 
 /// The counts, kept while watched.
@@ -73,9 +49,6 @@ pub struct Census {
     latest: watch::Sender<Option<Arc<Counts>>>,
     /// Told when a watcher comes, to wake the counting task.
     watched: Notify,
-    /// The workflows page's last count: the change count read before it was made, when it was
-    /// done, and the counts (see [`Census::count_for_page`]).
-    offered: Mutex<Option<(u64, Instant, Arc<Counts>)>>,
 }
 
 impl Census {
@@ -85,47 +58,16 @@ impl Census {
             catalog,
             latest: watch::Sender::new(None),
             watched: Notify::new(),
-            offered: Mutex::new(None),
         }
     }
 
-    /// Counts now, for the workflows page, whose script opens the live stream as the page
-    /// loads: the stream's first counts are these if it comes within [`TAKE_WITHIN`] and no
-    /// change was heard meanwhile, rather than every record read twice for one page.
-    pub async fn count_for_page(&self) -> anyhow::Result<Arc<Counts>> {
-        let seen = changes().seen();
-        let counts = Arc::new(self.count().await?);
-        *self.offered.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((seen, Instant::now(), counts.clone()));
-        Ok(counts)
-    }
-
-    /// The page's count, if it is as good as one made now.
-    fn take_offered(&self) -> Option<Arc<Counts>> {
-        let offered = self
-            .offered
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let (seen, at, counts) = offered?;
-        (seen == changes().seen() && at.elapsed() < TAKE_WITHIN).then_some(counts)
-    }
-
-    /// Counts now, reading every instance record.
+    /// The counts now, from the store's index: every workflow the catalog serves (at zero if it
+    /// has no instance), and every workflow that has instances.
     pub async fn count(&self) -> anyhow::Result<Counts> {
-        let mut counts = Counts::new();
+        let mut counts = self.store.count_by_state().await?.by_workflow();
         for workflow in self.catalog.current().workflows() {
             counts.entry(workflow.id.clone()).or_default();
         }
-        each_instance(&*self.store, |_, record| {
-            let count = counts.entry(record.workflow.clone()).or_default();
-            count.total += 1;
-            for path in active_paths(&record.snapshot["value"]) {
-                *count.states.entry(path).or_default() += 1;
-            }
-            true
-        })
-        .await?;
         Ok(counts)
     }
 
@@ -136,17 +78,12 @@ impl Census {
         receiver
     }
 
-    /// Makes the counts again whenever they may have changed, while anyone watches, until
+    /// Reads the counts again whenever they may have changed, while anyone watches, until
     /// `closing`.
     pub async fn keep_counting(
         self: Arc<Self>,
         console_closing: tokio_util::sync::CancellationToken,
     ) {
-        let every = if self.store.is_shared() {
-            SHARED_EVERY
-        } else {
-            OWN_EVERY
-        };
         loop {
             if self.latest.receiver_count() == 0 {
                 // Nobody watches: what was counted goes stale from now on, and must not be the
@@ -161,11 +98,7 @@ impl Census {
             }
             let seen = changes().seen();
             let started = Instant::now();
-            let counted = match self.take_offered() {
-                Some(counts) => Ok(counts),
-                None => self.count().await.map(Arc::new),
-            };
-            match counted {
+            match self.count().await.map(Arc::new) {
                 Ok(counts) => {
                     let counts = Some(counts);
                     self.latest.send_if_modified(|latest| {
@@ -187,7 +120,7 @@ impl Census {
             }
             tokio::select! {
                 _ = changes().after(seen) => {}
-                _ = tokio::time::sleep(every.saturating_sub(pause)) => {}
+                _ = tokio::time::sleep(EVERY.saturating_sub(pause)) => {}
                 _ = console_closing.cancelled() => return,
             }
         }
@@ -292,23 +225,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_pages_count_is_its_live_streams_first_unless_something_changed() {
+    async fn a_change_no_feed_tells_of_reaches_a_watcher_within_a_read_or_two() {
         let (census, store, closing) = counting();
         add(&store, 1).await;
-        assert_eq!(census.count_for_page().await.unwrap()["doc"].total, 1);
-        // Unheard of, so not counted again at once: the stream starts from the page's count
-        // (made a moment ago, with nothing heard since).
+        let mut watcher = census.watch();
+        let total = |counts: &Option<Arc<Counts>>| {
+            counts
+                .as_ref()
+                .and_then(|counts| counts.get("doc"))
+                .map_or(0, |count| count.total)
+        };
+        tokio::time::timeout(Duration::from_secs(5), watcher.wait_for(|c| total(c) == 1))
+            .await
+            .expect("the first counts within 5 s")
+            .unwrap();
+        // Behind the console's back, and nothing is told: read again within `EVERY`.
+        let added = Instant::now();
         add(&store, 2).await;
-        assert_eq!(first_total(&census).await, 1);
-        closing.cancel();
-
-        let (census, store, closing) = counting();
-        add(&store, 1).await;
-        census.count_for_page().await.unwrap();
-        add(&store, 2).await;
-        // A change heard since the page counted: the stream counts anew.
-        changes().tell();
-        assert_eq!(first_total(&census).await, 2);
+        tokio::time::timeout(Duration::from_secs(5), watcher.wait_for(|c| total(c) == 2))
+            .await
+            .expect("the new count within 5 s")
+            .unwrap();
+        assert!(added.elapsed() < EVERY * 2, "{:?}", added.elapsed());
         closing.cancel();
     }
 }

@@ -1,6 +1,7 @@
 //! Workflow instances as an operator sees them, wherever they are: in a store (`query.rs`:
 //! list, find and show; `repair.rs`: reset and delete written to the store, for `turnstile
-//! instances`), or behind a running server (`remote.rs`: the same through the console's JSON
+//! instances`; `recount.rs`: the store's counts by state made again, for `turnstile instances
+//! repair`), or behind a running server (`remote.rs`: the same through the console's JSON
 //! API). `turnstile instances` and the console (`console/`) share this code, so they list,
 //! filter and describe instances alike.
 //!
@@ -9,6 +10,7 @@
 //! own holds.
 
 pub mod query;
+pub mod recount;
 pub mod remote;
 pub mod repair;
 

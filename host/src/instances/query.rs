@@ -7,6 +7,7 @@ use anyhow::bail;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+pub use crate::store::active_paths;
 use crate::store::{InstanceRecord, StateStore, StoreError, now_ms, redact_context};
 
 /// How many keys one page of a listing reads from the store.
@@ -202,33 +203,6 @@ pub async fn show(
     }
     shown["audit"] = serde_json::to_value(audit)?;
     Ok(shown)
-}
-
-/// The state paths active in a state value: `"review"` → `review`; `{"a": "b"}` → `a`, `a.b`.
-pub fn active_paths(value: &Value) -> Vec<String> {
-    fn walk(value: &Value, prefix: &str, out: &mut Vec<String>) {
-        let join = |name: &str| {
-            if prefix.is_empty() {
-                name.to_string()
-            } else {
-                format!("{prefix}.{name}")
-            }
-        };
-        match value {
-            Value::String(name) => out.push(join(name)),
-            Value::Object(children) => {
-                for (name, child) in children {
-                    let path = join(name);
-                    out.push(path.clone());
-                    walk(child, &path, out);
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    walk(value, "", &mut out);
-    out
 }
 
 /// A state value for a person: `review`, or its JSON when nested.

@@ -1,13 +1,16 @@
 //! What a scrape reads at its moment, beside what was recorded as it happened: the actors'
-//! tables, the plugin pools and the HTTP sessions, handed in as plain numbers ([`Gauges`]) and
-//! rendered with the recorded metrics. Apart from `metrics/mod.rs` so that the recording side,
+//! tables, the plugin pools, the HTTP sessions and the store's counts by state, handed in as
+//! plain values ([`Gauges`]) and rendered with the recorded metrics. Apart from `metrics/mod.rs` so that the recording side,
 //! which the store and the actors call, names nothing above it.
 
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 use metrics_exporter_prometheus::PrometheusBuilder;
 
 use super::install;
-use crate::actors::{NotifierStats, RegistryStats};
+use crate::{
+    actors::{NotifierStats, RegistryStats},
+    store::StateCounts,
+};
 
 /// What the server holds at the moment of a scrape, read from where it is kept.
 #[derive(Debug, Clone, Default)]
@@ -21,6 +24,10 @@ pub struct Gauges {
     /// Of those, sessions passivated (idle, only their record kept; `--session-passivate-after`).
     pub http_sessions_passivated: usize,
     pub plugins: Vec<PluginPool>,
+    /// The store's counts by state (`StateStore::count_by_state`, an index: no record is read);
+    /// `None` when the store did not answer, and the series are left out rather than shown
+    /// as zero.
+    pub instances: Option<StateCounts>,
 }
 
 /// One plugin's call pool (see `--plugin-pool`).
@@ -100,6 +107,9 @@ fn record_gauges(gauges: &Gauges) {
         "Instances dropped from memory for idleness (--idle-after) since start"
     );
     counter!("turnstile_instances_passivated_total").absolute(registry.passivated);
+    if let Some(instances) = &gauges.instances {
+        record_instances(instances);
+    }
 
     describe_gauge!(
         "turnstile_plugin_pool_size",
@@ -131,10 +141,38 @@ fn record_gauges(gauges: &Gauges) {
     }
 }
 
+/// The instances stored, by workflow and state. A state with none has no series (the store
+/// keeps no line for it).
+fn record_instances(instances: &StateCounts) {
+    describe_gauge!(
+        "turnstile_instances",
+        "Instances stored, by workflow and state, all machine versions together: an instance \
+         counts under every state path active in it (a nested state's parents, each region of \
+         a parallel state)"
+    );
+    describe_gauge!(
+        "turnstile_workflow_instances",
+        "Instances stored, by workflow"
+    );
+    for (workflow, count) in instances.by_workflow() {
+        gauge!("turnstile_workflow_instances", "workflow" => workflow.clone())
+            .set(count.total as f64);
+        for (state, n) in count.states {
+            gauge!("turnstile_instances", "workflow" => workflow.clone(), "state" => state)
+                .set(n as f64);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
-    use crate::metrics::tests::rendered;
+    use crate::{
+        metrics::tests::rendered,
+        store::{InstanceRecord, Tally},
+    };
 
     #[test]
     fn gauges_render_what_they_are_given_and_nothing_of_a_plugin_not_named() {
@@ -161,6 +199,21 @@ mod tests {
                     process_crashes: Some(2),
                 },
             ],
+            instances: Some({
+                let mut counts = StateCounts::default();
+                for (machine, value) in [
+                    ("v1", json!({"review": "checking"})),
+                    ("v2", json!({"review": "signing"})),
+                    ("v2", json!("draft")),
+                ] {
+                    let record = InstanceRecord {
+                        machine: Some(machine.into()),
+                        ..InstanceRecord::first("invoice", json!({"value": value}))
+                    };
+                    counts.add(&Tally::of(&record));
+                }
+                counts
+            }),
             ..Gauges::default()
         };
         let text = rendered(|| record_gauges(&gauges));
@@ -171,6 +224,10 @@ mod tests {
             "turnstile_sessions 3",
             r#"turnstile_plugin_pool_size{plugin="invoice"} 64"#,
             r#"turnstile_plugin_process_crashes_total{plugin="testkit"} 2"#,
+            r#"turnstile_instances{workflow="invoice",state="review"} 2"#,
+            r#"turnstile_instances{workflow="invoice",state="review.checking"} 1"#,
+            r#"turnstile_instances{workflow="invoice",state="draft"} 1"#,
+            r#"turnstile_workflow_instances{workflow="invoice"} 3"#,
             concat!(
                 r#"turnstile_build_info{version=""#,
                 env!("CARGO_PKG_VERSION"),

@@ -15,10 +15,18 @@ use std::{
 
 use serde_json::json;
 
+use self::state_counts::{
+    counts_by_state_agree_with_the_records_under_concurrent_writes,
+    counts_by_state_are_built_once_for_records_older_than_the_index,
+    counts_by_state_are_recounted_while_writes_go_on, counts_by_state_follow_fenced_writes,
+    counts_by_state_follow_retention_and_migration, counts_by_state_follow_saves_moves_and_deletes,
+};
 use super::{
     AuditEntry, Due, EmbeddedStore, Fence, InstanceRecord, LeaseGrant, LeaseRenewal, MAX_DUE_MS,
     PostgresStore, RedisStore, StateStore, StoreError, StoreOptions,
 };
+
+mod state_counts;
 
 pub(super) const REDIS_URL_VAR: &str = "TURNSTILE_TEST_REDIS_URL";
 /// The audit entries every fixture keeps per instance: few, so a case can pass them.
@@ -76,12 +84,13 @@ pub(super) fn unique_options() -> StoreOptions {
     }
 }
 
-/// A store under test, and what to clean up when the case is done.
+/// A store under test, what to clean up when the case is done, and how to open it again.
 pub(super) enum Fixture {
     Memory(Arc<super::MemoryStore>),
     Embedded(Arc<EmbeddedStore>, tempfile::TempDir),
-    Redis(Arc<RedisStore>),
-    Postgres(Arc<PostgresStore>),
+    /// The store, its URL and options.
+    Redis(Arc<RedisStore>, String, StoreOptions),
+    Postgres(Arc<PostgresStore>, StoreOptions),
 }
 
 impl Fixture {
@@ -93,47 +102,83 @@ impl Fixture {
 
     pub(super) async fn embedded() -> Self {
         let dir = tempfile::tempdir().expect("temp dir for the embedded store");
-        let store =
-            EmbeddedStore::open_keeping(dir.path().join("nested/dir/state.redb"), AUDIT_KEEP)
-                .await
-                .expect("open embedded store in a temp dir");
+        let store = Self::open_embedded(&dir).await;
         Fixture::Embedded(Arc::new(store), dir)
+    }
+
+    async fn open_embedded(dir: &tempfile::TempDir) -> EmbeddedStore {
+        EmbeddedStore::open_keeping(dir.path().join("nested/dir/state.redb"), AUDIT_KEEP)
+            .await
+            .expect("open embedded store in a temp dir")
     }
 
     pub(super) async fn redis() -> Self {
         let url = redis_url();
-        let store = RedisStore::connect(&url, &unique_options())
+        let options = unique_options();
+        let store = RedisStore::connect(&url, &options)
             .await
             .unwrap_or_else(|e| {
                 panic!("Redis at {url} is needed by this test (set {REDIS_URL_VAR}): {e}")
             });
-        Fixture::Redis(Arc::new(store))
+        Fixture::Redis(Arc::new(store), url, options)
     }
 
     pub(super) async fn redis_cluster() -> Self {
         let url = redis_cluster_url();
-        let store = RedisStore::connect(&url, &unique_options())
+        let options = unique_options();
+        let store = RedisStore::connect(&url, &options)
             .await
             .unwrap_or_else(|e| panic!("the Redis Cluster at {url} is needed by this test: {e}"));
-        Fixture::Redis(Arc::new(store))
+        Fixture::Redis(Arc::new(store), url, options)
     }
 
     pub(super) async fn postgres() -> Self {
         let url = postgres_url();
-        let store = PostgresStore::connect(&url, &unique_options())
+        let options = unique_options();
+        let store = PostgresStore::connect(&url, &options)
             .await
             .unwrap_or_else(|e| {
                 panic!("PostgreSQL at {url} is needed by this test (set {POSTGRES_URL_VAR}): {e}")
             });
-        Fixture::Postgres(Arc::new(store))
+        Fixture::Postgres(Arc::new(store), options)
     }
 
     pub(super) fn store(&self) -> Arc<dyn StateStore> {
         match self {
             Fixture::Memory(s) => s.clone(),
             Fixture::Embedded(s, _) => s.clone(),
-            Fixture::Redis(s) => s.clone(),
-            Fixture::Postgres(s) => s.clone(),
+            Fixture::Redis(s, ..) => s.clone(),
+            Fixture::Postgres(s, _) => s.clone(),
+        }
+    }
+
+    /// The same store after a restart, once `older` did to it what code of an older version
+    /// would have (see [`Older`]). Every handle from [`Fixture::store`] must be dropped first:
+    /// the embedded store's file is closed and opened again.
+    async fn reopened(self, older: Older) -> Self {
+        match self {
+            Fixture::Memory(_) => panic!("the memory store keeps nothing across a restart"),
+            Fixture::Embedded(store, dir) => {
+                drop(Arc::into_inner(store).expect("no other handle on the embedded store"));
+                EmbeddedStore::as_older_code_left_it(
+                    &dir.path().join("nested/dir/state.redb"),
+                    older,
+                );
+                let store = Self::open_embedded(&dir).await;
+                Fixture::Embedded(Arc::new(store), dir)
+            }
+            Fixture::Redis(store, url, options) => {
+                store.as_older_code_left_it(older).await;
+                let store = RedisStore::connect(&url, &options).await.unwrap();
+                Fixture::Redis(Arc::new(store), url, options)
+            }
+            Fixture::Postgres(store, options) => {
+                store.as_older_code_left_it(older).await;
+                let store = PostgresStore::connect(&postgres_url(), &options)
+                    .await
+                    .unwrap();
+                Fixture::Postgres(Arc::new(store), options)
+            }
         }
     }
 
@@ -146,8 +191,8 @@ impl Fixture {
                 drop(store);
                 dir.close().expect("remove the embedded store's temp dir");
             }
-            Fixture::Redis(s) => s.destroy_namespace().await.expect("clean up redis keys"),
-            Fixture::Postgres(s) => s.destroy_namespace().await.expect("drop test table"),
+            Fixture::Redis(s, ..) => s.destroy_namespace().await.expect("clean up redis keys"),
+            Fixture::Postgres(s, _) => s.destroy_namespace().await.expect("drop test table"),
         }
     }
 }
@@ -170,6 +215,45 @@ macro_rules! contract_tests {
         }
     };
 }
+
+/// What code of an older version may have left in a store, for the cases that open it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Older {
+    /// Records and no counts by state: no index, no mark that it was built, no tally beside
+    /// any record (what every server before the index wrote).
+    WithoutTheIndex,
+    /// The counts by state lost, and the mark that they were built kept (an index that
+    /// drifted as far as it can).
+    CountsLost,
+}
+
+/// One `#[tokio::test]` per case per store for the cases that open the store again: each takes
+/// the fixture and gives it back for the cleanup.
+macro_rules! reopening_tests {
+    ($module:ident = $store:ident: $($case:ident),* $(,)?) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let fixture = super::Fixture::$store().await;
+                    super::$case(fixture).await.cleanup().await;
+                }
+            )*
+        }
+    };
+}
+
+/// The stores that keep their records across a restart.
+macro_rules! lasting_stores {
+    ($($case:ident),* $(,)?) => {
+        reopening_tests!(embedded_reopened = embedded: $($case),*);
+        reopening_tests!(redis_reopened = redis: $($case),*);
+        reopening_tests!(redis_cluster_reopened = redis_cluster: $($case),*);
+        reopening_tests!(postgres_reopened = postgres: $($case),*);
+    };
+}
+
+lasting_stores!(counts_by_state_are_built_once_for_records_older_than_the_index);
 
 macro_rules! all_stores {
     ($($case:ident),* $(,)?) => {
@@ -204,6 +288,10 @@ all_stores!(
     the_audit_trail_grows_with_saves_and_goes_with_the_record,
     the_audit_trail_keeps_its_last_entries,
     owners_are_counted_as_their_records_come_and_go,
+    counts_by_state_follow_saves_moves_and_deletes,
+    counts_by_state_follow_retention_and_migration,
+    counts_by_state_agree_with_the_records_under_concurrent_writes,
+    counts_by_state_are_recounted_while_writes_go_on,
 );
 
 /// The lease cases: every store other processes share, and the memory store (which keeps
@@ -225,6 +313,7 @@ leasing_stores!(
     a_delete_takes_the_lease_with_the_record,
     racing_holders_get_one_lease,
     a_renewal_names_its_token_and_never_takes_the_lease_back,
+    counts_by_state_follow_fenced_writes,
 );
 
 /// The change-feed cases: every store other processes share.

@@ -27,6 +27,10 @@
 //! is a range scan, and [`DUE_OF`], the due time a key has now, so that a save or delete finds
 //! the entry to remove. Machine definitions are rare and small: they skip the journal and are
 //! committed straight into redb.
+//!
+//! The counts by state (`embedded/state_counts.rs`) are in the file beside the records, moved
+//! by the checkpoint that writes each row, and in process for reads, moved by the writer as each
+//! batch becomes durable: an open reads them, and never the records, once they are built.
 
 use std::{
     collections::BTreeMap,
@@ -47,8 +51,9 @@ use self::{
     writer::{Op, Writer},
 };
 use super::{
-    AuditEntry, Due, Fence, HANDLE_PREFIX, InstanceRecord, OwnedCounts, StateStore, StoreError,
-    check_key, check_save, conflict, format, machine_key, owner_of, versions_match,
+    AuditEntry, Due, Fence, HANDLE_PREFIX, InstanceRecord, OwnedCounts, StateCounts, StateStore,
+    StoreError, Tally, check_key, check_save, conflict, format, machine_key, owner_of,
+    versions_match,
 };
 
 /// Key: instance key. Value: (version, updated_at_ms, workflow, snapshot as JSON text). The
@@ -115,6 +120,9 @@ pub struct EmbeddedStore {
     /// How many records each owner has: counted from redb at open, then kept by the writer as
     /// it makes creates and deletes durable.
     owned: Arc<Mutex<OwnedCounts>>,
+    /// How many records each workflow has in each state: read from the file at open, then kept
+    /// by the writer as it makes changes durable (`embedded/state_counts.rs`).
+    counts: Arc<Mutex<StateCounts>>,
 }
 
 impl EmbeddedStore {
@@ -155,15 +163,17 @@ impl EmbeddedStore {
                 let db = open_file(&path, &name)?;
                 let segment = replay(&db, &path, &name, audit_keep)?;
                 let owned = count_owners(&db, &name)?;
-                Ok::<_, StoreError>((db, segment, owned, path))
+                let counts = state_counts::open(&db).map_err(|e| storage(&name, e))?;
+                Ok::<_, StoreError>((db, segment, owned, counts, path))
             })
             .await
         };
-        let (db, segment, owned, path) = opened.map_err(|e| {
+        let (db, segment, owned, counts, path) = opened.map_err(|e| {
             StoreError::Unavailable(format!("{name}: opening the file panicked: {e}"))
         })??;
         let db = Arc::new(db);
         let owned = Arc::new(Mutex::new(owned));
+        let counts = Arc::new(Mutex::new(counts));
         let overlay = Arc::new(RwLock::new(Overlay::default()));
         let stats = Arc::new(BatchStats::default());
         let cannot_start = |e: std::io::Error| {
@@ -188,6 +198,7 @@ impl EmbeddedStore {
             checkpointer: Some(checkpointer),
             frames: Vec::new(),
             owned: Arc::clone(&owned),
+            counts: Arc::clone(&counts),
         };
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -202,6 +213,7 @@ impl EmbeddedStore {
             writer: Some((tx, thread)),
             audit_keep,
             owned,
+            counts,
         })
     }
 
@@ -297,6 +309,12 @@ fn open_file(path: &PathBuf, name: &str) -> Result<Database, StoreError> {
     txn.open_table(AUDIT).map_err(|e| storage(name, e))?;
     txn.open_table(MACHINES).map_err(|e| storage(name, e))?;
     txn.open_table(JOURNAL).map_err(|e| storage(name, e))?;
+    txn.open_table(state_counts::COUNTED_AS)
+        .map_err(|e| storage(name, e))?;
+    txn.open_table(state_counts::STATE_COUNTS)
+        .map_err(|e| storage(name, e))?;
+    txn.open_table(state_counts::BUILT)
+        .map_err(|e| storage(name, e))?;
     txn.commit().map_err(|e| storage(name, e))?;
     Ok(db)
 }
@@ -364,6 +382,13 @@ fn count_owners(db: &Database, name: &str) -> Result<OwnedCounts, StoreError> {
 /// The per-owner counts, whatever a panicking holder left (a count is never half-changed).
 fn lock_owned(owned: &Mutex<OwnedCounts>) -> std::sync::MutexGuard<'_, OwnedCounts> {
     owned
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The counts by state, whatever a panicking holder left (each change is whole before the next).
+fn lock_counts(counts: &Mutex<StateCounts>) -> std::sync::MutexGuard<'_, StateCounts> {
+    counts
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -508,6 +533,7 @@ impl StateStore for EmbeddedStore {
                 format: record.format.into(),
                 extras_json: format::encode(&record.extras()),
                 due_at_ms: record.due_at_ms,
+                tally: Some(Tally::of(record)),
             },
             audit: record.audit.as_ref().map(AuditEntry::encode),
             reply,
@@ -619,6 +645,17 @@ impl StateStore for EmbeddedStore {
 
     async fn count_owned(&self, owner: &str) -> Result<u64, StoreError> {
         Ok(lock_owned(&self.owned).of(owner))
+    }
+
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        Ok(lock_counts(&self.counts).clone())
+    }
+
+    /// Through the writer, so no save moves a count while the file's are rebuilt and the ones
+    /// in process made again from them.
+    async fn recount_by_state(&self) -> Result<StateCounts, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.write(Op::Recount { reply }, answer).await
     }
 
     async fn count(&self, prefix: &str) -> Result<u64, StoreError> {
@@ -739,6 +776,7 @@ pub mod files;
 mod journal;
 mod overlay;
 mod priority;
+mod state_counts;
 #[cfg(test)]
 mod tests;
 mod writer;

@@ -9,7 +9,8 @@
 //! or not. A record is parsed only when an instance is activated.
 //!
 //! Due times are indexed in an ordered set of (due, key) beside the records, under the same lock,
-//! so a save changes both at once. Leases are kept there too, with the full contract of
+//! so a save changes both at once; so are the counts by state (`state_counts.rs`), each record
+//! keeping the tally it is counted under, so a save or delete takes off what was put on. Leases are kept there too, with the full contract of
 //! `lease.rs`, though only a store made with [`MemoryStore::shared`] says it is shared (so that
 //! instance actors take leases): tests run several "servers" on one such store.
 
@@ -23,8 +24,8 @@ use std::{
 use async_trait::async_trait;
 
 use super::{
-    AuditEntry, Due, Fence, InstanceRecord, LeaseGrant, LeaseRenewal, OwnedCounts, StateStore,
-    StoreError, check_save, conflict, format, machine_key, versions_match,
+    AuditEntry, Due, Fence, InstanceRecord, LeaseGrant, LeaseRenewal, OwnedCounts, StateCounts,
+    StateStore, StoreError, Tally, check_save, conflict, format, machine_key, versions_match,
 };
 
 /// In-memory store. Cloning is not offered: share it as `Arc<dyn StateStore>`.
@@ -66,6 +67,8 @@ struct Records {
     leases: HashMap<String, Lease>,
     /// How many records each owner has ([`StateStore::count_owned`]).
     owned: OwnedCounts,
+    /// How many records each workflow has in each state ([`StateStore::count_by_state`]).
+    counts: StateCounts,
 }
 
 /// A lease as this store keeps it.
@@ -90,6 +93,7 @@ impl Records {
             self.due.remove(&(due, key.to_owned()));
         }
         self.owned.removed(key);
+        self.counts.remove(&old.tally);
         true
     }
 
@@ -146,11 +150,14 @@ struct StoredRecord {
     version: u64,
     updated_at_ms: u64,
     due_at_ms: Option<u64>,
+    /// What the record is counted under in [`Records::counts`].
+    tally: Tally,
 }
 
 impl StoredRecord {
     fn new(record: &InstanceRecord) -> Self {
         Self {
+            tally: Tally::of(record),
             format: record.format,
             extras: format::encode(&record.extras()).into_boxed_str(),
             workflow: record.workflow.as_str().into(),
@@ -347,6 +354,7 @@ impl StateStore for MemoryStore {
         if let Some(due) = stored.due_at_ms {
             records.due.insert((due, key.to_owned()));
         }
+        records.counts.add(&stored.tally);
         records.by_key.insert(key.to_owned(), stored);
         records.owned.added(key);
         if let Some(entry) = &record.audit {
@@ -449,6 +457,22 @@ impl StateStore for MemoryStore {
 
     async fn count_owned(&self, owner: &str) -> Result<u64, StoreError> {
         Ok(self.records().owned.of(owner))
+    }
+
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        Ok(self.records().counts.clone())
+    }
+
+    /// Nothing here outlives the process or is written by other code, so the counts never
+    /// drift; counted again all the same, under the lock, for the contract's sake.
+    async fn recount_by_state(&self) -> Result<StateCounts, StoreError> {
+        let mut records = self.records();
+        let mut counts = StateCounts::default();
+        for stored in records.by_key.values() {
+            counts.add(&stored.tally);
+        }
+        records.counts = counts.clone();
+        Ok(counts)
     }
 
     async fn due(

@@ -27,6 +27,9 @@
 //! - `postgres.rs`: [`PostgresStore`], one table; CAS in `UPDATE … WHERE version = $n`.
 //! - `owned.rs`: the owner a key names, and the per-owner counts behind
 //!   [`StateStore::count_owned`].
+//! - `state_counts.rs`: the rule a record is counted by per workflow, machine version and state,
+//!   and [`StateCounts`], behind [`StateStore::count_by_state`] (each store keeps them in a room
+//!   of its own: `embedded/state_counts.rs`, `redis/state_counts.rs`, `postgres/state_counts.rs`).
 //! - `unanswered.rs`: what a save that got no answer did, learned by reading the record again.
 //! - `contract.rs` (tests only): the one suite every store must pass.
 //! - `outage.rs` (tests only): servers killed, stalled and restarted under the remote stores.
@@ -68,6 +71,20 @@
 //! rereads the record and re-saves it with the right due time when the stored one is wrong, and
 //! [`migrate`] fills in missing due times on start.
 //!
+//! # The state counts
+//!
+//! Every store keeps how many records each workflow has, by machine version and by state
+//! ([`StateStore::count_by_state`]; the rule is `state_counts.rs`'s), in the same atomic write as
+//! each record, so reading them reads no record. Like the due time, they are derived data, not
+//! part of what a record means, so they did not need a new record format: each store keeps, beside
+//! a record, the tally it is counted under, and a mark saying which version of the rule
+//! ([`STATE_COUNTS_VERSION`]) built its index (`indexes_built_v1` in the embedded file,
+//! `ns:counts_built` per Redis shard, `{namespace}_indexes_built` in PostgreSQL). A store opened
+//! without the mark (written by code that predates the index) or with another is counted once,
+//! from its records, as it opens; later opens read the counts. A record with no tally beside it
+//! (written by older code since) is counted nowhere until [`StateStore::recount_by_state`]
+//! (`turnstile instances repair`) counts every record again.
+//!
 //! Machine definitions are stored too ([`StateStore::save_machine`]), by workflow and version,
 //! so an instance pinned to an old machine can be restored after the plugin that brought the
 //! machine is gone.
@@ -92,6 +109,7 @@ mod postgres;
 mod record;
 mod redact;
 mod redis;
+mod state_counts;
 mod state_store;
 mod unanswered;
 
@@ -116,6 +134,7 @@ pub use self::{
     record::{DEFAULT_MAX_RECORD_BYTES, Due, InstanceRecord, MAX_DUE_MS, json_bytes, now_ms},
     redact::{redact, redact_context},
     redis::RedisStore,
+    state_counts::{STATE_COUNTS_VERSION, StateCounts, Tally, WorkflowCount, active_paths},
     state_store::StateStore,
     unanswered::settle as settle_unanswered_save,
 };

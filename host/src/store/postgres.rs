@@ -30,6 +30,10 @@
 //! Machine definitions live in `{namespace}_machines` (`workflow, version, definition jsonb`),
 //! written once per version.
 //!
+//! The counts by state live in `{namespace}_state_counts`, moved by a trigger on the instances
+//! table in the transaction of each write, from the tally each row keeps (`counted_machine`,
+//! `counted_states`); see `postgres/state_counts.rs`.
+//!
 //! Compare-and-set is one statement: `INSERT … ON CONFLICT DO NOTHING` for version 1,
 //! `UPDATE … WHERE key = $1 AND version = $n` after that. PostgreSQL's row lock makes the check
 //! and the write atomic; when no row changes, a follow-up `SELECT` reports the current version.
@@ -48,9 +52,11 @@ use deadpool_postgres::{
 
 use super::{
     AuditEntry, ChangeFeed, Due, Durability, FeedSubscriptions, Fence, InstanceRecord, LeaseGrant,
-    LeaseRenewal, StateStore, StoreError, StoreOptions, WANTED_FOR, chain, check_key, check_save,
-    conflict, format, invalid, redact,
+    LeaseRenewal, StateCounts, StateStore, StoreError, StoreOptions, Tally, WANTED_FOR, chain,
+    check_key, check_save, conflict, format, invalid, redact,
 };
+
+mod state_counts;
 
 /// The rows whose key names an owner (`owned.rs`: `handle/…@owner`), and the owner such a key
 /// names: the index behind [`StateStore::count_owned`] is on this expression, for these rows.
@@ -85,14 +91,16 @@ struct Sql {
     count: String,
     count_owned: String,
     due: String,
+    count_by_state: String,
 }
 
 impl Sql {
     fn insert(t: &str) -> String {
         format!(
             "INSERT INTO {t} \
-             (key, workflow, snapshot, version, updated_at, format, extras, due_at) \
-             VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000), $6, $7, $8) \
+             (key, workflow, snapshot, version, updated_at, format, extras, due_at, \
+              counted_machine, counted_states) \
+             VALUES ($1, $2, $3, $4, to_timestamp($5::float8 / 1000), $6, $7, $8, $9, $10) \
              ON CONFLICT (key) DO NOTHING"
         )
     }
@@ -101,7 +109,8 @@ impl Sql {
         format!(
             "UPDATE {t} SET workflow = $2, snapshot = $3, version = $4, \
              updated_at = to_timestamp($5::float8 / 1000), format = $7, extras = $8, \
-             due_at = $9 WHERE key = $1 AND version = $6 AND {}",
+             due_at = $9, counted_machine = $12, counted_states = $13 \
+             WHERE key = $1 AND version = $6 AND {}",
             Self::lease_allows("$10", "$11")
         )
     }
@@ -138,7 +147,7 @@ impl Sql {
             update: Self::update(t),
             insert_audited: format!(
                 "WITH saved AS ({} RETURNING key) \
-                 INSERT INTO {audit} (key, version, entry) SELECT key, $4, $9 FROM saved",
+                 INSERT INTO {audit} (key, version, entry) SELECT key, $4, $11 FROM saved",
                 Self::insert(t)
             ),
             // Data-modifying CTEs run whether or not anything reads them: the trim drops the
@@ -147,7 +156,7 @@ impl Sql {
                 "WITH saved AS ({} RETURNING key), \
                  trimmed AS (DELETE FROM {audit} WHERE key IN (SELECT key FROM saved) \
                    AND version <= $4::bigint - {audit_keep}) \
-                 INSERT INTO {audit} (key, version, entry) SELECT key, $4, $12 FROM saved",
+                 INSERT INTO {audit} (key, version, entry) SELECT key, $4, $14 FROM saved",
                 Self::update(t)
             ),
             audit: format!("SELECT entry FROM {audit} WHERE key = $1 ORDER BY version"),
@@ -238,6 +247,7 @@ impl Sql {
                  WHERE due_at IS NOT NULL AND due_at <= $1 AND (due_at, key) > ($2, $3) \
                  ORDER BY due_at, key LIMIT $4"
             ),
+            count_by_state: state_counts::read_sql(t),
         }
     }
 }
@@ -306,6 +316,10 @@ impl PostgresStore {
             op_timeout: options.op_timeout,
         };
         store.migrate().await.map_err(StoreError::when_connecting)?;
+        store
+            .build_state_counts()
+            .await
+            .map_err(StoreError::when_connecting)?;
         Ok(store)
     }
 
@@ -345,9 +359,11 @@ impl PostgresStore {
                  version text NOT NULL,
                  definition jsonb NOT NULL,
                  PRIMARY KEY (workflow, version)
-             );",
+             );
+             {counts}",
             m = self.machines,
             a = audit_table(t),
+            counts = state_counts::ddl(t),
         );
         self.bounded("migrate", async {
             let mut client = self.pool.get().await.map_err(|e| self.down("connect", e))?;
@@ -566,10 +582,13 @@ impl PostgresStore {
     #[cfg(test)]
     pub(super) async fn destroy_namespace(&self) -> Result<(), StoreError> {
         let sql = format!(
-            "DROP TABLE IF EXISTS {}, {}, {}",
+            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}; DROP FUNCTION IF EXISTS {}",
             audit_table(&self.table),
             self.table,
-            self.machines
+            self.machines,
+            state_counts::counts_table(&self.table),
+            state_counts::built_table(&self.table),
+            state_counts::trigger_function(&self.table),
         );
         self.bounded("drop table", async {
             let client = self.pool.get().await.map_err(|e| self.down("drop", e))?;
@@ -772,6 +791,9 @@ impl StateStore for PostgresStore {
             .due_at_ms
             .map(|due| i64::try_from(due).unwrap_or(i64::MAX));
         let audit = record.audit.as_ref().map(AuditEntry::encode);
+        let tally = Tally::of(record);
+        let counted_machine = tally.machine();
+        let counted_states: Vec<&str> = tally.states().collect();
         let changed = if expected == 0 {
             let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
                 &key,
@@ -782,6 +804,8 @@ impl StateStore for PostgresStore {
                 &format,
                 &extras,
                 &due,
+                &counted_machine,
+                &counted_states,
             ];
             let sql = match &audit {
                 Some(entry) => {
@@ -806,6 +830,8 @@ impl StateStore for PostgresStore {
                 &due,
                 &token,
                 &holder,
+                &counted_machine,
+                &counted_states,
             ];
             let sql = match &audit {
                 Some(entry) => {
@@ -996,6 +1022,27 @@ impl StateStore for PostgresStore {
             .await?;
         let n: i64 = rows.first().map_or(Ok(0), |row| column(owner, row, 0))?;
         Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        let rows = self
+            .query("count by state", &self.sql.count_by_state, &[])
+            .await?;
+        let mut counts = StateCounts::default();
+        for row in &rows {
+            counts.add_line(
+                &column::<String>("count by state", row, 0)?,
+                &column::<String>("count by state", row, 1)?,
+                &column::<String>("count by state", row, 2)?,
+                column("count by state", row, 3)?,
+            );
+        }
+        Ok(counts)
+    }
+
+    async fn recount_by_state(&self) -> Result<StateCounts, StoreError> {
+        self.recount().await?;
+        self.count_by_state().await
     }
 
     async fn count(&self, prefix: &str) -> Result<u64, StoreError> {

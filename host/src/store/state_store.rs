@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{
     AuditEntry, ChangeFeed, Due, Durability, Fence, InstanceRecord, LeaseGrant, LeaseRenewal,
-    StoreError,
+    StateCounts, StoreError, Tally,
 };
 
 /// Persistence for workflow instances, keyed by the instance's handle.
@@ -145,6 +145,32 @@ pub trait StateStore: Send + Sync {
         self.count_owned(owner).await
     }
 
+    /// How many records each workflow has, by machine version and by state, as the rule of
+    /// `state_counts.rs` counts them (a record once under its workflow, and once under each state
+    /// path active in it). Every store keeps these counts in the same atomic write as each
+    /// record (a save, a delete, a retention delete, a migration's rewrite), so this reads an
+    /// index that grows with the workflows and states there are, never a record: what the
+    /// console's counts and `/metrics` read, as often as they like.
+    ///
+    /// The default reads every record ([`count_every_record`]): for a store that keeps
+    /// no index (a test's stand-in); every store here overrides it.
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        count_every_record(self).await
+    }
+
+    /// Counts every record again by that rule and rewrites the index [`Self::count_by_state`]
+    /// reads with what it finds, marking it built by this build's rule
+    /// ([`super::STATE_COUNTS_VERSION`]); returns the counts it made. Each store does it when it
+    /// opens an index built by no rule (records written before the index existed) or another
+    /// one, and `turnstile instances repair` asks for it when the index drifted (older code
+    /// writing beside this one). Writes made while it runs are counted once. Reads every record:
+    /// for operators and start-up, never for a hot path.
+    ///
+    /// The default counts by reading every record, having no index to rewrite.
+    async fn recount_by_state(&self) -> Result<StateCounts, StoreError> {
+        count_every_record(self).await
+    }
+
     /// The audit trail of the instance under `key`, oldest first: one entry per save that
     /// carried one ([`InstanceRecord::audit`]). Empty for an instance that never moved or does
     /// not exist.
@@ -197,5 +223,33 @@ pub trait StateStore: Send + Sync {
     /// their names say), or the server would not tell.
     async fn durability(&self) -> Option<Durability> {
         None
+    }
+}
+
+/// Counts every record `store` holds by reading each one, by the rule of `state_counts.rs`: what
+/// an index is checked against, and what a store that keeps none answers. (Here rather than in
+/// `state_counts.rs`, which the trait names: the rule must not name the trait back.) A record that cannot be read (damaged, or in a
+/// newer format) is counted nowhere, as each store's index leaves it.
+pub async fn count_every_record<S: StateStore + ?Sized>(
+    store: &S,
+) -> Result<StateCounts, StoreError> {
+    /// Keys read per page.
+    const PAGE: usize = 500;
+    let mut counts = StateCounts::default();
+    let mut after: Option<String> = None;
+    loop {
+        let keys = store.list_keys("", after.as_deref(), PAGE).await?;
+        let Some(last) = keys.last().cloned() else {
+            return Ok(counts);
+        };
+        for key in &keys {
+            match store.load(key).await {
+                Ok(Some(record)) => counts.add(&Tally::of(&record)),
+                Ok(None)
+                | Err(StoreError::Corrupt { .. } | StoreError::UnsupportedFormat { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        after = Some(last);
     }
 }

@@ -1,7 +1,8 @@
 //! `GET /metrics`: each call's count is recorded as it is answered
 //! (`handler/call_record.rs`); [`serve`] answers a scrape: it reads what the actors, the plugin pools and rmcp's session
-//! table hold at that moment (the numbers `/stats` shows) and renders them with the recorded
-//! metrics. It sits behind the same `Host` check and authentication as `/stats`.
+//! table hold at that moment (the numbers `/stats` shows), and the store's counts by state,
+//! and renders them with the recorded metrics. It sits behind the same `Host` check and
+//! authentication as `/stats`.
 //!
 //! It must not name metric series itself (`crate::metrics` renders them).
 
@@ -49,6 +50,14 @@ pub async fn serve(
             }
         })
         .collect();
+    // The store's index of counts by state: one small read, never a scan of the records.
+    let instances = match shared.store.count_by_state().await {
+        Ok(counts) => Some(counts),
+        Err(error) => {
+            tracing::debug!(%error, "no instance counts for this scrape: the store did not answer");
+            None
+        }
+    };
     let gauges = Gauges {
         registry,
         notifier,
@@ -56,6 +65,7 @@ pub async fn serve(
         http_sessions_in_handshake: handshakes.pending(),
         http_sessions_passivated: sessions.passivated(),
         plugins,
+        instances,
     };
     (
         [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],

@@ -26,6 +26,7 @@ use super::{
     AUDIT, DUE, DUE_OF, FOLDED_THROUGH, FORMATS, INSTANCES, JOURNAL, journal,
     overlay::{Layer, Overlay, Pending},
     priority::yield_to_requests,
+    state_counts::Counting,
     write_lock,
 };
 use crate::store::StoreError;
@@ -49,6 +50,8 @@ struct Tables<'txn> {
     due: Table<'txn, (u64, &'static str), ()>,
     due_of: Table<'txn, &'static str, u64>,
     audit: Table<'txn, (&'static str, u64), &'static str>,
+    /// The counts by state, moved with each row (`state_counts.rs`).
+    counting: Counting<'txn>,
     audit_keep: u64,
 }
 
@@ -61,6 +64,7 @@ impl<'txn> Tables<'txn> {
             due: txn.open_table(DUE)?,
             due_of: txn.open_table(DUE_OF)?,
             audit: txn.open_table(AUDIT)?,
+            counting: Counting::open(txn)?,
         })
     }
 
@@ -75,6 +79,8 @@ impl<'txn> Tables<'txn> {
             let old = old.value();
             self.due.remove((old, key))?;
         }
+        self.counting
+            .put(key, pending.row.as_ref().and_then(|row| row.tally.as_ref()))?;
         match &pending.row {
             None => {
                 self.formats.remove(key)?;

@@ -23,7 +23,9 @@
 //! opt<T>  := 0 | 1 T
 //! ```
 //!
-//! Integers are little endian. Replaying a segment applies its changes in order,
+//! Integers are little endian. A save's tally (what its record is counted under, see
+//! `state_counts.rs`) is not in the frame: it follows from the frame's text, and is read from it
+//! when the frame is read back, so the format did not change for the counts. Replaying a segment applies its changes in order,
 //! unconditionally: each was checked (compare-and-set) before it was written, so the final state
 //! of every key it touches is the one its last frame gives, whatever redb held before. That makes
 //! replay idempotent, so a crash between a checkpoint's commit and the segment's deletion is
@@ -342,17 +344,19 @@ fn decode(body: &[u8]) -> Option<Change> {
                 1 => Some(r.str()?),
                 _ => return None,
             };
+            let row = Row {
+                version,
+                updated_at_ms,
+                workflow,
+                snapshot_json,
+                format,
+                extras_json,
+                due_at_ms,
+                tally: None,
+            };
             Change::Save {
+                row: row.counted(&key),
                 key,
-                row: Row {
-                    version,
-                    updated_at_ms,
-                    workflow,
-                    snapshot_json,
-                    format,
-                    extras_json,
-                    due_at_ms,
-                },
                 audit,
             }
         }
@@ -415,7 +419,9 @@ mod tests {
                 format: 2,
                 extras_json: "{}".to_owned(),
                 due_at_ms: version.is_multiple_of(2).then_some(42 * version),
-            },
+                tally: None,
+            }
+            .counted(key),
             audit: audit.map(str::to_owned),
         }
     }

@@ -17,7 +17,9 @@ use std::{
     sync::Arc,
 };
 
-/// One instance's row: the columns of redb's instance, format and due tables.
+use crate::store::Tally;
+
+/// One instance's row: the columns of redb's instance, format, due and counted-as tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
     pub version: u64,
@@ -27,6 +29,23 @@ pub struct Row {
     pub format: u64,
     pub extras_json: String,
     pub due_at_ms: Option<u64>,
+    /// What the record is counted under (`state_counts.rs`; `None`: nowhere). Made from the
+    /// record by the save, or read from the row's text ([`Row::counted`]); not journaled.
+    pub tally: Option<Tally>,
+}
+
+impl Row {
+    /// `self`, its tally read from its own text: for a row read back from the journal.
+    pub fn counted(self, key: &str) -> Row {
+        let tally = super::state_counts::tally_of_row(
+            key,
+            &self.workflow,
+            Some(self.format),
+            Some(&self.extras_json),
+            &self.snapshot_json,
+        );
+        Row { tally, ..self }
+    }
 }
 
 /// One acknowledged change to an instance: what the journal holds, frame by frame.
@@ -140,6 +159,7 @@ impl Overlay {
     }
 
     /// `key`'s current version as the overlay knows it (see [`Overlay::row`]).
+    #[cfg(test)]
     pub fn version(&self, key: &str) -> Option<Option<u64>> {
         self.row(key).map(|row| row.map(|row| row.version))
     }
@@ -159,6 +179,19 @@ impl Overlay {
             }
         }
         (redb_counts, entries)
+    }
+
+    /// What each key the overlay knows is counted under now (`None`: nowhere, deleted included).
+    pub fn tallies(&self) -> BTreeMap<String, Option<Tally>> {
+        let mut tallies = BTreeMap::new();
+        for layer in self.layers() {
+            for (key, pending) in layer.iter() {
+                // Newer layers come later and win.
+                let tally = pending.row.as_ref().and_then(|row| row.tally.clone());
+                tallies.insert(key.to_owned(), tally);
+            }
+        }
+        tallies
     }
 
     /// Every key starting with `prefix` that the overlay knows, with what it knows of it.
@@ -226,6 +259,7 @@ mod tests {
                 format: 2,
                 extras_json: "{}".to_owned(),
                 due_at_ms: due,
+                tally: None,
             },
             audit: audit.map(str::to_owned),
         }

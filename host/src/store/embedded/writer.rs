@@ -19,8 +19,8 @@ use super::checkpoint::{CHECKPOINT_BYTES, Job};
 use super::priority::yield_to_requests;
 use super::{
     BatchStats, Change, Checkpointer, INSTANCES, Layer, MACHINES, Overlay, OwnedCounts, Row,
-    Segment, StoreError, checkpoint, conflict, journal, lock_owned, owner_of, read_lock, storage,
-    versions_match, write_lock,
+    Segment, StateCounts, StoreError, Tally, checkpoint, conflict, journal, lock_counts,
+    lock_owned, owner_of, read_lock, state_counts, storage, versions_match, write_lock,
 };
 use crate::metrics;
 
@@ -57,6 +57,25 @@ pub(super) enum Op {
     Checkpoint {
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
+    /// Count every record again ([`StateStore::recount_by_state`]).
+    Recount {
+        reply: oneshot::Sender<Result<StateCounts, StoreError>>,
+    },
+}
+
+/// A key's record as a batch's checks see it: its version, and what it is counted under.
+type Current = Option<(u64, Option<Tally>)>;
+
+/// What a batch's checks let through: the changes to journal, each with the reply that waits
+/// for it, and what they do to the counts once durable.
+#[derive(Default)]
+struct Checked {
+    changes: Vec<(Change, Reply)>,
+    /// Keys of owned records the changes create (`true`) or remove (`false`), for
+    /// [`OwnedCounts`].
+    owners: Vec<(String, bool)>,
+    /// Each change's old and new tally, for the counts by state.
+    tallies: Vec<(Option<Tally>, Option<Tally>)>,
 }
 
 /// The writer thread's state: the segment it appends to and the checkpoint thread it feeds.
@@ -75,6 +94,8 @@ pub(super) struct Writer {
     pub(super) audit_keep: u64,
     /// The store's per-owner counts, which this thread alone changes.
     pub(super) owned: Arc<Mutex<OwnedCounts>>,
+    /// The store's counts by state, which this thread alone changes.
+    pub(super) counts: Arc<Mutex<StateCounts>>,
 }
 
 impl Writer {
@@ -100,18 +121,24 @@ impl Writer {
             }
             let (asked, batch): (Vec<Op>, Vec<Op>) = batch
                 .into_iter()
-                .partition(|op| matches!(op, Op::Checkpoint { .. }));
+                .partition(|op| matches!(op, Op::Checkpoint { .. } | Op::Recount { .. }));
             self.stats
                 .ops
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
             self.commit(batch);
-            if !asked.is_empty() {
-                // After this batch's saves, which the checkpoint then covers.
-                let replies = asked.into_iter().map(|op| match op {
-                    Op::Checkpoint { reply } => reply,
+            // After this batch's saves, which the checkpoint and the count then cover.
+            let mut checkpoints = Vec::new();
+            for op in asked {
+                match op {
+                    Op::Checkpoint { reply } => checkpoints.push(reply),
+                    Op::Recount { reply } => {
+                        let _ = reply.send(self.recount());
+                    }
                     _ => unreachable!("partitioned above"),
-                });
-                self.checkpoint_now(replies.collect());
+                }
+            }
+            if !checkpoints.is_empty() {
+                self.checkpoint_now(checkpoints);
             } else if self.segment.len() >= CHECKPOINT_BYTES {
                 self.start_checkpoint();
             }
@@ -130,18 +157,20 @@ impl Writer {
                     definition_json,
                     reply,
                 } => machines.push((key, definition_json, reply)),
-                Op::Checkpoint { .. } => unreachable!("taken out of the batch by `run`"),
+                Op::Checkpoint { .. } | Op::Recount { .. } => {
+                    unreachable!("taken out of the batch by `run`")
+                }
                 op => instance_ops.push(op),
             }
         }
         if !machines.is_empty() {
             self.commit_machines(machines);
         }
-        let (checked, owners_changed) = self.check(instance_ops);
-        let mut changes = Vec::with_capacity(checked.len());
-        let mut replies = Vec::with_capacity(checked.len());
+        let checked = self.check(instance_ops);
+        let mut changes = Vec::with_capacity(checked.changes.len());
+        let mut replies = Vec::with_capacity(checked.changes.len());
         self.frames.clear();
-        for (change, reply) in checked {
+        for (change, reply) in checked.changes {
             journal::encode(&change, &mut self.frames);
             changes.push(change);
             replies.push(reply);
@@ -168,12 +197,18 @@ impl Writer {
         write_lock(&self.overlay).apply(changes);
         {
             let mut owned = lock_owned(&self.owned);
-            for (key, created) in &owners_changed {
+            for (key, created) in &checked.owners {
                 if *created {
                     owned.added(key);
                 } else {
                     owned.removed(key);
                 }
+            }
+        }
+        {
+            let mut counts = lock_counts(&self.counts);
+            for (old, new) in &checked.tallies {
+                counts.replace(old.as_ref(), new.as_ref());
             }
         }
         for reply in replies {
@@ -186,31 +221,32 @@ impl Writer {
     /// order, so a later op in the batch sees what an earlier one did. Answers the ops that
     /// write nothing (a conflict, a delete of a key that is not there, a failed read of the
     /// current version); the others come back as changes to journal, each with the reply that
-    /// waits for it to be synced, and beside them the keys of owned records the changes create
-    /// (`true`) or remove (`false`), for [`OwnedCounts`] once they are durable.
-    #[allow(clippy::type_complexity)]
-    fn check(&self, ops: Vec<Op>) -> (Vec<(Change, Reply)>, Vec<(String, bool)>) {
-        let mut in_batch: HashMap<String, Option<u64>> = HashMap::new();
-        let mut checked = Vec::with_capacity(ops.len());
-        let mut owners_changed = Vec::new();
+    /// waits for it to be synced, and beside them what they do to the counts once durable.
+    fn check(&self, ops: Vec<Op>) -> Checked {
+        let mut in_batch: HashMap<String, Current> = HashMap::new();
+        let mut checked = Checked {
+            changes: Vec::with_capacity(ops.len()),
+            ..Checked::default()
+        };
         for op in ops {
             let key = match &op {
                 Op::Save { key, .. } | Op::Delete { key, .. } => key.as_str(),
-                Op::SaveMachine { .. } | Op::Checkpoint { .. } => {
-                    unreachable!("machines and checkpoints are taken apart")
+                Op::SaveMachine { .. } | Op::Checkpoint { .. } | Op::Recount { .. } => {
+                    unreachable!("machines, checkpoints and counts are taken apart")
                 }
             };
-            let current = match in_batch.get(key) {
-                Some(current) => Ok(*current),
-                None => self.stored_version(key),
+            let stored = match in_batch.remove(key) {
+                Some(stored) => Ok(stored),
+                None => self.stored(key),
             };
-            let current = match current {
-                Ok(current) => current,
+            let stored = match stored {
+                Ok(stored) => stored,
                 Err(e) => {
                     op.answer(Err(e));
                     continue;
                 }
             };
+            let current = stored.as_ref().map(|(version, _)| *version);
             match op {
                 Op::Save {
                     key,
@@ -220,12 +256,17 @@ impl Writer {
                     reply,
                 } => {
                     if versions_match(current, expected) {
-                        in_batch.insert(key.clone(), Some(row.version));
+                        in_batch.insert(key.clone(), Some((row.version, row.tally.clone())));
                         if current.is_none() && owner_of(&key).is_some() {
-                            owners_changed.push((key.clone(), true));
+                            checked.owners.push((key.clone(), true));
                         }
-                        checked.push((Change::Save { key, row, audit }, reply));
+                        let old = stored.and_then(|(_, tally)| tally);
+                        checked.tallies.push((old, row.tally.clone()));
+                        checked
+                            .changes
+                            .push((Change::Save { key, row, audit }, reply));
                     } else {
+                        in_batch.insert(key.clone(), stored);
                         let _ = reply.send(Err(conflict(&key, expected, current)));
                     }
                 }
@@ -237,39 +278,70 @@ impl Writer {
                     if let Some(expected) = expected
                         && current != Some(expected)
                     {
+                        in_batch.insert(key.clone(), stored);
                         let _ = reply.send(Err(conflict(&key, expected, current)));
                     } else if current.is_none() {
+                        in_batch.insert(key.clone(), None);
                         let _ = reply.send(Ok(false));
                     } else {
                         in_batch.insert(key.clone(), None);
                         if owner_of(&key).is_some() {
-                            owners_changed.push((key.clone(), false));
+                            checked.owners.push((key.clone(), false));
                         }
-                        checked.push((Change::Delete { key }, reply));
+                        let old = stored.and_then(|(_, tally)| tally);
+                        checked.tallies.push((old, None));
+                        checked.changes.push((Change::Delete { key }, reply));
                     }
                 }
-                Op::SaveMachine { .. } | Op::Checkpoint { .. } => {
-                    unreachable!("machines and checkpoints are taken apart")
+                Op::SaveMachine { .. } | Op::Checkpoint { .. } | Op::Recount { .. } => {
+                    unreachable!("machines, checkpoints and counts are taken apart")
                 }
             }
         }
-        (checked, owners_changed)
+        checked
     }
 
-    /// The version `key` has now, outside the batch in hand: the overlay's if it knows the
-    /// key, else redb's.
-    pub(super) fn stored_version(&self, key: &str) -> Result<Option<u64>, StoreError> {
+    /// The version and tally `key` has now, outside the batch in hand: the overlay's if it knows
+    /// the key, else redb's.
+    pub(super) fn stored(&self, key: &str) -> Result<Current, StoreError> {
         // The overlay first, redb after, in a read transaction opened after the overlay said it
         // does not know the key (see `overlay.rs`): a transaction opened earlier in the batch
         // could predate the checkpoint that took the key out of the overlay.
-        if let Some(current) = read_lock(&self.overlay).version(key) {
-            return Ok(current);
+        if let Some(row) = read_lock(&self.overlay).row(key) {
+            return Ok(row.map(|row| (row.version, row.tally.clone())));
         }
-        let read = || -> Result<Option<u64>, redb::Error> {
-            let table = self.db.begin_read()?.open_table(INSTANCES)?;
-            Ok(table.get(key)?.map(|row| row.value().0))
+        let read = || -> Result<Current, redb::Error> {
+            let txn = self.db.begin_read()?;
+            let Some(version) = txn
+                .open_table(INSTANCES)?
+                .get(key)?
+                .map(|row| row.value().0)
+            else {
+                return Ok(None);
+            };
+            let tally = txn
+                .open_table(state_counts::COUNTED_AS)?
+                .get(key)?
+                .and_then(|text| Tally::decode(text.value()));
+            Ok(Some((version, tally)))
         };
         read().map_err(|e| storage(&self.name, e))
+    }
+
+    /// Counts every record again (see [`StateStore::recount_by_state`]): the file's counts are
+    /// rebuilt from its records in one transaction, and the ones in process made from those
+    /// and the overlay. On this thread, so no batch moves a count meanwhile.
+    fn recount(&self) -> Result<StateCounts, StoreError> {
+        let recounted = || -> Result<StateCounts, redb::Error> {
+            let mut txn = self.db.begin_write()?;
+            txn.set_durability(Durability::Immediate)?;
+            state_counts::rebuild(&txn)?;
+            txn.commit()?;
+            state_counts::live(&self.db, &self.overlay)
+        };
+        let counts = recounted().map_err(|e| storage(&self.name, e))?;
+        *lock_counts(&self.counts) = counts.clone();
+        Ok(counts)
     }
 
     /// Keeps each machine definition not kept yet, in one durable redb commit, and answers.
@@ -401,6 +473,11 @@ impl Op {
             }
             Op::Checkpoint { reply } => {
                 let _ = reply.send(result.map(drop));
+                return;
+            }
+            Op::Recount { reply } => {
+                // Only a failure is answered this way; a count answers with what it counted.
+                let _ = reply.send(result.map(|_| StateCounts::default()));
                 return;
             }
         };

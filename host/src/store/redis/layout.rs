@@ -114,6 +114,26 @@ impl Layout {
         format!("{shard}:owned_v1")
     }
 
+    /// The counts by state of `shard`: a hash of count lines (see `state_counts.rs`).
+    pub fn counts(shard: &str) -> String {
+        format!("{shard}:counts")
+    }
+
+    /// The version of the counting rule `shard`'s counts were last built by.
+    pub fn counts_built(shard: &str) -> String {
+        format!("{shard}:counts_built")
+    }
+
+    /// The token of the count of `shard` under way, if one is (it expires by itself).
+    pub fn recount(shard: &str) -> String {
+        format!("{shard}:recount")
+    }
+
+    /// The counts the count under way has made so far.
+    pub fn recounted(shard: &str) -> String {
+        format!("{shard}:recounted")
+    }
+
     /// A machine definition (one key each, in no shard: read and written alone).
     pub fn machine(&self, machine_key: &str) -> String {
         format!("{}:m:{machine_key}", self.namespace)
@@ -225,6 +245,9 @@ mod tests {
             layout.changed(key),
             Layout::index(shard),
             Layout::due(shard),
+            Layout::counts(shard),
+            Layout::recount(shard),
+            Layout::recounted(shard),
         ] {
             // Redis hashes the first `{…}`: the shard's tag, whatever the key holds.
             assert!(name.starts_with(shard), "{name}");

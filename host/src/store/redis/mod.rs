@@ -26,6 +26,10 @@
 //!   `ZLEXCOUNT`. The save script adds a created record, the delete script removes it; records
 //!   saved before the index existed are added once, at open, page by page, in scripts that read
 //!   the key index and write this one in one step (`ns:owned_v1` marks it done);
+//! - `ns:counts`: the counts by state, a hash of count lines moved by the save and delete
+//!   scripts with the record, whose field `c` holds the tally it is counted under;
+//!   `ns:counts_built`, `ns:recount` and `ns:recounted` are how they are counted again (see
+//!   `state_counts.rs`);
 //! - `ns:lease:<key>`: the instance's lease (see `lease.rs`), `"<token> <holder>"`, expiring by
 //!   itself (`PX`, Redis's clock). The record hash's field `n` counts the grants: the fencing
 //!   token. The save and delete scripts check the lease in the same step as the version, and
@@ -43,6 +47,7 @@
 
 mod layout;
 mod link;
+mod state_counts;
 
 use std::{future::Future, time::Duration};
 
@@ -52,11 +57,12 @@ use redis::{AsyncCommands, RedisError, Script};
 use self::{
     layout::Layout,
     link::{FeedOpener, Link},
+    state_counts::{DELETE_COUNTS_LUA, RecountScripts, SAVE_COUNTS_LUA, TALLY_LUA},
 };
 use super::{
     AuditEntry, ChangeFeed, Due, Durability, Fence, InstanceRecord, LeaseGrant, LeaseRenewal,
-    StateStore, StoreError, StoreOptions, WANTED_FOR, chain, check_key, check_save, conflict,
-    format, machine_key, owner_of, redact,
+    StateCounts, StateStore, StoreError, StoreOptions, Tally, WANTED_FOR, chain, check_key,
+    check_save, conflict, format, machine_key, owner_of, redact,
 };
 
 /// Digits of a due time in a `ns:due` member: enough for every `u64`.
@@ -72,12 +78,14 @@ if lease ~= (ARGV[LEASE] ~= '' and ARGV[LEASE] or false) then
 end
 ";
 
-/// CAS save. KEYS: record hash, index, due index, audit list, lease, owner index. ARGV:
-/// expected, version, workflow, snapshot, updated_at_ms, key, format, extras, due time (decimal,
-/// or "" for none), audit entry (JSON, or "" for none: appended to the audit list with the
-/// record, which then keeps its last `audit_keep` entries), fence (`"<token> <holder>"`, or ""
-/// for none), `audit_keep`, owner index member (or "" for a key with no owner). Returns "ok", "fenced <ms>" when the lease refuses
-/// it, or the stored version ("none" when absent) on conflict. Versions are compared as decimal
+/// CAS save. KEYS: record hash, index, due index, audit list, lease, owner index, counts, the
+/// count generation's token and counts (`state_counts.rs`). ARGV: expected, version, workflow,
+/// snapshot, updated_at_ms, key, format, extras, due time (decimal, or "" for none), audit entry
+/// (JSON, or "" for none: appended to the audit list with the record, which then keeps its last
+/// `audit_keep` entries), fence (`"<token> <holder>"`, or "" for none), `audit_keep`, owner
+/// index member (or "" for a key with no owner), tally. Returns "ok" (once the counts moved too:
+/// [`SAVE_COUNTS_LUA`] follows), "fenced <ms>" when the lease refuses it, or the stored version
+/// ("none" when absent) on conflict. Versions are compared as decimal
 /// strings: Lua numbers are doubles and would round above 2^53; due times are padded as strings
 /// too.
 const SAVE_LUA: &str = r"
@@ -107,13 +115,14 @@ if ARGV[10] and ARGV[10] ~= '' then
   redis.call('RPUSH', KEYS[4], ARGV[10])
   redis.call('LTRIM', KEYS[4], -tonumber(ARGV[12]), -1)
 end
-return 'ok'
+local was = redis.call('HGET', KEYS[1], 'c')
 ";
 
 /// Delete, conditional when ARGV[1] is not empty. KEYS: record hash, index, due index, audit
-/// list and lease (deleted with the record), owner index. ARGV: expected or "", key, fence or
-/// "", owner index member or "". Returns
-/// "deleted", "absent", "fenced <ms>", or the stored version ("none") on conflict.
+/// list and lease (deleted with the record), owner index, and the counts as for a save. ARGV:
+/// expected or "", key, fence or "", owner index member or "". Returns "deleted" or "absent"
+/// (once the counts moved: [`DELETE_COUNTS_LUA`] follows), "fenced <ms>", or the stored version
+/// ("none") on conflict.
 const DELETE_LUA: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'v')
 if ARGV[1] ~= '' and cur ~= ARGV[1] then
@@ -123,12 +132,18 @@ local old = redis.call('HGET', KEYS[1], 'd')
 if old then
   redis.call('ZREM', KEYS[3], string.rep('0', 20 - #old) .. old .. ARGV[2])
 end
+local was = redis.call('HGET', KEYS[1], 'c')
+local was_gen = redis.call('HGET', KEYS[1], 'g')
 local n = redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[2])
 redis.call('DEL', KEYS[4], KEYS[5])
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[6], ARGV[4])
 end
+";
+
+/// What the delete script answers, once the counts moved.
+const DELETE_ANSWER_LUA: &str = r"
 if n == 1 then return 'deleted' else return 'absent' end
 ";
 
@@ -259,6 +274,7 @@ pub struct RedisStore {
     delete_script: Script,
     owned_fill_script: Script,
     owned_recount_script: Script,
+    recount_scripts: RecountScripts,
     due_script: Script,
     acquire_script: Script,
     renew_script: Script,
@@ -297,10 +313,17 @@ impl RedisStore {
             layout,
             options: options.clone(),
             op_timeout: options.op_timeout,
-            save_script: Script::new(&lease_checked(SAVE_LUA, 11)),
+            save_script: Script::new(&lease_checked(
+                &[TALLY_LUA, SAVE_LUA, SAVE_COUNTS_LUA, "return 'ok'\n"].concat(),
+                11,
+            )),
             owned_fill_script: Script::new(OWNED_FILL_LUA),
             owned_recount_script: Script::new(OWNED_RECOUNT_LUA),
-            delete_script: Script::new(&lease_checked(DELETE_LUA, 3)),
+            delete_script: Script::new(&lease_checked(
+                &[TALLY_LUA, DELETE_LUA, DELETE_COUNTS_LUA, DELETE_ANSWER_LUA].concat(),
+                3,
+            )),
+            recount_scripts: RecountScripts::default(),
             due_script: Script::new(DUE_LUA),
             acquire_script: Script::new(ACQUIRE_LUA),
             renew_script: Script::new(RENEW_LUA),
@@ -315,6 +338,10 @@ impl RedisStore {
             .map_err(StoreError::when_connecting)?;
         store
             .fill_owner_index()
+            .await
+            .map_err(StoreError::when_connecting)?;
+        store
+            .build_state_counts()
             .await
             .map_err(StoreError::when_connecting)?;
         Ok(store)
@@ -761,6 +788,9 @@ impl StateStore for RedisStore {
             .key(self.layout.audit(key))
             .key(self.layout.lease(key))
             .key(Layout::owned(shard))
+            .key(Layout::counts(shard))
+            .key(Layout::recount(shard))
+            .key(Layout::recounted(shard))
             .arg(expected)
             .arg(record.version)
             .arg(&record.workflow)
@@ -784,7 +814,8 @@ impl StateStore for RedisStore {
             )
             .arg(fence_arg(record.fence.as_ref()))
             .arg(self.options.audit_keep.max(1))
-            .arg(owned_member(key));
+            .arg(owned_member(key))
+            .arg(Tally::of(record).encode());
         let answer: String = bounded_save(&self.name, self.op_timeout, async move {
             invocation.invoke_async(&mut con).await
         })
@@ -868,6 +899,9 @@ impl StateStore for RedisStore {
             .key(self.layout.audit(key))
             .key(self.layout.lease(key))
             .key(Layout::owned(shard))
+            .key(Layout::counts(shard))
+            .key(Layout::recount(shard))
+            .key(Layout::recounted(shard))
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
             .arg(key)
             .arg(fence_arg(fence))
@@ -1015,6 +1049,17 @@ impl StateStore for RedisStore {
             })
             .await?;
         Ok(counts.into_iter().sum())
+    }
+
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        self.read_state_counts().await
+    }
+
+    async fn recount_by_state(&self) -> Result<StateCounts, StoreError> {
+        let shards = self.layout.shards();
+        futures_util::future::try_join_all(shards.iter().map(|shard| self.recount_shard(shard)))
+            .await?;
+        self.read_state_counts().await
     }
 
     async fn count(&self, prefix: &str) -> Result<u64, StoreError> {
