@@ -4,8 +4,9 @@
 //! parsed is logged and left alone, never deleted.
 //!
 //! Each test makes a real record with a server, stops it, puts the record back in the old shape
-//! with the backend's own client (removing what format 2 added) and adds a damaged one, then
-//! starts a server on the same store.
+//! with the backend's own client (removing what format 2 added) and adds a damaged one, takes
+//! away the mark of the migration the first server made (older code left none, so a new server
+//! walks such a store once), then starts a server on the same store.
 
 mod common;
 
@@ -21,6 +22,10 @@ use serde_json::json;
 const INSTANCES: TableDefinition<&str, (u64, u64, &str, &str)> =
     TableDefinition::new("instances_v1");
 const FORMATS: TableDefinition<&str, (u64, &str)> = TableDefinition::new("instance_formats_v1");
+const MARKS: TableDefinition<&str, u64> = TableDefinition::new("marks_v1");
+
+/// The mark a finished start-up migration leaves (`store::migrate_unless_done`).
+const MIGRATED_MARK: &str = "records_migrated";
 
 /// The store key of a damaged record; its handle is well-formed.
 const BROKEN: &str = "handle/invoice-00000000000000000000000000000000";
@@ -103,6 +108,8 @@ async fn on_the_embedded_store() {
             instances
                 .insert(BROKEN, (1, 0, "invoice", "{not json"))
                 .unwrap();
+            let mut marks = txn.open_table(MARKS).unwrap();
+            assert!(marks.remove(MIGRATED_MARK).unwrap().is_some());
         }
         txn.commit().unwrap();
     }
@@ -149,6 +156,12 @@ async fn on_redis() {
         .query_async::<()>(&mut con)
         .await
         .unwrap();
+    let unmarked: u64 = redis::cmd("DEL")
+        .arg(format!("{ns}:mark:{MIGRATED_MARK}"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(unmarked, 1, "the first server marked its migration");
 
     let server = start(&plugins, data.path(), Some(&url), &ns);
     check_served_after_migration(&server, &handle).await;
@@ -200,6 +213,14 @@ async fn on_postgres() {
         )
         .await
         .unwrap();
+    let unmarked = client
+        .execute(
+            &format!("DELETE FROM {ns}_marks WHERE name = $1"),
+            &[&MIGRATED_MARK],
+        )
+        .await
+        .unwrap();
+    assert_eq!(unmarked, 1, "the first server marked its migration");
 
     let server = start(&plugins, data.path(), Some(&url), &ns);
     check_served_after_migration(&server, &handle).await;
@@ -218,7 +239,9 @@ async fn on_postgres() {
     assert_eq!(broken.len(), 1, "the damaged record is left alone");
     drop(server);
     client
-        .batch_execute(&format!("DROP TABLE {ns}_audit, {table}, {ns}_machines"))
+        .batch_execute(&format!(
+            "DROP TABLE {ns}_audit, {table}, {ns}_machines, {ns}_marks"
+        ))
         .await
         .unwrap();
 }

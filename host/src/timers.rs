@@ -51,7 +51,7 @@ use futures_util::{StreamExt, stream};
 
 pub use self::{
     alarm::Alarm,
-    due::{due_at, record_due},
+    due::{due_at, due_rule, record_due},
 };
 use crate::{
     actors::{InstanceError, Runtime, Woke},

@@ -342,9 +342,11 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
 
 /// Rewrites the format-1 records the store holds in the current format, and records whose due
 /// time is not the one this server works out (written by code that predates due times, or under
-/// other `--retain-final` / `--instance-ttl` settings), see `store::migrate`. A store that fails
-/// meanwhile is not fatal: format-1 records stay readable, a wrong due time is corrected when it
-/// comes, and the next start finishes the job.
+/// other `--retain-final` / `--instance-ttl` settings), see `store::migrate`; unless a walk under
+/// the same plugins' machines and settings went through the store already
+/// (`store::migrate_unless_done`). A store that fails meanwhile is not fatal: format-1 records
+/// stay readable, a wrong due time is corrected when it comes, and the next start finishes the
+/// job.
 async fn migrate_records(
     store: &dyn StateStore,
     catalog: &crate::catalog::Catalog,
@@ -354,7 +356,8 @@ async fn migrate_records(
     let due_of = |key: &str, record: &store::InstanceRecord| {
         crate::timers::record_due(catalog, retention, key, record)
     };
-    if let Err(error) = store::migrate(store, machine_of, due_of).await {
+    let rule = crate::timers::due_rule(catalog, retention);
+    if let Err(error) = store::migrate_unless_done(store, rule, machine_of, due_of).await {
         tracing::warn!(%error, "the record format migration stopped; it resumes on the next start");
     }
 }

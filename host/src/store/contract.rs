@@ -156,24 +156,39 @@ impl Fixture {
     /// would have (see [`Older`]). Every handle from [`Fixture::store`] must be dropped first:
     /// the embedded store's file is closed and opened again.
     async fn reopened(self, older: Older) -> Self {
+        self.reopened_after(Some(older)).await
+    }
+
+    /// The same store, closed and opened again, holding what it held.
+    async fn reopened_as_it_was(self) -> Self {
+        self.reopened_after(None).await
+    }
+
+    async fn reopened_after(self, older: Option<Older>) -> Self {
         match self {
             Fixture::Memory(_) => panic!("the memory store keeps nothing across a restart"),
             Fixture::Embedded(store, dir) => {
                 drop(Arc::into_inner(store).expect("no other handle on the embedded store"));
-                EmbeddedStore::as_older_code_left_it(
-                    &dir.path().join("nested/dir/state.redb"),
-                    older,
-                );
+                if let Some(older) = older {
+                    EmbeddedStore::as_older_code_left_it(
+                        &dir.path().join("nested/dir/state.redb"),
+                        older,
+                    );
+                }
                 let store = Self::open_embedded(&dir).await;
                 Fixture::Embedded(Arc::new(store), dir)
             }
             Fixture::Redis(store, url, options) => {
-                store.as_older_code_left_it(older).await;
+                if let Some(older) = older {
+                    store.as_older_code_left_it(older).await;
+                }
                 let store = RedisStore::connect(&url, &options).await.unwrap();
                 Fixture::Redis(Arc::new(store), url, options)
             }
             Fixture::Postgres(store, options) => {
-                store.as_older_code_left_it(older).await;
+                if let Some(older) = older {
+                    store.as_older_code_left_it(older).await;
+                }
                 let store = PostgresStore::connect(&postgres_url(), &options)
                     .await
                     .unwrap();
@@ -253,7 +268,10 @@ macro_rules! lasting_stores {
     };
 }
 
-lasting_stores!(counts_by_state_are_built_once_for_records_older_than_the_index);
+lasting_stores!(
+    counts_by_state_are_built_once_for_records_older_than_the_index,
+    marks_outlast_a_restart
+);
 
 macro_rules! all_stores {
     ($($case:ident),* $(,)?) => {
@@ -285,6 +303,8 @@ all_stores!(
     a_conflicting_save_keeps_the_due_time,
     due_times_past_the_largest_are_invalid,
     migration_corrects_due_times,
+    marks_are_kept_and_replaced,
+    a_finished_migration_is_not_walked_again_under_its_rule,
     the_audit_trail_grows_with_saves_and_goes_with_the_record,
     the_audit_trail_keeps_its_last_entries,
     owners_are_counted_as_their_records_come_and_go,
@@ -985,6 +1005,57 @@ async fn keeps_machines_by_version(store: Arc<dyn StateStore>) {
         store.count("").await.unwrap(),
         0,
         "machines are not instances"
+    );
+}
+
+async fn marks_are_kept_and_replaced(store: Arc<dyn StateStore>) {
+    assert_eq!(store.load_mark("walked").await.unwrap(), None);
+    store.save_mark("walked", 5).await.unwrap();
+    store.save_mark("largest", u64::MAX >> 1).await.unwrap();
+    assert_eq!(store.load_mark("walked").await.unwrap(), Some(5));
+    store.save_mark("walked", 7).await.unwrap();
+    assert_eq!(store.load_mark("walked").await.unwrap(), Some(7));
+    assert_eq!(
+        store.load_mark("largest").await.unwrap(),
+        Some(u64::MAX >> 1)
+    );
+    assert_eq!(store.count("").await.unwrap(), 0, "marks are not instances");
+}
+
+async fn marks_outlast_a_restart(fixture: Fixture) -> Fixture {
+    fixture.store().save_mark("walked", 42).await.unwrap();
+    let fixture = fixture.reopened_as_it_was().await;
+    assert_eq!(fixture.store().load_mark("walked").await.unwrap(), Some(42));
+    fixture
+}
+
+async fn a_finished_migration_is_not_walked_again_under_its_rule(store: Arc<dyn StateStore>) {
+    let due_of = |_: &str, _: &InstanceRecord| Some(Some(5_000));
+    store.save("k", &record("w", 1, "a"), 0).await.unwrap();
+    let first = crate::store::migrate_unless_done(&*store, 1, |_| None, due_of)
+        .await
+        .unwrap()
+        .expect("a store never walked is walked");
+    assert_eq!(first.reindexed, 1);
+    // A record whose due time is wrong again, as a server of older code would leave it.
+    let moved = InstanceRecord {
+        due_at_ms: None,
+        ..record("w", 3, "b")
+    };
+    store.save("k", &moved, 2).await.unwrap();
+    let again = crate::store::migrate_unless_done(&*store, 1, |_| None, due_of)
+        .await
+        .unwrap();
+    assert_eq!(again, None, "the same rule does not walk again");
+    assert_eq!(store.load("k").await.unwrap().unwrap().due_at_ms, None);
+    let other = crate::store::migrate_unless_done(&*store, 2, |_| None, due_of)
+        .await
+        .unwrap()
+        .expect("another rule walks");
+    assert_eq!(other.reindexed, 1);
+    assert_eq!(
+        store.load("k").await.unwrap().unwrap().due_at_ms,
+        Some(5_000)
     );
 }
 

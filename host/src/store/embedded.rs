@@ -82,6 +82,9 @@ const AUDIT: TableDefinition<(&str, u64), &str> = TableDefinition::new("instance
 /// Key: `workflow@version`. Value: the machine's definition as JSON text.
 const MACHINES: TableDefinition<&str, &str> = TableDefinition::new("machines_v1");
 
+/// Key: a mark's name. Value: its value ([`StateStore::save_mark`]).
+const MARKS: TableDefinition<&str, u64> = TableDefinition::new("marks_v1");
+
 /// Key: [`FOLDED_THROUGH`]. Value: the number of the last journal segment whose changes are all
 /// in the file, written by each checkpoint in the transaction that folds them in. Replay skips
 /// segments up to it, so a segment whose deletion failed is never applied twice, over newer
@@ -308,6 +311,7 @@ fn open_file(path: &PathBuf, name: &str) -> Result<Database, StoreError> {
     txn.open_table(DUE_OF).map_err(|e| storage(name, e))?;
     txn.open_table(AUDIT).map_err(|e| storage(name, e))?;
     txn.open_table(MACHINES).map_err(|e| storage(name, e))?;
+    txn.open_table(MARKS).map_err(|e| storage(name, e))?;
     txn.open_table(JOURNAL).map_err(|e| storage(name, e))?;
     txn.open_table(state_counts::COUNTED_AS)
         .map_err(|e| storage(name, e))?;
@@ -554,6 +558,26 @@ impl StateStore for EmbeddedStore {
             reply,
         };
         self.write(op, answer).await.map(|_| ())
+    }
+
+    async fn load_mark(&self, name: &str) -> Result<Option<u64>, StoreError> {
+        let name = name.to_owned();
+        self.read(move |txn, store| {
+            let table = txn.open_table(MARKS).map_err(|e| storage(store, e))?;
+            let value = table.get(name.as_str()).map_err(|e| storage(store, e))?;
+            Ok(value.map(|value| value.value()))
+        })
+        .await
+    }
+
+    async fn save_mark(&self, name: &str, value: u64) -> Result<(), StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let op = Op::SaveMark {
+            name: name.to_owned(),
+            value,
+            reply,
+        };
+        self.write(op, answer).await
     }
 
     async fn load_machine(

@@ -36,6 +36,8 @@ pub struct MemoryStore {
     records: Mutex<Records>,
     /// Machine definitions by `workflow@version`, as JSON text.
     machines: Mutex<BTreeMap<String, Box<str>>>,
+    /// Marks by name ([`StateStore::save_mark`]).
+    marks: Mutex<BTreeMap<String, u64>>,
     /// Whether it says it is shared ([`MemoryStore::shared`]).
     shared: bool,
     /// The audit entries kept per instance (`StoreOptions::audit_keep`).
@@ -47,6 +49,7 @@ impl Default for MemoryStore {
         Self {
             records: Mutex::default(),
             machines: Mutex::default(),
+            marks: Mutex::default(),
             shared: false,
             audit_keep: super::DEFAULT_AUDIT_KEEP,
         }
@@ -401,6 +404,22 @@ impl StateStore for MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .entry(machine_key(workflow, version))
             .or_insert(text);
+        Ok(())
+    }
+
+    async fn load_mark(&self, name: &str) -> Result<Option<u64>, StoreError> {
+        let marks = self.marks.lock();
+        Ok(marks
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(name)
+            .copied())
+    }
+
+    async fn save_mark(&self, name: &str, value: u64) -> Result<(), StoreError> {
+        self.marks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(name.to_owned(), value);
         Ok(())
     }
 

@@ -13,6 +13,9 @@ use super::{CURRENT_FORMAT, InstanceRecord, StateStore, StoreError};
 /// Keys read per page, and records rewritten concurrently.
 const BATCH: usize = 128;
 
+/// The mark ([`StateStore::save_mark`]) a finished walk leaves, valued by the rule it ran by.
+pub const MIGRATED_MARK: &str = "records_migrated";
+
 /// What a migration did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct MigrationReport {
@@ -82,6 +85,34 @@ pub async fn migrate(
         );
     }
     Ok(report)
+}
+
+/// [`migrate`], unless a walk under the same rule already went through the store to its end:
+/// then every record in it is in the current format and has the due time `due_of` gives
+/// (every save since wrote both), and reading each again would only find that out, at a cost
+/// that grows with the store (seconds at a million records), on every start. `due_rule`
+/// fingerprints what `machine_of` and `due_of` answer by (`timers::due_rule`); this build's
+/// [`CURRENT_FORMAT`] is folded in here. A finished walk marks the store with the rule.
+/// Returns `None` when it skipped the walk.
+///
+/// What the mark cannot see: a record a server of older code (format 1, or no due times)
+/// writes after the mark, during a rolling deploy. It stays readable, and its due time is
+/// corrected when it comes (see the module docs of `store`); a start under another rule walks
+/// again.
+pub async fn migrate_unless_done(
+    store: &dyn StateStore,
+    due_rule: u64,
+    machine_of: impl Fn(&str) -> Option<String>,
+    due_of: impl Fn(&str, &InstanceRecord) -> Option<Option<u64>>,
+) -> Result<Option<MigrationReport>, StoreError> {
+    let rule = (due_rule ^ u64::from(CURRENT_FORMAT).rotate_left(48)) & (u64::MAX >> 1);
+    if store.load_mark(MIGRATED_MARK).await? == Some(rule) {
+        tracing::debug!(store = %store.describe(), "instance records were migrated under this rule already");
+        return Ok(None);
+    }
+    let report = migrate(store, machine_of, due_of).await?;
+    store.save_mark(MIGRATED_MARK, rule).await?;
+    Ok(Some(report))
 }
 
 enum Outcome {

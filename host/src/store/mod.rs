@@ -54,7 +54,9 @@
 //! (`expected` = the version read, so a record another server moves meanwhile is left to that
 //! server), its machine version being the catalog's; a record that cannot be parsed is logged and
 //! left alone, never deleted. Format-1 records are readable without it, so a server that
-//! cannot migrate still serves.
+//! cannot migrate still serves. A walk that finished marks the store with the rule it ran by
+//! ([`migrate_unless_done`], [`StateStore::save_mark`]), and a start under the same rule does
+//! not walk again: start-up time does not grow with the store.
 //!
 //! # Due times
 //!
@@ -126,7 +128,7 @@ pub use self::{
     format::{CURRENT_FORMAT, IdempotencyEntry},
     lease::{Fence, LeaseGrant, LeaseRenewal, WANTED_FOR},
     memory::MemoryStore,
-    migrate::{MigrationReport, migrate},
+    migrate::{MigrationReport, migrate, migrate_unless_done},
     open::open,
     options::{DEFAULT_AUDIT_KEEP, Durability, StoreOptions},
     owned::{HANDLE_PREFIX, OWNER_SEPARATOR, OwnedCounts, owner_of},

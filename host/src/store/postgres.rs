@@ -69,6 +69,8 @@ struct Sql {
     load: String,
     save_machine: String,
     load_machine: String,
+    load_mark: String,
+    save_mark: String,
     insert: String,
     update: String,
     /// `insert` and `update` that also append an audit entry, in the same statement: the entry
@@ -142,6 +144,15 @@ impl Sql {
             ),
             load_machine: format!(
                 "SELECT definition FROM {machines} WHERE workflow = $1 AND version = $2"
+            ),
+            load_mark: format!(
+                "SELECT value FROM {marks} WHERE name = $1",
+                marks = marks_table(t)
+            ),
+            save_mark: format!(
+                "INSERT INTO {marks} (name, value) VALUES ($1, $2) \
+                 ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+                marks = marks_table(t)
             ),
             insert: Self::insert(t),
             update: Self::update(t),
@@ -254,6 +265,11 @@ impl Sql {
 
 /// The table of audit trails beside the instances table `t`: one row per entry, deleted with
 /// its instance (`ON DELETE CASCADE`).
+/// The marks of [`StateStore::save_mark`]: `{namespace}_marks`.
+fn marks_table(t: &str) -> String {
+    format!("{}_marks", t.strip_suffix("_instances").unwrap_or(t))
+}
+
 fn audit_table(t: &str) -> String {
     // `t` is `{namespace}_instances`; the trail is `{namespace}_audit`.
     format!("{}_audit", t.strip_suffix("_instances").unwrap_or(t))
@@ -360,8 +376,10 @@ impl PostgresStore {
                  definition jsonb NOT NULL,
                  PRIMARY KEY (workflow, version)
              );
+             CREATE TABLE IF NOT EXISTS {marks} (name text PRIMARY KEY, value bigint NOT NULL);
              {counts}",
             m = self.machines,
+            marks = marks_table(t),
             a = audit_table(t),
             counts = state_counts::ddl(t),
         );
@@ -582,8 +600,9 @@ impl PostgresStore {
     #[cfg(test)]
     pub(super) async fn destroy_namespace(&self) -> Result<(), StoreError> {
         let sql = format!(
-            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}; DROP FUNCTION IF EXISTS {}",
+            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}, {}; DROP FUNCTION IF EXISTS {}",
             audit_table(&self.table),
+            marks_table(&self.table),
             self.table,
             self.machines,
             state_counts::counts_table(&self.table),
@@ -875,6 +894,27 @@ impl StateStore for PostgresStore {
         )
         .await
         .map(|_| ())
+    }
+
+    async fn load_mark(&self, name: &str) -> Result<Option<u64>, StoreError> {
+        let rows = self
+            .query("load mark", &self.sql.load_mark, &[&name])
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let value: i64 = column(name, row, 0)?;
+        Ok(Some(value as u64))
+    }
+
+    async fn save_mark(&self, name: &str, value: u64) -> Result<(), StoreError> {
+        let value = i64::try_from(value).map_err(|_| StoreError::Invalid {
+            key: name.to_owned(),
+            reason: format!("a mark is below 2^63, not {value}"),
+        })?;
+        self.execute("save mark", &self.sql.save_mark, &[&name, &value])
+            .await
+            .map(|_| ())
     }
 
     async fn load_machine(

@@ -204,6 +204,24 @@ pub trait StateStore: Send + Sync {
         version: &str,
     ) -> Result<Option<serde_json::Value>, StoreError>;
 
+    /// The value the mark `name` was last given ([`Self::save_mark`]); `None` when it never was.
+    /// A mark says by which rule a job over every record last ran to its end (the start-up
+    /// migration's fingerprint, `store::migrate`), so that a start under the same rule can skip
+    /// the job instead of reading every record. Marks live with the records, so every server
+    /// sharing the store reads the same ones.
+    ///
+    /// The default keeps no mark: every start does the job again, which is correct, only slow
+    /// once a store holds many records.
+    async fn load_mark(&self, _name: &str) -> Result<Option<u64>, StoreError> {
+        Ok(None)
+    }
+
+    /// Gives the mark `name` the value `value` (below 2^63: PostgreSQL keeps it as a `bigint`),
+    /// durably, whatever it was. The default keeps nothing (see [`Self::load_mark`]).
+    async fn save_mark(&self, _name: &str, _value: u64) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Whether the store answers now, for a readiness probe (`/readyz`): one cheap round trip
     /// (Redis `PING`, PostgreSQL `SELECT 1`, a read transaction on the embedded file), bounded
     /// like every other operation. Returns `Ok(())` when it answered; reads and writes nothing.

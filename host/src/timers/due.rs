@@ -52,6 +52,31 @@ pub fn record_due(
     ))
 }
 
+/// A fingerprint of everything [`record_due`] answers by for a given record: the retention
+/// settings and each served workflow's machine version (a hash of its definition, timers
+/// included). Two servers with the same fingerprint work out the same due time for every
+/// record, so the start-up migration done under one need not be done again under the other
+/// (`store::migrate_unless_done`). Below 2^63, as a store's mark must be.
+pub fn due_rule(catalog: &Catalog, retention: &Retention) -> u64 {
+    use sha2::{Digest, Sha256};
+    let mut workflows: Vec<(&str, &str)> = catalog
+        .workflows()
+        .map(|workflow| (workflow.id.as_str(), workflow.version.as_str()))
+        .collect();
+    workflows.sort_unstable();
+    let mut hasher = Sha256::new();
+    // The rule itself, so that a build computing due times otherwise names a new one.
+    hasher.update(b"due times v1\n");
+    hasher.update(format!("{:?} {:?}\n", retention.final_state, retention.idle).as_bytes());
+    for (id, version) in workflows {
+        hasher.update(format!("{id:?} {version:?}\n").as_bytes());
+    }
+    let digest = hasher.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first) >> 1
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -97,6 +122,28 @@ mod tests {
         };
         assert_eq!(due_at(&done, 10_500, Some(&final_only)), Some(15_500));
         assert_eq!(due_at(&waiting, 10_000, Some(&final_only)), Some(11_000));
+    }
+
+    #[test]
+    fn the_due_rule_changes_with_retention_and_machines_only() {
+        let definition = |after: &str| json!({"id": "m", "initial": "a", "states": {"a": {"after": {after: "b"}}, "b": {}}});
+        let catalog = Catalog::with_machines(vec![definition("1000")]);
+        let keep = Retention {
+            final_state: Some(Duration::from_secs(5)),
+            idle: None,
+        };
+        let rule = due_rule(&catalog, &keep);
+        assert!(rule < 1 << 63);
+        assert_eq!(
+            rule,
+            due_rule(&Catalog::with_machines(vec![definition("1000")]), &keep)
+        );
+        assert_ne!(rule, due_rule(&catalog, &Retention::default()));
+        assert_ne!(
+            rule,
+            due_rule(&Catalog::with_machines(vec![definition("2000")]), &keep)
+        );
+        assert_ne!(rule, due_rule(&Catalog::with_machines(vec![]), &keep));
     }
 
     #[test]

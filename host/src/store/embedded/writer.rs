@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use super::checkpoint::{CHECKPOINT_BYTES, Job};
 use super::priority::yield_to_requests;
 use super::{
-    BatchStats, Change, Checkpointer, INSTANCES, Layer, MACHINES, Overlay, OwnedCounts, Row,
+    BatchStats, Change, Checkpointer, INSTANCES, Layer, MACHINES, MARKS, Overlay, OwnedCounts, Row,
     Segment, StateCounts, StoreError, Tally, checkpoint, conflict, journal, lock_counts,
     lock_owned, owner_of, read_lock, state_counts, storage, versions_match, write_lock,
 };
@@ -60,6 +60,13 @@ pub(super) enum Op {
     /// Count every record again ([`StateStore::recount_by_state`]).
     Recount {
         reply: oneshot::Sender<Result<StateCounts, StoreError>>,
+    },
+    /// Give a mark a value ([`StateStore::save_mark`]): committed straight into redb, like a
+    /// machine, after the batch it came with.
+    SaveMark {
+        name: String,
+        value: u64,
+        reply: oneshot::Sender<Result<(), StoreError>>,
     },
 }
 
@@ -119,9 +126,12 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let (asked, batch): (Vec<Op>, Vec<Op>) = batch
-                .into_iter()
-                .partition(|op| matches!(op, Op::Checkpoint { .. } | Op::Recount { .. }));
+            let (asked, batch): (Vec<Op>, Vec<Op>) = batch.into_iter().partition(|op| {
+                matches!(
+                    op,
+                    Op::Checkpoint { .. } | Op::Recount { .. } | Op::SaveMark { .. }
+                )
+            });
             self.stats
                 .ops
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -133,6 +143,9 @@ impl Writer {
                     Op::Checkpoint { reply } => checkpoints.push(reply),
                     Op::Recount { reply } => {
                         let _ = reply.send(self.recount());
+                    }
+                    Op::SaveMark { name, value, reply } => {
+                        let _ = reply.send(self.save_mark(&name, value));
                     }
                     _ => unreachable!("partitioned above"),
                 }
@@ -157,7 +170,7 @@ impl Writer {
                     definition_json,
                     reply,
                 } => machines.push((key, definition_json, reply)),
-                Op::Checkpoint { .. } | Op::Recount { .. } => {
+                Op::Checkpoint { .. } | Op::Recount { .. } | Op::SaveMark { .. } => {
                     unreachable!("taken out of the batch by `run`")
                 }
                 op => instance_ops.push(op),
@@ -231,8 +244,11 @@ impl Writer {
         for op in ops {
             let key = match &op {
                 Op::Save { key, .. } | Op::Delete { key, .. } => key.as_str(),
-                Op::SaveMachine { .. } | Op::Checkpoint { .. } | Op::Recount { .. } => {
-                    unreachable!("machines, checkpoints and counts are taken apart")
+                Op::SaveMachine { .. }
+                | Op::Checkpoint { .. }
+                | Op::Recount { .. }
+                | Op::SaveMark { .. } => {
+                    unreachable!("machines, checkpoints, counts and marks are taken apart")
                 }
             };
             let stored = match in_batch.remove(key) {
@@ -293,8 +309,11 @@ impl Writer {
                         checked.changes.push((Change::Delete { key }, reply));
                     }
                 }
-                Op::SaveMachine { .. } | Op::Checkpoint { .. } | Op::Recount { .. } => {
-                    unreachable!("machines, checkpoints and counts are taken apart")
+                Op::SaveMachine { .. }
+                | Op::Checkpoint { .. }
+                | Op::Recount { .. }
+                | Op::SaveMark { .. } => {
+                    unreachable!("machines, checkpoints, counts and marks are taken apart")
                 }
             }
         }
@@ -342,6 +361,20 @@ impl Writer {
         let counts = recounted().map_err(|e| storage(&self.name, e))?;
         *lock_counts(&self.counts) = counts.clone();
         Ok(counts)
+    }
+
+    /// Gives the mark `name` the value `value`, in one durable redb commit.
+    fn save_mark(&self, name: &str, value: u64) -> Result<(), StoreError> {
+        let saved = || -> Result<(), redb::Error> {
+            let mut txn = self.db.begin_write()?;
+            txn.set_durability(Durability::Immediate)?;
+            txn.open_table(MARKS)?.insert(name, value)?;
+            txn.commit()?;
+            Ok(())
+        };
+        saved().map_err(|e| storage(&self.name, e))?;
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Keeps each machine definition not kept yet, in one durable redb commit, and answers.
@@ -478,6 +511,10 @@ impl Op {
             Op::Recount { reply } => {
                 // Only a failure is answered this way; a count answers with what it counted.
                 let _ = reply.send(result.map(|_| StateCounts::default()));
+                return;
+            }
+            Op::SaveMark { reply, .. } => {
+                let _ = reply.send(result.map(drop));
                 return;
             }
         };

@@ -139,6 +139,12 @@ impl Layout {
         format!("{}:m:{machine_key}", self.namespace)
     }
 
+    /// A mark ([`crate::store::StateStore::save_mark`]): one key each, in no shard, like a
+    /// machine.
+    pub fn mark(&self, name: &str) -> String {
+        format!("{}:mark:{name}", self.namespace)
+    }
+
     /// The change channel of `key`: sharded pub/sub on a cluster, so a message goes to the
     /// master owning the key's slot and to the servers subscribed there, not to every node.
     pub fn changed(&self, key: &str) -> String {

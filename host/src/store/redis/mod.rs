@@ -864,6 +864,23 @@ impl StateStore for RedisStore {
         .map(|_| ())
     }
 
+    async fn load_mark(&self, name: &str) -> Result<Option<u64>, StoreError> {
+        let mut con = self.con.clone();
+        let key = self.layout.mark(name);
+        self.bounded("load mark", async move { con.get(key).await })
+            .await
+    }
+
+    async fn save_mark(&self, name: &str, value: u64) -> Result<(), StoreError> {
+        let mut con = self.con.clone();
+        let key = self.layout.mark(name);
+        self.bounded(
+            "save mark",
+            async move { con.set::<_, _, ()>(key, value).await },
+        )
+        .await
+    }
+
     async fn load_machine(
         &self,
         workflow: &str,
