@@ -19,11 +19,11 @@ use std::{
     time::Duration,
 };
 
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, Table, WriteTransaction};
+use redb::{Database, ReadableDatabase, ReadableTable, Table, WriteTransaction};
 use tokio::sync::oneshot;
 
 use super::{
-    AUDIT, DUE, DUE_OF, FOLDED_THROUGH, FORMATS, INSTANCES, JOURNAL, journal,
+    AUDIT, DUE, DUE_OF, FOLDED_THROUGH, FORMATS, INSTANCES, JOURNAL, durable_write, journal,
     overlay::{Layer, Overlay, Pending},
     priority::yield_to_requests,
     state_counts::Counting,
@@ -127,8 +127,7 @@ pub fn fold(
     through: u64,
     audit_keep: u64,
 ) -> Result<(), redb::Error> {
-    let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate)?;
+    let txn = durable_write(db)?;
     {
         let mut tables = Tables::open(&txn, audit_keep)?;
         for layer in layers {

@@ -122,8 +122,7 @@ pub fn open(db: &redb::Database) -> Result<StateCounts, redb::Error> {
     if built == Some(STATE_COUNTS_VERSION) {
         return read(&db.begin_read()?);
     }
-    let mut txn = db.begin_write()?;
-    txn.set_durability(redb::Durability::Immediate)?;
+    let txn = super::durable_write(db)?;
     let counts = rebuild(&txn)?;
     txn.commit()?;
     // A new file has nothing to count, and nothing worth a line in the log.

@@ -12,15 +12,16 @@ use std::{
     sync::{Arc, Mutex, RwLock, atomic::Ordering, mpsc},
 };
 
-use redb::{Database, Durability, ReadableDatabase, ReadableTable};
+use redb::{Database, ReadableDatabase, ReadableTable};
 use tokio::sync::oneshot;
 
 use super::checkpoint::{CHECKPOINT_BYTES, Job};
 use super::priority::yield_to_requests;
 use super::{
     BatchStats, Change, Checkpointer, INSTANCES, Layer, MACHINES, MARKS, Overlay, OwnedCounts, Row,
-    Segment, StateCounts, StoreError, Tally, checkpoint, conflict, journal, lock_counts,
-    lock_owned, owner_of, read_lock, state_counts, storage, versions_match, write_lock,
+    Segment, StateCounts, StoreError, Tally, checkpoint, conflict, durable_write, journal,
+    lock_counts, lock_owned, owner_of, read_lock, state_counts, storage, versions_match,
+    write_lock,
 };
 use crate::metrics;
 
@@ -352,8 +353,7 @@ impl Writer {
     /// and the overlay. On this thread, so no batch moves a count meanwhile.
     fn recount(&self) -> Result<StateCounts, StoreError> {
         let recounted = || -> Result<StateCounts, redb::Error> {
-            let mut txn = self.db.begin_write()?;
-            txn.set_durability(Durability::Immediate)?;
+            let txn = durable_write(&self.db)?;
             state_counts::rebuild(&txn)?;
             txn.commit()?;
             state_counts::live(&self.db, &self.overlay)
@@ -366,8 +366,7 @@ impl Writer {
     /// Gives the mark `name` the value `value`, in one durable redb commit.
     fn save_mark(&self, name: &str, value: u64) -> Result<(), StoreError> {
         let saved = || -> Result<(), redb::Error> {
-            let mut txn = self.db.begin_write()?;
-            txn.set_durability(Durability::Immediate)?;
+            let txn = durable_write(&self.db)?;
             txn.open_table(MARKS)?.insert(name, value)?;
             txn.commit()?;
             Ok(())
@@ -380,8 +379,7 @@ impl Writer {
     /// Keeps each machine definition not kept yet, in one durable redb commit, and answers.
     fn commit_machines(&self, machines: Vec<(String, String, Reply)>) {
         let committed = (|| -> Result<Vec<bool>, redb::Error> {
-            let mut txn = self.db.begin_write()?;
-            txn.set_durability(Durability::Immediate)?;
+            let txn = durable_write(&self.db)?;
             let mut kept = Vec::with_capacity(machines.len());
             {
                 let mut table = txn.open_table(MACHINES)?;
