@@ -27,6 +27,7 @@ use redis::{
     aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig},
     cluster::ClusterClientBuilder,
     cluster_async::ClusterConnection,
+    cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo},
 };
 
 use super::{bounded, layout::Layout, unavailable};
@@ -70,6 +71,26 @@ impl ConnectionLike for Link {
         match self {
             Link::Single(con) => con.get_db(),
             Link::Cluster(con) => con.get_db(),
+        }
+    }
+}
+
+impl Link {
+    /// Sends `cmd` to every master of a cluster (on one server, to the server), for a question
+    /// no key routes: each master's answer by node address (an error answer as
+    /// [`Value::ServerError`]), or as `policy` combines them. Fails when a master cannot be
+    /// reached.
+    pub async fn on_every_master(
+        &self,
+        cmd: Cmd,
+        policy: Option<ResponsePolicy>,
+    ) -> Result<Value, RedisError> {
+        match self {
+            Link::Single(con) => cmd.query_async(&mut con.clone()).await,
+            Link::Cluster(con) => {
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, policy));
+                con.clone().route_command(cmd, routing).await
+            }
         }
     }
 }
