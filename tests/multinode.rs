@@ -205,11 +205,20 @@ async fn a_transition_made_while_the_feed_is_down_is_heard_once_it_is_back_on_po
     a_transition_made_in_a_gap_of_the_feed_is_heard_once_it_listens(cut, Watched::Before).await;
 }
 
-/// One Redis server (on a cluster, redis-rs subscribes again by itself: the relay does not
-/// learn that its feed was down).
+/// One Redis server.
 #[tokio::test]
 async fn a_transition_made_while_the_feed_is_down_is_heard_once_it_is_back_on_redis() {
     let cut = FeedCut::redis().await;
+    a_transition_made_in_a_gap_of_the_feed_is_heard_once_it_listens(cut, Watched::Before).await;
+}
+
+/// A Redis Cluster: the master holding the instance's slot drops west's feed connection (as a
+/// restart of that node would) and refuses it a new one while east moves the instance. redis-rs
+/// would subscribe again by itself once the node lets it back, and nothing would tell west to
+/// check; its feed ends at the drop instead, and the relay checks once it listens again.
+#[tokio::test]
+async fn a_transition_made_while_a_cluster_node_drops_the_feed_is_heard_once_it_is_back() {
+    let cut = FeedCut::redis_cluster().await;
     a_transition_made_in_a_gap_of_the_feed_is_heard_once_it_listens(cut, Watched::Before).await;
 }
 
@@ -241,6 +250,14 @@ enum FeedCut {
     Redis {
         redis: PrivateRedis,
         admin: redis::aio::MultiplexedConnection,
+    },
+    /// The tests' Redis Cluster, with an ACL user of the test's own for west on every node (a
+    /// cluster's users are each node's), cut on the one node its feed listens on.
+    RedisCluster {
+        url: String,
+        /// A connection to each node, as the tests' usual user.
+        nodes: Vec<redis::aio::MultiplexedConnection>,
+        user: String,
     },
 }
 
@@ -281,8 +298,27 @@ impl FeedCut {
         FeedCut::Redis { redis, admin }
     }
 
+    async fn redis_cluster() -> FeedCut {
+        let url = redis_cluster_url();
+        let user = format!("west_{}", uuid::Uuid::new_v4().simple());
+        let hosts = url.strip_prefix("redis+cluster://").expect("a cluster URL");
+        let mut nodes = Vec::new();
+        for host in hosts.split(',') {
+            let client = redis::Client::open(format!("redis://{host}")).unwrap();
+            let mut node = client.get_multiplexed_async_connection().await.unwrap();
+            let _: () = redis::cmd("ACL")
+                .arg(&["SETUSER", user.as_str(), "on", ">west", "~*", "&*", "+@all"])
+                .query_async(&mut node)
+                .await
+                .unwrap();
+            nodes.push(node);
+        }
+        FeedCut::RedisCluster { url, nodes, user }
+    }
+
     fn east_url(&self) -> String {
         match self {
+            FeedCut::RedisCluster { url, .. } => url.clone(),
             FeedCut::Postgres { admin_url, .. } => admin_url.clone(),
             FeedCut::Redis { redis, .. } => redis.url(),
         }
@@ -299,6 +335,10 @@ impl FeedCut {
             }
             FeedCut::Redis { redis, .. } => {
                 format!("redis://{WEST}:west@127.0.0.1:{}", redis.port)
+            }
+            FeedCut::RedisCluster { url, user, .. } => {
+                let hosts = url.strip_prefix("redis+cluster://").expect("a cluster URL");
+                format!("redis+cluster://{user}:west@{hosts}")
             }
         }
     }
@@ -374,6 +414,46 @@ impl FeedCut {
                     .unwrap();
                 assert_eq!(killed, 1, "west's feed");
             }
+            FeedCut::RedisCluster { nodes, user, .. } => {
+                // West watches one instance: its feed listens on the master of that one slot.
+                let (mut node, id) = 'found: loop {
+                    for node in nodes {
+                        let mut node = node.clone();
+                        let clients: String = redis::cmd("CLIENT")
+                            .arg("LIST")
+                            .query_async(&mut node)
+                            .await
+                            .unwrap();
+                        let feed = clients.lines().find_map(|client| {
+                            let field = |name: &str| {
+                                client
+                                    .split(' ')
+                                    .find_map(|field| field.strip_prefix(name))
+                                    .map(str::to_owned)
+                            };
+                            (field("user=")? == *user && field("ssub=")? != "0")
+                                .then(|| field("id="))
+                                .flatten()
+                        });
+                        if let Some(id) = feed {
+                            break 'found (node, id);
+                        }
+                    }
+                    assert!(std::time::Instant::now() < deadline, "west never listened");
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                };
+                let _: () = redis::cmd("ACL")
+                    .arg(&["SETUSER", user.as_str(), "off"])
+                    .query_async(&mut node)
+                    .await
+                    .unwrap();
+                let killed: i64 = redis::cmd("CLIENT")
+                    .arg(&["KILL", "ID", id.as_str()])
+                    .query_async(&mut node)
+                    .await
+                    .unwrap();
+                assert_eq!(killed, 1, "west's feed");
+            }
         }
     }
 
@@ -391,16 +471,35 @@ impl FeedCut {
                     .await
                     .unwrap();
             }
+            FeedCut::RedisCluster { nodes, user, .. } => {
+                for node in nodes {
+                    let _: () = redis::cmd("ACL")
+                        .arg(&["SETUSER", user.as_str(), "on"])
+                        .query_async(&mut node.clone())
+                        .await
+                        .unwrap();
+                }
+            }
         }
     }
 
     /// Removes what the test made (once the servers are gone).
     async fn close(self) {
-        if let FeedCut::Postgres { admin, role, .. } = self {
-            admin
+        match self {
+            FeedCut::Postgres { admin, role, .. } => admin
                 .batch_execute(&format!("DROP ROLE IF EXISTS {role}"))
                 .await
-                .unwrap();
+                .unwrap(),
+            FeedCut::RedisCluster { nodes, user, .. } => {
+                for mut node in nodes {
+                    let _: i64 = redis::cmd("ACL")
+                        .arg(&["DELUSER", user.as_str()])
+                        .query_async(&mut node)
+                        .await
+                        .unwrap();
+                }
+            }
+            FeedCut::Redis { .. } => {}
         }
     }
 }

@@ -29,8 +29,14 @@
 //! instance whose last change was relayed (not checked) and whose actor here is gone may get
 //! one notice more than its changes: the newest version told is not known. An actor busy in a
 //! call for longer than [`HELD_WAIT`] is not waited for, so a move this server made just before
-//! the check may be told once more. On a Redis Cluster, redis-rs subscribes again by itself
-//! after a node's connection drops: the feed does not end, so the relay does not know to check.
+//! the check may be told once more.
+//!
+//! On a Redis Cluster the feed listens on a connection per master, and a node that drops one (it
+//! restarted, or killed the client) leaves a gap in what that node's channels carry, though
+//! redis-rs subscribes again by itself. The store's feed ends there anyway (`store/redis/link.rs`
+//! hears redis-rs's notice of the drop), so the relay does here what it does for any lost feed:
+//! a new one, every key watched on it, and each checked. A node's reconnect costs one read per
+//! key watched here, and tells the watchers of a key only what they missed.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -105,7 +111,13 @@ pub async fn relay_changes_from_other_servers(
                             relay.announced(&key).await;
                         }
                     }
-                    None => listening = false,
+                    None => {
+                        // A connection dropped (a Redis restart, a cluster node's reconnect):
+                        // the next feed checks what this one missed. Only a feed that cannot be
+                        // opened again is worth a warning.
+                        tracing::info!("the store's change feed ended; opening another");
+                        listening = false;
+                    }
                 },
                 event = watched.recv() => {
                     let Some(event) = event else { return };
@@ -116,7 +128,6 @@ pub async fn relay_changes_from_other_servers(
                 }
             }
         }
-        tracing::warn!("lost the store's change feed; resubscribing");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

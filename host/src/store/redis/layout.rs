@@ -14,8 +14,9 @@
 //!
 //! The shard count is fixed: changing it would move every instance to another key. 64 spreads
 //! the shards over the masters of any cluster worth having (each master has several, so load
-//! follows the slot layout the operator chose), and costs a due query 64 small reads, batched
-//! per master by the cluster client.
+//! follows the slot layout the operator chose). A query over every shard is 64 small reads; the
+//! one every server makes every second, the due query, is one script per master instead
+//! (`due.rs`), which is why a shard's hash slot is named here too ([`Layout::slot`]).
 
 /// Shards of a namespace on Redis Cluster (see the module docs: fixed for good).
 pub const CLUSTER_SHARDS: u32 = 64;
@@ -66,6 +67,17 @@ impl Layout {
             None => &self.namespace,
             Some(shards) => &shards[shard_number(key) as usize],
         }
+    }
+
+    /// The Redis Cluster hash slot of `shard`'s keys: CRC16 (XMODEM) of its hash tag, the
+    /// text between its braces, modulo 16384, as Redis computes it. (On one server, of the
+    /// whole name: unused there.)
+    pub fn slot(shard: &str) -> u16 {
+        let tag = shard
+            .split_once('{')
+            .and_then(|(_, rest)| rest.split_once('}'))
+            .map_or(shard, |(tag, _)| tag);
+        crc16_xmodem(tag.as_bytes()) % 16384
     }
 
     /// The record hash of `key`.
@@ -188,6 +200,23 @@ fn shard_number(key: &str) -> u32 {
     hash % CLUSTER_SHARDS
 }
 
+/// CRC16 with the XMODEM parameters (polynomial 0x1021, no reflection, starting at 0): the
+/// checksum Redis Cluster hashes keys with.
+fn crc16_xmodem(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
 /// The node URLs of a `redis+cluster://[user:password@]h1:p1,h2:p2[/…][?…]` URL, each a plain
 /// `redis://` URL with the same credentials, path and query.
 pub fn cluster_nodes(url: &str) -> Result<Vec<String>, String> {
@@ -264,6 +293,19 @@ mod tests {
         assert_eq!(
             layout.key_of_channel(&format!("{elsewhere}:changed:{key}")),
             None
+        );
+    }
+
+    /// The slots Redis itself gives (`CLUSTER KEYSLOT`), and the CRC16 check value.
+    #[test]
+    fn a_shard_hashes_to_the_slot_redis_gives_it() {
+        assert_eq!(crc16_xmodem(b"123456789"), 0x31c3);
+        assert_eq!(Layout::slot("{t:b00}"), 5647);
+        let layout = Layout::cluster("t");
+        assert_eq!(Layout::slot(layout.shards()[0]), 5647);
+        assert_eq!(
+            Layout::slot(&layout.record("k")),
+            Layout::slot(layout.shard_of("k"))
         );
     }
 

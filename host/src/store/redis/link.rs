@@ -14,15 +14,20 @@
 //! `op_timeout` (in `mod.rs`), so a caller waiting on a reconnect gets
 //! [`StoreError::Unavailable`] instead of hanging.
 
-use std::time::Duration;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use redis::{
-    Cmd, Pipeline, ProtocolVersion, PushKind, RedisError, RedisFuture, Value,
+    Cmd, Pipeline, ProtocolVersion, PushInfo, PushKind, RedisError, RedisFuture, Value,
     aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig},
     cluster::ClusterClientBuilder,
     cluster_async::ClusterConnection,
+    cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo},
 };
 
 use super::{bounded, layout::Layout, unavailable};
@@ -66,6 +71,26 @@ impl ConnectionLike for Link {
         match self {
             Link::Single(con) => con.get_db(),
             Link::Cluster(con) => con.get_db(),
+        }
+    }
+}
+
+impl Link {
+    /// Sends `cmd` to every master of a cluster (on one server, to the server), for a question
+    /// no key routes: each master's answer by node address (an error answer as
+    /// [`Value::ServerError`]), or as `policy` combines them. Fails when a master cannot be
+    /// reached.
+    pub async fn on_every_master(
+        &self,
+        cmd: Cmd,
+        policy: Option<ResponsePolicy>,
+    ) -> Result<Value, RedisError> {
+        match self {
+            Link::Single(con) => cmd.query_async(&mut con.clone()).await,
+            Link::Cluster(con) => {
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, policy));
+                con.clone().route_command(cmd, routing).await
+            }
         }
     }
 }
@@ -148,8 +173,12 @@ pub fn publish_command(layout: &Layout) -> &'static str {
 ///
 /// On one server, the feed's stream ends when that connection drops (pub/sub messages sent
 /// meanwhile are lost, as Redis never queues them): the caller opens another and watches again.
-/// On a cluster, redis-rs subscribes again by itself after a node's connection drops or a slot
-/// moves, so the stream goes on; messages sent meanwhile are lost the same way.
+/// On a cluster the feed keeps a connection per node, and redis-rs would subscribe again by
+/// itself after one drops, going on as if nothing was lost; so the stream ends there too, at
+/// the `Disconnection` push redis-rs sends for a dropped node connection (RESP3), or when a
+/// node unsubscribes the feed from a channel whose slot moved away (redis-rs then forgets the
+/// channel). The caller then does what it does on one server: a new feed, every key watched
+/// again, and each checked for what it missed (`actors/relay.rs`).
 pub async fn open_feed(
     opener: &FeedOpener,
     layout: &Layout,
@@ -191,30 +220,29 @@ pub async fn open_feed(
                 .build()
                 .map_err(|e| unavailable(name, "subscribe", &e))?;
             let con = within(name, options, client.get_async_connection()).await?;
-            let layout_of_stream = layout.clone();
-            let changes = futures_util::stream::unfold(received, |mut received| async move {
-                received.recv().await.map(|push| (push, received))
-            })
-            .filter_map(move |push| {
-                let change = match (push.kind, push.data.as_slice()) {
-                    (PushKind::SMessage, [channel, origin]) => {
-                        redis::from_redis_value_ref::<String>(channel)
-                            .ok()
-                            .zip(redis::from_redis_value_ref::<String>(origin).ok())
-                            .and_then(|(channel, origin)| {
-                                layout_of_stream
-                                    .key_of_channel(&channel)
-                                    .map(|key| (origin, key.to_owned()))
-                            })
+            let leaving = Leaving::default();
+            let reading = (received, layout.clone(), leaving.clone());
+            let changes = futures_util::stream::unfold(reading, |mut reading| async move {
+                let (received, layout, leaving) = &mut reading;
+                loop {
+                    match cluster_push(layout, leaving, received.recv().await?) {
+                        Push::Changed(change) => return Some((change, reading)),
+                        Push::Other => {}
+                        Push::Gap(why) => {
+                            tracing::info!(
+                                why,
+                                "the change feed missed what a Redis Cluster node said meanwhile; \
+                                 it ends, to be opened and checked again"
+                            );
+                            return None;
+                        }
                     }
-                    _ => None,
-                };
-                async move { change }
+                }
             });
             Ok(ChangeFeed {
                 changes: Box::pin(changes),
                 subscriptions: Box::new(Subscriptions {
-                    sink: Sink::Cluster(con),
+                    sink: Sink::Cluster(con, leaving),
                     layout: layout.clone(),
                     name: name.to_owned(),
                     op_timeout,
@@ -224,10 +252,78 @@ pub async fn open_feed(
     }
 }
 
+/// The channels a cluster feed unsubscribed from itself, each with the confirmations still to
+/// come: a confirmation of none of these is the server's own (the channel's slot moved away).
+#[derive(Clone, Default)]
+struct Leaving(Arc<Mutex<HashMap<String, usize>>>);
+
+impl Leaving {
+    fn add(&self, channel: &str) {
+        *self.lock().entry(channel.to_owned()).or_default() += 1;
+    }
+
+    /// Takes one expected confirmation for `channel`, if one was expected.
+    fn confirmed(&self, channel: &str) -> bool {
+        let mut leaving = self.lock();
+        let Some(left) = leaving.get_mut(channel) else {
+            return false;
+        };
+        *left -= 1;
+        if *left == 0 {
+            leaving.remove(channel);
+        }
+        true
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// What one push of a cluster feed's connections means to the feed.
+#[derive(Debug, PartialEq)]
+enum Push {
+    /// A change announced: `(origin, key)`.
+    Changed((String, String)),
+    /// Nothing the feed needs (a subscription's confirmation, another kind of push).
+    Other,
+    /// The feed may have missed announcements, and redis-rs would hide it: a node's connection
+    /// dropped (redis-rs connects again and subscribes again by itself, but what was announced
+    /// meanwhile is lost), or the server unsubscribed the feed from a channel whose slot moved
+    /// away (redis-rs then forgets the channel). Says which.
+    Gap(&'static str),
+}
+
+/// Reads one push of a cluster feed's connections (see [`Push`]).
+fn cluster_push(layout: &Layout, leaving: &Leaving, push: PushInfo) -> Push {
+    let text = |value: &Value| redis::from_redis_value_ref::<String>(value).ok();
+    match (push.kind, push.data.as_slice()) {
+        (PushKind::SMessage, [channel, origin]) => text(channel)
+            .zip(text(origin))
+            .and_then(|(channel, origin)| {
+                layout
+                    .key_of_channel(&channel)
+                    .map(|key| Push::Changed((origin, key.to_owned())))
+            })
+            .unwrap_or(Push::Other),
+        (PushKind::Disconnection, _) => Push::Gap("a node's connection dropped"),
+        (PushKind::SUnsubscribe, [channel, ..]) => match text(channel) {
+            Some(channel) if !leaving.confirmed(&channel) => {
+                Push::Gap("a node unsubscribed the feed from a channel whose slot moved")
+            }
+            _ => Push::Other,
+        },
+        _ => Push::Other,
+    }
+}
+
 /// Where a feed's (un)subscriptions go.
 enum Sink {
     Single(redis::aio::PubSubSink),
-    Cluster(ClusterConnection),
+    /// The feed's own cluster connection, and the unsubscriptions it is yet to confirm.
+    Cluster(ClusterConnection, Leaving),
 }
 
 /// The channels a feed listens to.
@@ -245,7 +341,7 @@ impl FeedSubscriptions for Subscriptions {
         let subscribing = async {
             match &mut self.sink {
                 Sink::Single(sink) => sink.subscribe(channel).await,
-                Sink::Cluster(con) => con.ssubscribe(channel).await,
+                Sink::Cluster(con, _) => con.ssubscribe(channel).await,
             }
         };
         bounded(&self.name, self.op_timeout, "subscribe", subscribing).await
@@ -256,9 +352,61 @@ impl FeedSubscriptions for Subscriptions {
         let unsubscribing = async {
             match &mut self.sink {
                 Sink::Single(sink) => sink.unsubscribe(channel).await,
-                Sink::Cluster(con) => con.sunsubscribe(channel).await,
+                Sink::Cluster(con, leaving) => {
+                    // Before asking: the confirmation may come before the answer.
+                    leaving.add(&channel);
+                    con.sunsubscribe(channel).await
+                }
             }
         };
         bounded(&self.name, self.op_timeout, "unsubscribe", unsubscribing).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn push(kind: PushKind, data: &[&str]) -> PushInfo {
+        PushInfo {
+            kind,
+            data: data
+                .iter()
+                .map(|item| Value::BulkString(item.as_bytes().to_vec()))
+                .collect(),
+        }
+    }
+
+    /// A dropped node connection is a gap, whatever redis-rs does next; so is a channel the
+    /// server dropped, while the feed's own unsubscription is only confirmed, once.
+    #[test]
+    fn a_cluster_feed_ends_where_it_may_have_missed_announcements() {
+        let layout = Layout::cluster("ns");
+        let leaving = Leaving::default();
+        let channel = layout.changed("invoice-1");
+        assert_eq!(
+            cluster_push(
+                &layout,
+                &leaving,
+                push(PushKind::SMessage, &[&channel, "east"])
+            ),
+            Push::Changed(("east".to_owned(), "invoice-1".to_owned()))
+        );
+        assert_eq!(
+            cluster_push(&layout, &leaving, push(PushKind::SSubscribe, &[&channel])),
+            Push::Other
+        );
+        assert!(matches!(
+            cluster_push(&layout, &leaving, push(PushKind::Disconnection, &[])),
+            Push::Gap(_)
+        ));
+
+        leaving.add(&channel);
+        let confirmation = || push(PushKind::SUnsubscribe, &[&channel]);
+        assert_eq!(cluster_push(&layout, &leaving, confirmation()), Push::Other);
+        assert!(matches!(
+            cluster_push(&layout, &leaving, confirmation()),
+            Push::Gap(_)
+        ));
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! This module owns the Lua scripts that make save and delete compare-and-set (and keep the
 //! due-time index with them) and what each command means; `layout.rs` owns the key names,
-//! `link.rs` the connection and the change feed. It must not cache records (another process may
-//! have written since) and must not report success for a write Redis did not confirm.
+//! `link.rs` the connection and the change feed, `due.rs` the due query. It must not cache
+//! records (another process may have written since) and must not report success for a write
+//! Redis did not confirm.
 //!
 //! Layout on one server, with `ns` the configured namespace (on a cluster every `ns:` below but
 //! the machines' is a shard's hash tag instead, `{ns:b07}:`, one of 64 that a key hashes to; see
@@ -45,6 +46,7 @@
 //! Outages: see `link.rs`. Every operation runs under `op_timeout`, so a caller waiting on a
 //! reconnect gets [`StoreError::Unavailable`] instead of hanging.
 
+mod due;
 mod layout;
 mod link;
 mod state_counts;
@@ -237,31 +239,6 @@ end
 return 'ok'
 ";
 
-/// The due query of one shard. KEYS: the shard's due index. ARGV: lexical min and max, limit,
-/// the prefix of the shard's record hash keys (`ns:i:`). Returns up to `limit` members in order,
-/// dropping (and removing) those whose record is gone or has another due time: members code
-/// that predates due times left behind. It reads record hashes it cannot name in KEYS; on a
-/// cluster they share the index's hash tag, so they live in its slot.
-const DUE_LUA: &str = r"
-local out = {}
-local min = ARGV[1]
-local limit = tonumber(ARGV[3])
-while #out < limit do
-  local page = redis.call('ZRANGEBYLEX', KEYS[1], min, ARGV[2], 'LIMIT', 0, limit - #out)
-  if #page == 0 then break end
-  for _, member in ipairs(page) do
-    local d = redis.call('HGET', ARGV[4] .. string.sub(member, 21), 'd')
-    if d and string.rep('0', 20 - #d) .. d == string.sub(member, 1, 20) then
-      table.insert(out, member)
-    else
-      redis.call('ZREM', KEYS[1], member)
-    end
-  end
-  min = '(' .. page[#page]
-end
-return out
-";
-
 /// Redis-backed store. Cheap to share: the connection is multiplexed.
 pub struct RedisStore {
     name: String,
@@ -276,6 +253,8 @@ pub struct RedisStore {
     owned_recount_script: Script,
     recount_scripts: RecountScripts,
     due_script: Script,
+    /// The due query sent to every master of a cluster (`due.rs`).
+    master_due_script: Script,
     acquire_script: Script,
     renew_script: Script,
     release_script: Script,
@@ -324,7 +303,8 @@ impl RedisStore {
                 3,
             )),
             recount_scripts: RecountScripts::default(),
-            due_script: Script::new(DUE_LUA),
+            due_script: Script::new(&due::shard_due_lua()),
+            master_due_script: Script::new(&due::master_due_lua()),
             acquire_script: Script::new(ACQUIRE_LUA),
             renew_script: Script::new(RENEW_LUA),
             release_script: Script::new(RELEASE_LUA),
@@ -466,11 +446,23 @@ impl RedisStore {
         F: Fn(String, Link) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
-        let queries = self
-            .layout
-            .shards()
-            .into_iter()
-            .map(|shard| query(shard.to_owned(), self.con.clone()));
+        self.in_shards(&self.layout.shards(), what, query).await
+    }
+
+    /// Runs `query` once for each of `shards`, as [`Self::each_shard`] does for all.
+    async fn in_shards<T, F, Fut>(
+        &self,
+        shards: &[&str],
+        what: &str,
+        query: F,
+    ) -> Result<Vec<T>, StoreError>
+    where
+        F: Fn(String, Link) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        let queries = shards
+            .iter()
+            .map(|shard| query((*shard).to_owned(), self.con.clone()));
         self.bounded(what, futures_util::future::try_join_all(queries))
             .await
     }
@@ -1091,42 +1083,17 @@ impl StateStore for RedisStore {
         after: Option<&Due>,
         limit: usize,
     ) -> Result<Vec<Due>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let min = match after {
-            Some(after) => format!("({}", due_member(after.at_ms, &after.key)),
-            None => "-".to_owned(),
-        };
-        // Every member due at `until` is below the first one due a millisecond later.
-        let max = match until.checked_add(1) {
-            Some(next) => format!("({next:0width$}", width = DUE_DIGITS),
-            None => "+".to_owned(),
-        };
-        let pages = self
-            .each_shard("due", |shard, mut con| {
-                let mut invocation = self.due_script.key(Layout::due(&shard));
-                invocation
-                    .arg(&min)
-                    .arg(&max)
-                    .arg(limit)
-                    .arg(Layout::record_prefix(&shard));
-                async move { invocation.invoke_async::<Vec<String>>(&mut con).await }
-            })
-            .await?;
-        // Members sort as (due time, key): the zero-padded time comes first.
-        first_in_order(pages, limit)
-            .iter()
-            .map(|m| parse_due_member(m))
-            .collect()
+        self.due_query(until, after, limit).await
     }
 }
 
-/// The first `limit` of the shards' answers, each already in order, in one order.
+/// The first `limit` of the shards' answers, each already in order, in one order; a member two
+/// answers gave (on a cluster, a shard two masters answered for: `due.rs`) once.
 fn first_in_order(pages: Vec<Vec<String>>, limit: usize) -> Vec<String> {
     let mut all: Vec<String> = pages.into_iter().flatten().collect();
     // Bytewise, as Redis orders a lexical range.
     all.sort_unstable();
+    all.dedup();
     all.truncate(limit);
     all
 }
