@@ -308,6 +308,7 @@ all_stores!(
     the_audit_trail_grows_with_saves_and_goes_with_the_record,
     the_audit_trail_keeps_its_last_entries,
     owners_are_counted_as_their_records_come_and_go,
+    an_owners_records_are_listed_a_page_at_a_time,
     counts_by_state_follow_saves_moves_and_deletes,
     counts_by_state_follow_retention_and_migration,
     counts_by_state_agree_with_the_records_under_concurrent_writes,
@@ -842,6 +843,52 @@ async fn list_and_count(store: Arc<dyn StateStore>) {
     assert_eq!(
         store.list_keys("a", Some("a/1"), 10).await.unwrap(),
         ["a/2", "a/3", "ab"]
+    );
+}
+
+async fn an_owners_records_are_listed_a_page_at_a_time(store: Arc<dyn StateStore>) {
+    for key in [
+        "handle/a-1@t1",
+        "handle/a-2@t1",
+        "handle/a-3@t1",
+        "handle/b-1@t2",
+        "handle/c-1@t10",
+        "handle/c-2",
+        "session/s/a",
+    ] {
+        store.save(key, &record("w", 1, "x"), 0).await.unwrap();
+    }
+    assert!(store.delete("handle/a-2@t1", None, None).await.unwrap());
+    let list = async |owner: &str, after: Option<&str>, limit: usize| {
+        store.list_owned(owner, after, limit).await.unwrap()
+    };
+    assert_eq!(
+        list("t1", None, 10).await,
+        ["handle/a-1@t1", "handle/a-3@t1"]
+    );
+    // A page at a time, each from the last key of the one before.
+    assert_eq!(list("t1", None, 1).await, ["handle/a-1@t1"]);
+    assert_eq!(
+        list("t1", Some("handle/a-1@t1"), 1).await,
+        ["handle/a-3@t1"]
+    );
+    assert!(list("t1", Some("handle/a-3@t1"), 1).await.is_empty());
+    // An owner is named whole: t1's records are not t10's, nor t's.
+    assert_eq!(list("t10", None, 10).await, ["handle/c-1@t10"]);
+    assert!(list("t", None, 10).await.is_empty());
+    assert!(list("t1", None, 0).await.is_empty());
+    // Saving again lists a record once; a record made again is listed again.
+    store
+        .save("handle/a-1@t1", &record("w", 2, "y"), 1)
+        .await
+        .unwrap();
+    store
+        .save("handle/a-2@t1", &record("w", 1, "x"), 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        list("t1", None, 10).await,
+        ["handle/a-1@t1", "handle/a-2@t1", "handle/a-3@t1"]
     );
 }
 

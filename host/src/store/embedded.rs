@@ -165,7 +165,7 @@ impl EmbeddedStore {
             tokio::task::spawn_blocking(move || {
                 let db = open_file(&path, &name)?;
                 let segment = replay(&db, &path, &name, audit_keep)?;
-                let owned = count_owners(&db, &name)?;
+                let owned = owners::open(&db).map_err(|e| storage(&name, e))?;
                 let counts = state_counts::open(&db).map_err(|e| storage(&name, e))?;
                 Ok::<_, StoreError>((db, segment, owned, counts, path))
             })
@@ -326,6 +326,10 @@ fn open_file(path: &PathBuf, name: &str) -> Result<Database, StoreError> {
     txn.open_table(AUDIT).map_err(|e| storage(name, e))?;
     txn.open_table(MACHINES).map_err(|e| storage(name, e))?;
     txn.open_table(MARKS).map_err(|e| storage(name, e))?;
+    txn.open_table(owners::OWNED_KEYS)
+        .map_err(|e| storage(name, e))?;
+    txn.open_table(owners::OWNER_COUNTS)
+        .map_err(|e| storage(name, e))?;
     txn.open_table(JOURNAL).map_err(|e| storage(name, e))?;
     txn.open_table(state_counts::COUNTED_AS)
         .map_err(|e| storage(name, e))?;
@@ -389,26 +393,6 @@ fn durable_write(db: &Database) -> Result<redb::WriteTransaction, redb::Error> {
     txn.set_durability(redb::Durability::Immediate)?;
     txn.set_quick_repair(true);
     Ok(txn)
-}
-
-/// How many records each owner has in redb (which holds everything once the journal is
-/// replayed): a scan of the handle-keyed keys, once, at open.
-fn count_owners(db: &Database, name: &str) -> Result<OwnedCounts, StoreError> {
-    let mut owned = OwnedCounts::default();
-    let txn = db.begin_read().map_err(|e| storage(name, e))?;
-    let table = txn.open_table(INSTANCES).map_err(|e| storage(name, e))?;
-    for entry in table
-        .range::<&str>(HANDLE_PREFIX..)
-        .map_err(|e| storage(name, e))?
-    {
-        let (key, _) = entry.map_err(|e| storage(name, e))?;
-        let key = key.value();
-        if !key.starts_with(HANDLE_PREFIX) {
-            break;
-        }
-        owned.added(key);
-    }
-    Ok(owned)
 }
 
 /// The per-owner counts, whatever a panicking holder left (a count is never half-changed).
@@ -699,6 +683,42 @@ impl StateStore for EmbeddedStore {
         Ok(lock_owned(&self.owned).of(owner))
     }
 
+    /// The file's owner index (`embedded/owners.rs`), merged with what the overlay knows of
+    /// the owner's keys, as [`StateStore::list_keys`] merges the file's keys.
+    async fn list_owned(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let past_start = |key: &str| after.is_none_or(|after| key > after);
+        let known: BTreeMap<String, bool> = self
+            .overlay()
+            .known(HANDLE_PREFIX)
+            .into_iter()
+            .filter(|(key, _)| owner_of(key) == Some(owner))
+            .map(|(key, known)| (key, known.live))
+            .collect();
+        let from_overlay: Vec<String> = known
+            .iter()
+            .filter(|(key, live)| **live && past_start(key))
+            .map(|(key, _)| key.clone())
+            .collect();
+        let (owner, after) = (owner.to_owned(), after.map(str::to_owned));
+        let mut keys = self
+            .read(move |txn, name| {
+                owners::list(txn, &owner, after.as_deref(), limit, |key| {
+                    known.contains_key(key)
+                })
+                .map_err(|e| storage(name, e))
+            })
+            .await?;
+        keys.extend(from_overlay);
+        keys.sort_unstable();
+        keys.truncate(limit);
+        Ok(keys)
+    }
+
     async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
         Ok(lock_counts(&self.counts).clone())
     }
@@ -827,6 +847,7 @@ mod checkpoint;
 pub mod files;
 mod journal;
 mod overlay;
+mod owners;
 mod priority;
 mod state_counts;
 #[cfg(test)]

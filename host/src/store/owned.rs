@@ -58,6 +58,20 @@ impl OwnedCounts {
     pub fn of(&self, owner: &str) -> u64 {
         self.0.get(owner).copied().unwrap_or(0)
     }
+
+    /// Says `owner` has `n` records, as an index kept elsewhere counted them.
+    pub fn set(&mut self, owner: &str, n: u64) {
+        if n == 0 {
+            self.0.remove(owner);
+        } else {
+            self.0.insert(owner.into(), n);
+        }
+    }
+
+    /// Each owner with records, and how many.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.0.iter().map(|(owner, n)| (&**owner, *n))
+    }
 }
 
 #[cfg(test)]

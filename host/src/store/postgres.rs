@@ -92,6 +92,7 @@ struct Sql {
     list: String,
     count: String,
     count_owned: String,
+    list_owned: String,
     due: String,
     count_by_state: String,
 }
@@ -248,9 +249,15 @@ impl Sql {
                 "SELECT key FROM {t} WHERE key LIKE $1 AND key > $2 ORDER BY key LIMIT $3"
             ),
             count: format!("SELECT count(*) FROM {t} WHERE key LIKE $1"),
-            // The same expression and predicate as the `_owner` index, so the planner uses it.
+            // The same expression and predicate as the `_owner_key` index, so the planner uses it.
             count_owned: format!(
                 "SELECT count(*) FROM {t} WHERE {OWNED_KEYS} AND {OWNER_OF_KEY} = $1"
+            ),
+            // `key > $2` is the page boundary ('' for the first page): the index is on (owner,
+            // key), so a page reads what it returns.
+            list_owned: format!(
+                "SELECT key FROM {t} WHERE {OWNED_KEYS} AND {OWNER_OF_KEY} = $1 AND key > $2 \
+                 ORDER BY {OWNER_OF_KEY}, key LIMIT $3"
             ),
             // `(due_at, key) > ($2, $3)` is the page boundary: a row comparison the index serves.
             due: format!(
@@ -363,7 +370,8 @@ impl PostgresStore {
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_wanted_by text;
              ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_wanted_until timestamptz;
              CREATE INDEX IF NOT EXISTS {t}_due ON {t} (due_at, key) WHERE due_at IS NOT NULL;
-             CREATE INDEX IF NOT EXISTS {t}_owner ON {t} (({OWNER_OF_KEY})) WHERE {OWNED_KEYS};
+             CREATE INDEX IF NOT EXISTS {t}_owner_key ON {t} (({OWNER_OF_KEY}), key) WHERE {OWNED_KEYS};
+             DROP INDEX IF EXISTS {t}_owner;
              CREATE TABLE IF NOT EXISTS {a} (
                  key text COLLATE \"C\" NOT NULL REFERENCES {t} (key) ON DELETE CASCADE,
                  version bigint NOT NULL,
@@ -1062,6 +1070,23 @@ impl StateStore for PostgresStore {
             .await?;
         let n: i64 = rows.first().map_or(Ok(0), |row| column(owner, row, 0))?;
         Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn list_owned(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .query(
+                "list owned",
+                &self.sql.list_owned,
+                &[&owner, &after.unwrap_or(""), &limit],
+            )
+            .await?;
+        rows.iter().map(|row| column(owner, row, 0)).collect()
     }
 
     async fn count_by_state(&self) -> Result<StateCounts, StoreError> {

@@ -145,6 +145,39 @@ pub trait StateStore: Send + Sync {
         self.count_owned(owner).await
     }
 
+    /// Up to `limit` keys of `owner`'s records ([`owner_of`] their key), in ascending byte
+    /// order, strictly after `after` when given: one tenant's instances, a page at a time
+    /// (`turnstile instances list --owner`, the console). The embedded, Redis and PostgreSQL
+    /// stores read the per-owner index [`Self::count_owned`] counts, so a page costs what it
+    /// holds, whatever else the store holds.
+    ///
+    /// The default pages through every handle-keyed key ([`Self::list_keys`]) and keeps the
+    /// owner's: correct, and as slow as the store is large (the memory store, which holds few).
+    async fn list_owned(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut found = Vec::new();
+        let mut cursor = after.map(str::to_owned);
+        while found.len() < limit {
+            let page = self
+                .list_keys(super::HANDLE_PREFIX, cursor.as_deref(), 1000)
+                .await?;
+            let Some(last) = page.last().cloned() else {
+                break;
+            };
+            found.extend(
+                page.into_iter()
+                    .filter(|key| super::owner_of(key) == Some(owner)),
+            );
+            cursor = Some(last);
+        }
+        found.truncate(limit);
+        Ok(found)
+    }
+
     /// How many records each workflow has, by machine version and by state, as the rule of
     /// `state_counts.rs` counts them (a record once under its workflow, and once under each state
     /// path active in it). Every store keeps these counts in the same atomic write as each

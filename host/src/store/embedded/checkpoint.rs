@@ -25,6 +25,7 @@ use tokio::sync::oneshot;
 use super::{
     AUDIT, DUE, DUE_OF, FOLDED_THROUGH, FORMATS, INSTANCES, JOURNAL, durable_write, journal,
     overlay::{Layer, Overlay, Pending},
+    owners::Owning,
     priority::yield_to_requests,
     state_counts::Counting,
     write_lock,
@@ -52,6 +53,8 @@ struct Tables<'txn> {
     audit: Table<'txn, (&'static str, u64), &'static str>,
     /// The counts by state, moved with each row (`state_counts.rs`).
     counting: Counting<'txn>,
+    /// The owner index, moved with each row that comes or goes (`owners.rs`).
+    owning: Owning<'txn>,
     audit_keep: u64,
 }
 
@@ -65,6 +68,7 @@ impl<'txn> Tables<'txn> {
             due_of: txn.open_table(DUE_OF)?,
             audit: txn.open_table(AUDIT)?,
             counting: Counting::open(txn)?,
+            owning: Owning::open(txn)?,
         })
     }
 
@@ -81,10 +85,10 @@ impl<'txn> Tables<'txn> {
         }
         self.counting
             .put(key, pending.row.as_ref().and_then(|row| row.tally.as_ref()))?;
-        match &pending.row {
+        let (existed, exists) = match &pending.row {
             None => {
                 self.formats.remove(key)?;
-                self.instances.remove(key)?;
+                (self.instances.remove(key)?.is_some(), false)
             }
             Some(row) => {
                 if let Some(due) = row.due_at_ms {
@@ -93,17 +97,22 @@ impl<'txn> Tables<'txn> {
                 }
                 self.formats
                     .insert(key, (row.format, row.extras_json.as_str()))?;
-                self.instances.insert(
-                    key,
-                    (
-                        row.version,
-                        row.updated_at_ms,
-                        row.workflow.as_str(),
-                        row.snapshot_json.as_str(),
-                    ),
-                )?;
+                let existed = self
+                    .instances
+                    .insert(
+                        key,
+                        (
+                            row.version,
+                            row.updated_at_ms,
+                            row.workflow.as_str(),
+                            row.snapshot_json.as_str(),
+                        ),
+                    )?
+                    .is_some();
+                (existed, true)
             }
-        }
+        };
+        self.owning.put(key, existed, exists)?;
         for (version, entry) in &pending.audit {
             self.audit.insert((key, *version), entry.as_str())?;
         }

@@ -8,6 +8,7 @@ use serde_json::json;
 use super::{
     EmbeddedStore, InstanceRecord, StateStore, StoreError, journal,
     overlay::{Change, Row},
+    owners,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -381,6 +382,47 @@ async fn owners_are_counted_after_reopen_and_replay() {
     let store = EmbeddedStore::open(&path).await.unwrap();
     assert_eq!(store.count_owned("t").await.unwrap(), 2);
     assert_eq!(store.count_owned("u").await.unwrap(), 0);
+    assert_eq!(
+        store.list_owned("t", None, 10).await.unwrap(),
+        ["handle/a-1@t", "handle/a-4@t"]
+    );
+    assert!(store.list_owned("u", None, 10).await.unwrap().is_empty());
+}
+
+/// A file written before the owner index is indexed once, when it opens, with what its
+/// journal adds; later opens read the index (a row per owner), not the records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_older_than_the_owner_index_is_indexed_when_it_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    {
+        let store = EmbeddedStore::open(&path).await.unwrap();
+        save_all(
+            &store,
+            &[
+                ("handle/a-1@t", record("w", 1, None, "x"), 0),
+                ("handle/a-2@u", record("w", 1, None, "x"), 0),
+                ("handle/a-3", record("w", 1, None, "x"), 0),
+            ],
+        )
+        .await;
+    }
+    owners::forget(&redb::Database::open(&path).unwrap());
+    let mut frames = Vec::new();
+    journal::encode(&journaled("handle/a-4@t", 1, "x", None, None), &mut frames);
+    journal::Segment::create(&path, 9)
+        .unwrap()
+        .append(&frames)
+        .unwrap();
+    for _ in 0..2 {
+        let store = EmbeddedStore::open(&path).await.unwrap();
+        assert_eq!(store.count_owned("t").await.unwrap(), 2);
+        assert_eq!(store.count_owned("u").await.unwrap(), 1);
+        assert_eq!(
+            store.list_owned("t", None, 10).await.unwrap(),
+            ["handle/a-1@t", "handle/a-4@t"]
+        );
+    }
 }
 
 /// The counts by state of a server that crashed: what the file held, moved by the journal the

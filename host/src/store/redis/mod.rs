@@ -1045,6 +1045,46 @@ impl StateStore for RedisStore {
             .await
     }
 
+    /// Each shard's owner index from the owner's first member past `after`, merged.
+    async fn list_owned(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let min = match after {
+            Some(after) => format!("({owner}\0{after}"),
+            None => format!("[{owner}\0"),
+        };
+        let max = format!("({owner}\u{1}");
+        let pages = self
+            .each_shard("list owned", |shard, mut con| {
+                let query = redis::cmd("ZRANGEBYLEX")
+                    .arg(Layout::owned(&shard))
+                    .arg(&min)
+                    .arg(&max)
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(limit)
+                    .to_owned();
+                async move { query.query_async::<Vec<String>>(&mut con).await }
+            })
+            .await?;
+        let skip = owner.len() + 1;
+        let pages = pages
+            .into_iter()
+            .map(|page| {
+                page.into_iter()
+                    .map(|member| member[skip..].to_owned())
+                    .collect()
+            })
+            .collect();
+        Ok(first_in_order(pages, limit))
+    }
+
     async fn recount_owned(&self, owner: &str) -> Result<u64, StoreError> {
         let (min, max) = (format!("[{owner}\0"), format!("({owner}\u{1}"));
         let counts = self
