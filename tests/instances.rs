@@ -265,3 +265,114 @@ async fn through_a_server_serving_tls() {
     let refused = instances(&remote(&own_base, &ops, &ca_file), &["list"]).unwrap_err();
     assert!(refused.contains("certificate"), "{refused}");
 }
+
+/// Issue 51, item 3: one principal's instances, listed a page at a time from the store's
+/// per-owner index, and `--max-instances-per-principal` holding when one principal's mints
+/// race: of twenty at once with a limit of five, five are created and fifteen are
+/// `QUOTA_EXCEEDED`; the listing of that principal holds the five (nothing was created for the
+/// refused ones), the other principal's holds its own only, and paging by `--after` walks
+/// through them once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_principals_instances_are_listed_by_page_and_racing_mints_keep_its_quota() {
+    let plugins = PluginDir::with(&["invoice"]);
+    let files = tempfile::tempdir().unwrap();
+    let path = |name: &str| files.path().join(name).to_str().unwrap().to_owned();
+    std::fs::write(
+        path("tokens"),
+        "ops tok-ops operator\nalice tok-alice\nbob tok-bob\n",
+    )
+    .unwrap();
+    std::fs::write(path("ops"), "tok-ops\n").unwrap();
+    let server = Server::http_in(
+        plugins.path(),
+        files.path(),
+        &[
+            "--state-handle-key",
+            "--auth-token-file",
+            &path("tokens"),
+            "--max-instances-per-principal",
+            "5",
+        ],
+    );
+    let mut alices = Vec::new();
+    for _ in 0..4 {
+        alices.push(Client::http_as(&server.url, "tok-alice").await);
+    }
+    let mints = alices.iter().flat_map(|alice| {
+        (0..5).map(move |n| alice.call("invoice.submit", json!({ "amount": n + 1 })))
+    });
+    let results = futures_util::future::join_all(mints).await;
+    let minted: Vec<String> = results
+        .iter()
+        .filter(|result| result.is_error != Some(true))
+        .map(handle_of)
+        .collect();
+    let refused = results
+        .iter()
+        .filter(|result| result.is_error == Some(true))
+        .inspect(|result| assert_eq!(error_code(result), "QUOTA_EXCEEDED", "{result:?}"))
+        .count();
+    assert_eq!((minted.len(), refused), (5, 15), "{results:?}");
+    let bob = Client::http_as(&server.url, "tok-bob").await;
+    let bobs = handle_of(&bob.call("invoice.submit", json!({"amount": 9})).await);
+
+    let base = server.base();
+    let ops = path("ops");
+    let list = |args: &[&str]| {
+        let mut all = vec!["list"];
+        all.extend(args);
+        instances(&["--server", &base, "--token-file", &ops], &all).unwrap()
+    };
+    let key_of = |line: &Value| line["key"].as_str().unwrap().to_owned();
+    // Alice's, two at a time: each page starts after the last key of the one before.
+    let mut pages = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut args = vec!["--principal", "token:alice", "--limit", "2"];
+        if let Some(after) = &after {
+            args.extend(["--after", after.as_str()]);
+        }
+        let page: Vec<String> = list(&args).iter().map(key_of).collect();
+        if page.is_empty() {
+            break;
+        }
+        after = page.last().cloned();
+        pages.push(page);
+    }
+    assert_eq!(
+        pages.iter().map(Vec::len).collect::<Vec<_>>(),
+        [2, 2, 1],
+        "{pages:?}"
+    );
+    let listed: Vec<String> = pages.concat();
+    let mut sorted = listed.clone();
+    sorted.sort();
+    assert_eq!(listed, sorted, "pages come in key order");
+    for handle in &minted {
+        assert_eq!(
+            listed
+                .iter()
+                .filter(|key| key.starts_with(&format!("handle/{handle}@")))
+                .count(),
+            1,
+            "{handle} is listed once: {listed:?}"
+        );
+    }
+    let bobs_listed: Vec<String> = list(&["--principal", "token:bob"]).iter().map(key_of).collect();
+    assert_eq!(bobs_listed.len(), 1, "{bobs_listed:?}");
+    assert!(bobs_listed[0].starts_with(&format!("handle/{bobs}@")));
+    assert!(list(&["--principal", "token:carol"]).is_empty());
+    // The whole store holds the six.
+    assert_eq!(list(&[]).len(), 6);
+    // For a person, a full page says where the next one starts.
+    let output = Command::new(turnstile_bin())
+        .args(["instances", "--server", &base, "--token-file", &ops])
+        .args(["list", "--principal", "token:alice", "--limit", "2"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains(&format!("the next page is --after '{}'", pages[0][1])),
+        "{text}"
+    );
+}

@@ -68,6 +68,14 @@ pub enum InstancesCommand {
         /// Only instances whose last save is at least SECS old.
         #[arg(long, value_name = "SECS")]
         older_than: Option<u64>,
+        /// Only the instances of this principal, named as the audit trail names it
+        /// (`token:NAME`, `oauth:ISSUER#SUB`), read from the store's per-owner index.
+        #[arg(long, value_name = "PRINCIPAL")]
+        principal: Option<String>,
+        /// Only instances whose key comes after KEY: the next page, from the last key of a
+        /// full one (the text listing says which when there may be more).
+        #[arg(long, value_name = "KEY")]
+        after: Option<String>,
         #[arg(long, default_value_t = 1000)]
         limit: usize,
     },
@@ -107,11 +115,15 @@ pub fn run_cli(args: InstancesArgs) -> anyhow::Result<ExitCode> {
             workflow,
             state,
             older_than,
+            principal,
+            after,
             limit,
         } => Action::List(Filter {
             workflow,
             state,
             older_than_secs: older_than,
+            principal,
+            after,
             limit,
         }),
         InstancesCommand::Show { instance, last } => Action::Show { instance, last },
@@ -208,7 +220,7 @@ pub async fn run_on(
                 Source::Store(store) => instances::list(store, &filter).await?,
                 Source::Server(remote) => remote.list(&filter).await?,
             };
-            print_list(&listed, json, out)?;
+            print_list(&listed, filter.next_after(&listed), json, out)?;
         }
         Action::Show { instance, last } => {
             let shown = match source {
@@ -296,7 +308,13 @@ fn print_recounted(
     Ok(())
 }
 
-fn print_list(listed: &[Summary], json: bool, out: &mut impl Write) -> anyhow::Result<()> {
+/// Prints a listing; `next`, for a full page, is the key the next one starts after.
+fn print_list(
+    listed: &[Summary],
+    next: Option<&str>,
+    json: bool,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     if json {
         for summary in listed {
             writeln!(out, "{}", serde_json::to_value(summary)?)?;
@@ -321,6 +339,9 @@ fn print_list(listed: &[Summary], json: bool, out: &mut impl Write) -> anyhow::R
         )?;
     }
     writeln!(out, "{} instance(s)", listed.len())?;
+    if let Some(next) = next {
+        writeln!(out, "there may be more: the next page is --after '{next}'")?;
+    }
     Ok(())
 }
 

@@ -53,6 +53,12 @@ pub struct ListQuery {
     pub state: Option<String>,
     #[serde(default)]
     pub older_than: Option<u64>,
+    /// One principal's instances (`Filter::principal`).
+    #[serde(default)]
+    pub principal: Option<String>,
+    /// The page after this key (`Filter::after`).
+    #[serde(default)]
+    pub after: Option<String>,
     #[serde(default)]
     pub limit: Option<usize>,
     /// A reset or delete just done (the pages' notice).
@@ -71,6 +77,8 @@ impl ListQuery {
             workflow: given(&self.workflow),
             state: given(&self.state),
             older_than_secs: self.older_than,
+            principal: given(&self.principal),
+            after: given(&self.after),
             limit: self.limit.unwrap_or(DEFAULT_LIMIT).max(1),
         }
     }
@@ -168,10 +176,14 @@ pub async fn list(
     State(console): State<Arc<Console>>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<Value>, Problem> {
-    let listed = instances::list(&*console.store, &query.filter())
+    let filter = query.filter();
+    let listed = instances::list(&*console.store, &filter)
         .await
         .map_err(Problem::of)?;
-    Ok(Json(json!({ "instances": listed })))
+    // A full page may have more: `next` is the `after` of the page that follows.
+    Ok(Json(
+        json!({ "instances": listed, "next": filter.next_after(&listed) }),
+    ))
 }
 
 /// `GET /console/api/instance?id=…`.

@@ -157,6 +157,24 @@ pub fn workflows(signed_in: bool, workflows: &[WorkflowShown], counts: &Counts) 
     )
 }
 
+/// The query of the listing page after `next`, with `filter`'s other fields.
+fn next_page_query(filter: &Filter, next: &str) -> String {
+    let older_than = filter.older_than_secs.map(|secs| secs.to_string());
+    let limit = filter.limit.to_string();
+    let mut query = vec![("after", next), ("limit", limit.as_str())];
+    for (name, value) in [
+        ("workflow", filter.workflow.as_deref()),
+        ("state", filter.state.as_deref()),
+        ("older_than", older_than.as_deref()),
+        ("principal", filter.principal.as_deref()),
+    ] {
+        if let Some(value) = value {
+            query.push((name, value));
+        }
+    }
+    encode(&query)
+}
+
 fn instances_href(workflow: &str, state: Option<&str>) -> String {
     let mut query = vec![("workflow", workflow)];
     if let Some(state) = state {
@@ -201,12 +219,20 @@ pub fn instances(
                 input #f-state type="text" name="state" value=[filter.state.as_deref()] placeholder="review, or a.b";
                 label for="f-older" { "Older than (s)" }
                 input #f-older type="number" min="0" name="older_than" value=[filter.older_than_secs];
+                label for="f-principal" { "Principal" }
+                input #f-principal type="text" name="principal" value=[filter.principal.as_deref()] placeholder="token:NAME, oauth:ISSUER#SUB";
                 label for="f-limit" { "At most" }
                 input #f-limit type="number" min="1" name="limit" value=(filter.limit);
                 button type="submit" { "Filter" }
             }
             table.instances {
-                caption { (listed.len()) " instance(s)" @if listed.len() >= filter.limit { " (the first " (filter.limit) ")" } }
+                caption {
+                    (listed.len()) " instance(s)"
+                    @if let Some(next) = filter.next_after(listed) {
+                        " (a page of " (filter.limit) ") "
+                        a #next-page href={ "/console/instances?" (next_page_query(filter, next)) } { "Next page" }
+                    }
+                }
                 thead { tr {
                     th scope="col" { "Key" } th scope="col" { "Workflow" } th scope="col" { "State" }
                     th scope="col" { "Status" } th scope="col" { "Version" } th scope="col" { "Last moved" }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use crate::store::active_paths;
+use crate::mcp::auth::principal::Principal;
 use crate::store::{InstanceRecord, StateStore, StoreError, now_ms, redact_context};
 
 /// How many keys one page of a listing reads from the store.
@@ -26,8 +27,28 @@ pub struct Filter {
     /// Only instances whose last save is at least this many seconds old.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub older_than_secs: Option<u64>,
-    /// At most this many.
+    /// Only the instances of this principal, named as the audit trail names it (`token:NAME`
+    /// for a line of the token file, `oauth:ISSUER#SUB` for an OAuth token): one tenant's,
+    /// read from the store's per-owner index, whatever the others hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// Only instances whose key comes after this one: the next page, from the last key of a
+    /// full one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// At most this many. A listing that holds this many may have more: ask again with its
+    /// last key as `after`.
     pub limit: usize,
+}
+
+impl Filter {
+    /// The key to start the next page after, when `listed` (what this filter listed) is a
+    /// full page.
+    pub fn next_after<'a>(&self, listed: &'a [Summary]) -> Option<&'a str> {
+        (listed.len() >= self.limit)
+            .then(|| listed.last().map(|summary| summary.key.as_str()))
+            .flatten()
+    }
 }
 
 /// One line of a listing.
@@ -57,13 +78,18 @@ impl Summary {
     }
 }
 
-/// The instances `filter` selects, in key order: handle-keyed and session-keyed alike.
+/// The instances `filter` selects, in key order: handle-keyed and session-keyed alike, or one
+/// principal's.
 pub async fn list(store: &dyn StateStore, filter: &Filter) -> anyhow::Result<Vec<Summary>> {
     let cutoff = filter
         .older_than_secs
         .map(|secs| now_ms().saturating_sub(secs.saturating_mul(1000)));
     let mut shown = Vec::new();
-    each_instance(store, |key, record| {
+    let keys = match &filter.principal {
+        Some(principal) => Keys::Owned(Principal(principal.clone()).tenant()),
+        None => Keys::All,
+    };
+    each_instance_of(store, &keys, filter.after.as_deref(), |key, record| {
         if shown.len() >= filter.limit {
             return false;
         }
@@ -86,15 +112,32 @@ pub async fn list(store: &dyn StateStore, filter: &Filter) -> anyhow::Result<Vec
     Ok(shown)
 }
 
-/// Calls `visit` with every instance record in the store, in key order, until it returns
-/// false. Reads page by page; for operators, not for hot paths.
-pub async fn each_instance(
+/// Which keys a walk goes through.
+enum Keys {
+    /// Every key of the store.
+    All,
+    /// The keys of one tenant's records (`StateStore::list_owned`).
+    Owned(crate::actors::Tenant),
+}
+
+/// Calls `visit` with each instance record `keys` names after `after`, in key order, until it
+/// returns false. Reads page by page; for operators, not for hot paths.
+async fn each_instance_of(
     store: &dyn StateStore,
+    keys: &Keys,
+    after: Option<&str>,
     mut visit: impl FnMut(&str, &InstanceRecord) -> bool,
 ) -> anyhow::Result<()> {
-    let mut after: Option<String> = None;
+    let mut after: Option<String> = after.map(str::to_owned);
     loop {
-        let keys = store.list_keys("", after.as_deref(), PAGE).await?;
+        let keys = match keys {
+            Keys::All => store.list_keys("", after.as_deref(), PAGE).await?,
+            Keys::Owned(tenant) => {
+                store
+                    .list_owned(tenant.as_str(), after.as_deref(), PAGE)
+                    .await?
+            }
+        };
         let Some(last) = keys.last().cloned() else {
             return Ok(());
         };

@@ -97,6 +97,12 @@ impl Remote {
         if let Some(secs) = filter.older_than_secs {
             query.push(("older_than", secs.to_string()));
         }
+        if let Some(principal) = &filter.principal {
+            query.push(("principal", principal.clone()));
+        }
+        if let Some(after) = &filter.after {
+            query.push(("after", after.clone()));
+        }
         let listing: Listing = self
             .answer(self.request(reqwest::Method::GET, "instances", &query))
             .await?;
