@@ -272,6 +272,15 @@ async fn a_token_keeps_the_instances_it_made_under_its_old_principal() {
         .exec_async(&mut con)
         .await
         .unwrap();
+    // That release kept no owner index; the first server of a later one filled it with every
+    // owned key it found (here the namespace was filled already, when the instance was made).
+    redis::cmd("ZADD")
+        .arg(format!("{namespace}:owned"))
+        .arg(0)
+        .arg(format!("{}\0{key}", tenant("alice")))
+        .exec_async(&mut con)
+        .await
+        .unwrap();
 
     let plugins = PluginDir::with(&["invoice"]);
     let file = TokenFile::with("alice s3cret-alice\n");

@@ -358,7 +358,10 @@ async fn one_principals_instances_are_listed_by_page_and_racing_mints_keep_its_q
             "{handle} is listed once: {listed:?}"
         );
     }
-    let bobs_listed: Vec<String> = list(&["--principal", "token:bob"]).iter().map(key_of).collect();
+    let bobs_listed: Vec<String> = list(&["--principal", "token:bob"])
+        .iter()
+        .map(key_of)
+        .collect();
     assert_eq!(bobs_listed.len(), 1, "{bobs_listed:?}");
     assert!(bobs_listed[0].starts_with(&format!("handle/{bobs}@")));
     assert!(list(&["--principal", "token:carol"]).is_empty());

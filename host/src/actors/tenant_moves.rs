@@ -36,33 +36,30 @@ pub async fn move_tenants(
         return Ok(0);
     }
     let mut moved = 0;
-    let mut after: Option<String> = None;
-    loop {
-        let page = store.list_keys("handle/", after.as_deref(), PAGE).await?;
-        let Some(last) = page.last().cloned() else {
-            break;
-        };
-        for old_key in page {
-            let Some(instance) = InstanceKey::from_store_key(&old_key) else {
-                continue;
+    // Each old tenant's own records, from the store's per-owner index: a start reads what it
+    // moves (nothing, once moved), not every key the store holds.
+    for (old, new_tenant) in moves {
+        let mut after: Option<String> = None;
+        loop {
+            let page = store.list_owned(old, after.as_deref(), PAGE).await?;
+            let Some(last) = page.last().cloned() else {
+                break;
             };
-            let Some(new_tenant) = instance
-                .tenant
-                .as_ref()
-                .and_then(|tenant| moves.get(tenant.as_str()))
-            else {
-                continue;
-            };
-            let new_key = instance.owned_by(Some(new_tenant)).store_key();
-            match move_one(store, &old_key, &new_key).await {
-                Ok(true) => moved += 1,
-                Ok(false) => {}
-                Err(error) => {
-                    tracing::warn!(key = %old_key, %error, "could not move an instance to its principal's new tenant; the next start tries again");
+            for old_key in page {
+                let Some(instance) = InstanceKey::from_store_key(&old_key) else {
+                    continue;
+                };
+                let new_key = instance.owned_by(Some(new_tenant)).store_key();
+                match move_one(store, &old_key, &new_key).await {
+                    Ok(true) => moved += 1,
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(key = %old_key, %error, "could not move an instance to its principal's new tenant; the next start tries again");
+                    }
                 }
             }
+            after = Some(last);
         }
-        after = Some(last);
     }
     if moved > 0 {
         tracing::info!(

@@ -7,8 +7,8 @@ use anyhow::bail;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-pub use crate::store::active_paths;
 use crate::mcp::auth::principal::Principal;
+pub use crate::store::active_paths;
 use crate::store::{InstanceRecord, StateStore, StoreError, now_ms, redact_context};
 
 /// How many keys one page of a listing reads from the store.
