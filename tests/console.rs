@@ -17,7 +17,7 @@ use common::{
     python::{Sdk, run_scenario},
     start, target_dir, turnstile_bin,
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const OPERATOR: &str = "t-ops-4f1c";
 const ALICE: &str = "t-alice-9b2e";
@@ -341,8 +341,47 @@ async fn the_instances_command_works_through_a_running_server() {
 
     let deleted = cli(&["delete", &handle]).unwrap();
     assert!(deleted.starts_with("deleted handle/"), "{deleted}");
-    let gone = cli(&["show", &handle]).unwrap_err();
-    assert!(gone.contains(&format!("no instance {handle}")), "{gone}");
+    // The console's delete left a tombstone naming the operator, read through its API...
+    let gone: Value = serde_json::from_str(&cli(&["--json", "show", &handle]).unwrap()).unwrap();
+    assert_eq!(
+        (
+            &gone["deleted"]["by"],
+            &gone["deleted"]["kind"],
+            &gone["state"],
+            &gone["version"]
+        ),
+        (
+            &json!("token:ops"),
+            &json!("console"),
+            &json!("draft"),
+            &json!(2)
+        ),
+        "{gone}"
+    );
+    let text = cli(&["show", &handle]).unwrap();
+    assert!(
+        text.contains(" by token:ops (console) in state draft (version 2)"),
+        "{text}"
+    );
+    let (status, api) = get(
+        &format!("{base}/console/api/instance?id={handle}"),
+        Some(OPERATOR),
+    )
+    .await;
+    assert_eq!(status, 200, "{api}");
+    let api: Value = serde_json::from_str(&api).unwrap();
+    assert_eq!(api["deleted"], gone["deleted"]);
+    // ... and on the instance's page.
+    let (status, page) = get(
+        &format!("{base}/console/instance?id={handle}"),
+        Some(OPERATOR),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("instance-deleted") && page.contains("token:ops"),
+        "{page}"
+    );
 
     // A client's token is refused, saying why.
     let refused = instances_cli(&base, ALICE, &["list"]).unwrap_err();

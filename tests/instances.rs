@@ -16,6 +16,8 @@ fn instances(store_args: &[&str], args: &[&str]) -> Result<Vec<Value>, String> {
     let output = Command::new(turnstile_bin())
         .arg("instances")
         .arg("--json")
+        // Who a delete's tombstone names.
+        .env("USER", "ops-person")
         .args(store_args)
         .args(args)
         .output()
@@ -118,8 +120,40 @@ async fn find_show_reset_delete(store_args: Vec<String>, restart: bool) {
         (&json!("operator:reset"), &json!("draft"))
     );
     instances(&cli_args, &["delete", &waiting]).unwrap();
-    let gone = instances(&cli_args, &["show", &waiting]).unwrap_err();
-    assert!(gone.contains("no instance"), "{gone}");
+    // The delete left a tombstone: who, how, and what the instance was.
+    let gone = instances(&cli_args, &["show", &waiting]).unwrap();
+    let deleted = &gone[0]["deleted"];
+    assert_eq!(
+        (
+            &deleted["by"],
+            &deleted["kind"],
+            &gone[0]["state"],
+            &gone[0]["version"]
+        ),
+        (
+            &json!("ops-person"),
+            &json!("cli"),
+            &json!("review"),
+            &json!(1)
+        ),
+        "{gone:?}"
+    );
+    // Read as a person reads it.
+    let text = Command::new(turnstile_bin())
+        .arg("instances")
+        .args(&cli_args)
+        .args(["show", &waiting])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("deleted at ")
+            && text.contains(" by ops-person (cli) in state review (version 1)"),
+        "{text}"
+    );
+    // A handle never minted has no tombstone: still not found.
+    let never = instances(&cli_args, &["show", "no-such-handle"]).unwrap_err();
+    assert!(never.contains("no instance"), "{never}");
 
     let (_server, client) = match serving {
         Some(serving) => serving,

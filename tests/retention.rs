@@ -95,3 +95,63 @@ async fn idle_instances_go_after_the_ttl(store: Option<String>) {
 
 common::on_every_store!(idle_instances_go_after_the_ttl:
     ttl_on_the_embedded_store, ttl_on_redis, ttl_on_postgres);
+
+/// A retention delete leaves a tombstone: once the finished invoice is gone, `turnstile
+/// instances show` of its handle says retention deleted it, in which state and version (read
+/// from the store directly, the server stopped first for the embedded store's file).
+async fn a_retention_delete_leaves_a_tombstone(store: Option<String>) {
+    let plugins = PluginDir::with(&["invoice"]);
+    let namespace = format!("tomb{}", uuid::Uuid::new_v4().simple());
+    let data = tempfile::tempdir().expect("temp dir");
+    let flags = ["--state-handle-key", "--retain-final", "1"];
+    let mut server = Server::on_store(
+        plugins.path(),
+        data.path(),
+        store.as_deref(),
+        &namespace,
+        &flags,
+        &[],
+    );
+    let client = Client::http(&server.url).await;
+    let done = common::discharged_invoice(&client).await;
+    common::until_deleted(
+        &client,
+        &done,
+        "the finished instance outlived its retention",
+    )
+    .await;
+    client.close().await;
+    server.signal(libc::SIGTERM);
+    assert_eq!(server.exit_code_within(Duration::from_secs(10)), Some(0));
+
+    let mut command = std::process::Command::new(common::turnstile_bin());
+    command.args(["instances", "--json"]);
+    match &store {
+        Some(url) => command.args(["--store", url, "--store-namespace", &namespace]),
+        None => command.arg("--data-dir").arg(data.path()),
+    };
+    let output = command.args(["show", &done]).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        (
+            &shown["deleted"]["by"],
+            &shown["deleted"]["kind"],
+            &shown["state"]
+        ),
+        (
+            &json!("retention"),
+            &json!("retention"),
+            &json!("discharged")
+        ),
+        "{shown}"
+    );
+    assert!(shown["version"].as_u64().unwrap() >= 2, "{shown}");
+}
+
+common::on_every_store!(a_retention_delete_leaves_a_tombstone:
+    tombstone_on_the_embedded_store, tombstone_on_redis, tombstone_on_postgres);

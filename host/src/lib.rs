@@ -55,6 +55,7 @@ pub mod retention;
 pub mod shutdown;
 pub mod store;
 pub mod timers;
+pub mod tombstones;
 
 /// The XState engine lives in a crate of its own so that the plugin SDK reads machines with the
 /// same code the host runs them with; host code keeps naming it `crate::statechart`.

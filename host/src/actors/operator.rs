@@ -27,7 +27,7 @@ use super::{
 use crate::{
     catalog::Workflow,
     gate::ListsChanged,
-    store::{AuditEntry, Fence, InstanceRecord, now_ms},
+    store::{AuditEntry, DeleteKind, Fence, InstanceRecord, now_ms},
 };
 
 /// Put the instance back in its machine's initial state and context.
@@ -174,9 +174,15 @@ impl Handler<Delete> for InstanceActor {
             };
             let (deps, key) = (&operand.deps, &operand.key);
             let store_key = key.store_key();
+            let by = msg.principal.as_deref().unwrap_or("console");
             if !deps
-                .store
-                .delete(&store_key, Some(view.version), operand.fence().as_ref())
+                .delete_leaving(
+                    &store_key,
+                    &view,
+                    operand.fence().as_ref(),
+                    by,
+                    DeleteKind::Console,
+                )
                 .await?
             {
                 return Ok(Operated::Missing);
@@ -216,7 +222,7 @@ mod tests {
         actors::{ActorOptions, InstanceError, InstanceKey, start},
         catalog::{Catalog, LiveCatalog},
         statechart::{Event, Machine},
-        store::{InstanceRecord, MemoryStore, StateStore},
+        store::{DeleteKind, InstanceRecord, MemoryStore, StateStore},
     };
 
     fn invoice() -> serde_json::Value {
@@ -268,11 +274,42 @@ mod tests {
         let deleted = runtime.delete(&store_key, None).await.unwrap();
         assert_eq!(deleted, Some(Operated::Deleted));
         assert!(store.load(&store_key).await.unwrap().is_none());
+        // It left a tombstone of the version it deleted, naming the console (no principal).
+        let left = store.tombstones(&store_key, 10).await.unwrap();
+        assert_eq!(
+            left.iter()
+                .map(|t| (t.deleted_by.as_str(), t.kind, t.state.clone(), t.version))
+                .collect::<Vec<_>>(),
+            [("console", DeleteKind::Console, json!("draft"), 2)]
+        );
         assert!(matches!(
             runtime.view(key).await,
             Err(InstanceError::UnknownHandle(_))
         ));
         // A key that names no instance is nothing this process runs.
         assert_eq!(runtime.reset("machine/x", None).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn with_tombstones_off_a_delete_leaves_none() {
+        let catalog = Arc::new(LiveCatalog::new(Catalog::with_machines(vec![invoice()])));
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let options = ActorOptions {
+            tombstones: false,
+            ..ActorOptions::default()
+        };
+        let runtime = start(catalog, store.clone(), options).unwrap();
+        let key = InstanceKey::mint("invoice");
+        let store_key = key.store_key();
+        let machine = Machine::from_json(&invoice()).unwrap();
+        let mut record =
+            InstanceRecord::first("invoice", machine.initial_snapshot().to_persisted());
+        record.machine = Some(crate::catalog::machine_version(&invoice()));
+        store.save(&store_key, &record, 0).await.unwrap();
+        runtime.view(key).await.unwrap();
+        let deleted = runtime.delete(&store_key, Some("token:ops".into())).await;
+        assert_eq!(deleted.unwrap(), Some(Operated::Deleted));
+        assert!(store.load(&store_key).await.unwrap().is_none());
+        assert!(store.tombstones("", 10).await.unwrap().is_empty());
     }
 }

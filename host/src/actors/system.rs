@@ -37,6 +37,9 @@ pub struct ActorOptions {
     pub max_record_bytes: usize,
     /// How long instances are kept (`--retain-final`, `--instance-ttl`; default: forever).
     pub retention: crate::retention::Retention,
+    /// Whether a delete (an operator's, retention's) leaves a tombstone (`--tombstone-days`
+    /// above 0; default yes).
+    pub tombstones: bool,
     /// The timer task's alarm, rung with every due time saved (see `timers`).
     pub alarm: Arc<crate::timers::Alarm>,
     /// How instances' leases are held in a store other servers share (see `tenure.rs`).
@@ -57,6 +60,7 @@ impl Default for ActorOptions {
             idempotency_window: Duration::from_secs(600),
             max_record_bytes: crate::store::DEFAULT_MAX_RECORD_BYTES,
             retention: crate::retention::Retention::default(),
+            tombstones: true,
             alarm: Arc::default(),
             leases: super::LeaseSettings::default(),
             watch_events: None,
@@ -99,6 +103,7 @@ pub fn start(
                     idempotency_window: options.idempotency_window,
                     max_record_bytes: options.max_record_bytes,
                     retention: options.retention,
+                    tombstones: options.tombstones,
                     alarm: options.alarm,
                     leases: options.leases,
                     saved_machines: Default::default(),

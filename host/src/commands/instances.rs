@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use crate::{
     instances::{self, Filter, Summary, remote::Remote, repair},
-    store::{self, StateStore, StoreOptions},
+    store::{self, DeleteKind, StateStore, StoreOptions},
 };
 
 /// `turnstile instances …`: the store to open, as `serve` names it (or a server to ask), and
@@ -229,6 +229,14 @@ pub async fn run_on(
             };
             if json {
                 writeln!(out, "{shown}")?;
+            } else if let Some(text) = shown["deleted"]["text"].as_str() {
+                // A tombstone: say so in a line, not as JSON to decipher.
+                writeln!(
+                    out,
+                    "{} ({}): {text}",
+                    shown["key"].as_str().unwrap_or("?"),
+                    shown["workflow"].as_str().unwrap_or("?")
+                )?;
             } else {
                 writeln!(out, "{}", serde_json::to_string_pretty(&shown)?)?;
             }
@@ -251,7 +259,7 @@ pub async fn run_on(
             let key = match source {
                 Source::Store(store) => {
                     let (key, _) = instances::find(store, &instance).await?;
-                    repair::delete(store, &key).await?;
+                    repair::delete(store, &key, &repair::cli_user(), DeleteKind::Cli).await?;
                     key
                 }
                 Source::Server(remote) => remote.act("delete", &instance).await?.key,
@@ -525,7 +533,21 @@ mod tests {
             },
         )
         .await;
-        assert!(gone.unwrap_err().to_string().contains("no instance doc-1"));
+        // Its tombstone answers for it: deleted by the CLI, in its last state.
+        let gone = gone.unwrap();
+        assert!(
+            gone.contains("deleted at ") && gone.contains("(cli) in state draft (version 2)"),
+            "{gone}"
+        );
+        let never = run_text(
+            &store,
+            Action::Show {
+                instance: "doc-9".into(),
+                last: None,
+            },
+        )
+        .await;
+        assert!(never.unwrap_err().to_string().contains("no instance doc-9"));
     }
 
     #[tokio::test]

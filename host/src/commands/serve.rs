@@ -56,6 +56,8 @@ pub struct ServeOptions {
     /// Delete any instance this long after its last transition (`--instance-ttl`; `None`: keep
     /// them).
     pub instance_ttl: Option<Duration>,
+    /// How many days a deleted instance's tombstone is kept (`--tombstone-days`; 0: none).
+    pub tombstone_days: u64,
     /// Where a workflow tool's result says what may come next (`--next-step`).
     pub next_step: mcp::NextStepMode,
     /// How long a client may keep a list that depends only on the catalog (`--list-ttl`).
@@ -232,6 +234,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     migrate_records(&*store, &catalog.current(), &retention).await;
     let node = options.actors.node.clone();
     options.actors.retention = retention;
+    options.actors.tombstones = options.tombstone_days > 0;
     let alarm = options.actors.alarm.clone();
     let call_limits = Limits {
         timeout: options.actors.tool_timeout,
@@ -267,6 +270,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         .context("cannot start the memory-trim thread")?;
     // Timers (and retention) that fell due while no server ran fire now, in due-time order.
     crate::timers::spawn(store.clone(), runtime.clone(), alarm);
+    crate::tombstones::spawn_sweep(store.clone(), options.tombstone_days);
     tokio::spawn(actors::relay_changes_from_other_servers(
         store.clone(),
         runtime.clone(),

@@ -491,6 +491,17 @@ pub struct ServeSettings {
         default_value_t = 0
     )]
     pub instance_ttl: u64,
+    /// Keep a tombstone of each deleted instance (who deleted it, when, its last state and
+    /// version) this many days, for `turnstile instances show` and the console (default 30;
+    /// 0 keeps none).
+    #[arg(
+        long,
+        env = "TURNSTILE_TOMBSTONE_DAYS",
+        hide_env = true,
+        value_name = "DAYS",
+        default_value_t = crate::store::DEFAULT_TOMBSTONE_DAYS
+    )]
+    pub tombstone_days: u64,
     /// A tools/call retried with the same `_meta.idempotencyKey` on the same instance
     /// within this many seconds gets the first call's result instead of running again.
     #[arg(
@@ -686,6 +697,7 @@ impl ServeSettings {
             isolation: isolation(self.isolate, self.log_format),
             retain_final: (self.retain_final > 0).then(|| secs(self.retain_final)),
             instance_ttl: (self.instance_ttl > 0).then(|| secs(self.instance_ttl)),
+            tombstone_days: self.tombstone_days,
             shutdown_timeout: secs(self.shutdown_timeout),
             next_step: self.next_step,
             list_ttl: secs(self.list_ttl),

@@ -15,7 +15,7 @@ use super::Console;
 use crate::{
     actors::{InstanceError, Operated},
     instances::{self, query::NotFound, repair},
-    store::StoreError,
+    store::{DeleteKind, StoreError},
 };
 
 /// What an operator asked for.
@@ -148,7 +148,10 @@ async fn directly(
             Ok(done(key, act, Some(state)))
         }
         Act::Delete => {
-            repair::delete(store, key).await.map_err(Problem::of)?;
+            let by = operator.as_deref().unwrap_or("console");
+            repair::delete(store, key, by, DeleteKind::Console)
+                .await
+                .map_err(Problem::of)?;
             tracing::info!(
                 principal = operator.as_deref().unwrap_or("-"),
                 "an operator deleted an instance"

@@ -85,6 +85,9 @@ pub async fn instance(State(console): State<Arc<Console>>, Query(named): Query<N
         Ok(shown) => shown,
         Err(error) => return problem_page(&console, Problem::of(error)),
     };
+    if shown["deleted"].is_object() {
+        return pages::deleted(signed_in(&console), &shown).into_response();
+    }
     let catalog = console.catalog.current();
     let svg = shown["workflow"]
         .as_str()

@@ -325,6 +325,32 @@ pub fn instance(signed_in: bool, shown: &Value, svg: Option<&str>, notice: Optio
     )
 }
 
+/// `/console/instance?id=…` of a deleted instance: its tombstone (who deleted it, when, in
+/// which state), rather than "not found", and nothing to act on.
+pub fn deleted(signed_in: bool, shown: &Value) -> Markup {
+    let key = shown["key"].as_str().unwrap_or_default();
+    let deleted = &shown["deleted"];
+    layout(
+        Tab::Instances,
+        &format!("Instance {key} (deleted)"),
+        signed_in,
+        html! {
+            p.notice.deleted role="status" #instance-deleted {
+                "This instance was " (deleted["text"].as_str().unwrap_or("deleted")) "."
+            }
+            dl.summary {
+                dt { "Workflow" } dd { (shown["workflow"].as_str().unwrap_or("?")) }
+                dt { "Last state" } dd.state #instance-state { (state_text(&shown["state"])) }
+                dt { "Version" } dd { (shown["version"]) }
+                dt { "Deleted" } dd { (utc_of(&deleted["at_ms"])) }
+                dt { "By" } dd.who { (deleted["by"].as_str().unwrap_or("?")) }
+                dt { "How" } dd { (deleted["kind"].as_str().unwrap_or("?")) }
+            }
+            p { a href="/console/instances" { "Back to the instances" } }
+        },
+    )
+}
+
 fn state_or_dash(value: &Value) -> String {
     if value.is_null() {
         "-".into()
@@ -470,28 +496,7 @@ fn utc_of(value: &Value) -> String {
     value.as_u64().map_or_else(|| "-".into(), utc)
 }
 
-/// Unix milliseconds as `2026-12-05T10:17:35Z` (the proleptic Gregorian calendar, computed
-/// here: no time-zone crate for one format).
-pub fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
+pub use crate::instances::utc;
 
 #[cfg(test)]
 mod tests {

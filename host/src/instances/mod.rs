@@ -14,4 +14,4 @@ pub mod recount;
 pub mod remote;
 pub mod repair;
 
-pub use query::{Filter, Summary, active_paths, age, find, list, show, state_text};
+pub use query::{Filter, Summary, active_paths, age, find, list, show, state_text, utc};

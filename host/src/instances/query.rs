@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::mcp::auth::principal::Principal;
 pub use crate::store::active_paths;
-use crate::store::{InstanceRecord, StateStore, StoreError, now_ms, redact_context};
+use crate::store::{InstanceRecord, StateStore, StoreError, Tombstone, now_ms, redact_context};
 
 /// How many keys one page of a listing reads from the store.
 pub(super) const PAGE: usize = 500;
@@ -223,7 +223,8 @@ pub async fn find(
     }
 }
 
-/// Everything `show` tells of the instance `instance` names: its summary, machine version,
+/// Everything `show` tells of the instance `instance` names (or, once deleted, of its
+/// tombstone: [`shown_deleted`]): its summary, machine version,
 /// context (secret-looking values redacted, see `store::redact_context`), timers, and audit
 /// trail (the last `last` entries; `audit_total` says how many are kept).
 pub async fn show(
@@ -231,7 +232,16 @@ pub async fn show(
     instance: &str,
     last: Option<usize>,
 ) -> anyhow::Result<Value> {
-    let (key, record) = find(store, instance).await?;
+    let (key, record) = match find(store, instance).await {
+        Ok(found) => found,
+        Err(error) if error.downcast_ref::<NotFound>().is_some() => {
+            return match find_deleted(store, instance).await? {
+                Some(tombstone) => Ok(shown_deleted(&tombstone)),
+                None => Err(error),
+            };
+        }
+        Err(error) => return Err(error),
+    };
     let mut shown = serde_json::to_value(Summary::of(&key, &record))?;
     shown["machine"] = json!(record.machine);
     shown["format"] = json!(record.format);
@@ -265,4 +275,71 @@ pub fn age(at_ms: u64) -> String {
         3600..86_400 => format!("{}h ago", secs / 3600),
         _ => format!("{}d ago", secs / 86_400),
     }
+}
+
+/// Unix milliseconds as `2026-12-05T10:17:35Z` (the proleptic Gregorian calendar, computed
+/// here: no time-zone crate for one format).
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// What `show` tells of a deleted instance, from its tombstone: the key, workflow, last state
+/// and version as for a live one, and `deleted` (when, by whom, how, and that as a sentence), so
+/// a reader of the JSON and a person both see it was deleted rather than never there.
+pub fn shown_deleted(tombstone: &Tombstone) -> Value {
+    json!({
+        "key": tombstone.key,
+        "workflow": tombstone.workflow,
+        "state": tombstone.state,
+        "version": tombstone.version,
+        "deleted": {
+            "at_ms": tombstone.deleted_at_ms,
+            "by": tombstone.deleted_by,
+            "kind": tombstone.kind,
+            "text": format!(
+                "deleted at {} by {} ({}) in state {} (version {})",
+                utc(tombstone.deleted_at_ms),
+                tombstone.deleted_by,
+                tombstone.kind.as_str(),
+                state_text(&tombstone.state),
+                tombstone.version
+            ),
+        },
+    })
+}
+
+/// The tombstone of the instance `instance` names (a handle or a store key, as for [`find`]),
+/// if it was deleted and its tombstone is kept; the latest one when a handle names several
+/// (one per principal).
+async fn find_deleted(store: &dyn StateStore, instance: &str) -> anyhow::Result<Option<Tombstone>> {
+    let instance = instance.trim();
+    let prefix = if instance.contains('/') {
+        instance.to_owned()
+    } else {
+        format!("handle/{instance}")
+    };
+    let found = store.tombstones(&prefix, PAGE).await?;
+    Ok(found
+        .into_iter()
+        .filter(|t| {
+            t.key == prefix || (!instance.contains('/') && t.key.starts_with(&format!("{prefix}@")))
+        })
+        .max_by_key(|t| t.deleted_at_ms))
 }

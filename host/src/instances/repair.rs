@@ -17,11 +17,23 @@ use serde_json::Value;
 
 use crate::{
     statechart::Machine,
-    store::{AuditEntry, Fence, InstanceRecord, LeaseGrant, StateStore, StoreError, now_ms},
+    store::{
+        AuditEntry, DeleteKind, Fence, InstanceRecord, LeaseGrant, StateStore, StoreError,
+        Tombstone, now_ms,
+    },
 };
 
 /// The name these writes are announced under, on a store's change channel.
 const ANNOUNCER: &str = "turnstile-instances";
+
+/// Who `turnstile instances delete` says deleted an instance: the OS user running it
+/// (`$USER`, else `$LOGNAME`), or `cli` when neither names one.
+pub fn cli_user() -> String {
+    ["USER", "LOGNAME"]
+        .into_iter()
+        .find_map(|name| std::env::var(name).ok().filter(|user| !user.is_empty()))
+        .unwrap_or_else(|| "cli".to_owned())
+}
 
 /// How long a reset or delete waits for a server to give up the instance's lease.
 const OPERATOR_LEASE_WAIT: Duration = Duration::from_secs(10);
@@ -44,14 +56,24 @@ pub async fn reset(
     reset
 }
 
-/// Deletes the instance under `key` (its audit trail with it).
-pub async fn delete(store: &dyn StateStore, key: &str) -> anyhow::Result<()> {
+/// Deletes the instance under `key` (its audit trail with it), leaving a tombstone saying `by`
+/// deleted it as `kind` (`store/tombstone.rs`: a server's sweep prunes it after
+/// `--tombstone-days`, at once when that is 0).
+pub async fn delete(
+    store: &dyn StateStore,
+    key: &str,
+    by: &str,
+    kind: DeleteKind,
+) -> anyhow::Result<()> {
     let fence = operator_lease(store, key).await?;
     let deleted = match reread(store, key).await {
-        Ok(record) => store
-            .delete(key, Some(record.version), fence.as_ref())
-            .await
-            .map_err(anyhow::Error::from),
+        Ok(record) => {
+            let tombstone = Tombstone::of(key, &record, by, kind, now_ms());
+            store
+                .delete_leaving(key, record.version, fence.as_ref(), &tombstone)
+                .await
+                .map_err(anyhow::Error::from)
+        }
         Err(error) => Err(error),
     };
     // A delete removes the lease with the record; only a failed one leaves it to release.

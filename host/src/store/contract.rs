@@ -22,8 +22,8 @@ use self::state_counts::{
     counts_by_state_follow_retention_and_migration, counts_by_state_follow_saves_moves_and_deletes,
 };
 use super::{
-    AuditEntry, Due, EmbeddedStore, Fence, InstanceRecord, LeaseGrant, LeaseRenewal, MAX_DUE_MS,
-    PostgresStore, RedisStore, StateStore, StoreError, StoreOptions,
+    AuditEntry, DeleteKind, Due, EmbeddedStore, Fence, InstanceRecord, LeaseGrant, LeaseRenewal,
+    MAX_DUE_MS, PostgresStore, RedisStore, StateStore, StoreError, StoreOptions, Tombstone,
 };
 
 mod state_counts;
@@ -313,6 +313,10 @@ all_stores!(
     counts_by_state_follow_retention_and_migration,
     counts_by_state_agree_with_the_records_under_concurrent_writes,
     counts_by_state_are_recounted_while_writes_go_on,
+    a_delete_leaves_a_tombstone,
+    a_live_record_shows_no_tombstone,
+    a_recreated_handle_hides_its_tombstone_until_deleted_again,
+    tombstones_are_pruned_by_age,
 );
 
 /// The lease cases: every store other processes share, and the memory store (which keeps
@@ -1400,4 +1404,132 @@ async fn the_audit_trail_grows_with_saves_and_goes_with_the_record(store: Arc<dy
     // A new instance under the deleted key starts a new trail.
     store.save("k", &first, 0).await.unwrap();
     assert_eq!(store.audit("k").await.unwrap(), vec![audit_entry(1, "a")]);
+}
+
+/// The tombstone of `key`'s `record`, deleted by `by` at `at_ms`.
+fn tombstone_of(key: &str, record: &InstanceRecord, by: &str, at_ms: u64) -> Tombstone {
+    Tombstone::of(key, record, by, DeleteKind::Console, at_ms)
+}
+
+async fn a_delete_leaves_a_tombstone(store: Arc<dyn StateStore>) {
+    let key = "handle/gone@t1";
+    store.save(key, &record("w", 1, "a"), 0).await.unwrap();
+    let last = record("w", 2, "b");
+    store.save(key, &last, 1).await.unwrap();
+    store
+        .save("handle/other", &record("w", 1, "a"), 0)
+        .await
+        .unwrap();
+    let tombstone = tombstone_of(key, &last, "token:ops", 1_800_000_000_000);
+    // A stale delete deletes nothing and leaves nothing.
+    match store.delete_leaving(key, 1, None, &tombstone).await {
+        Err(StoreError::Conflict { current, .. }) => assert_eq!(current, Some(2)),
+        other => panic!("a stale delete must conflict, got {other:?}"),
+    }
+    assert!(store.tombstones("", 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .delete_leaving(key, 2, None, &tombstone)
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.load(key).await.unwrap(), None);
+    let found = store.tombstones("handle/gone", 10).await.unwrap();
+    assert_eq!(found, vec![tombstone.clone()]);
+    assert_eq!(found[0].state, json!({"review": "b"}));
+    assert_eq!((found[0].version, found[0].workflow.as_str()), (2, "w"));
+    // The delete was a delete: the trail, the counts and the owner's count went with it.
+    assert!(store.audit(key).await.unwrap().is_empty());
+    assert_eq!(store.count_owned("t1").await.unwrap(), 0);
+    assert_eq!(store.count("").await.unwrap(), 1);
+    // Listed by prefix, only what starts with it.
+    assert!(
+        store
+            .tombstones("handle/other", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.tombstones("", 10).await.unwrap().len(), 1);
+    // Deleting it again finds nothing, and keeps the tombstone it has.
+    match store.delete_leaving(key, 2, None, &tombstone).await {
+        Err(StoreError::Conflict { current, .. }) => assert_eq!(current, None),
+        other => panic!("deleting an absent record must conflict, got {other:?}"),
+    }
+    assert_eq!(store.tombstones("", 10).await.unwrap(), vec![tombstone]);
+}
+
+async fn a_live_record_shows_no_tombstone(store: Arc<dyn StateStore>) {
+    let key = "handle/live";
+    store.save(key, &record("w", 1, "a"), 0).await.unwrap();
+    assert!(store.tombstones("", 10).await.unwrap().is_empty());
+    // A plain delete leaves none.
+    assert!(store.delete(key, Some(1), None).await.unwrap());
+    assert!(store.tombstones("", 10).await.unwrap().is_empty());
+    // Nor does a delete that lost its race.
+    store.save(key, &record("w", 1, "a"), 0).await.unwrap();
+    let tombstone = tombstone_of(key, &record("w", 1, "a"), "cli", 5);
+    assert!(
+        store
+            .delete_leaving(key, 7, None, &tombstone)
+            .await
+            .is_err()
+    );
+    assert!(store.load(key).await.unwrap().is_some());
+    assert!(store.tombstones(key, 10).await.unwrap().is_empty());
+}
+
+async fn a_recreated_handle_hides_its_tombstone_until_deleted_again(store: Arc<dyn StateStore>) {
+    let key = "handle/again@t1";
+    let first = record("w", 1, "first");
+    store.save(key, &first, 0).await.unwrap();
+    let old = tombstone_of(key, &first, "token:a", 1_000);
+    assert!(store.delete_leaving(key, 1, None, &old).await.unwrap());
+    assert_eq!(store.tombstones(key, 10).await.unwrap(), vec![old]);
+    // Saved again under the same key: alive, so no tombstone shows.
+    let second = record("w", 1, "second");
+    store.save(key, &second, 0).await.unwrap();
+    assert!(store.tombstones(key, 10).await.unwrap().is_empty());
+    assert!(store.tombstones("", 10).await.unwrap().is_empty());
+    // Deleted again: the new tombstone replaces the old one.
+    let new = tombstone_of(key, &second, "token:b", 2_000);
+    assert!(store.delete_leaving(key, 1, None, &new).await.unwrap());
+    assert_eq!(store.tombstones("", 10).await.unwrap(), vec![new.clone()]);
+    // Pruning by the old time leaves the new one: its index entry moved with it.
+    store.prune_tombstones(1_500, 100).await.unwrap();
+    assert_eq!(store.tombstones("", 10).await.unwrap(), vec![new]);
+}
+
+async fn tombstones_are_pruned_by_age(store: Arc<dyn StateStore>) {
+    let mut kept = Vec::new();
+    for (n, at) in [3_000u64, 1_000, 2_000, 4_000].into_iter().enumerate() {
+        let key = format!("handle/t{n}");
+        let record = record("w", 1, "a");
+        store.save(&key, &record, 0).await.unwrap();
+        let tombstone = tombstone_of(&key, &record, "retention", at);
+        assert!(
+            store
+                .delete_leaving(&key, 1, None, &tombstone)
+                .await
+                .unwrap()
+        );
+        kept.push(tombstone);
+    }
+    assert_eq!(store.prune_tombstones(999, 100).await.unwrap(), 0);
+    assert_eq!(store.prune_tombstones(2_000, 100).await.unwrap(), 2);
+    let left: Vec<u64> = store
+        .tombstones("", 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.deleted_at_ms)
+        .collect();
+    assert_eq!(left, vec![3_000, 4_000]);
+    assert_eq!(store.prune_tombstones(2_000, 100).await.unwrap(), 0);
+    // A limit leaves the rest for the next call (one of each shard's oldest at most).
+    let pruned = store.prune_tombstones(u64::MAX >> 12, 1).await.unwrap();
+    assert!(pruned >= 1);
+    store.prune_tombstones(u64::MAX >> 12, 100).await.unwrap();
+    assert!(store.tombstones("", 10).await.unwrap().is_empty());
+    drop(kept);
 }

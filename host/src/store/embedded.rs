@@ -48,11 +48,12 @@ use self::{
     checkpoint::Checkpointer,
     journal::Segment,
     overlay::{Change, Layer, Overlay, Row},
+    tombstones::TombstoneOp,
     writer::{Op, Writer},
 };
 use super::{
     AuditEntry, Due, Fence, HANDLE_PREFIX, InstanceRecord, OwnedCounts, StateCounts, StateStore,
-    StoreError, Tally, check_key, check_save, conflict, format, machine_key, owner_of,
+    StoreError, Tally, Tombstone, check_key, check_save, conflict, format, machine_key, owner_of,
     versions_match,
 };
 
@@ -841,6 +842,50 @@ impl StateStore for EmbeddedStore {
         due.truncate(limit);
         Ok(due)
     }
+
+    /// Through the writer: see `embedded/tombstones.rs` for the order (tombstone, then delete).
+    async fn delete_leaving(
+        &self,
+        key: &str,
+        expected: u64,
+        _fence: Option<&Fence>,
+        tombstone: &Tombstone,
+    ) -> Result<bool, StoreError> {
+        check_key(key)?;
+        let (reply, answer) = oneshot::channel();
+        let op = Op::Tombstones(TombstoneOp::Bury {
+            key: key.to_owned(),
+            expected,
+            tombstone: tombstone.clone(),
+            reply,
+        });
+        self.write(op, answer).await
+    }
+
+    async fn tombstones(&self, prefix: &str, limit: usize) -> Result<Vec<Tombstone>, StoreError> {
+        let owned_prefix = prefix.to_owned();
+        let found = self
+            .read(move |txn, name| tombstones::listed(txn, name, &owned_prefix, limit))
+            .await?;
+        // Read after the tombstones: a key saved again meanwhile is left out.
+        let mut shown = Vec::with_capacity(found.len());
+        for tombstone in found {
+            if self.load(&tombstone.key).await?.is_none() {
+                shown.push(tombstone);
+            }
+        }
+        Ok(shown)
+    }
+
+    async fn prune_tombstones(&self, until_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let op = Op::Tombstones(TombstoneOp::Prune {
+            until_ms,
+            limit,
+            reply,
+        });
+        self.write(op, answer).await
+    }
 }
 
 mod checkpoint;
@@ -852,4 +897,5 @@ mod priority;
 mod state_counts;
 #[cfg(test)]
 mod tests;
+mod tombstones;
 mod writer;

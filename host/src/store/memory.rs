@@ -25,7 +25,8 @@ use async_trait::async_trait;
 
 use super::{
     AuditEntry, Due, Fence, InstanceRecord, LeaseGrant, LeaseRenewal, OwnedCounts, StateCounts,
-    StateStore, StoreError, Tally, check_save, conflict, format, machine_key, versions_match,
+    StateStore, StoreError, Tally, Tombstone, check_save, conflict, format, machine_key,
+    tombstone::TombstoneIndex, versions_match,
 };
 
 /// In-memory store. Cloning is not offered: share it as `Arc<dyn StateStore>`.
@@ -72,6 +73,9 @@ struct Records {
     owned: OwnedCounts,
     /// How many records each workflow has in each state ([`StateStore::count_by_state`]).
     counts: StateCounts,
+    /// What deletes left ([`StateStore::delete_leaving`]), under the records' lock so a delete
+    /// and its tombstone are one step.
+    tombstones: TombstoneIndex,
 }
 
 /// A lease as this store keeps it.
@@ -515,5 +519,35 @@ impl StateStore for MemoryStore {
                 key: key.clone(),
             })
             .collect())
+    }
+    async fn delete_leaving(
+        &self,
+        key: &str,
+        expected: u64,
+        fence: Option<&Fence>,
+        tombstone: &Tombstone,
+    ) -> Result<bool, StoreError> {
+        let mut records = self.records();
+        records.check_fence(key, fence)?;
+        let current = records.by_key.get(key).map(|r| r.version);
+        if current != Some(expected) {
+            return Err(conflict(key, expected, current));
+        }
+        records.audit.remove(key);
+        records.leases.remove(key);
+        records.remove(key);
+        records.tombstones.put(tombstone.clone());
+        Ok(true)
+    }
+
+    async fn tombstones(&self, prefix: &str, limit: usize) -> Result<Vec<Tombstone>, StoreError> {
+        let records = self.records();
+        Ok(records
+            .tombstones
+            .listed(prefix, limit, |key| records.by_key.contains_key(key)))
+    }
+
+    async fn prune_tombstones(&self, until_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        Ok(self.records().tombstones.prune(until_ms, limit))
     }
 }

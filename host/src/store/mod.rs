@@ -31,6 +31,11 @@
 //!   and [`StateCounts`], behind [`StateStore::count_by_state`] (each store keeps them in a room
 //!   of its own: `embedded/state_counts.rs`, `redis/state_counts.rs`, `postgres/state_counts.rs`).
 //! - `unanswered.rs`: what a save that got no answer did, learned by reading the record again.
+//! - `tombstone.rs`: [`Tombstone`], what a delete leaves of an instance (who, when, its last
+//!   state and version), kept beside the records and pruned by age
+//!   ([`StateStore::delete_leaving`], [`StateStore::tombstones`],
+//!   [`StateStore::prune_tombstones`]; each store's room: `embedded/tombstones.rs`,
+//!   `redis/tombstones.rs`, `postgres/tombstones.rs`).
 //! - `contract.rs` (tests only): the one suite every store must pass.
 //! - `outage.rs` (tests only): servers killed, stalled and restarted under the remote stores.
 //!
@@ -113,6 +118,7 @@ mod redact;
 mod redis;
 mod state_counts;
 mod state_store;
+mod tombstone;
 mod unanswered;
 
 #[cfg(test)]
@@ -138,6 +144,7 @@ pub use self::{
     redis::RedisStore,
     state_counts::{STATE_COUNTS_VERSION, StateCounts, Tally, WorkflowCount, active_paths},
     state_store::StateStore,
+    tombstone::{DEFAULT_TOMBSTONE_DAYS, DeleteKind, Tombstone},
     unanswered::settle as settle_unanswered_save,
 };
 // The checks every store makes the same way, for the stores' rooms.

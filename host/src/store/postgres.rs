@@ -27,6 +27,8 @@
 //! carrying `origin` and the key; a server `LISTEN`s, on a connection of its own, to the
 //! channels of the instances it watches (see `changes.rs`).
 //!
+//! What deletes leave lives in `{namespace}_tombstones` (`postgres/tombstones.rs`).
+//!
 //! Machine definitions live in `{namespace}_machines` (`workflow, version, definition jsonb`),
 //! written once per version.
 //!
@@ -52,11 +54,12 @@ use deadpool_postgres::{
 
 use super::{
     AuditEntry, ChangeFeed, Due, Durability, FeedSubscriptions, Fence, InstanceRecord, LeaseGrant,
-    LeaseRenewal, StateCounts, StateStore, StoreError, StoreOptions, Tally, WANTED_FOR, chain,
-    check_key, check_save, conflict, format, invalid, redact,
+    LeaseRenewal, StateCounts, StateStore, StoreError, StoreOptions, Tally, Tombstone, WANTED_FOR,
+    chain, check_key, check_save, conflict, format, invalid, redact,
 };
 
 mod state_counts;
+mod tombstones;
 
 /// The rows whose key names an owner (`owned.rs`: `handle/…@owner`), and the owner such a key
 /// names: the index behind [`StateStore::count_owned`] is on this expression, for these rows.
@@ -385,11 +388,13 @@ impl PostgresStore {
                  PRIMARY KEY (workflow, version)
              );
              CREATE TABLE IF NOT EXISTS {marks} (name text PRIMARY KEY, value bigint NOT NULL);
-             {counts}",
+             {counts}
+             {tombstones}",
             m = self.machines,
             marks = marks_table(t),
             a = audit_table(t),
             counts = state_counts::ddl(t),
+            tombstones = tombstones::ddl(t),
         );
         self.bounded("migrate", async {
             let mut client = self.pool.get().await.map_err(|e| self.down("connect", e))?;
@@ -608,13 +613,14 @@ impl PostgresStore {
     #[cfg(test)]
     pub(super) async fn destroy_namespace(&self) -> Result<(), StoreError> {
         let sql = format!(
-            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}, {}; DROP FUNCTION IF EXISTS {}",
+            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}, {}, {}; DROP FUNCTION IF EXISTS {}",
             audit_table(&self.table),
             marks_table(&self.table),
             self.table,
             self.machines,
             state_counts::counts_table(&self.table),
             state_counts::built_table(&self.table),
+            tombstones::table(&self.table),
             state_counts::trigger_function(&self.table),
         );
         self.bounded("drop table", async {
@@ -1152,6 +1158,25 @@ impl StateStore for PostgresStore {
                 })
             })
             .collect()
+    }
+
+    /// One statement: the delete and the tombstone's insert (`postgres/tombstones.rs`).
+    async fn delete_leaving(
+        &self,
+        key: &str,
+        expected: u64,
+        fence: Option<&Fence>,
+        tombstone: &Tombstone,
+    ) -> Result<bool, StoreError> {
+        self.bury(key, expected, fence, tombstone).await
+    }
+
+    async fn tombstones(&self, prefix: &str, limit: usize) -> Result<Vec<Tombstone>, StoreError> {
+        self.tombstones_of(prefix, limit).await
+    }
+
+    async fn prune_tombstones(&self, until_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        self.prune(until_ms, limit).await
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{
     AuditEntry, ChangeFeed, Due, Durability, Fence, InstanceRecord, LeaseGrant, LeaseRenewal,
-    StateCounts, StoreError, Tally,
+    StateCounts, StoreError, Tally, Tombstone,
 };
 
 /// Persistence for workflow instances, keyed by the instance's handle.
@@ -275,6 +275,36 @@ pub trait StateStore: Send + Sync {
     async fn durability(&self) -> Option<Durability> {
         None
     }
+
+    /// Deletes the record under `key` as [`Self::delete`] does with `Some(expected)` and
+    /// `fence`, and keeps `tombstone` (made from the record read at `expected`, so it tells the
+    /// deleted version's state) under `key`, replacing any earlier one. Written in the same
+    /// atomic step as the delete where the store can (memory: one lock; Redis: the delete
+    /// script; PostgreSQL: one statement); the embedded store commits the tombstone just before
+    /// the delete, on its one writer thread, so a crash between the two leaves a tombstone
+    /// beside a live record, which [`Self::tombstones`] never shows. Returns whether a record
+    /// was removed (`false`: none was, and no tombstone is kept).
+    ///
+    /// No default: a default without the tombstone would silently lose the trace.
+    async fn delete_leaving(
+        &self,
+        key: &str,
+        expected: u64,
+        fence: Option<&Fence>,
+        tombstone: &Tombstone,
+    ) -> Result<bool, StoreError>;
+
+    /// Up to `limit` tombstones of keys starting with `prefix`, in key order, none of a key that
+    /// has a record now (a handle saved again hides its tombstone: it is not deleted). For
+    /// operators asking after a deleted instance, not for hot paths; fewer than `limit` may come
+    /// back when hidden ones were among the first `limit`.
+    async fn tombstones(&self, prefix: &str, limit: usize) -> Result<Vec<Tombstone>, StoreError>;
+
+    /// Removes tombstones whose delete was at or before `until_ms`, oldest first, at most
+    /// `limit` (per shard, on a Redis Cluster); returns how many. Every store indexes
+    /// tombstones by that time, so this reads only the expired ones: the server's sweep calls
+    /// it until it returns 0 (`tombstones.rs` in the host).
+    async fn prune_tombstones(&self, until_ms: u64, limit: usize) -> Result<usize, StoreError>;
 }
 
 /// Counts every record `store` holds by reading each one, by the rule of `state_counts.rs`: what

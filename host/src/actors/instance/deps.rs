@@ -17,7 +17,7 @@ use crate::{
     invoke,
     retention::Retention,
     statechart::Snapshot,
-    store::{InstanceRecord, StateStore, StoreError},
+    store::{DeleteKind, Fence, InstanceRecord, StateStore, StoreError, Tombstone},
     timers::Alarm,
 };
 
@@ -37,6 +37,8 @@ pub struct InstanceDeps {
     pub max_record_bytes: usize,
     /// How long instances are kept (`--retain-final`, `--instance-ttl`): part of each due time.
     pub retention: Retention,
+    /// Whether a delete leaves a tombstone (`--tombstone-days` above 0).
+    pub tombstones: bool,
     /// Told every due time that is saved, so the timer task wakes in time for it.
     pub alarm: Arc<Alarm>,
     /// How leases are held, with a store other servers share (see `tenure.rs`).
@@ -48,6 +50,34 @@ pub struct InstanceDeps {
 }
 
 impl InstanceDeps {
+    /// Deletes `view`'s record (compare-and-delete on its version, under `fence`), leaving a
+    /// tombstone saying `by` deleted it as `kind`, unless tombstones are off. The one place an
+    /// actor deletes a record it knows, so every such delete leaves its trace alike.
+    pub async fn delete_leaving(
+        &self,
+        key: &str,
+        view: &super::InstanceView,
+        fence: Option<&Fence>,
+        by: &str,
+        kind: DeleteKind,
+    ) -> Result<bool, StoreError> {
+        if !self.tombstones {
+            return self.store.delete(key, Some(view.version), fence).await;
+        }
+        let tombstone = Tombstone {
+            key: key.to_owned(),
+            workflow: view.workflow.id.clone(),
+            state: view.snapshot.value(),
+            version: view.version,
+            deleted_at_ms: crate::store::now_ms(),
+            deleted_by: by.to_owned(),
+            kind,
+        };
+        self.store
+            .delete_leaving(key, view.version, fence, &tombstone)
+            .await
+    }
+
     /// Makes sure the store keeps `workflow`'s machine definition, so a record naming its
     /// version can be restored after the plugin that brings it is gone.
     async fn keep_machine(&self, workflow: &Workflow) -> Result<(), StoreError> {

@@ -21,7 +21,7 @@ use crate::{
     invoke::InvokeError,
     logs::otlp,
     statechart::{Status, TransitionLoop},
-    store::{AuditEntry, Fence, InstanceRecord, StoreError, now_ms},
+    store::{AuditEntry, DeleteKind, Fence, InstanceRecord, StoreError, now_ms},
 };
 
 /// The instance's due time came: fire its due timers, delete it if retention says so, or
@@ -323,8 +323,13 @@ async fn retire(
     fence: Option<&Fence>,
 ) -> Result<(Option<InstanceView>, bool, Woke), InstanceError> {
     match deps
-        .store
-        .delete(&key.store_key(), Some(view.version), fence)
+        .delete_leaving(
+            &key.store_key(),
+            view,
+            fence,
+            "retention",
+            DeleteKind::Retention,
+        )
         .await
     {
         Ok(_) => {

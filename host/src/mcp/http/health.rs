@@ -200,6 +200,25 @@ mod tests {
         ) -> Result<Vec<crate::store::Due>, StoreError> {
             Err(self.down())
         }
+        async fn delete_leaving(
+            &self,
+            _: &str,
+            _: u64,
+            _: Option<&crate::store::Fence>,
+            _: &crate::store::Tombstone,
+        ) -> Result<bool, StoreError> {
+            Err(self.down())
+        }
+        async fn tombstones(
+            &self,
+            _: &str,
+            _: usize,
+        ) -> Result<Vec<crate::store::Tombstone>, StoreError> {
+            Err(self.down())
+        }
+        async fn prune_tombstones(&self, _: u64, _: usize) -> Result<usize, StoreError> {
+            Err(self.down())
+        }
     }
 
     impl Unreachable {

@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 
 use super::checkpoint::{CHECKPOINT_BYTES, Job};
 use super::priority::yield_to_requests;
+use super::tombstones::{self, TombstoneOp};
 use super::{
     BatchStats, Change, Checkpointer, INSTANCES, Layer, MACHINES, MARKS, Overlay, OwnedCounts, Row,
     Segment, StateCounts, StoreError, Tally, checkpoint, conflict, durable_write, journal,
@@ -69,6 +70,8 @@ pub(super) enum Op {
         value: u64,
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
+    /// A delete that leaves a tombstone, or a pruning (`tombstones.rs`): after the batch.
+    Tombstones(TombstoneOp),
 }
 
 /// A key's record as a batch's checks see it: its version, and what it is counted under.
@@ -130,7 +133,10 @@ impl Writer {
             let (asked, batch): (Vec<Op>, Vec<Op>) = batch.into_iter().partition(|op| {
                 matches!(
                     op,
-                    Op::Checkpoint { .. } | Op::Recount { .. } | Op::SaveMark { .. }
+                    Op::Checkpoint { .. }
+                        | Op::Recount { .. }
+                        | Op::SaveMark { .. }
+                        | Op::Tombstones(_)
                 )
             });
             self.stats
@@ -148,6 +154,7 @@ impl Writer {
                     Op::SaveMark { name, value, reply } => {
                         let _ = reply.send(self.save_mark(&name, value));
                     }
+                    Op::Tombstones(op) => self.tombstone_op(op),
                     _ => unreachable!("partitioned above"),
                 }
             }
@@ -171,7 +178,10 @@ impl Writer {
                     definition_json,
                     reply,
                 } => machines.push((key, definition_json, reply)),
-                Op::Checkpoint { .. } | Op::Recount { .. } | Op::SaveMark { .. } => {
+                Op::Checkpoint { .. }
+                | Op::Recount { .. }
+                | Op::SaveMark { .. }
+                | Op::Tombstones(_) => {
                     unreachable!("taken out of the batch by `run`")
                 }
                 op => instance_ops.push(op),
@@ -248,7 +258,8 @@ impl Writer {
                 Op::SaveMachine { .. }
                 | Op::Checkpoint { .. }
                 | Op::Recount { .. }
-                | Op::SaveMark { .. } => {
+                | Op::SaveMark { .. }
+                | Op::Tombstones(_) => {
                     unreachable!("machines, checkpoints, counts and marks are taken apart")
                 }
             };
@@ -313,7 +324,8 @@ impl Writer {
                 Op::SaveMachine { .. }
                 | Op::Checkpoint { .. }
                 | Op::Recount { .. }
-                | Op::SaveMark { .. } => {
+                | Op::SaveMark { .. }
+                | Op::Tombstones(_) => {
                     unreachable!("machines, checkpoints, counts and marks are taken apart")
                 }
             }
@@ -361,6 +373,49 @@ impl Writer {
         let counts = recounted().map_err(|e| storage(&self.name, e))?;
         *lock_counts(&self.counts) = counts.clone();
         Ok(counts)
+    }
+
+    /// Runs `op` on the writer thread, after the batch it came with.
+    fn tombstone_op(&mut self, op: TombstoneOp) {
+        match op {
+            TombstoneOp::Bury {
+                key,
+                expected,
+                tombstone,
+                reply,
+            } => {
+                let current = match self.stored(&key) {
+                    Ok(current) => current.map(|(version, _)| version),
+                    Err(error) => {
+                        let _ = reply.send(Err(error));
+                        return;
+                    }
+                };
+                if current != Some(expected) {
+                    let _ = reply.send(Err(conflict(&key, expected, current)));
+                    return;
+                }
+                if let Err(error) = tombstones::bury(&self.db, &tombstone) {
+                    let _ = reply.send(Err(storage(&self.name, error)));
+                    return;
+                }
+                // Nothing ran since the check: this thread is the only writer of records.
+                self.commit(vec![Op::Delete {
+                    key,
+                    expected: Some(expected),
+                    reply,
+                }]);
+            }
+            TombstoneOp::Prune {
+                until_ms,
+                limit,
+                reply,
+            } => {
+                let pruned = tombstones::prune(&self.db, until_ms, limit)
+                    .map_err(|e| storage(&self.name, e));
+                let _ = reply.send(pruned);
+            }
+        }
     }
 
     /// Gives the mark `name` the value `value`, in one durable redb commit.
@@ -513,6 +568,12 @@ impl Op {
             }
             Op::SaveMark { reply, .. } => {
                 let _ = reply.send(result.map(drop));
+                return;
+            }
+            Op::Tombstones(op) => {
+                if let Err(error) = result {
+                    op.fail(error);
+                }
                 return;
             }
         };

@@ -176,6 +176,28 @@ impl Layout {
         }
     }
 
+    /// The tombstone of `key` (`store/tombstone.rs`): JSON text, in the key's shard so the
+    /// delete script writes it with the delete.
+    pub fn tombstone(&self, key: &str) -> String {
+        format!("{}:tomb:{key}", self.shard_of(key))
+    }
+
+    /// What every tombstone of `shard` is named with, before its key.
+    pub fn tombstone_prefix(shard: &str) -> String {
+        format!("{shard}:tomb:")
+    }
+
+    /// The tombstones of `shard` by the time of their delete: a sorted set scored by it, which
+    /// pruning reads oldest first.
+    pub fn tombstones_by_time(shard: &str) -> String {
+        format!("{shard}:tombs")
+    }
+
+    /// The keys of `shard`'s tombstones, all scores 0: a lexical index, for a lookup by prefix.
+    pub fn tombstone_keys(shard: &str) -> String {
+        format!("{shard}:tomb_keys")
+    }
+
     /// Every key of the namespace matches this pattern (for tests' cleanup).
     #[cfg(test)]
     pub fn pattern(&self) -> Vec<String> {

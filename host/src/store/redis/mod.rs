@@ -41,7 +41,9 @@
 //!   while it lives (see `lease.rs`);
 //! - `ns:changed:<key>`: the pub/sub channel of one instance, carrying the name of the server
 //!   process that changed it (see `changes.rs`); a process subscribes to the channels of the
-//!   instances it watches, so a change reaches only those.
+//!   instances it watches, so a change reaches only those;
+//! - `ns:tomb:<key>`, `ns:tombs`, `ns:tomb_keys`: what deletes left, by time and by key (see
+//!   `tombstones.rs`).
 //!
 //! Outages: see `link.rs`. Every operation runs under `op_timeout`, so a caller waiting on a
 //! reconnect gets [`StoreError::Unavailable`] instead of hanging.
@@ -50,6 +52,7 @@ mod due;
 mod layout;
 mod link;
 mod state_counts;
+mod tombstones;
 
 use std::{future::Future, time::Duration};
 
@@ -63,8 +66,8 @@ use self::{
 };
 use super::{
     AuditEntry, ChangeFeed, Due, Durability, Fence, InstanceRecord, LeaseGrant, LeaseRenewal,
-    StateCounts, StateStore, StoreError, StoreOptions, Tally, WANTED_FOR, chain, check_key,
-    check_save, conflict, format, machine_key, owner_of, redact,
+    StateCounts, StateStore, StoreError, StoreOptions, Tally, Tombstone, WANTED_FOR, chain,
+    check_key, check_save, conflict, format, machine_key, owner_of, redact,
 };
 
 /// Digits of a due time in a `ns:due` member: enough for every `u64`.
@@ -1124,6 +1127,25 @@ impl StateStore for RedisStore {
         limit: usize,
     ) -> Result<Vec<Due>, StoreError> {
         self.due_query(until, after, limit).await
+    }
+
+    /// One script: the delete script with the tombstone kept in the same step (`tombstones.rs`).
+    async fn delete_leaving(
+        &self,
+        key: &str,
+        expected: u64,
+        fence: Option<&Fence>,
+        tombstone: &Tombstone,
+    ) -> Result<bool, StoreError> {
+        self.bury(key, expected, fence, tombstone).await
+    }
+
+    async fn tombstones(&self, prefix: &str, limit: usize) -> Result<Vec<Tombstone>, StoreError> {
+        self.tombstones_of(prefix, limit).await
+    }
+
+    async fn prune_tombstones(&self, until_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        self.prune(until_ms, limit).await
     }
 }
 
