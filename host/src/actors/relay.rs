@@ -76,6 +76,7 @@ pub async fn relay_changes_from_other_servers(
         store,
         runtime,
         keys: HashMap::new(),
+        peak: 0,
     };
     let mut announced = false;
     loop {
@@ -121,21 +122,54 @@ pub async fn relay_changes_from_other_servers(
                 },
                 event = watched.recv() => {
                     let Some(event) = event else { return };
-                    if let Err(error) = relay.follow(event, &mut feed).await {
-                        tracing::warn!(%error, "lost the store's change feed; resubscribing");
-                        listening = false;
+                    match relay.follow(event, &mut feed).await {
+                        Ok(Feed::Keep) => {}
+                        Ok(Feed::Renew) => {
+                            tracing::debug!(
+                                watched = relay.keys.len(),
+                                "most watches ended: a new change feed, sized for what is left"
+                            );
+                            listening = false;
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "lost the store's change feed; resubscribing");
+                            listening = false;
+                        }
                     }
                 }
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+        relay.peak = relay.keys.len();
     }
+}
+
+/// Most keys a feed has watched at once before it is worth replacing when a quarter of them is
+/// left (see [`Feed::Renew`]).
+const RENEW_PAST: usize = 4096;
+
+/// Whether the feed in hand goes on after a watch event.
+enum Feed {
+    Keep,
+    /// Most of what the feed watched at its peak is no longer watched: open another. The
+    /// client keeps what a feed subscribed to in tables sized by that peak (redis-rs's
+    /// subscription tracker, a set that never shrinks), so a server whose sessions once
+    /// watched a million instances would hold the room for them for good. A new feed watches
+    /// what is left and checks it, as after a lost one: one read per key still watched.
+    Renew,
+}
+
+/// Whether a feed that watched `peak` keys at once, and watches `now`, is worth replacing.
+fn worth_renewing(peak: usize, now: usize) -> bool {
+    peak > RENEW_PAST && now < peak / 4
 }
 
 struct Relay {
     store: Arc<dyn StateStore>,
     runtime: Runtime,
     keys: HashMap<String, Watch>,
+    /// The most keys watched at once on the feed in hand.
+    peak: usize,
 }
 
 impl Relay {
@@ -161,15 +195,19 @@ impl Relay {
     /// Follows the notifier's news on `feed`: listens to an instance's key when it gains its
     /// first watcher here (and checks it once it listens), drops it when it loses its last.
     /// Handle-keyed instances only: a session's instances live with the session, on one server.
-    async fn follow(&mut self, event: WatchEvent, feed: &mut ChangeFeed) -> Result<(), StoreError> {
+    async fn follow(
+        &mut self,
+        event: WatchEvent,
+        feed: &mut ChangeFeed,
+    ) -> Result<Feed, StoreError> {
         match event {
             WatchEvent::Watched { instance, seen } => {
                 if !matches!(instance.owner, Owner::Handle(_)) {
-                    return Ok(());
+                    return Ok(Feed::Keep);
                 }
                 let key = instance.store_key();
                 if self.keys.contains_key(&key) {
-                    return Ok(());
+                    return Ok(Feed::Keep);
                 }
                 self.keys.insert(
                     key.clone(),
@@ -179,17 +217,23 @@ impl Relay {
                         verify: false,
                     },
                 );
+                self.peak = self.peak.max(self.keys.len());
                 // An error loses the feed, and the next one checks every key.
                 feed.subscriptions.watch(&key).await?;
                 self.check(&key).await;
-                Ok(())
+                Ok(Feed::Keep)
             }
             WatchEvent::Unwatched(instance) => {
                 let key = instance.store_key();
-                if self.keys.remove(&key).is_some() {
-                    feed.subscriptions.unwatch(&key).await?;
+                if self.keys.remove(&key).is_none() {
+                    return Ok(Feed::Keep);
                 }
-                Ok(())
+                super::tables::shrink_if_sparse(&mut self.keys);
+                if worth_renewing(self.peak, self.keys.len()) {
+                    return Ok(Feed::Renew);
+                }
+                feed.subscriptions.unwatch(&key).await?;
+                Ok(Feed::Keep)
             }
         }
     }
@@ -281,6 +325,19 @@ mod tests {
         store::{FeedSubscriptions, MemoryStore},
     };
 
+    /// A feed is replaced once most of what it watched at its busiest is gone, and only then:
+    /// a few watches coming and going never cost a new feed and its reads.
+    #[test]
+    fn a_feed_is_renewed_when_three_quarters_of_its_peak_is_gone() {
+        assert!(worth_renewing(100_000, 24_999));
+        assert!(!worth_renewing(100_000, 25_000));
+        assert!(
+            !worth_renewing(RENEW_PAST, 0),
+            "a small peak keeps its feed"
+        );
+        assert!(worth_renewing(RENEW_PAST + 1, 0));
+    }
+
     /// A feed that subscribes at once and hears nothing: the test hands the relay its
     /// announcements itself, in the order it wants.
     struct Quiet;
@@ -370,6 +427,7 @@ mod tests {
             store: store.clone(),
             runtime: runtime.clone(),
             keys: HashMap::new(),
+            peak: 0,
         };
 
         // Nothing moved between the watch and the check: nothing is told.
