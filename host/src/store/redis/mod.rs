@@ -452,6 +452,48 @@ impl RedisStore {
         self.in_shards(&self.layout.shards(), what, query).await
     }
 
+    /// An invocation of `script` (one that writes the record under `key`: a save, a delete) with
+    /// the keys every such script names first, in this order: the record hash; its shard's key
+    /// index and due index; its audit list and lease; its shard's owner index, counts and the two
+    /// keys of a recount under way. A script names its own keys after these.
+    fn record_script<'a>(&self, script: &'a Script, key: &str) -> redis::ScriptInvocation<'a> {
+        let shard = self.layout.shard_of(key);
+        let mut invocation = script.key(self.layout.record(key));
+        invocation
+            .key(Layout::index(shard))
+            .key(Layout::due(shard))
+            .key(self.layout.audit(key))
+            .key(self.layout.lease(key))
+            .key(Layout::owned(shard))
+            .key(Layout::counts(shard))
+            .key(Layout::recount(shard))
+            .key(Layout::recounted(shard));
+        invocation
+    }
+
+    /// The first `limit` members of each shard's sorted set `set_of(shard)` in the lexical range
+    /// (`min`, `max`), one page per shard (what [`first_in_order`] merges).
+    async fn first_in_each_shard(
+        &self,
+        what: &str,
+        set_of: fn(&str) -> String,
+        (min, max): (&[u8], &[u8]),
+        limit: usize,
+    ) -> Result<Vec<Vec<String>>, StoreError> {
+        self.each_shard(what, |shard, mut con| {
+            let query = redis::cmd("ZRANGEBYLEX")
+                .arg(set_of(&shard))
+                .arg(min)
+                .arg(max)
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit)
+                .to_owned();
+            async move { query.query_async::<Vec<String>>(&mut con).await }
+        })
+        .await
+    }
+
     /// Runs `query` once for each of `shards`, as [`Self::each_shard`] does for all.
     async fn in_shards<T, F, Fut>(
         &self,
@@ -775,17 +817,8 @@ impl StateStore for RedisStore {
     ) -> Result<(), StoreError> {
         check_save(key, record, expected)?;
         let mut con = self.con.clone();
-        let shard = self.layout.shard_of(key);
-        let mut invocation = self.save_script.key(self.layout.record(key));
+        let mut invocation = self.record_script(&self.save_script, key);
         invocation
-            .key(Layout::index(shard))
-            .key(Layout::due(shard))
-            .key(self.layout.audit(key))
-            .key(self.layout.lease(key))
-            .key(Layout::owned(shard))
-            .key(Layout::counts(shard))
-            .key(Layout::recount(shard))
-            .key(Layout::recounted(shard))
             .arg(expected)
             .arg(record.version)
             .arg(&record.workflow)
@@ -903,17 +936,8 @@ impl StateStore for RedisStore {
     ) -> Result<bool, StoreError> {
         check_key(key)?;
         let mut con = self.con.clone();
-        let shard = self.layout.shard_of(key);
-        let mut invocation = self.delete_script.key(self.layout.record(key));
+        let mut invocation = self.record_script(&self.delete_script, key);
         invocation
-            .key(Layout::index(shard))
-            .key(Layout::due(shard))
-            .key(self.layout.audit(key))
-            .key(self.layout.lease(key))
-            .key(Layout::owned(shard))
-            .key(Layout::counts(shard))
-            .key(Layout::recount(shard))
-            .key(Layout::recounted(shard))
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
             .arg(key)
             .arg(fence_arg(fence))
@@ -1027,17 +1051,7 @@ impl StateStore for RedisStore {
         }
         let (min, max) = lex_bounds(prefix, after);
         let pages = self
-            .each_shard("list", |shard, mut con| {
-                let query = redis::cmd("ZRANGEBYLEX")
-                    .arg(Layout::index(&shard))
-                    .arg(&min)
-                    .arg(&max)
-                    .arg("LIMIT")
-                    .arg(0)
-                    .arg(limit)
-                    .to_owned();
-                async move { query.query_async::<Vec<String>>(&mut con).await }
-            })
+            .first_in_each_shard("list", Layout::index, (&min, &max), limit)
             .await?;
         Ok(first_in_order(pages, limit))
     }
@@ -1064,17 +1078,12 @@ impl StateStore for RedisStore {
         };
         let max = format!("({owner}\u{1}");
         let pages = self
-            .each_shard("list owned", |shard, mut con| {
-                let query = redis::cmd("ZRANGEBYLEX")
-                    .arg(Layout::owned(&shard))
-                    .arg(&min)
-                    .arg(&max)
-                    .arg("LIMIT")
-                    .arg(0)
-                    .arg(limit)
-                    .to_owned();
-                async move { query.query_async::<Vec<String>>(&mut con).await }
-            })
+            .first_in_each_shard(
+                "list owned",
+                Layout::owned,
+                (min.as_bytes(), max.as_bytes()),
+                limit,
+            )
             .await?;
         let skip = owner.len() + 1;
         let pages = pages

@@ -88,16 +88,8 @@ impl RedisStore {
         check_key(key)?;
         let mut con = self.con.clone();
         let shard = self.layout.shard_of(key);
-        let mut invocation = BURY.key(self.layout.record(key));
+        let mut invocation = self.record_script(&BURY, key);
         invocation
-            .key(Layout::index(shard))
-            .key(Layout::due(shard))
-            .key(self.layout.audit(key))
-            .key(self.layout.lease(key))
-            .key(Layout::owned(shard))
-            .key(Layout::counts(shard))
-            .key(Layout::recount(shard))
-            .key(Layout::recounted(shard))
             .key(self.layout.tombstone(key))
             .key(Layout::tombstones_by_time(shard))
             .key(Layout::tombstone_keys(shard))
