@@ -317,6 +317,7 @@ all_stores!(
     a_live_record_shows_no_tombstone,
     a_recreated_handle_hides_its_tombstone_until_deleted_again,
     tombstones_are_pruned_by_age,
+    racing_deletes_leave_one_tombstone_each_and_one_winner_per_record,
 );
 
 /// The lease cases: every store other processes share, and the memory store (which keeps
@@ -1498,6 +1499,50 @@ async fn a_recreated_handle_hides_its_tombstone_until_deleted_again(store: Arc<d
     // Pruning by the old time leaves the new one: its index entry moved with it.
     store.prune_tombstones(1_500, 100).await.unwrap();
     assert_eq!(store.tombstones("", 10).await.unwrap(), vec![new]);
+}
+
+/// Deletes sent at once (a retention burst; the embedded store takes them in one batch): each
+/// record is deleted once, by one of the two racing for it, and leaves the winner's tombstone.
+async fn racing_deletes_leave_one_tombstone_each_and_one_winner_per_record(
+    store: Arc<dyn StateStore>,
+) {
+    const RECORDS: usize = 40;
+    let saved = record("w", 1, "a");
+    for n in 0..RECORDS {
+        store
+            .save(&format!("handle/r{n:02}"), &saved, 0)
+            .await
+            .unwrap();
+    }
+    let racers: Vec<_> = (0..RECORDS * 2)
+        .map(|racer| {
+            let store = store.clone();
+            let saved = saved.clone();
+            tokio::spawn(async move {
+                let key = format!("handle/r{:02}", racer / 2);
+                let by = format!("racer{racer}");
+                let tombstone = tombstone_of(&key, &saved, &by, 1_000 + racer as u64);
+                let deleted = store.delete_leaving(&key, 1, None, &tombstone).await;
+                (key, tombstone, deleted)
+            })
+        })
+        .collect();
+    let mut winners = std::collections::BTreeMap::new();
+    for racer in racers {
+        let (key, tombstone, deleted) = racer.await.unwrap();
+        match deleted {
+            Ok(true) => assert!(
+                winners.insert(key.clone(), tombstone).is_none(),
+                "{key} was deleted twice"
+            ),
+            Err(StoreError::Conflict { current, .. }) => assert_eq!(current, None),
+            other => panic!("a racing delete of {key} must win or conflict, got {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), RECORDS, "every record is deleted once");
+    assert_eq!(store.count("").await.unwrap(), 0);
+    let left = store.tombstones("handle/", RECORDS * 2).await.unwrap();
+    assert_eq!(left, winners.into_values().collect::<Vec<_>>());
 }
 
 async fn tombstones_are_pruned_by_age(store: Arc<dyn StateStore>) {

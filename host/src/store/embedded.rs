@@ -48,7 +48,7 @@ use self::{
     checkpoint::Checkpointer,
     journal::Segment,
     overlay::{Change, Layer, Overlay, Row},
-    tombstones::TombstoneOp,
+    tombstones::{Burial, TombstoneOp},
     writer::{Op, Writer},
 };
 use super::{
@@ -853,12 +853,12 @@ impl StateStore for EmbeddedStore {
     ) -> Result<bool, StoreError> {
         check_key(key)?;
         let (reply, answer) = oneshot::channel();
-        let op = Op::Tombstones(TombstoneOp::Bury {
+        let op = Op::Tombstones(TombstoneOp::Bury(Burial {
             key: key.to_owned(),
             expected,
             tombstone: tombstone.clone(),
             reply,
-        });
+        }));
         self.write(op, answer).await
     }
 

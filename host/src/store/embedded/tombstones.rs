@@ -3,9 +3,9 @@
 //! writer thread, so that a delete that leaves one is checked, buried and journalled with no
 //! other write in between.
 //!
-//! Order of a delete that leaves a tombstone (`Writer::tombstone_op`, in `writer.rs`): the
-//! writer checks the version, commits the
-//! tombstone (a durable redb commit), then journals the delete like any other. A crash between
+//! Order of a delete that leaves a tombstone (`Writer::bury`, in `writer.rs`): the writer checks
+//! the version, commits the tombstone (a durable redb commit, one for all the batch's burials),
+//! then journals the delete like any other. A crash between
 //! the two leaves a tombstone beside the live record, which reads never show (they leave out a
 //! key with a record, read after the tombstone); never a delete without its trace.
 
@@ -24,15 +24,18 @@ const TOMBSTONES: TableDefinition<&str, (u64, &str)> = TableDefinition::new("tom
 const TOMBSTONES_BY_TIME: TableDefinition<(u64, &str), ()> =
     TableDefinition::new("tombstones_by_time_v1");
 
+/// Delete `key` at `expected`, leaving `tombstone`.
+pub(in crate::store::embedded) struct Burial {
+    pub(in crate::store::embedded) key: String,
+    pub(in crate::store::embedded) expected: u64,
+    pub(in crate::store::embedded) tombstone: Tombstone,
+    pub(in crate::store::embedded) reply: oneshot::Sender<Result<bool, StoreError>>,
+}
+
 /// A tombstone write for the writer thread.
 pub(in crate::store::embedded) enum TombstoneOp {
-    /// Delete `key` at `expected`, leaving `tombstone`.
-    Bury {
-        key: String,
-        expected: u64,
-        tombstone: Tombstone,
-        reply: oneshot::Sender<Result<bool, StoreError>>,
-    },
+    /// Delete a record, leaving a tombstone.
+    Bury(Burial),
     /// Remove up to `limit` tombstones deleted at or before `until_ms`.
     Prune {
         until_ms: u64,
@@ -45,7 +48,7 @@ impl TombstoneOp {
     /// Answers a tombstone op that could not be run.
     pub(in crate::store::embedded) fn fail(self, error: StoreError) {
         match self {
-            TombstoneOp::Bury { reply, .. } => {
+            TombstoneOp::Bury(Burial { reply, .. }) => {
                 let _ = reply.send(Err(error));
             }
             TombstoneOp::Prune { reply, .. } => {
@@ -55,22 +58,24 @@ impl TombstoneOp {
     }
 }
 
-/// Keeps `tombstone`, replacing its key's earlier one, in one durable commit.
-pub(in crate::store::embedded) fn bury(
+/// Keeps each tombstone, replacing its key's earlier one, in one durable commit.
+pub(in crate::store::embedded) fn bury<'a>(
     db: &Database,
-    tombstone: &Tombstone,
+    buried: impl Iterator<Item = &'a Tombstone>,
 ) -> Result<(), redb::Error> {
     let txn = super::durable_write(db)?;
     {
         let mut by_key = txn.open_table(TOMBSTONES)?;
         let mut by_time = txn.open_table(TOMBSTONES_BY_TIME)?;
-        let key = tombstone.key.as_str();
-        let old = by_key.get(key)?.map(|old| old.value().0);
-        if let Some(at) = old {
-            by_time.remove((at, key))?;
+        for tombstone in buried {
+            let key = tombstone.key.as_str();
+            let old = by_key.get(key)?.map(|old| old.value().0);
+            if let Some(at) = old {
+                by_time.remove((at, key))?;
+            }
+            by_key.insert(key, (tombstone.deleted_at_ms, tombstone.encode().as_str()))?;
+            by_time.insert((tombstone.deleted_at_ms, key), ())?;
         }
-        by_key.insert(key, (tombstone.deleted_at_ms, tombstone.encode().as_str()))?;
-        by_time.insert((tombstone.deleted_at_ms, key), ())?;
     }
     txn.commit()?;
     Ok(())

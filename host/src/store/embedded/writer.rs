@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 
 use super::checkpoint::{CHECKPOINT_BYTES, Job};
 use super::priority::yield_to_requests;
-use super::tombstones::{self, TombstoneOp};
+use super::tombstones::{self, Burial, TombstoneOp};
 use super::{
     BatchStats, Change, Checkpointer, INSTANCES, Layer, MACHINES, MARKS, Overlay, OwnedCounts, Row,
     Segment, StateCounts, StoreError, Tally, checkpoint, conflict, durable_write, journal,
@@ -145,6 +145,7 @@ impl Writer {
             self.commit(batch);
             // After this batch's saves, which the checkpoint and the count then cover.
             let mut checkpoints = Vec::new();
+            let mut burials = Vec::new();
             for op in asked {
                 match op {
                     Op::Checkpoint { reply } => checkpoints.push(reply),
@@ -154,9 +155,21 @@ impl Writer {
                     Op::SaveMark { name, value, reply } => {
                         let _ = reply.send(self.save_mark(&name, value));
                     }
-                    Op::Tombstones(op) => self.tombstone_op(op),
+                    Op::Tombstones(TombstoneOp::Bury(burial)) => burials.push(burial),
+                    Op::Tombstones(TombstoneOp::Prune {
+                        until_ms,
+                        limit,
+                        reply,
+                    }) => {
+                        let pruned = tombstones::prune(&self.db, until_ms, limit)
+                            .map_err(|e| storage(&self.name, e));
+                        let _ = reply.send(pruned);
+                    }
                     _ => unreachable!("partitioned above"),
                 }
+            }
+            if !burials.is_empty() {
+                self.bury(burials);
             }
             if !checkpoints.is_empty() {
                 self.checkpoint_now(checkpoints);
@@ -375,47 +388,53 @@ impl Writer {
         Ok(counts)
     }
 
-    /// Runs `op` on the writer thread, after the batch it came with.
-    fn tombstone_op(&mut self, op: TombstoneOp) {
-        match op {
-            TombstoneOp::Bury {
-                key,
-                expected,
-                tombstone,
-                reply,
-            } => {
-                let current = match self.stored(&key) {
-                    Ok(current) => current.map(|(version, _)| version),
-                    Err(error) => {
-                        let _ = reply.send(Err(error));
-                        return;
-                    }
-                };
-                if current != Some(expected) {
-                    let _ = reply.send(Err(conflict(&key, expected, current)));
-                    return;
+    /// Deletes each burial's record at its expected version, leaving its tombstone: the
+    /// versions checked, then every tombstone in one durable redb commit, then every delete in
+    /// one journal batch; two syncs for the batch, not two per delete (a retention burst
+    /// deletes thousands at once). Nothing runs in between: this thread is the only writer.
+    fn bury(&mut self, burials: Vec<Burial>) {
+        let mut checked: Vec<Burial> = Vec::with_capacity(burials.len());
+        for burial in burials {
+            // A key buried earlier in this batch is gone by the time this one would run.
+            let current = if checked.iter().any(|earlier| earlier.key == burial.key) {
+                Ok(None)
+            } else {
+                self.stored(&burial.key)
+                    .map(|current| current.map(|(version, _)| version))
+            };
+            match current {
+                Ok(current) if current == Some(burial.expected) => checked.push(burial),
+                Ok(current) => {
+                    let error = conflict(&burial.key, burial.expected, current);
+                    let _ = burial.reply.send(Err(error));
                 }
-                if let Err(error) = tombstones::bury(&self.db, &tombstone) {
-                    let _ = reply.send(Err(storage(&self.name, error)));
-                    return;
+                Err(error) => {
+                    let _ = burial.reply.send(Err(error));
                 }
-                // Nothing ran since the check: this thread is the only writer of records.
-                self.commit(vec![Op::Delete {
-                    key,
-                    expected: Some(expected),
-                    reply,
-                }]);
-            }
-            TombstoneOp::Prune {
-                until_ms,
-                limit,
-                reply,
-            } => {
-                let pruned = tombstones::prune(&self.db, until_ms, limit)
-                    .map_err(|e| storage(&self.name, e));
-                let _ = reply.send(pruned);
             }
         }
+        if checked.is_empty() {
+            return;
+        }
+        if let Err(error) = tombstones::bury(&self.db, checked.iter().map(|b| &b.tombstone)) {
+            let reason = format!("{}: {error}", self.name);
+            for burial in checked {
+                let _ = burial
+                    .reply
+                    .send(Err(StoreError::Unavailable(reason.clone())));
+            }
+            return;
+        }
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        let deletes = checked
+            .into_iter()
+            .map(|burial| Op::Delete {
+                key: burial.key,
+                expected: Some(burial.expected),
+                reply: burial.reply,
+            })
+            .collect();
+        self.commit(deletes);
     }
 
     /// Gives the mark `name` the value `value`, in one durable redb commit.
