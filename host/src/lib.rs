@@ -54,6 +54,7 @@ pub mod plugin;
 pub mod retention;
 pub mod shutdown;
 pub mod store;
+pub mod tasks;
 pub mod timers;
 pub mod tombstones;
 

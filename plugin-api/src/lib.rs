@@ -72,8 +72,8 @@ pub mod testing;
 pub use turnstile_plugin_abi::{
     ABI_VERSION, CallContext, ConfirmManifest, HANDLE_VARIABLE, HostServices, InputKind,
     InputRequest, LogLevel, MAX_QUICK_MS, Manifest, PrimitiveKind, PromptArgumentManifest,
-    PromptManifest, ResourceManifest, ResourceTemplateManifest, ToolAnnotations, ToolError,
-    ToolManifest, abi, asking, manifest, uri_template,
+    PromptManifest, ResourceManifest, ResourceTemplateManifest, TaskSupport, ToolAnnotations,
+    ToolError, ToolManifest, abi, asking, manifest, uri_template,
 };
 
 pub use crate::plugin::{Plugin, config_ms, config_number, parse_input, plugin_config};

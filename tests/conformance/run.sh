@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the official MCP conformance suite (versions pinned in package.json, with the Node 22 it
 # needs) against the real turnstile binary serving the conformance and invoice plugins over
-# Streamable HTTP: the stable suite, then the 2026-07-28 draft suite of the alpha. Scenarios that
+# Streamable HTTP: the stable suite, then the 2026-07-28 draft suite of the alpha, then the alpha's
+# scenarios of the tasks extension. Scenarios that
 # do not apply are listed, with the reason, in not-applicable*.yml; the suite fails on any other
 # failure and on a listed scenario that passes.
 #
@@ -46,6 +47,17 @@ echo "== conformance 0.2.0-alpha.12, 2026-07-28 draft suite"
 "$node" "$here/node_modules/conformance-alpha/dist/index.js" server --url "$url" \
   --spec-version 2026-07-28 --suite draft \
   --expected-failures "$here/not-applicable-2026-07-28.yml" || status=1
+echo "== conformance 0.2.0-alpha.12, the tasks extension (io.modelcontextprotocol/tasks)"
+# Extension scenarios run only when named, one at a time; each is scored against its own list.
+tasks_scenarios="tasks-lifecycle tasks-capability-negotiation tasks-wire-fields
+  tasks-request-state-removal tasks-mrtr-input tasks-request-headers tasks-dispatch-and-envelope
+  tasks-status-notifications tasks-required-task-error tasks-mrtr-composition"
+for scenario in $tasks_scenarios; do
+  "$node" "$here/node_modules/conformance-alpha/dist/index.js" server --url "$url" \
+    --scenario "$scenario" --expected-failures "$here/expected-failures-tasks.yml" \
+    > "$work/$scenario.log" 2>&1 || { cat "$work/$scenario.log"; status=1; }
+  tail -n 1 "$work/$scenario.log" | sed "s/^/$scenario: /"
+done
 
 # The suite's clients behave normally (and sometimes send garbage on purpose): none of it is
 # worth an ERROR in the server's log.

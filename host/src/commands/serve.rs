@@ -311,6 +311,7 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         store,
         max_handles_per_request: options.max_handles_per_request,
         quotas: mcp::Quotas::new(options.quotas),
+        tasks: Default::default(),
     });
     let drain = {
         let (shutdown, timeout) = (shutdown.clone(), options.shutdown_timeout);

@@ -85,7 +85,8 @@ pub use crate::{
     host_services::{HostServices, LogLevel},
     manifest::{
         ConfirmManifest, HANDLE_VARIABLE, MAX_QUICK_MS, Manifest, PromptArgumentManifest,
-        PromptManifest, ResourceManifest, ResourceTemplateManifest, ToolAnnotations, ToolManifest,
+        PromptManifest, ResourceManifest, ResourceTemplateManifest, TaskSupport, ToolAnnotations,
+        ToolManifest,
     },
     tool_error::ToolError,
 };

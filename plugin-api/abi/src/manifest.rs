@@ -266,6 +266,32 @@ pub struct ToolManifest {
     /// unless the server runs with `--confirm-fallback allow`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm: Option<ConfirmManifest>,
+    /// The tool's calls may run as MCP tasks (`execution.taskSupport`; the 2026-07-28 tasks
+    /// extension): the client gets a task at once and polls it, and a call still running holds
+    /// its instance. `None`: never a task. Meant for steps that take longer than a client waits
+    /// for one request (a migration, a report, a payment settled by a bank).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskSupport>,
+}
+
+/// Whether a tool's calls run as tasks (see [`ToolManifest::task`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskSupport {
+    /// A call runs as a task when the client can follow one, and as a plain call otherwise.
+    Optional,
+    /// A call runs only as a task: a client that cannot follow one is refused.
+    Required,
+}
+
+impl TaskSupport {
+    /// As MCP spells it in a tool's `execution.taskSupport`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskSupport::Optional => "optional",
+            TaskSupport::Required => "required",
+        }
+    }
 }
 
 /// What a person is asked before a tool runs (see [`ToolManifest::confirm`]).
@@ -491,7 +517,14 @@ impl ToolManifest {
             usage_note: true,
             asks: false,
             confirm: None,
+            task: None,
         }
+    }
+
+    /// Lets the tool's calls run as tasks (see [`ToolManifest::task`]).
+    pub fn task(mut self, support: TaskSupport) -> ToolManifest {
+        self.task = Some(support);
+        self
     }
 
     /// Has a person confirm each call before the handler runs (see [`ToolManifest::confirm`]).

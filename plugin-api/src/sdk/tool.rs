@@ -185,6 +185,14 @@ impl<Output> ToolBuilder<Output> {
         self
     }
 
+    /// Lets the tool's calls run as MCP tasks (see
+    /// [`ToolManifest::task`](crate::ToolManifest::task)): `TaskSupport::Required` for a step
+    /// that takes longer than a client waits for one request.
+    pub fn task(mut self, support: crate::TaskSupport) -> Self {
+        self.manifest.task = Some(support);
+        self
+    }
+
     /// Declares that the handler may ask the person or the client for input
     /// ([`CallContext::ask`](crate::CallContext::ask); see `asking.rs`). Without it the handler
     /// is told it may ask nothing.

@@ -12,7 +12,8 @@ use std::{thread, time::Duration};
 use serde_json::{Value, json};
 use turnstile_plugin::{
     CallContext, InputKind, InputRequest, LogLevel, Manifest, Plugin, PrimitiveKind,
-    PromptManifest, ResourceManifest, ResourceTemplateManifest, ToolError, ToolManifest,
+    PromptManifest, ResourceManifest, ResourceTemplateManifest, TaskSupport, ToolError,
+    ToolManifest,
 };
 
 /// A 1×1 PNG (the suite checks that an image block has data and a MIME type).
@@ -192,6 +193,39 @@ impl Plugin for Conformance {
                 )
                 .asks(),
             )
+            // The tasks extension's scenarios (SEP-2663): a call that never runs as a task, one
+            // that may, one that must.
+            // First in the 2026-07-28 list (sorted by name), which the header scenarios call
+            // with no arguments as a plain call: failing_job, next, runs only as a task.
+            .tool(ToolManifest::new(
+                "echo",
+                "Answers with the message it is given.",
+                json!({"type": "object", "properties": {"message": {"type": "string"}}}),
+            ))
+            .tool(ToolManifest::new(
+                "greet",
+                "Greets someone by name; always answers at once.",
+                json!({"type": "object", "properties": {"name": {"type": "string"}},
+                    "required": ["name"]}),
+            ))
+            .tool(
+                ToolManifest::new(
+                    "slow_compute",
+                    "Works for the given number of seconds (stopping early when cancelled), \
+                     then answers with its label.",
+                    json!({"type": "object", "properties": {
+                        "seconds": {"type": "number", "minimum": 0},
+                        "label": {"type": "string"}}}),
+                )
+                .task(TaskSupport::Optional),
+            )
+            .tool(
+                tool(
+                    "failing_job",
+                    "Works for a second, then fails with a tool error; runs only as a task.",
+                )
+                .task(TaskSupport::Required),
+            )
             .prompt(
                 PromptManifest::new(
                     "test_input_required_result_prompt",
@@ -343,10 +377,40 @@ impl Plugin for Conformance {
                 "This tool intentionally returns an error for testing",
             )),
             "json_schema_2020_12_tool" => Ok(json!("Input accepted.")),
+            "echo" => Ok(json!(input["message"].as_str().unwrap_or_default())),
+            "greet" => Ok(json!(format!(
+                "Hello, {}!",
+                input["name"].as_str().unwrap_or("world")
+            ))),
+            "slow_compute" => {
+                let seconds = input["seconds"].as_f64().unwrap_or(0.0).clamp(0.0, 3600.0);
+                let label = input["label"].as_str().unwrap_or("slow_compute");
+                if !work_for(Duration::from_secs_f64(seconds), ctx) {
+                    return Err(ToolError::failed(format!("{label}: cancelled")));
+                }
+                Ok(json!(format!("{label}: computed for {seconds} seconds")))
+            }
+            "failing_job" => {
+                work_for(Duration::from_secs(1), ctx);
+                Err(ToolError::failed("failing_job failed, as it always does"))
+            }
             "test_custom_headers" => Ok(json!("Custom headers test completed.")),
             other => Err(ToolError::UnknownTool(other.to_owned())),
         }
     }
+}
+
+/// Works (sleeps) for `how_long`, looking every 50 ms whether the call was cancelled; whether
+/// it worked the whole time.
+fn work_for(how_long: Duration, ctx: &CallContext) -> bool {
+    let until = std::time::Instant::now() + how_long;
+    while std::time::Instant::now() < until {
+        if ctx.host.is_cancelled() {
+            return false;
+        }
+        thread::sleep(STEP.min(until.saturating_duration_since(std::time::Instant::now())));
+    }
+    true
 }
 
 /// A form with one string field.
@@ -530,7 +594,7 @@ mod tests {
         for tool in plugin.manifest().tools {
             let answer = plugin.call(&tool.name, json!({}), &CallContext::default());
             match tool.name.as_str() {
-                "test_error_handling" => assert!(answer.is_err()),
+                "test_error_handling" | "failing_job" => assert!(answer.is_err()),
                 // Asked without being able to ask: it needs input, or refuses.
                 _ if tool.asks => assert!(answer.is_err()),
                 name => assert!(answer.is_ok(), "{name}: {answer:?}"),

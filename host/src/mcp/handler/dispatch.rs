@@ -7,13 +7,14 @@ use std::sync::Arc;
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CacheScope, CallToolRequestParams, CallToolResponse, CancelledNotificationParam,
-        CompleteRequestParams, CompleteResult, CustomRequest, CustomResult, GetPromptRequestParams,
-        GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, JsonObject,
-        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-        PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-        ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool,
-        UnsubscribeRequestParams,
+        CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams,
+        CancelledNotificationParam, CompleteRequestParams, CompleteResult, CustomRequest,
+        CustomResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
+        Implementation, InitializeRequestParams, InitializeResult, JsonObject, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+        ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+        SubscribeRequestParams, SubscriptionFilter, TASKS_EXTENSION_ID, Tool,
+        UnsubscribeRequestParams, UpdateTaskParams,
     },
     service::{MaybeSendFuture, NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -25,6 +26,7 @@ use super::{
     reply,
     server::TurnstileServer,
     target::HandleMode,
+    tasks::CallMode,
 };
 use crate::actors::{InstanceError, SessionId, Subscribe};
 use crate::mcp::session::scope::SinkListener;
@@ -43,10 +45,10 @@ impl ServerHandler for TurnstileServer {
                 .enable_resources_list_changed()
                 .enable_resources_subscribe()
                 .enable_completions()
-                .enable_extensions_with(rmcp::model::ExtensionCapabilities::from([(
-                    GATED_LISTS_EXTENSION.to_string(),
-                    JsonObject::new(),
-                )]))
+                .enable_extensions_with(rmcp::model::ExtensionCapabilities::from([
+                    (GATED_LISTS_EXTENSION.to_string(), JsonObject::new()),
+                    (TASKS_EXTENSION_ID.to_string(), JsonObject::new()),
+                ]))
                 .build(),
         )
         .with_server_info(Implementation::new("turnstile", env!("CARGO_PKG_VERSION")))
@@ -111,6 +113,15 @@ impl ServerHandler for TurnstileServer {
         async move {
             let catalog = self.shared.catalog.current();
             let record = CallRecord::start(catalog.tool(&request.name).cloned());
+            if let Some(tool) = record.tool() {
+                match self.call_mode(tool, &context) {
+                    Ok(CallMode::Plain) => {}
+                    Ok(CallMode::Task) => {
+                        return Ok(self.start_task(request, context, catalog.clone(), record));
+                    }
+                    Err(refused) => return record.finish(&self.shared.call_metrics, Err(refused)),
+                }
+            }
             // Awaited where it is made: a future held in a local before its `.await` keeps a second
             // slot of its size in this one (rust-lang/rust#62958), and this one is copied whole
             // into its box for every call (BENCHMARKS.md's history, session 16).
@@ -243,6 +254,31 @@ impl ServerHandler for TurnstileServer {
         self.session()
             .set_log_level(call_events::from_rmcp(request.level));
         Ok(())
+    }
+
+    // rmcp checks that the client declares the tasks extension before these.
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.answer_get_task(request, &context)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.answer_cancel_task(request, &context)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.answer_update_task(request, &context)
     }
 
     /// rmcp hands over every request it could not match to a method with well-formed params.

@@ -19,4 +19,5 @@ pub mod primitives;
 pub mod reply;
 pub mod server;
 pub mod target;
+pub mod tasks;
 pub mod tools;

@@ -16,6 +16,7 @@
 mod next_step;
 mod primitives;
 mod request_errors;
+mod tasks;
 
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
 use serde_json::{Value, json};
@@ -35,6 +36,7 @@ pub use self::request_errors::{
     invalid_idempotency_key, unknown_tool, unloaded_workflow, unroutable_request, unusable_answers,
     unwatchable,
 };
+pub use self::tasks::{task_cannot_ask, task_required, task_result_unkept, unknown_task};
 use super::{clip::clip, target::NoTarget};
 use crate::{
     actors::InstanceError,

@@ -65,6 +65,8 @@ pub struct Shared {
     pub state_seal: super::asking::StateSeal,
     /// A confirmation the client cannot show counts as given (`--confirm-fallback allow`).
     pub confirm_fallback: bool,
+    /// The calls running, and run, as tasks (`tasks.rs`).
+    pub tasks: crate::tasks::Tasks,
 }
 
 /// One per MCP session (stdio: one per connection; sessionless HTTP: one per request; a session

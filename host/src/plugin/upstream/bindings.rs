@@ -93,6 +93,9 @@ pub fn offer(
             // the call), so every call is served where the person can be asked.
             asks: true,
             confirm: binding.and_then(|b| b.confirm.clone()),
+            // rmcp's client model of a tool (3.11) has no `execution`: an upstream's own task
+            // support cannot be read yet, so its calls are plain calls.
+            task: None,
         });
     }
     let mut notes: Vec<String> = file

@@ -1,0 +1,205 @@
+//! MCP tasks on the wire (2026-07-28's extension `io.modelcontextprotocol/tasks`, SEP-2663): a
+//! `tools/call` of a tool whose manifest lets it run as a task (`"task": "optional" |
+//! "required"`) from a client that declares the extension is answered at once with a task,
+//! and the call runs on; `tasks/get` tells where it stands (with its result or error once it
+//! ended), `tasks/cancel` stops it, `tasks/update` answers what it asked.
+//!
+//! This room decides which calls become tasks and how a task looks to a client; `tasks.rs` (the
+//! crate's) keeps them. A task's call is the same call a plain one is (`answer_call`: the gate,
+//! the plugin, the transition, the save), run with the task's cancellation instead of the
+//! request's; what the call would have answered is what the task ends with.
+
+use std::{sync::Arc, time::Duration};
+
+use rmcp::{
+    ErrorData, RoleServer,
+    model::{
+        CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, DetailedTask,
+        GetTaskParams, GetTaskResult, JsonObject, Task, TaskPayload, TaskStatus as WireStatus,
+        UpdateTaskParams,
+    },
+    service::RequestContext,
+};
+use serde_json::Value;
+
+use super::{call_record::CallRecord, era::is_2026_07_28, reply, server::TurnstileServer};
+use crate::catalog::{Catalog, ToolEntry};
+use crate::mcp::session::request_stream::RequestStream;
+use crate::tasks::{self, TaskOwner, TaskStatus};
+use turnstile_plugin_abi::TaskSupport;
+
+/// How a `tools/call` is served.
+pub(super) enum CallMode {
+    /// As a plain call, answered when it ends.
+    Plain,
+    /// As a task: answered at once.
+    Task,
+}
+
+impl TurnstileServer {
+    /// Whether `tool`'s call by this request runs as a task: only a tool that lets it, called
+    /// by a 2026-07-28 request whose client declares the tasks extension (a client that did
+    /// not could not read the answer). A tool that runs only as a task is refused to any other
+    /// request, with the capability it needs.
+    pub(super) fn call_mode(
+        &self,
+        tool: &ToolEntry,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallMode, ErrorData> {
+        let Some(support) = tool.manifest.task else {
+            return Ok(CallMode::Plain);
+        };
+        let follows_tasks = is_2026_07_28(context)
+            && context
+                .client_capabilities()
+                .is_some_and(|capabilities| capabilities.supports_tasks());
+        // A tool bound to a workflow runs plainly until tasks hold their instance.
+        let runs_as_task = tool.workflow().is_none();
+        match (support, follows_tasks) {
+            (_, true) if runs_as_task => Ok(CallMode::Task),
+            (TaskSupport::Required, false) => Err(reply::task_required(tool.name())),
+            _ => Ok(CallMode::Plain),
+        }
+    }
+
+    /// Starts `request` as a task and answers with it at once; the call runs on in the
+    /// background, with the task's cancellation, and ends the task with what it would have
+    /// answered.
+    pub(super) fn start_task(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+        catalog: Arc<Catalog>,
+        record: CallRecord,
+    ) -> CallToolResponse {
+        let owner = self.task_owner(&context);
+        let task = self.shared.tasks.create(&request.name, owner, None);
+        tracing::debug!(task = %task.id, tool = %request.name, "call started as a task");
+        let mut running = context;
+        // Its request is answered now: the call's own stream and its cancellation end with
+        // it. The task's cancellation is `tasks/cancel`.
+        running.ct = task.cancellation.clone();
+        running.extensions.remove::<RequestStream>();
+        let server = self.clone();
+        let spawned = task.clone();
+        tokio::spawn(async move {
+            let tool = request.name.clone();
+            let answer = server
+                .answer_call(request, running, &catalog, &record)
+                .await;
+            let answer = record.finish(&server.shared.call_metrics, answer);
+            spawned.end(ended_with(&tool, answer));
+        });
+        CallToolResponse::Task(CreateTaskResult::new(wire_task(&task, WireStatus::Working)))
+    }
+
+    /// `tasks/get`: the task as it stands, with its result or error once it ended.
+    pub(super) fn answer_get_task(
+        &self,
+        request: GetTaskParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let task = self.own_task(&request.task_id, context)?;
+        Ok(GetTaskResult::new(detailed(&task)))
+    }
+
+    /// `tasks/cancel`: the plugin is told to stop, and the task ends cancelled unless it has
+    /// ended already (then the ack changes nothing).
+    pub(super) fn answer_cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let owner = self.task_owner(context);
+        match self.shared.tasks.cancel(&request.task_id, &owner) {
+            Some(_) => Ok(()),
+            None => Err(reply::unknown_task(&request.task_id)),
+        }
+    }
+
+    /// `tasks/update`: answers for what a task asked. A task asks nothing yet (a call whose
+    /// handler asks ends failed, saying so), so there is nothing to answer: acknowledged, as
+    /// answers to keys a task does not await are.
+    pub(super) fn answer_update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.own_task(&request.task_id, context).map(|_| ())
+    }
+
+    fn own_task(
+        &self,
+        id: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Arc<tasks::Task>, ErrorData> {
+        let owner = self.task_owner(context);
+        self.shared
+            .tasks
+            .get(id, &owner)
+            .ok_or_else(|| reply::unknown_task(id))
+    }
+
+    /// Whose a task is: its creator's principal (none when the server authenticates no one).
+    fn task_owner(&self, context: &RequestContext<RoleServer>) -> TaskOwner {
+        TaskOwner(self.caller(context).principal_name())
+    }
+}
+
+/// The status a call's answer ends its task with: a result (a tool error included) completes
+/// it; an error, or input the call asked for, fails it.
+fn ended_with(tool: &str, answer: Result<CallToolResponse, ErrorData>) -> TaskStatus {
+    let failed =
+        |error: ErrorData| TaskStatus::Failed(serde_json::to_value(error).unwrap_or_default());
+    match answer {
+        Ok(CallToolResponse::Complete(result)) => match serde_json::to_value(result) {
+            Ok(result) => TaskStatus::Completed(result),
+            Err(error) => failed(reply::task_result_unkept(&error.to_string())),
+        },
+        Ok(CallToolResponse::InputRequired(_)) => failed(reply::task_cannot_ask(tool)),
+        // `CallToolResponse` is non-exhaustive: a task, or a kind of answer rmcp adds later.
+        Ok(_) => failed(reply::task_result_unkept("it was not a tool result")),
+        Err(error) => failed(error),
+    }
+}
+
+fn rfc3339(at_ms: u64) -> String {
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(at_ms);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+/// The task's common fields, in `status`.
+fn wire_task(task: &tasks::Task, status: WireStatus) -> Task {
+    let (_, updated_at) = task.status();
+    Task::new(
+        task.id.clone(),
+        status,
+        rfc3339(task.created_at_ms),
+        rfc3339(updated_at),
+    )
+    .with_ttl_ms(task.ttl.as_millis() as u64)
+    .with_poll_interval_ms(tasks::POLL_INTERVAL.as_millis() as u64)
+}
+
+/// The task with its status's payload (`tasks/get`).
+fn detailed(task: &tasks::Task) -> DetailedTask {
+    let (status, _) = task.status();
+    let payload = match status {
+        TaskStatus::Working => TaskPayload::Working,
+        TaskStatus::Completed(result) => TaskPayload::Completed {
+            result: object(result),
+        },
+        TaskStatus::Failed(error) => TaskPayload::Failed {
+            error: object(error),
+        },
+        TaskStatus::Cancelled => TaskPayload::Cancelled,
+    };
+    DetailedTask::new(wire_task(task, payload.status()), payload)
+}
+
+fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(object) => object,
+        _ => JsonObject::new(),
+    }
+}
