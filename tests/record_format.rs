@@ -1,6 +1,6 @@
 //! The stored record format (issue 11 item 11, issue 12 item 4): records written in format 1 (as
-//! servers before the format number wrote them) are served by a new server and rewritten as
-//! format 2 when it starts, on the embedded store, Redis and PostgreSQL; a record that cannot be
+//! servers before the format number wrote them) are served by a new server and rewritten in the
+//! current format (3) when it starts, on the embedded store, Redis and PostgreSQL; a record that cannot be
 //! parsed is logged and left alone, never deleted.
 //!
 //! Each test makes a real record with a server, stops it, puts the record back in the old shape
@@ -120,7 +120,7 @@ async fn on_the_embedded_store() {
     let db = redb::Database::create(&file).expect("open the store file");
     let txn = db.begin_read().unwrap();
     let formats = txn.open_table(FORMATS).unwrap();
-    assert_eq!(formats.get(key.as_str()).unwrap().unwrap().value().0, 2);
+    assert_eq!(formats.get(key.as_str()).unwrap().unwrap().value().0, 3);
     let instances = txn.open_table(INSTANCES).unwrap();
     assert!(
         instances.get(BROKEN).unwrap().is_some(),
@@ -171,7 +171,7 @@ async fn on_redis() {
         .query_async(&mut con)
         .await
         .unwrap();
-    assert_eq!(format.as_deref(), Some("2"));
+    assert_eq!(format.as_deref(), Some("3"));
     let broken: u64 = redis::cmd("EXISTS")
         .arg(format!("{ns}:i:{BROKEN}"))
         .query_async(&mut con)
@@ -231,7 +231,7 @@ async fn on_postgres() {
         )
         .await
         .unwrap();
-    assert_eq!(row.get::<_, Option<i32>>(0), Some(2));
+    assert_eq!(row.get::<_, Option<i32>>(0), Some(3));
     let broken = client
         .query(&format!("SELECT 1 FROM {table} WHERE key = $1"), &[&BROKEN])
         .await

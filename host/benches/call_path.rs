@@ -122,6 +122,7 @@ impl Bench {
                     made_for: None,
                     watcher: None,
                     span: tracing::Span::none(),
+                    task: None,
                 },
             )
             .await

@@ -54,6 +54,13 @@ impl TaskStatus {
     }
 }
 
+/// The handle of the instance task `id` runs on, if its id names one ([`Tasks::create`]).
+pub fn instance_handle(id: &str) -> Option<&str> {
+    id.split_once('.')
+        .map(|(_, handle)| handle)
+        .filter(|handle| !handle.is_empty())
+}
+
 /// Who may see a task: the principal that created it when the server authenticates, anyone
 /// holding its id (a random 128-bit bearer token) when it does not.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,14 +132,25 @@ pub struct Tasks {
 
 impl Tasks {
     /// A new working task of `tool` for `owner`, kept `ttl` (the default when `None`, at most
-    /// [`MAX_TTL`]).
-    pub fn create(&self, tool: &str, owner: TaskOwner, ttl: Option<Duration>) -> Arc<Task> {
+    /// [`MAX_TTL`]). Its id is 128 random bits, followed, for a task of a handle-keyed instance,
+    /// by `.` and the `handle`: a server that does not hold the task in memory finds it in the
+    /// instance's record ([`instance_handle`]).
+    pub fn create(
+        &self,
+        tool: &str,
+        owner: TaskOwner,
+        ttl: Option<Duration>,
+        handle: Option<&str>,
+    ) -> Arc<Task> {
         if self.created.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
             self.sweep();
         }
         let now = now_ms();
         let task = Arc::new(Task {
-            id: uuid::Uuid::new_v4().simple().to_string(),
+            id: match handle {
+                Some(handle) => format!("{}.{handle}", uuid::Uuid::new_v4().simple()),
+                None => uuid::Uuid::new_v4().simple().to_string(),
+            },
             tool: tool.to_owned(),
             owner,
             created_at_ms: now,
@@ -160,6 +178,11 @@ impl Tasks {
         }
         task.cancellation.cancel();
         Some(task)
+    }
+
+    /// Forgets task `id`: its call did not start after all (refused, or answered at once).
+    pub fn forget(&self, id: &str) {
+        self.table.remove(id);
     }
 
     /// How many tasks are kept.
@@ -191,7 +214,7 @@ mod tests {
     #[test]
     fn a_task_is_seen_only_by_its_owner() {
         let tasks = Tasks::default();
-        let task = tasks.create("t", alice(), None);
+        let task = tasks.create("t", alice(), None, None);
         assert!(tasks.get(&task.id, &alice()).is_some());
         assert!(
             tasks
@@ -207,7 +230,7 @@ mod tests {
     #[test]
     fn the_first_end_stands() {
         let tasks = Tasks::default();
-        let task = tasks.create("t", alice(), None);
+        let task = tasks.create("t", alice(), None, None);
         tasks.cancel(&task.id, &alice()).unwrap();
         assert!(task.cancellation.is_cancelled());
         assert!(!task.end(TaskStatus::Completed(json!({"content": []}))));
@@ -220,7 +243,7 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_hears_the_end() {
         let tasks = Tasks::default();
-        let task = tasks.create("t", alice(), None);
+        let task = tasks.create("t", alice(), None, None);
         let waiting = tokio::spawn({
             let task = task.clone();
             async move { task.ended().await }
@@ -236,14 +259,18 @@ mod tests {
     #[test]
     fn an_ended_task_is_forgotten_after_its_ttl_and_a_running_one_is_not() {
         let tasks = Tasks::default();
-        let ended = tasks.create("t", alice(), Some(Duration::ZERO));
-        let running = tasks.create("t", alice(), Some(Duration::ZERO));
+        let ended = tasks.create("t", alice(), Some(Duration::ZERO), None);
+        let running = tasks.create("t", alice(), Some(Duration::ZERO), None);
         ended.end(TaskStatus::Completed(json!({})));
         let later = now_ms() + POLL_INTERVAL.as_millis() as u64 + 1;
         assert!(ended.expired(later));
         assert!(!running.expired(later));
+        // A task of an instance names its handle.
+        let scoped = tasks.create("t", alice(), None, Some("migration-1f"));
+        assert_eq!(instance_handle(&scoped.id), Some("migration-1f"));
+        assert_eq!(instance_handle(&ended.id), None);
         // Asked for longer than the most kept: the most.
-        let long = tasks.create("t", alice(), Some(MAX_TTL * 2));
+        let long = tasks.create("t", alice(), Some(MAX_TTL * 2), None);
         assert_eq!(long.ttl, MAX_TTL);
     }
 }

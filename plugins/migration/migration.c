@@ -10,15 +10,20 @@
  *
  * This file is the proof that the ABI is plain C: it includes turnstile_plugin.h and nothing
  * from Rust. The manifest is a static JSON string; outputs are small JSON texts built with
- * snprintf. It keeps no state (the instance pointer is NULL) and mutates no globals, so `call`
- * is trivially thread-safe. It touches no database: this is an example.
+ * snprintf. Its instance holds one setting, read by init and never written again, and it mutates
+ * no globals, so `call` is trivially thread-safe. It touches no database: this is an example.
+ *
+ * `migration.apply` may run as an MCP task ("task": "optional"): with `apply_ms` configured it
+ * works that long, stopping early, having changed nothing, when the call is cancelled.
  *
  * Built by plugins/migration/build.rs into target/<profile>/libturnstile_plugin_migration.so.
  */
+#define _POSIX_C_SOURCE 200809L /* nanosleep, under -std=c11 */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "turnstile_plugin.h"
 
@@ -51,7 +56,8 @@ static const char MANIFEST[] =
     "\"input_schema\":{\"type\":\"object\",\"properties\":{\"confirm\":{\"const\":true,"
     "\"description\":\"Must be true: acknowledges the change is destructive.\"}},"
     "\"required\":[\"confirm\"]},"
-    "\"workflow\":\"migration\",\"states\":[\"backed_up\"],\"transition\":\"APPLY\"},"
+    "\"workflow\":\"migration\",\"states\":[\"backed_up\"],\"transition\":\"APPLY\","
+    "\"task\":\"optional\"},"
     "{\"name\":\"migration.verify\","
     "\"description\":\"Verify the applied migration (schema checks, row counts) and close "
     "the migration as done. Final.\","
@@ -157,6 +163,28 @@ static int confirmed(const char *input_json) {
     return strncmp(p, "true", 4) == 0;
 }
 
+/* The plugin's settings, read once by init. */
+struct settings {
+    /* How long migration.apply works, in milliseconds (`apply_ms` in the configuration, or
+     * TURNSTILE_PLUGIN_MIGRATION_APPLY_MS): a real migration takes a while, which is what makes
+     * it a step to run as an MCP task. 0 by default. */
+    long apply_ms;
+};
+
+/* The whole number after "key": in config_json, or fallback. A tolerant scan, like confirmed();
+ * the host hands the configuration as a JSON object whose values may be numbers or strings. */
+static long config_ms(const char *config_json, const char *key, long fallback) {
+    const char *found = config_json ? strstr(config_json, key) : NULL;
+    if (found == NULL) {
+        return fallback;
+    }
+    const char *p = found + strlen(key);
+    while (*p == ' ' || *p == ':' || *p == '"' || *p == '\t') p++;
+    char *end = NULL;
+    long value = strtol(p, &end, 10);
+    return (end == p || value < 0) ? -1 : value;
+}
+
 static TurnstileStatus migration_init(const TurnstileInitParams *params, void **out_instance,
                                       TurnstileBuffer *out_error) {
     if (params == NULL || params->struct_size < TURNSTILE_INIT_PARAMS_V1_0_SIZE ||
@@ -164,11 +192,45 @@ static TurnstileStatus migration_init(const TurnstileInitParams *params, void **
         put(out_error, "{\"message\":\"init: bad arguments\"}");
         return TURNSTILE_INTERNAL;
     }
-    *out_instance = NULL; /* stateless */
+    const char *config =
+        TURNSTILE_HAS_FIELD(params, TurnstileInitParams, config_json) ? params->config_json : NULL;
+    long apply_ms = config_ms(config, "\"apply_ms\"", 0);
+    if (apply_ms < 0) {
+        put(out_error, "{\"message\":\"apply_ms must be a whole number of milliseconds, 0 or more\"}");
+        return TURNSTILE_INTERNAL;
+    }
+    struct settings *settings = malloc(sizeof *settings);
+    if (settings == NULL) {
+        return TURNSTILE_INTERNAL;
+    }
+    settings->apply_ms = apply_ms;
+    *out_instance = settings;
     return TURNSTILE_OK;
 }
 
-static void migration_destroy(void *instance) { (void)instance; }
+static void migration_destroy(void *instance) { free(instance); }
+
+/* Whether the host says the call was cancelled (ABI 1.1; a host without it never cancels). */
+static int cancelled(const TurnstileCallContext *ctx) {
+    const TurnstileHostServices *host =
+        TURNSTILE_HAS_FIELD(ctx, TurnstileCallContext, host) ? ctx->host : NULL;
+    return host != NULL && host->is_cancelled != NULL && host->is_cancelled(host->call) != 0;
+}
+
+/* Works for ms milliseconds, looking every 50 ms whether the call was cancelled. Returns 0 when
+ * it worked the whole time, -1 when it stopped because the call was cancelled. */
+static int work_for(long ms, const TurnstileCallContext *ctx) {
+    while (ms > 0) {
+        if (cancelled(ctx)) {
+            return -1;
+        }
+        long step = ms < 50 ? ms : 50;
+        struct timespec pause = {step / 1000, (step % 1000) * 1000000L};
+        nanosleep(&pause, NULL);
+        ms -= step;
+    }
+    return 0;
+}
 
 static TurnstileStatus migration_manifest(void *instance, TurnstileBuffer *out) {
     (void)instance;
@@ -177,7 +239,7 @@ static TurnstileStatus migration_manifest(void *instance, TurnstileBuffer *out) 
 
 static TurnstileStatus migration_call(void *instance, const char *tool, const char *input_json,
                                       const TurnstileCallContext *ctx, TurnstileBuffer *out) {
-    (void)instance;
+    const struct settings *settings = instance;
     if (tool == NULL || ctx == NULL || ctx->struct_size < TURNSTILE_CALL_CONTEXT_V1_0_SIZE) {
         put(out, "{\"message\":\"bad call arguments\"}");
         return TURNSTILE_INTERNAL;
@@ -209,6 +271,14 @@ static TurnstileStatus migration_call(void *instance, const char *tool, const ch
     if (strcmp(tool, "migration.apply") == 0 && !confirmed(input_json)) {
         put(out, "{\"message\":\"migration.apply is destructive: pass {\\\"confirm\\\": true}\"}");
         status = TURNSTILE_BAD_INPUT;
+        goto done;
+    }
+
+    if (strcmp(tool, "migration.apply") == 0 && settings != NULL &&
+        work_for(settings->apply_ms, ctx) != 0) {
+        /* Stopped before the change was made: a tool error, which fires nothing. */
+        put(out, "{\"message\":\"migration.apply was cancelled before it changed anything\"}");
+        status = TURNSTILE_TOOL_ERROR;
         goto done;
     }
 

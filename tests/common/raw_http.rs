@@ -132,6 +132,32 @@ pub fn post_sessionless(url: &str, id: u64, method: &str, mut params: Value) -> 
     request
 }
 
+/// The 2026-07-28 tasks extension (SEP-2663), as a client declares it.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// `_meta` declaring [`TASKS_EXTENSION`] in the client's capabilities.
+pub fn declaring_tasks() -> Value {
+    json!({"io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})
+}
+
+/// A 2026-07-28 `tasks/get`, `tasks/cancel` or `tasks/update` of `task_id` from a client
+/// declaring the tasks extension, with the `Mcp-Name` header the method takes (the task id):
+/// the JSON-RPC response.
+pub async fn task_request(url: &str, method: &str, task_id: &str, mut params: Value) -> Value {
+    params["taskId"] = json!(task_id);
+    params["_meta"] = declaring_tasks();
+    let response = post_sessionless(url, 1, method, params)
+        .header("Mcp-Name", task_id)
+        .send()
+        .await
+        .expect("the server answers");
+    let body = response.text().await.expect("a body");
+    messages(&body)
+        .into_iter()
+        .find(|message| message["id"] == 1)
+        .unwrap_or_else(|| panic!("no response in {body:?}"))
+}
+
 /// A GET of `session`'s event stream at `url`. No overall timeout: a test holds such a stream
 /// open as long as it needs it (set one on the request when it needs one).
 pub fn get_stream(url: &str, session: &str) -> RequestBuilder {

@@ -48,7 +48,7 @@ mod workers;
 pub use self::{
     idempotency::digest as arguments_digest,
     instance::wake::Woke,
-    instance::{Call, CallOutcome, InstanceError, InstanceView, Revision},
+    instance::{Call, CallOutcome, InstanceError, InstanceView, Revision, TaskRun},
     key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId, Tenant, sha256_hex16},
     notifier::{
         Listener, Notice, NotifierStats, Subscribe, WatchEvent, WatchEvents, notices_of_move,

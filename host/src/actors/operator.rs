@@ -136,6 +136,7 @@ impl Handler<Reset> for InstanceActor {
                 version,
                 workflow: running,
                 idempotency: Vec::new(),
+                tasks: Vec::new(),
                 updated_at_ms: now,
                 due_at_ms: record.due_at_ms,
             };

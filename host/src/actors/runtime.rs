@@ -18,6 +18,7 @@ use super::{
 use crate::{
     gate::ListsChanged,
     gate::{Affected, CatalogChange},
+    store::TaskEntry,
 };
 
 /// Cheap to clone; every method may be called from any tokio task.
@@ -98,6 +99,20 @@ impl Runtime {
                 Err(_) => return Err(InstanceError::Stopped),
             }
         }
+    }
+
+    /// Where task `id` of instance `key` stands, as its record says (see [`instance::ReadTask`]):
+    /// for a task this process does not hold in memory.
+    pub async fn read_task(
+        &self,
+        key: InstanceKey,
+        id: &str,
+    ) -> Result<Option<(TaskEntry, InstanceView)>, InstanceError> {
+        let instance = self.resolve(key).await?;
+        instance
+            .send(instance::ReadTask { id: id.to_owned() })
+            .await
+            .map_err(|_| InstanceError::Stopped)?
     }
 
     /// The timer task found the record under `store_key` due: its instance (woken from the

@@ -107,6 +107,7 @@ pub fn start(
                     alarm: options.alarm,
                     leases: options.leases,
                     saved_machines: Default::default(),
+                    running_tasks: Default::default(),
                 });
                 let routes = Arc::new(Routes::default());
                 let registry =

@@ -97,6 +97,11 @@ impl HostCall {
         self.cancelled.cancel();
     }
 
+    /// Whether the call's work is no longer wanted (its client cancelled it).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.is_cancelled()
+    }
+
     /// Cancelled once the call's work is no longer wanted.
     pub(super) fn cancellation(&self) -> &CancellationToken {
         &self.cancelled

@@ -14,10 +14,19 @@ use serde_json::Value;
 use super::StoreError;
 
 /// The format this build writes. Every save stores it; [`decode`] reads it and every older one.
-pub const CURRENT_FORMAT: u32 = 2;
+///
+/// Format 3 adds the instance's tasks ([`Extras::tasks`]) to format 2's extras. It is a format
+/// of its own so that code of format 2, which would drop them when it rewrote the record (a
+/// running task's mark included), refuses such a record instead (`UnsupportedFormat`).
+pub const CURRENT_FORMAT: u32 = 3;
 
-/// What a format-2 record has beyond format 1's workflow, snapshot, version and time. Stored as
-/// compact JSON text ([`encode`]), so adding an optional field later needs no schema change.
+/// The oldest format read as [`CURRENT_FORMAT`] with nothing to rewrite: format 3 only adds an
+/// optional field to format 2. The start-up migration rewrites only older records.
+pub const CURRENT_SINCE: u32 = 2;
+
+/// What a record has beyond format 1's workflow, snapshot, version and time (format 2: the
+/// machine version and idempotency entries; format 3: tasks). Stored as compact JSON text
+/// ([`encode`]), so adding an optional field needs no schema change.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Extras {
     /// The machine version the instance runs on (`catalog::machine_version`).
@@ -26,6 +35,55 @@ pub struct Extras {
     /// The results of recent calls that carried an idempotency key, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub idempotency: Vec<IdempotencyEntry>,
+    /// The instance's tasks (format 3): the one running, if any, and those that ended within
+    /// their `ttl`, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskEntry>,
+}
+
+/// A call of the instance that runs, or ran, as a task (`host/src/tasks.rs`): kept with the
+/// instance, so that any server sharing the store can say where it stands, and so that while
+/// it runs the instance is known to be held by it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskEntry {
+    /// The task's id, as its client names it.
+    pub id: String,
+    /// The tool called.
+    pub tool: String,
+    /// Who started it (with authentication on): only they may see it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    pub status: TaskEntryStatus,
+    /// When it started and last changed, in unix milliseconds.
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    /// How long after `created_at_ms` it is kept (once ended).
+    pub ttl_ms: u64,
+    /// Ended `completed`: the plugin's output; `null` when it was too large to keep
+    /// (`output_dropped`), as an idempotent result is.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub output: Value,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_dropped: bool,
+    /// Ended `completed`: whether the call moved the instance, and its state after.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub moved: bool,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub state: Value,
+    /// Ended `failed`: what is known of the call (`handlerRan`, `committed`, why).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub error: Value,
+}
+
+/// Where a stored task stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskEntryStatus {
+    /// Its handler runs, on the server holding the instance's lease: the instance is held.
+    Working,
+    Completed,
+    Failed,
+    Cancelled,
 }
 
 /// A call that carried an idempotency key, and what it came to: what a retry with the same key
@@ -76,13 +134,13 @@ pub fn decode(
     };
     match format {
         None | Some(1) => Ok((1, Extras::default())),
-        Some(2) => {
+        Some(format @ (2 | 3)) => {
             let extras = match extras {
                 None | Some("") => Extras::default(),
                 Some(text) => serde_json::from_str(text)
-                    .map_err(|e| corrupt(format!("format-2 extras are not valid: {e}")))?,
+                    .map_err(|e| corrupt(format!("format-{format} extras are not valid: {e}")))?,
             };
-            Ok((2, extras))
+            Ok((format as u32, extras))
         }
         Some(0) => Err(corrupt("format number 0".to_owned())),
         Some(newer) => Err(StoreError::UnsupportedFormat {
@@ -119,6 +177,7 @@ mod tests {
                 state: json!("review"),
                 output_dropped: false,
             }],
+            tasks: Vec::new(),
         };
         let text = encode(&extras);
         assert_eq!(decode("k", Some(2), Some(&text)).unwrap(), (2, extras));
@@ -128,8 +187,8 @@ mod tests {
     #[test]
     fn newer_formats_are_refused_and_damage_is_reported() {
         assert!(matches!(
-            decode("k", Some(3), Some("{}")),
-            Err(StoreError::UnsupportedFormat { format: 3, .. })
+            decode("k", Some(4), Some("{}")),
+            Err(StoreError::UnsupportedFormat { format: 4, .. })
         ));
         assert!(matches!(
             decode("k", Some(2), Some("not json")),

@@ -8,7 +8,7 @@
 
 use futures_util::future::join_all;
 
-use super::{CURRENT_FORMAT, InstanceRecord, StateStore, StoreError};
+use super::{CURRENT_FORMAT, CURRENT_SINCE, InstanceRecord, StateStore, StoreError};
 
 /// Keys read per page, and records rewritten concurrently.
 const BATCH: usize = 128;
@@ -91,8 +91,9 @@ pub async fn migrate(
 /// then every record in it is in the current format and has the due time `due_of` gives
 /// (every save since wrote both), and reading each again would only find that out, at a cost
 /// that grows with the store (seconds at a million records), on every start. `due_rule`
-/// fingerprints what `machine_of` and `due_of` answer by (`timers::due_rule`); this build's
-/// [`CURRENT_FORMAT`] is folded in here. A finished walk marks the store with the rule.
+/// fingerprints what `machine_of` and `due_of` answer by (`timers::due_rule`); the oldest
+/// format read as current ([`CURRENT_SINCE`]) is folded in here, so a new format that needs no
+/// rewrite starts no walk. A finished walk marks the store with the rule.
 /// Returns `None` when it skipped the walk.
 ///
 /// What the mark cannot see: a record a server of older code (format 1, or no due times)
@@ -105,7 +106,7 @@ pub async fn migrate_unless_done(
     machine_of: impl Fn(&str) -> Option<String>,
     due_of: impl Fn(&str, &InstanceRecord) -> Option<Option<u64>>,
 ) -> Result<Option<MigrationReport>, StoreError> {
-    let rule = (due_rule ^ u64::from(CURRENT_FORMAT).rotate_left(48)) & (u64::MAX >> 1);
+    let rule = (due_rule ^ u64::from(CURRENT_SINCE).rotate_left(48)) & (u64::MAX >> 1);
     if store.load_mark(MIGRATED_MARK).await? == Some(rule) {
         tracing::debug!(store = %store.describe(), "instance records were migrated under this rule already");
         return Ok(None);
@@ -139,7 +140,7 @@ async fn migrate_one(
         }
         Err(error) => return Err(error),
     };
-    let outdated = record.format < CURRENT_FORMAT;
+    let outdated = record.format < CURRENT_SINCE;
     let mut rewritten = InstanceRecord {
         format: CURRENT_FORMAT,
         machine: if outdated {
@@ -206,6 +207,7 @@ pub(super) async fn check_format_1_migration(store: &dyn StateStore) {
             updated_at_ms: 1_600_000_000_000,
             machine: Some("v-now".into()),
             idempotency: Vec::new(),
+            tasks: Vec::new(),
             due_at_ms: None,
             audit: None,
             fence: None,

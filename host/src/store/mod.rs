@@ -41,7 +41,7 @@
 //!
 //! # The record format
 //!
-//! A stored [`InstanceRecord`] carries a format number ([`CURRENT_FORMAT`], now 2):
+//! A stored [`InstanceRecord`] carries a format number ([`CURRENT_FORMAT`], now 3):
 //!
 //! - **Format 1** (what servers before the number existed wrote): workflow id, snapshot,
 //!   version, time. No format number is stored. Such a record is read as running the machine
@@ -51,6 +51,10 @@
 //!   and its recent idempotency entries. Each store keeps the number and the added fields
 //!   ([`format::Extras`], as JSON text) beside the format-1 columns, so format-1 code that
 //!   still runs during a rolling deploy reads format-2 records unchanged.
+//! - **Format 3** adds the instance's tasks (`tasks`, in the same extras): the one running,
+//!   which holds the instance, and those ended within their `ttl`. A format-2 record reads as
+//!   format 3 with no tasks, so nothing is rewritten for it; format-2 code refuses a format-3
+//!   record rather than drop its tasks.
 //! - **A newer format** than this build knows is refused with [`StoreError::UnsupportedFormat`]
 //!   for that instance only: never read as something else, never overwritten.
 //!
@@ -131,7 +135,7 @@ pub use self::{
     changes::{ChangeFeed, ChangeStream, FeedSubscriptions},
     embedded::{BatchStats, EmbeddedStore, files::private_dir as private_data_dir},
     error::StoreError,
-    format::{CURRENT_FORMAT, IdempotencyEntry},
+    format::{CURRENT_FORMAT, CURRENT_SINCE, IdempotencyEntry, TaskEntry, TaskEntryStatus},
     lease::{Fence, LeaseGrant, LeaseRenewal, WANTED_FOR},
     memory::MemoryStore,
     migrate::{MigrationReport, migrate, migrate_unless_done},

@@ -1276,12 +1276,12 @@ mod tests {
             .unwrap();
         crate::store::migrate::check_format_1_migration(&store).await;
         client
-            .batch_execute(&format!("UPDATE {table} SET format = 3 WHERE key = 'old'"))
+            .batch_execute(&format!("UPDATE {table} SET format = 4 WHERE key = 'old'"))
             .await
             .unwrap();
         assert!(matches!(
             store.load("old").await,
-            Err(crate::store::StoreError::UnsupportedFormat { format: 3, .. })
+            Err(crate::store::StoreError::UnsupportedFormat { format: 4, .. })
         ));
         store.destroy_namespace().await.unwrap();
     }

@@ -5,7 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::{AuditEntry, CURRENT_FORMAT, Fence, IdempotencyEntry, format};
+use super::{AuditEntry, CURRENT_FORMAT, Fence, IdempotencyEntry, TaskEntry, format};
 
 /// One workflow instance as stored: what an instance actor needs to come back to life.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,6 +29,9 @@ pub struct InstanceRecord {
     /// Results of recent calls that carried an idempotency key, oldest first.
     #[serde(default)]
     pub idempotency: Vec<IdempotencyEntry>,
+    /// Its calls that run, or ran, as tasks (format 3; `format::TaskEntry`), oldest first.
+    #[serde(default)]
+    pub tasks: Vec<TaskEntry>,
     /// When the server must next look at this instance unaided, in unix milliseconds (`None`:
     /// never): the store indexes it for [`StateStore::due`]. At most [`MAX_DUE_MS`].
     #[serde(default)]
@@ -93,6 +96,7 @@ impl InstanceRecord {
     pub fn stored_bytes(&self) -> usize {
         json_bytes(&self.snapshot)
             + json_bytes(&self.idempotency)
+            + json_bytes(&self.tasks)
             + self.audit.as_ref().map_or(0, json_bytes)
     }
 
@@ -117,6 +121,7 @@ impl InstanceRecord {
             updated_at_ms,
             machine: None,
             idempotency: Vec::new(),
+            tasks: Vec::new(),
             due_at_ms: None,
             audit: None,
             fence: None,
@@ -129,12 +134,13 @@ impl InstanceRecord {
     }
 
     /// The record that follows `self` with a new snapshot, in the current format, keeping its
-    /// machine version and idempotency entries, with no due time (it belongs to the old
+    /// machine version, idempotency entries and tasks, with no due time (it belongs to the old
     /// snapshot: set the new one's): save it with `expected = self.version`.
     pub fn next(&self, snapshot: serde_json::Value) -> Self {
         Self {
             machine: self.machine.clone(),
             idempotency: self.idempotency.clone(),
+            tasks: self.tasks.clone(),
             ..Self::new(self.workflow.clone(), snapshot, self.version + 1, now_ms())
         }
     }
@@ -149,6 +155,7 @@ impl InstanceRecord {
         format::Extras {
             machine: self.machine.clone(),
             idempotency: self.idempotency.clone(),
+            tasks: self.tasks.clone(),
         }
     }
 
@@ -166,6 +173,7 @@ impl InstanceRecord {
             format,
             machine: extras.machine,
             idempotency: extras.idempotency,
+            tasks: extras.tasks,
             ..Self::new(workflow, snapshot, version, updated_at_ms)
         }
     }

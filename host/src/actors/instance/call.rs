@@ -9,10 +9,14 @@ use actix::prelude::*;
 use tracing::Instrument;
 
 use super::{
-    Call, CallOutcome, InstanceActor, InstanceError, InstanceView, load,
-    run_call::{Failed, readers, run_call},
+    Call, CallOutcome, InstanceActor, InstanceDeps, InstanceError, InstanceView, TaskRun, load,
+    run_call::{self, Failed, Prepared, readers, run_call},
+    task::{self, Started},
+    task_entries,
     wake::settle,
 };
+use crate::actors::{InstanceKey, tenure::Tenure};
+use crate::catalog::ToolEntry;
 use crate::gate::{self, ListsChanged};
 use crate::store::{StoreError, now_ms};
 
@@ -27,6 +31,8 @@ struct Finished {
     /// For a call that failed once the instance was known: the instance as it stood, and
     /// whether the handler had returned (the caller is told [`CallOutcome::Failed`]).
     failed_on: Option<(InstanceView, bool)>,
+    /// A task's call that started: its plugin is to run outside the mailbox (`task.rs`).
+    started: Option<Started>,
 }
 
 impl Handler<Call> for InstanceActor {
@@ -44,6 +50,22 @@ impl Handler<Call> for InstanceActor {
         let writes = tool.as_ref().is_some_and(|tool| tool.fires_something())
             || call.idempotency_key.is_some();
         let tenure = if mint { None } else { self.tenure.clone() };
+        // A call that would write while a task holds the instance is refused, naming it (or,
+        // once the task ended past its deadline, while its plugin still runs, as for any call).
+        let busy = match &self.running {
+            _ if !writes || mint => None,
+            Some(running) => Some(InstanceError::TaskRunning {
+                id: running.id.clone(),
+                tool: running.tool.clone(),
+            }),
+            None if self.task_lock.is_held() => Some(InstanceError::Tool(
+                crate::invoke::InvokeError::InstanceBusy,
+            )),
+            None => None,
+        };
+        // A call that mints its instance runs as a plain call: there is nothing to hold yet.
+        let task_run = call.task.take().filter(|_| !mint);
+        let principal = call.principal.clone();
         let leased = tenure.clone().filter(|_| writes);
         // The view is in memory for most calls: only a load is a future of its own (boxed, so
         // that the call's future does not carry room for it).
@@ -64,6 +86,16 @@ impl Handler<Call> for InstanceActor {
         let watcher = call.watcher.take();
         let span = std::mem::replace(&mut call.span, tracing::Span::none());
         let work = async move {
+            if let Some(busy) = busy {
+                return Finished {
+                    failed_on: cached.clone().map(|view| (view, false)),
+                    started: None,
+                    adopt: cached,
+                    changed: None,
+                    exists: false,
+                    outcome: Err(busy),
+                };
+            }
             // With a store other servers share, the lease first: the handler runs only where it
             // is held, and the copy in memory stands if nobody wrote since it was read.
             let ready = match &leased {
@@ -74,6 +106,7 @@ impl Handler<Call> for InstanceActor {
                         return Finished {
                             // The state as far as it is known: the copy in memory, if any.
                             failed_on: cached.clone().map(|view| (view, false)),
+                            started: None,
                             adopt: cached,
                             changed: None,
                             exists: false,
@@ -87,6 +120,7 @@ impl Handler<Call> for InstanceActor {
                             exists: false,
                             outcome: Err(error.into()),
                             failed_on: None,
+                            started: None,
                         };
                     }
                 },
@@ -115,7 +149,7 @@ impl Handler<Call> for InstanceActor {
                 Ok(view) => Ok((view, false)),
                 Err(error) => Err(error),
             };
-            let (view, settled) = match loaded {
+            let (mut view, settled) = match loaded {
                 Ok(loaded) => loaded,
                 Err(error) => {
                     return Finished {
@@ -124,14 +158,64 @@ impl Handler<Call> for InstanceActor {
                         exists: false,
                         outcome: Err(error),
                         failed_on: None,
+                        started: None,
                     };
                 }
             };
+            // A task saved as running that no process here runs: if this call may write, the
+            // instance is this call's (its lease is held, or no other process shares the
+            // store), so the task's runner stopped. It ends failed; the call goes on.
+            if writes
+                && !mint
+                && let Some(entry) = task_entries::running_elsewhere(&view, None)
+            {
+                if deps.running_tasks.contains_key(&entry.id) {
+                    let busy = InstanceError::TaskRunning {
+                        id: entry.id.clone(),
+                        tool: entry.tool.clone(),
+                    };
+                    return Finished {
+                        failed_on: Some((view.clone(), false)),
+                        started: None,
+                        adopt: Some(view),
+                        changed: settled.then_some(ListsChanged::ALL),
+                        exists: true,
+                        outcome: Err(busy),
+                    };
+                }
+                view = match task::orphaned(&deps, leased.as_deref(), &key, view.clone()).await {
+                    Ok(view) => view,
+                    Err(error) => {
+                        return Finished {
+                            failed_on: Some((view, false)),
+                            started: None,
+                            adopt: None,
+                            changed: settled.then_some(ListsChanged::ALL),
+                            exists: true,
+                            outcome: Err(error),
+                        };
+                    }
+                };
+            }
             let tool = if Arc::ptr_eq(&view.workflow, &workflow) {
                 tool
             } else {
                 view.workflow.tool(&call.tool).cloned()
             };
+            if let Some(run) = task_run {
+                return start_task(
+                    &deps,
+                    leased.as_deref(),
+                    &key,
+                    view,
+                    tool,
+                    call,
+                    run,
+                    principal,
+                    settled,
+                )
+                .await;
+            }
             let finished = run_call(
                 &deps,
                 &plugin_lock,
@@ -147,6 +231,7 @@ impl Handler<Call> for InstanceActor {
             match finished {
                 Ok((after, _, outcome)) => Finished {
                     failed_on: None,
+                    started: None,
                     exists,
                     changed: match &outcome {
                         // Timers fired before the call: its before is not at hand.
@@ -166,6 +251,7 @@ impl Handler<Call> for InstanceActor {
                 }) => Finished {
                     exists,
                     failed_on: Some((view.clone(), after_handler)),
+                    started: None,
                     adopt: (!matches!(error, InstanceError::Store(_)) && !mint).then_some(view),
                     // Timers that fired before the call moved the instance (their before is not
                     // at hand: every list may have changed).
@@ -176,6 +262,9 @@ impl Handler<Call> for InstanceActor {
         };
         AtomicResponse::new(Box::pin(work.instrument(span).into_actor(self).map(
             |mut finished, actor, ctx| {
+                if let Some(started) = finished.started.take() {
+                    actor.run_task(started, ctx);
+                }
                 if let Some(view) = &finished.adopt {
                     // The machine the load found the instance on (a pinned version, maybe).
                     actor.workflow = view.workflow.clone();
@@ -216,5 +305,78 @@ impl Handler<Call> for InstanceActor {
                 }
             },
         )))
+    }
+}
+
+/// A task's call (`task.rs`), on `view` as loaded and settled: steps 1 to 5 of a plain call,
+/// then, instead of the plugin, the task saved as started. An early answer (a refusal, a
+/// question for the person) is the call's, and no task starts.
+#[allow(clippy::too_many_arguments)] // One call's pieces, each used once.
+async fn start_task(
+    deps: &InstanceDeps,
+    tenure: Option<&Tenure>,
+    key: &InstanceKey,
+    view: InstanceView,
+    tool: Option<Arc<ToolEntry>>,
+    call: Call,
+    run: TaskRun,
+    principal: Option<String>,
+    settled: bool,
+) -> Finished {
+    let changed = settled.then_some(ListsChanged::ALL);
+    let Prepared { plugin, mut rest } = match run_call::prepare(deps, key, &view, tool, call) {
+        Ok(std::ops::ControlFlow::Continue(prepared)) => prepared,
+        Ok(std::ops::ControlFlow::Break(answer)) => {
+            return Finished {
+                adopt: Some(view),
+                changed,
+                exists: true,
+                outcome: Ok(answer),
+                failed_on: None,
+                started: None,
+            };
+        }
+        Err(error) => {
+            return Finished {
+                failed_on: Some((view.clone(), false)),
+                adopt: Some(view),
+                changed,
+                exists: true,
+                outcome: Err(error),
+                started: None,
+            };
+        }
+    };
+    rest.task = Some(run.id.clone());
+    match task::start(deps, tenure, key, &view, &run, rest.tool.name(), principal).await {
+        Ok(after) => {
+            tracing::debug!(instance = %key, task = %run.id, tool = %rest.tool.name(), "call started as a task");
+            let next = gate::next_step(&after.workflow, &after.snapshot);
+            Finished {
+                adopt: Some(after.clone()),
+                changed,
+                exists: true,
+                outcome: Ok(CallOutcome::TaskStarted {
+                    id: run.id.clone(),
+                    next,
+                }),
+                failed_on: None,
+                started: Some(Started {
+                    view: after,
+                    plugin,
+                    rest,
+                    done: run.done,
+                }),
+            }
+        }
+        // Not started: the store's answer is doubtful, so the instance is read again next time.
+        Err(error) => Finished {
+            failed_on: Some((view, false)),
+            adopt: None,
+            changed,
+            exists: true,
+            outcome: Err(error),
+            started: None,
+        },
     }
 }

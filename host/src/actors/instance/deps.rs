@@ -47,6 +47,10 @@ pub struct InstanceDeps {
     /// so each is saved once, before the first record that names it. Keyed by version, which
     /// hashes the whole definition (its `id` included).
     pub saved_machines: Mutex<HashSet<String>>,
+    /// The ids of the tasks whose plugins run in this process (`task.rs`): a `working` task in
+    /// a record is orphaned only if its id is not here (an actor passivated while its task runs
+    /// still runs it, and its successor must not end it).
+    pub running_tasks: crate::fast_hash::ConcurrentMap<String, ()>,
 }
 
 impl InstanceDeps {

@@ -24,9 +24,12 @@
 mod call;
 mod deps;
 mod run_call;
+mod task;
+mod task_entries;
 pub(super) mod wake;
 
 pub use self::deps::InstanceDeps;
+pub use self::task::{ReadTask, TaskRun};
 
 use self::wake::settle;
 
@@ -45,7 +48,7 @@ use crate::{
     invoke::{self, InvokeError},
     plugin::{HostCall, PluginOutput},
     statechart::Snapshot,
-    store::{Fence, IdempotencyEntry, StoreError, now_ms},
+    store::{Fence, IdempotencyEntry, StoreError, TaskEntry, now_ms},
 };
 
 /// Run the tool named `tool` on this instance, if the gate lets it.
@@ -99,6 +102,10 @@ pub struct Call {
     /// plugin call and save are its children, and it records the states the call moved
     /// between. `Span::none()` unless spans are exported (`logs::otlp`): nothing to pay then.
     pub span: tracing::Span,
+    /// Run the call as this task (`task.rs`): answered [`CallOutcome::TaskStarted`] once the
+    /// gate let it through and the task is saved with the instance; its outcome comes on
+    /// [`TaskRun::done`]. A call that mints its instance runs as a plain call.
+    pub task: Option<TaskRun>,
 }
 
 /// Test hook: create a handle-keyed instance in its initial state and save it, so that its
@@ -181,6 +188,9 @@ pub enum CallOutcome {
     /// reset), so nothing ran and nothing changed, however the gate would judge the call now.
     /// `next` is where the instance is.
     MovedOn { next: NextStep },
+    /// The call runs on as task `id` (`Call::task`): the gate let it through and the task is
+    /// saved with the instance, which it holds until it ends. `next` is where the instance is.
+    TaskStarted { id: String, next: NextStep },
     /// The call failed once the instance was known (`error` says why): nothing it did was
     /// saved, or, for a save that got no answer the store could settle, it may have been
     /// (`StoreError::Ambiguous`). `after_handler`: the tool's handler had run and returned when
@@ -233,6 +243,8 @@ pub struct InstanceView {
     pub workflow: Arc<Workflow>,
     /// The results of recent calls that carried an idempotency key, as last saved.
     pub idempotency: Vec<IdempotencyEntry>,
+    /// Its calls that run, or ran, as tasks, as last saved (`store::TaskEntry`).
+    pub tasks: Vec<TaskEntry>,
     /// When the instance last moved (unix ms): retention counts from it.
     pub updated_at_ms: u64,
     /// The due time stored with it (see `timers::due_at`); `None` also when never saved.
@@ -260,6 +272,7 @@ impl InstanceView {
             version,
             workflow,
             idempotency: Vec::new(),
+            tasks: Vec::new(),
             updated_at_ms: now_ms(),
             due_at_ms: None,
         }
@@ -328,6 +341,9 @@ pub enum InstanceError {
     /// call did not run here.
     #[error("another server is running a call on this instance; try again in {retry_after_ms} ms")]
     LeaseBusy { retry_after_ms: u64 },
+    /// A call that would write came while the instance runs a task (`task.rs`): it did not run.
+    #[error("{tool} is running on this instance as task {id}; it holds the instance until it ends")]
+    TaskRunning { id: String, tool: String },
     /// The instance's record would grow past `--max-record-bytes`: nothing was saved or fired.
     #[error(
         "the instance's record would take about {size} bytes, over this server's limit of \
@@ -365,6 +381,9 @@ pub struct InstanceActor {
     pub(super) current: Option<InstanceView>,
     /// Held by a plugin thread still running a call of this instance past its deadline.
     plugin_lock: invoke::InstanceLock,
+    /// Held by the thread running a task's plugin (`task.rs`), which calls that only read do not
+    /// wait for; a call that would write waits for it as for `plugin_lock`.
+    task_lock: invoke::InstanceLock,
     /// The instance's lease, with a store other servers share (`None` otherwise).
     pub(super) tenure: Option<Arc<Tenure>>,
     /// When the instance was last used, and whether a check for an idle lease is scheduled.
@@ -373,6 +392,8 @@ pub struct InstanceActor {
     /// Its owner ended ([`End`]): the actor stops, and a restart is only actix's supervisor
     /// seeing an address still held elsewhere, not a fault.
     ended: bool,
+    /// The task whose plugin runs now, outside the mailbox (`task.rs`).
+    running: Option<task::Running>,
 }
 
 impl InstanceActor {
@@ -410,16 +431,18 @@ impl InstanceActor {
             deps,
             current: None,
             plugin_lock: invoke::InstanceLock::default(),
+            task_lock: invoke::InstanceLock::default(),
             tenure,
             last_used: std::time::Instant::now(),
             idle_check: false,
             ended: false,
+            running: None,
         }
     }
 
     /// Whether a plugin thread still runs a call of this instance past its deadline.
     pub(super) fn plugin_running(&self) -> bool {
-        self.plugin_lock.is_held()
+        self.plugin_lock.is_held() || self.task_lock.is_held() || self.running.is_some()
     }
 
     /// After a message's work: a write the lease refused means the lease is not this
@@ -626,6 +649,7 @@ async fn load_record(
         version: record.version,
         workflow: running,
         idempotency: record.idempotency,
+        tasks: record.tasks,
         updated_at_ms: record.updated_at_ms,
         due_at_ms: record.due_at_ms,
     }))

@@ -26,7 +26,7 @@ use std::{ops::ControlFlow, sync::Arc};
 use serde_json::Value;
 use tracing::Instrument;
 
-use super::{Call, CallOutcome, InstanceDeps, InstanceError, InstanceView};
+use super::{Call, CallOutcome, InstanceDeps, InstanceError, InstanceView, task_entries};
 use crate::actors::{
     InstanceKey,
     idempotency::{self, Lookup},
@@ -98,6 +98,39 @@ pub(super) fn readers(view: &InstanceView) -> Vec<String> {
     readers.iter().map(|tool| tool.name().to_string()).collect()
 }
 
+/// A call that passed steps 1 to 5, about to run its plugin.
+pub(super) struct Prepared {
+    pub plugin: PluginCall,
+    pub rest: AfterPlugin,
+}
+
+/// What the plugin is given (step 6).
+pub(super) struct PluginCall {
+    arguments: Value,
+    context: CallContext,
+    host: Option<Arc<crate::plugin::HostCall>>,
+}
+
+impl PluginCall {
+    /// Where the call's cancellation is told (`None`: it cannot be cancelled).
+    pub fn host(&self) -> Option<Arc<crate::plugin::HostCall>> {
+        self.host.clone()
+    }
+}
+
+/// What steps 7 to 9 need of the call, once its plugin returned.
+pub(super) struct AfterPlugin {
+    pub tool: Arc<ToolEntry>,
+    input: Option<Value>,
+    idempotent: Option<Idempotent>,
+    confirmation: Option<Value>,
+    principal: Option<String>,
+    mint: bool,
+    now: u64,
+    /// The id of the task the call runs as (`task.rs`): its end is saved with the call's step.
+    pub task: Option<String>,
+}
+
 /// Idempotency, gate, confirmation, plugin, transition, save: one call, step by step (see the
 /// module docs).
 pub(super) async fn run_call(
@@ -109,6 +142,23 @@ pub(super) async fn run_call(
     tool: Option<Arc<ToolEntry>>,
     call: Call,
 ) -> Result<Ran, Failed> {
+    let Prepared { plugin, rest } = match prepare(deps, key, &view, tool, call)? {
+        ControlFlow::Continue(prepared) => prepared,
+        ControlFlow::Break(answer) => return Ok((view, false, answer)),
+    };
+    let output = run_plugin(deps, plugin_lock, tenure, &view, &rest.tool, plugin).await?;
+    after_plugin(deps, tenure, key, view, rest, output).await
+}
+
+/// Steps 1 to 5: go on to the plugin with what it is given and what the steps after it need,
+/// or stop with the answer (a replay, a refusal, a question for the person).
+pub(super) fn prepare(
+    deps: &InstanceDeps,
+    key: &InstanceKey,
+    view: &InstanceView,
+    tool: Option<Arc<ToolEntry>>,
+    call: Call,
+) -> Result<ControlFlow<CallOutcome, Prepared>, InstanceError> {
     let workflow = view.workflow.clone();
     let now = now_ms();
     if otlp::exporting() {
@@ -121,15 +171,15 @@ pub(super) async fn run_call(
             idempotency::digest(&call.arguments),
         )
     });
-    if let Some(answer) = replayed(deps, &view, &call, idempotent.as_ref(), now)? {
-        return Ok((view, false, answer));
+    if let Some(answer) = replayed(deps, view, &call, idempotent.as_ref(), now)? {
+        return Ok(ControlFlow::Break(answer));
     }
-    let tool = match runnable(&workflow, key, &view, &call, tool)? {
+    let tool = match runnable(&workflow, key, view, &call, tool)? {
         ControlFlow::Continue(tool) => tool,
-        ControlFlow::Break(answer) => return Ok((view, false, answer)),
+        ControlFlow::Break(answer) => return Ok(ControlFlow::Break(answer)),
     };
     if let Some(refusal) = gate::refusal(&workflow, &tool, &view.snapshot, &call.arguments) {
-        return Ok((view, false, CallOutcome::Forbidden(refusal)));
+        return Ok(ControlFlow::Break(CallOutcome::Forbidden(refusal)));
     }
     // Answers given for another step (a sealed `requestState` replayed after a reset and a new
     // approval) answer nothing now: the person is asked anew, on a call of its own.
@@ -138,11 +188,11 @@ pub(super) async fn run_call(
         .is_some_and(|made_for| made_for != view.revision())
     {
         let next = gate::next_step(&workflow, &view.snapshot);
-        return Ok((view, false, CallOutcome::MovedOn { next }));
+        return Ok(ControlFlow::Break(CallOutcome::MovedOn { next }));
     }
-    let confirmation = match confirmed(&workflow, &tool, &view, &call) {
+    let confirmation = match confirmed(&workflow, &tool, view, &call) {
         ControlFlow::Continue(confirmation) => confirmation,
-        ControlFlow::Break(answer) => return Ok((view, false, answer)),
+        ControlFlow::Break(answer) => return Ok(ControlFlow::Break(answer)),
     };
     // Arguments and a confirmation that alone would put the record over its limit (the event
     // carries them into the context, the audit entry keeps the confirmation) are refused before
@@ -153,41 +203,70 @@ pub(super) async fn run_call(
         return Err(InstanceError::RecordTooLarge {
             size: known_bytes,
             limit: deps.max_record_bytes,
-        }
-        .into());
+        });
     }
     let input = event_input(&tool, &call.arguments, confirmation.as_ref());
     let context = call_context(
         key,
-        &view,
+        view,
         &tool,
         call.call_id,
         &call.arguments,
         call.idempotency_key.as_deref(),
         told(call.asking, confirmation.as_ref()),
     );
-    let output = run_plugin(
-        deps,
-        plugin_lock,
-        tenure,
-        &view,
-        &tool,
-        call.arguments,
-        context,
-        call.host,
-    )
-    .await?;
-    let fired = fire(deps, &workflow, &view, &tool, key, output, input, call.mint).await;
+    Ok(ControlFlow::Continue(Prepared {
+        plugin: PluginCall {
+            arguments: call.arguments,
+            context,
+            host: call.host,
+        },
+        rest: AfterPlugin {
+            tool,
+            input,
+            idempotent,
+            confirmation,
+            principal: call.principal,
+            mint: call.mint,
+            now,
+            task: call.task.as_ref().map(|task| task.id.clone()),
+        },
+    }))
+}
+
+/// Steps 7 to 9, on `view` as it stands when the plugin returned `output` (for a task's call,
+/// timers may have moved it meanwhile).
+pub(super) async fn after_plugin(
+    deps: &InstanceDeps,
+    tenure: Option<&Tenure>,
+    key: &InstanceKey,
+    view: InstanceView,
+    rest: AfterPlugin,
+    output: PluginOutput,
+) -> Result<Ran, Failed> {
+    let workflow = view.workflow.clone();
+    let AfterPlugin {
+        tool,
+        input,
+        idempotent,
+        confirmation,
+        principal,
+        mint,
+        now,
+        task,
+    } = rest;
+    let fired = fire(deps, &workflow, &view, &tool, key, output, input, mint).await;
     let (output, step, fired_event) = match fired {
         ControlFlow::Continue(fired) => fired,
         ControlFlow::Break(answer) => return Ok((view, false, answer)),
     };
     let succeeded = matches!(output, PluginOutput::Success(_));
     let moved = step.as_ref().is_some_and(|step| step.changed);
-    // Saved: a transition, the first record of an instance this call started, or the result of
-    // a successful call a retry may repeat. A failed call that fired nothing stores nothing.
+    // Saved: a transition, the first record of an instance this call started, the result of
+    // a successful call a retry may repeat, or the end of a task. A failed call that fired
+    // nothing stores nothing.
     let remembered = idempotent.is_some() && succeeded;
-    let saves = moved || (call.mint && succeeded) || remembered;
+    let saves = moved || (mint && succeeded) || remembered || task.is_some();
     if otlp::exporting() {
         let after = match &step {
             Some(step) if step.changed => &step.snapshot,
@@ -217,8 +296,9 @@ pub(super) async fn run_call(
             moved,
             fired_event: fired_event.as_deref(),
             confirmation,
-            principal: call.principal,
+            principal,
             now,
+            task: task.as_deref(),
         },
     );
     // Past a shutdown's deadline the caller is told SHUTTING_DOWN: save nothing it was not told.
@@ -252,6 +332,7 @@ pub(super) async fn run_call(
         version: record.version,
         workflow: view.workflow.clone(),
         idempotency: record.idempotency,
+        tasks: record.tasks,
         updated_at_ms: record.updated_at_ms,
         due_at_ms: record.due_at_ms,
     };
@@ -271,7 +352,7 @@ pub(super) async fn run_call(
 /// Step 9: the outcome of a call that ran, with `after` the instance as it is now: where it
 /// stands (its next step, for the result) and, if the call moved it, which of its lists besides
 /// the tools the move changed (`lists`, for the notices).
-fn ran(
+pub(super) fn ran(
     after: &InstanceView,
     output: PluginOutput,
     lists: Option<gate::ListsChanged>,
@@ -456,17 +537,19 @@ fn call_context(
 /// Step 6: the plugin runs. Loading and settling took store round trips: the lease must still
 /// be safely alive when the plugin starts (free when it is: no round trip), or the call does
 /// not run; it is renewed while the plugin works, however long it takes.
-#[allow(clippy::too_many_arguments)] // One call's pieces, each used once.
-async fn run_plugin(
+pub(super) async fn run_plugin(
     deps: &InstanceDeps,
     plugin_lock: &invoke::InstanceLock,
     tenure: Option<&Tenure>,
     view: &InstanceView,
     tool: &Arc<ToolEntry>,
-    arguments: Value,
-    context: CallContext,
-    host: Option<Arc<crate::plugin::HostCall>>,
+    plugin_call: PluginCall,
 ) -> Result<PluginOutput, InstanceError> {
+    let PluginCall {
+        arguments,
+        context,
+        host,
+    } = plugin_call;
     if let Some(tenure) = tenure {
         match tenure.hold(None).await? {
             Ok(holding) if holding.keeps(view.version) => {}
@@ -577,6 +660,8 @@ struct Kept<'a> {
     confirmation: Option<Value>,
     principal: Option<String>,
     now: u64,
+    /// The task the call ran as: it ends completed with this save.
+    task: Option<&'a str>,
 }
 
 /// Step 8: the record the call saves: the new snapshot at the next version, the call's result
@@ -616,6 +701,12 @@ fn record_of(
             deps.idempotency_window,
             kept.now,
         ),
+        tasks: match kept.task {
+            Some(id) => task_entries::ended(&view.tasks, id, updated_at_ms, |entry| {
+                task_entries::completed(entry, kept.output, kept.moved, state.clone());
+            }),
+            None => view.tasks.clone(),
+        },
         due_at_ms: deps.due_at(key, snapshot, updated_at_ms),
         audit: kept.moved.then(|| AuditEntry {
             confirmation: kept.confirmation,

@@ -183,6 +183,7 @@ async fn fire_due(
     let record = InstanceRecord {
         machine: Some(workflow.version.clone()),
         idempotency: view.idempotency.clone(),
+        tasks: view.tasks.clone(),
         due_at_ms: deps.due_at(key, &fired.snapshot, updated_at_ms),
         audit: moved.then(|| AuditEntry {
             confirmation: None,
@@ -237,6 +238,7 @@ async fn fire_due(
         version: record.version,
         workflow: view.workflow,
         idempotency: record.idempotency,
+        tasks: record.tasks,
         updated_at_ms,
         due_at_ms: record.due_at_ms,
     };
@@ -277,6 +279,7 @@ async fn wake(
     let record = InstanceRecord {
         machine: Some(view.workflow.version.clone()),
         idempotency: view.idempotency.clone(),
+        tasks: view.tasks.clone(),
         due_at_ms: due,
         fence,
         ..InstanceRecord::new(

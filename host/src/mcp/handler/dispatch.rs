@@ -113,11 +113,17 @@ impl ServerHandler for TurnstileServer {
         async move {
             let catalog = self.shared.catalog.current();
             let record = CallRecord::start(catalog.tool(&request.name).cloned());
+            let mut task = None;
             if let Some(tool) = record.tool() {
                 match self.call_mode(tool, &context) {
                     Ok(CallMode::Plain) => {}
-                    Ok(CallMode::Task) => {
+                    Ok(CallMode::Task) if tool.workflow().is_none() => {
                         return Ok(self.start_task(request, context, catalog.clone(), record));
+                    }
+                    // The instance starts it once the gate lets the call through.
+                    Ok(CallMode::Task) => {
+                        let handle = self.named_handle(&request, &context);
+                        task = Some(self.new_task(tool.name(), handle, &context));
                     }
                     Err(refused) => return record.finish(&self.shared.call_metrics, Err(refused)),
                 }
@@ -125,7 +131,19 @@ impl ServerHandler for TurnstileServer {
             // Awaited where it is made: a future held in a local before its `.await` keeps a second
             // slot of its size in this one (rust-lang/rust#62958), and this one is copied whole
             // into its box for every call (BENCHMARKS.md's history, session 16).
-            let answer = self.answer_call(request, context, &catalog, &record).await;
+            let context = match &task {
+                Some(task) => super::tasks::task_context(context, task),
+                None => context,
+            };
+            let answer = self
+                .answer_call(request, context, &catalog, &record, task.clone())
+                .await;
+            if let Some(task) = task
+                && !matches!(answer, Ok(CallToolResponse::Task(_)))
+            {
+                // Refused, or answered before it could start: a plain answer, and no task.
+                self.shared.tasks.forget(&task.id);
+            }
             record.finish(&self.shared.call_metrics, answer)
         }
     }
@@ -262,7 +280,7 @@ impl ServerHandler for TurnstileServer {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        self.answer_get_task(request, &context)
+        self.answer_get_task(request, &context).await
     }
 
     async fn cancel_task(

@@ -36,7 +36,10 @@ pub use self::request_errors::{
     invalid_idempotency_key, unknown_tool, unloaded_workflow, unroutable_request, unusable_answers,
     unwatchable,
 };
-pub use self::tasks::{task_cannot_ask, task_required, task_result_unkept, unknown_task};
+pub use self::tasks::{
+    task_cannot_ask, task_required, task_result_unkept, task_runner_stopped, task_unreadable,
+    unknown_task,
+};
 use super::{clip::clip, target::NoTarget};
 use crate::{
     actors::InstanceError,
@@ -532,6 +535,22 @@ fn failure_words(tool: &str, error: &InstanceError) -> CallToolResult {
                     "tool": tool,
                     "message": error.to_string(),
                     "retryAfterMs": retry_after_ms,
+                }),
+            );
+        }
+        InstanceError::TaskRunning { id, tool: running } => {
+            return error_result(
+                format!(
+                    "{tool} did not run and changed nothing: {running} is running on this \
+                     instance as task {id}, which holds it until the task ends. Follow the task \
+                     (tasks/get), then call again."
+                ),
+                "BUSY",
+                json!({
+                    "tool": tool,
+                    "message": error.to_string(),
+                    "taskId": id,
+                    "runningTool": running,
                 }),
             );
         }

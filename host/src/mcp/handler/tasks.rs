@@ -23,9 +23,14 @@ use rmcp::{
 use serde_json::Value;
 
 use super::{call_record::CallRecord, era::is_2026_07_28, reply, server::TurnstileServer};
+use crate::actors::{InstanceError, InstanceKey, InstanceView};
 use crate::catalog::{Catalog, ToolEntry};
+use crate::gate;
 use crate::mcp::session::request_stream::RequestStream;
+use crate::plugin::PluginOutput;
+use crate::store::{TaskEntry, TaskEntryStatus};
 use crate::tasks::{self, TaskOwner, TaskStatus};
+use serde_json::json;
 use turnstile_plugin_abi::TaskSupport;
 
 /// How a `tools/call` is served.
@@ -53,10 +58,8 @@ impl TurnstileServer {
             && context
                 .client_capabilities()
                 .is_some_and(|capabilities| capabilities.supports_tasks());
-        // A tool bound to a workflow runs plainly until tasks hold their instance.
-        let runs_as_task = tool.workflow().is_none();
         match (support, follows_tasks) {
-            (_, true) if runs_as_task => Ok(CallMode::Task),
+            (_, true) => Ok(CallMode::Task),
             (TaskSupport::Required, false) => Err(reply::task_required(tool.name())),
             _ => Ok(CallMode::Plain),
         }
@@ -72,35 +75,130 @@ impl TurnstileServer {
         catalog: Arc<Catalog>,
         record: CallRecord,
     ) -> CallToolResponse {
-        let owner = self.task_owner(&context);
-        let task = self.shared.tasks.create(&request.name, owner, None);
+        let task = self.new_task(&request.name, None, &context);
         tracing::debug!(task = %task.id, tool = %request.name, "call started as a task");
-        let mut running = context;
-        // Its request is answered now: the call's own stream and its cancellation end with
-        // it. The task's cancellation is `tasks/cancel`.
-        running.ct = task.cancellation.clone();
-        running.extensions.remove::<RequestStream>();
+        let running = task_context(context, &task);
         let server = self.clone();
         let spawned = task.clone();
         tokio::spawn(async move {
             let tool = request.name.clone();
             let answer = server
-                .answer_call(request, running, &catalog, &record)
+                .answer_call(request, running, &catalog, &record, None)
                 .await;
             let answer = record.finish(&server.shared.call_metrics, answer);
-            spawned.end(ended_with(&tool, answer));
+            end(&spawned, &tool, answer);
         });
-        CallToolResponse::Task(CreateTaskResult::new(wire_task(&task, WireStatus::Working)))
+        created(&task)
     }
 
-    /// `tasks/get`: the task as it stands, with its result or error once it ended.
-    pub(super) fn answer_get_task(
+    /// A new working task of `tool` for this request's caller, on the instance `handle` names
+    /// (if any: a call naming none mints, and runs plainly).
+    pub(super) fn new_task(
+        &self,
+        tool: &str,
+        handle: Option<&str>,
+        context: &RequestContext<RoleServer>,
+    ) -> Arc<tasks::Task> {
+        self.shared
+            .tasks
+            .create(tool, self.task_owner(context), None, handle)
+    }
+
+    /// The handle `request` names its instance by, as `target.rs` reads it (an argument, or
+    /// `_meta`), if it is a well-formed one.
+    pub(super) fn named_handle<'r>(
+        &self,
+        request: &'r CallToolRequestParams,
+        context: &'r RequestContext<RoleServer>,
+    ) -> Option<&'r str> {
+        let mode = self.handle_mode(context)?;
+        let named = request
+            .arguments
+            .as_ref()
+            .and_then(|arguments| arguments.get(&mode.key))
+            .or_else(|| context.meta.get(&mode.key))?
+            .as_str()?;
+        InstanceKey::from_handle(named).ok().map(|_| named)
+    }
+
+    /// `tasks/get`: the task as it stands, with its result or error once it ended: from this
+    /// server's table, or, for a task of an instance this server does not hold in memory
+    /// (another server sharing the store started it, or this one before a restart), from the
+    /// instance's record.
+    pub(super) async fn answer_get_task(
         &self,
         request: GetTaskParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let task = self.own_task(&request.task_id, context)?;
-        Ok(GetTaskResult::new(detailed(&task)))
+        let id = &request.task_id;
+        if let Ok(task) = self.own_task(id, context) {
+            return Ok(GetTaskResult::new(detailed(&task)));
+        }
+        let unknown = || reply::unknown_task(id);
+        let handle = tasks::instance_handle(id).ok_or_else(unknown)?;
+        let key = InstanceKey::from_handle(handle)
+            .map_err(|_| unknown())?
+            .owned_by(self.caller(context).tenant().as_ref());
+        let (entry, view) = match self.shared.runtime.read_task(key.clone(), id).await {
+            Ok(Some(found)) => found,
+            Ok(None) | Err(InstanceError::UnknownHandle(_) | InstanceError::UnknownWorkflow(_)) => {
+                return Err(unknown());
+            }
+            Err(error) => return Err(reply::task_unreadable(id, &error)),
+        };
+        // With authentication on, the tenant in the key already made it the caller's; the
+        // entry says whose it is as well.
+        if entry.principal != self.caller(context).principal_name() {
+            return Err(unknown());
+        }
+        Ok(GetTaskResult::new(
+            self.stored_task(&entry, &view, &key, context),
+        ))
+    }
+
+    /// A task as its instance's record keeps it.
+    fn stored_task(
+        &self,
+        entry: &TaskEntry,
+        view: &InstanceView,
+        key: &InstanceKey,
+        context: &RequestContext<RoleServer>,
+    ) -> DetailedTask {
+        let payload = match entry.status {
+            TaskEntryStatus::Working => TaskPayload::Working,
+            TaskEntryStatus::Cancelled => TaskPayload::Cancelled,
+            TaskEntryStatus::Failed => TaskPayload::Failed {
+                error: object(
+                    serde_json::to_value(reply::task_runner_stopped(&entry.tool, &entry.error))
+                        .unwrap_or_default(),
+                ),
+            },
+            TaskEntryStatus::Completed => {
+                let output = match entry.error.get("toolError").and_then(Value::as_str) {
+                    Some(message) => PluginOutput::ToolError(message.to_owned()),
+                    None if entry.output_dropped => PluginOutput::success(
+                        json!({"message": "the result was too large to keep with the instance"}),
+                    ),
+                    None => PluginOutput::success(entry.output.clone()),
+                };
+                let result = reply::ran(&entry.tool, output, Some(entry.state.clone()));
+                let next = gate::next_step(&view.workflow, &view.snapshot);
+                let result = self.closed_with_step(result, key, context, Ok((next, entry.moved)));
+                TaskPayload::Completed {
+                    result: object(serde_json::to_value(result).unwrap_or_default()),
+                }
+            }
+        };
+        let status = payload.status();
+        let task = Task::new(
+            entry.id.clone(),
+            status,
+            rfc3339(entry.created_at_ms),
+            rfc3339(entry.updated_at_ms),
+        )
+        .with_ttl_ms(entry.ttl_ms)
+        .with_poll_interval_ms(tasks::POLL_INTERVAL.as_millis() as u64);
+        DetailedTask::new(task, payload)
     }
 
     /// `tasks/cancel`: the plugin is told to stop, and the task ends cancelled unless it has
@@ -143,6 +241,29 @@ impl TurnstileServer {
     /// Whose a task is: its creator's principal (none when the server authenticates no one).
     fn task_owner(&self, context: &RequestContext<RoleServer>) -> TaskOwner {
         TaskOwner(self.caller(context).principal_name())
+    }
+}
+
+/// `context` as the call of `task` runs with once its request is answered: the request's own
+/// stream ends with the answer, and the call's cancellation is the task's (`tasks/cancel`).
+pub(super) fn task_context(
+    mut context: RequestContext<RoleServer>,
+    task: &tasks::Task,
+) -> RequestContext<RoleServer> {
+    context.ct = task.cancellation.clone();
+    context.extensions.remove::<RequestStream>();
+    context
+}
+
+/// The answer to a call that started `task`.
+pub(super) fn created(task: &tasks::Task) -> CallToolResponse {
+    CallToolResponse::Task(CreateTaskResult::new(wire_task(task, WireStatus::Working)))
+}
+
+/// Ends `task`, the call of `tool`, with what the call answered.
+pub(super) fn end(task: &tasks::Task, tool: &str, answer: Result<CallToolResponse, ErrorData>) {
+    if task.end(ended_with(tool, answer)) {
+        tracing::debug!(task = %task.id, tool, "task ended");
     }
 }
 

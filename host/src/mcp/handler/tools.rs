@@ -22,7 +22,7 @@ use super::{
 };
 use crate::mcp::session::request_stream::RequestStream;
 use crate::{
-    actors::{Call, CallOutcome, InstanceError, InstanceKey, Owner},
+    actors::{Call, CallOutcome, InstanceError, InstanceKey, Owner, TaskRun},
     catalog::{Catalog, ToolEntry},
     gate, invoke,
     logs::otlp,
@@ -222,6 +222,7 @@ impl TurnstileServer {
         context: RequestContext<RoleServer>,
         catalog: &'a Catalog,
         record: &'a CallRecord,
+        task: Option<Arc<crate::tasks::Task>>,
     ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + 'a {
         async move {
             // A shutdown waits for this call to deliver its result.
@@ -347,9 +348,18 @@ impl TurnstileServer {
                 }
             }
             let span = record.span(Some(&key), self.exported_traceparent(&context));
-            self.call_instance(tool, key, mint, arguments, idempotency_key, asking, context)
-                .instrument(span)
-                .await
+            self.call_instance(
+                tool,
+                key,
+                mint,
+                arguments,
+                idempotency_key,
+                asking,
+                context,
+                task,
+            )
+            .instrument(span)
+            .await
         }
     }
 
@@ -375,9 +385,24 @@ impl TurnstileServer {
         idempotency_key: Option<String>,
         mut asking: Option<Asking>,
         context: RequestContext<RoleServer>,
+        task: Option<Arc<crate::tasks::Task>>,
     ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + '_ {
         async move {
             let name = tool.name().to_string();
+            // A call to run as a task: the instance answers once it started, and the outcome
+            // comes later, on `task_done` (`tasks.rs`).
+            let (mut task_run, task_done) = match &task {
+                Some(task) => {
+                    let (done, task_done) = tokio::sync::oneshot::channel();
+                    let run = TaskRun {
+                        id: task.id.clone(),
+                        ttl_ms: task.ttl.as_millis() as u64,
+                        done,
+                    };
+                    (Some(run), Some(task_done))
+                }
+                None => (None, None),
+            };
             let watcher = self.watcher(&key, &context);
             let ahead = self.call_events(&context);
             // A session told of its own move in the reply is not told again by the notifier.
@@ -411,6 +436,7 @@ impl TurnstileServer {
                     } else {
                         tracing::Span::none()
                     },
+                    task: task_run.take(),
                 };
                 let running = std::pin::pin!(self.shared.runtime.call(key.clone(), call));
                 let answer = ahead.forward_during(running, events).await;
@@ -461,102 +487,152 @@ impl TurnstileServer {
                     Asked::Other(response) => response,
                 });
             };
-            let created = CallOutcome::leaves_instance(mint, answer.as_ref().ok());
-            if created {
-                self.settle(&key, &answer);
-            } else {
-                // The instance was never created: no handle goes out, no actor stays.
-                self.shared.runtime.forget(key.clone());
-                if matches!(answer, Ok(CallOutcome::InvalidArguments { .. }))
-                    && matches!(key.owner, Owner::Handle(_))
-                    && let Some(holder) = self.caller(&context).quota_holder()
-                {
-                    // Refused before anything ran, as a call with no instance to mint would be.
-                    self.shared.quotas.give_back_mint(&holder);
-                }
-            }
-            if matches!(answer, Ok(CallOutcome::MovedOn { .. }))
-                && asking.as_ref().is_some_and(Asking::answers_sealed)
+            if let (Some(task), Some(task_done)) = (task, task_done)
+                && matches!(answer, Ok(CallOutcome::TaskStarted { .. }))
             {
-                // The sealed state the client sent answered a step that is gone.
-                let why = asking::Unusable::State(asking::MOVED_ON);
-                return Err(reply::unusable_answers(&why));
+                self.settle(&key, &answer);
+                return Ok(self.answer_when_done(task, task_done, name, key, context));
             }
-            // Where the instance stands, for the result's next step: known (`Ok`), or not for
-            // sure (`Err`).
-            let (result, standing) = match answer {
-                Ok(CallOutcome::InvalidArguments { problems, next }) => (
-                    reply::invalid_arguments(&name, &problems),
-                    Ok((next, false)),
-                ),
-                Ok(CallOutcome::Forbidden(refusal)) => (
-                    reply::forbidden(&refusal),
-                    Ok((gate::NextStep::of_refusal(&refusal), false)),
-                ),
-                Ok(CallOutcome::Looped {
-                    output,
-                    state,
-                    next,
-                }) => (
-                    reply::transition_loop(&name, output, state),
-                    Ok((next, false)),
-                ),
-                Ok(CallOutcome::Ran {
-                    output,
-                    moved,
-                    state,
-                    next,
-                    lists,
-                    ..
-                }) => {
-                    if let Some(lists) = lists {
-                        ahead.tell_of_move(lists).await;
-                    }
-                    (reply::ran(&name, output, Some(state)), Ok((next, moved)))
-                }
-                Ok(CallOutcome::Declined { action, next }) => {
-                    (reply::declined(&name, &action), Ok((next, false)))
-                }
-                // Asked within this request (2025 revisions), and moved on meanwhile.
-                Ok(CallOutcome::MovedOn { next }) => (
-                    reply::asking_failed(
-                        &name,
-                        "the instance moved on to another step while the input was asked for; \
-                         call the tool again to be asked anew",
-                    ),
-                    Ok((next, false)),
-                ),
-                Ok(CallOutcome::Failed {
-                    error,
-                    after_handler,
-                    next,
-                    readers,
-                }) => {
-                    let result = reply::call_failed(&name, &error, after_handler, &readers);
-                    let standing = if reply::may_have_saved(&error) {
-                        Err(reply::Uncertain::MayHaveMoved {
-                            before: next,
-                            readers,
-                        })
-                    } else {
-                        Ok((next, false))
-                    };
-                    (result, standing)
-                }
-                Err(error) => (reply::failure(&name, &error), Err(reply::Uncertain::Unread)),
-            };
-            // A failed mint left no instance to have a next step: the tools that start one.
-            // (One whose save may have been applied may have left one: its handle goes out.)
-            let may_exist = matches!(standing, Err(reply::Uncertain::MayHaveMoved { .. }));
-            let standing = if created || (may_exist && mint) {
-                standing
-            } else {
-                Err(self.not_started(&key.workflow))
-            };
-            Ok(self
-                .closed_with_step(result, &key, &context, standing)
-                .into())
+            self.answer_of(&name, &key, mint, answer, asking.as_ref(), &ahead, &context)
+                .await
         }
+    }
+
+    /// The task's call started: its outcome, when the instance hands it over, ends the task
+    /// with the answer a plain call would have given.
+    fn answer_when_done(
+        &self,
+        task: Arc<crate::tasks::Task>,
+        task_done: tokio::sync::oneshot::Receiver<Result<CallOutcome, InstanceError>>,
+        name: String,
+        key: InstanceKey,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let created = super::tasks::created(&task);
+        let server = self.clone();
+        tokio::spawn(async move {
+            let answer = task_done.await.unwrap_or(Err(InstanceError::Stopped));
+            let ahead = server.call_events(&context);
+            let response = server
+                .answer_of(&name, &key, false, answer, None, &ahead, &context)
+                .await;
+            super::tasks::end(&task, &name, response);
+        });
+        created
+    }
+
+    /// The answer to a call on an instance, from the instance's `answer`, with its next step.
+    #[allow(clippy::too_many_arguments)] // One call's pieces, each used once.
+    async fn answer_of(
+        &self,
+        name: &str,
+        key: &InstanceKey,
+        mint: bool,
+        answer: Result<CallOutcome, InstanceError>,
+        asking: Option<&Asking>,
+        ahead: &CallEvents<'_>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let created = CallOutcome::leaves_instance(mint, answer.as_ref().ok());
+        if created {
+            self.settle(key, &answer);
+        } else {
+            // The instance was never created: no handle goes out, no actor stays.
+            self.shared.runtime.forget(key.clone());
+            if matches!(answer, Ok(CallOutcome::InvalidArguments { .. }))
+                && matches!(key.owner, Owner::Handle(_))
+                && let Some(holder) = self.caller(context).quota_holder()
+            {
+                // Refused before anything ran, as a call with no instance to mint would be.
+                self.shared.quotas.give_back_mint(&holder);
+            }
+        }
+        if matches!(answer, Ok(CallOutcome::MovedOn { .. }))
+            && asking.is_some_and(Asking::answers_sealed)
+        {
+            // The sealed state the client sent answered a step that is gone.
+            let why = asking::Unusable::State(asking::MOVED_ON);
+            return Err(reply::unusable_answers(&why));
+        }
+        // Where the instance stands, for the result's next step: known (`Ok`), or not for
+        // sure (`Err`).
+        let (result, standing) = match answer {
+            Ok(CallOutcome::InvalidArguments { problems, next }) => {
+                (reply::invalid_arguments(name, &problems), Ok((next, false)))
+            }
+            Ok(CallOutcome::Forbidden(refusal)) => (
+                reply::forbidden(&refusal),
+                Ok((gate::NextStep::of_refusal(&refusal), false)),
+            ),
+            Ok(CallOutcome::Looped {
+                output,
+                state,
+                next,
+            }) => (
+                reply::transition_loop(name, output, state),
+                Ok((next, false)),
+            ),
+            Ok(CallOutcome::Ran {
+                output,
+                moved,
+                state,
+                next,
+                lists,
+                ..
+            }) => {
+                if let Some(lists) = lists {
+                    ahead.tell_of_move(lists).await;
+                }
+                (reply::ran(name, output, Some(state)), Ok((next, moved)))
+            }
+            // Answered by `call_instance` before it comes here, with the task.
+            Ok(CallOutcome::TaskStarted { id, next }) => (
+                reply::asking_failed(
+                    name,
+                    &format!("the call runs on as task {id}; follow it with tasks/get"),
+                ),
+                Ok((next, false)),
+            ),
+            Ok(CallOutcome::Declined { action, next }) => {
+                (reply::declined(name, &action), Ok((next, false)))
+            }
+            // Asked within this request (2025 revisions), and moved on meanwhile.
+            Ok(CallOutcome::MovedOn { next }) => (
+                reply::asking_failed(
+                    name,
+                    "the instance moved on to another step while the input was asked for; \
+                     call the tool again to be asked anew",
+                ),
+                Ok((next, false)),
+            ),
+            Ok(CallOutcome::Failed {
+                error,
+                after_handler,
+                next,
+                readers,
+            }) => {
+                let result = reply::call_failed(name, &error, after_handler, &readers);
+                let standing = if reply::may_have_saved(&error) {
+                    Err(reply::Uncertain::MayHaveMoved {
+                        before: next,
+                        readers,
+                    })
+                } else {
+                    Ok((next, false))
+                };
+                (result, standing)
+            }
+            Err(error) => (reply::failure(name, &error), Err(reply::Uncertain::Unread)),
+        };
+        // A failed mint left no instance to have a next step: the tools that start one.
+        // (One whose save may have been applied may have left one: its handle goes out.)
+        let may_exist = matches!(standing, Err(reply::Uncertain::MayHaveMoved { .. }));
+        let standing = if created || (may_exist && mint) {
+            standing
+        } else {
+            Err(self.not_started(&key.workflow))
+        };
+        Ok(self.closed_with_step(result, key, context, standing).into())
     }
 
     /// What a call of `workflow` that started nothing says of its next step: the tools that
@@ -574,7 +650,7 @@ impl TurnstileServer {
     /// `result` closed as every result of a workflow tool is: with the instance's handle (in
     /// handle mode, when one exists) and its next step, known (`Ok`: where it is, and whether
     /// the call moved it) or not for sure (`Err`).
-    fn closed_with_step(
+    pub(super) fn closed_with_step(
         &self,
         result: CallToolResult,
         key: &InstanceKey,

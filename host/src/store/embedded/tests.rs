@@ -122,14 +122,14 @@ async fn format_1_records_are_migrated() {
                 .insert("future", (1, 0, "invoice", r#"{"value":"draft"}"#))
                 .unwrap();
             let mut formats = txn.open_table(super::FORMATS).unwrap();
-            formats.insert("future", (3, r#"{"new":1}"#)).unwrap();
+            formats.insert("future", (4, r#"{"new":1}"#)).unwrap();
         }
         txn.commit().unwrap();
     }
     let store = EmbeddedStore::open(&path).await.unwrap();
     assert!(matches!(
         store.load("future").await,
-        Err(StoreError::UnsupportedFormat { format: 3, .. })
+        Err(StoreError::UnsupportedFormat { format: 4, .. })
     ));
     let report = crate::store::migrate(&store, |_| None, |_, _| None)
         .await

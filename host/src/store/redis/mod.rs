@@ -1353,13 +1353,13 @@ mod tests {
         crate::store::migrate::check_format_1_migration(&store).await;
         redis::cmd("HSET")
             .arg(store.layout.record("old"))
-            .arg(&["f", "3"])
+            .arg(&["f", "4"])
             .query_async::<()>(&mut con)
             .await
             .unwrap();
         assert!(matches!(
             store.load("old").await,
-            Err(crate::store::StoreError::UnsupportedFormat { format: 3, .. })
+            Err(crate::store::StoreError::UnsupportedFormat { format: 4, .. })
         ));
         store.destroy_namespace().await.unwrap();
     }

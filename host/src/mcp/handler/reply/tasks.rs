@@ -43,6 +43,29 @@ pub fn task_cannot_ask(tool: &str) -> ErrorData {
     )
 }
 
+/// JSON-RPC -32603: the instance a task runs on could not be read (its store is down, say), so
+/// where the task stands is not known now.
+pub fn task_unreadable(id: &str, error: &dyn std::fmt::Display) -> ErrorData {
+    ErrorData::internal_error(
+        format!("task {:?} could not be read now: {error}", clip(id)),
+        Some(json!({ "taskId": clip(id) })),
+    )
+}
+
+/// The JSON-RPC error a task of `tool` ended `failed` with, as its instance's record keeps it:
+/// what is known (`known`: `handlerRan`, `committed`, and why).
+pub fn task_runner_stopped(tool: &str, known: &serde_json::Value) -> ErrorData {
+    let why = known["message"].as_str().unwrap_or("the task did not end");
+    ErrorData::internal_error(
+        format!("{}: {why}", clip(tool)),
+        Some(json!({
+            "tool": clip(tool),
+            "handlerRan": known["handlerRan"],
+            "committed": known["committed"],
+        })),
+    )
+}
+
 /// JSON-RPC -32603 a task ends `failed` with when its call's answer could not be kept.
 pub fn task_result_unkept(problem: &str) -> ErrorData {
     ErrorData::internal_error(

@@ -1,0 +1,256 @@
+//! Steps run as MCP tasks (the 2026-07-28 tasks extension, SEP-2663), as a client sees them:
+//! a workflow tool whose manifest lets it run as a task, called by a client declaring the
+//! extension, is answered at once with a task once the gate let it through; the instance is
+//! held while it runs (a call that would move it is refused naming the task, a reading call is
+//! served); the task ends with the result a plain call would have given, the instance moved as
+//! that result says; a cancelled task fires nothing.
+//!
+//! The example plugin's `migration.apply` may run as a task and works for
+//! `TURNSTILE_PLUGIN_MIGRATION_APPLY_MS` (its `apply_ms`).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{PluginDir, Server, call_2026, declaring_tasks, task_request};
+use serde_json::{Value, json};
+
+/// How long `migration.apply` works here: long enough to be seen running.
+const APPLY_MS: &str = "1500";
+
+fn migration_server() -> (PluginDir, Server) {
+    let plugins = PluginDir::with(&["migration"]);
+    let server = Server::http_with_env(
+        plugins.path(),
+        &[],
+        &[("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", APPLY_MS)],
+    );
+    (plugins, server)
+}
+
+/// A plain 2026-07-28 call's result (`result` of the response).
+async fn call(url: &str, tool: &str, arguments: Value) -> Value {
+    let (response, _) = call_2026(url, tool, arguments, json!({})).await;
+    response["result"].clone()
+}
+
+/// A migration that reached `backed_up`: its handle.
+async fn backed_up(url: &str) -> String {
+    let dry_run = call(url, "migration.dry_run", json!({})).await;
+    let handle = dry_run["structuredContent"]["handle"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a handle: {dry_run}"))
+        .to_owned();
+    let backup = call(url, "migration.backup", json!({"handle": handle})).await;
+    assert_ne!(backup["isError"], true, "{backup}");
+    handle
+}
+
+/// The migration's step, as `migration.status` reports it.
+async fn step(url: &str, handle: &str) -> Value {
+    let status = call(url, "migration.status", json!({"handle": handle})).await;
+    assert_ne!(status["isError"], true, "{status}");
+    status["structuredContent"]["state"].clone()
+}
+
+/// `tasks/get` until the task ends (or 20 s pass): its last answer.
+async fn ended(url: &str, task_id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = task_request(url, "tasks/get", task_id, json!({})).await;
+        let result = got["result"].clone();
+        assert!(result.is_object(), "tasks/get answers: {got}");
+        if result["status"] != "working" || Instant::now() > deadline {
+            return result;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `migration.apply` on `handle` as a task: the response's `result`.
+async fn apply_as_task(url: &str, handle: &str) -> Value {
+    let (response, _) = call_2026(
+        url,
+        "migration.apply",
+        json!({"handle": handle, "confirm": true}),
+        json!({"_meta": declaring_tasks()}),
+    )
+    .await;
+    response["result"].clone()
+}
+
+#[tokio::test]
+async fn a_step_run_as_a_task_holds_its_instance_until_it_ends_with_the_transition() {
+    let (_plugins, server) = migration_server();
+    let url = &server.url;
+    let handle = backed_up(url).await;
+
+    let started = Instant::now();
+    let created = apply_as_task(url, &handle).await;
+    assert_eq!(created["resultType"], "task", "{created}");
+    assert_eq!(created["status"], "working", "{created}");
+    let task_id = created["taskId"].as_str().expect("a task id").to_owned();
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "answered before the step ended"
+    );
+
+    // Held: a call that would move it is refused, naming the task; a reading call is served.
+    let again = apply_as_task(url, &handle).await;
+    assert_eq!(again["isError"], true, "{again}");
+    assert_eq!(
+        again["structuredContent"]["error"]["code"], "BUSY",
+        "{again}"
+    );
+    assert_eq!(
+        again["structuredContent"]["error"]["taskId"],
+        task_id.as_str()
+    );
+    assert_eq!(step(url, &handle).await, "backed_up");
+    let working = task_request(url, "tasks/get", &task_id, json!({})).await;
+    assert_eq!(working["result"]["status"], "working", "{working}");
+
+    let done = ended(url, &task_id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let text = done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("Migration applied"), "{done}");
+    assert_eq!(step(url, &handle).await, "applied");
+    // No longer held: the next step runs.
+    let verify = call(url, "migration.verify", json!({"handle": handle})).await;
+    assert_ne!(verify["isError"], true, "{verify}");
+}
+
+#[tokio::test]
+async fn a_cancelled_task_fires_nothing_and_lets_its_instance_go() {
+    let (_plugins, server) = migration_server();
+    let url = &server.url;
+    let handle = backed_up(url).await;
+    let created = apply_as_task(url, &handle).await;
+    let task_id = created["taskId"].as_str().expect("a task id").to_owned();
+
+    let ack = task_request(url, "tasks/cancel", &task_id, json!({})).await;
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    assert_eq!(ended(url, &task_id).await["status"], "cancelled");
+    // The plugin stopped having changed nothing: no transition fired, and once its end is
+    // saved the step can be taken again, as a task or not.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let retried = loop {
+        let retried = call(
+            url,
+            "migration.apply",
+            json!({"handle": handle, "confirm": true}),
+        )
+        .await;
+        let busy = retried["structuredContent"]["error"]["code"] == "BUSY";
+        if !busy || Instant::now() > deadline {
+            break retried;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_ne!(retried["isError"], true, "{retried}");
+    assert_eq!(step(url, &handle).await, "applied");
+}
+
+#[tokio::test]
+async fn a_refused_call_starts_no_task() {
+    let (_plugins, server) = migration_server();
+    let url = &server.url;
+    let dry_run = call(url, "migration.dry_run", json!({})).await;
+    let handle = dry_run["structuredContent"]["handle"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // `migration.apply` before a backup: out of order, refused at once, and no task.
+    let refused = apply_as_task(url, &handle).await;
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert_ne!(refused["resultType"], "task", "{refused}");
+    assert!(refused.get("taskId").is_none(), "{refused}");
+    assert_eq!(step(url, &handle).await, "dry_run_ok");
+    // Unknown to tasks/get: -32602.
+    let unknown = task_request(url, "tasks/get", "no-such-task", json!({})).await;
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+}
+
+/// Two servers sharing `store`, each with its own data directory; `apply_ms` for the handler.
+fn two_servers(
+    plugins: &PluginDir,
+    store: &str,
+    apply_ms: &str,
+) -> (Server, Server, [tempfile::TempDir; 2]) {
+    let namespace = format!("tasks_{}", uuid::Uuid::new_v4().simple());
+    // A lapsed lease is noticed within a second.
+    let flags = ["--lease-ttl", "1000", "--lease-wait", "200"];
+    let env = [("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", apply_ms)];
+    let data = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let on = |data: &tempfile::TempDir| {
+        Server::on_store(
+            plugins.path(),
+            data.path(),
+            Some(store),
+            &namespace,
+            &flags,
+            &env,
+        )
+    };
+    let (a, b) = (on(&data[0]), on(&data[1]));
+    (a, b, data)
+}
+
+#[tokio::test]
+async fn a_task_whose_server_was_killed_ends_failed_with_what_is_known_on_another_server() {
+    let store = common::reachable_redis_url();
+    let plugins = PluginDir::with(&["migration"]);
+    let (mut a, b, _data) = two_servers(&plugins, &store, "10000");
+    let handle = backed_up(&a.url).await;
+    let created = apply_as_task(&a.url, &handle).await;
+    let task_id = created["taskId"].as_str().expect("a task id").to_owned();
+
+    // The other server reads the task from the instance's record: running, held by its runner.
+    let seen = task_request(&b.url, "tasks/get", &task_id, json!({})).await;
+    assert_eq!(seen["result"]["status"], "working", "{seen}");
+    let busy = apply_as_task(&b.url, &handle).await;
+    assert_eq!(busy["structuredContent"]["error"]["code"], "BUSY", "{busy}");
+
+    a.kill9();
+    // Once the killed server's lease lapsed, the task ends failed, saying what is known: its
+    // handler may have run; nothing it did was saved.
+    let failed = ended(&b.url, &task_id).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+    assert_eq!(failed["error"]["data"]["handlerRan"], "unknown", "{failed}");
+    assert_eq!(failed["error"]["data"]["committed"], false, "{failed}");
+    assert!(failed.get("result").is_none(), "{failed}");
+    // The instance is where the record and its trail say: the step did not happen, and it can
+    // be taken now.
+    assert_eq!(step(&b.url, &handle).await, "backed_up");
+    let applied = call(
+        &b.url,
+        "migration.apply",
+        json!({"handle": handle, "confirm": true}),
+    )
+    .await;
+    assert_ne!(applied["isError"], true, "{applied}");
+    assert_eq!(step(&b.url, &handle).await, "applied");
+}
+
+#[tokio::test]
+async fn a_task_that_ended_before_its_server_was_killed_is_read_completed_on_another_server() {
+    let store = common::reachable_redis_url();
+    let plugins = PluginDir::with(&["migration"]);
+    let (mut a, b, _data) = two_servers(&plugins, &store, "300");
+    let handle = backed_up(&a.url).await;
+    let created = apply_as_task(&a.url, &handle).await;
+    let task_id = created["taskId"].as_str().expect("a task id").to_owned();
+    assert_eq!(ended(&a.url, &task_id).await["status"], "completed");
+    a.kill9();
+
+    let done = ended(&b.url, &task_id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let text = done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("Migration applied"), "{done}");
+    assert_eq!(step(&b.url, &handle).await, "applied");
+}
