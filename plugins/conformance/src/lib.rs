@@ -226,6 +226,16 @@ impl Plugin for Conformance {
                 )
                 .task(TaskSupport::Required),
             )
+            .tool(
+                tool(
+                    "protocol_error_job",
+                    "Answers with output its declared output schema refuses: the call cannot \
+                     give a result, and its task ends failed.",
+                )
+                .output_schema(json!({"type": "object", "properties": {
+                    "answer": {"type": "string"}}, "required": ["answer"]}))
+                .task(TaskSupport::Optional),
+            )
             .prompt(
                 PromptManifest::new(
                     "test_input_required_result_prompt",
@@ -394,6 +404,8 @@ impl Plugin for Conformance {
                 work_for(Duration::from_secs(1), ctx);
                 Err(ToolError::failed("failing_job failed, as it always does"))
             }
+            // Its declared output needs an `answer`.
+            "protocol_error_job" => Ok(json!({"result": "no answer"})),
             "test_custom_headers" => Ok(json!("Custom headers test completed.")),
             other => Err(ToolError::UnknownTool(other.to_owned())),
         }

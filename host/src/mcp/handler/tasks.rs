@@ -7,7 +7,10 @@
 //! This room decides which calls become tasks and how a task looks to a client; `tasks.rs` (the
 //! crate's) keeps them. A task's call is the same call a plain one is (`answer_call`: the gate,
 //! the plugin, the transition, the save), run with the task's cancellation instead of the
-//! request's; what the call would have answered is what the task ends with.
+//! request's; what the call would have answered is what the task ends with: its result
+//! (`completed`, a tool error included), or, when the host could not get the handler's answer
+//! (the plugin crashed, timed out, or gave output it could not use), the JSON-RPC error that
+//! says so (`failed`).
 
 use std::{sync::Arc, time::Duration};
 
@@ -146,16 +149,22 @@ impl TurnstileServer {
     }
 }
 
-/// The status a call's answer ends its task with: a result (a tool error included) completes
-/// it; an error, or input the call asked for, fails it.
+/// The status a call's answer ends its task with: a result completes it, a tool error included,
+/// unless it says the host could not get the handler's answer (`reply::task_failure`); an
+/// error, or input the call asked for, fails it.
 fn ended_with(tool: &str, answer: Result<CallToolResponse, ErrorData>) -> TaskStatus {
     let failed =
         |error: ErrorData| TaskStatus::Failed(serde_json::to_value(error).unwrap_or_default());
     match answer {
-        Ok(CallToolResponse::Complete(result)) => match serde_json::to_value(result) {
-            Ok(result) => TaskStatus::Completed(result),
-            Err(error) => failed(reply::task_result_unkept(&error.to_string())),
-        },
+        Ok(CallToolResponse::Complete(result)) => {
+            if let Some(error) = reply::task_failure(&result) {
+                return failed(error);
+            }
+            match serde_json::to_value(result) {
+                Ok(result) => TaskStatus::Completed(result),
+                Err(error) => failed(reply::task_result_unkept(&error.to_string())),
+            }
+        }
         Ok(CallToolResponse::InputRequired(_)) => failed(reply::task_cannot_ask(tool)),
         // `CallToolResponse` is non-exhaustive: a task, or a kind of answer rmcp adds later.
         Ok(_) => failed(reply::task_result_unkept("it was not a tool result")),
