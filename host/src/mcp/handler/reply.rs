@@ -36,9 +36,7 @@ pub use self::request_errors::{
     invalid_idempotency_key, unknown_tool, unloaded_workflow, unroutable_request, unusable_answers,
     unwatchable,
 };
-pub use self::tasks::{
-    task_cannot_ask, task_failure, task_required, task_result_unkept, unknown_task,
-};
+pub use self::tasks::{task_failure, task_required, task_result_unkept, unknown_task};
 use super::{clip::clip, target::NoTarget};
 use crate::{
     actors::InstanceError,

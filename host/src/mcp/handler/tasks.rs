@@ -11,6 +11,10 @@
 //! (`completed`, a tool error included), or, when the host could not get the handler's answer
 //! (the plugin crashed, timed out, or gave output it could not use), the JSON-RPC error that
 //! says so (`failed`).
+//!
+//! A task's call that asks for input parks the task (`asking.rs`: `input_required`, with the
+//! requests as SEP-2322 words them) until `tasks/update` has answered each, then runs again
+//! with every answer, as a plain call does.
 
 use std::{sync::Arc, time::Duration};
 
@@ -25,7 +29,9 @@ use rmcp::{
 };
 use serde_json::Value;
 
-use super::{call_record::CallRecord, era::is_2026_07_28, reply, server::TurnstileServer};
+use super::{
+    asking::Unusable, call_record::CallRecord, era::is_2026_07_28, reply, server::TurnstileServer,
+};
 use crate::catalog::{Catalog, ToolEntry};
 use crate::mcp::session::request_stream::RequestStream;
 use crate::tasks::{self, TaskOwner, TaskStatus};
@@ -83,15 +89,16 @@ impl TurnstileServer {
         // it. The task's cancellation is `tasks/cancel`.
         running.ct = task.cancellation.clone();
         running.extensions.remove::<RequestStream>();
+        // What it asks, it asks of the task (`asking.rs`).
+        running.extensions.insert(task.clone());
         let server = self.clone();
         let spawned = task.clone();
         tokio::spawn(async move {
-            let tool = request.name.clone();
             let answer = server
                 .answer_call(request, running, &catalog, &record)
                 .await;
             let answer = record.finish(&server.shared.call_metrics, answer);
-            spawned.end(ended_with(&tool, answer));
+            spawned.end(ended_with(answer));
         });
         CallToolResponse::Task(CreateTaskResult::new(wire_task(&task, WireStatus::Working)))
     }
@@ -120,15 +127,28 @@ impl TurnstileServer {
         }
     }
 
-    /// `tasks/update`: answers for what a task asked. A task asks nothing yet (a call whose
-    /// handler asks ends failed, saying so), so there is nothing to answer: acknowledged, as
-    /// answers to keys a task does not await are.
+    /// `tasks/update`: answers for what a task asked. Each answers the request of its key, if
+    /// the task shows it; answers to any other key (never asked, answered already) are
+    /// acknowledged and ignored. The task shows what is left at once; once nothing is, its
+    /// call runs again with every answer. An answer that is not an object is refused, as in a
+    /// `tools/call`'s `inputResponses`.
     pub(super) fn answer_update_task(
         &self,
         request: UpdateTaskParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.own_task(&request.task_id, context).map(|_| ())
+        let task = self.own_task(&request.task_id, context)?;
+        if let Some((key, _)) = request
+            .input_responses
+            .iter()
+            .find(|(_, answer)| !answer.is_object())
+        {
+            let why = Unusable::NotAnObject(key.clone());
+            return Err(reply::unusable_answers(&why));
+        }
+        let taken = task.answer(request.input_responses);
+        tracing::debug!(task = %task.id, answered = ?taken, "task input answered");
+        Ok(())
     }
 
     fn own_task(
@@ -151,8 +171,8 @@ impl TurnstileServer {
 
 /// The status a call's answer ends its task with: a result completes it, a tool error included,
 /// unless it says the host could not get the handler's answer (`reply::task_failure`); an
-/// error, or input the call asked for, fails it.
-fn ended_with(tool: &str, answer: Result<CallToolResponse, ErrorData>) -> TaskStatus {
+/// error fails it.
+fn ended_with(answer: Result<CallToolResponse, ErrorData>) -> TaskStatus {
     let failed =
         |error: ErrorData| TaskStatus::Failed(serde_json::to_value(error).unwrap_or_default());
     match answer {
@@ -165,8 +185,9 @@ fn ended_with(tool: &str, answer: Result<CallToolResponse, ErrorData>) -> TaskSt
                 Err(error) => failed(reply::task_result_unkept(&error.to_string())),
             }
         }
-        Ok(CallToolResponse::InputRequired(_)) => failed(reply::task_cannot_ask(tool)),
-        // `CallToolResponse` is non-exhaustive: a task, or a kind of answer rmcp adds later.
+        // What a task's call asks, it asks of the task (`asking.rs`): never an input-required
+        // result. `CallToolResponse` is non-exhaustive: a task, or a kind of answer rmcp adds
+        // later.
         Ok(_) => failed(reply::task_result_unkept("it was not a tool result")),
         Err(error) => failed(error),
     }
@@ -195,6 +216,10 @@ fn detailed(task: &tasks::Task) -> DetailedTask {
     let (status, _) = task.status();
     let payload = match status {
         TaskStatus::Working => TaskPayload::Working,
+        // Checked as MCP describes them before the task showed them (`asking.rs`).
+        TaskStatus::InputRequired(requests) => TaskPayload::InputRequired {
+            input_requests: serde_json::from_value(Value::Object(requests)).unwrap_or_default(),
+        },
         TaskStatus::Completed(result) => TaskPayload::Completed {
             result: object(result),
         },

@@ -31,19 +31,6 @@ pub fn task_required(tool: &str) -> ErrorData {
     error
 }
 
-/// JSON-RPC -32603 a task ends `failed` with when its call asked the client for input, which
-/// a task cannot be given yet. Its handler ran until it asked; nothing fired.
-pub fn task_cannot_ask(tool: &str) -> ErrorData {
-    ErrorData::internal_error(
-        format!(
-            "{} asked for input, which a call running as a task cannot be given yet: call it \
-             without the tasks extension",
-            clip(tool)
-        ),
-        Some(json!({ "handlerRan": true, "committed": false })),
-    )
-}
-
 /// JSON-RPC -32603 a task ends `failed` with when its call's `result` says the call could not
 /// give its handler's answer for a reason of the host's ([`HOST_FAILURES`]: the plugin crashed
 /// or timed out, its output was unusable...): the result's words, and as `data` its
