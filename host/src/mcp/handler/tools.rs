@@ -24,6 +24,7 @@ use crate::mcp::session::request_stream::RequestStream;
 use crate::{
     actors::{Call, CallOutcome, InstanceError, InstanceKey, Owner},
     catalog::{Catalog, ToolEntry},
+    confirm::{self, Decision},
     gate, invoke,
     logs::otlp,
     plugin::{CallContext, HostCall, PluginOutput},
@@ -114,8 +115,9 @@ impl TurnstileServer {
         Ok(())
     }
 
-    /// A call of a tool bound to no workflow: the plugin runs alone, once per round of asking
-    /// (`asking.rs`).
+    /// A call of a tool bound to no workflow: its binding's confirmation first, if it has one
+    /// (`confirm.rs`, asked as a handler's question is), then the plugin alone, once per round
+    /// of asking (`asking.rs`).
     pub(super) async fn call_unbound(
         &self,
         tool: Arc<ToolEntry>,
@@ -128,11 +130,39 @@ impl TurnstileServer {
         let again = asking.is_some();
         let mut arguments = Some(arguments);
         loop {
+            let view = asking.as_ref().map_or(Value::Null, Asking::plugin_view);
+            let decision = unbound_confirmation(
+                &tool,
+                arguments
+                    .as_ref()
+                    .expect("kept while the call may run again"),
+                &view,
+            );
+            let confirmation = match decision {
+                Decision::NotNeeded => None,
+                Decision::Accepted(content) => Some(content),
+                Decision::Declined(action) => return reply::declined(&name, &action).into(),
+                // Asked before the handler runs, as a handler's own question is asked.
+                Decision::Ask(requests) => {
+                    let Some(asking) = asking.as_mut() else {
+                        // A tool that confirms asks (`ToolEntry::asks`): unreachable.
+                        let needed = reply::needed(&requests);
+                        return reply::input_unavailable(&name, &needed).into();
+                    };
+                    let next = asking
+                        .next(requests, context, &self.shared.state_seal, deadline)
+                        .await;
+                    match asked(&name, next) {
+                        Some(answer) => return answer.into(),
+                        None => continue,
+                    }
+                }
+            };
             let call_context = CallContext {
                 call_id: uuid::Uuid::new_v4().to_string(),
                 handle: String::new(),
                 state: Value::Null,
-                asking: asking.as_ref().map_or(Value::Null, Asking::plugin_view),
+                asking: confirm::told(view, confirmation.as_ref()),
                 ..CallContext::default()
             };
             let (host, events) = HostCall::new(context.ct.child_token());
@@ -610,6 +640,17 @@ impl TurnstileServer {
             }
         }
     }
+}
+
+/// What the binding's confirmation (`confirm.rs`) of a tool bound to no workflow comes to for
+/// a call with `arguments`, told `asking` so far: its `when` sees an empty context, as there is
+/// no instance.
+fn unbound_confirmation(tool: &ToolEntry, arguments: &Value, asking: &Value) -> Decision {
+    tool.confirm
+        .as_ref()
+        .map_or(Decision::NotNeeded, |confirm| {
+            confirm.decide(&Value::Object(JsonObject::new()), arguments, asking)
+        })
 }
 
 /// What one run of a call gets of `kept`: a copy when the call may run `again` (its handler may
