@@ -11,9 +11,9 @@ use std::{thread, time::Duration};
 
 use serde_json::{Value, json};
 use turnstile_plugin::{
-    CallContext, InputKind, InputRequest, LogLevel, Manifest, Plugin, PrimitiveKind,
-    PromptManifest, ResourceManifest, ResourceTemplateManifest, TaskSupport, ToolError,
-    ToolManifest,
+    CallContext, ConfirmManifest, InputKind, InputRequest, LogLevel, Manifest, Plugin,
+    PrimitiveKind, PromptManifest, ResourceManifest, ResourceTemplateManifest, TaskSupport,
+    ToolError, ToolManifest,
 };
 
 /// A 1×1 PNG (the suite checks that an image block has data and a MIME type).
@@ -194,7 +194,8 @@ impl Plugin for Conformance {
                 .asks(),
             )
             // The tasks extension's scenarios (SEP-2663): a call that never runs as a task, one
-            // that may, one that must; ones that ask while they run as tasks.
+            // that may, one that must; ones that ask while they run as tasks, and one that
+            // confirms before its task.
             // First in the 2026-07-28 list (sorted by name), which the header scenarios call
             // with no arguments as a plain call: refused its missing filename, a tool result.
             .tool(
@@ -253,6 +254,21 @@ impl Plugin for Conformance {
                 .output_schema(json!({"type": "object", "properties": {
                     "answer": {"type": "string"}}, "required": ["answer"]}))
                 .task(TaskSupport::Optional),
+            )
+            .tool(
+                tool(
+                    "test_tool_with_task",
+                    "Has the person give their name before it runs, then greets them; runs \
+                     only as a task.",
+                )
+                .confirm(ConfirmManifest {
+                    message: "What is your name?".into(),
+                    schema: Some(json!({"type": "object", "properties": {
+                        "name": {"type": "string", "description": "Your name."}},
+                        "required": ["name"]})),
+                    when: None,
+                })
+                .task(TaskSupport::Required),
             )
             .prompt(
                 PromptManifest::new(
@@ -461,6 +477,13 @@ impl Plugin for Conformance {
             }
             // Its declared output needs an `answer`.
             "protocol_error_job" => Ok(json!({"result": "no answer"})),
+            "test_tool_with_task" => {
+                let name = ctx
+                    .confirmation()
+                    .and_then(|confirmed| confirmed["name"].as_str())
+                    .unwrap_or("nobody");
+                Ok(json!(format!("Hello, {name}!")))
+            }
             "test_custom_headers" => Ok(json!("Custom headers test completed.")),
             other => Err(ToolError::UnknownTool(other.to_owned())),
         }
@@ -706,6 +729,14 @@ mod tests {
             &told(json!({"name": named, "confirm": yes})),
         );
         assert_eq!(both.unwrap(), json!("name: partial-1, confirm: true"));
+        // What the person confirmed reaches the handler (the host asks, before it runs).
+        let confirmed = json!({"action": "accept", "content": {"name": "Alice"}});
+        let greeted = plugin.call(
+            "test_tool_with_task",
+            json!({}),
+            &told(json!({"turnstile.confirm": confirmed})),
+        );
+        assert_eq!(greeted.unwrap(), json!("Hello, Alice!"));
     }
 
     #[test]

@@ -278,6 +278,11 @@ impl Asking {
         self.from_state = false;
     }
 
+    /// Whether the client can answer every one of `requests` (it declared what they need).
+    pub fn can_answer(&self, requests: &Map<String, Value>) -> bool {
+        unanswerable(requests, &self.can).is_empty()
+    }
+
     /// What the plugin is told (ABI 1.4 `asking_json`): what it may ask and what it was told.
     pub fn plugin_view(&self) -> Value {
         json!({"canAsk": self.can, "responses": self.responses})

@@ -116,6 +116,9 @@ impl ServerHandler for TurnstileServer {
             if let Some(tool) = record.tool() {
                 match self.call_mode(tool, &context) {
                     Ok(CallMode::Plain) => {}
+                    // A confirmation still to ask is asked plainly (a declined one answered so):
+                    // the retry with the person's yes becomes the task.
+                    Ok(CallMode::Task) if self.confirmation_answers(tool, &request, &context) => {}
                     Ok(CallMode::Task) => {
                         return Ok(self.start_task(request, context, catalog.clone(), record));
                     }

@@ -14,7 +14,10 @@
 //!
 //! A task's call that asks for input parks the task (`asking.rs`: `input_required`, with the
 //! requests as SEP-2322 words them) until `tasks/update` has answered each, then runs again
-//! with every answer, as a plain call does.
+//! with every answer, as a plain call does. A binding's confirmation of a tool of no workflow
+//! is asked before the task is created instead (SEP-2663: a call's rounds of input SHOULD be
+//! done with before its task): that call is answered plainly, and its retry with the person's
+//! yes becomes the task.
 
 use std::{sync::Arc, time::Duration};
 
