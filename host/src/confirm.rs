@@ -8,7 +8,8 @@
 //! again with the answer. An accept runs the handler, and the form's content becomes the event's
 //! `input.confirmation`, the audit entry's `confirmation` and what the handler is told
 //! (`CallContext::confirmation`); a decline or cancel runs nothing and fires nothing
-//! (`DECLINED`).
+//! (`DECLINED`). A tool bound to no workflow is confirmed the same way, before its handler runs
+//! (`mcp/handler/tools.rs`), its `when` reading an empty `context`.
 //!
 //! Only what was asked is kept (issue 50): the content is the fields the form declares, each
 //! bounded (a string by the form's `maxLength`, which the host adds, [`MAX_FIELD_CHARS`], where
@@ -74,6 +75,25 @@ pub enum Decision {
     Accepted(Value),
     /// The person declined or cancelled: the action they answered.
     Declined(String),
+}
+
+/// What a handler is told of its asking (ABI 1.4's `{"canAsk", "responses"}`, `asking`) once
+/// its binding's confirmation is decided: what the host kept of the person's answer
+/// (`Decision::Accepted`'s content) under [`CONFIRM_KEY`], or nothing there when no
+/// confirmation was made for this call, whatever the client sent.
+pub fn told(mut asking: Value, confirmation: Option<&Value>) -> Value {
+    if let Some(Value::Object(responses)) = asking.get_mut("responses") {
+        match confirmation {
+            Some(content) => {
+                let kept = json!({"action": "accept", "content": content});
+                responses.insert(CONFIRM_KEY.to_owned(), kept);
+            }
+            None => {
+                responses.remove(CONFIRM_KEY);
+            }
+        }
+    }
+    asking
 }
 
 /// The field types a flat elicitation form may hold (MCP's `PrimitiveSchemaDefinition`).
@@ -317,6 +337,23 @@ mod tests {
             confirm.decide(&json!({}), &json!({}), &told),
             Decision::Accepted(fallback_answer()["content"].clone())
         );
+    }
+
+    #[test]
+    fn the_handler_is_told_what_the_host_kept_and_nothing_else_under_its_key() {
+        let offered = json!({"canAsk": [], "responses": {
+            CONFIRM_KEY: {"action": "accept", "content": {"name": "Mallory", "extra": 1}},
+            "own": {"action": "accept"}}});
+        let kept = json!({"name": "Alice"});
+        let told_kept = told(offered.clone(), Some(&kept));
+        assert_eq!(
+            told_kept["responses"][CONFIRM_KEY],
+            json!({"action": "accept", "content": {"name": "Alice"}})
+        );
+        assert_eq!(told_kept["responses"]["own"], offered["responses"]["own"]);
+        let told_nothing = told(offered, None);
+        assert!(told_nothing["responses"].get(CONFIRM_KEY).is_none());
+        assert_eq!(told(Value::Null, None), Value::Null, "nothing may be asked");
     }
 
     #[test]

@@ -7,6 +7,11 @@
 //! result, or the JSON-RPC error it ended with), so the wire side (`mcp/handler/tasks.rs`)
 //! decides every client-visible shape and this one only keeps and tells.
 //!
+//! A task whose call asks for input (a handler's question, a binding's confirmation) waits in
+//! the table: it shows the requests still unanswered (`input_required`), takes the client's
+//! answers by key as they come (`tasks/update`), and hands them to the waiting call once every
+//! one is in. The requests and answers are kept as JSON too; what they mean is `asking.rs`'s.
+//!
 //! A task lives in the memory of the server that runs it, for its `ttl` after it was created
 //! (a task still running past it is kept until it ends, and then for one poll interval more):
 //! a client polls the server it started the task on.
@@ -18,7 +23,7 @@ use std::sync::{
 use std::time::Duration;
 
 use dashmap::DashMap;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +45,9 @@ const SWEEP_EVERY: usize = 64;
 #[derive(Debug, Clone, PartialEq)]
 pub enum TaskStatus {
     Working,
+    /// Waiting for the client's answers: the requests not answered yet, by key (`{"method",
+    /// "params"}` each, as the call asked them).
+    InputRequired(Map<String, Value>),
     /// Ended with the call's result (a tool error included: the call itself completed).
     Completed(Value),
     /// Ended without a result: the JSON-RPC error the call would have been answered with.
@@ -50,7 +58,7 @@ pub enum TaskStatus {
 
 impl TaskStatus {
     pub fn is_terminal(&self) -> bool {
-        !matches!(self, TaskStatus::Working)
+        !matches!(self, TaskStatus::Working | TaskStatus::InputRequired(_))
     }
 }
 
@@ -59,6 +67,18 @@ pub fn instance_handle(id: &str) -> Option<&str> {
     id.split_once('.')
         .map(|(_, handle)| handle)
         .filter(|handle| !handle.is_empty())
+}
+
+/// Why a task's call got no answers to what it asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unanswered {
+    /// The task ended while it waited (its client cancelled it).
+    Ended,
+    /// No answer came within the task's `ttl`.
+    TimedOut,
+    /// It asked under a key it had asked under before: a task's keys are unique over its life,
+    /// so that a late answer to an earlier question is never taken for the new one.
+    KeyReused(String),
 }
 
 /// Who may see a task: the principal that created it when the server authenticates, anyone
@@ -78,37 +98,136 @@ pub struct Task {
     pub ttl: Duration,
     /// Cancelled by `tasks/cancel`: the call's plugin sees it through `is_cancelled`.
     pub cancellation: CancellationToken,
-    status: watch::Sender<(TaskStatus, u64)>,
+    state: watch::Sender<State>,
+}
+
+/// What the task's watch holds: its status, when it last changed, and what the asking call
+/// is to be handed. One value, so that an answer leaves the requests shown and joins those
+/// handed over in one step (a `tasks/get` right after a `tasks/update` sees it taken).
+#[derive(Debug)]
+struct State {
+    status: TaskStatus,
+    /// When `status` last changed (unix ms).
+    at: u64,
+    /// The answers taken for the current round of asking, by key.
+    answers: Map<String, Value>,
+    /// Every key the task has asked under.
+    asked: std::collections::HashSet<String>,
 }
 
 impl Task {
     /// Its status and when it last changed (unix ms).
     pub fn status(&self) -> (TaskStatus, u64) {
-        self.status.borrow().clone()
+        let state = self.state.borrow();
+        (state.status.clone(), state.at)
     }
 
     /// Ends the task with `status`, unless it has ended already (a cancel that came first
     /// stands). Returns whether this ended it.
     pub fn end(&self, status: TaskStatus) -> bool {
         debug_assert!(status.is_terminal());
-        self.status.send_if_modified(|(current, at)| {
-            if current.is_terminal() {
+        self.state.send_if_modified(|state| {
+            if state.status.is_terminal() {
                 return false;
             }
-            *current = status;
-            *at = now_ms();
+            state.status = status;
+            state.at = now_ms();
+            state.answers.clear();
             true
         })
     }
 
     /// Waits until the task has ended, and returns how.
     pub async fn ended(&self) -> TaskStatus {
-        let mut watching = self.status.subscribe();
-        match watching.wait_for(|(status, _)| status.is_terminal()).await {
-            Ok(ended) => ended.0.clone(),
+        let mut watching = self.state.subscribe();
+        match watching.wait_for(|state| state.status.is_terminal()).await {
+            Ok(ended) => ended.status.clone(),
             // The sender lives as long as `self`: unreachable, but not worth a panic.
             Err(_) => self.status().0,
         }
+    }
+
+    /// The task's call asks `requests` (by key): the task shows them (`input_required`) until
+    /// every one is answered ([`Task::answer`]), then works again, and the call gets the
+    /// answers, by key. Waits at most until the task's `ttl` has run since it was created.
+    pub async fn ask(
+        &self,
+        requests: Map<String, Value>,
+    ) -> Result<Map<String, Value>, Unanswered> {
+        if requests.is_empty() {
+            return Ok(Map::new());
+        }
+        let mut refused = None;
+        self.state.send_if_modified(|state| {
+            if state.status.is_terminal() {
+                refused = Some(Unanswered::Ended);
+                return false;
+            }
+            if let Some(reused) = requests.keys().find(|key| state.asked.contains(*key)) {
+                refused = Some(Unanswered::KeyReused(reused.clone()));
+                return false;
+            }
+            state.asked.extend(requests.keys().cloned());
+            state.status = TaskStatus::InputRequired(requests);
+            state.at = now_ms();
+            state.answers.clear();
+            true
+        });
+        if let Some(refused) = refused {
+            return Err(refused);
+        }
+        let kept_until = self
+            .created_at_ms
+            .saturating_add(self.ttl.as_millis() as u64);
+        let left = Duration::from_millis(kept_until.saturating_sub(now_ms()));
+        let mut watching = self.state.subscribe();
+        let answered =
+            watching.wait_for(|state| !matches!(state.status, TaskStatus::InputRequired(_)));
+        let working = match tokio::time::timeout(left, answered).await {
+            Ok(Ok(state)) => state.status == TaskStatus::Working,
+            // The sender lives as long as `self`: unreachable, but not worth a panic.
+            Ok(Err(_)) => false,
+            Err(_) => return Err(Unanswered::TimedOut),
+        };
+        if !working {
+            // It ended (cancelled) while it waited.
+            return Err(Unanswered::Ended);
+        }
+        let mut answers = Map::new();
+        // Taken without telling the watchers: the status did not change.
+        self.state.send_if_modified(|state| {
+            answers = std::mem::take(&mut state.answers);
+            false
+        });
+        Ok(answers)
+    }
+
+    /// Answers from the client (`tasks/update`): each to a request the task shows is taken, and
+    /// the request no longer shown; any other (a key never asked, answered already, or of an
+    /// earlier round) is ignored. Once every request is answered the task works again and its
+    /// call gets the answers. Returns the keys taken.
+    pub fn answer(&self, answers: impl IntoIterator<Item = (String, Value)>) -> Vec<String> {
+        let mut taken = Vec::new();
+        self.state.send_if_modified(|state| {
+            let TaskStatus::InputRequired(pending) = &mut state.status else {
+                return false;
+            };
+            for (key, answer) in answers {
+                if pending.remove(&key).is_some() {
+                    state.answers.insert(key.clone(), answer);
+                    taken.push(key);
+                }
+            }
+            if taken.is_empty() {
+                return false;
+            }
+            if pending.is_empty() {
+                state.status = TaskStatus::Working;
+            }
+            state.at = now_ms();
+            true
+        });
+        taken
     }
 
     /// Whether the table may forget it at `now`.
@@ -156,7 +275,12 @@ impl Tasks {
             created_at_ms: now,
             ttl: ttl.unwrap_or(DEFAULT_TTL).min(MAX_TTL),
             cancellation: CancellationToken::new(),
-            status: watch::Sender::new((TaskStatus::Working, now)),
+            state: watch::Sender::new(State {
+                status: TaskStatus::Working,
+                at: now,
+                answers: Map::new(),
+                asked: Default::default(),
+            }),
         });
         self.table.insert(task.id.clone(), task.clone());
         task
@@ -254,6 +378,103 @@ mod tests {
             waiting.await.unwrap(),
             TaskStatus::Failed(json!({"code": -32603}))
         );
+    }
+
+    fn requests(keys: &[&str]) -> Map<String, Value> {
+        keys.iter()
+            .map(|key| {
+                let form = json!({"method": "elicitation/create", "params": {"message": key}});
+                (key.to_string(), form)
+            })
+            .collect()
+    }
+
+    fn shown(task: &Task) -> Vec<String> {
+        match task.status().0 {
+            TaskStatus::InputRequired(pending) => pending.keys().cloned().collect(),
+            other => panic!("not input_required: {other:?}"),
+        }
+    }
+
+    /// Waits until `task` shows what it asks.
+    async fn parked(task: &Task) {
+        let mut watching = task.state.subscribe();
+        watching
+            .wait_for(|state| matches!(state.status, TaskStatus::InputRequired(_)))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_task_shows_what_it_asks_until_every_key_is_answered() {
+        let tasks = Tasks::default();
+        let task = tasks.create("t", alice(), None, None);
+        let asking = tokio::spawn({
+            let task = task.clone();
+            async move { task.ask(requests(&["first", "second"])).await }
+        });
+        parked(&task).await;
+        assert_eq!(shown(&task), ["first", "second"]);
+        // An answer to a key it does not await is ignored; the task stays as it was.
+        assert!(task.answer([("unknown".into(), json!({}))]).is_empty());
+        assert_eq!(shown(&task), ["first", "second"]);
+        // A partial answer: at once, only the other key is shown, and the call still waits.
+        let first = json!({"action": "accept", "content": {"name": "partial-1"}});
+        assert_eq!(task.answer([("first".into(), first.clone())]), ["first"]);
+        assert_eq!(shown(&task), ["second"]);
+        assert!(!asking.is_finished());
+        // Answered again: ignored, the first answer stands.
+        assert!(task.answer([("first".into(), json!({}))]).is_empty());
+        let second = json!({"action": "accept", "content": {"name": "partial-2"}});
+        task.answer([("second".into(), second.clone())]);
+        assert_eq!(task.status().0, TaskStatus::Working);
+        let answers = asking.await.unwrap().unwrap();
+        assert_eq!(answers["first"], first);
+        assert_eq!(answers["second"], second);
+        // Once working, nothing is awaited: answers are ignored.
+        assert!(task.answer([("second".into(), json!({}))]).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_parked_task_cancelled_ends_cancelled_and_its_call_stops_waiting() {
+        let tasks = Tasks::default();
+        let task = tasks.create("t", alice(), None, None);
+        let asking = tokio::spawn({
+            let task = task.clone();
+            async move { task.ask(requests(&["confirm"])).await }
+        });
+        parked(&task).await;
+        tasks.cancel(&task.id, &alice()).unwrap();
+        assert_eq!(asking.await.unwrap(), Err(Unanswered::Ended));
+        assert_eq!(task.status().0, TaskStatus::Cancelled);
+        assert!(task.answer([("confirm".into(), json!({}))]).is_empty());
+        // An ended task asks nothing more.
+        assert_eq!(task.ask(requests(&["later"])).await, Err(Unanswered::Ended));
+    }
+
+    #[tokio::test]
+    async fn a_key_is_asked_once_in_a_tasks_life_and_waiting_ends_with_its_ttl() {
+        let tasks = Tasks::default();
+        let task = tasks.create("t", alice(), None, None);
+        let asking = tokio::spawn({
+            let task = task.clone();
+            async move { task.ask(requests(&["name"])).await }
+        });
+        parked(&task).await;
+        task.answer([("name".into(), json!({"action": "accept"}))]);
+        asking.await.unwrap().unwrap();
+        assert_eq!(
+            task.ask(requests(&["name", "other"])).await,
+            Err(Unanswered::KeyReused("name".into()))
+        );
+        assert_eq!(task.status().0, TaskStatus::Working, "refused, not parked");
+        let brief = tasks.create("t", alice(), Some(Duration::ZERO), None);
+        assert_eq!(
+            brief.ask(requests(&["name"])).await,
+            Err(Unanswered::TimedOut)
+        );
+        // Still asking: a parked task is not over, and is not forgotten.
+        assert!(!brief.expired(now_ms() + MAX_TTL.as_millis() as u64));
     }
 
     #[test]

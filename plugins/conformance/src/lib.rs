@@ -11,9 +11,9 @@ use std::{thread, time::Duration};
 
 use serde_json::{Value, json};
 use turnstile_plugin::{
-    CallContext, InputKind, InputRequest, LogLevel, Manifest, Plugin, PrimitiveKind,
-    PromptManifest, ResourceManifest, ResourceTemplateManifest, TaskSupport, ToolError,
-    ToolManifest,
+    CallContext, ConfirmManifest, InputKind, InputRequest, LogLevel, Manifest, Plugin,
+    PrimitiveKind, PromptManifest, ResourceManifest, ResourceTemplateManifest, TaskSupport,
+    ToolError, ToolManifest,
 };
 
 /// A 1×1 PNG (the suite checks that an image block has data and a MIME type).
@@ -194,9 +194,20 @@ impl Plugin for Conformance {
                 .asks(),
             )
             // The tasks extension's scenarios (SEP-2663): a call that never runs as a task, one
-            // that may, one that must.
+            // that may, one that must; ones that ask while they run as tasks, and one that
+            // confirms before its task.
             // First in the 2026-07-28 list (sorted by name), which the header scenarios call
-            // with no arguments as a plain call: failing_job, next, runs only as a task.
+            // with no arguments as a plain call: refused its missing filename, a tool result.
+            .tool(
+                ToolManifest::new(
+                    "confirm_delete",
+                    "Asks whether to delete the file it is given, then says what it did.",
+                    json!({"type": "object", "properties": {"filename": {"type": "string"}},
+                        "required": ["filename"]}),
+                )
+                .asks()
+                .task(TaskSupport::Optional),
+            )
             .tool(ToolManifest::new(
                 "echo",
                 "Answers with the message it is given.",
@@ -224,6 +235,39 @@ impl Plugin for Conformance {
                     "failing_job",
                     "Works for a second, then fails with a tool error; runs only as a task.",
                 )
+                .task(TaskSupport::Required),
+            )
+            .tool(
+                tool(
+                    "multi_input",
+                    "Asks two questions at once, then answers with both answers.",
+                )
+                .asks()
+                .task(TaskSupport::Optional),
+            )
+            .tool(
+                tool(
+                    "protocol_error_job",
+                    "Answers with output its declared output schema refuses: the call cannot \
+                     give a result, and its task ends failed.",
+                )
+                .output_schema(json!({"type": "object", "properties": {
+                    "answer": {"type": "string"}}, "required": ["answer"]}))
+                .task(TaskSupport::Optional),
+            )
+            .tool(
+                tool(
+                    "test_tool_with_task",
+                    "Has the person give their name before it runs, then greets them; runs \
+                     only as a task.",
+                )
+                .confirm(ConfirmManifest {
+                    message: "What is your name?".into(),
+                    schema: Some(json!({"type": "object", "properties": {
+                        "name": {"type": "string", "description": "Your name."}},
+                        "required": ["name"]})),
+                    when: None,
+                })
                 .task(TaskSupport::Required),
             )
             .prompt(
@@ -393,6 +437,52 @@ impl Plugin for Conformance {
             "failing_job" => {
                 work_for(Duration::from_secs(1), ctx);
                 Err(ToolError::failed("failing_job failed, as it always does"))
+            }
+            "confirm_delete" => {
+                let filename = input["filename"].as_str().unwrap_or_default();
+                let answer = ctx.ask(
+                    "confirm",
+                    InputRequest::form(
+                        format!("Delete {filename}?"),
+                        json!({"type": "object", "properties": {
+                            "confirm": {"type": "boolean", "title": "Delete it"}},
+                            "required": ["confirm"]}),
+                    ),
+                )?;
+                let confirmed =
+                    answer["action"] == "accept" && answer["content"]["confirm"] == true;
+                Ok(json!(if confirmed {
+                    format!("Deleted {filename}.")
+                } else {
+                    format!("Kept {filename}.")
+                }))
+            }
+            "multi_input" => {
+                let answers = ctx.ask_all([
+                    ("name", form_of("What is your name?", "name")),
+                    (
+                        "confirm",
+                        InputRequest::form(
+                            "Go ahead?",
+                            json!({"type": "object", "properties": {
+                                "confirm": {"type": "boolean"}}, "required": ["confirm"]}),
+                        ),
+                    ),
+                ])?;
+                Ok(json!(format!(
+                    "name: {}, confirm: {}",
+                    answers[0]["content"]["name"].as_str().unwrap_or("none"),
+                    answers[1]["content"]["confirm"]
+                )))
+            }
+            // Its declared output needs an `answer`.
+            "protocol_error_job" => Ok(json!({"result": "no answer"})),
+            "test_tool_with_task" => {
+                let name = ctx
+                    .confirmation()
+                    .and_then(|confirmed| confirmed["name"].as_str())
+                    .unwrap_or("nobody");
+                Ok(json!(format!("Hello, {name}!")))
             }
             "test_custom_headers" => Ok(json!("Custom headers test completed.")),
             other => Err(ToolError::UnknownTool(other.to_owned())),
@@ -600,6 +690,53 @@ mod tests {
                 name => assert!(answer.is_ok(), "{name}: {answer:?}"),
             }
         }
+    }
+
+    #[test]
+    fn the_task_tools_ask_then_answer_with_what_they_were_told() {
+        let plugin = Conformance;
+        let told = |responses: Value| CallContext {
+            asking: json!({"canAsk": ["elicitation.form"], "responses": responses}),
+            ..CallContext::default()
+        };
+        let yes = json!({"action": "accept", "content": {"confirm": true}});
+        let file = json!({"filename": "a.txt"});
+        let Err(ToolError::NeedsInput(asked)) =
+            plugin.call("confirm_delete", file.clone(), &told(json!({})))
+        else {
+            panic!("confirm_delete asks first");
+        };
+        assert_eq!(asked.keys().collect::<Vec<_>>(), ["confirm"]);
+        let deleted = plugin.call("confirm_delete", file, &told(json!({"confirm": yes})));
+        assert_eq!(deleted.unwrap(), json!("Deleted a.txt."));
+        // Two questions at once; answered one at a time, it asks only what is left.
+        let Err(ToolError::NeedsInput(asked)) =
+            plugin.call("multi_input", json!({}), &told(json!({})))
+        else {
+            panic!("multi_input asks first");
+        };
+        assert_eq!(asked.keys().collect::<Vec<_>>(), ["name", "confirm"]);
+        let named = json!({"action": "accept", "content": {"name": "partial-1"}});
+        let Err(ToolError::NeedsInput(asked)) =
+            plugin.call("multi_input", json!({}), &told(json!({"name": named})))
+        else {
+            panic!("one answer of two");
+        };
+        assert_eq!(asked.keys().collect::<Vec<_>>(), ["confirm"]);
+        let both = plugin.call(
+            "multi_input",
+            json!({}),
+            &told(json!({"name": named, "confirm": yes})),
+        );
+        assert_eq!(both.unwrap(), json!("name: partial-1, confirm: true"));
+        // What the person confirmed reaches the handler (the host asks, before it runs).
+        let confirmed = json!({"action": "accept", "content": {"name": "Alice"}});
+        let greeted = plugin.call(
+            "test_tool_with_task",
+            json!({}),
+            &told(json!({"turnstile.confirm": confirmed})),
+        );
+        assert_eq!(greeted.unwrap(), json!("Hello, Alice!"));
     }
 
     #[test]

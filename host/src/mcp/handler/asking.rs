@@ -22,6 +22,11 @@
 //!   operator's reset and a new approval, it would have paid out again unasked). A
 //!   `requestState` sent to a tool that asks for nothing is refused too.
 //!
+//! - **A call running as a task** (2026-07-28's tasks extension; `tasks.rs`): the task shows
+//!   the requests (`input_required`) and the call waits, holding no lock, for the client's
+//!   answers by `tasks/update` (each key as it comes; the call runs again once all are in), for
+//!   at most the task's `ttl`. A cancelled task stops waiting.
+//!
 //! Only what the client declared it can answer is asked: the handler is told (`canAsk`), and a
 //! request past it ends the call `INPUT_UNAVAILABLE` (`reply.rs`), naming what was needed.
 //!
@@ -31,6 +36,7 @@
 
 use std::{
     collections::BTreeMap,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -53,6 +59,7 @@ use sha2::Sha256;
 use crate::actors::Revision;
 use crate::confirm::{CONFIRM_KEY, fallback_answer};
 use crate::mcp::session::request_stream::RequestStream;
+use crate::tasks::{Task, Unanswered};
 
 /// The most rounds of asking one call may take in a 2025 session (a handler that asks again
 /// after every answer would otherwise hold the request for good).
@@ -68,17 +75,27 @@ pub enum Era {
     Requests,
     /// 2026-07-28: an input-required result the client retries.
     InputRequired,
+    /// A call running as a task: the task waits for the answers (`tasks/update`).
+    Task,
 }
 
 impl Era {
     /// The era of `context`'s request.
     pub fn of(context: &RequestContext<RoleServer>) -> Era {
-        if super::era::is_2026_07_28(context) {
+        if running_task(context).is_some() {
+            Era::Task
+        } else if super::era::is_2026_07_28(context) {
             Era::InputRequired
         } else {
             Era::Requests
         }
     }
+}
+
+/// The task `context`'s call runs as, if it runs as one: `mcp/handler/tasks.rs` puts it in the
+/// extensions of the context the task's call runs with.
+fn running_task(context: &RequestContext<RoleServer>) -> Option<&Arc<Task>> {
+    context.extensions.get::<Arc<Task>>()
 }
 
 /// The kinds of input a client with `capabilities` can give, as the plugin is told them
@@ -261,6 +278,11 @@ impl Asking {
         self.from_state = false;
     }
 
+    /// Whether the client can answer every one of `requests` (it declared what they need).
+    pub fn can_answer(&self, requests: &Map<String, Value>) -> bool {
+        unanswerable(requests, &self.can).is_empty()
+    }
+
     /// What the plugin is told (ABI 1.4 `asking_json`): what it may ask and what it was told.
     pub fn plugin_view(&self) -> Value {
         json!({"canAsk": self.can, "responses": self.responses})
@@ -298,18 +320,40 @@ impl Asking {
         }
         match self.era {
             Era::InputRequired => {
-                let input_requests: InputRequests =
-                    match serde_json::from_value(Value::Object(requests)) {
-                        Ok(requests) => requests,
-                        Err(error) => {
-                            return Next::Failed(format!(
-                                "its request for input is not one MCP describes: {error}"
-                            ));
-                        }
-                    };
+                let input_requests = match described(requests) {
+                    Ok(requests) => requests,
+                    Err(why) => return Next::Failed(why),
+                };
                 let asked: Vec<String> = input_requests.keys().cloned().collect();
                 let state = seal.seal(&self.call, &self.responses, asked, self.made_for);
                 Next::InputRequired(InputRequiredResult::new(Some(input_requests), Some(state)))
+            }
+            Era::Task => {
+                let Some(task) = running_task(context) else {
+                    return Next::Failed("its task is gone".to_owned());
+                };
+                // Checked now, as the input-required result checks them: `tasks/get` shows them.
+                if let Err(why) = described(requests.clone()) {
+                    return Next::Failed(why);
+                }
+                let answers = tokio::select! {
+                    answers = task.ask(requests) => answers,
+                    () = context.ct.cancelled() => return Next::Cancelled,
+                };
+                match answers {
+                    Ok(answers) => {
+                        // `tasks/update` took only objects (`reply::unusable_answers`).
+                        self.responses.extend(answers);
+                        Next::RunAgain
+                    }
+                    Err(Unanswered::Ended) => Next::Cancelled,
+                    Err(Unanswered::TimedOut) => {
+                        Next::Failed("no answer came within the task's ttl".to_owned())
+                    }
+                    Err(Unanswered::KeyReused(key)) => Next::Failed(format!(
+                        "it asked again under the key {key:?}, which a task asks under once"
+                    )),
+                }
             }
             Era::Requests => {
                 if Instant::now() >= deadline {
@@ -352,6 +396,12 @@ impl Asking {
             }
         }
     }
+}
+
+/// `requests` as MCP describes them (SEP-2322's `inputRequests`), or why they are not.
+fn described(requests: Map<String, Value>) -> Result<InputRequests, String> {
+    serde_json::from_value(Value::Object(requests))
+        .map_err(|error| format!("its request for input is not one MCP describes: {error}"))
 }
 
 /// Sends `request` (`{"method", "params"}`, checked by the plugin layer) to the client of

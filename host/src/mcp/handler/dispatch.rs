@@ -117,6 +117,12 @@ impl ServerHandler for TurnstileServer {
             if let Some(tool) = record.tool() {
                 match self.call_mode(tool, &context) {
                     Ok(CallMode::Plain) => {}
+                    // A confirmation still to ask is asked plainly (a declined one answered so):
+                    // the retry with the person's yes becomes the task. (A workflow tool's is
+                    // asked by its instance, before its task starts.)
+                    Ok(CallMode::Task)
+                        if tool.workflow().is_none()
+                            && self.confirmation_answers(tool, &request, &context) => {}
                     Ok(CallMode::Task) if tool.workflow().is_none() => {
                         return Ok(self.start_task(request, context, catalog.clone(), record));
                     }

@@ -37,7 +37,7 @@ pub use self::request_errors::{
     unwatchable,
 };
 pub use self::tasks::{
-    task_cannot_ask, task_required, task_result_unkept, task_runner_stopped, task_unreadable,
+    task_failure, task_required, task_result_unkept, task_runner_stopped, task_unreadable,
     unknown_task,
 };
 use super::{clip::clip, target::NoTarget};
@@ -579,6 +579,23 @@ fn failure_words(tool: &str, error: &InstanceError) -> CallToolResult {
     )
 }
 
+/// The codes of the error results that say a call could not give its handler's answer for a
+/// reason of the host's, not the tool's: the ones [`invoke_failure`] writes (the plugin failed,
+/// crashed, timed out or was busy, its upstream could not be reached, its output was unusable,
+/// the server was shutting down). A task whose call ends with one ends `failed`
+/// (`reply/tasks.rs`); any other result, a tool's own error included, completes it.
+const HOST_FAILURES: &[&str] = &[
+    "BAD_OUTPUT",
+    "BUSY",
+    "INTERNAL",
+    "PLUGIN_CRASHED",
+    "PLUGIN_FAILED",
+    "RESULT_TOO_LARGE",
+    "SHUTTING_DOWN",
+    "TOOL_TIMEOUT",
+    "UPSTREAM_UNAVAILABLE",
+];
+
 /// The tool produced no output. Nothing was fired; `handlerRan` says whether the handler ran.
 pub fn invoke_failure(tool: &str, error: &InvokeError) -> CallToolResult {
     let handler_ran = match error {
@@ -884,6 +901,67 @@ mod tests {
         );
         let unbound = ran("p.free", written("[1, 2]"), None);
         assert_eq!(text_of(&unbound), "[1, 2]");
+    }
+
+    #[test]
+    fn every_invoke_failure_is_the_hosts_and_a_tool_error_is_not() {
+        let code = |result: &CallToolResult| {
+            result.structured_content.as_ref().unwrap()["error"]["code"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        let plugin = |error: PluginError| InvokeError::Plugin(error);
+        let (path, tool, reason) = (std::path::PathBuf::from("p.so"), "t", "gone");
+        let failures = [
+            InvokeError::TimedOut(std::time::Duration::from_secs(1)),
+            InvokeError::Worker("panicked".into()),
+            InvokeError::Busy(4),
+            InvokeError::InstanceBusy,
+            InvokeError::ShuttingDown,
+            InvokeError::BadOutput(vec!["missing answer".into()]),
+            InvokeError::ResultTooLarge { size: 2, limit: 1 },
+            plugin(PluginError::Crashed {
+                path: path.clone(),
+                tool: tool.into(),
+                reason: reason.into(),
+            }),
+            plugin(PluginError::UpstreamUnreachable {
+                path: path.clone(),
+                tool: tool.into(),
+                reason: reason.into(),
+            }),
+            plugin(PluginError::UpstreamNoAnswer {
+                path: path.clone(),
+                tool: tool.into(),
+                reason: reason.into(),
+            }),
+            plugin(PluginError::UpstreamBusy {
+                path: path.clone(),
+                tool: tool.into(),
+                reason: reason.into(),
+            }),
+            plugin(PluginError::BadResponse {
+                path,
+                tool: tool.into(),
+                reason: reason.into(),
+            }),
+        ];
+        for error in failures {
+            let result = invoke_failure(tool, &error);
+            assert!(HOST_FAILURES.contains(&&*code(&result)), "{error}");
+            let failed = task_failure(&result).expect("a host-side failure");
+            let data = failed.data.unwrap();
+            assert_eq!(data["code"], code(&result));
+            assert!(
+                data.get("handlerRan").is_some() && data["committed"] == false,
+                "{data}"
+            );
+        }
+        let own = ran(tool, PluginOutput::ToolError("no".into()), None);
+        assert!(!HOST_FAILURES.contains(&&*code(&own)));
+        assert!(task_failure(&own).is_none());
+        assert!(task_failure(&ran(tool, PluginOutput::success(json!("ok")), None)).is_none());
     }
 
     #[test]

@@ -7,7 +7,17 @@
 //! This room decides which calls become tasks and how a task looks to a client; `tasks.rs` (the
 //! crate's) keeps them. A task's call is the same call a plain one is (`answer_call`: the gate,
 //! the plugin, the transition, the save), run with the task's cancellation instead of the
-//! request's; what the call would have answered is what the task ends with.
+//! request's; what the call would have answered is what the task ends with: its result
+//! (`completed`, a tool error included), or, when the host could not get the handler's answer
+//! (the plugin crashed, timed out, or gave output it could not use), the JSON-RPC error that
+//! says so (`failed`).
+//!
+//! A task's call that asks for input parks the task (`asking.rs`: `input_required`, with the
+//! requests as SEP-2322 words them) until `tasks/update` has answered each, then runs again
+//! with every answer, as a plain call does. A binding's confirmation of a tool of no workflow
+//! is asked before the task is created instead (SEP-2663: a call's rounds of input SHOULD be
+//! done with before its task): that call is answered plainly, and its retry with the person's
+//! yes becomes the task.
 
 use std::{sync::Arc, time::Duration};
 
@@ -22,7 +32,9 @@ use rmcp::{
 };
 use serde_json::Value;
 
-use super::{call_record::CallRecord, era::is_2026_07_28, reply, server::TurnstileServer};
+use super::{
+    asking::Unusable, call_record::CallRecord, era::is_2026_07_28, reply, server::TurnstileServer,
+};
 use crate::actors::{InstanceError, InstanceKey, InstanceView};
 use crate::catalog::{Catalog, ToolEntry};
 use crate::gate;
@@ -215,15 +227,28 @@ impl TurnstileServer {
         }
     }
 
-    /// `tasks/update`: answers for what a task asked. A task asks nothing yet (a call whose
-    /// handler asks ends failed, saying so), so there is nothing to answer: acknowledged, as
-    /// answers to keys a task does not await are.
+    /// `tasks/update`: answers for what a task asked. Each answers the request of its key, if
+    /// the task shows it; answers to any other key (never asked, answered already) are
+    /// acknowledged and ignored. The task shows what is left at once; once nothing is, its
+    /// call runs again with every answer. An answer that is not an object is refused, as in a
+    /// `tools/call`'s `inputResponses`.
     pub(super) fn answer_update_task(
         &self,
         request: UpdateTaskParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.own_task(&request.task_id, context).map(|_| ())
+        let task = self.own_task(&request.task_id, context)?;
+        if let Some((key, _)) = request
+            .input_responses
+            .iter()
+            .find(|(_, answer)| !answer.is_object())
+        {
+            let why = Unusable::NotAnObject(key.clone());
+            return Err(reply::unusable_answers(&why));
+        }
+        let taken = task.answer(request.input_responses);
+        tracing::debug!(task = %task.id, answered = ?taken, "task input answered");
+        Ok(())
     }
 
     fn own_task(
@@ -248,10 +273,12 @@ impl TurnstileServer {
 /// stream ends with the answer, and the call's cancellation is the task's (`tasks/cancel`).
 pub(super) fn task_context(
     mut context: RequestContext<RoleServer>,
-    task: &tasks::Task,
+    task: &Arc<tasks::Task>,
 ) -> RequestContext<RoleServer> {
     context.ct = task.cancellation.clone();
     context.extensions.remove::<RequestStream>();
+    // What it asks, it asks of the task (`asking.rs`).
+    context.extensions.insert(task.clone());
     context
 }
 
@@ -262,23 +289,30 @@ pub(super) fn created(task: &tasks::Task) -> CallToolResponse {
 
 /// Ends `task`, the call of `tool`, with what the call answered.
 pub(super) fn end(task: &tasks::Task, tool: &str, answer: Result<CallToolResponse, ErrorData>) {
-    if task.end(ended_with(tool, answer)) {
+    if task.end(ended_with(answer)) {
         tracing::debug!(task = %task.id, tool, "task ended");
     }
 }
 
-/// The status a call's answer ends its task with: a result (a tool error included) completes
-/// it; an error, or input the call asked for, fails it.
-fn ended_with(tool: &str, answer: Result<CallToolResponse, ErrorData>) -> TaskStatus {
+/// The status a call's answer ends its task with: a result completes it, a tool error included,
+/// unless it says the host could not get the handler's answer (`reply::task_failure`); an
+/// error fails it.
+fn ended_with(answer: Result<CallToolResponse, ErrorData>) -> TaskStatus {
     let failed =
         |error: ErrorData| TaskStatus::Failed(serde_json::to_value(error).unwrap_or_default());
     match answer {
-        Ok(CallToolResponse::Complete(result)) => match serde_json::to_value(result) {
-            Ok(result) => TaskStatus::Completed(result),
-            Err(error) => failed(reply::task_result_unkept(&error.to_string())),
-        },
-        Ok(CallToolResponse::InputRequired(_)) => failed(reply::task_cannot_ask(tool)),
-        // `CallToolResponse` is non-exhaustive: a task, or a kind of answer rmcp adds later.
+        Ok(CallToolResponse::Complete(result)) => {
+            if let Some(error) = reply::task_failure(&result) {
+                return failed(error);
+            }
+            match serde_json::to_value(result) {
+                Ok(result) => TaskStatus::Completed(result),
+                Err(error) => failed(reply::task_result_unkept(&error.to_string())),
+            }
+        }
+        // What a task's call asks, it asks of the task (`asking.rs`): never an input-required
+        // result. `CallToolResponse` is non-exhaustive: a task, or a kind of answer rmcp adds
+        // later.
         Ok(_) => failed(reply::task_result_unkept("it was not a tool result")),
         Err(error) => failed(error),
     }
@@ -307,6 +341,10 @@ fn detailed(task: &tasks::Task) -> DetailedTask {
     let (status, _) = task.status();
     let payload = match status {
         TaskStatus::Working => TaskPayload::Working,
+        // Checked as MCP describes them before the task showed them (`asking.rs`).
+        TaskStatus::InputRequired(requests) => TaskPayload::InputRequired {
+            input_requests: serde_json::from_value(Value::Object(requests)).unwrap_or_default(),
+        },
         TaskStatus::Completed(result) => TaskPayload::Completed {
             result: object(result),
         },

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use rmcp::{
     ErrorData, RoleServer,
-    model::{CallToolRequestParams, CallToolResponse, CallToolResult, JsonObject, Tool},
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, InputResponses, JsonObject, Tool,
+    },
     service::RequestContext,
 };
 use serde_json::Value;
@@ -24,6 +26,7 @@ use crate::mcp::session::request_stream::RequestStream;
 use crate::{
     actors::{Call, CallOutcome, InstanceError, InstanceKey, Owner, TaskRun},
     catalog::{Catalog, ToolEntry},
+    confirm::{self, Decision},
     gate, invoke,
     logs::otlp,
     plugin::{CallContext, HostCall, PluginOutput},
@@ -114,8 +117,9 @@ impl TurnstileServer {
         Ok(())
     }
 
-    /// A call of a tool bound to no workflow: the plugin runs alone, once per round of asking
-    /// (`asking.rs`).
+    /// A call of a tool bound to no workflow: its binding's confirmation first, if it has one
+    /// (`confirm.rs`, asked as a handler's question is), then the plugin alone, once per round
+    /// of asking (`asking.rs`).
     pub(super) async fn call_unbound(
         &self,
         tool: Arc<ToolEntry>,
@@ -128,11 +132,39 @@ impl TurnstileServer {
         let again = asking.is_some();
         let mut arguments = Some(arguments);
         loop {
+            let view = asking.as_ref().map_or(Value::Null, Asking::plugin_view);
+            let decision = unbound_confirmation(
+                &tool,
+                arguments
+                    .as_ref()
+                    .expect("kept while the call may run again"),
+                &view,
+            );
+            let confirmation = match decision {
+                Decision::NotNeeded => None,
+                Decision::Accepted(content) => Some(content),
+                Decision::Declined(action) => return reply::declined(&name, &action).into(),
+                // Asked before the handler runs, as a handler's own question is asked.
+                Decision::Ask(requests) => {
+                    let Some(asking) = asking.as_mut() else {
+                        // A tool that confirms asks (`ToolEntry::asks`): unreachable.
+                        let needed = reply::needed(&requests);
+                        return reply::input_unavailable(&name, &needed).into();
+                    };
+                    let next = asking
+                        .next(requests, context, &self.shared.state_seal, deadline)
+                        .await;
+                    match asked(&name, next) {
+                        Some(answer) => return answer.into(),
+                        None => continue,
+                    }
+                }
+            };
             let call_context = CallContext {
                 call_id: uuid::Uuid::new_v4().to_string(),
                 handle: String::new(),
                 state: Value::Null,
-                asking: asking.as_ref().map_or(Value::Null, Asking::plugin_view),
+                asking: confirm::told(view, confirmation.as_ref()),
                 ..CallContext::default()
             };
             let (host, events) = HostCall::new(context.ct.child_token());
@@ -231,43 +263,13 @@ impl TurnstileServer {
                 return Err(reply::unknown_tool(&request.name));
             };
             let mut arguments: JsonObject = request.arguments.unwrap_or_default();
-            // Only a tool whose handler may ask is told what it may ask (`asking.rs`); its
-            // retries' answers and sealed state are checked here, before anything runs.
-            let asking = if tool.asks() {
-                let handle_in_meta = self
-                    .handle_mode(&context)
-                    .and_then(|mode| context.meta.get(&mode.key));
-                let identity = CallIdentity::new(
-                    "tools/call",
-                    tool.name(),
-                    &arguments,
-                    handle_in_meta,
-                    self.caller(&context)
-                        .principal
-                        .as_ref()
-                        .map(|principal| principal.0.as_str()),
-                );
-                let asking = Asking::start(
-                    &context,
-                    &self.shared.state_seal,
-                    identity,
-                    request.input_responses,
-                    request.request_state.as_deref(),
-                    self.shared.confirm_fallback,
-                )
-                .map_err(|why| reply::unusable_answers(&why))?;
-                if tool.workflow().is_some() && asking.unpinned_state() {
-                    let why = asking::Unusable::State(asking::NO_STEP);
-                    return Err(reply::unusable_answers(&why));
-                }
-                Some(asking)
-            } else if request.request_state.is_some() {
-                // No state was ever made for it: it asks nothing.
-                let why = asking::Unusable::State(asking::NOTHING_ASKED);
-                return Err(reply::unusable_answers(&why));
-            } else {
-                None
-            };
+            let asking = self.asking_of(
+                &tool,
+                &arguments,
+                request.input_responses,
+                request.request_state.as_deref(),
+                &context,
+            )?;
             let Some(workflow) = tool.workflow().and_then(|id| catalog.workflow(id)).cloned()
             else {
                 if let Err(problems) = tool.check_arguments(&Value::Object(arguments.clone())) {
@@ -360,6 +362,89 @@ impl TurnstileServer {
             )
             .instrument(span)
             .await
+        }
+    }
+
+    /// What a call of `tool` with `arguments` knows of its asking (`asking.rs`): only a tool
+    /// whose handler may ask is told what it may ask (`None` for one that asks nothing); its
+    /// retries' answers and sealed state are checked here, before anything runs.
+    fn asking_of(
+        &self,
+        tool: &ToolEntry,
+        arguments: &JsonObject,
+        input_responses: Option<InputResponses>,
+        request_state: Option<&str>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Option<Asking>, ErrorData> {
+        if !tool.asks() {
+            if request_state.is_some() {
+                // No state was ever made for it: it asks nothing.
+                let why = asking::Unusable::State(asking::NOTHING_ASKED);
+                return Err(reply::unusable_answers(&why));
+            }
+            return Ok(None);
+        }
+        let handle_in_meta = self
+            .handle_mode(context)
+            .and_then(|mode| context.meta.get(&mode.key));
+        let identity = CallIdentity::new(
+            "tools/call",
+            tool.name(),
+            arguments,
+            handle_in_meta,
+            self.caller(context)
+                .principal
+                .as_ref()
+                .map(|principal| principal.0.as_str()),
+        );
+        let asking = Asking::start(
+            context,
+            &self.shared.state_seal,
+            identity,
+            input_responses,
+            request_state,
+            self.shared.confirm_fallback,
+        )
+        .map_err(|why| reply::unusable_answers(&why))?;
+        if tool.workflow().is_some() && asking.unpinned_state() {
+            let why = asking::Unusable::State(asking::NO_STEP);
+            return Err(reply::unusable_answers(&why));
+        }
+        Ok(Some(asking))
+    }
+
+    /// Whether `request`, a call of `tool` (bound to no workflow), is answered by its binding's
+    /// confirmation (`confirm.rs`) alone: still to be asked of a client that can answer it, or
+    /// declined. A call that would run as a task is then answered plainly (SEP-2663: a call's
+    /// rounds of input SHOULD be done with before its task is created), and its retry with an
+    /// accepted answer becomes the task. Answers or a state the plain call would refuse count
+    /// too: the plain call refuses them. A workflow's tool confirms in its instance's actor,
+    /// after the gate.
+    pub(super) fn confirmation_answers(
+        &self,
+        tool: &ToolEntry,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> bool {
+        if tool.confirm.is_none() || tool.workflow().is_some() {
+            return false;
+        }
+        let arguments = request.arguments.clone().unwrap_or_default();
+        let asking = self.asking_of(
+            tool,
+            &arguments,
+            request.input_responses.clone(),
+            request.request_state.as_deref(),
+            context,
+        );
+        let Ok(Some(asking)) = asking else {
+            return true;
+        };
+        let decision = unbound_confirmation(tool, &Value::Object(arguments), &asking.plugin_view());
+        match decision {
+            Decision::Ask(requests) => asking.can_answer(&requests),
+            Decision::Declined(_) => true,
+            Decision::NotNeeded | Decision::Accepted(_) => false,
         }
     }
 
@@ -686,6 +771,17 @@ impl TurnstileServer {
             }
         }
     }
+}
+
+/// What the binding's confirmation (`confirm.rs`) of a tool bound to no workflow comes to for
+/// a call with `arguments`, told `asking` so far: its `when` sees an empty context, as there is
+/// no instance.
+fn unbound_confirmation(tool: &ToolEntry, arguments: &Value, asking: &Value) -> Decision {
+    tool.confirm
+        .as_ref()
+        .map_or(Decision::NotNeeded, |confirm| {
+            confirm.decide(&Value::Object(JsonObject::new()), arguments, asking)
+        })
 }
 
 /// What one run of a call gets of `kept`: a copy when the call may run `again` (its handler may

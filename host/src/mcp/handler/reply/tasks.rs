@@ -3,10 +3,11 @@
 
 use rmcp::{
     ErrorData,
-    model::{ClientCapabilities, TASKS_EXTENSION_ID},
+    model::{CallToolResult, ClientCapabilities, TASKS_EXTENSION_ID},
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
+use super::HOST_FAILURES;
 use crate::mcp::handler::clip::clip;
 
 /// JSON-RPC -32602, as the tasks extension says for a task id that names nothing the caller may
@@ -30,17 +31,41 @@ pub fn task_required(tool: &str) -> ErrorData {
     error
 }
 
-/// JSON-RPC -32603 a task ends `failed` with when its call asked the client for input, which
-/// a task cannot be given yet. Its handler ran until it asked; nothing fired.
-pub fn task_cannot_ask(tool: &str) -> ErrorData {
-    ErrorData::internal_error(
-        format!(
-            "{} asked for input, which a call running as a task cannot be given yet: call it \
-             without the tasks extension",
-            clip(tool)
-        ),
-        Some(json!({ "handlerRan": true, "committed": false })),
-    )
+/// JSON-RPC -32603 a task ends `failed` with when its call's `result` says the call could not
+/// give its handler's answer for a reason of the host's ([`HOST_FAILURES`]: the plugin crashed
+/// or timed out, its output was unusable...): the result's words, and as `data` its
+/// `structuredContent.error` (the code, `handlerRan` and `committed`, "unknown" where it does
+/// not say). Read back from what `reply` built, as `call_record.rs` reads a call's outcome.
+/// `None` for any other result: the handler's own answer (a tool error included) completes
+/// the task, as it answers a plain call.
+pub fn task_failure(result: &CallToolResult) -> Option<ErrorData> {
+    if result.is_error != Some(true) {
+        return None;
+    }
+    let Some(Value::Object(mut error)) = result
+        .structured_content
+        .as_ref()
+        .and_then(|structured| structured.get("error"))
+        .cloned()
+    else {
+        return None;
+    };
+    let code = error.get("code").and_then(Value::as_str)?.to_owned();
+    if !HOST_FAILURES.contains(&code.as_str()) {
+        return None;
+    }
+    for known in ["handlerRan", "committed"] {
+        error.entry(known).or_insert_with(|| json!("unknown"));
+    }
+    let words = result
+        .content
+        .iter()
+        .find_map(|block| block.as_text())
+        .map_or_else(
+            || format!("the call failed: {code}"),
+            |text| text.text.clone(),
+        );
+    Some(ErrorData::internal_error(words, Some(Value::Object(error))))
 }
 
 /// JSON-RPC -32603: the instance a task runs on could not be read (its store is down, say), so
