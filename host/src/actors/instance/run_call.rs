@@ -11,7 +11,7 @@
 //! 4. [`confirmed`]: a binding that has a person confirm asks now, and runs again with the
 //!    answer; a decline runs nothing.
 //! 5. [`event_input`] and [`call_context`]: what the event carries, and what the plugin is told
-//!    (a confirmation as the host kept it, [`told`]).
+//!    (a confirmation as the host kept it, `confirm::told`).
 //! 6. [`run_plugin`]: under the instance's lease, renewed while the plugin works.
 //! 7. [`fire`]: a success fires the tool's transition, a handler error its `on_error`; the
 //!    plugin guards the step consults are answered through `invoke`, as tools are.
@@ -20,6 +20,10 @@
 //!    lists a move changed.
 //!
 //! An early step that answers returns the view unchanged and an outcome; nothing after it runs.
+//!
+//! Steps 1 to 5 are [`prepare`], 6 is [`run_plugin`], 7 to 9 are [`after_plugin`]: [`run_call`]
+//! runs them in a row; a call that runs as a task (`task.rs`) runs the plugin outside the
+//! mailbox, between the other two.
 
 use std::{ops::ControlFlow, sync::Arc};
 
@@ -34,7 +38,7 @@ use crate::actors::{
 };
 use crate::{
     catalog::{ToolEntry, Workflow},
-    confirm::{CONFIRM_KEY, Decision},
+    confirm::Decision,
     gate,
     invoke::{self, InvokeError},
     logs::otlp,
@@ -213,7 +217,8 @@ pub(super) fn prepare(
         call.call_id,
         &call.arguments,
         call.idempotency_key.as_deref(),
-        told(call.asking, confirmation.as_ref()),
+        // Step 5b: what the handler is told of its asking (`confirm::told`).
+        crate::confirm::told(call.asking, confirmation.as_ref()),
     );
     Ok(ControlFlow::Continue(Prepared {
         plugin: PluginCall {
@@ -489,24 +494,6 @@ fn event_input(tool: &ToolEntry, arguments: &Value, confirmation: Option<&Value>
         }
         input
     })
-}
-
-/// Step 5b: what the handler is told of its asking: `asking` as the call carried it, but for a
-/// binding's confirmation, which is what the host kept of it (`confirm.rs`: the fields the form
-/// declares, each bounded), and nothing when no confirmation was made for this call.
-fn told(mut asking: Value, confirmation: Option<&Value>) -> Value {
-    if let Some(Value::Object(responses)) = asking.get_mut("responses") {
-        match confirmation {
-            Some(content) => {
-                let kept = serde_json::json!({"action": "accept", "content": content});
-                responses.insert(CONFIRM_KEY.to_owned(), kept);
-            }
-            None => {
-                responses.remove(CONFIRM_KEY);
-            }
-        }
-    }
-    asking
 }
 
 /// Step 5c: what the plugin is told of the call (`call_id`, its `arguments`, the client's
