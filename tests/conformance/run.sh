@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the official MCP conformance suite (versions pinned in package.json, with the Node 22 it
 # needs) against the real turnstile binary serving the conformance and invoice plugins over
-# Streamable HTTP: the stable suite, then the 2026-07-28 draft suite of the alpha, then the alpha's
-# scenarios of the tasks extension. Scenarios that
+# Streamable HTTP: the stable suite, then every scenario of the alpha at 2026-07-28 (`--suite all`:
+# the draft's own and the earlier revisions' on the new wire), then the alpha's scenarios of the
+# tasks extension. Scenarios that
 # do not apply are listed, with the reason, in not-applicable*.yml; the suite fails on any other
 # failure and on a listed scenario that passes.
 #
@@ -43,9 +44,9 @@ status=0
 echo "== conformance 0.1.16, stable suite"
 "$node" "$here/node_modules/@modelcontextprotocol/conformance/dist/index.js" server --url "$url" \
   --expected-failures "$here/not-applicable.yml" || status=1
-echo "== conformance 0.2.0-alpha.12, 2026-07-28 draft suite"
+echo "== conformance 0.2.0-alpha.12, every scenario at 2026-07-28 (--suite all)"
 "$node" "$here/node_modules/conformance-alpha/dist/index.js" server --url "$url" \
-  --spec-version 2026-07-28 --suite draft \
+  --spec-version 2026-07-28 --suite all \
   --expected-failures "$here/not-applicable-2026-07-28.yml" || status=1
 echo "== conformance 0.2.0-alpha.12, the tasks extension (io.modelcontextprotocol/tasks)"
 # Extension scenarios run only when named, one at a time; each is scored against its own list.

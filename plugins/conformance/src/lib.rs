@@ -73,19 +73,32 @@ impl Plugin for Conformance {
             .tool(ToolManifest::new(
                 "json_schema_2020_12_tool",
                 "Takes input described with JSON Schema 2020-12 features.",
+                // SEP-1613's keywords, and SEP-2106's broader vocabulary (an anchor, composition,
+                // a conditional), which a 2026-07-28 listing must keep as they are.
                 json!({
                     "$schema": "https://json-schema.org/draft/2020-12/schema",
                     "type": "object",
                     "$defs": {
                         "address": {
+                            "$anchor": "addressDef",
                             "type": "object",
                             "properties": {"street": {"type": "string"}, "city": {"type": "string"}}
                         }
                     },
                     "properties": {
                         "name": {"type": "string"},
-                        "address": {"$ref": "#/$defs/address"}
+                        "address": {"$ref": "#/$defs/address"},
+                        "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                        "phone": {"type": "string"},
+                        "email": {"type": "string"}
                     },
+                    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+                    "if": {
+                        "properties": {"contactMethod": {"const": "phone"}},
+                        "required": ["contactMethod"]
+                    },
+                    "then": {"required": ["phone"]},
+                    "else": {"required": ["email"]},
                     "additionalProperties": false
                 }),
             ))

@@ -266,7 +266,15 @@ pub fn prompt_result(name: &str, output: PluginOutput) -> Result<GetPromptResult
         Value::String(text) => Ok(GetPromptResult::new(vec![
             rmcp::model::PromptMessage::new_text(rmcp::model::Role::User, text),
         ])),
+        // What a plugin writes has no `resultType`: the messages are the whole result, which
+        // 2026-07-28 says with "complete" (rmcp clears it for an older peer).
         value => serde_json::from_value::<GetPromptResult>(value)
+            .map(|mut result| {
+                result
+                    .result_type
+                    .get_or_insert(rmcp::model::ResultType::COMPLETE);
+                result
+            })
             .map_err(|error| bad_output(&what, &error.to_string())),
     }
 }
