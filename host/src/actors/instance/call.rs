@@ -35,6 +35,21 @@ struct Finished {
     started: Option<Started>,
 }
 
+impl Finished {
+    /// A call refused before it loaded anything (the instance is held): nothing changed, and
+    /// the state is as far as it is known, the copy in memory, if any.
+    fn refused(cached: Option<InstanceView>, error: InstanceError) -> Finished {
+        Finished {
+            failed_on: cached.clone().map(|view| (view, false)),
+            started: None,
+            adopt: cached,
+            changed: None,
+            exists: false,
+            outcome: Err(error),
+        }
+    }
+}
+
 impl Handler<Call> for InstanceActor {
     type Result = AtomicResponse<Self, Result<CallOutcome, InstanceError>>;
 
@@ -87,14 +102,7 @@ impl Handler<Call> for InstanceActor {
         let span = std::mem::replace(&mut call.span, tracing::Span::none());
         let work = async move {
             if let Some(busy) = busy {
-                return Finished {
-                    failed_on: cached.clone().map(|view| (view, false)),
-                    started: None,
-                    adopt: cached,
-                    changed: None,
-                    exists: false,
-                    outcome: Err(busy),
-                };
+                return Finished::refused(cached, busy);
             }
             // With a store other servers share, the lease first: the handler runs only where it
             // is held, and the copy in memory stands if nobody wrote since it was read.
@@ -102,17 +110,7 @@ impl Handler<Call> for InstanceActor {
                 None => ready,
                 Some(tenure) => match tenure.hold(Some(sent_at)).await {
                     Ok(Ok(holding)) => cached.clone().filter(|view| holding.keeps(view.version)),
-                    Ok(Err(busy)) => {
-                        return Finished {
-                            // The state as far as it is known: the copy in memory, if any.
-                            failed_on: cached.clone().map(|view| (view, false)),
-                            started: None,
-                            adopt: cached,
-                            changed: None,
-                            exists: false,
-                            outcome: Err(busy.into()),
-                        };
-                    }
+                    Ok(Err(busy)) => return Finished::refused(cached, busy.into()),
                     Err(error) => {
                         return Finished {
                             adopt: None,
