@@ -75,6 +75,33 @@ pub struct TaskEntry {
     pub error: Value,
 }
 
+impl TaskEntry {
+    /// Task `id` of `tool`, started by `principal` at `at_ms` and kept `ttl_ms`: working, with
+    /// no end yet.
+    pub fn working(
+        id: &str,
+        tool: &str,
+        principal: Option<String>,
+        at_ms: u64,
+        ttl_ms: u64,
+    ) -> TaskEntry {
+        TaskEntry {
+            id: id.to_owned(),
+            tool: tool.to_owned(),
+            principal,
+            status: TaskEntryStatus::Working,
+            created_at_ms: at_ms,
+            updated_at_ms: at_ms,
+            ttl_ms,
+            output: Value::Null,
+            output_dropped: false,
+            moved: false,
+            state: Value::Null,
+            error: Value::Null,
+        }
+    }
+}
+
 /// Where a stored task stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

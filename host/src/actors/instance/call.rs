@@ -165,7 +165,7 @@ impl Handler<Call> for InstanceActor {
             // store), so the task's runner stopped. It ends failed; the call goes on.
             if writes
                 && !mint
-                && let Some(entry) = task_entries::running_elsewhere(&view, None)
+                && let Some(entry) = task_entries::working(&view)
             {
                 if deps.running_tasks.contains_key(&entry.id) {
                     let busy = InstanceError::TaskRunning {

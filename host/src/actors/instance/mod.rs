@@ -48,7 +48,7 @@ use crate::{
     invoke::{self, InvokeError},
     plugin::{HostCall, PluginOutput},
     statechart::Snapshot,
-    store::{Fence, IdempotencyEntry, StoreError, TaskEntry, now_ms},
+    store::{Fence, IdempotencyEntry, InstanceRecord, StoreError, TaskEntry, now_ms},
 };
 
 /// Run the tool named `tool` on this instance, if the gate lets it.
@@ -262,6 +262,24 @@ impl InstanceView {
             } else {
                 self.updated_at_ms
             },
+        }
+    }
+
+    /// The record of the instance as it stands, one version on, saved under `fence`: a save
+    /// that moves nothing and keeps its time (a corrected due time, a task's start or end).
+    pub(super) fn restated(&self, fence: Option<Fence>) -> InstanceRecord {
+        InstanceRecord {
+            machine: Some(self.workflow.version.clone()),
+            idempotency: self.idempotency.clone(),
+            tasks: self.tasks.clone(),
+            due_at_ms: self.due_at_ms,
+            fence,
+            ..InstanceRecord::new(
+                self.workflow.id.clone(),
+                self.snapshot.to_persisted(),
+                self.version + 1,
+                self.updated_at_ms,
+            )
         }
     }
 

@@ -16,7 +16,7 @@
 //! is known ([`orphaned`]): its handler may have run, nothing it did was saved.
 
 use actix::prelude::*;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::task_entries::{ended, failed, with_entry};
@@ -83,10 +83,6 @@ impl Handler<ReadTask> for InstanceActor {
 
     fn handle(&mut self, read: ReadTask, _ctx: &mut Self::Context) -> Self::Result {
         self.follow_catalog();
-        let here = self
-            .running
-            .as_ref()
-            .is_some_and(|running| running.id == read.id);
         let loading = self.current_or_load();
         let (deps, key, tenure, workflow) = (
             self.deps.clone(),
@@ -100,7 +96,8 @@ impl Handler<ReadTask> for InstanceActor {
             let Some(entry) = find(&view) else {
                 return Ok((None, false));
             };
-            let ours = here || deps.running_tasks.contains_key(&entry.id);
+            // Run by this process (by this actor, or one passivated while its task runs).
+            let ours = deps.running_tasks.contains_key(&entry.id);
             if entry.status != TaskEntryStatus::Working || ours {
                 return Ok((Some((entry, view)), false));
             }
@@ -151,20 +148,7 @@ pub(super) async fn start(
     principal: Option<String>,
 ) -> Result<InstanceView, InstanceError> {
     let now = now_ms();
-    let entry = TaskEntry {
-        id: run.id.clone(),
-        tool: tool.to_owned(),
-        principal,
-        status: TaskEntryStatus::Working,
-        created_at_ms: now,
-        updated_at_ms: now,
-        ttl_ms: run.ttl_ms,
-        output: Value::Null,
-        output_dropped: false,
-        moved: false,
-        state: Value::Null,
-        error: Value::Null,
-    };
+    let entry = TaskEntry::working(&run.id, tool, principal, now, run.ttl_ms);
     let tasks = with_entry(&view.tasks, entry, now);
     save_tasks(deps, tenure, key, view, tasks).await
 }
@@ -205,17 +189,8 @@ async fn save_tasks(
     tasks: Vec<TaskEntry>,
 ) -> Result<InstanceView, InstanceError> {
     let record = InstanceRecord {
-        machine: Some(view.workflow.version.clone()),
-        idempotency: view.idempotency.clone(),
         tasks,
-        due_at_ms: view.due_at_ms,
-        fence: tenure.and_then(Tenure::fence),
-        ..InstanceRecord::new(
-            view.workflow.id.clone(),
-            view.snapshot.to_persisted(),
-            view.version + 1,
-            view.updated_at_ms,
-        )
+        ..view.restated(tenure.and_then(Tenure::fence))
     };
     deps.save(key, &view.workflow, &record, view.version, true)
         .await?;

@@ -78,14 +78,11 @@ pub(super) fn failed(entry: &mut TaskEntry, handler_ran: Value, why: &str) {
     entry.error = json!({ "handlerRan": handler_ran, "committed": false, "message": why });
 }
 
-/// The working task in `view` this process does not run (`here`: the one it runs, if any).
-pub(super) fn running_elsewhere<'a>(
-    view: &'a InstanceView,
-    here: Option<&str>,
-) -> Option<&'a TaskEntry> {
+/// The task `view` is saved as running, if any (one at most: it holds the instance).
+pub(super) fn working(view: &InstanceView) -> Option<&TaskEntry> {
     view.tasks
         .iter()
-        .find(|entry| entry.status == TaskEntryStatus::Working && Some(entry.id.as_str()) != here)
+        .find(|entry| entry.status == TaskEntryStatus::Working)
 }
 
 #[cfg(test)]
@@ -94,18 +91,8 @@ mod tests {
 
     fn entry(id: &str, status: TaskEntryStatus, created_at_ms: u64) -> TaskEntry {
         TaskEntry {
-            id: id.into(),
-            tool: "t".into(),
-            principal: None,
             status,
-            created_at_ms,
-            updated_at_ms: created_at_ms,
-            ttl_ms: 1_000,
-            output: Value::Null,
-            output_dropped: false,
-            moved: false,
-            state: Value::Null,
-            error: Value::Null,
+            ..TaskEntry::working(id, "t", None, created_at_ms, 1_000)
         }
     }
 

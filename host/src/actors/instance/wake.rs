@@ -277,17 +277,8 @@ async fn wake(
         return Ok((Some(view), false, Woke::Nothing));
     }
     let record = InstanceRecord {
-        machine: Some(view.workflow.version.clone()),
-        idempotency: view.idempotency.clone(),
-        tasks: view.tasks.clone(),
         due_at_ms: due,
-        fence,
-        ..InstanceRecord::new(
-            view.workflow.id.clone(),
-            view.snapshot.to_persisted(),
-            view.version + 1,
-            view.updated_at_ms,
-        )
+        ..view.restated(fence)
     };
     match deps
         .save(key, &view.workflow, &record, view.version, false)

@@ -201,15 +201,13 @@ impl TurnstileServer {
                 }
             }
         };
-        let status = payload.status();
-        let task = Task::new(
-            entry.id.clone(),
-            status,
-            rfc3339(entry.created_at_ms),
-            rfc3339(entry.updated_at_ms),
-        )
-        .with_ttl_ms(entry.ttl_ms)
-        .with_poll_interval_ms(tasks::POLL_INTERVAL.as_millis() as u64);
+        let task = wire_fields(
+            &entry.id,
+            payload.status(),
+            entry.created_at_ms,
+            entry.updated_at_ms,
+            entry.ttl_ms,
+        );
         DetailedTask::new(task, payload)
     }
 
@@ -326,14 +324,22 @@ fn rfc3339(at_ms: u64) -> String {
 /// The task's common fields, in `status`.
 fn wire_task(task: &tasks::Task, status: WireStatus) -> Task {
     let (_, updated_at) = task.status();
-    Task::new(
-        task.id.clone(),
-        status,
-        rfc3339(task.created_at_ms),
-        rfc3339(updated_at),
-    )
-    .with_ttl_ms(task.ttl.as_millis() as u64)
-    .with_poll_interval_ms(tasks::POLL_INTERVAL.as_millis() as u64)
+    let ttl_ms = task.ttl.as_millis() as u64;
+    wire_fields(&task.id, status, task.created_at_ms, updated_at, ttl_ms)
+}
+
+/// A task's fields as the extension spells them, whether this server's table or an instance's
+/// record keeps it.
+fn wire_fields(
+    id: &str,
+    status: WireStatus,
+    created_at_ms: u64,
+    updated_at_ms: u64,
+    ttl_ms: u64,
+) -> Task {
+    Task::new(id, status, rfc3339(created_at_ms), rfc3339(updated_at_ms))
+        .with_ttl_ms(ttl_ms)
+        .with_poll_interval_ms(tasks::POLL_INTERVAL.as_millis() as u64)
 }
 
 /// The task with its status's payload (`tasks/get`).
