@@ -5,14 +5,21 @@
 //! served); the task ends with the result a plain call would have given, the instance moved as
 //! that result says; a cancelled task fires nothing.
 //!
-//! The example plugin's `migration.apply` may run as a task and works for
-//! `TURNSTILE_PLUGIN_MIGRATION_APPLY_MS` (its `apply_ms`).
+//! The example plugin's `migration.apply` runs only as a task and works for
+//! `TURNSTILE_PLUGIN_MIGRATION_APPLY_MS` (its `apply_ms`). A client of the 2025 revisions follows
+//! the same tasks in 2025-11-25's words (the official Python SDK 1.x's `session.experimental`).
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
 
-use common::{PluginDir, Server, call_2026, declaring_tasks, task_request};
+use common::{
+    PluginDir, Server, call_2026, declaring_tasks, post_sessionless, python, python::Sdk,
+    task_request,
+};
 use serde_json::{Value, json};
 
 /// How long `migration.apply` works here: long enough to be seen running.
@@ -134,22 +141,18 @@ async fn a_cancelled_task_fires_nothing_and_lets_its_instance_go() {
     assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
     assert_eq!(ended(url, &task_id).await["status"], "cancelled");
     // The plugin stopped having changed nothing: no transition fired, and once its end is
-    // saved the step can be taken again, as a task or not.
+    // saved the step can be taken again.
     let deadline = Instant::now() + Duration::from_secs(10);
     let retried = loop {
-        let retried = call(
-            url,
-            "migration.apply",
-            json!({"handle": handle, "confirm": true}),
-        )
-        .await;
+        let retried = apply_as_task(url, &handle).await;
         let busy = retried["structuredContent"]["error"]["code"] == "BUSY";
         if !busy || Instant::now() > deadline {
             break retried;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_ne!(retried["isError"], true, "{retried}");
+    let retried = retried["taskId"].as_str().expect("a task id");
+    assert_eq!(ended(url, retried).await["status"], "completed");
     assert_eq!(step(url, &handle).await, "applied");
 }
 
@@ -168,20 +171,37 @@ async fn a_refused_call_starts_no_task() {
     assert_ne!(refused["resultType"], "task", "{refused}");
     assert!(refused.get("taskId").is_none(), "{refused}");
     assert_eq!(step(url, &handle).await, "dry_run_ok");
+    // `migration.apply` runs only as a task: a plain call (no tasks extension declared) is
+    // refused -32021, naming the capability it needs, and nothing ran.
+    let params =
+        json!({"name": "migration.apply", "arguments": {"handle": handle, "confirm": true}});
+    let plain = post_sessionless(url, 1, "tools/call", params)
+        .send()
+        .await
+        .expect("the server answers");
+    let plain: Value = plain.json().await.expect("a JSON-RPC error");
+    assert_eq!(plain["error"]["code"], -32021, "{plain}");
+    assert!(
+        plain["error"]["data"]["requiredCapabilities"].is_object(),
+        "{plain}"
+    );
     // Unknown to tasks/get: -32602.
     let unknown = task_request(url, "tasks/get", "no-such-task", json!({})).await;
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
 }
 
-/// Two servers sharing `store`, each with its own data directory; `apply_ms` for the handler.
+/// Two servers sharing `store`, each with its own data directory; `apply_ms` for the handler,
+/// and `extra` flags.
 fn two_servers(
     plugins: &PluginDir,
     store: &str,
     apply_ms: &str,
-) -> (Server, Server, [tempfile::TempDir; 2]) {
+    extra: &[&str],
+) -> (Server, Server, [tempfile::TempDir; 2], String) {
     let namespace = format!("tasks_{}", uuid::Uuid::new_v4().simple());
     // A lapsed lease is noticed within a second.
-    let flags = ["--lease-ttl", "1000", "--lease-wait", "200"];
+    let mut flags = vec!["--lease-ttl", "1000", "--lease-wait", "200"];
+    flags.extend(extra);
     let env = [("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", apply_ms)];
     let data = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let on = |data: &tempfile::TempDir| {
@@ -195,14 +215,14 @@ fn two_servers(
         )
     };
     let (a, b) = (on(&data[0]), on(&data[1]));
-    (a, b, data)
+    (a, b, data, namespace)
 }
 
 #[tokio::test]
 async fn a_task_whose_server_was_killed_ends_failed_with_what_is_known_on_another_server() {
     let store = common::reachable_redis_url();
     let plugins = PluginDir::with(&["migration"]);
-    let (mut a, b, _data) = two_servers(&plugins, &store, "10000");
+    let (mut a, b, _data, _) = two_servers(&plugins, &store, "10000", &[]);
     let handle = backed_up(&a.url).await;
     let created = apply_as_task(&a.url, &handle).await;
     let task_id = created["taskId"].as_str().expect("a task id").to_owned();
@@ -225,13 +245,9 @@ async fn a_task_whose_server_was_killed_ends_failed_with_what_is_known_on_anothe
     // The instance is where the record and its trail say: the step did not happen, and it can
     // be taken now.
     assert_eq!(step(&b.url, &handle).await, "backed_up");
-    let applied = call(
-        &b.url,
-        "migration.apply",
-        json!({"handle": handle, "confirm": true}),
-    )
-    .await;
-    assert_ne!(applied["isError"], true, "{applied}");
+    let again = apply_as_task(&b.url, &handle).await;
+    let again = again["taskId"].as_str().expect("a task id");
+    assert_eq!(ended(&b.url, again).await["status"], "completed");
     assert_eq!(step(&b.url, &handle).await, "applied");
 }
 
@@ -239,7 +255,7 @@ async fn a_task_whose_server_was_killed_ends_failed_with_what_is_known_on_anothe
 async fn a_task_that_ended_before_its_server_was_killed_is_read_completed_on_another_server() {
     let store = common::reachable_redis_url();
     let plugins = PluginDir::with(&["migration"]);
-    let (mut a, b, _data) = two_servers(&plugins, &store, "300");
+    let (mut a, b, _data, _) = two_servers(&plugins, &store, "300", &[]);
     let handle = backed_up(&a.url).await;
     let created = apply_as_task(&a.url, &handle).await;
     let task_id = created["taskId"].as_str().expect("a task id").to_owned();
@@ -253,4 +269,50 @@ async fn a_task_that_ended_before_its_server_was_killed_is_read_completed_on_ano
         .unwrap_or_default();
     assert!(text.contains("Migration applied"), "{done}");
     assert_eq!(step(&b.url, &handle).await, "applied");
+}
+
+/// The official Python SDK (1.x, protocol 2025-11-25, `session.experimental`) starts
+/// `migration.apply` as a task on one server, and reads it on a second sharing its Redis after
+/// the first was killed with SIGKILL: once the killed server's lease lapsed, the task ends
+/// failed, `tasks/result` answers with the JSON-RPC error saying what is known, and the
+/// migration is where its record and audit trail say: the step never happened.
+#[test]
+fn an_sdk_client_reads_a_task_of_a_killed_server_failed_on_another_server() {
+    let store = common::reachable_redis_url();
+    let plugins = PluginDir::with(&["migration"]);
+    let handle_mode = ["--state-handle-key", "handle"];
+    let (a, mut b, _data, namespace) = two_servers(&plugins, &store, "10000", &handle_mode);
+    let first = format!("{},{}", a.url, a.pid());
+    let summary = python::run_scenario(Sdk::Mcp1, &format!("task-failover:{first}"), &mut b);
+
+    assert_eq!(summary["protocol"], "2025-11-25", "{summary}");
+    // A plain call of a tool that runs only as a task: -32601, as 2025-11-25 says.
+    assert_eq!(summary["refused_plainly"], -32601, "{summary}");
+    assert_eq!(summary["seen_on_second"], "working", "{summary}");
+    assert_eq!(summary["ended"]["status"], "failed", "{summary}");
+    let error = &summary["outcome"]["error"];
+    assert_eq!(error["code"], -32603, "{summary}");
+    assert_eq!(error["data"]["handlerRan"], "unknown", "{summary}");
+    assert_eq!(error["data"]["committed"], false, "{summary}");
+    assert_eq!(summary["state"], "backed_up", "{summary}");
+
+    // What the operator reads of it agrees: no step past the backup was recorded.
+    let handle = summary["handle"].as_str().expect("a handle");
+    let shown = Command::new(common::turnstile_bin())
+        .args(["instances", "--json", "--store", &store])
+        .args(["--store-namespace", &namespace, "show", handle])
+        .output()
+        .expect("run turnstile instances show");
+    assert!(shown.status.success(), "{shown:?}");
+    let shown: Value = serde_json::from_slice(&shown.stdout).expect("one JSON line");
+    assert_eq!(shown["state"], "backed_up", "{shown}");
+    let trail: Vec<&Value> = shown["audit"].as_array().expect("a trail").iter().collect();
+    let last = trail.last().expect("a transition");
+    assert_eq!(last["to"], "backed_up", "{shown}");
+    assert!(
+        trail
+            .iter()
+            .all(|entry| entry["by"] != "tool:migration.apply"),
+        "{shown}"
+    );
 }

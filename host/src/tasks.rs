@@ -304,6 +304,19 @@ impl Tasks {
         Some(task)
     }
 
+    /// `owner`'s tasks still kept, oldest first.
+    pub fn of(&self, owner: &TaskOwner) -> Vec<Arc<Task>> {
+        let now = now_ms();
+        let mut owned: Vec<Arc<Task>> = self
+            .table
+            .iter()
+            .filter(|task| task.owner == *owner && !task.expired(now))
+            .map(|task| task.value().clone())
+            .collect();
+        owned.sort_by_key(|task| task.created_at_ms);
+        owned
+    }
+
     /// Forgets task `id`: its call did not start after all (refused, or answered at once).
     pub fn forget(&self, id: &str) {
         self.table.remove(id);

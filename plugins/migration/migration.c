@@ -13,8 +13,8 @@
  * snprintf. Its instance holds one setting, read by init and never written again, and it mutates
  * no globals, so `call` is trivially thread-safe. It touches no database: this is an example.
  *
- * `migration.apply` may run as an MCP task ("task": "optional"): with `apply_ms` configured it
- * works that long, stopping early, having changed nothing, when the call is cancelled.
+ * `migration.apply` runs only as an MCP task ("task": "required"): it works `apply_ms` (3 s
+ * unless configured), stopping early, having changed nothing, when the call is cancelled.
  *
  * Built by plugins/migration/build.rs into target/<profile>/libturnstile_plugin_migration.so.
  */
@@ -57,7 +57,7 @@ static const char MANIFEST[] =
     "\"description\":\"Must be true: acknowledges the change is destructive.\"}},"
     "\"required\":[\"confirm\"]},"
     "\"workflow\":\"migration\",\"states\":[\"backed_up\"],\"transition\":\"APPLY\","
-    "\"task\":\"optional\"},"
+    "\"task\":\"required\"},"
     "{\"name\":\"migration.verify\","
     "\"description\":\"Verify the applied migration (schema checks, row counts) and close "
     "the migration as done. Final.\","
@@ -167,7 +167,7 @@ static int confirmed(const char *input_json) {
 struct settings {
     /* How long migration.apply works, in milliseconds (`apply_ms` in the configuration, or
      * TURNSTILE_PLUGIN_MIGRATION_APPLY_MS): a real migration takes a while, which is what makes
-     * it a step to run as an MCP task. 0 by default. */
+     * it a step to run as an MCP task. 3000 by default. */
     long apply_ms;
 };
 
@@ -194,7 +194,7 @@ static TurnstileStatus migration_init(const TurnstileInitParams *params, void **
     }
     const char *config =
         TURNSTILE_HAS_FIELD(params, TurnstileInitParams, config_json) ? params->config_json : NULL;
-    long apply_ms = config_ms(config, "\"apply_ms\"", 0);
+    long apply_ms = config_ms(config, "\"apply_ms\"", 3000);
     if (apply_ms < 0) {
         put(out_error, "{\"message\":\"apply_ms must be a whole number of milliseconds, 0 or more\"}");
         return TURNSTILE_INTERNAL;

@@ -35,6 +35,11 @@ Usage: python mcp1_client.py SCENARIO URL
                      each save to draft (tests/lost_replies.rs arms the proxy): `invoice.reject`
                      on each of these invoices (in review), reporting what the SDK hands back for
                      each call, then where each invoice is (`invoice.status`)
+  task-failover:URL,PID  two servers on one shared store with the migration plugin, in handle
+                     mode; URL and PID are the first's: `migration.apply` started as a task
+                     (2025-11-25, `call_tool_as_task`) there, read working here, the first
+                     killed with SIGKILL, then polled here until it ends, and its result asked
+                     for; reports what the SDK hands back and where the migration is
 URL may also be `stdio:["PROGRAM", "ARG", ...]`: each connection starts that server over stdio.
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
@@ -43,10 +48,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import secrets
+import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -983,6 +991,69 @@ async def lost_reply(url: str, handles: str) -> dict[str, Any]:
         return {"protocol": c.protocol, "calls": calls, "states": states}
 
 
+@contextmanager
+def experimental_tasks() -> Iterator[None]:
+    """1.x says, each time its `session.experimental` is used, that this API of its own goes in
+    2.0 (where tasks are 2026-07-28's extension): that notice is about the SDK, not the server,
+    and only it is silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="The experimental tasks API is deprecated", category=DeprecationWarning
+        )
+        yield
+
+
+async def task_failover(url: str, first: str) -> dict[str, Any]:
+    """`migration.apply` as a 2025-11-25 task on the first server (`first`: its URL and PID),
+    polled on this one, which shares its store, after the first was killed with SIGKILL."""
+    first_url, first_pid = first.rsplit(",", 1)
+    with experimental_tasks():
+        async with connect(first_url, "first") as a:
+            dry_run = await a.call_ok("migration.dry_run", {})
+            handle = dry_run.get("handle")
+            expect(isinstance(handle, str), f"migration.dry_run gave no handle: {dry_run!r}")
+            # As a client does before it calls: the menu (the SDK checks results against it).
+            await a.tools(handle)
+            await a.call_ok("migration.backup", {"handle": handle})
+            listed = {tool.name for tool in await a.tools(handle)}
+            expect("migration.apply" in listed, f"migration.apply not listed after a backup: {listed}")
+            # It runs only as a task: a plain call is refused, and nothing ran.
+            try:
+                plain = await a.session.call_tool("migration.apply", {"handle": handle, "confirm": True})
+                raise Failed(f"a plain call of migration.apply was answered: {plain!r}")
+            except McpError as error:
+                refused_plainly = error.error.code
+            created = await a.session.experimental.call_tool_as_task(
+                "migration.apply", {"handle": handle, "confirm": True}
+            )
+            task_id = created.task.taskId
+            expect_equal(created.task.status, "working", "the new task's status")
+        async with connect(url, "second") as b:
+            seen = await b.session.experimental.get_task(task_id)
+            os.kill(int(first_pid), signal.SIGKILL)
+            polled = [status.status async for status in b.session.experimental.poll_task(task_id)]
+            ended = await b.session.experimental.get_task(task_id)
+            try:
+                result = await b.session.experimental.get_task_result(task_id, types.CallToolResult)
+                outcome: dict[str, Any] = {"result": result.model_dump(mode="json", exclude_none=True)}
+            except McpError as error:
+                outcome = {"error": {"code": error.error.code, "message": error.error.message,
+                                     "data": error.error.data}}
+            await b.tools(handle)
+            state = (await b.call_ok("migration.status", {"handle": handle})).get("state")
+    return {
+        "protocol": a.protocol,
+        "handle": handle,
+        "task_id": task_id,
+        "refused_plainly": refused_plainly,
+        "seen_on_second": seen.status,
+        "polled": polled,
+        "ended": {"status": ended.status, "statusMessage": ended.statusMessage},
+        "outcome": outcome,
+        "state": state,
+    }
+
+
 if __name__ == "__main__":
     run(
         {
@@ -999,6 +1070,7 @@ if __name__ == "__main__":
             "submit-invoice": submit_invoice,
             "tickets-resolve": tickets_resolve,
             "lost-reply": lost_reply,
+            "task-failover": task_failover,
         },
         SDK,
     )

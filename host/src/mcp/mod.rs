@@ -12,7 +12,8 @@
 //!   `/metrics`, TLS, host checks, session records and owners.
 //! - `auth/`: bearer tokens and OAuth, one `Principal`.
 //! - `stdio.rs`: serving over stdin/stdout. `jsonrpc_errors.rs`: what is wrong with input that
-//!   is not a message (-32700, -32600), for both transports. `quotas.rs`: per-client limits,
+//!   is not a message (-32700, -32600), for both transports. `legacy_tasks.rs`: the 2025-11-25
+//!   task requests, renamed for the handler before rmcp parses them, for both transports. `quotas.rs`: per-client limits,
 //!   asked by the HTTP endpoint (sessions, streams) and the handler (mints).
 //!
 //! **Architecture Invariant:** only this module names rmcp types.
@@ -21,6 +22,7 @@ pub mod auth;
 mod handler;
 mod http;
 mod jsonrpc_errors;
+mod legacy_tasks;
 mod quotas;
 mod session;
 mod stdio;

@@ -8,7 +8,8 @@
 //! reads on. Every line that goes out, rmcp's and those errors alike, passes through one writer
 //! task, so two lines never interleave on stdout.
 //!
-//! This module must not look inside valid messages: it only frames lines and parses each once.
+//! This module must not look inside valid messages: it only frames lines and parses each once
+//! (but for `legacy_tasks.rs`'s renaming of the 2025-11-25 task requests).
 
 use std::{io, sync::Arc, time::Duration};
 
@@ -22,7 +23,10 @@ use tokio::{
     sync::mpsc,
 };
 
-use super::jsonrpc_errors::{self, Rejection};
+use super::{
+    jsonrpc_errors::{self, Rejection},
+    legacy_tasks,
+};
 use crate::mcp::handler::server::{Shared, TurnstileServer};
 
 /// The longest line read as a message (rmcp's own stdio transport allows the same); a longer one
@@ -136,6 +140,8 @@ impl<R: AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for LineTransp
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
+            let renamed = legacy_tasks::renamed(line);
+            let line = renamed.as_deref().unwrap_or(line);
             match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
                 Ok(message) => return Some(message),
                 Err(error) => {

@@ -23,10 +23,11 @@ use super::{
     call_events::{self},
     call_record::CallRecord,
     era::GATED_LISTS_EXTENSION,
+    legacy_tasks::LEGACY_TASKS_PREFIX,
     reply,
     server::TurnstileServer,
     target::HandleMode,
-    tasks::CallMode,
+    tasks::{Asked, CallMode},
 };
 use crate::actors::{InstanceError, SessionId, Subscribe};
 use crate::mcp::session::scope::SinkListener;
@@ -110,48 +111,7 @@ impl ServerHandler for TurnstileServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + MaybeSendFuture + '_ {
-        async move {
-            let catalog = self.shared.catalog.current();
-            let record = CallRecord::start(catalog.tool(&request.name).cloned());
-            let mut task = None;
-            if let Some(tool) = record.tool() {
-                match self.call_mode(tool, &context) {
-                    Ok(CallMode::Plain) => {}
-                    // A confirmation still to ask is asked plainly (a declined one answered so):
-                    // the retry with the person's yes becomes the task. (A workflow tool's is
-                    // asked by its instance, before its task starts.)
-                    Ok(CallMode::Task)
-                        if tool.workflow().is_none()
-                            && self.confirmation_answers(tool, &request, &context) => {}
-                    Ok(CallMode::Task) if tool.workflow().is_none() => {
-                        return Ok(self.start_task(request, context, catalog.clone(), record));
-                    }
-                    // The instance starts it once the gate lets the call through.
-                    Ok(CallMode::Task) => {
-                        let handle = self.named_handle(&request, &context);
-                        task = Some(self.new_task(tool.name(), handle, &context));
-                    }
-                    Err(refused) => return record.finish(&self.shared.call_metrics, Err(refused)),
-                }
-            }
-            // Awaited where it is made: a future held in a local before its `.await` keeps a second
-            // slot of its size in this one (rust-lang/rust#62958), and this one is copied whole
-            // into its box for every call (BENCHMARKS.md's history, session 16).
-            let context = match &task {
-                Some(task) => super::tasks::task_context(context, task),
-                None => context,
-            };
-            let answer = self
-                .answer_call(request, context, &catalog, &record, task.clone())
-                .await;
-            if let Some(task) = task
-                && !matches!(answer, Ok(CallToolResponse::Task(_)))
-            {
-                // Refused, or answered before it could start: a plain answer, and no task.
-                self.shared.tasks.forget(&task.id);
-            }
-            record.finish(&self.shared.call_metrics, answer)
-        }
+        self.serve_call(request, context, Asked::Plainly)
     }
 
     async fn list_prompts(
@@ -305,12 +265,20 @@ impl ServerHandler for TurnstileServer {
         self.answer_update_task(request, &context)
     }
 
-    /// rmcp hands over every request it could not match to a method with well-formed params.
+    /// rmcp hands over every request it could not match to a method with well-formed params:
+    /// among them the 2025-11-25 task requests, renamed for the handler by the transport
+    /// (`legacy_tasks.rs`).
     async fn on_custom_request(
         &self,
         request: CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
+        if let Some(method) = request.method.strip_prefix(LEGACY_TASKS_PREFIX) {
+            return self
+                .answer_legacy_task(method, request.params, context)
+                .await
+                .map(CustomResult::new);
+        }
         Err(reply::unroutable_request(
             &request.method,
             request.params.as_ref(),
@@ -414,5 +382,63 @@ impl ServerHandler for TurnstileServer {
         }
         self.shared.runtime.session_ended(&listener_id);
         Ok(())
+    }
+}
+
+impl TurnstileServer {
+    /// A `tools/call`, asked as `asked`: plainly, or as a task, answered at once with it once
+    /// the gate let it through.
+    #[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
+    pub(super) fn serve_call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+        asked: Asked,
+    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + MaybeSendFuture + '_ {
+        async move {
+            let catalog = self.shared.catalog.current();
+            let record = CallRecord::start(catalog.tool(&request.name).cloned());
+            let mut task = None;
+            if let Some(tool) = record.tool() {
+                match self.call_mode(tool, &context, asked) {
+                    Ok(CallMode::Plain) => {}
+                    // A confirmation still to ask is asked plainly (a declined one answered so):
+                    // the retry with the person's yes becomes the task. (A workflow tool's is
+                    // asked by its instance, before its task starts.)
+                    Ok(CallMode::Task(_))
+                        if tool.workflow().is_none()
+                            && self.confirmation_answers(tool, &request, &context) => {}
+                    Ok(CallMode::Task(how)) if tool.workflow().is_none() => {
+                        let started =
+                            self.start_task(request, context, catalog.clone(), record, how);
+                        return Ok(started);
+                    }
+                    // The instance starts it once the gate lets the call through.
+                    Ok(CallMode::Task(how)) => {
+                        let handle = self.named_handle(&request, &context);
+                        task = Some((self.new_task(tool.name(), handle, &context, how.ttl), how));
+                    }
+                    Err(refused) => return record.finish(&self.shared.call_metrics, Err(refused)),
+                }
+            }
+            // Awaited where it is made: a future held in a local before its `.await` keeps a second
+            // slot of its size in this one (rust-lang/rust#62958), and this one is copied whole
+            // into its box for every call (BENCHMARKS.md's history, session 16).
+            let context = match &task {
+                Some((task, how)) => super::tasks::task_context(context, task, *how),
+                None => context,
+            };
+            let task = task.map(|(task, _)| task);
+            let answer = self
+                .answer_call(request, context, &catalog, &record, task.clone())
+                .await;
+            if let Some(task) = task
+                && !matches!(answer, Ok(CallToolResponse::Task(_)))
+            {
+                // Refused, or answered before it could start: a plain answer, and no task.
+                self.shared.tasks.forget(&task.id);
+            }
+            record.finish(&self.shared.call_metrics, answer)
+        }
     }
 }

@@ -15,6 +15,7 @@ pub mod completion;
 pub mod dispatch;
 pub mod era;
 pub mod instance_resource;
+pub mod legacy_tasks;
 pub mod primitives;
 pub mod reply;
 pub mod server;

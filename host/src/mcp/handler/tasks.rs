@@ -45,34 +45,71 @@ use crate::tasks::{self, TaskOwner, TaskStatus};
 use serde_json::json;
 use turnstile_plugin_abi::TaskSupport;
 
+/// How a `tools/call`'s request asked to be served.
+#[derive(Clone, Copy)]
+pub(super) enum Asked {
+    /// A plain `tools/call`: a 2026-07-28 one still runs as a task if its tool lets it and its
+    /// client declares the extension ([`TurnstileServer::call_mode`]).
+    Plainly,
+    /// 2025-11-25's task-augmented `tools/call` (`legacy_tasks.rs`), kept `ttl` if it says.
+    AsLegacyTask { ttl: Option<Duration> },
+}
+
 /// How a `tools/call` is served.
 pub(super) enum CallMode {
     /// As a plain call, answered when it ends.
     Plain,
     /// As a task: answered at once.
-    Task,
+    Task(TaskHow),
+}
+
+/// How a call run as a task runs.
+#[derive(Clone, Copy)]
+pub(super) struct TaskHow {
+    /// How long the task is kept (the default when `None`).
+    pub ttl: Option<Duration>,
+    /// Whether what the call asks, it asks of the task (2026-07-28: `input_required` until
+    /// `tasks/update` answers), or of the client, as a plain call does (2025-11-25, which has
+    /// no `tasks/update`).
+    pub asks_of_task: bool,
 }
 
 impl TurnstileServer {
-    /// Whether `tool`'s call by this request runs as a task: only a tool that lets it, called
-    /// by a 2026-07-28 request whose client declares the tasks extension (a client that did
-    /// not could not read the answer). A tool that runs only as a task is refused to any other
-    /// request, with the capability it needs.
+    /// Whether `tool`'s call by this request runs as a task. A 2025-11-25 request says so
+    /// itself (its `task` param), and is refused for a tool that does not run as one. A
+    /// 2026-07-28 request runs as a task if the tool lets it and its client declares the tasks
+    /// extension (a client that did not could not read the answer). A tool that runs only as
+    /// a task is refused to any other request, with what it needs.
     pub(super) fn call_mode(
         &self,
         tool: &ToolEntry,
         context: &RequestContext<RoleServer>,
+        asked: Asked,
     ) -> Result<CallMode, ErrorData> {
+        if let Asked::AsLegacyTask { ttl } = asked {
+            return match tool.manifest.task {
+                Some(_) => Ok(CallMode::Task(TaskHow {
+                    ttl,
+                    asks_of_task: false,
+                })),
+                None => Err(reply::task_forbidden(tool.name())),
+            };
+        }
         let Some(support) = tool.manifest.task else {
             return Ok(CallMode::Plain);
         };
-        let follows_tasks = is_2026_07_28(context)
+        let of_2026 = is_2026_07_28(context);
+        let follows_tasks = of_2026
             && context
                 .client_capabilities()
                 .is_some_and(|capabilities| capabilities.supports_tasks());
         match (support, follows_tasks) {
-            (_, true) => Ok(CallMode::Task),
-            (TaskSupport::Required, false) => Err(reply::task_required(tool.name())),
+            (_, true) => Ok(CallMode::Task(TaskHow {
+                ttl: None,
+                asks_of_task: true,
+            })),
+            (TaskSupport::Required, false) if of_2026 => Err(reply::task_required(tool.name())),
+            (TaskSupport::Required, false) => Err(reply::task_param_required(tool.name())),
             _ => Ok(CallMode::Plain),
         }
     }
@@ -86,10 +123,11 @@ impl TurnstileServer {
         context: RequestContext<RoleServer>,
         catalog: Arc<Catalog>,
         record: CallRecord,
+        how: TaskHow,
     ) -> CallToolResponse {
-        let task = self.new_task(&request.name, None, &context);
+        let task = self.new_task(&request.name, None, &context, how.ttl);
         tracing::debug!(task = %task.id, tool = %request.name, "call started as a task");
-        let running = task_context(context, &task);
+        let running = task_context(context, &task, how);
         let server = self.clone();
         let spawned = task.clone();
         tokio::spawn(async move {
@@ -104,16 +142,17 @@ impl TurnstileServer {
     }
 
     /// A new working task of `tool` for this request's caller, on the instance `handle` names
-    /// (if any: a call naming none mints, and runs plainly).
+    /// (if any: a call naming none mints, and runs plainly), kept `ttl` (the default if `None`).
     pub(super) fn new_task(
         &self,
         tool: &str,
         handle: Option<&str>,
         context: &RequestContext<RoleServer>,
+        ttl: Option<Duration>,
     ) -> Arc<tasks::Task> {
         self.shared
             .tasks
-            .create(tool, self.task_owner(context), None, handle)
+            .create(tool, self.task_owner(context), ttl, handle)
     }
 
     /// The handle `request` names its instance by, as `target.rs` reads it (an argument, or
@@ -249,7 +288,7 @@ impl TurnstileServer {
         Ok(())
     }
 
-    fn own_task(
+    pub(super) fn own_task(
         &self,
         id: &str,
         context: &RequestContext<RoleServer>,
@@ -262,7 +301,7 @@ impl TurnstileServer {
     }
 
     /// Whose a task is: its creator's principal (none when the server authenticates no one).
-    fn task_owner(&self, context: &RequestContext<RoleServer>) -> TaskOwner {
+    pub(super) fn task_owner(&self, context: &RequestContext<RoleServer>) -> TaskOwner {
         TaskOwner(self.caller(context).principal_name())
     }
 }
@@ -272,11 +311,14 @@ impl TurnstileServer {
 pub(super) fn task_context(
     mut context: RequestContext<RoleServer>,
     task: &Arc<tasks::Task>,
+    how: TaskHow,
 ) -> RequestContext<RoleServer> {
     context.ct = task.cancellation.clone();
     context.extensions.remove::<RequestStream>();
-    // What it asks, it asks of the task (`asking.rs`).
-    context.extensions.insert(task.clone());
+    if how.asks_of_task {
+        // What it asks, it asks of the task (`asking.rs`).
+        context.extensions.insert(task.clone());
+    }
     context
 }
 
@@ -295,7 +337,7 @@ pub(super) fn end(task: &tasks::Task, tool: &str, answer: Result<CallToolRespons
 /// The status a call's answer ends its task with: a result completes it, a tool error included,
 /// unless it says the host could not get the handler's answer (`reply::task_failure`); an
 /// error fails it.
-fn ended_with(answer: Result<CallToolResponse, ErrorData>) -> TaskStatus {
+pub(super) fn ended_with(answer: Result<CallToolResponse, ErrorData>) -> TaskStatus {
     let failed =
         |error: ErrorData| TaskStatus::Failed(serde_json::to_value(error).unwrap_or_default());
     match answer {
@@ -322,7 +364,7 @@ fn rfc3339(at_ms: u64) -> String {
 }
 
 /// The task's common fields, in `status`.
-fn wire_task(task: &tasks::Task, status: WireStatus) -> Task {
+pub(super) fn wire_task(task: &tasks::Task, status: WireStatus) -> Task {
     let (_, updated_at) = task.status();
     let ttl_ms = task.ttl.as_millis() as u64;
     wire_fields(&task.id, status, task.created_at_ms, updated_at, ttl_ms)
@@ -343,7 +385,7 @@ fn wire_fields(
 }
 
 /// The task with its status's payload (`tasks/get`).
-fn detailed(task: &tasks::Task) -> DetailedTask {
+pub(super) fn detailed(task: &tasks::Task) -> DetailedTask {
     let (status, _) = task.status();
     let payload = match status {
         TaskStatus::Working => TaskPayload::Working,

@@ -128,6 +128,11 @@ pub fn may_serve(headers: &HeaderMap) -> Option<usize> {
             return None;
         }
     }
+    declared_length(headers)
+}
+
+/// The body's declared length, if it has one within rmcp's limit ([`MAX_BODY_BYTES`]).
+pub fn declared_length(headers: &HeaderMap) -> Option<usize> {
     let length: usize = headers
         .get(header::CONTENT_LENGTH)?
         .to_str()

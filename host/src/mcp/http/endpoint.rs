@@ -55,6 +55,7 @@ use crate::mcp::{
     auth::principal::Principal,
     handler::server::TurnstileServer,
     jsonrpc_errors::{self, INTERNAL_ERROR, INVALID_REQUEST, Rejection},
+    legacy_tasks,
     quotas::{self, Quotas},
 };
 
@@ -228,7 +229,9 @@ async fn get_stream(layer: &McpLayer, request: Request) -> Response {
 }
 
 /// Serves a POST: a live session's answer-only request right here (`direct.rs`, with `served`,
-/// the session's), anything else through rmcp.
+/// the session's), anything else through rmcp. A body of a declared length within rmcp's limit
+/// is read here whoever serves it, so that a 2025-11-25 task request reaches the handler renamed
+/// (`legacy_tasks.rs`); any other body streams to rmcp as sent.
 #[allow(clippy::manual_async_fn)] // An `async fn` keeps each argument twice: `Runtime::call`.
 fn post(
     layer: &McpLayer,
@@ -236,12 +239,12 @@ fn post(
     served: Option<Served>,
 ) -> impl Future<Output = Response> + '_ {
     async move {
-        let served = served.filter(|_| direct::may_serve(request.headers()).is_some());
-        let Some(served) = served else {
+        if direct::declared_length(request.headers()).is_none() {
             // Boxed, as below: room for rmcp's path is not carried by every call served here.
             return Box::pin(post_to_rmcp(layer, request)).await;
-        };
-        let (parts, body) = request.into_parts();
+        }
+        let served = served.filter(|_| direct::may_serve(request.headers()).is_some());
+        let (mut parts, body) = request.into_parts();
         let body = match axum::body::to_bytes(body, direct::MAX_BODY_BYTES).await {
             Ok(body) => body,
             Err(error) => {
@@ -250,6 +253,19 @@ fn post(
                 return Rejection::invalid_request(Value::Null, format!("Bad Request: {error}"))
                     .into_response(StatusCode::BAD_REQUEST);
             }
+        };
+        let body = match legacy_tasks::renamed(&body) {
+            Some(renamed) => {
+                parts
+                    .headers
+                    .insert(header::CONTENT_LENGTH, HeaderValue::from(renamed.len()));
+                Bytes::from(renamed)
+            }
+            None => body,
+        };
+        let Some(served) = served else {
+            let request = Request::from_parts(parts, Body::from(body));
+            return Box::pin(post_to_rmcp(layer, request)).await;
         };
         match direct::serve(served, parts, &body).await {
             Ok(response) => response,

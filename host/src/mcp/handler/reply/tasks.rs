@@ -98,3 +98,103 @@ pub fn task_result_unkept(problem: &str) -> ErrorData {
         None,
     )
 }
+
+/// JSON-RPC -32601, as 2025-11-25 says a server should answer a task-augmented call of a tool
+/// whose `execution.taskSupport` is absent (`forbidden`). Nothing ran.
+pub fn task_forbidden(tool: &str) -> ErrorData {
+    ErrorData::new(
+        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+        format!(
+            "{} does not run as a task: call it without `task`",
+            clip(tool)
+        ),
+        Some(json!({ "tool": clip(tool) })),
+    )
+}
+
+/// JSON-RPC -32601, as 2025-11-25 says a server may answer a plain call of a tool whose
+/// `execution.taskSupport` is `required`. Nothing ran.
+pub fn task_param_required(tool: &str) -> ErrorData {
+    ErrorData::new(
+        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+        format!(
+            "{} runs only as a task: call it with `task` in its params",
+            clip(tool)
+        ),
+        Some(json!({ "tool": clip(tool) })),
+    )
+}
+
+/// JSON-RPC -32602 for a 2025-11-25 task-augmented call that was refused before its task was
+/// created (out of order, wrong arguments, over quota...): a client that asked for a task
+/// cannot be answered with a result, so the result's words are the message and the result is
+/// `data.result`. No task was created, and nothing ran.
+pub fn task_not_started(tool: &str, refusal: &CallToolResult) -> ErrorData {
+    let words = refusal
+        .content
+        .iter()
+        .find_map(|block| block.as_text())
+        .map_or_else(
+            || format!("{} was refused", clip(tool)),
+            |text| text.text.clone(),
+        );
+    ErrorData::invalid_params(
+        words,
+        Some(json!({
+            "tool": clip(tool),
+            "result": serde_json::to_value(refusal).unwrap_or_default(),
+        })),
+    )
+}
+
+/// JSON-RPC -32602, as 2025-11-25 says a server must answer a `tasks/cancel` of a task that has
+/// ended.
+pub fn task_already_ended(id: &str, status: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!("task {:?} cannot be cancelled: it is {status}", clip(id)),
+        Some(json!({ "taskId": clip(id), "status": status })),
+    )
+}
+
+/// JSON-RPC -32600 for `tasks/result` of a task its client cancelled: it has no result.
+pub fn task_cancelled(id: &str) -> ErrorData {
+    ErrorData::invalid_request(
+        format!("task {:?} was cancelled: it has no result", clip(id)),
+        Some(json!({ "taskId": clip(id), "status": "cancelled" })),
+    )
+}
+
+/// JSON-RPC -32602 for params of a 2025-11-25 task request that do not read as its method's.
+pub fn invalid_task_params(method: &str, problem: &dyn std::fmt::Display) -> ErrorData {
+    ErrorData::invalid_params(format!("{method}: {problem}"), None)
+}
+
+/// Whether `result` refuses its call before the handler ran: an error of the host's (not the
+/// tool's own, `TOOL_ERROR`) that does not say the handler ran or may have.
+pub fn refused_before_running(result: &CallToolResult) -> bool {
+    if result.is_error != Some(true) {
+        return false;
+    }
+    let error = result
+        .structured_content
+        .as_ref()
+        .and_then(|structured| structured.get("error"));
+    let code = error
+        .and_then(|error| error.get("code"))
+        .and_then(Value::as_str);
+    let handler_ran = error.and_then(|error| error.get("handlerRan"));
+    code != Some("TOOL_ERROR") && handler_ran.is_none_or(|ran| *ran == json!(false))
+}
+
+/// JSON-RPC -32800 for a `tasks/result` its client cancelled while it waited: the task runs
+/// on.
+pub fn task_wait_cancelled(id: &str) -> ErrorData {
+    ErrorData::new(
+        rmcp::model::ErrorCode(-32800),
+        format!(
+            "the wait for task {:?} was cancelled; the task runs on",
+            clip(id)
+        ),
+        Some(json!({ "taskId": clip(id) })),
+    )
+}
