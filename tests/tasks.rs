@@ -316,3 +316,90 @@ fn an_sdk_client_reads_a_task_of_a_killed_server_failed_on_another_server() {
         "{shown}"
     );
 }
+
+/// The official Python SDK (1.x) cancels `migration.apply` while it works, as an authenticated
+/// principal: the task ends cancelled, its result is refused, nothing fired (the migration is
+/// still backed up), the audit trail says who cancelled it; and once its end is saved the step
+/// is taken again, to its end.
+#[test]
+fn an_sdk_client_cancels_a_running_step_and_the_trail_says_who() {
+    let store = common::reachable_redis_url();
+    let plugins = PluginDir::with(&["migration"]);
+    let tokens = common::TokenFile::with("alice alice-secret\n");
+    let namespace = format!("tasks_{}", uuid::Uuid::new_v4().simple());
+    let data = tempfile::tempdir().unwrap();
+    let flags = [
+        "--state-handle-key",
+        "handle",
+        "--auth-token-file",
+        tokens.arg(),
+    ];
+    let mut server = Server::on_store(
+        plugins.path(),
+        data.path(),
+        Some(&store),
+        &namespace,
+        &flags,
+        &[("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", "3000")],
+    );
+    let summary = python::run_scenario(Sdk::Mcp1, "task-cancel:alice-secret", &mut server);
+
+    assert_eq!(summary["cancel_answer"], "cancelled", "{summary}");
+    assert_eq!(summary["ended"], "cancelled", "{summary}");
+    assert_eq!(summary["result_refused"], -32600, "{summary}");
+    // An ended task cannot be cancelled again: -32602, as 2025-11-25 says.
+    assert_eq!(summary["cancelled_again"], -32602, "{summary}");
+    assert_eq!(summary["state_after_cancel"], "backed_up", "{summary}");
+    assert_eq!(summary["final_is_error"], false, "{summary}");
+    assert_eq!(summary["state_at_end"], "applied", "{summary}");
+    assert_eq!(
+        summary["listed"],
+        json!(["cancelled", "completed"]),
+        "{summary}"
+    );
+
+    let handle = summary["handle"].as_str().expect("a handle");
+    let shown = Command::new(common::turnstile_bin())
+        .args(["instances", "--json", "--store", &store])
+        .args(["--store-namespace", &namespace, "show", handle])
+        .output()
+        .expect("run turnstile instances show");
+    assert!(shown.status.success(), "{shown:?}");
+    let shown: Value = serde_json::from_slice(&shown.stdout).expect("one JSON line");
+    let trail: Vec<Value> = shown["audit"]
+        .as_array()
+        .expect("a trail")
+        .iter()
+        .map(|entry| json!([entry["by"], entry["from"], entry["to"], entry["principal"]]))
+        .collect();
+    assert_eq!(
+        trail,
+        [
+            json!([
+                "tool:migration.dry_run",
+                "planned",
+                "dry_run_ok",
+                "token:alice"
+            ]),
+            json!([
+                "tool:migration.backup",
+                "dry_run_ok",
+                "backed_up",
+                "token:alice"
+            ]),
+            json!([
+                "tasks/cancel:migration.apply",
+                "backed_up",
+                "backed_up",
+                "token:alice"
+            ]),
+            json!([
+                "tool:migration.apply",
+                "backed_up",
+                "applied",
+                "token:alice"
+            ]),
+        ],
+        "{shown}"
+    );
+}

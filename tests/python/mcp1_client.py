@@ -40,6 +40,10 @@ Usage: python mcp1_client.py SCENARIO URL
                      (2025-11-25, `call_tool_as_task`) there, read working here, the first
                      killed with SIGKILL, then polled here until it ends, and its result asked
                      for; reports what the SDK hands back and where the migration is
+  task-cancel:TOKEN  server with the migration plugin in handle mode and this bearer token:
+                     `migration.apply` started as a task, cancelled mid-run with `tasks/cancel`,
+                     read cancelled, its result refused; then where the migration is, and
+                     the step taken again as a task to its end
 URL may also be `stdio:["PROGRAM", "ARG", ...]`: each connection starts that server over stdio.
 Prints a JSON summary on stdout; exits 1 with `FAILED: ...` on stderr on any failed expectation.
 """
@@ -1009,14 +1013,7 @@ async def task_failover(url: str, first: str) -> dict[str, Any]:
     first_url, first_pid = first.rsplit(",", 1)
     with experimental_tasks():
         async with connect(first_url, "first") as a:
-            dry_run = await a.call_ok("migration.dry_run", {})
-            handle = dry_run.get("handle")
-            expect(isinstance(handle, str), f"migration.dry_run gave no handle: {dry_run!r}")
-            # As a client does before it calls: the menu (the SDK checks results against it).
-            await a.tools(handle)
-            await a.call_ok("migration.backup", {"handle": handle})
-            listed = {tool.name for tool in await a.tools(handle)}
-            expect("migration.apply" in listed, f"migration.apply not listed after a backup: {listed}")
+            handle = await backed_up_migration(a)
             # It runs only as a task: a plain call is refused, and nothing ran.
             try:
                 plain = await a.session.call_tool("migration.apply", {"handle": handle, "confirm": True})
@@ -1054,6 +1051,71 @@ async def task_failover(url: str, first: str) -> dict[str, Any]:
     }
 
 
+async def backed_up_migration(c: Connection) -> str:
+    """A migration taken through its dry run and backup, listing its menu before each call as a
+    client does: its handle."""
+    dry_run = await c.call_ok("migration.dry_run", {})
+    handle = dry_run.get("handle")
+    expect(isinstance(handle, str), f"migration.dry_run gave no handle: {dry_run!r}")
+    await c.tools(handle)
+    await c.call_ok("migration.backup", {"handle": handle})
+    listed = {tool.name for tool in await c.tools(handle)}
+    expect("migration.apply" in listed, f"migration.apply not listed after a backup: {listed}")
+    return handle
+
+
+async def task_cancel(url: str, token: str) -> dict[str, Any]:
+    """`migration.apply` as a 2025-11-25 task, cancelled while it works."""
+    with experimental_tasks():
+        async with connect(url, "canceller", token) as c:
+            handle = await backed_up_migration(c)
+            apply = {"handle": handle, "confirm": True}
+            created = await c.session.experimental.call_tool_as_task("migration.apply", apply)
+            task_id = created.task.taskId
+            cancelled = await c.session.experimental.cancel_task(task_id)
+            ended = await c.session.experimental.get_task(task_id)
+            try:
+                result = await c.session.experimental.get_task_result(task_id, types.CallToolResult)
+                raise Failed(f"a cancelled task gave a result: {result!r}")
+            except McpError as error:
+                result_refused = error.error.code
+            try:
+                await c.session.experimental.cancel_task(task_id)
+                raise Failed("a task cancelled twice was acknowledged twice")
+            except McpError as error:
+                cancelled_again = error.error.code
+            state_after_cancel = (await c.call_ok("migration.status", {"handle": handle})).get("state")
+            # The step can be taken again once the cancelled run's end is saved.
+            again = None
+            for _ in range(100):
+                try:
+                    again = await c.session.experimental.call_tool_as_task("migration.apply", apply)
+                    break
+                except McpError as error:
+                    expect("BUSY" in error.error.message or "running" in error.error.message,
+                           f"retrying migration.apply: {error.error.message!r}")
+                    await anyio.sleep(0.1)
+            expect(again is not None, "migration.apply stayed held after its task was cancelled")
+            async for _ in c.session.experimental.poll_task(again.task.taskId):
+                pass
+            final = await c.session.experimental.get_task_result(again.task.taskId, types.CallToolResult)
+            await c.tools(handle)
+            state_at_end = (await c.call_ok("migration.status", {"handle": handle})).get("state")
+            listed = await c.session.experimental.list_tasks()
+    return {
+        "protocol": c.protocol,
+        "handle": handle,
+        "cancel_answer": cancelled.status,
+        "ended": ended.status,
+        "result_refused": result_refused,
+        "cancelled_again": cancelled_again,
+        "state_after_cancel": state_after_cancel,
+        "final_is_error": bool(final.isError),
+        "state_at_end": state_at_end,
+        "listed": [task.status for task in listed.tasks],
+    }
+
+
 if __name__ == "__main__":
     run(
         {
@@ -1071,6 +1133,7 @@ if __name__ == "__main__":
             "tickets-resolve": tickets_resolve,
             "lost-reply": lost_reply,
             "task-failover": task_failover,
+            "task-cancel": task_cancel,
         },
         SDK,
     )

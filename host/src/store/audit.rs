@@ -19,7 +19,8 @@ pub struct AuditEntry {
     /// The record version the transition saved (1 for the save that created the instance).
     pub version: u64,
     /// What made it: `tool:<name>` (a call), `timer` (a delayed transition), `operator:reset`
-    /// (`turnstile instances reset`).
+    /// (`turnstile instances reset`), `tasks/cancel:<tool>` (a step running as a task that its
+    /// client cancelled: nothing fired, `from` and `to` are the same).
     pub by: String,
     /// The event that was taken (absent for a reset).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -27,7 +27,10 @@ use super::{
 use crate::actors::{InstanceKey, tenure::Tenure};
 use crate::gate;
 use crate::plugin::PluginOutput;
-use crate::store::{InstanceRecord, TaskEntry, TaskEntryStatus, now_ms};
+use crate::store::{AuditEntry, InstanceRecord, TaskEntry, TaskEntryStatus, now_ms};
+
+/// What the audit trail's line of a cancelled task says made it (`by`), before the task's tool.
+pub const CANCELLED_BY: &str = "tasks/cancel:";
 
 /// A call to run as a task: its id, and where its outcome goes when it ends.
 #[derive(Debug)]
@@ -150,7 +153,7 @@ pub(super) async fn start(
     let now = now_ms();
     let entry = TaskEntry::working(&run.id, tool, principal, now, run.ttl_ms);
     let tasks = with_entry(&view.tasks, entry, now);
-    save_tasks(deps, tenure, key, view, tasks).await
+    save_tasks(deps, tenure, key, view, tasks, None).await
 }
 
 /// Ends the working tasks no process runs (`orphaned`): `failed`, the handler maybe run, nothing
@@ -177,19 +180,22 @@ pub(super) async fn orphaned(
         );
         entry.updated_at_ms = now;
     }
-    save_tasks(deps, tenure, key, &view, tasks).await
+    save_tasks(deps, tenure, key, &view, tasks, None).await
 }
 
-/// Saves `view` as it is but for its tasks: a save that moves nothing, announced like a call's.
+/// Saves `view` as it is but for its tasks (and `audit`, a line of its trail): a save that
+/// moves nothing, announced like a call's.
 async fn save_tasks(
     deps: &InstanceDeps,
     tenure: Option<&Tenure>,
     key: &InstanceKey,
     view: &InstanceView,
     tasks: Vec<TaskEntry>,
+    audit: Option<AuditEntry>,
 ) -> Result<InstanceView, InstanceError> {
     let record = InstanceRecord {
         tasks,
+        audit,
         ..view.restated(tenure.and_then(Tenure::fence))
     };
     deps.save(key, &view.workflow, &record, view.version, true)
@@ -199,6 +205,27 @@ async fn save_tasks(
         tasks: record.tasks,
         ..view.clone()
     })
+}
+
+/// The audit trail's line for a task of `tool` on `view` cancelled by its client (`principal`,
+/// the task's: no one else may cancel it), saved with its end: the instance stays where it was.
+fn cancelled_audit(
+    view: &InstanceView,
+    tool: &str,
+    principal: Option<String>,
+    now: u64,
+) -> AuditEntry {
+    let state = view.snapshot.value();
+    AuditEntry {
+        at_ms: now,
+        version: view.version + 1,
+        by: format!("{CANCELLED_BY}{tool}"),
+        event: None,
+        from: state.clone(),
+        to: state,
+        principal,
+        confirmation: None,
+    }
 }
 
 impl InstanceActor {
@@ -248,10 +275,15 @@ impl Handler<FinishTask> for InstanceActor {
         let work = async move {
             let view = loading.await?;
             if finish.cancelled {
-                let tasks = ended(&view.tasks, &id, now_ms(), |entry| {
+                let now = now_ms();
+                let mut canceller = None;
+                let tasks = ended(&view.tasks, &id, now, |entry| {
                     entry.status = TaskEntryStatus::Cancelled;
+                    canceller = entry.principal.clone();
                 });
-                let after = save_tasks(&deps, tenure.as_deref(), &key, &view, tasks).await?;
+                let audit = cancelled_audit(&view, finish.rest.tool.name(), canceller, now);
+                let saving = save_tasks(&deps, tenure.as_deref(), &key, &view, tasks, Some(audit));
+                let after = saving.await?;
                 let output = finish
                     .output
                     .unwrap_or_else(|_| PluginOutput::ToolError("cancelled".to_owned()));
@@ -289,7 +321,7 @@ impl Handler<FinishTask> for InstanceActor {
                     });
                     // The end is saved if the store takes it; else the next holder finds the
                     // task orphaned, and says as much.
-                    let after = save_tasks(&deps, tenure.as_deref(), &key, &view, tasks)
+                    let after = save_tasks(&deps, tenure.as_deref(), &key, &view, tasks, None)
                         .await
                         .unwrap_or(view.clone());
                     let outcome = CallOutcome::Failed {
