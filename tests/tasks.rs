@@ -114,6 +114,20 @@ async fn a_step_run_as_a_task_holds_its_instance_until_it_ends_with_the_transiti
         task_id.as_str()
     );
     assert_eq!(step(url, &handle).await, "backed_up");
+    // Every result's next step says the task is running, and offers only what reads.
+    let status = call(url, "migration.status", json!({"handle": handle})).await;
+    let next = &status["_meta"]["dev.turnstile/next-step"];
+    assert_eq!(next["runningTask"]["taskId"], task_id.as_str(), "{status}");
+    assert_eq!(next["runningTask"]["tool"], "migration.apply", "{status}");
+    assert_eq!(next["available"], json!(["migration.status"]), "{status}");
+    let said = status["content"].as_array().unwrap().last().unwrap()["text"].clone();
+    let said = said.as_str().unwrap_or_default();
+    assert!(
+        said.contains(&format!(
+            "migration.apply is running on it as task {task_id}"
+        )),
+        "{said}"
+    );
     let working = task_request(url, "tasks/get", &task_id, json!({})).await;
     assert_eq!(working["result"]["status"], "working", "{working}");
 
@@ -124,6 +138,9 @@ async fn a_step_run_as_a_task_holds_its_instance_until_it_ends_with_the_transiti
         .unwrap_or_default();
     assert!(text.contains("Migration applied"), "{done}");
     assert_eq!(step(url, &handle).await, "applied");
+    let status = call(url, "migration.status", json!({"handle": handle})).await;
+    let next = &status["_meta"]["dev.turnstile/next-step"];
+    assert!(next.get("runningTask").is_none(), "{status}");
     // No longer held: the next step runs.
     let verify = call(url, "migration.verify", json!({"handle": handle})).await;
     assert_ne!(verify["isError"], true, "{verify}");
@@ -188,6 +205,37 @@ async fn a_refused_call_starts_no_task() {
     // Unknown to tasks/get: -32602.
     let unknown = task_request(url, "tasks/get", "no-such-task", json!({})).await;
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+}
+
+#[tokio::test]
+async fn a_client_past_its_task_limit_is_refused_until_one_ends() {
+    let plugins = PluginDir::with(&["migration"]);
+    let server = Server::http_with_env(
+        plugins.path(),
+        &["--max-tasks-per-principal", "1"],
+        &[("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", APPLY_MS)],
+    );
+    let url = &server.url;
+    let (first, second) = (backed_up(url).await, backed_up(url).await);
+    let running = apply_as_task(url, &first).await;
+    let running = running["taskId"].as_str().expect("a task id").to_owned();
+
+    // One task not ended is this client's limit: the next is refused, and nothing ran.
+    let refused = apply_as_task(url, &second).await;
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert_eq!(
+        refused["structuredContent"]["error"]["code"], "QUOTA_EXCEEDED",
+        "{refused}"
+    );
+    assert!(refused.get("taskId").is_none(), "{refused}");
+    assert_eq!(step(url, &second).await, "backed_up");
+
+    // Once it ended, its place is free.
+    assert_eq!(ended(url, &running).await["status"], "completed");
+    let started = apply_as_task(url, &second).await;
+    let started = started["taskId"].as_str().expect("a task id");
+    assert_eq!(ended(url, started).await["status"], "completed");
+    assert_eq!(step(url, &second).await, "applied");
 }
 
 /// Two servers sharing `store`, each with its own data directory; `apply_ms` for the handler,

@@ -99,6 +99,29 @@ pub struct Task {
     /// Cancelled by `tasks/cancel`: the call's plugin sees it through `is_cancelled`.
     pub cancellation: CancellationToken,
     state: watch::Sender<State>,
+    /// What the task holds until it ends (its place under a quota).
+    held: Held,
+}
+
+/// What a task holds until it ends, dropped then.
+#[derive(Default)]
+struct Held(std::sync::Mutex<Option<Box<dyn Send + Sync>>>);
+
+impl Held {
+    fn release(&self) {
+        let held = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        drop(held);
+    }
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Held")
+    }
 }
 
 /// What the task's watch holds: its status, when it last changed, and what the asking call
@@ -123,10 +146,10 @@ impl Task {
     }
 
     /// Ends the task with `status`, unless it has ended already (a cancel that came first
-    /// stands). Returns whether this ended it.
+    /// stands), and gives back what it held. Returns whether this ended it.
     pub fn end(&self, status: TaskStatus) -> bool {
         debug_assert!(status.is_terminal());
-        self.state.send_if_modified(|state| {
+        let ended = self.state.send_if_modified(|state| {
             if state.status.is_terminal() {
                 return false;
             }
@@ -134,7 +157,18 @@ impl Task {
             state.at = now_ms();
             state.answers.clear();
             true
-        })
+        });
+        self.held.release();
+        ended
+    }
+
+    /// Keeps `held` (a place under a quota, say) until the task ends or is forgotten.
+    pub fn hold_until_end(&self, held: impl Send + Sync + 'static) {
+        *self
+            .held
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Box::new(held));
     }
 
     /// Waits until the task has ended, and returns how.
@@ -275,6 +309,7 @@ impl Tasks {
             created_at_ms: now,
             ttl: ttl.unwrap_or(DEFAULT_TTL).min(MAX_TTL),
             cancellation: CancellationToken::new(),
+            held: Held::default(),
             state: watch::Sender::new(State {
                 status: TaskStatus::Working,
                 at: now,
@@ -319,7 +354,9 @@ impl Tasks {
 
     /// Forgets task `id`: its call did not start after all (refused, or answered at once).
     pub fn forget(&self, id: &str) {
-        self.table.remove(id);
+        if let Some((_, task)) = self.table.remove(id) {
+            task.held.release();
+        }
     }
 
     /// How many tasks are kept.

@@ -200,6 +200,16 @@ pub struct ServeSettings {
         value_name = "N"
     )]
     pub max_streams_per_principal: Option<usize>,
+    /// Let each principal (each client address without authentication) have at most this many
+    /// MCP tasks not ended on this server; a call that would start one more is answered
+    /// QUOTA_EXCEEDED, and nothing runs. Default: no limit.
+    #[arg(
+        long,
+        env = "TURNSTILE_MAX_TASKS_PER_PRINCIPAL",
+        hide_env = true,
+        value_name = "N"
+    )]
+    pub max_tasks_per_principal: Option<usize>,
     /// Let each principal hold at most this many handle-keyed instances in the store (counted
     /// across every server sharing it); a call that would start one more is QUOTA_EXCEEDED.
     /// Needs authentication: without it an instance belongs to no one. Default: no limit.
@@ -711,6 +721,7 @@ impl ServeSettings {
                 mint_rate: self.mint_rate.filter(|rate| *rate > 0.0),
                 mint_burst: f64::from(self.mint_burst),
                 instances: self.max_instances_per_principal,
+                tasks: self.max_tasks_per_principal,
             },
             transport: match (self.stdio, self.http) {
                 (true, _) => Transport::Stdio,

@@ -192,6 +192,16 @@ pub struct NextStep {
     pub done: bool,
     /// The tools on the instance's menu now, in catalog order; none in a final state.
     pub available: Vec<String>,
+    /// A step running as a task holds the instance: until it ends, a call that would move it
+    /// is refused and one that reads is served.
+    pub running: Option<RunningStep>,
+}
+
+/// A step running on an instance as an MCP task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningStep {
+    pub task_id: String,
+    pub tool: String,
 }
 
 /// The next step of an instance of `workflow` in `snapshot`.
@@ -205,6 +215,7 @@ pub fn next_step(workflow: &Workflow, snapshot: &Snapshot) -> NextStep {
         } else {
             menu_names(workflow, snapshot)
         },
+        running: None,
     }
 }
 
@@ -233,6 +244,7 @@ impl NextStep {
             } else {
                 refusal.allowed.clone()
             },
+            running: None,
         }
     }
 }

@@ -23,6 +23,9 @@
 //!   more: the bound can be passed by the mints in flight on the other servers at that moment.
 //!   Without authentication an instance belongs to no one (its handle is the only key to it), so
 //!   there is nothing to count it against: the mint rate per address bounds such a client.
+//! - **Tasks** (`--max-tasks-per-principal`): a place per task not ended, taken before the task
+//!   is created and given back when it ends (completed, failed or cancelled), on this server: a
+//!   call past it is answered `QUOTA_EXCEEDED`, and nothing ran.
 
 use std::{
     net::IpAddr,
@@ -91,6 +94,8 @@ pub struct QuotaLimits {
     pub mint_burst: f64,
     /// `--max-instances-per-principal`.
     pub instances: Option<u64>,
+    /// `--max-tasks-per-principal`.
+    pub tasks: Option<usize>,
 }
 
 /// The counts behind the limits; one per server, shared by every request.
@@ -106,6 +111,8 @@ pub struct Quotas {
     streams: DashMap<Holder, usize>,
     /// Each holder's mints in flight, under `--max-instances-per-principal`.
     minting: DashMap<Holder, usize>,
+    /// Each holder's tasks not ended, under `--max-tasks-per-principal`.
+    tasks: DashMap<Holder, usize>,
     buckets: DashMap<Holder, Bucket>,
 }
 
@@ -149,6 +156,8 @@ enum Kind {
     Stream,
     /// A mint in flight, under `--max-instances-per-principal`.
     Minting,
+    /// A task not ended, under `--max-tasks-per-principal`.
+    Task,
 }
 
 impl Drop for Place {
@@ -226,6 +235,15 @@ impl Quotas {
         self.take_place(Kind::Stream, holder, || 0, max).map(Some)
     }
 
+    /// A place for a new task of `holder`'s, if it has fewer than its limit not ended on this
+    /// server; `None` without a limit. The task holds it until it ends.
+    pub fn admit_task(self: &Arc<Self>, holder: &Holder) -> Result<Option<Place>, OverQuota> {
+        let Some(max) = self.limits.tasks else {
+            return Ok(None);
+        };
+        self.take_place(Kind::Task, holder, || 0, max).map(Some)
+    }
+
     /// A place of `kind` for `holder`, if what it `held` (counted elsewhere) and the places of
     /// that kind it has taken come to less than `max`: counted, checked and taken under the
     /// holder's entry lock.
@@ -243,6 +261,7 @@ impl Quotas {
                     Kind::Opening => "sessions",
                     Kind::Stream => "event streams",
                     Kind::Minting => "instances",
+                    Kind::Task => "running tasks",
                 },
                 limit: max.to_string(),
                 holder: holder.to_string(),
@@ -250,6 +269,8 @@ impl Quotas {
                 retry_after: match kind {
                     Kind::Minting => None,
                     Kind::Opening | Kind::Stream => Some(Duration::from_secs(5)),
+                    // A task goes when it ends: its client can follow them.
+                    Kind::Task => Some(Duration::from_secs(1)),
                 },
             });
         }
@@ -267,6 +288,7 @@ impl Quotas {
             Kind::Opening => &self.opening,
             Kind::Stream => &self.streams,
             Kind::Minting => &self.minting,
+            Kind::Task => &self.tasks,
         }
     }
 

@@ -17,7 +17,7 @@ use super::{
 };
 use crate::actors::{InstanceKey, tenure::Tenure};
 use crate::catalog::ToolEntry;
-use crate::gate::{self, ListsChanged};
+use crate::gate::ListsChanged;
 use crate::store::{StoreError, now_ms};
 
 /// The result of a call's async part, with the view the actor should adopt afterwards.
@@ -296,7 +296,7 @@ impl Handler<Call> for InstanceActor {
                     (Err(error), Some((view, after_handler))) => Ok(CallOutcome::Failed {
                         error,
                         after_handler,
-                        next: gate::next_step(&view.workflow, &view.snapshot),
+                        next: view.next_step(),
                         readers: readers(&view),
                     }),
                     (outcome, _) => outcome,
@@ -349,7 +349,7 @@ async fn start_task(
     match task::start(deps, tenure, key, &view, &run, rest.tool.name(), principal).await {
         Ok(after) => {
             tracing::debug!(instance = %key, task = %run.id, tool = %rest.tool.name(), "call started as a task");
-            let next = gate::next_step(&after.workflow, &after.snapshot);
+            let next = after.next_step();
             Finished {
                 adopt: Some(after.clone()),
                 changed,

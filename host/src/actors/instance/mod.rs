@@ -267,6 +267,28 @@ impl InstanceView {
 
     /// The record of the instance as it stands, one version on, saved under `fence`: a save
     /// that moves nothing and keeps its time (a corrected due time, a task's start or end).
+    /// Where the instance stands and which tools may come next ([`gate::next_step`]), with
+    /// the step running on it as a task, if one is: then only the tools that read are next.
+    pub fn next_step(&self) -> crate::gate::NextStep {
+        self.next_step_in(&self.workflow)
+    }
+
+    /// [`InstanceView::next_step`] by `workflow`'s menu (the catalog's, when it changed since
+    /// the instance was loaded).
+    pub(super) fn next_step_in(&self, workflow: &Workflow) -> crate::gate::NextStep {
+        let mut next = crate::gate::next_step(workflow, &self.snapshot);
+        next.running = task_entries::running(&self.tasks);
+        if next.running.is_some() && !next.done {
+            // Until it ends, a call that would move the instance is refused (`call.rs`).
+            next.available = crate::gate::menu(workflow, &self.snapshot)
+                .into_iter()
+                .filter(|tool| !tool.fires_something())
+                .map(|tool| tool.name().to_string())
+                .collect();
+        }
+        next
+    }
+
     pub(super) fn restated(&self, fence: Option<Fence>) -> InstanceRecord {
         InstanceRecord {
             machine: Some(self.workflow.version.clone()),

@@ -191,7 +191,7 @@ pub(super) fn prepare(
         .made_for
         .is_some_and(|made_for| made_for != view.revision())
     {
-        let next = gate::next_step(&workflow, &view.snapshot);
+        let next = view.next_step_in(&workflow);
         return Ok(ControlFlow::Break(CallOutcome::MovedOn { next }));
     }
     let confirmation = match confirmed(&workflow, &tool, view, &call) {
@@ -362,7 +362,7 @@ pub(super) fn ran(
     output: PluginOutput,
     lists: Option<gate::ListsChanged>,
 ) -> CallOutcome {
-    let next = gate::next_step(&after.workflow, &after.snapshot);
+    let next = after.next_step();
     CallOutcome::Ran {
         output,
         moved: lists.is_some(),
@@ -399,7 +399,7 @@ fn replayed(
             output: PluginOutput::success(entry.output.clone()),
             moved: entry.moved,
             state: entry.state.clone(),
-            next: gate::next_step(&view.workflow, &view.snapshot),
+            next: view.next_step(),
             lists: None,
             revision: view.revision(),
         })),
@@ -441,7 +441,7 @@ fn runnable(
         return Ok(ControlFlow::Break(CallOutcome::Forbidden(refusal)));
     };
     if let Err(problems) = tool.check_arguments(&call.arguments) {
-        let next = gate::next_step(workflow, &view.snapshot);
+        let next = view.next_step_in(workflow);
         return Ok(ControlFlow::Break(CallOutcome::InvalidArguments {
             problems,
             next,
@@ -471,7 +471,7 @@ fn confirmed(
         }
         Some(Decision::Declined(action)) => ControlFlow::Break(CallOutcome::Declined {
             action,
-            next: gate::next_step(workflow, &view.snapshot),
+            next: view.next_step_in(workflow),
         }),
     }
 }
@@ -614,7 +614,7 @@ async fn fire(
         }
         Err(TransitionLoop) => {
             tracing::warn!(instance = %key, tool = %tool.name(), "an eventless loop stopped a transition; the instance keeps its state");
-            let next = gate::next_step(workflow, &view.snapshot);
+            let next = view.next_step_in(workflow);
             let state = next.state.clone();
             ControlFlow::Break(match output {
                 PluginOutput::Success(output) => CallOutcome::Looped {

@@ -25,7 +25,6 @@ use super::{
     run_call::{self, AfterPlugin, Failed, PluginCall, after_plugin, readers, run_plugin},
 };
 use crate::actors::{InstanceKey, tenure::Tenure};
-use crate::gate;
 use crate::plugin::PluginOutput;
 use crate::store::{AuditEntry, InstanceRecord, TaskEntry, TaskEntryStatus, now_ms};
 
@@ -327,7 +326,7 @@ impl Handler<FinishTask> for InstanceActor {
                     let outcome = CallOutcome::Failed {
                         error,
                         after_handler,
-                        next: gate::next_step(&view.workflow, &view.snapshot),
+                        next: view.next_step(),
                         readers: readers(&view),
                     };
                     (after, Ok(outcome))

@@ -85,6 +85,17 @@ pub(super) fn working(view: &InstanceView) -> Option<&TaskEntry> {
         .find(|entry| entry.status == TaskEntryStatus::Working)
 }
 
+/// The step running as a task among `tasks`, if one is (at most one: it holds the instance).
+pub(super) fn running(tasks: &[TaskEntry]) -> Option<crate::gate::RunningStep> {
+    tasks
+        .iter()
+        .find(|entry| entry.status == TaskEntryStatus::Working)
+        .map(|entry| crate::gate::RunningStep {
+            task_id: entry.id.clone(),
+            tool: entry.tool.clone(),
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

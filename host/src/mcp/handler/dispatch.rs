@@ -408,15 +408,24 @@ impl TurnstileServer {
                     Ok(CallMode::Task(_))
                         if tool.workflow().is_none()
                             && self.confirmation_answers(tool, &request, &context) => {}
-                    Ok(CallMode::Task(how)) if tool.workflow().is_none() => {
-                        let started =
-                            self.start_task(request, context, catalog.clone(), record, how);
-                        return Ok(started);
-                    }
-                    // The instance starts it once the gate lets the call through.
                     Ok(CallMode::Task(how)) => {
                         let handle = self.named_handle(&request, &context);
-                        task = Some((self.new_task(tool.name(), handle, &context, how.ttl), how));
+                        let created = match self.new_task(tool.name(), handle, &context, how.ttl) {
+                            Ok(created) => created,
+                            Err(refusal) => {
+                                let refused = reply::over_quota(tool.name(), &refusal);
+                                return record
+                                    .finish(&self.shared.call_metrics, Ok(refused.into()));
+                            }
+                        };
+                        if tool.workflow().is_none() {
+                            let catalog = catalog.clone();
+                            return Ok(
+                                self.start_task(created, request, context, catalog, record, how)
+                            );
+                        }
+                        // The instance starts it once the gate lets the call through.
+                        task = Some((created, how));
                     }
                     Err(refused) => return record.finish(&self.shared.call_metrics, Err(refused)),
                 }

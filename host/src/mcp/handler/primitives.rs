@@ -484,7 +484,7 @@ impl TurnstileServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<ReadResourceResult, ErrorData> {
         let (key, view) = self.instance_view(workflow, token, uri, context).await?;
-        let next = gate::next_step(&view.workflow, &view.snapshot);
+        let next = view.next_step();
         let offer = gate::offer(catalog, workflow, &view.snapshot);
         let mut audit = self
             .shared

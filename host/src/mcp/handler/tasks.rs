@@ -37,7 +37,7 @@ use super::{
 };
 use crate::actors::{InstanceError, InstanceKey, InstanceView};
 use crate::catalog::{Catalog, ToolEntry};
-use crate::gate;
+use crate::mcp::quotas::OverQuota;
 use crate::mcp::session::request_stream::RequestStream;
 use crate::plugin::PluginOutput;
 use crate::store::{TaskEntry, TaskEntryStatus};
@@ -119,13 +119,13 @@ impl TurnstileServer {
     /// answered.
     pub(super) fn start_task(
         &self,
+        task: Arc<tasks::Task>,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
         catalog: Arc<Catalog>,
         record: CallRecord,
         how: TaskHow,
     ) -> CallToolResponse {
-        let task = self.new_task(&request.name, None, &context, how.ttl);
         tracing::debug!(task = %task.id, tool = %request.name, "call started as a task");
         let running = task_context(context, &task, how);
         let server = self.clone();
@@ -142,17 +142,28 @@ impl TurnstileServer {
     }
 
     /// A new working task of `tool` for this request's caller, on the instance `handle` names
-    /// (if any: a call naming none mints, and runs plainly), kept `ttl` (the default if `None`).
+    /// (if any: a call naming none mints, and runs plainly), kept `ttl` (the default if `None`),
+    /// if the caller has room for one more (`--max-tasks-per-principal`: the task holds its
+    /// place until it ends).
     pub(super) fn new_task(
         &self,
         tool: &str,
         handle: Option<&str>,
         context: &RequestContext<RoleServer>,
         ttl: Option<Duration>,
-    ) -> Arc<tasks::Task> {
-        self.shared
+    ) -> Result<Arc<tasks::Task>, OverQuota> {
+        let place = match self.caller(context).quota_holder() {
+            Some(holder) => self.shared.quotas.admit_task(&holder)?,
+            None => None,
+        };
+        let task = self
+            .shared
             .tasks
-            .create(tool, self.task_owner(context), ttl, handle)
+            .create(tool, self.task_owner(context), ttl, handle);
+        if let Some(place) = place {
+            task.hold_until_end(place);
+        }
+        Ok(task)
     }
 
     /// The handle `request` names its instance by, as `target.rs` reads it (an argument, or
@@ -233,7 +244,7 @@ impl TurnstileServer {
                     None => PluginOutput::success(entry.output.clone()),
                 };
                 let result = reply::ran(&entry.tool, output, Some(entry.state.clone()));
-                let next = gate::next_step(&view.workflow, &view.snapshot);
+                let next = view.next_step();
                 let result = self.closed_with_step(result, key, context, Ok((next, entry.moved)));
                 TaskPayload::Completed {
                     result: object(serde_json::to_value(result).unwrap_or_default()),

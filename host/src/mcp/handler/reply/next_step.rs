@@ -75,6 +75,10 @@ pub fn with_next_step(
         let available = at.next.available.into_iter().map(Value::String).collect();
         next.insert("available".to_string(), Value::Array(available));
         next.insert("moved".to_string(), Value::Bool(at.moved));
+        if let Some(running) = at.next.running {
+            let running = serde_json::json!({"taskId": running.task_id, "tool": running.tool});
+            next.insert("runningTask".to_string(), running);
+        }
         result
             .meta
             .get_or_insert_default()
@@ -208,6 +212,16 @@ fn sentence(at: &Whereabouts<'_>) -> String {
     }
     text.push_str(if at.moved { " is now in " } else { " is in " });
     text.push_str(&state_label(&at.next.state));
+    if let Some(running) = &at.next.running {
+        text.push_str(". ");
+        text.push_str(&running.tool);
+        text.push_str(" is running on it as task ");
+        text.push_str(&running.task_id);
+        text.push_str(
+            ", which holds it until it ends: follow the task (tasks/get), and only tools that \
+             read are served meanwhile",
+        );
+    }
     if at.next.done {
         text.push_str(", a final state: there is no next step.");
     } else if at.next.available.is_empty() {
@@ -264,7 +278,35 @@ mod tests {
             state,
             done,
             available: available.iter().map(|name| name.to_string()).collect(),
+            running: None,
         }
+    }
+
+    #[test]
+    fn a_step_running_as_a_task_is_said_and_carried() {
+        let mut next = step(json!("backed_up"), false, &["migration.status"]);
+        next.running = Some(crate::gate::RunningStep {
+            task_id: "t1.migration-1".into(),
+            tool: "migration.apply".into(),
+        });
+        let at = Whereabouts {
+            workflow: "migration",
+            handle: Some("migration-1"),
+            next,
+            moved: false,
+        };
+        let result = with_next_step(CallToolResult::success(vec![]), NextStepMode::Both, at);
+        let said = texts(&result).pop().unwrap();
+        assert!(
+            said.contains("migration.apply is running on it as task t1.migration-1")
+                && said.ends_with("Next: migration.status."),
+            "{said}"
+        );
+        let meta = &result.meta.unwrap()[NEXT_STEP_META_KEY];
+        assert_eq!(
+            meta["runningTask"],
+            json!({"taskId": "t1.migration-1", "tool": "migration.apply"})
+        );
     }
 
     fn texts(result: &CallToolResult) -> Vec<String> {
