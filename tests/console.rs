@@ -541,3 +541,86 @@ async fn an_instance_in_a_parallel_state_has_every_region_lit() {
         assert_eq!(counts[state], 1, "{state}: {counts}");
     }
 }
+
+/// A 2026-07-28 `tools/call` of `tool` by Alice (with `meta` as its `_meta`): its result.
+async fn call_as_alice(url: &str, tool: &str, arguments: Value, meta: Value) -> Value {
+    let params = json!({"name": tool, "arguments": arguments, "_meta": meta});
+    let answer = common::post_sessionless(url, 1, "tools/call", params)
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .expect("the server answers");
+    let body = answer.text().await.expect("a body");
+    common::result_of(&body, 1, tool)
+}
+
+/// A step running as a task is shown running in the console: the instance list's status, the
+/// instance page, and the API say which tool runs and under which task; once it ended, none.
+#[tokio::test]
+async fn a_step_running_as_a_task_is_shown_running() {
+    let tokens = tokens();
+    let plugins = common::PluginDir::with(&["migration"]);
+    let server = common::Server::http_with_env(
+        plugins.path(),
+        &["--auth-token-file", tokens.arg()],
+        &[("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", "4000")],
+    );
+    let (url, base) = (&server.url, server.base());
+    let dry_run = call_as_alice(url, "migration.dry_run", json!({}), json!({})).await;
+    let handle = dry_run["structuredContent"]["handle"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let backup = json!({"handle": handle});
+    let backed_up = call_as_alice(url, "migration.backup", backup, json!({})).await;
+    assert_ne!(backed_up["isError"], true, "{backed_up}");
+    let apply = json!({"handle": handle, "confirm": true});
+    let created = call_as_alice(url, "migration.apply", apply, common::declaring_tasks()).await;
+    let task_id = created["taskId"].as_str().expect("a task").to_owned();
+
+    let (status, listed) = get(
+        &format!("{base}/console/api/instances?workflow=migration"),
+        Some(OPERATOR),
+    )
+    .await;
+    assert_eq!(status, 200, "{listed}");
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    let instance = &listed["instances"][0];
+    assert_eq!(instance["running"]["tool"], "migration.apply", "{listed}");
+    assert_eq!(instance["running"]["task_id"], task_id.as_str(), "{listed}");
+    let key = instance["key"].as_str().unwrap().to_owned();
+
+    let (_, list_page) = get(&format!("{base}/console/instances"), Some(OPERATOR)).await;
+    assert!(list_page.contains("running migration.apply"), "{list_page}");
+    let page_url = format!(
+        "{base}/console/instance?{}",
+        serde_urlencoded::to_string([("id", key.as_str())]).unwrap()
+    );
+    let (status, page) = get(&page_url, Some(OPERATOR)).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("id=\"instance-running\""), "{page}");
+    assert!(page.contains(&task_id), "{page}");
+
+    // Once it ended, nothing runs.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, listed) = get(
+            &format!("{base}/console/api/instances?workflow=migration"),
+            Some(OPERATOR),
+        )
+        .await;
+        let listed: Value = serde_json::from_str(&listed).unwrap();
+        let instance = &listed["instances"][0];
+        if instance.get("running").is_none() {
+            assert_eq!(instance["state"], "applied", "{listed}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, page) = get(&page_url, Some(OPERATOR)).await;
+    assert!(!page.contains("id=\"instance-running\""), "{page}");
+}

@@ -243,7 +243,12 @@ pub fn instances(
                             td { a.key href={ "/console/instance?" (encode(&[("id", &summary.key)])) } { (summary.key) } }
                             td { (summary.workflow) }
                             td.state { (state_text(&summary.state)) }
-                            td { (summary.status.as_str().unwrap_or("?")) }
+                            td {
+                                (summary.status.as_str().unwrap_or("?"))
+                                @if let Some(running) = &summary.running {
+                                    " " span.running title={ "task " (running.task_id) } { "running " (running.tool) }
+                                }
+                            }
                             td.num { (summary.version) }
                             td { time datetime=(utc(summary.updated_at_ms)) { (age(summary.updated_at_ms)) } }
                         }
@@ -275,6 +280,14 @@ pub fn instance(signed_in: bool, shown: &Value, svg: Option<&str>, notice: Optio
                 dt { "Version" } dd { (shown["version"]) }
                 dt { "Machine version" } dd { code { (shown["machine"].as_str().unwrap_or("-")) } }
                 dt { "Last moved" } dd { (utc_of(&shown["updated_at_ms"])) }
+                @for task in running_tasks(shown) {
+                    dt { "Running" }
+                    dd #instance-running {
+                        code { (task["tool"].as_str().unwrap_or("?")) } " as task "
+                        code { (task["task_id"].as_str().unwrap_or("?")) }
+                        ", since " (utc_of(&task["created_at_ms"]))
+                    }
+                }
             }
             section.actions {
                 a.button href={ "/console/instance/reset?" (id) } { "Reset…" }
@@ -497,6 +510,16 @@ fn utc_of(value: &Value) -> String {
 }
 
 pub use crate::instances::utc;
+
+/// The tasks `shown` (as `turnstile instances show` tells an instance) has running: at most one.
+fn running_tasks(shown: &Value) -> Vec<&Value> {
+    shown["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|task| task["status"] == "working")
+        .collect()
+}
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,9 @@ use serde_json::{Value, json};
 
 use crate::mcp::auth::principal::Principal;
 pub use crate::store::active_paths;
-use crate::store::{InstanceRecord, StateStore, StoreError, Tombstone, now_ms, redact_context};
+use crate::store::{
+    InstanceRecord, StateStore, StoreError, TaskEntryStatus, Tombstone, now_ms, redact_context,
+};
 
 /// How many keys one page of a listing reads from the store.
 pub(super) const PAGE: usize = 500;
@@ -63,6 +65,18 @@ pub struct Summary {
     pub status: Value,
     pub version: u64,
     pub updated_at_ms: u64,
+    /// The step running on it as an MCP task, as its record says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<RunningTask>,
+}
+
+/// A step running on an instance as an MCP task (`store::TaskEntry`, `working`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunningTask {
+    pub task_id: String,
+    pub tool: String,
+    /// When it started, in unix milliseconds.
+    pub since_ms: u64,
 }
 
 impl Summary {
@@ -74,6 +88,15 @@ impl Summary {
             status: record.snapshot["status"].clone(),
             version: record.version,
             updated_at_ms: record.updated_at_ms,
+            running: record
+                .tasks
+                .iter()
+                .find(|task| task.status == TaskEntryStatus::Working)
+                .map(|task| RunningTask {
+                    task_id: task.id.clone(),
+                    tool: task.tool.clone(),
+                    since_ms: task.created_at_ms,
+                }),
         }
     }
 }
@@ -249,6 +272,21 @@ pub async fn show(
     shown["timers"] = record.snapshot["timers"].clone();
     shown["due_at_ms"] = json!(record.due_at_ms);
     shown["idempotency_entries"] = json!(record.idempotency.len());
+    // The tasks its record keeps, without their outputs (a task's client reads those).
+    shown["tasks"] = record
+        .tasks
+        .iter()
+        .map(|task| {
+            json!({
+                "task_id": task.id,
+                "tool": task.tool,
+                "status": task.status,
+                "principal": task.principal,
+                "created_at_ms": task.created_at_ms,
+                "updated_at_ms": task.updated_at_ms,
+            })
+        })
+        .collect();
     let mut audit = store.audit(&key).await?;
     shown["audit_total"] = audit.len().into();
     if let Some(last) = last {
