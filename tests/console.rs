@@ -600,6 +600,24 @@ async fn a_step_running_as_a_task_is_shown_running() {
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("id=\"instance-running\""), "{page}");
     assert!(page.contains(&task_id), "{page}");
+    // An operator's reset or delete would land under the running step: refused, naming it.
+    for act in ["reset", "delete"] {
+        let acted = reqwest::Client::new()
+            .post(format!(
+                "{base}/console/api/instance/{act}?{}",
+                serde_urlencoded::to_string([("id", key.as_str())]).unwrap()
+            ))
+            .bearer_auth(OPERATOR)
+            .send()
+            .await
+            .expect("the server answers");
+        assert_eq!(acted.status().as_u16(), 409, "{act}");
+        let said = acted.text().await.unwrap();
+        assert!(
+            said.contains(&format!("as task {task_id}")),
+            "{act}: {said}"
+        );
+    }
 
     // Once it ended, nothing runs.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);

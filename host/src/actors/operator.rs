@@ -11,6 +11,9 @@
 //! first with a store other servers share, are compare-and-set on the version just read, tell the
 //! other servers (the store's change feed) and this one's watchers (the notifier).
 //!
+//! While a step runs on the instance as a task here, both are refused, as a call that would move
+//! it is ([`InstanceError::TaskRunning`]): the task's end would land on a record reset or gone.
+//!
 //! It must not decide what an operator may do (that is the console's access check) or find
 //! instances (that is `instances/`).
 
@@ -102,6 +105,9 @@ impl Handler<Reset> for InstanceActor {
     type Result = AtomicResponse<Self, Result<Operated, InstanceError>>;
 
     fn handle(&mut self, msg: Reset, _ctx: &mut Self::Context) -> Self::Result {
+        if let Some(busy) = self.held_by_task() {
+            return AtomicResponse::new(Box::pin(fut::ready(Err(busy))));
+        }
         let operand = Operand::of(self);
         let work = async move {
             let Some(view) = operand.held().await? else {
@@ -168,6 +174,9 @@ impl Handler<Delete> for InstanceActor {
     type Result = AtomicResponse<Self, Result<Operated, InstanceError>>;
 
     fn handle(&mut self, msg: Delete, _ctx: &mut Self::Context) -> Self::Result {
+        if let Some(busy) = self.held_by_task() {
+            return AtomicResponse::new(Box::pin(fut::ready(Err(busy))));
+        }
         let operand = Operand::of(self);
         let work = async move {
             let Some(view) = operand.held().await? else {

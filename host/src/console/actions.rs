@@ -111,6 +111,15 @@ pub async fn act(
                 ),
             ));
         }
+        Err(InstanceError::TaskRunning { id, tool }) => {
+            return Err(Problem(
+                StatusCode::CONFLICT,
+                format!(
+                    "{tool} is running on {key} as task {id}; nothing was done: wait until the \
+                     task ends (its client may cancel it), then try again"
+                ),
+            ));
+        }
         Err(InstanceError::Store(StoreError::Conflict { .. } | StoreError::Fenced { .. })) => {
             return Err(Problem(
                 StatusCode::CONFLICT,

@@ -437,6 +437,17 @@ pub struct InstanceActor {
 }
 
 impl InstanceActor {
+    /// The refusal of anything that would write the instance while a step runs on it as a task
+    /// here (an operator's reset or delete, as a call that would move it): `None` when none runs.
+    pub(in crate::actors) fn held_by_task(&self) -> Option<InstanceError> {
+        self.running
+            .as_ref()
+            .map(|running| InstanceError::TaskRunning {
+                id: running.id.clone(),
+                tool: running.tool.clone(),
+            })
+    }
+
     /// Tells the notifier the instance moved, once the answer to what moved it is on its way.
     ///
     /// The notifier may run on this thread (`workers.rs`), and a task woken here runs before
