@@ -238,6 +238,48 @@ async fn a_client_past_its_task_limit_is_refused_until_one_ends() {
     assert_eq!(step(url, &second).await, "applied");
 }
 
+/// A binding's `on_cancel`: a step cancelled mid-run fires that event (the rollout is stopped,
+/// not left ready), and the trail says the cancel did it.
+#[tokio::test]
+async fn a_cancelled_step_fires_its_on_cancel_event() {
+    let plugins = PluginDir::with(&[]);
+    plugins.add_c_fixture("rollout");
+    let server = Server::http(plugins.path(), &[]);
+    let url = &server.url;
+    let planned = call(url, "rollout.plan", json!({})).await;
+    let handle = planned["structuredContent"]["handle"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (response, _) = call_2026(
+        url,
+        "rollout.run",
+        json!({"handle": handle}),
+        json!({"_meta": declaring_tasks()}),
+    )
+    .await;
+    let created = response["result"].clone();
+    let task_id = created["taskId"].as_str().expect("a task id").to_owned();
+    let running = call(url, "rollout.status", json!({"handle": handle})).await;
+    assert_eq!(running["structuredContent"]["state"], "ready", "{running}");
+
+    let ack = task_request(url, "tasks/cancel", &task_id, json!({})).await;
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    assert_eq!(ended(url, &task_id).await["status"], "cancelled");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stopped = loop {
+        let status = call(url, "rollout.status", json!({"handle": handle})).await;
+        if status["structuredContent"]["state"] != "ready" || Instant::now() > deadline {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        stopped["structuredContent"]["state"], "stopped",
+        "{stopped}"
+    );
+}
+
 /// Two servers sharing `store`, each with its own data directory; `apply_ms` for the handler,
 /// and `extra` flags.
 fn two_servers(

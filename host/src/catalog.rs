@@ -114,9 +114,11 @@ impl ToolEntry {
     }
 
     /// Whether a call of this tool may fire an event: its transition on success, its
-    /// `on_error` on a handler error. A tool that fires nothing only reads the instance.
+    /// `on_error` on a handler error, its `on_cancel` when cancelled. A tool that fires nothing
+    /// only reads the instance.
     pub fn fires_something(&self) -> bool {
-        self.manifest.transition.is_some() || self.manifest.on_error.is_some()
+        let manifest = &self.manifest;
+        manifest.transition.is_some() || manifest.on_error.is_some() || manifest.on_cancel.is_some()
     }
 
     /// A tool with no bound states is visible in every state (DESIGN: "a tool with no states is
@@ -440,13 +442,28 @@ impl Catalog {
                             machine.id()
                         ));
                     }
+                    if let Some(event) = &tool.on_cancel
+                        && !machine.accepts_event(event)
+                    {
+                        problems.push(format!(
+                            "{at}.on_cancel: workflow \"{}\" has no transition on event \"{event}\"",
+                            machine.id()
+                        ));
+                    }
+                    if tool.on_cancel.is_some() && tool.task.is_none() {
+                        problems.push(format!(
+                            "{at}.on_cancel: only a tool that runs as a task (\"task\") is \
+                             cancelled"
+                        ));
+                    }
                 }
                 None if !tool.states.is_empty()
                     || tool.transition.is_some()
-                    || tool.on_error.is_some() =>
+                    || tool.on_error.is_some()
+                    || tool.on_cancel.is_some() =>
                 {
                     problems.push(format!(
-                        "{at}: states, transition and on_error need a workflow"
+                        "{at}: states, transition, on_error and on_cancel need a workflow"
                     ));
                 }
                 None => {}

@@ -43,6 +43,7 @@ pub fn run(
                 states: &tool.manifest.states,
                 event: tool.manifest.transition.as_deref(),
                 on_error: tool.manifest.on_error.as_deref(),
+                on_cancel: tool.manifest.on_cancel.as_deref(),
             })
             .collect();
         for warning in lint::check(&workflow.machine, &bindings) {

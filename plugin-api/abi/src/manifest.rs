@@ -226,6 +226,12 @@ pub struct ToolManifest {
     /// failed is not known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_error: Option<String>,
+    /// The event fired on the workflow when the call, running as an MCP task (`task`), is
+    /// cancelled by its client, if any: into a state that undoes a half-done step, say. Without
+    /// it a cancelled call fires nothing and its instance stays where it was. The event is
+    /// `{"type", "input": <arguments>}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_cancel: Option<String>,
     /// A human-readable name for display (MCP `title`); clients show `name` without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
@@ -510,6 +516,7 @@ impl ToolManifest {
             states: Vec::new(),
             transition: None,
             on_error: None,
+            on_cancel: None,
             title: None,
             annotations: None,
             output_schema: None,

@@ -81,6 +81,13 @@ pub(super) fn check_tool(tool: &Tool) -> Vec<String> {
             "tool {name}: on_error event \"{event}\" is taken by no state of workflow \"{id}\""
         ));
     }
+    if let Some(event) = &manifest.on_cancel
+        && !machine.accepts_event(event)
+    {
+        problems.push(format!(
+            "tool {name}: on_cancel event \"{event}\" is taken by no state of workflow \"{id}\""
+        ));
+    }
     problems
 }
 

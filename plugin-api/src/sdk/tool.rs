@@ -165,6 +165,13 @@ impl<Output> ToolBuilder<Output> {
         self
     }
 
+    /// Fires `event` when the call, running as an MCP task, is cancelled by its client: into a
+    /// state that undoes a half-done step, say. Without it a cancel fires nothing.
+    pub fn on_cancel(mut self, event: impl Into<String>) -> Self {
+        self.manifest.on_cancel = Some(event.into());
+        self
+    }
+
     /// A human-readable name for display (MCP `title`).
     pub fn title(mut self, title: impl Into<String>) -> Self {
         self.manifest.title = Some(title.into());

@@ -23,6 +23,7 @@ pub struct ToolBinding<'a> {
     pub states: &'a [String],
     pub event: Option<&'a str>,
     pub on_error: Option<&'a str>,
+    pub on_cancel: Option<&'a str>,
 }
 
 /// One problem found in a machine's graph.
@@ -133,7 +134,7 @@ pub fn check(machine: &Machine, tools: &[ToolBinding<'_>]) -> Vec<Warning> {
             seen.push(descriptor);
             let fired = tools
                 .iter()
-                .flat_map(|t| [t.event, t.on_error])
+                .flat_map(|t| [t.event, t.on_error, t.on_cancel])
                 .flatten()
                 .any(|e| matches_descriptor(e, descriptor));
             if !fired {
@@ -249,6 +250,7 @@ mod tests {
                 states,
                 event: *event,
                 on_error: None,
+                on_cancel: None,
             })
             .collect();
         check(&m, &bindings)

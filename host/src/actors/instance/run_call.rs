@@ -30,7 +30,9 @@ use std::{ops::ControlFlow, sync::Arc};
 use serde_json::Value;
 use tracing::Instrument;
 
-use super::{Call, CallOutcome, InstanceDeps, InstanceError, InstanceView, task_entries};
+use super::{
+    Call, CallOutcome, InstanceDeps, InstanceError, InstanceView, task::CANCELLED_BY, task_entries,
+};
 use crate::actors::{
     InstanceKey,
     idempotency::{self, Lookup},
@@ -44,7 +46,7 @@ use crate::{
     logs::otlp,
     plugin::{CallContext, PluginOutput},
     statechart::{Event, Step, TransitionLoop},
-    store::{AuditEntry, IdempotencyEntry, InstanceRecord, now_ms},
+    store::{AuditEntry, IdempotencyEntry, InstanceRecord, TaskEntryStatus, now_ms},
 };
 
 /// What a call ran: the view after it, whether the state changed, and the outcome.
@@ -133,6 +135,9 @@ pub(super) struct AfterPlugin {
     now: u64,
     /// The id of the task the call runs as (`task.rs`): its end is saved with the call's step.
     pub task: Option<String>,
+    /// The task was cancelled by its client while the plugin ran: whatever the plugin
+    /// answered, only the tool's `on_cancel` fires, if it has one, and the task ends cancelled.
+    pub cancelled: bool,
 }
 
 /// Idempotency, gate, confirmation, plugin, transition, save: one call, step by step (see the
@@ -235,6 +240,7 @@ pub(super) fn prepare(
             mint: call.mint,
             now,
             task: call.task.as_ref().map(|task| task.id.clone()),
+            cancelled: false,
         },
     }))
 }
@@ -259,8 +265,17 @@ pub(super) async fn after_plugin(
         mint,
         now,
         task,
+        cancelled,
     } = rest;
-    let fired = fire(deps, &workflow, &view, &tool, key, output, input, mint).await;
+    // A cancelled call's answer is not its result: a retry must run it again.
+    let idempotent = idempotent.filter(|_| !cancelled);
+    let firing = Firing {
+        output,
+        input,
+        mint,
+        cancelled,
+    };
+    let fired = fire(deps, &workflow, &view, &tool, key, firing).await;
     let (output, step, fired_event) = match fired {
         ControlFlow::Continue(fired) => fired,
         ControlFlow::Break(answer) => return Ok((view, false, answer)),
@@ -304,6 +319,7 @@ pub(super) async fn after_plugin(
             principal,
             now,
             task: task.as_deref(),
+            cancelled,
         },
     );
     // Past a shutdown's deadline the caller is told SHUTTING_DOWN: save nothing it was not told.
@@ -571,24 +587,42 @@ pub(super) async fn run_plugin(
     Ok(output)
 }
 
-/// Step 7: a success fires the tool's transition, a handler error its `on_error` (if any); a
-/// tool without one, or an event the state does not take, moves nothing. Go on with the output,
+/// What the plugin gave step 7 to fire by.
+struct Firing {
+    output: PluginOutput,
+    input: Option<Value>,
+    mint: bool,
+    /// Cancelled while the plugin ran (a task's call): only `on_cancel` may fire.
+    cancelled: bool,
+}
+
+/// Step 7: a success fires the tool's transition, a handler error its `on_error`, a cancelled
+/// task's call its `on_cancel` (if any); a tool without one, or an event the state does not
+/// take, moves nothing. Go on with the output,
 /// the step taken and the event fired, if any, or stop with the answer when an eventless loop
 /// stopped the step (the instance keeps its state). The plugin's guards the step consults are
 /// answered through `invoke`, as its tools are.
 #[allow(clippy::type_complexity)] // Three results of one step, named at the call.
-#[allow(clippy::too_many_arguments)] // One step's pieces, each used once.
 async fn fire(
     deps: &InstanceDeps,
     workflow: &Workflow,
     view: &InstanceView,
     tool: &ToolEntry,
     key: &InstanceKey,
-    output: PluginOutput,
-    input: Option<Value>,
-    mint: bool,
+    firing: Firing,
 ) -> ControlFlow<CallOutcome, (PluginOutput, Option<Step>, Option<String>)> {
-    let fired = match (&output, &tool.manifest.transition, &tool.manifest.on_error) {
+    let Firing {
+        output,
+        input,
+        mint,
+        cancelled,
+    } = firing;
+    let manifest = &tool.manifest;
+    let fired = match (&output, &manifest.transition, &manifest.on_error) {
+        _ if cancelled => manifest
+            .on_cancel
+            .as_deref()
+            .map(|event| Event::with_call(event, input, None)),
         (PluginOutput::Success(structured), Some(event), _) => Some(Event::with_call(
             event.as_str(),
             input,
@@ -649,6 +683,8 @@ struct Kept<'a> {
     now: u64,
     /// The task the call ran as: it ends completed with this save.
     task: Option<&'a str>,
+    /// That task was cancelled by its client: it ends cancelled, and the trail says so.
+    cancelled: bool,
 }
 
 /// Step 8: the record the call saves: the new snapshot at the next version, the call's result
@@ -690,16 +726,24 @@ fn record_of(
         ),
         tasks: match kept.task {
             Some(id) => task_entries::ended(&view.tasks, id, updated_at_ms, |entry| {
-                task_entries::completed(entry, kept.output, kept.moved, state.clone());
+                if kept.cancelled {
+                    entry.status = TaskEntryStatus::Cancelled;
+                } else {
+                    task_entries::completed(entry, kept.output, kept.moved, state.clone());
+                }
             }),
             None => view.tasks.clone(),
         },
         due_at_ms: deps.due_at(key, snapshot, updated_at_ms),
-        audit: kept.moved.then(|| AuditEntry {
+        // A cancel is in the trail whether or not it moved the instance: who stopped the step.
+        audit: (kept.moved || kept.cancelled).then(|| AuditEntry {
             confirmation: kept.confirmation,
             at_ms: updated_at_ms,
             version: view.version + 1,
-            by: format!("tool:{}", tool.name()),
+            by: match kept.cancelled {
+                true => format!("{CANCELLED_BY}{}", tool.name()),
+                false => format!("tool:{}", tool.name()),
+            },
             event: kept.fired_event.map(str::to_owned),
             from: view.snapshot.value(),
             to: state,

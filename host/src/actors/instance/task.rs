@@ -22,11 +22,11 @@ use tokio::sync::oneshot;
 use super::task_entries::{ended, failed, with_entry};
 use super::{
     CallOutcome, InstanceActor, InstanceDeps, InstanceError, InstanceView,
-    run_call::{self, AfterPlugin, Failed, PluginCall, after_plugin, readers, run_plugin},
+    run_call::{AfterPlugin, Failed, PluginCall, after_plugin, readers, run_plugin},
 };
 use crate::actors::{InstanceKey, tenure::Tenure};
 use crate::plugin::PluginOutput;
-use crate::store::{AuditEntry, InstanceRecord, TaskEntry, TaskEntryStatus, now_ms};
+use crate::store::{InstanceRecord, TaskEntry, TaskEntryStatus, now_ms};
 
 /// What the audit trail's line of a cancelled task says made it (`by`), before the task's tool.
 pub const CANCELLED_BY: &str = "tasks/cancel:";
@@ -64,7 +64,7 @@ pub(super) struct FinishTask {
     output: Result<PluginOutput, InstanceError>,
     rest: AfterPlugin,
     /// The task was cancelled while its plugin ran (`tasks/cancel`): whatever the plugin
-    /// answered, nothing fires and the task ends cancelled.
+    /// answered, only the tool's `on_cancel` fires (if it has one) and the task ends cancelled.
     cancelled: bool,
 }
 
@@ -152,7 +152,7 @@ pub(super) async fn start(
     let now = now_ms();
     let entry = TaskEntry::working(&run.id, tool, principal, now, run.ttl_ms);
     let tasks = with_entry(&view.tasks, entry, now);
-    save_tasks(deps, tenure, key, view, tasks, None).await
+    save_tasks(deps, tenure, key, view, tasks).await
 }
 
 /// Ends the working tasks no process runs (`orphaned`): `failed`, the handler maybe run, nothing
@@ -179,22 +179,19 @@ pub(super) async fn orphaned(
         );
         entry.updated_at_ms = now;
     }
-    save_tasks(deps, tenure, key, &view, tasks, None).await
+    save_tasks(deps, tenure, key, &view, tasks).await
 }
 
-/// Saves `view` as it is but for its tasks (and `audit`, a line of its trail): a save that
-/// moves nothing, announced like a call's.
+/// Saves `view` as it is but for its tasks: a save that moves nothing, announced like a call's.
 async fn save_tasks(
     deps: &InstanceDeps,
     tenure: Option<&Tenure>,
     key: &InstanceKey,
     view: &InstanceView,
     tasks: Vec<TaskEntry>,
-    audit: Option<AuditEntry>,
 ) -> Result<InstanceView, InstanceError> {
     let record = InstanceRecord {
         tasks,
-        audit,
         ..view.restated(tenure.and_then(Tenure::fence))
     };
     deps.save(key, &view.workflow, &record, view.version, true)
@@ -204,27 +201,6 @@ async fn save_tasks(
         tasks: record.tasks,
         ..view.clone()
     })
-}
-
-/// The audit trail's line for a task of `tool` on `view` cancelled by its client (`principal`,
-/// the task's: no one else may cancel it), saved with its end: the instance stays where it was.
-fn cancelled_audit(
-    view: &InstanceView,
-    tool: &str,
-    principal: Option<String>,
-    now: u64,
-) -> AuditEntry {
-    let state = view.snapshot.value();
-    AuditEntry {
-        at_ms: now,
-        version: view.version + 1,
-        by: format!("{CANCELLED_BY}{tool}"),
-        event: None,
-        from: state.clone(),
-        to: state,
-        principal,
-        confirmation: None,
-    }
 }
 
 impl InstanceActor {
@@ -273,33 +249,17 @@ impl Handler<FinishTask> for InstanceActor {
         let id = finish.rest.task.clone().unwrap_or_default();
         let work = async move {
             let view = loading.await?;
-            if finish.cancelled {
-                let now = now_ms();
-                let mut canceller = None;
-                let tasks = ended(&view.tasks, &id, now, |entry| {
-                    entry.status = TaskEntryStatus::Cancelled;
-                    canceller = entry.principal.clone();
-                });
-                let audit = cancelled_audit(&view, finish.rest.tool.name(), canceller, now);
-                let saving = save_tasks(&deps, tenure.as_deref(), &key, &view, tasks, Some(audit));
-                let after = saving.await?;
-                let output = finish
-                    .output
-                    .unwrap_or_else(|_| PluginOutput::ToolError("cancelled".to_owned()));
-                let outcome = run_call::ran(&after, output, None);
-                return Ok((after, Ok(outcome)));
-            }
-            let ran = match finish.output {
+            let mut rest = finish.rest;
+            let output = match finish.output {
+                // Cancelled: whatever the plugin answered, only the tool's `on_cancel` fires
+                // (`run_call::fire`), and the task's end is saved with the trail's line.
+                Err(_) if finish.cancelled => Ok(PluginOutput::ToolError("cancelled".to_owned())),
+                output => output,
+            };
+            rest.cancelled = finish.cancelled;
+            let ran = match output {
                 Ok(output) => {
-                    after_plugin(
-                        &deps,
-                        tenure.as_deref(),
-                        &key,
-                        view.clone(),
-                        finish.rest,
-                        output,
-                    )
-                    .await
+                    after_plugin(&deps, tenure.as_deref(), &key, view.clone(), rest, output).await
                 }
                 Err(error) => Err(Failed::from(error)),
             };
@@ -320,7 +280,7 @@ impl Handler<FinishTask> for InstanceActor {
                     });
                     // The end is saved if the store takes it; else the next holder finds the
                     // task orphaned, and says as much.
-                    let after = save_tasks(&deps, tenure.as_deref(), &key, &view, tasks, None)
+                    let after = save_tasks(&deps, tenure.as_deref(), &key, &view, tasks)
                         .await
                         .unwrap_or(view.clone());
                     let outcome = CallOutcome::Failed {

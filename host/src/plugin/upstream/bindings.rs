@@ -84,6 +84,9 @@ pub fn offer(
             states: binding.map(|b| b.states.clone()).unwrap_or_default(),
             transition: binding.and_then(|b| b.fires.clone()),
             on_error: binding.and_then(|b| b.on_error.clone()),
+            // An upstream's calls run plainly (`task` is not read from it): never cancelled as
+            // a task.
+            on_cancel: None,
             title: tool.title.clone(),
             annotations,
             output_schema: tool.output_schema.clone(),
