@@ -280,6 +280,21 @@ async fn a_cancelled_step_fires_its_on_cancel_event() {
     );
 }
 
+/// The SDK printed nothing a user would read as a warning or an error.
+fn assert_sdk_quiet(summary: &Value) {
+    let printed: Vec<&str> = summary["stderr"]
+        .as_array()
+        .expect("the summary reports the SDK's stderr")
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|line| {
+            let line = line.to_lowercase();
+            line.contains("warning") || line.contains("error")
+        })
+        .collect();
+    assert!(printed.is_empty(), "the SDK printed: {printed:#?}");
+}
+
 /// Two servers sharing `store`, each with its own data directory; `apply_ms` for the handler,
 /// and `extra` flags.
 fn two_servers(
@@ -374,6 +389,7 @@ fn an_sdk_client_reads_a_task_of_a_killed_server_failed_on_another_server() {
     let (a, mut b, _data, namespace) = two_servers(&plugins, &store, "10000", &handle_mode);
     let first = format!("{},{}", a.url, a.pid());
     let summary = python::run_scenario(Sdk::Mcp1, &format!("task-failover:{first}"), &mut b);
+    assert_sdk_quiet(&summary);
 
     assert_eq!(summary["protocol"], "2025-11-25", "{summary}");
     // A plain call of a tool that runs only as a task: -32601, as 2025-11-25 says.
@@ -433,6 +449,7 @@ fn an_sdk_client_cancels_a_running_step_and_the_trail_says_who() {
         &[("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", "3000")],
     );
     let summary = python::run_scenario(Sdk::Mcp1, "task-cancel:alice-secret", &mut server);
+    assert_sdk_quiet(&summary);
 
     assert_eq!(summary["cancel_answer"], "cancelled", "{summary}");
     assert_eq!(summary["ended"], "cancelled", "{summary}");
@@ -445,6 +462,12 @@ fn an_sdk_client_cancels_a_running_step_and_the_trail_says_who() {
     assert_eq!(
         summary["listed"],
         json!(["cancelled", "completed"]),
+        "{summary}"
+    );
+    // Each task's end was told on the session (notifications/tasks/status).
+    assert_eq!(
+        summary["told"],
+        json!([{"task": "first", "status": "cancelled"}, {"task": "again", "status": "completed"}]),
         "{summary}"
     );
 

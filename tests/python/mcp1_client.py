@@ -112,6 +112,8 @@ class Notices:
     updated_uris: list[str] = field(default_factory=list)
     # `notifications/message` data, in the order the SDK handed them on.
     logs: list[Any] = field(default_factory=list)
+    # `notifications/tasks/status`: (taskId, status), in order.
+    task_statuses: list[tuple[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.prompts = ListChanges(self.name, "notifications/prompts/list_changed")
@@ -289,6 +291,8 @@ async def connect(
                 notices.updated.record()
             elif isinstance(notification, types.LoggingMessageNotification):
                 notices.logs.append(notification.params.data)
+            elif isinstance(notification, types.TaskStatusNotification):
+                notices.task_statuses.append((notification.params.taskId, notification.params.status))
         elif isinstance(message, Exception):
             # The SDK hands transport errors to the message handler; a test must see them.
             print(f"{name}: transport error: {message!r}", file=sys.stderr, flush=True)
@@ -1102,6 +1106,15 @@ async def task_cancel(url: str, token: str) -> dict[str, Any]:
             await c.tools(handle)
             state_at_end = (await c.call_ok("migration.status", {"handle": handle})).get("state")
             listed = await c.session.experimental.list_tasks()
+            # Each task's end is told on the session (it may come just after its result).
+            for _ in range(50):
+                if len(c.notices.task_statuses) >= 2:
+                    break
+                await anyio.sleep(0.1)
+            told = [
+                {"task": "first" if task == task_id else "again", "status": status}
+                for task, status in c.notices.task_statuses
+            ]
     return {
         "protocol": c.protocol,
         "handle": handle,
@@ -1113,6 +1126,7 @@ async def task_cancel(url: str, token: str) -> dict[str, Any]:
         "final_is_error": bool(final.isError),
         "state_at_end": state_at_end,
         "listed": [task.status for task in listed.tasks],
+        "told": told,
     }
 
 

@@ -15,15 +15,15 @@
 //! `execution.taskSupport` in `tools/list`, which rmcp 3.11's types have no field for (the
 //! official SDK clients call a tool as a task without reading them); a task's call that asks
 //! the person asks as a plain call does (an elicitation on the session), not through
-//! `tasks/result`; and `notifications/tasks/status`, which a server may send, is not sent.
+//! `tasks/result`. `notifications/tasks/status` is sent on the task's session when it ends.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use rmcp::{
     ErrorData, RoleServer,
     model::{
-        CallToolRequestParams, CallToolResponse, DetailedTask, GetTaskParams, JsonObject,
-        TaskPayload, TaskStatus as WireStatus,
+        CallToolRequestParams, CallToolResponse, CustomNotification, DetailedTask, GetTaskParams,
+        JsonObject, ServerNotification, TaskPayload, TaskStatus as WireStatus,
     },
     service::RequestContext,
 };
@@ -39,6 +39,9 @@ use crate::tasks::{self, TaskStatus};
 
 /// The method prefix a 2025-11-25 task request reaches the handler under.
 pub const LEGACY_TASKS_PREFIX: &str = "dev.turnstile/2025-11-25/";
+
+/// The notification of a task's new status (2025-11-25).
+const TASK_STATUS_METHOD: &str = "notifications/tasks/status";
 
 /// The `_meta` key of the task a message belongs to (2025-11-25, "related-task").
 const RELATED_TASK_META: &str = "io.modelcontextprotocol/related-task";
@@ -123,11 +126,17 @@ impl TurnstileServer {
         let tool = request.name.to_string();
         let ttl = asked.ttl.map(Duration::from_millis);
         let owner = self.task_owner(&context);
+        let session_context = context.clone();
         let answer = self
             .serve_call(request, context, Asked::AsLegacyTask { ttl })
             .await?;
         match answer {
-            CallToolResponse::Task(created) => Ok(json!({ "task": legacy_task(&created.task) })),
+            CallToolResponse::Task(created) => {
+                if let Ok(task) = self.own_task(&created.task.task_id, &session_context) {
+                    self.tell_when_ended(task);
+                }
+                Ok(json!({ "task": legacy_task(&created.task) }))
+            }
             CallToolResponse::Complete(result) if reply::refused_before_running(&result) => {
                 Err(reply::task_not_started(&tool, &result))
             }
@@ -139,6 +148,26 @@ impl TurnstileServer {
                 Ok(json!({ "task": legacy_task(&task) }))
             }
         }
+    }
+
+    /// Sends the session `notifications/tasks/status` once `task` has ended (2025-11-25 lets a
+    /// server send it on any change; a 2025 task shows no other: what it asks, it asks as a
+    /// plain call does), on the session's own route for what it is told unprompted.
+    fn tell_when_ended(&self, task: Arc<tasks::Task>) {
+        let outbox = self.session().outbox().clone();
+        tokio::spawn(async move {
+            task.ended().await;
+            let status = CustomNotification::new(
+                TASK_STATUS_METHOD,
+                Some(legacy_detailed(&detailed(&task))),
+            );
+            let sent = outbox
+                .notify_other(ServerNotification::CustomNotification(status))
+                .await;
+            if let Err(error) = sent {
+                tracing::debug!(task = %task.id, %error, "cannot tell a task's client it ended");
+            }
+        });
     }
 
     /// `tasks/get`: the task as it stands, without its result (`tasks/result` gives that),

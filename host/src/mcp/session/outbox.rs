@@ -31,7 +31,10 @@ use std::{
 use bytes::Bytes;
 use rmcp::{
     Peer, RoleServer,
-    model::{LoggingMessageNotificationParam, ResourceUpdatedNotificationParam},
+    model::{
+        LoggingMessageNotificationParam, ResourceUpdatedNotificationParam, ServerJsonRpcMessage,
+        ServerNotification,
+    },
 };
 use tokio::sync::mpsc;
 
@@ -81,6 +84,8 @@ enum Route {
 enum Message {
     Notice(Notice),
     Log(LoggingMessageNotificationParam),
+    /// Any other notification (a task's status, `handler/legacy_tasks.rs`).
+    Other(ServerNotification),
 }
 
 impl Outbox {
@@ -227,6 +232,14 @@ impl Outbox {
         self.send(Message::Log(message))
     }
 
+    /// A notification of another kind, sent as a notice is.
+    pub fn notify_other(
+        &self,
+        notification: ServerNotification,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        self.send(Message::Other(notification))
+    }
+
     fn send(&self, message: Message) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
         let mut state = self.state();
         let State {
@@ -293,6 +306,10 @@ async fn through_peer(peer: Peer<RoleServer>, message: Message) -> Result<(), St
             .notify_logging_message(message)
             .await
             .map_err(|error| error.to_string()),
+        Message::Other(notification) => peer
+            .send_notification(notification)
+            .await
+            .map_err(|error| error.to_string()),
     }
 }
 
@@ -316,6 +333,9 @@ fn encode(message: &Message) -> Bytes {
     match message {
         Message::Notice(notice) => sse::notice(notice),
         Message::Log(message) => sse::log(message),
+        Message::Other(notification) => {
+            sse::message(&ServerJsonRpcMessage::notification(notification.clone()))
+        }
     }
 }
 
