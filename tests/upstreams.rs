@@ -692,3 +692,65 @@ async fn racing_calls_over_three_servers_reach_a_shared_upstream_once() {
         .await;
     assert_eq!(ok(&status)["state"], "assigned");
 }
+
+/// A 2025-11-25 request in `session`: the result of request `id`.
+async fn in_session(url: &str, session: &str, id: u64, method: &str, params: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let answer = common::post_in_session(url, session, body.to_string())
+        .send()
+        .await
+        .expect("the server answers");
+    let body = answer.text().await.expect("a body");
+    common::result_of(&body, id, method)
+}
+
+/// An upstream tool bound with `task` runs as an MCP task on Turnstile's side (the upstream gets
+/// a plain `tools/call`); `tasks/cancel` reaches the upstream as `notifications/cancelled`, and
+/// nothing fires.
+#[tokio::test]
+async fn a_cancelled_upstream_task_is_cancelled_upstream_and_fires_nothing() {
+    let dir = UpstreamDir::stdio(|file| {
+        file.bind(
+            "slow",
+            "states = [\"open\"]\nfires = \"ASSIGN\"\ntask = \"required\"",
+        )
+    });
+    let server = Server::http(dir.path(), &[]);
+    let url = &server.url;
+    let session = common::open_session(url).await;
+    let open = json!({"name": "tickets.open", "arguments": {"title": "t"}});
+    let opened = in_session(url, &session, 1, "tools/call", open).await;
+    assert_ne!(opened["isError"], true, "{opened}");
+
+    let slow =
+        json!({"name": "tickets.slow", "arguments": {"seconds": 20}, "task": {"ttl": 60000}});
+    let created = in_session(url, &session, 2, "tools/call", slow).await;
+    let task_id = created["task"]["taskId"]
+        .as_str()
+        .expect("a task")
+        .to_owned();
+    assert_eq!(created["task"]["status"], "working", "{created}");
+    let calls = dir.calls.clone();
+    tokio::task::spawn_blocking(move || calls.wait_for("slow"))
+        .await
+        .unwrap();
+
+    let cancelled = in_session(url, &session, 3, "tasks/cancel", json!({"taskId": task_id})).await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    common::eventually(
+        "the upstream was never told to cancel the call",
+        std::time::Duration::from_secs(10),
+        std::time::Duration::from_millis(20),
+        async || match dir.calls.cancelled().as_slice() {
+            [only] if only == "slow" => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    let status = json!({"name": "tickets.status", "arguments": {}});
+    let status = in_session(url, &session, 4, "tools/call", status).await;
+    assert_eq!(
+        status["structuredContent"]["state"], "open",
+        "nothing fired: {status}"
+    );
+}

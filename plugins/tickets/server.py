@@ -20,7 +20,8 @@ Run:
 
 Environment:
     TICKETS_CALL_LOG=PATH        append one JSON line per tools/call received, before it runs:
-                                 {"tool", "arguments", "meta" (the whole _meta), "pid"}
+                                 {"tool", "arguments", "meta" (the whole _meta), "pid"}; and
+                                 {"cancelled": <tool>, "pid"} when the client cancels a call
     TICKETS_SLOW_START_MS=N      sleep N ms before serving (start-up timeout tests)
 
 Needs `pip install -r requirements.txt` (mcp==1.30.0) in the Python that runs it.
@@ -282,6 +283,15 @@ def install_call_log(path: str) -> None:
             "meta": meta_dict(request.params.meta),
             "pid": PID,
         }) + "\n"
+        append(line)
+        try:
+            return await handle_call(request)
+        except asyncio.CancelledError:
+            # The client sent notifications/cancelled for it: noted, then the cancel goes on.
+            append(json.dumps({"cancelled": request.params.name, "pid": PID}) + "\n")
+            raise
+
+    def append(line: str) -> None:
         # One write(2) of the whole line in O_APPEND mode: the lines of several processes
         # appending to the same file do not interleave.
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -289,7 +299,6 @@ def install_call_log(path: str) -> None:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
-        return await handle_call(request)
 
     server.request_handlers[types.CallToolRequest] = logged
 

@@ -230,6 +230,15 @@ impl CallLog {
             .collect()
     }
 
+    /// The tools whose calls the upstream was told to cancel (`notifications/cancelled`), in
+    /// order.
+    pub fn cancelled(&self) -> Vec<String> {
+        self.entries()
+            .into_iter()
+            .filter_map(|entry| entry["cancelled"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// Waits until the upstream received a call of `tool` (at most 10 s); that call.
     pub fn wait_for(&self, tool: &str) -> Value {
         eventually_blocking(

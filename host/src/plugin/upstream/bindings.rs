@@ -84,9 +84,7 @@ pub fn offer(
             states: binding.map(|b| b.states.clone()).unwrap_or_default(),
             transition: binding.and_then(|b| b.fires.clone()),
             on_error: binding.and_then(|b| b.on_error.clone()),
-            // An upstream's calls run plainly (`task` is not read from it): never cancelled as
-            // a task.
-            on_cancel: None,
+            on_cancel: binding.and_then(|b| b.on_cancel.clone()),
             title: tool.title.clone(),
             annotations,
             output_schema: tool.output_schema.clone(),
@@ -97,8 +95,8 @@ pub fn offer(
             asks: true,
             confirm: binding.and_then(|b| b.confirm.clone()),
             // rmcp's client model of a tool (3.11) has no `execution`: an upstream's own task
-            // support cannot be read yet, so its calls are plain calls.
-            task: None,
+            // support cannot be read, so only its binding makes its calls tasks.
+            task: binding.and_then(|b| b.task),
         });
     }
     let mut notes: Vec<String> = file

@@ -105,6 +105,13 @@ pub struct ToolBinding {
     pub confirm: Option<turnstile_plugin_abi::manifest::ConfirmManifest>,
     /// The tool only reads (the `readOnlyHint` annotation).
     pub read_only: Option<bool>,
+    /// Its calls run as MCP tasks on Turnstile's side (`"optional"` or `"required"`): the
+    /// upstream gets a plain `tools/call`, and `notifications/cancelled` when the task is
+    /// cancelled. (An upstream's own `execution.taskSupport` cannot be read: rmcp 3.11's client
+    /// model has no field for it.)
+    pub task: Option<turnstile_plugin_abi::TaskSupport>,
+    /// Fired when such a task is cancelled by its client, as in a library's binding.
+    pub on_cancel: Option<String>,
 }
 
 /// `[prompts.NAME]` or `[resources."URI or template"]`.
@@ -263,11 +270,13 @@ impl UpstreamFile {
             if binding.hidden
                 && (!binding.states.is_empty()
                     || binding.fires.is_some()
-                    || binding.on_error.is_some())
+                    || binding.on_error.is_some()
+                    || binding.task.is_some()
+                    || binding.on_cancel.is_some())
             {
                 return Err(format!(
-                    "tools.{tool}: a hidden tool is never called; states, fires and on_error \
-                     make no sense with hidden = true"
+                    "tools.{tool}: a hidden tool is never called; states, fires, on_error, task \
+                     and on_cancel make no sense with hidden = true"
                 ));
             }
         }
