@@ -1,5 +1,6 @@
 //! Asking the person (issue 40), as clients without a person see it: a client that cannot show
-//! a form is refused a confirmed step (INPUT_UNAVAILABLE) and nothing moves; an operator who
+//! a form is refused a confirmed step (INPUT_UNAVAILABLE; on 2026-07-28, -32021 naming the
+//! capability, with HTTP 400) and nothing moves; an operator who
 //! chose `--confirm-fallback allow` lets the step run, and the audit trail says nobody
 //! confirmed; a request-state key too short refuses the start. Then, over raw 2026-07-28
 //! requests (issue 50): a confirmation keeps only the fields its form asked for, bounded, and
@@ -191,6 +192,32 @@ fn refusal(response: &Value) -> (i64, String) {
             .unwrap_or_default()
             .to_owned(),
     )
+}
+
+/// On 2026-07-28, whose requests declare the client's capabilities each time, a request that
+/// declares no forms is refused a confirmed step as that revision says: -32021 with the
+/// capability it needs (a `ClientCapabilities` object), HTTP 400; nothing moved.
+#[tokio::test]
+async fn a_2026_request_that_declares_no_forms_is_refused_the_missing_capability() {
+    let (_plugins, server) = common::start(&["invoice"], &[]);
+    let url = &server.url;
+    let handle = approved_2026(url).await;
+    let params = json!({"name": "invoice.discharge", "arguments": {"handle": handle}});
+    let response = common::post_sessionless(url, 1, "tools/call", params)
+        .send()
+        .await
+        .expect("the server answers");
+    assert_eq!(response.status(), 400);
+    let refused: Value = response.json().await.expect("a JSON-RPC error");
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
+    assert_eq!(
+        refused["error"]["data"]["requiredCapabilities"],
+        json!({"elicitation": {"form": {}}}),
+        "{refused}"
+    );
+    assert_eq!(state_2026(url, &handle).await, "approved");
+    // Declaring forms, the same call asks instead.
+    ask_to_discharge(url, &handle).await;
 }
 
 /// Issue 50, item 4: a confirmation keeps the fields its form declares, each bounded, and

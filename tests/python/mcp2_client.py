@@ -696,7 +696,7 @@ async def confirm_across_servers(url: str, second_url: str) -> dict[str, Any]:
         expect_equal(paid.get("state"), "discharged", "the state after the SDK's retry")
         expect_equal(len(asked), 1, "the person was asked once")
 
-    # Both declare elicitation (a client that cannot show a form is told INPUT_UNAVAILABLE).
+    # Both declare elicitation (a 2026-07-28 request that declares no forms is refused -32021).
     async with (
         Client(url, elicitation_callback=person) as one,
         Client(second_url, elicitation_callback=person) as two,

@@ -19,7 +19,9 @@
 //! that no longer offers its tool.
 //!
 //! Only what the client declared it can answer is asked ([`CallContext::can_ask`]); a request
-//! the client cannot answer ends the call with `INPUT_UNAVAILABLE`, naming what was needed.
+//! the client cannot answer ends the call with `INPUT_UNAVAILABLE`, naming what was needed (on
+//! 2026-07-28, whose requests declare the client's capabilities each time, the request is
+//! refused instead with JSON-RPC -32021, naming the capabilities it lacks).
 
 use serde_json::{Map, Value, json};
 
@@ -212,7 +214,7 @@ impl CallContext {
 
     /// Whether the client can answer requests of `kind` (the host says so from the client's
     /// declared capabilities). Ask only for what it can: the host refuses a call that asks for
-    /// more with `INPUT_UNAVAILABLE`.
+    /// more with `INPUT_UNAVAILABLE` (on 2026-07-28, -32021 naming the missing capability).
     pub fn can_ask(&self, kind: InputKind) -> bool {
         self.asking["canAsk"]
             .as_array()

@@ -268,8 +268,9 @@ pub struct ToolManifest {
     /// on the 2025 revisions and an input-required result on 2026-07-28: a decline runs
     /// nothing and fires nothing (`DECLINED`); an accept runs the handler, and the form's
     /// content is the event's `input.confirmation` (guards and `xstate.assign` read it) and is
-    /// kept in the audit trail. A client that cannot show a form gets `INPUT_UNAVAILABLE`
-    /// unless the server runs with `--confirm-fallback allow`.
+    /// kept in the audit trail. A client that cannot show a form gets `INPUT_UNAVAILABLE` (on
+    /// 2026-07-28, a -32021 error naming the form capability) unless the server runs with
+    /// `--confirm-fallback allow`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm: Option<ConfirmManifest>,
     /// The tool's calls may run as MCP tasks (`execution.taskSupport`; the 2026-07-28 tasks

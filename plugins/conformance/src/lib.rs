@@ -206,6 +206,31 @@ impl Plugin for Conformance {
                 )
                 .asks(),
             )
+            // The stateless scenario's (SEP-2575): a tool that needs the client's model, one
+            // that asks the person mid-call, one that logs. What the suite checks is the host's
+            // part: a request not declaring sampling is refused -32021, the question comes back
+            // as an input-required result (never a request of the server's on the stream), and
+            // no log reaches a request that named no `logLevel`.
+            .tool(
+                tool(
+                    "test_missing_capability",
+                    "Asks the client's model for a word (sampling): a client must declare it can \
+                     sample to call it.",
+                )
+                .asks(),
+            )
+            .tool(
+                tool(
+                    "test_streaming_elicitation",
+                    "Asks the user whether to go on (elicitation), then reports its progress \
+                     and answers.",
+                )
+                .asks(),
+            )
+            .tool(tool(
+                "test_logging_tool",
+                "Logs a message to the client while it runs (if the client asked for logs).",
+            ))
             // The tasks extension's scenarios (SEP-2663): a call that never runs as a task, one
             // that may, one that must; ones that ask while they run as tasks, and one that
             // confirms before its task.
@@ -422,6 +447,11 @@ impl Plugin for Conformance {
                     thread::sleep(STEP);
                 }
                 Ok(json!("Logging test completed."))
+            }
+            "test_logging_tool" => {
+                ctx.host
+                    .log(LogLevel::Info, &json!("Diagnostic trace logging activated"));
+                Ok(json!("Logging evaluated."))
             }
             "test_tool_with_progress" => {
                 for progress in [0.0, 50.0, 100.0] {
@@ -664,6 +694,23 @@ fn asking(tool: &str, input: &Value, ctx: &CallContext) -> Option<Result<Value, 
             ctx.ask("confirm", confirm("Please confirm"))?;
             Ok(json!("Confirmed."))
         })(),
+        "test_missing_capability" => (|| {
+            let answer = ctx.ask("word", InputRequest::sample("Answer with one word.", 10))?;
+            Ok(json!(format!(
+                "The model said: {}",
+                answer["content"]["text"].as_str().unwrap_or("?")
+            )))
+        })(),
+        "test_streaming_elicitation" => (|| {
+            let answer = ctx.ask("go_on", confirm("Stream the results?"))?;
+            if answer["action"] != "accept" || answer["content"]["ok"] != true {
+                return Ok(json!("Streaming cancelled."));
+            }
+            for progress in [50.0, 100.0] {
+                ctx.host.progress(progress, Some(100.0), None);
+            }
+            Ok(json!("Streaming complete."))
+        })(),
         "test_input_required_result_capabilities" => (|| {
             let mut requests = Vec::new();
             if ctx.can_ask(InputKind::Form) {
@@ -750,6 +797,42 @@ mod tests {
             &told(json!({"turnstile.confirm": confirmed})),
         );
         assert_eq!(greeted.unwrap(), json!("Hello, Alice!"));
+    }
+
+    #[test]
+    fn the_stateless_tools_ask_for_sampling_and_a_form_then_answer() {
+        let plugin = Conformance;
+        let told = |responses: Value| CallContext {
+            asking: json!({"canAsk": ["elicitation.form", "sampling"], "responses": responses}),
+            ..CallContext::default()
+        };
+        // It asks whatever the client declared: the host refuses a client that cannot sample.
+        let Err(ToolError::NeedsInput(asked)) = plugin.call(
+            "test_missing_capability",
+            json!({}),
+            &CallContext::default(),
+        ) else {
+            panic!("test_missing_capability asks first");
+        };
+        assert_eq!(asked["word"]["method"], "sampling/createMessage");
+        let sampled = json!({"role": "assistant", "content": {"type": "text", "text": "yes"}});
+        let answered = plugin.call(
+            "test_missing_capability",
+            json!({}),
+            &told(json!({"word": sampled})),
+        );
+        assert_eq!(answered.unwrap(), json!("The model said: yes"));
+        let Err(ToolError::NeedsInput(asked)) =
+            plugin.call("test_streaming_elicitation", json!({}), &told(json!({})))
+        else {
+            panic!("test_streaming_elicitation asks first");
+        };
+        assert_eq!(asked["go_on"]["method"], "elicitation/create");
+        let go_on = |ok: bool| json!({"go_on": {"action": "accept", "content": {"ok": ok}}});
+        let streamed = plugin.call("test_streaming_elicitation", json!({}), &told(go_on(true)));
+        assert_eq!(streamed.unwrap(), json!("Streaming complete."));
+        let stopped = plugin.call("test_streaming_elicitation", json!({}), &told(go_on(false)));
+        assert_eq!(stopped.unwrap(), json!("Streaming cancelled."));
     }
 
     #[test]

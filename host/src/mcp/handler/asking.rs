@@ -28,7 +28,10 @@
 //!   at most the task's `ttl`. A cancelled task stops waiting.
 //!
 //! Only what the client declared it can answer is asked: the handler is told (`canAsk`), and a
-//! request past it ends the call `INPUT_UNAVAILABLE` (`reply.rs`), naming what was needed.
+//! request past it ends the call `INPUT_UNAVAILABLE` (`reply.rs`), naming what was needed; on
+//! 2026-07-28, whose requests each declare the client's capabilities, the request is refused
+//! instead as that revision says: JSON-RPC -32021 with the capabilities it needs
+//! ([`required_capabilities`]), which the transport answers with HTTP 400.
 //!
 //! This module owns the era's decision, the capability check, the requests to the client and
 //! the sealed state; the callers (`server.rs` for tools, `primitives.rs` for prompts) own the
@@ -133,6 +136,24 @@ pub(in crate::mcp) fn kind_of(request: &Value) -> &'static str {
     }
 }
 
+/// The client capabilities `requests` need, as a MissingRequiredClientCapabilityError names
+/// them (`{"sampling": {}}`, `{"elicitation": {"form": {}}}`...).
+#[allow(deprecated)] // Sampling and roots are deprecated in 2026-07-28 (SEP-2577), still asked.
+pub fn required_capabilities(requests: &Map<String, Value>) -> ClientCapabilities {
+    let mut required = ClientCapabilities::default();
+    for request in requests.values() {
+        match kind_of(request) {
+            "sampling" => required.sampling = Some(Default::default()),
+            "roots" => required.roots = Some(Default::default()),
+            "elicitation.url" => {
+                required.elicitation.get_or_insert_default().url = Some(Default::default());
+            }
+            _ => required.elicitation.get_or_insert_default().form = Some(Default::default()),
+        }
+    }
+    required
+}
+
 /// The requests among `requests` the client cannot answer.
 pub fn unanswerable(requests: &Map<String, Value>, can: &[&str]) -> Map<String, Value> {
     requests
@@ -172,6 +193,10 @@ pub enum Next {
     InputRequired(InputRequiredResult),
     /// The client cannot answer these (it did not declare the capability): `reply::needed`.
     Unavailable(Map<String, Value>),
+    /// 2026-07-28: the request did not declare the capabilities these need, so it is refused
+    /// -32021 naming them ([`required_capabilities`]). (A task's client is told as a 2025
+    /// session is, `Unavailable`: its task exists already, and ends with the call's result.)
+    Undeclared(Map<String, Value>),
     /// The client failed to answer (an error, or no answer in time), or the call asked too
     /// many times: why.
     Failed(String),
@@ -310,7 +335,11 @@ impl Asking {
             }
         }
         if !unanswerable.is_empty() {
-            return Next::Unavailable(unanswerable);
+            return if self.era == Era::InputRequired {
+                Next::Undeclared(unanswerable)
+            } else {
+                Next::Unavailable(unanswerable)
+            };
         }
         self.rounds += 1;
         if self.rounds > MAX_ROUNDS {
@@ -747,5 +776,18 @@ mod tests {
         let missing = unanswerable(requests.as_object().unwrap(), &can);
         assert_eq!(missing.keys().collect::<Vec<_>>(), ["b", "c"]);
         assert!(can_ask(None).is_empty());
+        // What a 2026-07-28 request is refused for lacking: a ClientCapabilities object.
+        assert_eq!(
+            serde_json::to_value(required_capabilities(&missing)).unwrap(),
+            json!({"roots": {}, "elicitation": {"url": {}}})
+        );
+        let all = required_capabilities(requests.as_object().unwrap());
+        assert!(can_ask(Some(&all)).contains(&"elicitation.form"));
+        let sampling =
+            json!({"s": {"method": "sampling/createMessage", "params": {"messages": []}}});
+        assert_eq!(
+            serde_json::to_value(required_capabilities(sampling.as_object().unwrap())).unwrap(),
+            json!({"sampling": {}})
+        );
     }
 }

@@ -320,6 +320,13 @@ impl TurnstileServer {
                         &reply::needed(&requests),
                     ));
                 }
+                asking::Next::Undeclared(requests) => {
+                    return Err(reply::missing_client_capability(
+                        &name,
+                        &reply::needed(&requests),
+                        asking::required_capabilities(&requests),
+                    ));
+                }
                 asking::Next::Failed(why) => {
                     return Err(reply::prompt_input_unavailable(&name, &why));
                 }

@@ -3,7 +3,9 @@
 //! Tool-level failures (refused, bad arguments, the tool failed, the store is down) are tool
 //! results with `isError: true`, a sentence an agent can act on, and a machine-readable
 //! `structuredContent.error` with a stable `code`. Only requests that cannot be routed at all
-//! (an unknown tool name) are JSON-RPC errors.
+//! (an unknown tool name), or that cannot be served as sent (`reply/request_errors.rs`: among
+//! them a 2026-07-28 call needing a client capability its request did not declare), are
+//! JSON-RPC errors.
 //!
 //! A string the client sent (a tool name, a method, a handle) is echoed back or logged only
 //! through [`clip`], so a megabyte of name cannot become a megabyte of error or of log line.
@@ -33,8 +35,8 @@ pub use self::primitives::{
 };
 pub use self::request_errors::{
     MAX_IDEMPOTENCY_KEY_CHARS, handle_of_unloaded_workflow, instance_unreadable, invalid_handles,
-    invalid_idempotency_key, unknown_tool, unloaded_workflow, unroutable_request, unusable_answers,
-    unwatchable,
+    invalid_idempotency_key, missing_client_capability, unknown_tool, unloaded_workflow,
+    unroutable_request, unusable_answers, unwatchable,
 };
 pub use self::tasks::{
     invalid_task_params, refused_before_running, task_already_ended, task_cancelled, task_failure,

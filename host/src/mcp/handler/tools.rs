@@ -119,14 +119,15 @@ impl TurnstileServer {
 
     /// A call of a tool bound to no workflow: its binding's confirmation first, if it has one
     /// (`confirm.rs`, asked as a handler's question is), then the plugin alone, once per round
-    /// of asking (`asking.rs`).
+    /// of asking (`asking.rs`). Its one JSON-RPC error: a 2026-07-28 request that did not
+    /// declare a capability the tool's questions need.
     pub(super) async fn call_unbound(
         &self,
         tool: Arc<ToolEntry>,
         arguments: Value,
         mut asking: Option<Asking>,
         context: &RequestContext<RoleServer>,
-    ) -> CallToolResponse {
+    ) -> Result<CallToolResponse, ErrorData> {
         let name = tool.name().to_string();
         let deadline = std::time::Instant::now() + self.shared.call_limits.timeout;
         let again = asking.is_some();
@@ -143,13 +144,13 @@ impl TurnstileServer {
             let confirmation = match decision {
                 Decision::NotNeeded => None,
                 Decision::Accepted(content) => Some(content),
-                Decision::Declined(action) => return reply::declined(&name, &action).into(),
+                Decision::Declined(action) => return Ok(reply::declined(&name, &action).into()),
                 // Asked before the handler runs, as a handler's own question is asked.
                 Decision::Ask(requests) => {
                     let Some(asking) = asking.as_mut() else {
                         // A tool that confirms asks (`ToolEntry::asks`): unreachable.
                         let needed = reply::needed(&requests);
-                        return reply::input_unavailable(&name, &needed).into();
+                        return Ok(reply::input_unavailable(&name, &needed).into());
                     };
                     let next = asking
                         .next(requests, context, &self.shared.state_seal, deadline)
@@ -182,11 +183,11 @@ impl TurnstileServer {
                 .await
             {
                 Ok(output) => output,
-                Err(error) => return reply::invoke_failure(&name, &error).into(),
+                Err(error) => return Ok(reply::invoke_failure(&name, &error).into()),
             };
             let (Some(asking), PluginOutput::NeedsInput(requests)) = (asking.as_mut(), &output)
             else {
-                return reply::ran(&name, output, None).into();
+                return Ok(reply::ran(&name, output, None).into());
             };
             let next = asking
                 .next(requests.clone(), context, &self.shared.state_seal, deadline)
@@ -279,7 +280,7 @@ impl TurnstileServer {
                 let arguments = Value::Object(arguments);
                 let running = Box::pin(self.call_unbound(tool, arguments, asking, &context));
                 let span = record.span(None, self.exported_traceparent(&context));
-                return Ok(running.instrument(span).await);
+                return running.instrument(span).await;
             };
             // The handle is the host's argument, not the plugin's: take it out before the schema
             // check.
@@ -558,7 +559,7 @@ impl TurnstileServer {
                     // Nothing was created: no handle goes out, no actor stays.
                     self.shared.runtime.forget(key.clone());
                 }
-                return Ok(match asked {
+                return match asked {
                     // An error closes with the next step, as every workflow tool's result does.
                     Asked::Error(result) => {
                         let standing = if mint {
@@ -566,11 +567,13 @@ impl TurnstileServer {
                         } else {
                             Ok((asked_at, false))
                         };
-                        self.closed_with_step(result, &key, &context, standing)
-                            .into()
+                        Ok(self
+                            .closed_with_step(result, &key, &context, standing)
+                            .into())
                     }
-                    Asked::Other(response) => response,
-                });
+                    Asked::Other(response) => Ok(response),
+                    Asked::Refused(error) => Err(error),
+                };
             };
             if let (Some(task), Some(task_done)) = (task, task_done)
                 && matches!(answer, Ok(CallOutcome::TaskStarted { .. }))
@@ -792,17 +795,19 @@ fn for_this_run<T: Clone>(kept: &mut Option<T>, again: bool) -> T {
 }
 
 /// What a call whose handler asked for input answers: an error result (a workflow tool's closes
-/// with its next step), or another response.
+/// with its next step), another response, or a JSON-RPC error (the request is refused).
 enum Asked {
     Error(CallToolResult),
     Other(CallToolResponse),
+    Refused(ErrorData),
 }
 
-impl From<Asked> for CallToolResponse {
-    fn from(asked: Asked) -> CallToolResponse {
+impl From<Asked> for Result<CallToolResponse, ErrorData> {
+    fn from(asked: Asked) -> Self {
         match asked {
-            Asked::Error(result) => result.into(),
-            Asked::Other(response) => response,
+            Asked::Error(result) => Ok(result.into()),
+            Asked::Other(response) => Ok(response),
+            Asked::Refused(error) => Err(error),
         }
     }
 }
@@ -816,6 +821,11 @@ fn asked(tool: &str, next: asking::Next) -> Option<Asked> {
         asking::Next::Unavailable(requests) => {
             Asked::Error(reply::input_unavailable(tool, &reply::needed(&requests)))
         }
+        asking::Next::Undeclared(requests) => Asked::Refused(reply::missing_client_capability(
+            tool,
+            &reply::needed(&requests),
+            asking::required_capabilities(&requests),
+        )),
         asking::Next::Failed(why) => Asked::Error(reply::asking_failed(tool, &why)),
         asking::Next::Cancelled => {
             Asked::Error(reply::asking_failed(tool, "the call was cancelled"))

@@ -1,12 +1,13 @@
 //! The JSON-RPC errors a request gets when the handler cannot serve it as sent: a tool or
 //! method nobody serves, malformed `_meta` (an idempotency key, handles), a 2026-07-28 retry's
-//! `inputResponses` and `requestState`, an instance it names that cannot be read or watched.
+//! `inputResponses` and `requestState`, a 2026-07-28 request that needs a client capability it
+//! did not declare, an instance it names that cannot be read or watched.
 //!
 //! The rooms of the handler that find these problems say what is wrong; only these functions
 //! make an error of it, so that the codes and `data` a client reads are decided here. A
 //! prompt's or resource's own refusals are in `primitives.rs`.
 
-use rmcp::ErrorData;
+use rmcp::{ErrorData, model::ClientCapabilities};
 use serde_json::{Value, json};
 
 use crate::{
@@ -146,6 +147,26 @@ pub fn unusable_answers(why: &Unusable) -> ErrorData {
             Some(json!({"code": "REQUEST_STATE_INVALID", "reason": why})),
         ),
     }
+}
+
+/// JSON-RPC -32021 (2026-07-28's MissingRequiredClientCapabilityError): `name`, a tool or a
+/// prompt, asked for input (`needed`, in words: `reply::needed`) that the request's client did
+/// not declare it can give; `data.requiredCapabilities` names the capabilities, a
+/// `ClientCapabilities` object. The handler ran up to its question; nothing fired.
+pub fn missing_client_capability(
+    name: &str,
+    needed: &str,
+    required: ClientCapabilities,
+) -> ErrorData {
+    let mut error = ErrorData::missing_required_client_capability(required);
+    error.message = format!(
+        "{} needs input this client did not declare it can give: {}; declare it in \
+         io.modelcontextprotocol/clientCapabilities",
+        clip(name),
+        clip(needed)
+    )
+    .into();
+    error
 }
 
 #[cfg(test)]
