@@ -251,8 +251,9 @@ pub struct ServeSettings {
     )]
     pub request_state_key_file: Option<PathBuf>,
     /// What a binding that has a person confirm does for a client that cannot show a form:
-    /// `refuse` (INPUT_UNAVAILABLE, nothing runs) or `allow` (runs without a person;
-    /// dangerous: the step the confirmation guards then has none).
+    /// `refuse` (INPUT_UNAVAILABLE, nothing runs; on 2026-07-28, -32021 naming the missing
+    /// capability) or `allow` (runs without a person; dangerous: the step the confirmation
+    /// guards then has none).
     #[arg(
         long,
         env = "TURNSTILE_CONFIRM_FALLBACK",
