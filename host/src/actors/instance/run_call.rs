@@ -31,7 +31,8 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::{
-    Call, CallOutcome, InstanceDeps, InstanceError, InstanceView, task::CANCELLED_BY, task_entries,
+    Call, CallOutcome, InstanceDeps, InstanceError, InstanceView,
+    task_entries::{self, CANCELLED_BY},
 };
 use crate::actors::{
     InstanceKey,

@@ -28,9 +28,6 @@ use crate::actors::{InstanceKey, tenure::Tenure};
 use crate::plugin::PluginOutput;
 use crate::store::{InstanceRecord, TaskEntry, TaskEntryStatus, now_ms};
 
-/// What the audit trail's line of a cancelled task says made it (`by`), before the task's tool.
-pub const CANCELLED_BY: &str = "tasks/cancel:";
-
 /// A call to run as a task: its id, and where its outcome goes when it ends.
 #[derive(Debug)]
 pub struct TaskRun {

@@ -10,6 +10,9 @@ use crate::store::{TaskEntry, TaskEntryStatus};
 
 use super::InstanceView;
 
+/// What the audit trail's line of a cancelled task says made it (`by`), before the task's tool.
+pub const CANCELLED_BY: &str = "tasks/cancel:";
+
 /// Most tasks kept per instance, the running one included: the newest.
 pub const MAX_KEPT: usize = 8;
 
