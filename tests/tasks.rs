@@ -74,6 +74,26 @@ async fn ended(url: &str, task_id: &str) -> Value {
     }
 }
 
+/// The id of the task a call's answer (`result`) started.
+fn task_id_of(created: &Value) -> String {
+    created["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task id: {created}"))
+        .to_owned()
+}
+
+/// `turnstile instances show HANDLE` on `store` under `namespace`: the instance as an operator
+/// reads it, with its audit trail.
+fn shown(store: &str, namespace: &str, handle: &str) -> Value {
+    let shown = Command::new(common::turnstile_bin())
+        .args(["instances", "--json", "--store", store])
+        .args(["--store-namespace", namespace, "show", handle])
+        .output()
+        .expect("run turnstile instances show");
+    assert!(shown.status.success(), "{shown:?}");
+    serde_json::from_slice(&shown.stdout).expect("one JSON line")
+}
+
 /// `migration.apply` on `handle` as a task: the response's `result`.
 async fn apply_as_task(url: &str, handle: &str) -> Value {
     let (response, _) = call_2026(
@@ -96,7 +116,7 @@ async fn a_step_run_as_a_task_holds_its_instance_until_it_ends_with_the_transiti
     let created = apply_as_task(url, &handle).await;
     assert_eq!(created["resultType"], "task", "{created}");
     assert_eq!(created["status"], "working", "{created}");
-    let task_id = created["taskId"].as_str().expect("a task id").to_owned();
+    let task_id = task_id_of(&created);
     assert!(
         started.elapsed() < Duration::from_millis(1000),
         "answered before the step ended"
@@ -152,7 +172,7 @@ async fn a_cancelled_task_fires_nothing_and_lets_its_instance_go() {
     let url = &server.url;
     let handle = backed_up(url).await;
     let created = apply_as_task(url, &handle).await;
-    let task_id = created["taskId"].as_str().expect("a task id").to_owned();
+    let task_id = task_id_of(&created);
 
     let ack = task_request(url, "tasks/cancel", &task_id, json!({})).await;
     assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
@@ -168,8 +188,8 @@ async fn a_cancelled_task_fires_nothing_and_lets_its_instance_go() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let retried = retried["taskId"].as_str().expect("a task id");
-    assert_eq!(ended(url, retried).await["status"], "completed");
+    let retried = task_id_of(&retried);
+    assert_eq!(ended(url, &retried).await["status"], "completed");
     assert_eq!(step(url, &handle).await, "applied");
 }
 
@@ -218,7 +238,7 @@ async fn a_client_past_its_task_limit_is_refused_until_one_ends() {
     let url = &server.url;
     let (first, second) = (backed_up(url).await, backed_up(url).await);
     let running = apply_as_task(url, &first).await;
-    let running = running["taskId"].as_str().expect("a task id").to_owned();
+    let running = task_id_of(&running);
 
     // One task not ended is this client's limit: the next is refused, and nothing ran.
     let refused = apply_as_task(url, &second).await;
@@ -233,8 +253,8 @@ async fn a_client_past_its_task_limit_is_refused_until_one_ends() {
     // Once it ended, its place is free.
     assert_eq!(ended(url, &running).await["status"], "completed");
     let started = apply_as_task(url, &second).await;
-    let started = started["taskId"].as_str().expect("a task id");
-    assert_eq!(ended(url, started).await["status"], "completed");
+    let started = task_id_of(&started);
+    assert_eq!(ended(url, &started).await["status"], "completed");
     assert_eq!(step(url, &second).await, "applied");
 }
 
@@ -259,7 +279,7 @@ async fn a_cancelled_step_fires_its_on_cancel_event() {
     )
     .await;
     let created = response["result"].clone();
-    let task_id = created["taskId"].as_str().expect("a task id").to_owned();
+    let task_id = task_id_of(&created);
     let running = call(url, "rollout.status", json!({"handle": handle})).await;
     assert_eq!(running["structuredContent"]["state"], "ready", "{running}");
 
@@ -330,7 +350,7 @@ async fn a_task_whose_server_was_killed_ends_failed_with_what_is_known_on_anothe
     let (mut a, b, _data, _) = two_servers(&plugins, &store, "10000", &[]);
     let handle = backed_up(&a.url).await;
     let created = apply_as_task(&a.url, &handle).await;
-    let task_id = created["taskId"].as_str().expect("a task id").to_owned();
+    let task_id = task_id_of(&created);
 
     // The other server reads the task from the instance's record: running, held by its runner.
     let seen = task_request(&b.url, "tasks/get", &task_id, json!({})).await;
@@ -351,8 +371,8 @@ async fn a_task_whose_server_was_killed_ends_failed_with_what_is_known_on_anothe
     // be taken now.
     assert_eq!(step(&b.url, &handle).await, "backed_up");
     let again = apply_as_task(&b.url, &handle).await;
-    let again = again["taskId"].as_str().expect("a task id");
-    assert_eq!(ended(&b.url, again).await["status"], "completed");
+    let again = task_id_of(&again);
+    assert_eq!(ended(&b.url, &again).await["status"], "completed");
     assert_eq!(step(&b.url, &handle).await, "applied");
 }
 
@@ -363,7 +383,7 @@ async fn a_task_that_ended_before_its_server_was_killed_is_read_completed_on_ano
     let (mut a, b, _data, _) = two_servers(&plugins, &store, "300", &[]);
     let handle = backed_up(&a.url).await;
     let created = apply_as_task(&a.url, &handle).await;
-    let task_id = created["taskId"].as_str().expect("a task id").to_owned();
+    let task_id = task_id_of(&created);
     assert_eq!(ended(&a.url, &task_id).await["status"], "completed");
     a.kill9();
 
@@ -404,13 +424,7 @@ fn an_sdk_client_reads_a_task_of_a_killed_server_failed_on_another_server() {
 
     // What the operator reads of it agrees: no step past the backup was recorded.
     let handle = summary["handle"].as_str().expect("a handle");
-    let shown = Command::new(common::turnstile_bin())
-        .args(["instances", "--json", "--store", &store])
-        .args(["--store-namespace", &namespace, "show", handle])
-        .output()
-        .expect("run turnstile instances show");
-    assert!(shown.status.success(), "{shown:?}");
-    let shown: Value = serde_json::from_slice(&shown.stdout).expect("one JSON line");
+    let shown = shown(&store, &namespace, handle);
     assert_eq!(shown["state"], "backed_up", "{shown}");
     let trail: Vec<&Value> = shown["audit"].as_array().expect("a trail").iter().collect();
     let last = trail.last().expect("a transition");
@@ -472,13 +486,7 @@ fn an_sdk_client_cancels_a_running_step_and_the_trail_says_who() {
     );
 
     let handle = summary["handle"].as_str().expect("a handle");
-    let shown = Command::new(common::turnstile_bin())
-        .args(["instances", "--json", "--store", &store])
-        .args(["--store-namespace", &namespace, "show", handle])
-        .output()
-        .expect("run turnstile instances show");
-    assert!(shown.status.success(), "{shown:?}");
-    let shown: Value = serde_json::from_slice(&shown.stdout).expect("one JSON line");
+    let shown = shown(&store, &namespace, handle);
     let trail: Vec<Value> = shown["audit"]
         .as_array()
         .expect("a trail")

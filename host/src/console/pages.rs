@@ -280,12 +280,12 @@ pub fn instance(signed_in: bool, shown: &Value, svg: Option<&str>, notice: Optio
                 dt { "Version" } dd { (shown["version"]) }
                 dt { "Machine version" } dd { code { (shown["machine"].as_str().unwrap_or("-")) } }
                 dt { "Last moved" } dd { (utc_of(&shown["updated_at_ms"])) }
-                @for task in running_tasks(shown) {
+                @if let Some(task) = shown["running"].as_object() {
                     dt { "Running" }
                     dd #instance-running {
                         code { (task["tool"].as_str().unwrap_or("?")) } " as task "
                         code { (task["task_id"].as_str().unwrap_or("?")) }
-                        ", since " (utc_of(&task["created_at_ms"]))
+                        ", since " (utc_of(&task["since_ms"]))
                     }
                 }
             }
@@ -510,16 +510,6 @@ fn utc_of(value: &Value) -> String {
 }
 
 pub use crate::instances::utc;
-
-/// The tasks `shown` (as `turnstile instances show` tells an instance) has running: at most one.
-fn running_tasks(shown: &Value) -> Vec<&Value> {
-    shown["tasks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|task| task["status"] == "working")
-        .collect()
-}
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::mcp::auth::principal::Principal;
 pub use crate::store::active_paths;
 use crate::store::{
-    InstanceRecord, StateStore, StoreError, TaskEntryStatus, Tombstone, now_ms, redact_context,
+    InstanceRecord, StateStore, StoreError, TaskEntry, Tombstone, now_ms, redact_context,
 };
 
 /// How many keys one page of a listing reads from the store.
@@ -88,15 +88,11 @@ impl Summary {
             status: record.snapshot["status"].clone(),
             version: record.version,
             updated_at_ms: record.updated_at_ms,
-            running: record
-                .tasks
-                .iter()
-                .find(|task| task.status == TaskEntryStatus::Working)
-                .map(|task| RunningTask {
-                    task_id: task.id.clone(),
-                    tool: task.tool.clone(),
-                    since_ms: task.created_at_ms,
-                }),
+            running: TaskEntry::running(&record.tasks).map(|task| RunningTask {
+                task_id: task.id.clone(),
+                tool: task.tool.clone(),
+                since_ms: task.created_at_ms,
+            }),
         }
     }
 }

@@ -76,6 +76,14 @@ pub struct TaskEntry {
 }
 
 impl TaskEntry {
+    /// The task running among an instance's `tasks`, if one is (at most one: it holds the
+    /// instance until it ends).
+    pub fn running(tasks: &[TaskEntry]) -> Option<&TaskEntry> {
+        tasks
+            .iter()
+            .find(|entry| entry.status == TaskEntryStatus::Working)
+    }
+
     /// Task `id` of `tool`, started by `principal` at `at_ms` and kept `ttl_ms`: working, with
     /// no end yet.
     pub fn working(

@@ -277,7 +277,10 @@ impl InstanceView {
     /// the instance was loaded).
     pub(super) fn next_step_in(&self, workflow: &Workflow) -> crate::gate::NextStep {
         let mut next = crate::gate::next_step(workflow, &self.snapshot);
-        next.running = task_entries::running(&self.tasks);
+        next.running = task_entries::working(self).map(|entry| crate::gate::RunningStep {
+            task_id: entry.id.clone(),
+            tool: entry.tool.clone(),
+        });
         if next.running.is_some() && !next.done {
             // Until it ends, a call that would move the instance is refused (`call.rs`).
             next.available = crate::gate::menu(workflow, &self.snapshot)

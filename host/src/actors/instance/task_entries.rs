@@ -83,20 +83,7 @@ pub(super) fn failed(entry: &mut TaskEntry, handler_ran: Value, why: &str) {
 
 /// The task `view` is saved as running, if any (one at most: it holds the instance).
 pub(super) fn working(view: &InstanceView) -> Option<&TaskEntry> {
-    view.tasks
-        .iter()
-        .find(|entry| entry.status == TaskEntryStatus::Working)
-}
-
-/// The step running as a task among `tasks`, if one is (at most one: it holds the instance).
-pub(super) fn running(tasks: &[TaskEntry]) -> Option<crate::gate::RunningStep> {
-    tasks
-        .iter()
-        .find(|entry| entry.status == TaskEntryStatus::Working)
-        .map(|entry| crate::gate::RunningStep {
-            task_id: entry.id.clone(),
-            tool: entry.tool.clone(),
-        })
+    TaskEntry::running(&view.tasks)
 }
 
 #[cfg(test)]

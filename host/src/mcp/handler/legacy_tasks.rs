@@ -33,9 +33,9 @@ use serde_json::{Value, json};
 use super::{
     reply,
     server::TurnstileServer,
-    tasks::{Asked, detailed, ended_with, wire_task},
+    tasks::{Asked, detailed, ended_with, object},
 };
-use crate::tasks::{self, TaskStatus};
+use crate::tasks;
 
 /// The method prefix a 2025-11-25 task request reaches the handler under.
 pub const LEGACY_TASKS_PREFIX: &str = "dev.turnstile/2025-11-25/";
@@ -126,13 +126,12 @@ impl TurnstileServer {
         let tool = request.name.to_string();
         let ttl = asked.ttl.map(Duration::from_millis);
         let owner = self.task_owner(&context);
-        let session_context = context.clone();
         let answer = self
             .serve_call(request, context, Asked::AsLegacyTask { ttl })
             .await?;
         match answer {
             CallToolResponse::Task(created) => {
-                if let Ok(task) = self.own_task(&created.task.task_id, &session_context) {
+                if let Some(task) = self.shared.tasks.get(&created.task.task_id, &owner) {
                     self.tell_when_ended(task);
                 }
                 Ok(json!({ "task": legacy_task(&created.task) }))
@@ -143,9 +142,7 @@ impl TurnstileServer {
             answered => {
                 let task = self.shared.tasks.create(&tool, owner, ttl, None);
                 task.end(ended_with(Ok(answered)));
-                let (status, _) = task.status();
-                let task = wire_task(&task, wire_status(&status));
-                Ok(json!({ "task": legacy_task(&task) }))
+                Ok(json!({ "task": legacy_task(&detailed(&task).task) }))
             }
         }
     }
@@ -254,13 +251,16 @@ impl TurnstileServer {
         id: &str,
         context: &RequestContext<RoleServer>,
     ) -> Result<Value, ErrorData> {
-        let task = self.own_task(id, context)?;
-        let (status, _) = task.status();
-        if status.is_terminal() {
-            let status = wire_status(&status);
+        let owner = self.task_owner(context);
+        let task = self
+            .shared
+            .tasks
+            .get(id, &owner)
+            .ok_or_else(|| reply::unknown_task(id))?;
+        if task.status().0.is_terminal() {
+            let status = detailed(&task).task.status;
             return Err(reply::task_already_ended(id, status_word(status)));
         }
-        let owner = self.task_owner(context);
         let task = self
             .shared
             .tasks
@@ -303,16 +303,6 @@ fn legacy_detailed(task: &DetailedTask) -> Value {
     legacy
 }
 
-fn wire_status(status: &TaskStatus) -> WireStatus {
-    match status {
-        TaskStatus::Working => WireStatus::Working,
-        TaskStatus::InputRequired(_) => WireStatus::InputRequired,
-        TaskStatus::Completed(_) => WireStatus::Completed,
-        TaskStatus::Failed(_) => WireStatus::Failed,
-        TaskStatus::Cancelled => WireStatus::Cancelled,
-    }
-}
-
 fn status_word(status: WireStatus) -> &'static str {
     match status {
         WireStatus::Working => "working",
@@ -321,13 +311,6 @@ fn status_word(status: WireStatus) -> &'static str {
         WireStatus::Failed => "failed",
         WireStatus::Cancelled => "cancelled",
         _ => "unknown",
-    }
-}
-
-fn object(value: Value) -> JsonObject {
-    match value {
-        Value::Object(object) => object,
-        _ => JsonObject::new(),
     }
 }
 

@@ -375,7 +375,7 @@ fn rfc3339(at_ms: u64) -> String {
 }
 
 /// The task's common fields, in `status`.
-pub(super) fn wire_task(task: &tasks::Task, status: WireStatus) -> Task {
+fn wire_task(task: &tasks::Task, status: WireStatus) -> Task {
     let (_, updated_at) = task.status();
     let ttl_ms = task.ttl.as_millis() as u64;
     wire_fields(&task.id, status, task.created_at_ms, updated_at, ttl_ms)
@@ -415,7 +415,7 @@ pub(super) fn detailed(task: &tasks::Task) -> DetailedTask {
     DetailedTask::new(wire_task(task, payload.status()), payload)
 }
 
-fn object(value: Value) -> JsonObject {
+pub(super) fn object(value: Value) -> JsonObject {
     match value {
         Value::Object(object) => object,
         _ => JsonObject::new(),

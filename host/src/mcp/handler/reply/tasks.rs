@@ -102,25 +102,23 @@ pub fn task_result_unkept(problem: &str) -> ErrorData {
 /// JSON-RPC -32601, as 2025-11-25 says a server should answer a task-augmented call of a tool
 /// whose `execution.taskSupport` is absent (`forbidden`). Nothing ran.
 pub fn task_forbidden(tool: &str) -> ErrorData {
-    ErrorData::new(
-        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-        format!(
-            "{} does not run as a task: call it without `task`",
-            clip(tool)
-        ),
-        Some(json!({ "tool": clip(tool) })),
-    )
+    not_this_way(tool, "does not run as a task: call it without `task`")
 }
 
 /// JSON-RPC -32601, as 2025-11-25 says a server may answer a plain call of a tool whose
 /// `execution.taskSupport` is `required`. Nothing ran.
 pub fn task_param_required(tool: &str) -> ErrorData {
+    not_this_way(
+        tool,
+        "runs only as a task: call it with `task` in its params",
+    )
+}
+
+/// JSON-RPC -32601 naming `tool`, which is not called the way the request called it (`why`).
+fn not_this_way(tool: &str, why: &str) -> ErrorData {
     ErrorData::new(
         rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-        format!(
-            "{} runs only as a task: call it with `task` in its params",
-            clip(tool)
-        ),
+        format!("{} {why}", clip(tool)),
         Some(json!({ "tool": clip(tool) })),
     )
 }
