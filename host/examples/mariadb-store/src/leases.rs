@@ -113,10 +113,14 @@ impl MariaDbStore {
                     lease_left_us: row.6,
                     wanted_left_us: row.7,
                 };
-                let (grant, write, params): (LeaseGrant, String, Vec<Value>) =
-                    decide(t, key, holder, ttl, &lease);
-                tx.exec_drop(write, params).await.map_err(fail)?;
-                tx.commit().await.map_err(fail)?;
+                let (grant, write) = decide(t, key, holder, ttl, &lease);
+                match write {
+                    Some((sql, params)) => {
+                        tx.exec_drop(sql, params).await.map_err(fail)?;
+                        tx.commit().await.map_err(fail)?;
+                    }
+                    None => tx.rollback().await.map_err(fail)?,
+                }
                 Ok(grant)
             })
             .await
@@ -182,7 +186,7 @@ impl MariaDbStore {
 }
 
 /// What an ask by `holder` for `ttl` gets, given the locked `lease`, and the write that makes
-/// it so:
+/// it so (`None`: nothing to write):
 ///
 /// - the asker's own live lease is renewed with its token, its wanted mark kept;
 /// - a free lease (released, or lapsed: a takeover when it had a holder) is granted with the
@@ -195,7 +199,7 @@ fn decide(
     holder: &str,
     ttl: Duration,
     lease: &Lease,
-) -> (LeaseGrant, String, Vec<Value>) {
+) -> (LeaseGrant, Option<(String, Vec<Value>)>) {
     let until = "NOW(6) + INTERVAL ? MICROSECOND";
     if lease.live && lease.holder.as_deref() == Some(holder) {
         let grant = LeaseGrant::Held {
@@ -205,7 +209,7 @@ fn decide(
             wanted: lease.wanted_live,
         };
         let write = format!("UPDATE {t} SET lease_until = {until} WHERE k = ?");
-        return (grant, write, vec![micros(ttl).into(), key.into()]);
+        return (grant, Some((write, vec![micros(ttl).into(), key.into()])));
     }
     let kept_for_another = lease.wanted_live && lease.wanted_by.as_deref() != Some(holder);
     if !lease.live && !kept_for_another {
@@ -221,22 +225,20 @@ fn decide(
              lease_wanted_by = NULL, lease_wanted_until = NULL WHERE k = ?"
         );
         let params = vec![token.into(), holder.into(), micros(ttl).into(), key.into()];
-        return (grant, write, params);
+        return (grant, Some((write, params)));
     }
     let lease_left = lease.lease_left_us.unwrap_or(0).max(0) as u64;
-    let (write, params, wanted_left) = if kept_for_another {
-        // Another asker's mark lives: theirs is left alone. (A no-op write keeps one shape.)
-        let write = format!("UPDATE {t} SET lease_wanted_by = lease_wanted_by WHERE k = ?");
-        let left = lease.wanted_left_us.unwrap_or(0).max(0) as u64;
-        (write, vec![key.into()], left)
+    let (write, wanted_left) = if kept_for_another {
+        // Another asker's mark lives: theirs is left alone.
+        (None, lease.wanted_left_us.unwrap_or(0).max(0) as u64)
     } else {
         let write =
             format!("UPDATE {t} SET lease_wanted_by = ?, lease_wanted_until = {until} WHERE k = ?");
         let params = vec![holder.into(), micros(WANTED_FOR).into(), key.into()];
-        (write, params, micros(WANTED_FOR))
+        (Some((write, params)), micros(WANTED_FOR))
     };
     let busy = LeaseGrant::Busy {
         remaining_ms: lease_left.max(wanted_left).div_ceil(1000),
     };
-    (busy, write, params)
+    (busy, write)
 }
