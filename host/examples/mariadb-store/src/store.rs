@@ -50,10 +50,12 @@ impl MariaDbStore {
         })
     }
 
-    /// Drops every table of this store's namespace, and everything in them: for tests, and
-    /// for an operator retiring a namespace.
-    pub async fn drop_tables(&self) -> Result<(), StoreError> {
-        self.tables.drop_all(&self.link).await
+    /// Drops every table of `options.namespace` at `url`, and everything in them, without
+    /// creating any first: for tests, and for an operator retiring a namespace.
+    pub async fn drop_namespace(url: &str, options: &StoreOptions) -> Result<(), StoreError> {
+        let tables = Tables::of(options)?;
+        let link = Link::new(url, options)?;
+        tables.drop_all(&link).await
     }
 }
 

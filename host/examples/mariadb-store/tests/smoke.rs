@@ -16,7 +16,9 @@ async fn smoke() {
         namespace: format!("smoke_{}", std::process::id()),
         ..StoreOptions::default()
     };
-    let store = MariaDbStore::open(url, options).await.unwrap();
+    let store = MariaDbStore::open(url.clone(), options.clone())
+        .await
+        .unwrap();
     let first = InstanceRecord::first("w", json!({"value": "a", "context": {"note": "ünïcødé"}}));
     store.save("handle/x@alice", &first, 0).await.unwrap();
     assert_eq!(store.load("handle/x@alice").await.unwrap().unwrap(), first);
@@ -56,5 +58,5 @@ async fn smoke() {
     store.announce_change("me", "handle/x@alice").await.unwrap();
     let heard = tokio::time::timeout(Duration::from_secs(5), feed.changes.next()).await;
     assert_eq!(heard.unwrap(), Some(("me".into(), "handle/x@alice".into())));
-    store.drop_tables().await.unwrap();
+    MariaDbStore::drop_namespace(&url, &options).await.unwrap();
 }
