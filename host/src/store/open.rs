@@ -1,10 +1,92 @@
-//! Which store a URL names, opened.
+//! Which store a URL names, opened: the built-in ones, and those a program built on the host
+//! registered under a scheme of their own ([`Stores`], `cli::main_with`).
 
-use std::sync::Arc;
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{Arc, OnceLock},
+};
 
 use super::{
     EmbeddedStore, MemoryStore, PostgresStore, RedisStore, StateStore, StoreError, StoreOptions,
 };
+
+/// What a registered store's `open` returns, boxed so stores of any type sit in one table.
+type Opening = Pin<Box<dyn Future<Output = Result<Arc<dyn StateStore>, StoreError>> + Send>>;
+/// A registered store's `open`: the whole URL, and the options `serve` and the other
+/// subcommands were given.
+type Opener = Box<dyn Fn(String, StoreOptions) -> Opening + Send + Sync>;
+
+/// The stores a program adds to the built-in ones, each under a URL scheme: what
+/// `turnstile::cli::main_with` hands its caller to fill. Then `--store SCHEME://…` (and every
+/// other place a store URL is taken: `turnstile instances`, `check --store`) opens the
+/// registered store, as `redis://…` opens the built-in one.
+#[derive(Default)]
+pub struct Stores {
+    schemes: Vec<(String, Opener)>,
+}
+
+impl Stores {
+    /// Opens URLs of `scheme` (`"mysql"` takes `mysql://…` and `mysql:…`) with `open`, given
+    /// the whole URL and the store options (the namespace, timeouts, how much audit to keep).
+    /// A scheme registered twice is opened by the later registration; the built-in schemes
+    /// (`memory`, `embedded`, `redis`, `redis+cluster`, `postgres`, `postgresql`) cannot be
+    /// replaced, so a URL means the same store in every build.
+    pub fn register<O, F, S>(&mut self, scheme: &str, open: O) -> &mut Self
+    where
+        O: Fn(String, StoreOptions) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<S, StoreError>> + Send + 'static,
+        S: StateStore + 'static,
+    {
+        let opener: Opener = Box::new(move |url, options| {
+            let opening = open(url, options);
+            Box::pin(async move { Ok(Arc::new(opening.await?) as Arc<dyn StateStore>) })
+        });
+        self.schemes.retain(|(known, _)| known != scheme);
+        self.schemes.push((scheme.to_owned(), opener));
+        self
+    }
+
+    /// The schemes registered, in the order given, for an error naming what is known.
+    fn names(&self) -> impl Iterator<Item = &str> {
+        self.schemes.iter().map(|(scheme, _)| scheme.as_str())
+    }
+
+    fn opener_for(&self, url: &str) -> Option<&Opener> {
+        self.schemes
+            .iter()
+            .rev()
+            .find(|(scheme, _)| {
+                url.strip_prefix(scheme.as_str())
+                    .is_some_and(|rest| rest.starts_with(':'))
+            })
+            .map(|(_, opener)| opener)
+    }
+
+    /// Makes these the stores every [`open`] in this process consults, once: a second call
+    /// (a program that embeds the host twice) gets its stores back as the error.
+    pub fn install(self) -> Result<(), Stores> {
+        REGISTERED.set(self)
+    }
+}
+
+/// The stores registered for this process ([`Stores::install`]); none in plain `turnstile`.
+static REGISTERED: OnceLock<Stores> = OnceLock::new();
+
+/// Opens the store a URL names, refusing one that says it is shared and keeps no leases: two
+/// servers on it could run one instance's handler at once (see [`StateStore::keeps_leases`]).
+pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn StateStore>, StoreError> {
+    let store = open_unchecked(url, options).await?;
+    if store.is_shared() && !store.keeps_leases() {
+        return Err(StoreError::Config(format!(
+            "the state store {} says it is shared by several servers (is_shared) but keeps no \
+             leases (keeps_leases): two servers could run one instance's handler at once; \
+             implement the lease methods and keeps_leases, or say it is not shared",
+            store.describe()
+        )));
+    }
+    Ok(store)
+}
 
 /// Opens the store a URL names:
 ///
@@ -17,9 +99,14 @@ use super::{
 /// - `postgres://…`, `postgresql://…` — [`PostgresStore`], creating or migrating its table
 ///   (plain TCP or a Unix socket; no TLS).
 ///
+/// - any scheme a program registered ([`Stores`]).
+///
 /// Remote stores are contacted before this returns: a server that is down gives
 /// [`StoreError::Unavailable`] within `options.connect_timeout` (plus one op timeout).
-pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn StateStore>, StoreError> {
+async fn open_unchecked(
+    url: &str,
+    options: &StoreOptions,
+) -> Result<Arc<dyn StateStore>, StoreError> {
     options.check_namespace()?;
     if url == "memory:" || url == "memory" {
         return Ok(Arc::new(
@@ -47,8 +134,17 @@ pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn StateStor
             EmbeddedStore::open_keeping(url, options.audit_keep).await?,
         ));
     }
+    if let Some(open) = REGISTERED.get().and_then(|stores| stores.opener_for(url)) {
+        return open(url.to_owned(), options.clone()).await;
+    }
+    let registered: String = REGISTERED
+        .get()
+        .into_iter()
+        .flat_map(Stores::names)
+        .map(|scheme| format!(", {scheme}://"))
+        .collect();
     Err(StoreError::Config(format!(
-        "unknown state store URL {url:?}: expected memory:, embedded:PATH, a path, redis://, redis+cluster:// or postgres://"
+        "unknown state store URL {url:?}: expected memory:, embedded:PATH, a path, redis://, redis+cluster://, postgres://{registered}"
     )))
 }
 
