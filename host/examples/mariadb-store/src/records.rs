@@ -99,6 +99,9 @@ impl MariaDbStore {
                 Ok(true)
             })
             .await?;
+        // Back to the pool before asking why: a task holding one connection while it waits for
+        // another could starve the pool when many writes are refused at once.
+        drop(conn);
         if written {
             return Ok(());
         }
@@ -265,6 +268,8 @@ impl MariaDbStore {
                 Ok(true)
             })
             .await?;
+        // Back to the pool before asking why (see `save_record`).
+        drop(conn);
         if deleted {
             return Ok(true);
         }

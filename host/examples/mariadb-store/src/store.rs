@@ -73,6 +73,15 @@ impl StateStore for MariaDbStore {
         true
     }
 
+    fn keeps_leases(&self) -> bool {
+        true
+    }
+
+    /// `due_at` has an index on `(due_at, k)` (`records.rs`).
+    fn indexes_due_times(&self) -> bool {
+        true
+    }
+
     async fn announce_change(&self, origin: &str, key: &str) -> Result<(), StoreError> {
         self.announce(origin, key).await
     }
