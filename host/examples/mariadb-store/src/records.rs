@@ -105,18 +105,15 @@ impl MariaDbStore {
         if written {
             return Ok(());
         }
-        let current = if expected == 0 {
-            None
-        } else {
-            self.refusal(key, Some(expected), record.fence.as_ref())
-                .await?
-        };
-        Err(match current {
-            Some(refusal) => refusal,
-            None if expected == 0 => checks::conflict(key, 0, self.version_of(key).await?),
+        if expected == 0 {
+            // A first save needs no lease: only the key being taken refuses it.
+            return Err(checks::conflict(key, 0, self.version_of(key).await?));
+        }
+        Err(self
+            .refusal(key, Some(expected), record.fence.as_ref())
+            .await?
             // Changed meanwhile so that the write would pass now: report what it raced.
-            None => checks::conflict(key, expected, Some(expected)),
-        })
+            .unwrap_or_else(|| checks::conflict(key, expected, Some(expected))))
     }
 
     /// The `INSERT` of a first save, or the `UPDATE` of a later one, and its parameters.
