@@ -213,7 +213,12 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
     }
     let store = store::open(&options.store, &store_options)
         .await
-        .with_context(|| format!("cannot open the state store {}", options.store))?;
+        .with_context(|| {
+            format!(
+                "cannot open the state store {}",
+                store::redact(&options.store)
+            )
+        })?;
     tracing::info!(store = %store.describe(), "state store open");
     if !store.indexes_due_times() {
         tracing::info!(

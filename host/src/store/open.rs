@@ -149,7 +149,8 @@ async fn open_unchecked(
         .map(|scheme| format!(", {scheme}://"))
         .collect();
     Err(StoreError::Config(format!(
-        "unknown state store URL {url:?}: expected memory:, embedded:PATH, a path, redis://, redis+cluster://, postgres://{registered}"
+        "unknown state store URL {:?}: expected memory:, embedded:PATH, a path, redis://, redis+cluster://, postgres://{registered}",
+        super::redact(url)
     )))
 }
 
