@@ -131,8 +131,9 @@ common::on_every_shared_store!(racing_resets_run_once:
 /// The same race on a store the host does not ship (issue 53): three `turnstile-mariadb`
 /// servers (`host/examples/mariadb-store`, the host with a MariaDB/MySQL store registered by its
 /// public API) on one database. `TURNSTILE_TEST_MARIADB_URL` names the server, by default the
-/// local one. The namespace's six tables (`leases_<uuid>_*`) are left behind: this crate has no
-/// MySQL client to drop them with (the example crate's own tests drop theirs).
+/// local one. The namespace's tables (`leases_<uuid>_*`) are dropped afterwards with the
+/// machine's `mariadb` client, when it has one and the default server is used (this crate has
+/// no MySQL client of its own; the example crate's tests drop theirs).
 #[tokio::test]
 async fn racing_calls_on_three_turnstile_mariadb_servers_run_the_handler_once() {
     let store = std::env::var("TURNSTILE_TEST_MARIADB_URL")
@@ -148,6 +149,37 @@ async fn racing_calls_on_three_turnstile_mariadb_servers_run_the_handler_once() 
         .collect();
     let (servers, clients) = with_clients(servers).await;
     resets_race(servers, clients).await;
+    if std::env::var_os("TURNSTILE_TEST_MARIADB_URL").is_none() {
+        drop_mariadb_tables(&namespace);
+    }
+}
+
+/// Drops the tables of `namespace` in the local MariaDB's `test` database, by its command-line
+/// client: best effort, as cleanup (a machine without the client keeps them).
+fn drop_mariadb_tables(namespace: &str) {
+    let client = |sql: &str| {
+        std::process::Command::new("mariadb")
+            .args(["-h127.0.0.1", "-uroot", "-N", "test", "-e", sql])
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let listed = format!(
+        "SELECT table_name FROM information_schema.tables \
+         WHERE table_schema = 'test' AND table_name LIKE '{namespace}\\_%'"
+    );
+    let Some(tables) = client(&listed) else {
+        return;
+    };
+    let tables: Vec<&str> = tables.split_whitespace().collect();
+    if !tables.is_empty() {
+        // Foreign keys may tie the tables together: dropped as a set, checks off.
+        client(&format!(
+            "SET FOREIGN_KEY_CHECKS = 0; DROP TABLE IF EXISTS {}",
+            tables.join(", ")
+        ));
+    }
 }
 
 /// 60 racing captures of one authorized payment over three servers: one capture, no conflict.
