@@ -36,6 +36,7 @@ static ALLOCATOR: memory::Allocator = tikv_jemallocator::Jemalloc;
 
 pub mod actors;
 pub mod catalog;
+pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod confirm;

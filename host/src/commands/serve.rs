@@ -215,6 +215,13 @@ async fn serve(mut options: ServeOptions) -> anyhow::Result<bool> {
         .await
         .with_context(|| format!("cannot open the state store {}", options.store))?;
     tracing::info!(store = %store.describe(), "state store open");
+    if !store.indexes_due_times() {
+        tracing::info!(
+            store = %store.describe(),
+            "the state store keeps no index of due times: timers and retention find what is due \
+             by reading every record, on every poll (fine for thousands of instances, not millions)"
+        );
+    }
     match store.durability().await {
         Some(store::Durability::Lost(what)) => {
             tracing::warn!("acknowledged transitions do not survive a restart of the store: {what}")

@@ -1,11 +1,15 @@
-//! The contract every [`StateStore`] must honour, written once and run against each store.
+//! The contract every [`StateStore`] must honour, written once and run against each store: the
+//! built-in ones in this crate's tests (`contract/builtin.rs`), and a user's own through the
+//! published kit, [`check`] (cargo feature `testkit`), in their own `cargo test`.
 //!
-//! This module owns the cases and the per-store fixtures (a temp dir, a unique Redis namespace,
-//! a unique PostgreSQL table). It must not skip: a Redis or PostgreSQL server that cannot be
-//! reached fails the test, naming the URL and the variable that overrides it.
+//! This module owns the cases and the table saying which promise each checks and what a store
+//! must claim for it to apply ([`Needs`]). It must not skip a case a store's claims call for:
+//! a store that says it is shared is checked for leases and its change feed too.
 
 use std::{
     collections::HashSet,
+    future::Future,
+    pin::Pin,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -17,61 +21,302 @@ use serde_json::json;
 
 use self::state_counts::{
     counts_by_state_agree_with_the_records_under_concurrent_writes,
-    counts_by_state_are_built_once_for_records_older_than_the_index,
     counts_by_state_are_recounted_while_writes_go_on, counts_by_state_follow_fenced_writes,
     counts_by_state_follow_retention_and_migration, counts_by_state_follow_saves_moves_and_deletes,
 };
 use super::{
-    AuditEntry, DeleteKind, Due, EmbeddedStore, Fence, InstanceRecord, LeaseGrant, LeaseRenewal,
-    MAX_DUE_MS, PostgresStore, RedisStore, StateStore, StoreError, StoreOptions, Tombstone,
+    AuditEntry, DeleteKind, Due, Fence, InstanceRecord, LeaseGrant, LeaseRenewal, MAX_DUE_MS,
+    StateStore, StoreError, StoreOptions, Tombstone,
 };
 
+#[cfg(test)]
+pub(crate) mod builtin;
 mod state_counts;
 
-pub(super) const REDIS_URL_VAR: &str = "TURNSTILE_TEST_REDIS_URL";
-/// The audit entries every fixture keeps per instance: few, so a case can pass them.
-const AUDIT_KEEP: u64 = 5;
-pub(super) const POSTGRES_URL_VAR: &str = "TURNSTILE_TEST_POSTGRES_URL";
-pub(super) const REDIS_CLUSTER_URL_VAR: &str = "TURNSTILE_TEST_REDIS_CLUSTER_URL";
+#[cfg(test)]
+pub(crate) use self::builtin::Older;
 
-pub(super) fn redis_url() -> String {
-    std::env::var(REDIS_URL_VAR).unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+/// The audit entries every case's store keeps per instance (`StoreOptions::audit_keep`): few,
+/// so a case can pass them.
+pub const AUDIT_KEEP: u64 = 5;
+
+/// How long one case may run before it counts as failed (a store that hangs fails; it does not
+/// hang the suite).
+const CASE_LIMIT: Duration = Duration::from_secs(120);
+
+/// What a store must claim for a case to apply to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// Every store.
+    Records,
+    /// A store that keeps leases ([`StateStore::keeps_leases`]: every shared store).
+    Leases,
+    /// A store with a change feed ([`StateStore::watch_changes`] gives one).
+    ChangeFeed,
+    /// Every store the kit checks: what it acknowledged is there when opened again with the
+    /// same options (a store that forgets on a restart is for tests only, and needs no kit).
+    Reopening,
 }
 
-/// The Redis Cluster the tests share: `TURNSTILE_TEST_REDIS_CLUSTER_URL`, or a local one of three
-/// masters that `tests/redis-cluster.sh` starts unless it is running already.
-pub(super) fn redis_cluster_url() -> String {
-    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    URL.get_or_init(|| {
-        if let Ok(url) = std::env::var(REDIS_CLUSTER_URL_VAR) {
-            return url;
+/// A case's body: on a store, or on a store and a way to open it again.
+#[derive(Clone, Copy)]
+enum Body {
+    OnStore(fn(Arc<dyn StateStore>) -> CaseFuture),
+    Reopening(fn(Arc<dyn StateStore>, Reopen) -> CaseFuture),
+}
+
+type CaseFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// Opens the store a case runs on again, on the same options: the durability cases.
+pub type Reopen = Box<
+    dyn FnOnce() -> Pin<Box<dyn Future<Output = Result<Arc<dyn StateStore>, StoreError>> + Send>>
+        + Send,
+>;
+
+/// One case of the contract: its name (the function in this module), the promise it checks, and
+/// what a store must claim for it to apply.
+#[derive(Clone, Copy)]
+pub struct Case {
+    pub name: &'static str,
+    pub promise: &'static str,
+    pub needs: Needs,
+    body: Body,
+}
+
+macro_rules! case {
+    ($needs:ident, $name:ident, $promise:literal) => {
+        Case {
+            name: stringify!($name),
+            promise: $promise,
+            needs: Needs::$needs,
+            body: Body::OnStore(|store| Box::pin($name(store))),
         }
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/redis-cluster.sh");
-        let out = std::process::Command::new("bash")
-            .arg(script)
-            .output()
-            .unwrap_or_else(|e| panic!("run {script}: {e}"));
-        assert!(
-            out.status.success(),
-            "{script} could not start a Redis Cluster (or set {REDIS_CLUSTER_URL_VAR}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    })
-    .clone()
+    };
 }
 
-pub(super) fn postgres_url() -> String {
-    std::env::var(POSTGRES_URL_VAR)
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+/// Every case of the contract, with the promise each checks.
+pub fn cases() -> Vec<Case> {
+    vec![
+        case!(Records, load_absent, "a key never saved loads as none"),
+        case!(
+            Records,
+            save_new_and_load_back,
+            "a first save (expected 0) is loaded back field for field"
+        ),
+        case!(
+            Records,
+            save_with_right_version,
+            "a save naming the stored version replaces the record"
+        ),
+        case!(
+            Records,
+            stale_writer_conflicts,
+            "a save naming another version is refused with Conflict and the stored version, writing nothing"
+        ),
+        case!(
+            Records,
+            bad_version_is_rejected,
+            "a record whose version is not expected + 1 is refused as Invalid"
+        ),
+        case!(
+            Records,
+            delete,
+            "a delete removes the record, by version or whatever its version, and says whether one was removed"
+        ),
+        case!(
+            Records,
+            list_and_count,
+            "list_keys pages through keys in byte order after a cursor; count counts by prefix"
+        ),
+        case!(
+            Records,
+            concurrent_writers_one_key,
+            "of writers racing from one version, exactly one wins"
+        ),
+        case!(
+            Records,
+            many_keys_in_parallel,
+            "saves of many keys at once all land"
+        ),
+        case!(
+            Records,
+            answers_a_ping,
+            "ping answers while the store is up"
+        ),
+        case!(
+            Records,
+            keeps_machines_by_version,
+            "machine definitions are kept by workflow and version"
+        ),
+        case!(
+            Records,
+            writes_only_the_current_format,
+            "a record is stored and read in the current format"
+        ),
+        case!(
+            Records,
+            migrates_records_of_the_current_format_to_nothing,
+            "the start-up migration rewrites no current record"
+        ),
+        case!(
+            Records,
+            due_times_are_listed_earliest_first,
+            "due lists records due by a time, earliest first, never those without one"
+        ),
+        case!(
+            Records,
+            due_times_page_through_ties,
+            "due pages through equal times in key order after a cursor"
+        ),
+        case!(
+            Records,
+            due_times_move_with_saves_and_go_with_deletes,
+            "a save moves a record's due time and a delete removes it"
+        ),
+        case!(
+            Records,
+            a_conflicting_save_keeps_the_due_time,
+            "a refused save leaves the due time as it was"
+        ),
+        case!(
+            Records,
+            due_times_past_the_largest_are_invalid,
+            "a due time past MAX_DUE_MS is refused as Invalid"
+        ),
+        case!(
+            Records,
+            migration_corrects_due_times,
+            "the start-up migration corrects due times older code left wrong"
+        ),
+        case!(
+            Records,
+            marks_are_kept_and_replaced,
+            "a mark is kept, replaced, and not counted as an instance"
+        ),
+        case!(
+            Records,
+            a_finished_migration_is_not_walked_again_under_its_rule,
+            "a migration marked done under a rule is not walked again under it"
+        ),
+        case!(
+            Records,
+            the_audit_trail_grows_with_saves_and_goes_with_the_record,
+            "each save's audit entry is kept oldest first and goes with the record"
+        ),
+        case!(
+            Records,
+            the_audit_trail_keeps_its_last_entries,
+            "the audit trail keeps the last audit_keep entries"
+        ),
+        case!(
+            Records,
+            owners_are_counted_as_their_records_come_and_go,
+            "count_owned counts an owner's handle-keyed records as they come and go"
+        ),
+        case!(
+            Records,
+            an_owners_records_are_listed_a_page_at_a_time,
+            "list_owned pages through one owner's records"
+        ),
+        case!(
+            Records,
+            counts_by_state_follow_saves_moves_and_deletes,
+            "count_by_state follows saves, moves and deletes"
+        ),
+        case!(
+            Records,
+            counts_by_state_follow_retention_and_migration,
+            "count_by_state follows retention deletes and migrations"
+        ),
+        case!(
+            Records,
+            counts_by_state_agree_with_the_records_under_concurrent_writes,
+            "count_by_state agrees with the records after racing writes"
+        ),
+        case!(
+            Records,
+            counts_by_state_are_recounted_while_writes_go_on,
+            "recount_by_state counts writes made while it runs once"
+        ),
+        case!(
+            Records,
+            a_delete_leaves_a_tombstone,
+            "delete_leaving removes the record and keeps its tombstone"
+        ),
+        case!(
+            Records,
+            a_live_record_shows_no_tombstone,
+            "a record saved again hides its key's tombstone"
+        ),
+        case!(
+            Records,
+            a_recreated_handle_hides_its_tombstone_until_deleted_again,
+            "a handle saved again and deleted again shows its latest tombstone"
+        ),
+        case!(
+            Records,
+            tombstones_are_pruned_by_age,
+            "prune_tombstones removes those deleted by a time, oldest first, at most a limit"
+        ),
+        case!(
+            Records,
+            racing_deletes_leave_one_tombstone_each_and_one_winner_per_record,
+            "of deletes racing for one record one wins, leaving one tombstone"
+        ),
+        case!(
+            Leases,
+            a_lease_has_one_holder_at_a_time,
+            "a lease has one holder at a time; asked again by its holder it keeps its token"
+        ),
+        case!(
+            Leases,
+            writes_are_fenced_by_the_live_lease,
+            "a write naming a lease applies only while that lease lives; one naming none only while none does"
+        ),
+        case!(
+            Leases,
+            a_lapsed_lease_is_taken_over_with_a_larger_token,
+            "a lapsed lease is granted anew with a larger token, as a takeover"
+        ),
+        case!(
+            Leases,
+            a_delete_takes_the_lease_with_the_record,
+            "a delete removes the record's lease"
+        ),
+        case!(
+            Leases,
+            racing_holders_get_one_lease,
+            "of holders racing for a free lease exactly one gets it"
+        ),
+        case!(
+            Leases,
+            a_renewal_names_its_token_and_never_takes_the_lease_back,
+            "a renewal extends only the live lease it names and never grants one"
+        ),
+        case!(
+            Leases,
+            counts_by_state_follow_fenced_writes,
+            "count_by_state follows fenced writes and ignores refused ones"
+        ),
+        case!(
+            ChangeFeed,
+            a_change_reaches_only_the_feeds_watching_it,
+            "an announced change reaches the feeds watching its key, and only those"
+        ),
+        Case {
+            name: "what_is_acknowledged_outlasts_a_reopen",
+            promise: "records, audit, machines, marks, due times and tombstones are there when the store is opened again",
+            needs: Needs::Reopening,
+            body: Body::Reopening(|store, reopen| {
+                Box::pin(what_is_acknowledged_outlasts_a_reopen(store, reopen))
+            }),
+        },
+    ]
 }
 
-/// Options with a namespace no other test (in this process or another) is using, for a healthy
-/// server. Their bounds are generous: these tests check what a store does, not how fast, and
-/// this machine's PostgreSQL has been seen to take over 2 s (the default bound) for a
-/// `CREATE TABLE` while its disk was busy, failing a contract case in its setup. The outage tests
-/// set short bounds of their own.
-pub(super) fn unique_options() -> StoreOptions {
+/// Options with a namespace no other case (in this process or another) is using, keeping
+/// [`AUDIT_KEEP`] audit entries. Their bounds are generous: the cases check what a store does,
+/// not how fast.
+pub fn case_options() -> StoreOptions {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let nanos = super::now_ms() % 1_000_000_000;
@@ -84,274 +329,155 @@ pub(super) fn unique_options() -> StoreOptions {
     }
 }
 
-/// A store under test, what to clean up when the case is done, and how to open it again.
-pub(super) enum Fixture {
-    Memory(Arc<super::MemoryStore>),
-    Embedded(Arc<EmbeddedStore>, tempfile::TempDir),
-    /// The store, its URL and options.
-    Redis(Arc<RedisStore>, String, StoreOptions),
-    Postgres(Arc<PostgresStore>, StoreOptions),
-}
-
-impl Fixture {
-    pub(super) async fn memory() -> Self {
-        Fixture::Memory(Arc::new(
-            super::MemoryStore::new().keeping_audit(AUDIT_KEEP),
-        ))
-    }
-
-    pub(super) async fn embedded() -> Self {
-        let dir = tempfile::tempdir().expect("temp dir for the embedded store");
-        let store = Self::open_embedded(&dir).await;
-        Fixture::Embedded(Arc::new(store), dir)
-    }
-
-    async fn open_embedded(dir: &tempfile::TempDir) -> EmbeddedStore {
-        EmbeddedStore::open_keeping(dir.path().join("nested/dir/state.redb"), AUDIT_KEEP)
-            .await
-            .expect("open embedded store in a temp dir")
-    }
-
-    pub(super) async fn redis() -> Self {
-        let url = redis_url();
-        let options = unique_options();
-        let store = RedisStore::connect(&url, &options)
-            .await
-            .unwrap_or_else(|e| {
-                panic!("Redis at {url} is needed by this test (set {REDIS_URL_VAR}): {e}")
-            });
-        Fixture::Redis(Arc::new(store), url, options)
-    }
-
-    pub(super) async fn redis_cluster() -> Self {
-        let url = redis_cluster_url();
-        let options = unique_options();
-        let store = RedisStore::connect(&url, &options)
-            .await
-            .unwrap_or_else(|e| panic!("the Redis Cluster at {url} is needed by this test: {e}"));
-        Fixture::Redis(Arc::new(store), url, options)
-    }
-
-    pub(super) async fn postgres() -> Self {
-        let url = postgres_url();
-        let options = unique_options();
-        let store = PostgresStore::connect(&url, &options)
-            .await
-            .unwrap_or_else(|e| {
-                panic!("PostgreSQL at {url} is needed by this test (set {POSTGRES_URL_VAR}): {e}")
-            });
-        Fixture::Postgres(Arc::new(store), options)
-    }
-
-    pub(super) fn store(&self) -> Arc<dyn StateStore> {
-        match self {
-            Fixture::Memory(s) => s.clone(),
-            Fixture::Embedded(s, _) => s.clone(),
-            Fixture::Redis(s, ..) => s.clone(),
-            Fixture::Postgres(s, _) => s.clone(),
+/// Runs every case of the contract that applies to the store `open` opens, each on a store of
+/// its own (`open` is called with [`case_options`]: a namespace no other case uses; called again
+/// with the same options it must reach the same data), and panics naming each case that failed,
+/// the promise it checks and what went wrong. Call it from a multi-threaded tokio test:
+///
+/// ```ignore
+/// #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// async fn my_store_keeps_the_contract() {
+///     turnstile::store::contract::check(|options| MyStore::open("my://…".into(), options)).await;
+/// }
+/// ```
+///
+/// Which cases apply follows what the store claims: the lease cases when it keeps leases
+/// ([`StateStore::keeps_leases`]), the change-feed case when [`StateStore::watch_changes`]
+/// gives a feed. The report (one line a case, on stderr) says which ran and which did not apply.
+pub async fn check<O, F, S>(open: O)
+where
+    O: Fn(StoreOptions) -> F + Send + Sync + 'static,
+    F: Future<Output = Result<S, StoreError>> + Send + 'static,
+    S: StateStore + 'static,
+{
+    let open = Arc::new(open);
+    let mut failed = Vec::new();
+    let mut ran = 0;
+    for case in cases() {
+        let options = case_options();
+        let store: Arc<dyn StateStore> = match open(options.clone()).await {
+            Ok(store) => Arc::new(store),
+            Err(error) => {
+                failed.push(format!("{}: the store did not open: {error}", case.name));
+                continue;
+            }
+        };
+        let applies = match case.needs {
+            Needs::Records | Needs::Reopening => true,
+            Needs::Leases => store.keeps_leases(),
+            Needs::ChangeFeed => store.watch_changes().await.is_some(),
+        };
+        if !applies {
+            eprintln!(
+                "contract: {} does not apply ({:?} not claimed)",
+                case.name, case.needs
+            );
+            continue;
         }
-    }
-
-    /// The same store after a restart, once `older` did to it what code of an older version
-    /// would have (see [`Older`]). Every handle from [`Fixture::store`] must be dropped first:
-    /// the embedded store's file is closed and opened again.
-    async fn reopened(self, older: Older) -> Self {
-        self.reopened_after(Some(older)).await
-    }
-
-    /// The same store, closed and opened again, holding what it held.
-    async fn reopened_as_it_was(self) -> Self {
-        self.reopened_after(None).await
-    }
-
-    async fn reopened_after(self, older: Option<Older>) -> Self {
-        match self {
-            Fixture::Memory(_) => panic!("the memory store keeps nothing across a restart"),
-            Fixture::Embedded(store, dir) => {
-                drop(Arc::into_inner(store).expect("no other handle on the embedded store"));
-                if let Some(older) = older {
-                    EmbeddedStore::as_older_code_left_it(
-                        &dir.path().join("nested/dir/state.redb"),
-                        older,
-                    );
-                }
-                let store = Self::open_embedded(&dir).await;
-                Fixture::Embedded(Arc::new(store), dir)
+        ran += 1;
+        let run = match case.body {
+            Body::OnStore(body) => body(store),
+            Body::Reopening(body) => {
+                let open = open.clone();
+                let reopen: Reopen = Box::new(move || {
+                    Box::pin(
+                        async move { Ok(Arc::new(open(options).await?) as Arc<dyn StateStore>) },
+                    )
+                });
+                body(store, reopen)
             }
-            Fixture::Redis(store, url, options) => {
-                if let Some(older) = older {
-                    store.as_older_code_left_it(older).await;
-                }
-                let store = RedisStore::connect(&url, &options).await.unwrap();
-                Fixture::Redis(Arc::new(store), url, options)
-            }
-            Fixture::Postgres(store, options) => {
-                if let Some(older) = older {
-                    store.as_older_code_left_it(older).await;
-                }
-                let store = PostgresStore::connect(&postgres_url(), &options)
-                    .await
-                    .unwrap();
-                Fixture::Postgres(Arc::new(store), options)
+        };
+        // Spawned, so a panic is this case's failure and the others still run.
+        let outcome = tokio::time::timeout(CASE_LIMIT, tokio::spawn(run)).await;
+        let problem = match outcome {
+            Ok(Ok(())) => None,
+            Ok(Err(joined)) => Some(match joined.try_into_panic() {
+                Ok(payload) => panic_message(payload.as_ref()),
+                Err(joined) => joined.to_string(),
+            }),
+            Err(_) => Some(format!("did not finish in {} s", CASE_LIMIT.as_secs())),
+        };
+        match problem {
+            None => eprintln!("contract: {} ok", case.name),
+            Some(problem) => {
+                eprintln!("contract: {} FAILED", case.name);
+                failed.push(format!(
+                    "{} (promise: {}): {problem}",
+                    case.name, case.promise
+                ));
             }
         }
     }
-
-    /// Removes everything the fixture created (keys, table, file).
-    pub(super) async fn cleanup(self) {
-        match self {
-            Fixture::Memory(_) => {}
-            Fixture::Embedded(store, dir) => {
-                // Close the file before removing its directory.
-                drop(store);
-                dir.close().expect("remove the embedded store's temp dir");
-            }
-            Fixture::Redis(s, ..) => s.destroy_namespace().await.expect("clean up redis keys"),
-            Fixture::Postgres(s, _) => s.destroy_namespace().await.expect("drop test table"),
-        }
-    }
+    assert!(
+        failed.is_empty(),
+        "{} of {ran} contract cases failed:\n- {}",
+        failed.len(),
+        failed.join("\n- ")
+    );
 }
 
-/// One `#[tokio::test]` per case per store, so a failure names both.
-macro_rules! contract_tests {
-    ($store:ident: $($case:ident),* $(,)?) => {
-        contract_tests!($store = $store: $($case),*);
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "panicked".to_owned())
+}
+
+/// What every store promises across a restart, checked by closing the store and opening it
+/// again on the same options: everything acknowledged is there.
+async fn what_is_acknowledged_outlasts_a_reopen(store: Arc<dyn StateStore>, reopen: Reopen) {
+    let kept = InstanceRecord {
+        due_at_ms: Some(5_000),
+        audit: Some(audit_entry(1, "a")),
+        ..record("w", 1, "a")
     };
-    ($module:ident = $store:ident: $($case:ident),* $(,)?) => {
-        mod $module {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let fixture = super::Fixture::$store().await;
-                    super::$case(fixture.store()).await;
-                    fixture.cleanup().await;
-                }
-            )*
-        }
+    store.save("handle/kept", &kept, 0).await.unwrap();
+    let gone = record("w", 1, "b");
+    store.save("handle/gone", &gone, 0).await.unwrap();
+    let tombstone = tombstone_of("handle/gone", &gone, "ops", 1_000);
+    assert!(
+        store
+            .delete_leaving("handle/gone", 1, None, &tombstone)
+            .await
+            .unwrap()
+    );
+    store
+        .save_machine("w", "v1", &json!({"id": "w", "initial": "a"}))
+        .await
+        .unwrap();
+    store.save_mark("walked", 42).await.unwrap();
+    store.checkpoint().await.unwrap();
+    // The only handle: the store is closed (a file unlocked) before it is opened again.
+    drop(store);
+    let store = reopen()
+        .await
+        .expect("the store opens again on the same options");
+    // The audit entry is the trail's, not the record's: it is read back by `audit`.
+    let kept = InstanceRecord {
+        audit: None,
+        ..kept
     };
+    assert_eq!(store.load("handle/kept").await.unwrap(), Some(kept));
+    assert_eq!(store.load("handle/gone").await.unwrap(), None);
+    assert_eq!(
+        store.audit("handle/kept").await.unwrap(),
+        vec![audit_entry(1, "a")]
+    );
+    assert_eq!(
+        store.due(10_000, None, 10).await.unwrap(),
+        vec![due(5_000, "handle/kept")]
+    );
+    assert_eq!(
+        store.load_machine("w", "v1").await.unwrap(),
+        Some(json!({"id": "w", "initial": "a"}))
+    );
+    assert_eq!(store.load_mark("walked").await.unwrap(), Some(42));
+    assert_eq!(
+        store.tombstones("handle/", 10).await.unwrap(),
+        vec![tombstone]
+    );
 }
-
-/// What code of an older version may have left in a store, for the cases that open it again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Older {
-    /// Records and no counts by state: no index, no mark that it was built, no tally beside
-    /// any record (what every server before the index wrote).
-    WithoutTheIndex,
-    /// The counts by state lost, and the mark that they were built kept (an index that
-    /// drifted as far as it can).
-    CountsLost,
-}
-
-/// One `#[tokio::test]` per case per store for the cases that open the store again: each takes
-/// the fixture and gives it back for the cleanup.
-macro_rules! reopening_tests {
-    ($module:ident = $store:ident: $($case:ident),* $(,)?) => {
-        mod $module {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let fixture = super::Fixture::$store().await;
-                    super::$case(fixture).await.cleanup().await;
-                }
-            )*
-        }
-    };
-}
-
-/// The stores that keep their records across a restart.
-macro_rules! lasting_stores {
-    ($($case:ident),* $(,)?) => {
-        reopening_tests!(embedded_reopened = embedded: $($case),*);
-        reopening_tests!(redis_reopened = redis: $($case),*);
-        reopening_tests!(redis_cluster_reopened = redis_cluster: $($case),*);
-        reopening_tests!(postgres_reopened = postgres: $($case),*);
-    };
-}
-
-lasting_stores!(
-    counts_by_state_are_built_once_for_records_older_than_the_index,
-    marks_outlast_a_restart
-);
-
-macro_rules! all_stores {
-    ($($case:ident),* $(,)?) => {
-        contract_tests!(memory: $($case),*);
-        contract_tests!(embedded: $($case),*);
-        contract_tests!(redis: $($case),*);
-        contract_tests!(redis_cluster: $($case),*);
-        contract_tests!(postgres: $($case),*);
-    };
-}
-
-all_stores!(
-    load_absent,
-    save_new_and_load_back,
-    save_with_right_version,
-    stale_writer_conflicts,
-    bad_version_is_rejected,
-    delete,
-    list_and_count,
-    concurrent_writers_one_key,
-    many_keys_in_parallel,
-    answers_a_ping,
-    keeps_machines_by_version,
-    writes_only_the_current_format,
-    migrates_records_of_the_current_format_to_nothing,
-    due_times_are_listed_earliest_first,
-    due_times_page_through_ties,
-    due_times_move_with_saves_and_go_with_deletes,
-    a_conflicting_save_keeps_the_due_time,
-    due_times_past_the_largest_are_invalid,
-    migration_corrects_due_times,
-    marks_are_kept_and_replaced,
-    a_finished_migration_is_not_walked_again_under_its_rule,
-    the_audit_trail_grows_with_saves_and_goes_with_the_record,
-    the_audit_trail_keeps_its_last_entries,
-    owners_are_counted_as_their_records_come_and_go,
-    an_owners_records_are_listed_a_page_at_a_time,
-    counts_by_state_follow_saves_moves_and_deletes,
-    counts_by_state_follow_retention_and_migration,
-    counts_by_state_agree_with_the_records_under_concurrent_writes,
-    counts_by_state_are_recounted_while_writes_go_on,
-    a_delete_leaves_a_tombstone,
-    a_live_record_shows_no_tombstone,
-    a_recreated_handle_hides_its_tombstone_until_deleted_again,
-    tombstones_are_pruned_by_age,
-    racing_deletes_leave_one_tombstone_each_and_one_winner_per_record,
-);
-
-/// The lease cases: every store other processes share, and the memory store (which keeps
-/// leases for tests that run several servers' actors on it). The embedded store has one
-/// process, so no leases.
-macro_rules! leasing_stores {
-    ($($case:ident),* $(,)?) => {
-        contract_tests!(memory_leases = memory: $($case),*);
-        contract_tests!(redis_leases = redis: $($case),*);
-        contract_tests!(redis_cluster_leases = redis_cluster: $($case),*);
-        contract_tests!(postgres_leases = postgres: $($case),*);
-    };
-}
-
-leasing_stores!(
-    a_lease_has_one_holder_at_a_time,
-    writes_are_fenced_by_the_live_lease,
-    a_lapsed_lease_is_taken_over_with_a_larger_token,
-    a_delete_takes_the_lease_with_the_record,
-    racing_holders_get_one_lease,
-    a_renewal_names_its_token_and_never_takes_the_lease_back,
-    counts_by_state_follow_fenced_writes,
-);
-
-/// The change-feed cases: every store other processes share.
-macro_rules! shared_stores {
-    ($($case:ident),* $(,)?) => {
-        contract_tests!(redis_feeds = redis: $($case),*);
-        contract_tests!(redis_cluster_feeds = redis_cluster: $($case),*);
-        contract_tests!(postgres_feeds = postgres: $($case),*);
-    };
-}
-
-shared_stores!(a_change_reaches_only_the_feeds_watching_it);
 
 fn record(workflow: &str, version: u64, step: &str) -> InstanceRecord {
     InstanceRecord {
@@ -1086,13 +1212,6 @@ async fn marks_are_kept_and_replaced(store: Arc<dyn StateStore>) {
         Some(u64::MAX >> 1)
     );
     assert_eq!(store.count("").await.unwrap(), 0, "marks are not instances");
-}
-
-async fn marks_outlast_a_restart(fixture: Fixture) -> Fixture {
-    fixture.store().save_mark("walked", 42).await.unwrap();
-    let fixture = fixture.reopened_as_it_was().await;
-    assert_eq!(fixture.store().load_mark("walked").await.unwrap(), Some(42));
-    fixture
 }
 
 async fn a_finished_migration_is_not_walked_again_under_its_rule(store: Arc<dyn StateStore>) {

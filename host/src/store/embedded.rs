@@ -449,6 +449,10 @@ impl StateStore for EmbeddedStore {
         self.name.clone()
     }
 
+    fn indexes_due_times(&self) -> bool {
+        true
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         // Opening the table in a read transaction touches the file's header and root pages.
         self.read(|txn, name| {

@@ -233,6 +233,15 @@ impl StateStore for MemoryStore {
         self.shared
     }
 
+    /// Kept whether shared or not: tests run several servers' actors on one memory store.
+    fn keeps_leases(&self) -> bool {
+        true
+    }
+
+    fn indexes_due_times(&self) -> bool {
+        true
+    }
+
     async fn acquire_lease(
         &self,
         key: &str,

@@ -36,7 +36,8 @@
 //!   ([`StateStore::delete_leaving`], [`StateStore::tombstones`],
 //!   [`StateStore::prune_tombstones`]; each store's room: `embedded/tombstones.rs`,
 //!   `redis/tombstones.rs`, `postgres/tombstones.rs`).
-//! - `contract.rs` (tests only): the one suite every store must pass.
+//! - `contract.rs` (tests, and the cargo feature `testkit`): the one suite every store must
+//!   pass, published as a kit ([`contract::check`]) for stores written outside this crate.
 //! - `outage.rs` (tests only): servers killed, stalled and restarted under the remote stores.
 //!
 //! # The record format
@@ -125,8 +126,8 @@ mod state_store;
 mod tombstone;
 mod unanswered;
 
-#[cfg(test)]
-mod contract;
+#[cfg(any(test, feature = "testkit"))]
+pub mod contract;
 #[cfg(test)]
 mod outage;
 
@@ -139,7 +140,7 @@ pub use self::{
     lease::{Fence, LeaseGrant, LeaseRenewal, WANTED_FOR},
     memory::MemoryStore,
     migrate::{MigrationReport, migrate, migrate_unless_done},
-    open::open,
+    open::{Stores, open},
     options::{DEFAULT_AUDIT_KEEP, Durability, StoreOptions},
     owned::{HANDLE_PREFIX, OWNER_SEPARATOR, OwnedCounts, owner_of},
     postgres::PostgresStore,
@@ -147,7 +148,7 @@ pub use self::{
     redact::{redact, redact_context},
     redis::RedisStore,
     state_counts::{STATE_COUNTS_VERSION, StateCounts, Tally, WorkflowCount, active_paths},
-    state_store::StateStore,
+    state_store::{StateStore, due_by_scan},
     tombstone::{DEFAULT_TOMBSTONE_DAYS, DeleteKind, Tombstone},
     unanswered::settle as settle_unanswered_save,
 };

@@ -25,7 +25,7 @@ use tokio::{
 
 use super::{
     InstanceRecord, PostgresStore, RedisStore, StateStore, StoreError, StoreOptions,
-    contract::{postgres_url, unique_options},
+    contract::builtin::{postgres_url, redis_url, unique_options},
 };
 
 const OP_TIMEOUT: Duration = Duration::from_millis(400);
@@ -183,7 +183,7 @@ async fn remote_store_down_at_startup_fails_clearly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remote_store_hanging_at_startup_fails_in_time() {
-    let targets = [(super::contract::redis_url(), 6379), (postgres_url(), 5432)];
+    let targets = [(redis_url(), 6379), (postgres_url(), 5432)];
     for (url, default_port) in targets {
         // Accepts the TCP connection, then never answers.
         let proxy = Proxy::start(0, upstream_of(&url, default_port)).await;
@@ -350,7 +350,7 @@ async fn postgres_stalled_then_cut_then_back() {
 
 /// The shared Redis through a [`Proxy`] the test can stall, and a store on it.
 async fn redis_through_a_proxy() -> (Proxy, RedisStore) {
-    let url = super::contract::redis_url();
+    let url = redis_url();
     let proxy = Proxy::start(0, upstream_of(&url, 6379)).await;
     let proxied = via_proxy(&url, proxy.port);
     let options = outage_options();
@@ -498,7 +498,7 @@ async fn an_unanswered_save_the_reread_cannot_place_is_ambiguous() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_publish_reaches_subscribers() {
-    let url = super::contract::redis_url();
+    let url = redis_url();
     let store = RedisStore::connect(&url, &unique_options())
         .await
         .unwrap_or_else(|e| panic!("Redis at {url}: {e}"));

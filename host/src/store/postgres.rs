@@ -742,6 +742,14 @@ impl StateStore for PostgresStore {
         true
     }
 
+    fn keeps_leases(&self) -> bool {
+        true
+    }
+
+    fn indexes_due_times(&self) -> bool {
+        true
+    }
+
     async fn announce_change(&self, origin: &str, key: &str) -> Result<(), StoreError> {
         let channel = self.changed_channel(key);
         let payload = format!("{origin}\n{key}");
@@ -1184,7 +1192,7 @@ impl StateStore for PostgresStore {
 mod tests {
     use serde_json::json;
 
-    use super::super::contract::{postgres_url, unique_options};
+    use super::super::contract::builtin::{postgres_url, unique_options};
     use super::{InstanceRecord, PostgresStore, StateStore, tokio_postgres};
 
     /// A plain connection, to write rows the way older code did.

@@ -28,6 +28,22 @@ pub trait StateStore: Send + Sync {
         false
     }
 
+    /// Whether this store keeps leases (acquire, renew, release, and writes fenced by the lease
+    /// they name, as `lease.rs` says). Required of every shared store: without leases two servers
+    /// could run one instance's handler at once, so `serve` refuses, at start, a store that says
+    /// it is shared and not this. Stores no other process shares need none (the defaults grant
+    /// every lease at once).
+    fn keeps_leases(&self) -> bool {
+        false
+    }
+
+    /// Whether [`Self::due`] reads an index of due times (a sorted set, an indexed column).
+    /// A store that says not gets the default [`Self::due`], a scan of every record, and `serve`
+    /// says so at start: correct, and as slow as the store is large, on every timer poll.
+    fn indexes_due_times(&self) -> bool {
+        false
+    }
+
     /// Whether a read sent after a write that got no answer is answered after that write was
     /// applied or dropped for good (one connection, requests answered in order: Redis). Then a
     /// reread settles what an unanswered save did (`unanswered.rs`).
@@ -130,13 +146,40 @@ pub trait StateStore: Send + Sync {
     ) -> Result<Vec<String>, StoreError>;
 
     /// How many records have a key starting with `prefix` (`""`: all of them).
-    async fn count(&self, prefix: &str) -> Result<u64, StoreError>;
+    ///
+    /// The default pages through [`Self::list_keys`]: correct, and as slow as the store is large.
+    async fn count(&self, prefix: &str) -> Result<u64, StoreError> {
+        let mut counted = 0;
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.list_keys(prefix, after.as_deref(), SCAN_PAGE).await?;
+            let Some(last) = page.last().cloned() else {
+                return Ok(counted);
+            };
+            counted += page.len() as u64;
+            after = Some(last);
+        }
+    }
 
     /// How many records belong to `owner` ([`owner_of`] their key): what
     /// `--max-instances-per-principal` counts. Every store keeps a per-owner index, written in
     /// the same atomic step as the records, so this is one lookup (one per shard on a Redis
     /// Cluster), never a scan.
-    async fn count_owned(&self, owner: &str) -> Result<u64, StoreError>;
+    ///
+    /// The default counts the pages of [`Self::list_owned`]: correct, and as slow as the store is
+    /// large.
+    async fn count_owned(&self, owner: &str) -> Result<u64, StoreError> {
+        let mut counted = 0;
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.list_owned(owner, after.as_deref(), SCAN_PAGE).await?;
+            let Some(last) = page.last().cloned() else {
+                return Ok(counted);
+            };
+            counted += page.len() as u64;
+            after = Some(last);
+        }
+    }
 
     /// [`StateStore::count_owned`], checking each counted record still exists: for a count that
     /// reached a limit, where an index entry older code left behind would otherwise hold a
@@ -213,12 +256,17 @@ pub trait StateStore: Send + Sync {
     /// `until`, earliest first (equal times in ascending key order), strictly after `after` (the
     /// last entry of the previous page) when given. An indexed query in every store: what the
     /// timer task and retention ask, often. Records without a due time are never listed.
+    ///
+    /// The default reads every record ([`due_by_scan`]), and the store says so through
+    /// [`Self::indexes_due_times`]: for a store with no index to ask (a key-value store).
     async fn due(
         &self,
         until: u64,
         after: Option<&Due>,
         limit: usize,
-    ) -> Result<Vec<Due>, StoreError>;
+    ) -> Result<Vec<Due>, StoreError> {
+        due_by_scan(self, until, after, limit).await
+    }
 
     /// Keeps the definition of `workflow`'s machine `version` (a hash of `definition`, so a
     /// version names one definition forever: saving it again changes nothing). Saved before any
@@ -307,6 +355,47 @@ pub trait StateStore: Send + Sync {
     async fn prune_tombstones(&self, until_ms: u64, limit: usize) -> Result<usize, StoreError>;
 }
 
+/// Keys read per page by the defaults that scan.
+const SCAN_PAGE: usize = 500;
+
+/// [`StateStore::due`] for a store with no index of due times: reads every record, keeps those
+/// due by `until` (and after `after`), earliest first, equal times in key order. A record that
+/// cannot be read (damaged, or in a newer format) is left out, as an index would have left it.
+pub async fn due_by_scan<S: StateStore + ?Sized>(
+    store: &S,
+    until: u64,
+    after: Option<&Due>,
+    limit: usize,
+) -> Result<Vec<Due>, StoreError> {
+    let mut found = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let keys = store.list_keys("", cursor.as_deref(), SCAN_PAGE).await?;
+        let Some(last) = keys.last().cloned() else {
+            break;
+        };
+        for key in keys {
+            let at_ms = match store.load(&key).await {
+                Ok(Some(record)) => record.due_at_ms,
+                Ok(None)
+                | Err(StoreError::Corrupt { .. } | StoreError::UnsupportedFormat { .. }) => None,
+                Err(error) => return Err(error),
+            };
+            let Some(at_ms) = at_ms.filter(|at| *at <= until) else {
+                continue;
+            };
+            let due = Due { at_ms, key };
+            if after.is_none_or(|after| due > *after) {
+                found.push(due);
+            }
+        }
+        cursor = Some(last);
+    }
+    found.sort_unstable();
+    found.truncate(limit);
+    Ok(found)
+}
+
 /// Counts every record `store` holds by reading each one, by the rule of `state_counts.rs`: what
 /// an index is checked against, and what a store that keeps none answers. (Here rather than in
 /// `state_counts.rs`, which the trait names: the rule must not name the trait back.) A record that cannot be read (damaged, or in a
@@ -314,12 +403,10 @@ pub trait StateStore: Send + Sync {
 pub async fn count_every_record<S: StateStore + ?Sized>(
     store: &S,
 ) -> Result<StateCounts, StoreError> {
-    /// Keys read per page.
-    const PAGE: usize = 500;
     let mut counts = StateCounts::default();
     let mut after: Option<String> = None;
     loop {
-        let keys = store.list_keys("", after.as_deref(), PAGE).await?;
+        let keys = store.list_keys("", after.as_deref(), SCAN_PAGE).await?;
         let Some(last) = keys.last().cloned() else {
             return Ok(counts);
         };

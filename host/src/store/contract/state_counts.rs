@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Fixture, Older, fence, token_of};
+#[cfg(test)]
+use super::builtin::{Fixture, Older};
+use super::{fence, token_of};
 use crate::store::{
     Fence, InstanceRecord, StateStore, StoreError, migrate, state_store::count_every_record as scan,
 };
@@ -342,6 +344,7 @@ pub(super) async fn counts_by_state_follow_fenced_writes(store: Arc<dyn StateSto
 /// Records written before the index are counted once, when the store opens; a store whose
 /// index is marked built is not counted again at open (its counts lost stay lost), and a
 /// recount puts them right.
+#[cfg(test)]
 pub(super) async fn counts_by_state_are_built_once_for_records_older_than_the_index(
     fixture: Fixture,
 ) -> Fixture {

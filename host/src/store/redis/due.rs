@@ -264,7 +264,7 @@ mod tests {
     use super::{super::layout, *};
     use crate::store::{
         InstanceRecord, StateStore,
-        contract::{redis_cluster_url, unique_options},
+        contract::builtin::{redis_cluster_url, unique_options},
     };
 
     async fn cluster_store() -> RedisStore {

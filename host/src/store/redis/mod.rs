@@ -697,6 +697,14 @@ impl StateStore for RedisStore {
         true
     }
 
+    fn keeps_leases(&self) -> bool {
+        true
+    }
+
+    fn indexes_due_times(&self) -> bool {
+        true
+    }
+
     /// One multiplexed connection (per master, on a cluster): a reread travels behind the save.
     fn answers_in_order(&self) -> bool {
         true
@@ -1173,7 +1181,7 @@ fn first_in_order(pages: Vec<Vec<String>>, limit: usize) -> Vec<String> {
 mod tests {
     use serde_json::json;
 
-    use super::super::contract::{redis_url, unique_options};
+    use super::super::contract::builtin::{redis_url, unique_options};
     use super::{InstanceRecord, Layout, RedisStore, StateStore};
 
     /// The scripts run by hash (EVALSHA); a server that forgot them gets them loaded again.
@@ -1319,8 +1327,8 @@ mod tests {
     #[tokio::test]
     async fn format_1_records_are_migrated() {
         let store = RedisStore::connect(
-            &super::super::contract::redis_url(),
-            &super::super::contract::unique_options(),
+            &super::super::contract::builtin::redis_url(),
+            &super::super::contract::builtin::unique_options(),
         )
         .await
         .unwrap();
