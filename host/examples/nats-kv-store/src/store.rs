@@ -352,42 +352,8 @@ impl StateStore for NatsKvStore {
         true
     }
 
-    // TEMPORARY until main's "Store contract public": the trait still requires these.
-    async fn count(&self, prefix: &str) -> Result<u64, StoreError> {
-        Ok(self.list_keys(prefix, None, usize::MAX).await?.len() as u64)
-    }
-
-    async fn count_owned(&self, owner: &str) -> Result<u64, StoreError> {
-        let keys = self
-            .list_keys(turnstile::store::HANDLE_PREFIX, None, usize::MAX)
-            .await?;
-        Ok(keys
-            .iter()
-            .filter(|key| turnstile::store::owner_of(key) == Some(owner))
-            .count() as u64)
-    }
-
-    async fn due(
-        &self,
-        until: u64,
-        after: Option<&turnstile::store::Due>,
-        limit: usize,
-    ) -> Result<Vec<turnstile::store::Due>, StoreError> {
-        let mut found = Vec::new();
-        for key in self.list_keys("", None, usize::MAX).await? {
-            if let Some(record) = self.load(&key).await?
-                && let Some(at_ms) = record.due_at_ms
-                && at_ms <= until
-            {
-                let due = turnstile::store::Due { at_ms, key };
-                if after.is_none_or(|after| due > *after) {
-                    found.push(due);
-                }
-            }
-        }
-        found.sort();
-        found.truncate(limit);
-        Ok(found)
+    fn keeps_leases(&self) -> bool {
+        true
     }
 
     async fn announce_change(&self, origin: &str, key: &str) -> Result<(), StoreError> {
