@@ -53,6 +53,7 @@
 //!
 //! [`StoreError::Conflict`]: turnstile::store::StoreError::Conflict
 
+mod address;
 mod entry;
 mod feed;
 mod lease;

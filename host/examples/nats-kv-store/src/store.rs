@@ -22,6 +22,7 @@ use turnstile::store::{
 };
 
 use crate::{
+    address::Address,
     entry::{Entry, kv_key, store_key},
     feed, lease,
 };
@@ -53,7 +54,11 @@ impl NatsKvStore {
     /// and opens the bucket (`options.namespace` unless the URL names one), creating it if it
     /// is missing.
     pub async fn open(url: String, options: StoreOptions) -> Result<Self, StoreError> {
-        let (server, bucket, shown) = parse_url(&url, &options.namespace)?;
+        let Address {
+            server,
+            bucket,
+            shown,
+        } = Address::parse(&url, &options.namespace)?;
         let (drop_count, drops) = tokio::sync::watch::channel(0u64);
         let client = async_nats::ConnectOptions::new()
             .connection_timeout(options.connect_timeout)
@@ -250,51 +255,6 @@ impl NatsKvStore {
             .map_err(|e| self.unavailable("read", e))?;
         Ok(value.map(|bytes| bytes.to_vec()))
     }
-}
-
-/// The server address (password kept), the bucket and what to show of them (no password).
-fn parse_url(url: &str, namespace: &str) -> Result<(String, String, String), StoreError> {
-    let config = |reason: String| StoreError::Config(format!("NATS store URL: {reason}"));
-    let mut parsed = url::Url::parse(url).map_err(|e| config(format!("not a URL: {e}")))?;
-    if parsed.scheme() != "nats" {
-        return Err(config(format!(
-            "the scheme must be nats, not {}",
-            parsed.scheme()
-        )));
-    }
-    let host = parsed.host_str().unwrap_or_default().to_owned();
-    if host.is_empty() {
-        return Err(config("names no host".to_owned()));
-    }
-    let mut bucket = namespace.to_owned();
-    for (name, value) in parsed.query_pairs() {
-        match &*name {
-            "bucket" => bucket = value.into_owned(),
-            other => return Err(config(format!("unknown parameter {other:?}"))),
-        }
-    }
-    let bucket_ok = !bucket.is_empty()
-        && bucket
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if !bucket_ok {
-        return Err(config(format!(
-            "bucket {bucket:?} must be one or more of [A-Za-z0-9_-]"
-        )));
-    }
-    parsed.set_query(None);
-    let server = parsed.to_string();
-    // Setting no password cannot fail on a URL with a host.
-    let _ = parsed.set_password(None);
-    let shown = format!(
-        "nats://{}{host}:{} (bucket {bucket})",
-        match parsed.username() {
-            "" => String::new(),
-            user => format!("{user}@"),
-        },
-        parsed.port().unwrap_or(4222)
-    );
-    Ok((server, bucket, shown))
 }
 
 /// The checks every store makes before a save (the host's own are not public).
