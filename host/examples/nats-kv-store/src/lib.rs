@@ -7,8 +7,8 @@
 //!
 //! # What it promises
 //!
-//! Everything the contract suite checks (`tests/contract.rs` runs it), including what a store
-//! shared by several server processes must keep: leases with fencing, and a change feed.
+//! Everything the contract suite checks (`tests/contract.rs` runs its 43 cases), including what
+//! a store shared by several server processes must keep: leases with fencing, a change feed.
 //!
 //! - **One key, one value, one compare-and-set.** NATS KV compares and sets one key at a time
 //!   (a write names the revision it read) and has no transaction over several. So everything
@@ -26,11 +26,12 @@
 //!   within a lease's time to live. A clock ahead sees a lease lapse early and takes it over;
 //!   the holder's next write then finds a new token and is fenced. So skew never lets two
 //!   writers commit on one version, but it can cut a lease short (or, behind, keep a crashed
-//!   holder's lease alive longer). Per-key TTL (NATS 2.11) would let the server expire a lease
-//!   key by its own clock, but that key would be a second key: without a multi-key transaction
-//!   the fenced write still could not check it atomically, so the lease would stay in the value
-//!   and only the wanted marks and markers could use it. (2.12's atomic batch publish could
-//!   write a record and a lease key together.)
+//!   holder's lease alive longer). Per-key TTL (NATS 2.11) would let the server expire a
+//!   lease kept as a key of its own, by the server's one clock, but a fenced write could not
+//!   check that key in the same atomic step as the record's revision (there is no multi-key
+//!   transaction), so it would trade the clock assumption for an unfenced window; 2.12's
+//!   atomic batch publish, which can make one write depend on another key's revision, is what
+//!   would allow it.
 //! - **The change feed** is core NATS: an announcement is one message on the key's subject,
 //!   stored nowhere, and a feed subscribes to the subjects of the keys it watches (`feed.rs`).
 //!   It is not a KV watch of the records: that would carry every record to every watcher and
@@ -44,11 +45,12 @@
 //!   both ways, so its size grows with the audit trail kept (`--audit-keep`): keep it small, and
 //!   within the server's largest message (1 MB by default) with the record.
 //! - An announcement: one message, no storage. A watched key: one subscription.
-//! - No index: `list_keys`, `count`, `count_owned`, the counts by state, `tombstones` and
-//!   `prune_tombstones` read the last value of every key in the bucket (one ordered consumer),
-//!   and `due` is the contract's default scan, so timers cost a read of the whole bucket per
-//!   poll (the host logs that timers go by a scan). Fine for the thousands of instances an edge
-//!   node keeps; not for millions.
+//! - No index. A page of `list_keys` reads the last value of every key in the bucket (one
+//!   ordered consumer), and so do `tombstones` and `prune_tombstones`. The contract's defaults
+//!   this store keeps page through `list_keys`: `count` and `count_owned` cost a scan per page
+//!   of keys, the counts by state and `due` a load per record besides. So timers and retention
+//!   read the whole bucket on every poll (the host logs at start that timers go by a scan).
+//!   Fine for the thousands of instances an edge node keeps; not for millions.
 //! - Durability is JetStream's: file storage, as many replicas as the bucket was given.
 //!
 //! [`StoreError::Conflict`]: turnstile::store::StoreError::Conflict
