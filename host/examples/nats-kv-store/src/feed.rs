@@ -27,9 +27,11 @@ use crate::entry::kv_key;
 /// The keys a feed watches now: a change already received for a key unwatched since is dropped.
 type Watched = Arc<Mutex<HashSet<String>>>;
 
-/// A feed on `client` of the announcements under `subjects`, ending at the next of `drops`.
+/// A feed on `client` (`shown` in errors) of the announcements under `subjects`, ending at
+/// the next of `drops`.
 pub(crate) fn open(
     client: async_nats::Client,
+    shown: String,
     subjects: String,
     mut drops: watch::Receiver<u64>,
 ) -> ChangeFeed {
@@ -56,6 +58,7 @@ pub(crate) fn open(
         changes: Box::pin(changes),
         subscriptions: Box::new(Subscriptions {
             client,
+            shown,
             subjects,
             sender,
             watched,
@@ -73,6 +76,8 @@ fn lock(watched: &Watched) -> std::sync::MutexGuard<'_, HashSet<String>> {
 
 struct Subscriptions {
     client: async_nats::Client,
+    /// The server and bucket, for errors.
+    shown: String,
     subjects: String,
     sender: mpsc::UnboundedSender<(String, String)>,
     watched: Watched,
@@ -90,7 +95,9 @@ impl FeedSubscriptions for Subscriptions {
             .client
             .subscribe(kv_key(&self.subjects, key))
             .await
-            .map_err(|e| StoreError::Unavailable(format!("NATS: cannot watch {key:?}: {e}")))?;
+            .map_err(|e| {
+                StoreError::Unavailable(format!("{}: cannot watch {key:?}: {e}", self.shown))
+            })?;
         lock(&self.watched).insert(key.to_owned());
         let sender = self.sender.clone();
         let owned = key.to_owned();

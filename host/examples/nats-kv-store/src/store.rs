@@ -326,6 +326,7 @@ impl StateStore for NatsKvStore {
     async fn watch_changes(&self) -> Option<Result<ChangeFeed, StoreError>> {
         Some(Ok(feed::open(
             self.client.clone(),
+            self.shown.clone(),
             self.changes.clone(),
             self.drops.clone(),
         )))
