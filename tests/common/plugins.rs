@@ -13,6 +13,19 @@ pub fn turnstile_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_turnstile"))
 }
 
+/// `turnstile-mariadb` (the example store crate `host/examples/mariadb-store`: the host with a
+/// MariaDB/MySQL store registered), built by cargo next to the binary under test. It is a
+/// workspace member outside the host package, so only a workspace build makes it.
+pub fn turnstile_mariadb_bin() -> PathBuf {
+    let path = turnstile_bin().with_file_name("turnstile-mariadb");
+    assert!(
+        path.exists(),
+        "{} is missing: build it first with `cargo build --workspace`",
+        path.display()
+    );
+    path
+}
+
 /// A plugin library built by cargo next to the binary (`target/<profile>/`).
 pub fn built_plugin(name: &str) -> PathBuf {
     let dir = turnstile_bin()

@@ -158,6 +158,23 @@ impl Server {
         server
     }
 
+    /// [`Server::sharing`], running `binary` (a build of the host with stores of its own
+    /// registered, `turnstile_mariadb_bin()`) instead of `turnstile`.
+    pub fn sharing_as(
+        binary: &Path,
+        plugins: &Path,
+        store: &str,
+        namespace: &str,
+        flags: &[&str],
+    ) -> Server {
+        let data = tempfile::tempdir().expect("temp dir");
+        let flags = [flags, &["--store", store, "--store-namespace", namespace]].concat();
+        let rust_log = Some("info,turnstile=debug");
+        let mut server = Server::spawn_binary(binary, plugins, data.path(), &flags, rust_log, &[]);
+        server._data = Some(data);
+        server
+    }
+
     fn spawn_logging(
         plugins: &Path,
         data: &Path,
@@ -165,7 +182,18 @@ impl Server {
         rust_log: Option<&str>,
         env: &[(&str, &str)],
     ) -> Server {
-        let mut command = Command::new(turnstile_bin());
+        Server::spawn_binary(&turnstile_bin(), plugins, data, extra, rust_log, env)
+    }
+
+    fn spawn_binary(
+        binary: &Path,
+        plugins: &Path,
+        data: &Path,
+        extra: &[&str],
+        rust_log: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Server {
+        let mut command = Command::new(binary);
         command
             .args([
                 "serve",
