@@ -138,7 +138,7 @@ common::on_every_shared_store!(racing_resets_run_once:
 async fn racing_calls_on_three_turnstile_mariadb_servers_run_the_handler_once() {
     let store = std::env::var("TURNSTILE_TEST_MARIADB_URL")
         .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
-    let binary = common::turnstile_mariadb_bin();
+    let binary = common::example_store_bin("turnstile-mariadb");
     let plugins = PluginDir::with(&["testkit"]);
     let namespace = namespace();
     let servers: Vec<Server> = (0..3)
@@ -151,6 +151,55 @@ async fn racing_calls_on_three_turnstile_mariadb_servers_run_the_handler_once() 
     resets_race(servers, clients).await;
     if std::env::var_os("TURNSTILE_TEST_MARIADB_URL").is_none() {
         drop_mariadb_tables(&namespace);
+    }
+}
+
+/// The same race on three `turnstile-nats` servers (`host/examples/nats-kv-store`, the edge-KV
+/// store: fencing by compare-and-set on one KV entry per instance) sharing one JetStream bucket
+/// on `TURNSTILE_TEST_NATS_URL`, by default the local server, deleted afterwards.
+#[tokio::test]
+async fn racing_calls_on_three_turnstile_nats_servers_run_the_handler_once() {
+    let store = std::env::var("TURNSTILE_TEST_NATS_URL")
+        .unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
+    common::require_reachable(&store);
+    let binary = common::example_store_bin("turnstile-nats");
+    let plugins = PluginDir::with(&["testkit"]);
+    let namespace = namespace();
+    let servers: Vec<Server> = (0..3)
+        .map(|_| {
+            let flags = ["--state-handle-key"];
+            Server::sharing_as(&binary, plugins.path(), &store, &namespace, &flags)
+        })
+        .collect();
+    let (servers, clients) = with_clients(servers).await;
+    resets_race(servers, clients).await;
+    delete_nats_bucket(&store, &namespace);
+}
+
+/// Deletes the JetStream stream behind the KV bucket `bucket` (`KV_<bucket>`), speaking the NATS
+/// text protocol itself (this crate has no NATS client): best effort, as cleanup.
+fn delete_nats_bucket(url: &str, bucket: &str) {
+    use std::io::{BufRead, BufReader, Write};
+    let address = url.trim_start_matches("nats://");
+    let Ok(stream) = std::net::TcpStream::connect(address) else {
+        return;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut writer = &stream;
+    let request = format!(
+        "CONNECT {{\"verbose\":false}}\r\nSUB _cleanup.reply 1\r\n\
+         PUB $JS.API.STREAM.DELETE.KV_{bucket} _cleanup.reply 0\r\n\r\n"
+    );
+    if writer.write_all(request.as_bytes()).is_err() {
+        return;
+    }
+    // The INFO line, then the answer (a MSG line and its payload) or a timeout.
+    for line in BufReader::new(&stream).lines().take(4) {
+        match line {
+            Ok(line) if line.starts_with("MSG ") || line.starts_with("-ERR") => break,
+            Ok(_) => {}
+            Err(_) => break,
+        }
     }
 }
 

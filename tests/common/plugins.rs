@@ -13,11 +13,12 @@ pub fn turnstile_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_turnstile"))
 }
 
-/// `turnstile-mariadb` (the example store crate `host/examples/mariadb-store`: the host with a
-/// MariaDB/MySQL store registered), built by cargo next to the binary under test. It is a
-/// workspace member outside the host package, so only a workspace build makes it.
-pub fn turnstile_mariadb_bin() -> PathBuf {
-    let path = turnstile_bin().with_file_name("turnstile-mariadb");
+/// A binary of an example store crate (`turnstile-mariadb` of `host/examples/mariadb-store`,
+/// `turnstile-nats` of `host/examples/nats-kv-store`: the host with a store registered by its
+/// public API), built by cargo next to the binary under test. They are workspace members outside
+/// the host package, so only a workspace build makes them.
+pub fn example_store_bin(name: &str) -> PathBuf {
+    let path = turnstile_bin().with_file_name(name);
     assert!(
         path.exists(),
         "{} is missing: build it first with `cargo build --workspace`",
