@@ -472,3 +472,54 @@ fn graph_names_an_unknown_workflow_or_state() {
     assert_ne!(code, 0);
     assert!(stderr.contains("--format svg"), "stderr: {stderr}");
 }
+
+/// A program that runs Turnstile inside itself (`host/examples/embedding.rs`, built by
+/// `cargo test`) serves from the store it opened and handed over, with the plugin directory it
+/// chose; once SIGTERM stops the server, the program reads the instance a client made from its
+/// own handle on the store.
+#[tokio::test]
+async fn a_program_runs_turnstile_inside_itself_on_a_store_it_opened() {
+    let example = turnstile_bin()
+        .parent()
+        .expect("the binary lives in a directory")
+        .join("examples/embedding");
+    assert!(
+        example.exists(),
+        "{} is missing: `cargo test` builds the host's examples (or `cargo build --example embedding`)",
+        example.display()
+    );
+    let plugins = PluginDir::with(&["invoice"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("app.redb");
+    let args: [&std::ffi::OsStr; 7] = [
+        "--plugins".as_ref(),
+        plugins.path().as_os_str(),
+        "--http".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--data-dir".as_ref(),
+        dir.path().as_os_str(),
+        "--allow-test-plugins".as_ref(),
+    ];
+    let mut server = common::Server::serve_binary(
+        &example,
+        &args,
+        &[("APP_STORE_FILE", file.to_str().unwrap())],
+    );
+    server.wait_for_log("state store open");
+    let client = common::Client::http(&server.url).await;
+    let submitted = client.call("invoice.submit", json!({"amount": 120})).await;
+    assert_ne!(submitted.is_error, Some(true), "{submitted:?}");
+    drop(client);
+    server.stop();
+    let line = server.wait_for_log("the store holds");
+    let held: u64 = line
+        .split("the store holds ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {line:?}"));
+    assert!(
+        held >= 1,
+        "the submitted invoice is in the program's store: {line}"
+    );
+}

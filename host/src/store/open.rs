@@ -47,6 +47,19 @@ impl Stores {
         self
     }
 
+    /// Opens URLs of `scheme` as `store`, a store the program opened itself (a program that
+    /// runs Turnstile inside itself and keeps a handle on what it serves from). Every URL of the
+    /// scheme is this one store, whatever follows the scheme.
+    pub fn register_opened(&mut self, scheme: &str, store: Arc<dyn StateStore>) -> &mut Self {
+        let opener: Opener = Box::new(move |_, _| {
+            let store = store.clone();
+            Box::pin(async move { Ok(store) })
+        });
+        self.schemes.retain(|(known, _)| known != scheme);
+        self.schemes.push((scheme.to_owned(), opener));
+        self
+    }
+
     /// The schemes registered, in the order given, for an error naming what is known.
     fn names(&self) -> impl Iterator<Item = &str> {
         self.schemes.iter().map(|(scheme, _)| scheme.as_str())
@@ -295,6 +308,19 @@ mod tests {
         assert!(stores.opener_for("mysqlx://h").is_none());
         assert!(stores.opener_for("nats://h").is_none());
         assert_eq!(stores.names().collect::<Vec<_>>(), ["mysql"]);
+    }
+
+    /// A program's own store is handed back as it is, for any URL of its scheme.
+    #[tokio::test]
+    async fn an_opened_store_is_the_one_every_url_of_its_scheme_opens() {
+        let mine: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let mut stores = Stores::default();
+        stores.register_opened("app", mine.clone());
+        for url in ["app:", "app://anything"] {
+            let open = stores.opener_for(url).expect("the scheme is registered");
+            let opened = open(url.to_owned(), StoreOptions::default()).await.unwrap();
+            assert!(Arc::ptr_eq(&opened, &mine), "{url}");
+        }
     }
 
     #[tokio::test]
