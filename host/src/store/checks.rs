@@ -7,12 +7,11 @@ use super::{CURRENT_FORMAT, InstanceRecord, MAX_DUE_MS, StoreError};
 /// writing megabyte keys into Redis or a PostgreSQL index.
 pub const MAX_KEY_LEN: usize = 1024;
 
-/// The checks every store makes before a save, so all stores reject the same requests.
-pub(super) fn check_save(
-    key: &str,
-    record: &InstanceRecord,
-    expected: u64,
-) -> Result<(), StoreError> {
+/// The checks every store makes before a save, so all stores reject the same requests: the key
+/// ([`check_key`]), the record's format (only [`CURRENT_FORMAT`] is written), its due time (at
+/// most [`MAX_DUE_MS`]) and its version (`expected + 1`), each refused as
+/// [`StoreError::Invalid`] naming the rule. Public for stores written outside this crate.
+pub fn check_save(key: &str, record: &InstanceRecord, expected: u64) -> Result<(), StoreError> {
     check_key(key)?;
     if record.format != CURRENT_FORMAT {
         return Err(invalid(
@@ -47,7 +46,8 @@ pub(super) fn machine_key(workflow: &str, version: &str) -> String {
     format!("{workflow}@{version}")
 }
 
-pub(super) fn check_key(key: &str) -> Result<(), StoreError> {
+/// A key every store accepts: 1 to [`MAX_KEY_LEN`] bytes, else [`StoreError::Invalid`].
+pub fn check_key(key: &str) -> Result<(), StoreError> {
     if key.is_empty() || key.len() > MAX_KEY_LEN {
         return Err(invalid(key, format!("key must be 1..={MAX_KEY_LEN} bytes")));
     }

@@ -134,6 +134,7 @@ mod outage;
 pub use self::{
     audit::AuditEntry,
     changes::{ChangeFeed, ChangeStream, FeedSubscriptions},
+    checks::{MAX_KEY_LEN, check_key, check_save},
     embedded::{BatchStats, EmbeddedStore, files::private_dir as private_data_dir},
     error::StoreError,
     format::{CURRENT_FORMAT, CURRENT_SINCE, IdempotencyEntry, TaskEntry, TaskEntryStatus},
@@ -153,4 +154,4 @@ pub use self::{
     unanswered::settle as settle_unanswered_save,
 };
 // The checks every store makes the same way, for the stores' rooms.
-use self::checks::{chain, check_key, check_save, conflict, invalid, machine_key, versions_match};
+use self::checks::{chain, conflict, invalid, machine_key, versions_match};

@@ -17,8 +17,8 @@ use async_nats::jetstream::{
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use turnstile::store::{
-    AuditEntry, CURRENT_FORMAT, ChangeFeed, Durability, Fence, InstanceRecord, LeaseGrant,
-    LeaseRenewal, MAX_DUE_MS, StateStore, StoreError, StoreOptions, Tombstone, now_ms,
+    AuditEntry, ChangeFeed, Durability, Fence, InstanceRecord, LeaseGrant, LeaseRenewal,
+    StateStore, StoreError, StoreOptions, Tombstone, check_save, now_ms,
 };
 
 use crate::{
@@ -31,9 +31,6 @@ use crate::{
 const RECORDS: &str = "r.";
 const MACHINES: &str = "m.";
 const MARKS: &str = "k.";
-
-/// Longest key the store accepts, as the host's stores do.
-const MAX_KEY_LEN: usize = 1024;
 
 /// A Turnstile state store in one NATS JetStream key-value bucket (see the crate docs).
 pub struct NatsKvStore {
@@ -255,43 +252,6 @@ impl NatsKvStore {
             .map_err(|e| self.unavailable("read", e))?;
         Ok(value.map(|bytes| bytes.to_vec()))
     }
-}
-
-/// The checks every store makes before a save (the host's own are not public).
-fn check_save(key: &str, record: &InstanceRecord, expected: u64) -> Result<(), StoreError> {
-    check_key(key)?;
-    let invalid = |reason: String| StoreError::Invalid {
-        key: key.to_owned(),
-        reason,
-    };
-    if record.format != CURRENT_FORMAT {
-        return Err(invalid(format!(
-            "record.format is {} but only format {CURRENT_FORMAT} is written",
-            record.format
-        )));
-    }
-    if record.due_at_ms.is_some_and(|due| due > MAX_DUE_MS) {
-        return Err(invalid(format!(
-            "record.due_at_ms is over the largest due time, {MAX_DUE_MS}"
-        )));
-    }
-    if expected.checked_add(1) != Some(record.version) {
-        return Err(invalid(format!(
-            "record.version is {} but must be expected + 1",
-            record.version
-        )));
-    }
-    Ok(())
-}
-
-fn check_key(key: &str) -> Result<(), StoreError> {
-    if key.is_empty() || key.len() > MAX_KEY_LEN {
-        return Err(StoreError::Invalid {
-            key: key.to_owned(),
-            reason: format!("key must be 1..={MAX_KEY_LEN} bytes"),
-        });
-    }
-    Ok(())
 }
 
 fn conflict(key: &str, expected: u64, current: Option<u64>) -> StoreError {
