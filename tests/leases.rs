@@ -128,6 +128,23 @@ common::on_every_shared_store!(racing_resets_run_once:
     racing_calls_on_three_servers_run_the_handler_once_on_redis_cluster,
     racing_calls_on_three_servers_run_the_handler_once_on_postgres);
 
+/// The rounds of [`racing_resets_run_once`] on three servers of `binary` (an example store's,
+/// `example_store_bin`) sharing `store`, in a namespace of their own, which it returns for the
+/// cleanup.
+async fn resets_race_on_three(binary: &Path, store: &str) -> String {
+    let plugins = PluginDir::with(&["testkit"]);
+    let namespace = namespace();
+    let servers: Vec<Server> = (0..3)
+        .map(|_| {
+            let flags = ["--state-handle-key"];
+            Server::sharing_as(binary, plugins.path(), store, &namespace, &flags)
+        })
+        .collect();
+    let (servers, clients) = with_clients(servers).await;
+    resets_race(servers, clients).await;
+    namespace
+}
+
 /// The same race on a store the host does not ship (issue 53): three `turnstile-mariadb`
 /// servers (`host/examples/mariadb-store`, the host with a MariaDB/MySQL store registered by its
 /// public API) on one database. `TURNSTILE_TEST_MARIADB_URL` names the server, by default the
@@ -139,16 +156,7 @@ async fn racing_calls_on_three_turnstile_mariadb_servers_run_the_handler_once() 
     let store = std::env::var("TURNSTILE_TEST_MARIADB_URL")
         .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
     let binary = common::example_store_bin("turnstile-mariadb");
-    let plugins = PluginDir::with(&["testkit"]);
-    let namespace = namespace();
-    let servers: Vec<Server> = (0..3)
-        .map(|_| {
-            let flags = ["--state-handle-key"];
-            Server::sharing_as(&binary, plugins.path(), &store, &namespace, &flags)
-        })
-        .collect();
-    let (servers, clients) = with_clients(servers).await;
-    resets_race(servers, clients).await;
+    let namespace = resets_race_on_three(&binary, &store).await;
     if std::env::var_os("TURNSTILE_TEST_MARIADB_URL").is_none() {
         drop_mariadb_tables(&namespace);
     }
@@ -163,16 +171,7 @@ async fn racing_calls_on_three_turnstile_nats_servers_run_the_handler_once() {
         .unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
     common::require_reachable(&store);
     let binary = common::example_store_bin("turnstile-nats");
-    let plugins = PluginDir::with(&["testkit"]);
-    let namespace = namespace();
-    let servers: Vec<Server> = (0..3)
-        .map(|_| {
-            let flags = ["--state-handle-key"];
-            Server::sharing_as(&binary, plugins.path(), &store, &namespace, &flags)
-        })
-        .collect();
-    let (servers, clients) = with_clients(servers).await;
-    resets_race(servers, clients).await;
+    let namespace = resets_race_on_three(&binary, &store).await;
     delete_nats_bucket(&store, &namespace);
 }
 
