@@ -441,6 +441,71 @@ fn an_sdk_client_reads_a_task_of_a_killed_server_failed_on_another_server() {
 /// principal: the task ends cancelled, its result is refused, nothing fired (the migration is
 /// still backed up), the audit trail says who cancelled it; and once its end is saved the step
 /// is taken again, to its end.
+/// The official TypeScript SDK's client, strict about capabilities, runs a step the way it
+/// runs any tool that works as a task: from what a 2025-11-25 server declares alone (its
+/// `capabilities.tasks`, the tool's `execution.taskSupport`), with no `task` param of its own.
+#[test]
+fn the_typescript_sdk_runs_a_step_as_a_task_from_what_the_server_declares() {
+    let plugins = PluginDir::with(&["migration"]);
+    let server = Server::http_with_env(
+        plugins.path(),
+        &["--state-handle-key", "handle"],
+        &[("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", APPLY_MS)],
+    );
+    let output = common::run_ts_client("task_client.mjs", &[&server.url]);
+    let seen = |why: &str| {
+        format!(
+            "{why}: the client {}\n--- stdout ---\n{}\n--- stderr ---\n{}\n--- server ---\n{}",
+            output.describe_status(),
+            output.stdout,
+            output.stderr,
+            server.stderr()
+        )
+    };
+    assert_eq!(output.status, Some(0), "{}", seen("the client failed"));
+    // The SDK said nothing: no warning, no error of its own.
+    assert!(
+        output.stderr.trim().is_empty(),
+        "{}",
+        seen("the SDK printed")
+    );
+    let summary: Value = serde_json::from_str(output.stdout.trim())
+        .unwrap_or_else(|e| panic!("{}", seen(&e.to_string())));
+
+    assert_eq!(
+        summary["declared"],
+        json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}),
+        "{summary}"
+    );
+    assert_eq!(
+        summary["applyExecution"],
+        json!({"taskSupport": "required"}),
+        "{summary}"
+    );
+    // A tool that does not run as a task says nothing.
+    assert_eq!(summary["statusExecution"], Value::Null, "{summary}");
+    let refusal = summary["plainRefusal"].as_str().unwrap_or_default();
+    assert!(
+        refusal.contains("requires task-based execution"),
+        "{summary}"
+    );
+    // Created, polled while it worked, then its result.
+    assert_eq!(
+        summary["seen"],
+        json!([
+            "taskCreated",
+            "taskStatus:working",
+            "taskStatus:completed",
+            "result"
+        ]),
+        "{summary}"
+    );
+    assert_eq!(summary["resultIsError"], false, "{summary}");
+    assert!(summary["relatedTask"].is_string(), "{summary}");
+    assert_eq!(summary["error"], Value::Null, "{summary}");
+    assert_eq!(summary["stateAfter"], "applied", "{summary}");
+}
+
 #[test]
 fn an_sdk_client_cancels_a_running_step_and_the_trail_says_who() {
     let store = common::reachable_redis_url();

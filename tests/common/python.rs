@@ -201,16 +201,16 @@ fn run(sdk: Sdk, scenario: &str, target: &str, mut server: Option<&mut Server>) 
 }
 
 /// What a finished (or killed) child process left.
-struct Output {
+pub struct Output {
     /// The exit code; `None` if killed by a signal or by the timeout.
-    status: Option<i32>,
-    timed_out: bool,
-    stdout: String,
-    stderr: String,
+    pub status: Option<i32>,
+    pub timed_out: bool,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 impl Output {
-    fn describe_status(&self) -> String {
+    pub fn describe_status(&self) -> String {
         match (self.timed_out, self.status) {
             (true, _) => "timed out and was killed".to_string(),
             (false, Some(code)) => format!("exited with code {code}"),
@@ -220,7 +220,7 @@ impl Output {
 }
 
 /// Runs a command to completion, killing it after `timeout`; stdout and stderr are collected.
-fn run_with_timeout(mut command: Command, timeout: Duration) -> Result<Output, String> {
+pub fn run_with_timeout(mut command: Command, timeout: Duration) -> Result<Output, String> {
     let program = format!("{command:?}");
     let mut child = command
         .stdin(Stdio::null())

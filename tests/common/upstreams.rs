@@ -31,7 +31,7 @@ use tempfile::TempDir;
 
 use super::{
     PluginDir, eventually_blocking,
-    python::{Sdk, python},
+    python::{Output, Sdk, python, run_with_timeout},
     target_dir,
 };
 
@@ -385,6 +385,17 @@ pub fn is_alive(pid: u32) -> bool {
                 .is_some_and(|state| state != "Z" && state != "X")
         })
     })
+}
+
+/// Runs `node tests/upstream/ts/<script> ARGS...`, a client written with the official
+/// TypeScript SDK (running `npm ci` there first if this machine never did), for at most two
+/// minutes: what it left, whatever its exit status.
+pub fn run_ts_client(script: &str, args: &[&str]) -> Output {
+    ts_node_modules();
+    let mut command = Command::new("node");
+    command.arg(ts_dir().join(script)).args(args);
+    run_with_timeout(command, Duration::from_secs(120))
+        .unwrap_or_else(|message| panic!("{message}"))
 }
 
 /// Makes sure `tests/upstream/ts/node_modules` holds what `package-lock.json` pins, running

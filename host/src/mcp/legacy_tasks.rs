@@ -11,17 +11,30 @@
 //!
 //! A request is of the 2025 revisions when its `_meta` names no protocol revision (2026-07-28
 //! requests always name theirs). Of those, renamed are: a `tools/call` with a `task` param,
-//! and `tasks/get`, `tasks/result`, `tasks/list` and `tasks/cancel`.
+//! and `tasks/get`, `tasks/result`, `tasks/list` and `tasks/cancel`; and `tools/list`, whose
+//! tools say whether they run as tasks (`execution.taskSupport`), a field rmcp's `Tool` lacks.
+//!
+//! Going out, a 2025-11-25 `initialize` answer gains `capabilities.tasks`, which rmcp's
+//! `ServerCapabilities` lacks: on stdio as the line is written ([`to_line`]), on HTTP in the
+//! body of the response that opened the session ([`with_tasks_capability`]).
 //!
 //! This is the one place a transport looks inside a valid message; it decides nothing the
 //! handler decides, and leaves every other message byte for byte as it came.
 
 use std::sync::LazyLock;
 
+use axum::{
+    body::{Body, Bytes},
+    http::header,
+    response::Response,
+};
+use futures_util::StreamExt;
 use memchr::memmem;
+use rmcp::model::{ProtocolVersion, ServerJsonRpcMessage, ServerResult};
 use serde_json::Value;
 
 pub(super) use super::handler::legacy_tasks::LEGACY_TASKS_PREFIX;
+use super::handler::legacy_tasks::tasks_capability;
 
 /// The `_meta` key a 2026-07-28 request names its revision under (rmcp's
 /// `RequestMetaObject::META_KEY_PROTOCOL_VERSION`, not exported).
@@ -33,13 +46,20 @@ const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 static TASK_WORD: LazyLock<memmem::Finder<'static>> =
     LazyLock::new(|| memmem::Finder::new(b"\"task"));
 
+/// The method whose answer says which tools run as tasks.
+static TOOLS_LIST_WORD: LazyLock<memmem::Finder<'static>> =
+    LazyLock::new(|| memmem::Finder::new(b"\"tools/list\""));
+
 /// The methods of the 2025-11-25 task flow that reach the handler renamed.
 const TASK_METHODS: &[&str] = &["tasks/get", "tasks/result", "tasks/list", "tasks/cancel"];
 
-/// `message` with its method renamed, if it is a request of the 2025-11-25 task flow; `None`
-/// for every other message (most: one byte search tells, without parsing).
+/// `message` with its method renamed, if it is a request of the 2025-11-25 task flow or a 2025
+/// `tools/list`; `None` for every other message (most: two byte searches tell, without
+/// parsing).
 pub(super) fn renamed(message: &[u8]) -> Option<Vec<u8>> {
-    TASK_WORD.find(message)?;
+    if TASK_WORD.find(message).is_none() && TOOLS_LIST_WORD.find(message).is_none() {
+        return None;
+    }
     let mut message: Value = serde_json::from_slice(message).ok()?;
     let request = message.as_object_mut()?;
     let method = request.get("method")?.as_str()?;
@@ -50,6 +70,7 @@ pub(super) fn renamed(message: &[u8]) -> Option<Vec<u8>> {
         .is_none();
     let task_flow = match method {
         "tools/call" => params.is_some_and(|params| params.get("task").is_some()),
+        "tools/list" => true,
         method => TASK_METHODS.contains(&method),
     };
     if !(of_2025 && task_flow) {
@@ -58,6 +79,99 @@ pub(super) fn renamed(message: &[u8]) -> Option<Vec<u8>> {
     let renamed = format!("{LEGACY_TASKS_PREFIX}{method}");
     request.insert("method".to_owned(), Value::String(renamed));
     serde_json::to_vec(&message).ok()
+}
+
+/// `message` as the line stdio writes: serialized as it is, but for a 2025-11-25 `initialize`
+/// answer, which gains `capabilities.tasks`.
+pub(super) fn to_line(message: &ServerJsonRpcMessage) -> serde_json::Result<Vec<u8>> {
+    let ServerJsonRpcMessage::Response(response) = message else {
+        return serde_json::to_vec(message);
+    };
+    match &response.result {
+        ServerResult::InitializeResult(answer)
+            if answer.protocol_version == ProtocolVersion::V_2025_11_25 =>
+        {
+            let mut message = serde_json::to_value(message)?;
+            add_tasks_capability(&mut message);
+            serde_json::to_vec(&message)
+        }
+        _ => serde_json::to_vec(message),
+    }
+}
+
+/// rmcp's answer to a 2025 `initialize` (the response that opened a session), with
+/// `capabilities.tasks` added when it agreed on 2025-11-25. rmcp streams that answer as one
+/// SSE event, or sends it as JSON; either is rewritten as it passes, and nothing else in the
+/// body changes.
+pub(super) async fn with_tasks_capability(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let is_json = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|kind| kind.as_bytes().starts_with(b"application/json"));
+    if !is_json {
+        let body = body
+            .into_data_stream()
+            .map(|chunk| chunk.map(|chunk| sse_with_tasks_capability(&chunk).unwrap_or(chunk)));
+        return Response::from_parts(parts, Body::from_stream(body));
+    }
+    // A JSON answer is a few hundred bytes, read whole; its length changes.
+    let json = match axum::body::to_bytes(body, MAX_INITIALIZE_ANSWER).await {
+        Ok(json) => json,
+        Err(error) => {
+            tracing::debug!(%error, "cannot read an initialize answer");
+            return Response::from_parts(parts, Body::empty());
+        }
+    };
+    let json = json_with_tasks_capability(&json).unwrap_or(json);
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, json.len().into());
+    Response::from_parts(parts, Body::from(json))
+}
+
+/// More than any `initialize` answer: the server's instructions are its longest part.
+const MAX_INITIALIZE_ANSWER: usize = 1024 * 1024;
+
+/// An SSE chunk whose `data:` line is a 2025-11-25 `initialize` answer, with the capability
+/// added; `None` for any other chunk (a comment, a priming event, a message of another kind).
+fn sse_with_tasks_capability(chunk: &Bytes) -> Option<Bytes> {
+    let text = std::str::from_utf8(chunk).ok()?;
+    let mut rewritten = String::with_capacity(text.len() + 64);
+    let mut changed = false;
+    for line in text.split_inclusive('\n') {
+        let data = line
+            .strip_prefix("data:")
+            .map(|data| data.trim_start_matches(' ').trim_end_matches(['\r', '\n']));
+        match data.and_then(|data| json_with_tasks_capability(data.as_bytes())) {
+            Some(json) => {
+                rewritten.push_str("data: ");
+                rewritten.push_str(std::str::from_utf8(&json).ok()?);
+                rewritten.push('\n');
+                changed = true;
+            }
+            None => rewritten.push_str(line),
+        }
+    }
+    changed.then(|| Bytes::from(rewritten))
+}
+
+/// A JSON-RPC message that is a 2025-11-25 `initialize` answer, with the capability added.
+fn json_with_tasks_capability(json: &[u8]) -> Option<Bytes> {
+    let mut message: Value = serde_json::from_slice(json).ok()?;
+    let agreed = message.pointer("/result/protocolVersion")?.as_str()?;
+    if agreed != ProtocolVersion::V_2025_11_25.as_str() {
+        return None;
+    }
+    message.pointer("/result/capabilities")?.as_object()?;
+    add_tasks_capability(&mut message);
+    serde_json::to_vec(&message).ok().map(Bytes::from)
+}
+
+fn add_tasks_capability(message: &mut Value) {
+    if let Some(Value::Object(capabilities)) = message.pointer_mut("/result/capabilities") {
+        capabilities.insert("tasks".to_owned(), tasks_capability());
+    }
 }
 
 #[cfg(test)]
@@ -97,6 +211,14 @@ mod tests {
                 format!("{LEGACY_TASKS_PREFIX}{method}")
             );
         }
+        let tools = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list"});
+        assert_eq!(
+            method_after(tools),
+            format!("{LEGACY_TASKS_PREFIX}tools/list")
+        );
+        let tools_of_2026 = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list",
+            "params": {"_meta": {PROTOCOL_VERSION_META: "2026-07-28"}}});
+        assert_eq!(method_after(tools_of_2026), "tools/list");
         let listed = json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/list"});
         assert_eq!(
             method_after(listed),
@@ -114,5 +236,56 @@ mod tests {
         let response = json!({"jsonrpc": "2.0", "id": 5, "result": {"task": {}}});
         assert!(renamed(&serde_json::to_vec(&response).unwrap()).is_none());
         assert!(renamed(b"{\"task\": ").is_none());
+    }
+
+    fn initialize_answer(version: &str) -> Value {
+        json!({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": version,
+            "capabilities": {"tools": {"listChanged": true}},
+            "serverInfo": {"name": "turnstile", "version": "0"}}})
+    }
+
+    #[test]
+    fn a_2025_11_25_initialize_answer_declares_tasks_on_stdio() {
+        let answer: ServerJsonRpcMessage =
+            serde_json::from_value(initialize_answer("2025-11-25")).unwrap();
+        let line: Value = serde_json::from_slice(&to_line(&answer).unwrap()).unwrap();
+        assert_eq!(line["result"]["capabilities"]["tasks"], tasks_capability());
+        assert_eq!(line["result"]["capabilities"]["tools"]["listChanged"], true);
+
+        // An older revision has no tasks; other messages are written as they are.
+        let older: ServerJsonRpcMessage =
+            serde_json::from_value(initialize_answer("2025-06-18")).unwrap();
+        let line: Value = serde_json::from_slice(&to_line(&older).unwrap()).unwrap();
+        assert!(line["result"]["capabilities"].get("tasks").is_none());
+        let other: ServerJsonRpcMessage =
+            serde_json::from_value(json!({"jsonrpc": "2.0", "id": 1, "result": {"tools": []}}))
+                .unwrap();
+        assert_eq!(
+            to_line(&other).unwrap(),
+            serde_json::to_vec(&other).unwrap()
+        );
+    }
+
+    #[test]
+    fn an_sse_initialize_answer_gains_tasks_and_every_other_line_is_kept() {
+        let answer = initialize_answer("2025-11-25");
+        let event = format!("id: 0\ndata: {answer}\n\n");
+        let rewritten = sse_with_tasks_capability(&Bytes::from(event)).unwrap();
+        let text = std::str::from_utf8(&rewritten).unwrap();
+        let lines: Vec<&str> = text.split('\n').collect();
+        assert_eq!(lines[0], "id: 0");
+        let data: Value = serde_json::from_str(lines[1].strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(data["result"]["capabilities"]["tasks"], tasks_capability());
+        assert!(text.ends_with("\n\n"));
+
+        for untouched in [
+            ": keep-alive\n\n".to_owned(),
+            "data:\n\n".to_owned(),
+            format!("data: {}\n\n", initialize_answer("2025-06-18")),
+            "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n"
+                .to_owned(),
+        ] {
+            assert!(sse_with_tasks_capability(&Bytes::from(untouched)).is_none());
+        }
     }
 }

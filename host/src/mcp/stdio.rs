@@ -9,7 +9,8 @@
 //! task, so two lines never interleave on stdout.
 //!
 //! This module must not look inside valid messages: it only frames lines and parses each once
-//! (but for `legacy_tasks.rs`'s renaming of the 2025-11-25 task requests).
+//! (but for `legacy_tasks.rs`'s renaming of the 2025-11-25 task requests, and its addition to
+//! the `initialize` answer).
 
 use std::{io, sync::Arc, time::Duration};
 
@@ -99,7 +100,7 @@ impl<R: AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for LineTransp
         item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), io::Error>> + Send + 'static {
         // Serialized here, so the future holds bytes rather than the message.
-        let line = serde_json::to_vec(&item).map(|mut line| {
+        let line = legacy_tasks::to_line(&item).map(|mut line| {
             line.push(b'\n');
             line
         });

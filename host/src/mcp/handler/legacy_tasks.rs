@@ -11,16 +11,20 @@
 //! room turns them into 2025-11-25's shapes (`ttl` and `pollInterval` rather than `ttlMs` and
 //! `pollIntervalMs`, the result apart from the status).
 //!
-//! What 2025-11-25 has that this does not: `capabilities.tasks` in the `initialize` answer and
-//! `execution.taskSupport` in `tools/list`, which rmcp 3.11's types have no field for (the
-//! official SDK clients call a tool as a task without reading them); a task's call that asks
-//! the person asks as a plain call does (an elicitation on the session), not through
-//! `tasks/result`. `notifications/tasks/status` is sent on the task's session when it ends.
+//! What rmcp 3.11's types have no field for is added here too: a 2025 `tools/list` is renamed
+//! like the task requests and answered with each task tool's `execution.taskSupport`, and the
+//! transports add [`tasks_capability`] to a 2025-11-25 `initialize` answer (`mcp/
+//! legacy_tasks.rs`). The TypeScript SDK's client reads both: its `callToolStream` asks for a
+//! task only when both are there, and its `callTool` refuses a tool that runs only as one.
+//!
+//! What 2025-11-25 has that this does not: a task's call that asks the person asks as a plain
+//! call does (an elicitation on the session), not through `tasks/result`.
+//! `notifications/tasks/status` is sent on the task's session when it ends.
 
 use std::{sync::Arc, time::Duration};
 
 use rmcp::{
-    ErrorData, RoleServer,
+    ErrorData, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CustomNotification, DetailedTask, GetTaskParams,
         JsonObject, ServerNotification, TaskPayload, TaskStatus as WireStatus,
@@ -45,6 +49,13 @@ const TASK_STATUS_METHOD: &str = "notifications/tasks/status";
 
 /// The `_meta` key of the task a message belongs to (2025-11-25, "related-task").
 const RELATED_TASK_META: &str = "io.modelcontextprotocol/related-task";
+
+/// What a server that runs `tools/call` as tasks declares in its `initialize` answer
+/// (2025-11-25's `ServerCapabilities.tasks`): it lists and cancels tasks, and runs calls as
+/// tasks.
+pub fn tasks_capability() -> Value {
+    json!({ "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } })
+}
 
 /// A task-augmented request's `task` param.
 #[derive(Deserialize)]
@@ -85,6 +96,7 @@ impl TurnstileServer {
                 .map_err(|error| reply::invalid_task_params(method, &error))
         };
         match method {
+            "tools/list" => self.legacy_list_tools(params, context).await,
             "tools/call" => self.legacy_call(params, context).await,
             "tasks/get" => self.legacy_get(&task_id()?, &context).await,
             "tasks/result" => self.legacy_result(&task_id()?, &context).await,
@@ -108,16 +120,7 @@ impl TurnstileServer {
         mut context: RequestContext<RoleServer>,
     ) -> Result<Value, ErrorData> {
         let method = "tools/call";
-        // rmcp reads a typed request's `_meta` into its context; a custom one's stays in its
-        // params (where a handle may be named, `target.rs`).
-        if let Some(Value::Object(meta)) = params.get("_meta") {
-            for (key, value) in meta {
-                context
-                    .meta
-                    .entry(key.clone())
-                    .or_insert_with(|| value.clone());
-            }
-        }
+        meta_into_context(&params, &mut context);
         let asked = params.remove("task").unwrap_or_default();
         let asked: TaskParam = serde_json::from_value(asked)
             .map_err(|error| reply::invalid_task_params(method, &format!("task: {error}")))?;
@@ -145,6 +148,35 @@ impl TurnstileServer {
                 Ok(json!({ "task": legacy_task(&detailed(&task).task) }))
             }
         }
+    }
+
+    /// `tools/list` as the 2025 revisions have it: the listing every client gets, each tool
+    /// that may run as a task saying how in its `execution.taskSupport`.
+    async fn legacy_list_tools(
+        &self,
+        params: JsonObject,
+        mut context: RequestContext<RoleServer>,
+    ) -> Result<Value, ErrorData> {
+        meta_into_context(&params, &mut context);
+        let listed = self.list_tools(None, context).await?;
+        let mut listed = serde_json::to_value(listed)
+            .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+        let catalog = self.shared.catalog.current();
+        let tools = listed.get_mut("tools").and_then(Value::as_array_mut);
+        for tool in tools.into_iter().flatten() {
+            let support = tool
+                .get("name")
+                .and_then(Value::as_str)
+                .and_then(|name| catalog.tool(name))
+                .and_then(|entry| entry.manifest.task);
+            if let (Some(support), Value::Object(tool)) = (support, tool) {
+                tool.insert(
+                    "execution".to_owned(),
+                    json!({ "taskSupport": support.as_str() }),
+                );
+            }
+        }
+        Ok(listed)
     }
 
     /// Sends the session `notifications/tasks/status` once `task` has ended (2025-11-25 lets a
@@ -267,6 +299,19 @@ impl TurnstileServer {
             .cancel(id, &owner)
             .ok_or_else(|| reply::unknown_task(id))?;
         Ok(legacy_detailed(&detailed(&task)))
+    }
+}
+
+/// rmcp reads a typed request's `_meta` into its context; a custom one's stays in its params
+/// (where a handle may be named, `target.rs`), and is read into the context here.
+fn meta_into_context(params: &JsonObject, context: &mut RequestContext<RoleServer>) {
+    if let Some(Value::Object(meta)) = params.get("_meta") {
+        for (key, value) in meta {
+            context
+                .meta
+                .entry(key.clone())
+                .or_insert_with(|| value.clone());
+        }
     }
 }
 

@@ -77,6 +77,8 @@ use crate::mcp::{
 const ANSWER_ONLY: &[&str] = &[
     "ping",
     "tools/list",
+    // A 2025 `tools/list`, renamed for the handler (`mcp/legacy_tasks.rs`).
+    LEGACY_TOOLS_LIST,
     "tools/call",
     "prompts/list",
     "prompts/get",
@@ -84,6 +86,9 @@ const ANSWER_ONLY: &[&str] = &[
     "resources/templates/list",
     "resources/read",
 ];
+
+/// `tools/list` under `LEGACY_TASKS_PREFIX` (a test checks they agree).
+const LEGACY_TOOLS_LIST: &str = "dev.turnstile/2025-11-25/tools/list";
 
 /// rmcp's limit on a request body (its `DEFAULT_MAX_REQUEST_BODY_BYTES`, not exported); a larger
 /// body goes to rmcp, which refuses it.
@@ -365,6 +370,15 @@ pub(in crate::mcp) mod tests {
         let mut pairs = without(name);
         pairs.push((name, value));
         pairs
+    }
+
+    #[test]
+    fn the_renamed_tools_list_is_served_here() {
+        use crate::mcp::handler::legacy_tasks::LEGACY_TASKS_PREFIX;
+        assert_eq!(
+            LEGACY_TOOLS_LIST,
+            format!("{LEGACY_TASKS_PREFIX}tools/list")
+        );
     }
 
     #[test]

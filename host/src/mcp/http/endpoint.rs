@@ -327,6 +327,9 @@ async fn post_through_rmcp(layer: &McpLayer, request: Request) -> Response {
         ) {
             owners.opened(opened, principal, &layer.sessions);
         }
+        if session.is_none() && session_of(response.headers()).is_some() {
+            return legacy_tasks::with_tasks_capability(response).await;
+        }
         return response;
     }
     let chunks = std::mem::take(&mut *chunks.lock().unwrap_or_else(PoisonError::into_inner));
