@@ -16,8 +16,23 @@ fn cargo_install_gives_a_binary_that_serves_the_built_plugins() {
     let root = tempfile::tempdir().expect("temp dir");
     let host = Path::new(env!("CARGO_MANIFEST_DIR"));
     // `--debug` in the suite's own target directory reuses what the suite built: the install is
-    // tested, not a release build of the whole host.
+    // tested, not a release build of the whole host. In a user's environment, not the one
+    // `cargo test` gives a test (`OUT_DIR`, `CARGO_PKG_*`, `LD_LIBRARY_PATH`...): with those,
+    // cargo takes what it built for stale and builds the host and half its dependencies again.
+    let kept = [
+        "PATH",
+        "HOME",
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "RUSTUP_TOOLCHAIN",
+        "TMPDIR",
+    ];
     let installed = Command::new(env!("CARGO"))
+        .env_clear()
+        .envs(
+            kept.iter()
+                .filter_map(|name| Some((name, std::env::var_os(name)?))),
+        )
         .args(["install", "--debug", "--locked", "--offline", "--path"])
         .arg(host)
         .arg("--root")

@@ -166,6 +166,41 @@ async fn a_step_run_as_a_task_holds_its_instance_until_it_ends_with_the_transiti
     assert_ne!(verify["isError"], true, "{verify}");
 }
 
+/// A step running as a task holds its place in its plugin's call pool (`--plugin-pool`) as a
+/// plain call does: with a pool of one, another migration's call is turned away `BUSY` while
+/// the task works, and served once it has ended.
+#[tokio::test]
+async fn a_running_task_holds_its_place_in_its_plugins_pool() {
+    let plugins = PluginDir::with(&["migration"]);
+    let server = Server::http_with_env(
+        plugins.path(),
+        &["--plugin-pool", "1"],
+        // Longer than the second a call waits for a place before it is turned away.
+        &[("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", "4000")],
+    );
+    let url = &server.url;
+    let handle = backed_up(url).await;
+    let created = apply_as_task(url, &handle).await;
+    assert_eq!(created["resultType"], "task", "{created}");
+    let task_id = task_id_of(&created);
+
+    let crowded = call(url, "migration.dry_run", json!({})).await;
+    assert_eq!(crowded["isError"], true, "{crowded}");
+    assert_eq!(
+        crowded["structuredContent"]["error"]["code"], "BUSY",
+        "{crowded}"
+    );
+    assert_eq!(
+        task_request(url, "tasks/get", &task_id, json!({})).await["result"]["status"],
+        "working"
+    );
+
+    let done = ended(url, &task_id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let served = call(url, "migration.dry_run", json!({})).await;
+    assert_ne!(served["isError"], true, "{served}");
+}
+
 #[tokio::test]
 async fn a_cancelled_task_fires_nothing_and_lets_its_instance_go() {
     let (_plugins, server) = migration_server();
