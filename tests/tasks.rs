@@ -431,6 +431,51 @@ async fn a_task_that_ended_before_its_server_was_killed_is_read_completed_on_ano
     assert_eq!(step(&b.url, &handle).await, "applied");
 }
 
+/// A client whose `tasks/cancel` reaches another server than the one running the task (a load
+/// balancer sends requests where it likes) cancels it all the same: the runner is told through
+/// the store, the plugin stops, nothing fires, and the trail says who cancelled.
+#[tokio::test]
+async fn a_task_is_cancelled_through_another_server() {
+    let store = common::reachable_redis_url();
+    let plugins = PluginDir::with(&["migration"]);
+    let (a, b, _data, namespace) = two_servers(&plugins, &store, "10000", &[]);
+    let handle = backed_up(&a.url).await;
+    let created = apply_as_task(&a.url, &handle).await;
+    let task_id = task_id_of(&created);
+
+    let started = Instant::now();
+    let cancelled = task_request(&b.url, "tasks/cancel", &task_id, json!({})).await;
+    assert!(cancelled.get("error").is_none(), "{cancelled}");
+    // Answered once the runner had ended it (the step works 10 s).
+    let seen = task_request(&b.url, "tasks/get", &task_id, json!({})).await;
+    assert_eq!(
+        seen["result"]["status"],
+        "cancelled",
+        "{seen}\n{}\n---\n{}",
+        a.stderr(),
+        b.stderr()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "the plugin was stopped"
+    );
+    let on_a = task_request(&a.url, "tasks/get", &task_id, json!({})).await;
+    assert_eq!(on_a["result"]["status"], "cancelled", "{on_a}");
+    // A second cancel of the ended task is acknowledged, and changes nothing.
+    let again = task_request(&b.url, "tasks/cancel", &task_id, json!({})).await;
+    assert!(again.get("error").is_none(), "{again}");
+
+    assert_eq!(step(&b.url, &handle).await, "backed_up");
+    let shown = shown(&store, &namespace, &handle);
+    let last = shown["audit"]
+        .as_array()
+        .and_then(|trail| trail.last())
+        .cloned();
+    let last = last.unwrap_or_default();
+    assert_eq!(last["by"], "tasks/cancel:migration.apply", "{shown}");
+    assert_eq!(last["to"], "backed_up", "{shown}");
+}
+
 /// The official Python SDK (1.x, protocol 2025-11-25, `session.experimental`) starts
 /// `migration.apply` as a task on one server, and reads it on a second sharing its Redis after
 /// the first was killed with SIGKILL: once the killed server's lease lapsed, the task ends

@@ -38,6 +38,12 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// How often a client is told to poll.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
+/// The store mark by which a server asked to cancel task `id` tells the server running it
+/// (`mcp/handler/cancel_elsewhere.rs`).
+pub fn cancel_mark(id: &str) -> String {
+    format!("task-cancel/{id}")
+}
+
 /// Every this many tasks created, the table drops those past their `ttl`.
 const SWEEP_EVERY: usize = 64;
 

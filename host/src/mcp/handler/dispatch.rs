@@ -254,7 +254,7 @@ impl ServerHandler for TurnstileServer {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.answer_cancel_task(request, &context)
+        self.answer_cancel_task(request, &context).await
     }
 
     async fn update_task(

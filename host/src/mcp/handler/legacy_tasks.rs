@@ -35,6 +35,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{
+    cancel_elsewhere::Cancelled,
     reply,
     server::TurnstileServer,
     tasks::{Asked, detailed, ended_with, object},
@@ -101,7 +102,7 @@ impl TurnstileServer {
             "tasks/get" => self.legacy_get(&task_id()?, &context).await,
             "tasks/result" => self.legacy_result(&task_id()?, &context).await,
             "tasks/list" => Ok(self.legacy_list(&context)),
-            "tasks/cancel" => self.legacy_cancel(&task_id()?, &context),
+            "tasks/cancel" => self.legacy_cancel(&task_id()?, &context).await,
             _ => Err(reply::unroutable_request(
                 &format!("{LEGACY_TASKS_PREFIX}{method}"),
                 Some(&Value::Object(params)),
@@ -277,18 +278,22 @@ impl TurnstileServer {
     }
 
     /// `tasks/cancel`: the plugin is told to stop and the task ends cancelled; a task that has
-    /// ended is refused, as 2025-11-25 says. Answers with the task.
-    fn legacy_cancel(
+    /// ended is refused, as 2025-11-25 says. Answers with the task. A task another server runs
+    /// is asked to stop through the store (`cancel_elsewhere.rs`).
+    async fn legacy_cancel(
         &self,
         id: &str,
         context: &RequestContext<RoleServer>,
     ) -> Result<Value, ErrorData> {
         let owner = self.task_owner(context);
-        let task = self
-            .shared
-            .tasks
-            .get(id, &owner)
-            .ok_or_else(|| reply::unknown_task(id))?;
+        let Some(task) = self.shared.tasks.get(id, &owner) else {
+            return match self.cancel_elsewhere(id, context).await? {
+                Cancelled::AlreadyEnded(task) => {
+                    Err(reply::task_already_ended(id, status_word(task.task.status)))
+                }
+                Cancelled::Asked(task) => Ok(legacy_detailed(&task)),
+            };
+        };
         if task.status().0.is_terminal() {
             let status = detailed(&task).task.status;
             return Err(reply::task_already_ended(id, status_word(status)));

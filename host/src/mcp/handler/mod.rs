@@ -10,6 +10,7 @@ pub mod asking;
 pub mod call_events;
 pub mod call_record;
 pub mod caller;
+mod cancel_elsewhere;
 pub mod clip;
 pub mod completion;
 pub mod dispatch;

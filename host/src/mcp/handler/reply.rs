@@ -41,7 +41,7 @@ pub use self::request_errors::{
 pub use self::tasks::{
     invalid_task_params, refused_before_running, task_already_ended, task_cancelled, task_failure,
     task_forbidden, task_not_started, task_param_required, task_required, task_result_unkept,
-    task_runner_stopped, task_unreadable, task_wait_cancelled, unknown_task,
+    task_runner_stopped, task_runs_elsewhere, task_unreadable, task_wait_cancelled, unknown_task,
 };
 use super::{clip::clip, target::NoTarget};
 use crate::{

@@ -262,17 +262,21 @@ impl TurnstileServer {
     }
 
     /// `tasks/cancel`: the plugin is told to stop, and the task ends cancelled unless it has
-    /// ended already (then the ack changes nothing).
-    pub(super) fn answer_cancel_task(
+    /// ended already (then the ack changes nothing). A task another server runs is asked to
+    /// stop through the store (`cancel_elsewhere.rs`).
+    pub(super) async fn answer_cancel_task(
         &self,
         request: CancelTaskParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let owner = self.task_owner(context);
-        match self.shared.tasks.cancel(&request.task_id, &owner) {
-            Some(_) => Ok(()),
-            None => Err(reply::unknown_task(&request.task_id)),
+        if self.shared.tasks.cancel(&request.task_id, &owner).is_some() {
+            return Ok(());
         }
+        // Another server's, or one this server ran before a restart.
+        self.cancel_elsewhere(&request.task_id, context)
+            .await
+            .map(|_| ())
     }
 
     /// `tasks/update`: answers for what a task asked. Each answers the request of its key, if

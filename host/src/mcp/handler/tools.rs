@@ -597,6 +597,7 @@ impl TurnstileServer {
         context: RequestContext<RoleServer>,
     ) -> CallToolResponse {
         let created = super::tasks::created(&task);
+        self.hear_cancels_from_elsewhere(task.clone());
         let server = self.clone();
         tokio::spawn(async move {
             let answer = task_done.await.unwrap_or(Err(InstanceError::Stopped));

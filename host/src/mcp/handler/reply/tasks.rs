@@ -77,6 +77,19 @@ pub fn task_unreadable(id: &str, error: &dyn std::fmt::Display) -> ErrorData {
     )
 }
 
+/// JSON-RPC -32603 for `tasks/cancel` of a working task another server runs, on a store that
+/// keeps no marks (`StateStore::save_mark`): nothing can carry the cancel to that server.
+pub fn task_runs_elsewhere(id: &str) -> ErrorData {
+    ErrorData::internal_error(
+        format!(
+            "task {:?} runs on another server, and this store cannot carry a cancel to it: \
+             send tasks/cancel to the server that started it",
+            clip(id)
+        ),
+        Some(json!({ "taskId": clip(id) })),
+    )
+}
+
 /// The JSON-RPC error a task of `tool` ended `failed` with, as its instance's record keeps it:
 /// what is known (`known`: `handlerRan`, `committed`, and why).
 pub fn task_runner_stopped(tool: &str, known: &serde_json::Value) -> ErrorData {
