@@ -77,7 +77,9 @@ pub(super) fn invalid(key: &str, reason: impl Into<String>) -> StoreError {
 
 /// An error and its causes, "outer: inner: root", since driver errors often keep the useful
 /// part ("Connection refused") in their source. Skips a cause whose text the outer already has.
-pub(super) fn chain(e: &dyn std::error::Error) -> String {
+/// Public as `store::error_chain`, for a store written outside the host to word its
+/// [`StoreError`](super::StoreError)s as the built-in stores do.
+pub fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {

@@ -134,7 +134,7 @@ mod outage;
 pub use self::{
     audit::AuditEntry,
     changes::{ChangeFeed, ChangeStream, FeedSubscriptions},
-    checks::{MAX_KEY_LEN, check_key, check_save},
+    checks::{MAX_KEY_LEN, chain as error_chain, check_key, check_save},
     embedded::{BatchStats, EmbeddedStore, files::private_dir as private_data_dir},
     error::StoreError,
     format::{CURRENT_FORMAT, CURRENT_SINCE, IdempotencyEntry, TaskEntry, TaskEntryStatus},

@@ -8,7 +8,7 @@
 use std::{future::Future, time::Duration};
 
 use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
-use turnstile::store::{StoreError, StoreOptions};
+use turnstile::store::{StoreError, StoreOptions, error_chain as chain};
 
 /// A pool of connections to one server, and how to report its failures.
 pub(crate) struct Link {
@@ -155,22 +155,6 @@ fn redact(url: &str) -> String {
         },
         None => url.to_owned(),
     }
-}
-
-/// An error and its causes, "outer: inner", since driver errors often keep the useful part
-/// ("Connection refused") in their source.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
