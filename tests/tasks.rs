@@ -17,8 +17,8 @@ use std::{
 };
 
 use common::{
-    PluginDir, Server, call_2026, declaring_tasks, post_sessionless, python, python::Sdk,
-    task_request,
+    PluginDir, Server, call_2026, declaring_tasks, open_session, post_in_session, post_sessionless,
+    python, python::Sdk, result_of, task_request,
 };
 use serde_json::{Value, json};
 
@@ -429,6 +429,45 @@ async fn a_task_that_ended_before_its_server_was_killed_is_read_completed_on_ano
         .unwrap_or_default();
     assert!(text.contains("Migration applied"), "{done}");
     assert_eq!(step(&b.url, &handle).await, "applied");
+}
+
+/// A 2025 session's `tools/list` in its revision's shape: a tool that runs as a task says how in
+/// `execution.taskSupport`, one that does not says nothing, and the answer has no 2026-07-28
+/// `resultType`.
+#[tokio::test]
+async fn a_2025_listing_says_which_tools_run_as_tasks_in_its_revisions_shape() {
+    let plugins = PluginDir::with(&["migration"]);
+    let server = Server::http_with_env(
+        plugins.path(),
+        &["--state-handle-key", "handle"],
+        &[("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", APPLY_MS)],
+    );
+    let handle = backed_up(&server.url).await;
+    let session = open_session(&server.url).await;
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list",
+        "params": {"_meta": {"handle": handle}}});
+    let body = post_in_session(&server.url, &session, list.to_string())
+        .send()
+        .await
+        .expect("the server answers")
+        .text()
+        .await
+        .expect("a body");
+    let listed = result_of(&body, 2, "tools/list");
+    assert!(listed.get("resultType").is_none(), "{listed}");
+    let execution = |name: &str| {
+        listed["tools"]
+            .as_array()
+            .and_then(|tools| tools.iter().find(|tool| tool["name"] == name))
+            .unwrap_or_else(|| panic!("{name} listed: {listed}"))
+            .get("execution")
+            .cloned()
+    };
+    assert_eq!(
+        execution("migration.apply"),
+        Some(json!({"taskSupport": "required"}))
+    );
+    assert_eq!(execution("migration.status"), None);
 }
 
 /// A client whose `tasks/cancel` reaches another server than the one running the task (a load

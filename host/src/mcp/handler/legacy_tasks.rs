@@ -27,7 +27,7 @@ use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CustomNotification, DetailedTask, GetTaskParams,
-        JsonObject, ServerNotification, TaskPayload, TaskStatus as WireStatus,
+        JsonObject, ServerNotification, ServerResult, TaskPayload, TaskStatus as WireStatus,
     },
     service::RequestContext,
 };
@@ -159,7 +159,10 @@ impl TurnstileServer {
         mut context: RequestContext<RoleServer>,
     ) -> Result<Value, ErrorData> {
         meta_into_context(&params, &mut context);
-        let listed = self.list_tools(None, context).await?;
+        // Shaped for a peer of the 2025 revisions, as rmcp shapes a typed answer for one.
+        let mut listed = ServerResult::ListToolsResult(self.list_tools(None, context).await?);
+        listed.strip_result_type_for_legacy_peer();
+        listed.strip_non_object_output_for_legacy_peer();
         let mut listed = serde_json::to_value(listed)
             .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
         let catalog = self.shared.catalog.current();
