@@ -25,7 +25,7 @@ use serde_json::Value;
 
 pub use self::{
     guards::{GuardAnswers, GuardQuestion, PluginGuards, Unavailable},
-    live::LiveCatalog,
+    live::{LiveCatalog, served_task_tools},
     offered::offered,
     primitives::{Bound, PromptEntry, ResourceEntry, SESSION_TOKEN, TemplateEntry},
     version::{canonical, machine_version},

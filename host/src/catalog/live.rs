@@ -6,11 +6,32 @@
 //! it in. A call in flight holds its tool's `Arc<ToolEntry>`, and through it the plugin that
 //! runs it, so the old library stays loaded until the last such call returns.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{
+    Arc, Mutex, Weak,
+    atomic::{AtomicBool, Ordering},
+};
 
 use arc_swap::ArcSwap;
 
 use super::{Catalog, Workflow};
+
+/// Whether a catalog served in this process has had a tool that runs as a task. Read by the
+/// transports (`mcp/legacy_tasks.rs`), which hand a 2025 `tools/list` to the handler's own
+/// answer, the one that says which tools run as tasks, only when one may: that answer costs a
+/// listing about a third more CPU. Never cleared: a process that served such a tool once keeps
+/// the slower, complete listing, which is right for every catalog.
+static SERVED_TASK_TOOLS: AtomicBool = AtomicBool::new(false);
+
+/// Whether any catalog this process served had a tool that runs as a task.
+pub fn served_task_tools() -> bool {
+    SERVED_TASK_TOOLS.load(Ordering::Relaxed)
+}
+
+fn note_task_tools(catalog: &Catalog) {
+    if catalog.tools().any(|tool| tool.manifest.task.is_some()) {
+        SERVED_TASK_TOOLS.store(true, Ordering::Relaxed);
+    }
+}
 
 /// The catalog as of now. `Send + Sync`; shared as `Arc<LiveCatalog>`.
 pub struct LiveCatalog {
@@ -23,6 +44,7 @@ pub struct LiveCatalog {
 
 impl LiveCatalog {
     pub fn new(catalog: Catalog) -> Self {
+        note_task_tools(&catalog);
         LiveCatalog {
             current: ArcSwap::from_pointee(catalog),
             retired: Mutex::new(Vec::new()),
@@ -57,6 +79,7 @@ impl LiveCatalog {
 
     /// Serves `catalog` from now on; returns the one it replaces.
     pub fn replace(&self, catalog: Catalog) -> Arc<Catalog> {
+        note_task_tools(&catalog);
         let old = self.current.swap(Arc::new(catalog));
         let mut retired = self.retired();
         retired.retain(|workflow| workflow.strong_count() > 0);

@@ -12,7 +12,10 @@
 //! A request is of the 2025 revisions when its `_meta` names no protocol revision (2026-07-28
 //! requests always name theirs). Of those, renamed are: a `tools/call` with a `task` param,
 //! and `tasks/get`, `tasks/result`, `tasks/list` and `tasks/cancel`; and `tools/list`, whose
-//! tools say whether they run as tasks (`execution.taskSupport`), a field rmcp's `Tool` lacks.
+//! tools say whether they run as tasks (`execution.taskSupport`), a field rmcp's `Tool` lacks,
+//! once the process has served such a tool (`catalog::served_task_tools`): the handler's answer
+//! is built through a `serde_json::Value`, a listing costs about a third more CPU that way, and
+//! without such a tool there is nothing to add.
 //!
 //! Going out, a 2025-11-25 `initialize` answer gains `capabilities.tasks`, which rmcp's
 //! `ServerCapabilities` lacks: on stdio as the line is written ([`to_line`]), on HTTP in the
@@ -53,11 +56,13 @@ static TOOLS_LIST_WORD: LazyLock<memmem::Finder<'static>> =
 /// The methods of the 2025-11-25 task flow that reach the handler renamed.
 const TASK_METHODS: &[&str] = &["tasks/get", "tasks/result", "tasks/list", "tasks/cancel"];
 
-/// `message` with its method renamed, if it is a request of the 2025-11-25 task flow or a 2025
-/// `tools/list`; `None` for every other message (most: two byte searches tell, without
-/// parsing).
-pub(super) fn renamed(message: &[u8]) -> Option<Vec<u8>> {
-    if TASK_WORD.find(message).is_none() && TOOLS_LIST_WORD.find(message).is_none() {
+/// `message` with its method renamed, if it is a request of the 2025-11-25 task flow, or a 2025
+/// `tools/list` when `task_tools` (the process serves a tool that runs as a task:
+/// `catalog::served_task_tools`); `None` for every other message (most: a byte search or two
+/// tells, without parsing).
+pub(super) fn renamed(message: &[u8], task_tools: bool) -> Option<Vec<u8>> {
+    let lists_tools = || task_tools && TOOLS_LIST_WORD.find(message).is_some();
+    if TASK_WORD.find(message).is_none() && !lists_tools() {
         return None;
     }
     let mut message: Value = serde_json::from_slice(message).ok()?;
@@ -70,7 +75,7 @@ pub(super) fn renamed(message: &[u8]) -> Option<Vec<u8>> {
         .is_none();
     let task_flow = match method {
         "tools/call" => params.is_some_and(|params| params.get("task").is_some()),
-        "tools/list" => true,
+        "tools/list" => task_tools,
         method => TASK_METHODS.contains(&method),
     };
     if !(of_2025 && task_flow) {
@@ -182,7 +187,7 @@ mod tests {
 
     fn method_after(message: Value) -> String {
         let bytes = serde_json::to_vec(&message).unwrap();
-        match renamed(&bytes) {
+        match renamed(&bytes, true) {
             Some(renamed) => {
                 let renamed: Value = serde_json::from_slice(&renamed).unwrap();
                 // Nothing but the method changes.
@@ -219,6 +224,9 @@ mod tests {
         let tools_of_2026 = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list",
             "params": {"_meta": {PROTOCOL_VERSION_META: "2026-07-28"}}});
         assert_eq!(method_after(tools_of_2026), "tools/list");
+        // Where no tool runs as a task, a listing has nothing to add and is left alone.
+        let listing = br#"{"jsonrpc":"2.0","id":6,"method":"tools/list"}"#;
+        assert!(renamed(listing, false).is_none());
         let listed = json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/list"});
         assert_eq!(
             method_after(listed),
@@ -234,8 +242,8 @@ mod tests {
             "params": {"taskId": "abc", "_meta": {PROTOCOL_VERSION_META: "2026-07-28"}}});
         assert_eq!(method_after(of_2026), "tasks/get");
         let response = json!({"jsonrpc": "2.0", "id": 5, "result": {"task": {}}});
-        assert!(renamed(&serde_json::to_vec(&response).unwrap()).is_none());
-        assert!(renamed(b"{\"task\": ").is_none());
+        assert!(renamed(&serde_json::to_vec(&response).unwrap(), true).is_none());
+        assert!(renamed(b"{\"task\": ", true).is_none());
     }
 
     fn initialize_answer(version: &str) -> Value {

@@ -141,7 +141,7 @@ impl<R: AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for LineTransp
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let renamed = legacy_tasks::renamed(line);
+            let renamed = legacy_tasks::renamed(line, crate::catalog::served_task_tools());
             let line = renamed.as_deref().unwrap_or(line);
             match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
                 Ok(message) => return Some(message),

@@ -254,7 +254,7 @@ fn post(
                     .into_response(StatusCode::BAD_REQUEST);
             }
         };
-        let body = match legacy_tasks::renamed(&body) {
+        let body = match legacy_tasks::renamed(&body, crate::catalog::served_task_tools()) {
             Some(renamed) => {
                 parts
                     .headers
