@@ -26,11 +26,17 @@ use serde_json::{Value, json};
 const APPLY_MS: &str = "1500";
 
 fn migration_server() -> (PluginDir, Server) {
+    migration_server_with(&[], APPLY_MS)
+}
+
+/// A server of the migration plugin started with `flags`, whose `migration.apply` works
+/// `apply_ms`.
+fn migration_server_with(flags: &[&str], apply_ms: &str) -> (PluginDir, Server) {
     let plugins = PluginDir::with(&["migration"]);
     let server = Server::http_with_env(
         plugins.path(),
-        &[],
-        &[("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", APPLY_MS)],
+        flags,
+        &[("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", apply_ms)],
     );
     (plugins, server)
 }
@@ -171,13 +177,8 @@ async fn a_step_run_as_a_task_holds_its_instance_until_it_ends_with_the_transiti
 /// the task works, and served once it has ended.
 #[tokio::test]
 async fn a_running_task_holds_its_place_in_its_plugins_pool() {
-    let plugins = PluginDir::with(&["migration"]);
-    let server = Server::http_with_env(
-        plugins.path(),
-        &["--plugin-pool", "1"],
-        // Longer than the second a call waits for a place before it is turned away.
-        &[("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", "4000")],
-    );
+    // The step works longer than the second a call waits for a place before it is turned away.
+    let (_plugins, server) = migration_server_with(&["--plugin-pool", "1"], "4000");
     let url = &server.url;
     let handle = backed_up(url).await;
     let created = apply_as_task(url, &handle).await;
@@ -264,12 +265,7 @@ async fn a_refused_call_starts_no_task() {
 
 #[tokio::test]
 async fn a_client_past_its_task_limit_is_refused_until_one_ends() {
-    let plugins = PluginDir::with(&["migration"]);
-    let server = Server::http_with_env(
-        plugins.path(),
-        &["--max-tasks-per-principal", "1"],
-        &[("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", APPLY_MS)],
-    );
+    let (_plugins, server) = migration_server_with(&["--max-tasks-per-principal", "1"], APPLY_MS);
     let url = &server.url;
     let (first, second) = (backed_up(url).await, backed_up(url).await);
     let running = apply_as_task(url, &first).await;
@@ -436,12 +432,7 @@ async fn a_task_that_ended_before_its_server_was_killed_is_read_completed_on_ano
 /// `resultType`.
 #[tokio::test]
 async fn a_2025_listing_says_which_tools_run_as_tasks_in_its_revisions_shape() {
-    let plugins = PluginDir::with(&["migration"]);
-    let server = Server::http_with_env(
-        plugins.path(),
-        &["--state-handle-key", "handle"],
-        &[("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", APPLY_MS)],
-    );
+    let (_plugins, server) = migration_server_with(&["--state-handle-key", "handle"], APPLY_MS);
     let handle = backed_up(&server.url).await;
     let session = open_session(&server.url).await;
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list",
@@ -565,12 +556,7 @@ fn an_sdk_client_reads_a_task_of_a_killed_server_failed_on_another_server() {
 /// `capabilities.tasks`, the tool's `execution.taskSupport`), with no `task` param of its own.
 #[test]
 fn the_typescript_sdk_runs_a_step_as_a_task_from_what_the_server_declares() {
-    let plugins = PluginDir::with(&["migration"]);
-    let server = Server::http_with_env(
-        plugins.path(),
-        &["--state-handle-key", "handle"],
-        &[("TURNSTILE_PLUGIN_MIGRATION_APPLY_MS", APPLY_MS)],
-    );
+    let (_plugins, server) = migration_server_with(&["--state-handle-key", "handle"], APPLY_MS);
     let output = common::run_ts_client("task_client.mjs", &[&server.url]);
     let seen = |why: &str| {
         format!(

@@ -97,7 +97,8 @@ pub(super) fn to_line(message: &ServerJsonRpcMessage) -> serde_json::Result<Vec<
             if answer.protocol_version == ProtocolVersion::V_2025_11_25 =>
         {
             let mut message = serde_json::to_value(message)?;
-            add_tasks_capability(&mut message);
+            // An `InitializeResult` always has its capabilities.
+            let _ = add_tasks_capability(&mut message);
             serde_json::to_vec(&message)
         }
         _ => serde_json::to_vec(message),
@@ -168,15 +169,17 @@ fn json_with_tasks_capability(json: &[u8]) -> Option<Bytes> {
     if agreed != ProtocolVersion::V_2025_11_25.as_str() {
         return None;
     }
-    message.pointer("/result/capabilities")?.as_object()?;
-    add_tasks_capability(&mut message);
+    add_tasks_capability(&mut message)?;
     serde_json::to_vec(&message).ok().map(Bytes::from)
 }
 
-fn add_tasks_capability(message: &mut Value) {
-    if let Some(Value::Object(capabilities)) = message.pointer_mut("/result/capabilities") {
-        capabilities.insert("tasks".to_owned(), tasks_capability());
-    }
+/// Adds the capability to an answer's `capabilities`; `None` if it has none.
+fn add_tasks_capability(message: &mut Value) -> Option<()> {
+    let capabilities = message
+        .pointer_mut("/result/capabilities")?
+        .as_object_mut()?;
+    capabilities.insert("tasks".to_owned(), tasks_capability());
+    Some(())
 }
 
 #[cfg(test)]

@@ -312,25 +312,19 @@ async fn post_through_rmcp(layer: &McpLayer, request: Request) -> Response {
     let response = layer.through_rmcp(Request::from_parts(parts, body)).await;
     if !is_plain_rejection(&response) {
         follow_handshake(&layer.handshakes, session.as_deref(), &response, &chunks);
-        if let (None, Some(holder), Some(opened)) =
-            (&session, holder, session_of(response.headers()))
-        {
+        // A response that opened a session: the `initialize` answer.
+        let Some(opened) = session_of(response.headers()).filter(|_| session.is_none()) else {
+            return response;
+        };
+        if let Some(holder) = holder {
             layer
                 .quotas
                 .opened(opened, holder, |id| layer.sessions.exists(id));
         }
-        if let (Some(owners), None, Some(principal), Some(opened)) = (
-            &layer.owners,
-            &session,
-            principal,
-            session_of(response.headers()),
-        ) {
+        if let (Some(owners), Some(principal)) = (&layer.owners, principal) {
             owners.opened(opened, principal, &layer.sessions);
         }
-        if session.is_none() && session_of(response.headers()).is_some() {
-            return legacy_tasks::with_tasks_capability(response).await;
-        }
-        return response;
+        return legacy_tasks::with_tasks_capability(response).await;
     }
     let chunks = std::mem::take(&mut *chunks.lock().unwrap_or_else(PoisonError::into_inner));
     as_json_rpc(response, &chunks.concat()).await
