@@ -5,7 +5,8 @@
 //!
 //! On a failure in the browser, a screenshot of the page is kept in
 //! `<target>/console-screenshots/` (CI keeps it). Without Chromium the browser test fails under
-//! `CI=true` and is skipped, saying why, elsewhere.
+//! `CI=true` and is skipped, saying why, elsewhere. One of them holds 100,000 instances (copied
+//! into the embedded store through its API, which takes seconds) to show the counts do not scan.
 
 mod common;
 
@@ -46,12 +47,11 @@ fn screenshots() -> PathBuf {
 /// How long a page may take to show what a step looks for.
 const PAGE: Duration = Duration::from_secs(10);
 
-/// The browser walk, step by step; `Err` says which step saw what.
-async fn walk(browser: &Browser, server: &mut common::Server) -> Result<(), String> {
-    let base = server.base();
-    let review = r#"td.count[data-workflow="invoice"][data-state="review"]"#;
+/// The workflows page's count of invoices in review.
+const REVIEW_COUNT: &str = r#"td.count[data-workflow="invoice"][data-state="review"]"#;
 
-    // Logging in: the console asks for a token, and takes the operator's.
+/// Logging in: the console at `base` asks for a token, and takes the operator's.
+async fn log_in(browser: &Browser, base: &str) -> Result<(), String> {
     browser.open(&format!("{base}/console")).await;
     let field = browser
         .wait_for("input#token", PAGE)
@@ -63,6 +63,36 @@ async fn walk(browser: &Browser, server: &mut common::Server) -> Result<(), Stri
         .await
         .ok_or("no login button")?;
     browser.click(&submit).await;
+    Ok(())
+}
+
+/// Waits until the workflows page says its counts update live.
+async fn live_updates_connected(browser: &Browser) -> Result<(), String> {
+    browser
+        .wait_for("p#live-status:not([hidden])", PAGE)
+        .await
+        .map(|_| ())
+        .ok_or_else(|| "the live updates did not connect".to_owned())
+}
+
+/// Whether a browser test may run here: `false` (saying why) where no Chromium is installed,
+/// outside CI; under `CI=true` its absence fails the test.
+fn browser_here() -> bool {
+    let Some(reason) = common::browser::missing() else {
+        return true;
+    };
+    if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+        panic!("the console's browser test cannot run: {reason}");
+    }
+    eprintln!("skipped: {reason}");
+    false
+}
+
+/// The browser walk, step by step; `Err` says which step saw what.
+async fn walk(browser: &Browser, server: &mut common::Server) -> Result<(), String> {
+    let base = server.base();
+    let review = REVIEW_COUNT;
+    log_in(browser, &base).await?;
 
     // The invoice workflow's diagram, with a box per state, and its counts.
     let diagram = r#"section.workflow[data-workflow="invoice"] svg.turnstile-graph"#;
@@ -79,11 +109,7 @@ async fn walk(browser: &Browser, server: &mut common::Server) -> Result<(), Stri
     }
     browser.wait_for_text(review, "0", PAGE).await?;
     // The live stream is open before the invoice moves: the count must change in place.
-    let live = "p#live-status:not([hidden])";
-    browser
-        .wait_for(live, PAGE)
-        .await
-        .ok_or("the live updates did not connect")?;
+    live_updates_connected(browser).await?;
     // The cell as this page shows it: a reloaded page would show another.
     let cell = browser.find(review).await.ok_or("no review count")?;
 
@@ -157,11 +183,7 @@ async fn walk(browser: &Browser, server: &mut common::Server) -> Result<(), Stri
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_operator_watches_an_invoice_arrive_finds_it_and_resets_it() {
-    if let Some(reason) = common::browser::missing() {
-        if std::env::var("CI").is_ok_and(|ci| ci == "true") {
-            panic!("the console's browser test cannot run: {reason}");
-        }
-        eprintln!("skipped: {reason}");
+    if !browser_here() {
         return;
     }
     let tokens = tokens();
@@ -176,6 +198,127 @@ async fn an_operator_watches_an_invoice_arrive_finds_it_and_resets_it() {
             "{failure}\nscreenshot: {shot:?}\npage:\n{page}\nserver log:\n{}",
             server.stderr()
         );
+    }
+    browser.quit().await;
+}
+
+/// How many invoices the console's scale test holds.
+const MANY: u64 = 100_000;
+
+/// Adds `copies` invoices to the embedded store `file`, each a copy of the one it holds under
+/// a handle of its own, owned by the same tenant: written through the store as a server
+/// writes a first save, so its indexes (the counts per state, the owners) count them.
+async fn fill_with_copies(file: &std::path::Path, copies: u64) {
+    use futures_util::{StreamExt, TryStreamExt};
+    use turnstile::store::{EmbeddedStore, StateStore, owner_of};
+
+    let store = EmbeddedStore::open(file)
+        .await
+        .expect("open the store file");
+    let keys = store.list_keys("handle/", None, 2).await.unwrap();
+    let [key] = &keys[..] else {
+        panic!("one instance to copy, not {keys:?}");
+    };
+    let owner = owner_of(key).expect("an owned instance");
+    let mut record = store.load(key).await.unwrap().expect("its record");
+    record.version = 1;
+    futures_util::stream::iter(0..copies)
+        .map(|_| {
+            let key = format!("handle/invoice-{}@{owner}", uuid::Uuid::new_v4().simple());
+            let (store, record) = (&store, &record);
+            async move { store.save(&key, record, 0).await }
+        })
+        .buffer_unordered(512)
+        .try_collect::<()>()
+        .await
+        .expect("every copy saved");
+    // Closing folds the journal into the file, as a server's clean stop does.
+    tokio::task::spawn_blocking(move || drop(store))
+        .await
+        .unwrap();
+}
+
+/// The browser part of the scale test: the page counts `MANY` in review, and a client's
+/// approval of `handle` shows on it within a second of its answer.
+async fn a_move_among_many(
+    browser: &Browser,
+    server: &common::Server,
+    handle: &str,
+) -> Result<Duration, String> {
+    log_in(browser, &server.base()).await?;
+    browser
+        .wait_for_text(REVIEW_COUNT, &MANY.to_string(), PAGE)
+        .await?;
+    live_updates_connected(browser).await?;
+    let cell = browser.find(REVIEW_COUNT).await.ok_or("no review count")?;
+
+    let client = common::Client::http_as(&server.url, ALICE).await;
+    let approved = client
+        .call("invoice.approve", json!({ "handle": handle }))
+        .await;
+    let answered = std::time::Instant::now();
+    if approved.structured_content.as_ref().map(|s| &s["state"]) != Some(&json!("approved")) {
+        return Err(format!("the approval was not made: {approved:?}"));
+    }
+    browser
+        .wait_for_text(
+            REVIEW_COUNT,
+            &(MANY - 1).to_string(),
+            Duration::from_secs(1),
+        )
+        .await
+        .map_err(|seen| format!("within a second of the approval: {seen}"))?;
+    let shown = answered.elapsed();
+    let approved_count = r#"td.count[data-workflow="invoice"][data-state="approved"]"#;
+    browser.wait_for_text(approved_count, "1", PAGE).await?;
+    if browser.find(REVIEW_COUNT).await.as_ref() != Some(&cell) {
+        return Err("the count changed only with a reload of the page".into());
+    }
+    client.close().await;
+    Ok(shown)
+}
+
+/// Over 100,000 invoices the workflows page counts them all, and a client's move shows on the
+/// open page within a second: the counts are the store's index, read again on each change, not
+/// a scan of what is stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn over_a_hundred_thousand_instances_a_move_shows_within_a_second() {
+    if !browser_here() {
+        return;
+    }
+    let tokens = tokens();
+    let plugins = common::PluginDir::with(&["invoice"]);
+    let data = tempfile::tempdir().expect("temp dir");
+    let flags = [
+        "--state-handle-key",
+        "handle",
+        "--auth-token-file",
+        tokens.arg(),
+    ];
+    let mut server = common::Server::http_in(plugins.path(), data.path(), &flags);
+    let client = common::Client::http_as(&server.url, ALICE).await;
+    let handle = common::handle_of(&client.call("invoice.submit", json!({"amount": 5})).await);
+    client.close().await;
+    server.stop();
+
+    let filling = std::time::Instant::now();
+    fill_with_copies(&data.path().join("state.redb"), MANY - 1).await;
+    eprintln!("{} invoices stored in {:?}", MANY, filling.elapsed());
+
+    let server = common::Server::http_in(plugins.path(), data.path(), &flags);
+    let browser = Browser::start().await;
+    match a_move_among_many(&browser, &server, &handle).await {
+        Ok(shown) => eprintln!("the move showed {shown:?} after the approval's answer"),
+        Err(failure) => {
+            let shot = browser
+                .screenshot(&screenshots(), "a_move_among_many")
+                .await;
+            let page = browser.source().await;
+            panic!(
+                "{failure}\nscreenshot: {shot:?}\npage:\n{page}\nserver log:\n{}",
+                server.stderr()
+            );
+        }
     }
     browser.quit().await;
 }
