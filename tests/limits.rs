@@ -607,6 +607,81 @@ async fn one_principal_holds_at_most_its_share_of_instances_on_every_server() {
     .await;
 }
 
+/// `--max-instances-per-principal` holds for mints racing on several servers: sixteen mints
+/// by one principal, half through each of two servers sharing `store`, each in flight for
+/// 300 ms, make at most the limit of instances, the others refused with `QUOTA_EXCEEDED`; and
+/// the refused ones' places are given back, so that mints one at a time then fill exactly the
+/// room left. (Counted per server, each server let three through.)
+async fn racing_mints_on_two_servers_stay_within_the_limit(store: &str) {
+    const LIMIT: usize = 3;
+    let plugins = PluginDir::with(&["testkit"]);
+    let file = TokenFile::with("alice s3cret-alice\n");
+    let namespace = format!("race_{}", uuid::Uuid::new_v4().simple());
+    let limit = LIMIT.to_string();
+    let serve = || {
+        Server::http(
+            plugins.path(),
+            &[
+                "--auth-token-file",
+                file.arg(),
+                "--state-handle-key",
+                "--store",
+                store,
+                "--store-namespace",
+                &namespace,
+                "--max-instances-per-principal",
+                &limit,
+            ],
+        )
+    };
+    let (one, two) = (serve(), serve());
+    let alice = [
+        Client::http_as(&one.url, "s3cret-alice").await,
+        Client::http_as(&two.url, "s3cret-alice").await,
+    ];
+    let slow_mint = json!({"sleep_ms": 300});
+    let racing = futures_util::future::join_all(
+        (0..16).map(|n| alice[n % 2].call("testkit.go", slow_mint.clone())),
+    )
+    .await;
+    let minted = racing.iter().filter(|r| r.is_error != Some(true)).count();
+    for refused in racing.iter().filter(|r| r.is_error == Some(true)) {
+        assert_eq!(common::error_code(refused), "QUOTA_EXCEEDED", "{refused:?}");
+    }
+    assert!(
+        (1..=LIMIT).contains(&minted),
+        "{minted} of 16 racing mints made instances, with a limit of {LIMIT}"
+    );
+    // The room left, and no more, one mint at a time, through either server.
+    for n in minted..LIMIT {
+        let made = alice[n % 2].call("testkit.go", json!({})).await;
+        assert_ne!(
+            made.is_error,
+            Some(true),
+            "mint {} of {LIMIT}: {made:?}",
+            n + 1
+        );
+    }
+    for client in &alice {
+        let refused = client.call("testkit.go", json!({})).await;
+        assert_eq!(
+            common::error_code(&refused),
+            "QUOTA_EXCEEDED",
+            "{refused:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_mints_on_two_servers_stay_within_the_limit_on_redis() {
+    racing_mints_on_two_servers_stay_within_the_limit(&common::reachable_redis_url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_mints_on_two_servers_stay_within_the_limit_on_postgres() {
+    racing_mints_on_two_servers_stay_within_the_limit(&common::reachable_postgres_url()).await;
+}
+
 /// Issue 39, item 3: `--max-record-bytes` bounds what one instance's record may hold. Arguments
 /// that alone exceed it are refused before the plugin runs; a call whose result would put the
 /// record over it (here: its output, remembered for an idempotency key) saves and fires nothing;

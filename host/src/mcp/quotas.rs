@@ -17,12 +17,13 @@
 //! - **Mints**: a token bucket per holder (`--mint-rate` per second, `--mint-burst` at once).
 //! - **Instances** (`--max-instances-per-principal`): the handle-keyed instances a principal's
 //!   tenant holds in the store, counted by the store's owner index (`store/owned.rs`) before each
-//!   mint, plus the mints of its in flight on this server (each holds a place until its call
-//!   settles, waiting for a person included), so the bound holds across restarts and, on one
-//!   server, under any concurrency. Mints racing on several servers may each see room for one
-//!   more: the bound can be passed by the mints in flight on the other servers at that moment.
-//!   Without authentication an instance belongs to no one (its handle is the only key to it), so
-//!   there is nothing to count it against: the mint rate per address bounds such a client.
+//!   mint, plus its mints in flight (each holds a place until its call settles, waiting for a
+//!   person included), so the bound holds across restarts and under any concurrency. On a
+//!   shared store the places are the store's (`StateStore::reserve_owned`), taken before the
+//!   count, so mints racing on several servers count each other; on one no other process
+//!   shares, this server counts its own. Without authentication an instance belongs to no one
+//!   (its handle is the only key to it), so there is nothing to count it against: the mint rate
+//!   per address bounds such a client.
 //! - **Tasks** (`--max-tasks-per-principal`): a place per task not ended, taken before the task
 //!   is created and given back when it ends (completed, failed or cancelled), on this server: a
 //!   call past it is answered `QUOTA_EXCEEDED`, and nothing ran.
@@ -334,27 +335,120 @@ impl Quotas {
     }
 
     /// A place for one more instance of `holder`, whose instances belong to `tenant`, if the
-    /// ones it holds in the store and its mints in flight here come to less than its limit
-    /// (`None`: no limit is set). Keep the place until the mint has settled: saved, or not.
+    /// ones it holds in the store and its mints in flight come to less than its limit (`None`:
+    /// no limit is set). Keep the place until the mint has settled: saved, or not.
+    ///
+    /// On a store shared by several servers, the mints in flight are counted by the store's
+    /// places ([`StateStore::reserve_owned`]), every server's; on one no other process shares,
+    /// or one that keeps no places, by this server's own count.
     pub async fn reserve_instance(
         self: &Arc<Self>,
-        store: &dyn StateStore,
+        store: &Arc<dyn StateStore>,
         tenant: &Tenant,
         holder: &Holder,
-    ) -> Result<Result<Option<Place>, OverQuota>, StoreError> {
+    ) -> Result<Result<Option<InstancePlace>, OverQuota>, StoreError> {
         let Some(limit) = self.limits.instances else {
             return Ok(Ok(None));
         };
-        let mut held = store.count_owned(tenant.as_str()).await?;
-        if held >= limit {
-            // Before refusing: whether every place counted is still an instance.
-            held = store.recount_owned(tenant.as_str()).await?;
+        let owner = tenant.as_str();
+        let reservation = uuid::Uuid::new_v4().simple().to_string();
+        if let Some(places) = store
+            .reserve_owned(owner, &reservation, RESERVATION_TTL)
+            .await?
+        {
+            // Given back on every way out from here, the refusal and a store error included.
+            let place = StoreReservation {
+                store: Arc::clone(store),
+                owner: owner.into(),
+                reservation,
+            };
+            // Taken before counting: a mint racing this one on any server is then counted by
+            // one of the two, as a place or as the record it saved.
+            if held_within(store.as_ref(), owner, places, limit).await? {
+                return Ok(Ok(Some(InstancePlace::Store(place))));
+            }
+            return Ok(Err(over_instances(limit, holder)));
         }
+        let held = held_now(store.as_ref(), owner, limit).await?;
         let held = usize::try_from(held).unwrap_or(usize::MAX);
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         Ok(self
             .take_place(Kind::Minting, holder, || held, limit)
-            .map(Some))
+            .map(|place| Some(InstancePlace::Here(place))))
+    }
+}
+
+/// How long a place held in the store for a mint lives unless given back: past the longest a
+/// mint should take, a person's answer included, and what a server that died mid-mint costs
+/// its owner until then.
+const RESERVATION_TTL: Duration = Duration::from_secs(300);
+
+/// How many records `owner` holds, counted again before a count at `limit` refuses: whether
+/// every place counted is still an instance ([`StateStore::recount_owned`]).
+async fn held_now(store: &dyn StateStore, owner: &str, limit: u64) -> Result<u64, StoreError> {
+    let held = store.count_owned(owner).await?;
+    if held < limit {
+        return Ok(held);
+    }
+    store.recount_owned(owner).await
+}
+
+/// Whether `owner`'s records and its `places` held (its mint's included) stay within `limit`.
+async fn held_within(
+    store: &dyn StateStore,
+    owner: &str,
+    places: u64,
+    limit: u64,
+) -> Result<bool, StoreError> {
+    // The room the other mints in flight leave; this one needs a place in it beside the
+    // records.
+    let others = places.saturating_sub(1);
+    let Some(room) = limit.checked_sub(others).filter(|room| *room > 0) else {
+        return Ok(false);
+    };
+    Ok(held_now(store, owner, room).await? < room)
+}
+
+/// The refusal of a mint past `--max-instances-per-principal`.
+fn over_instances(limit: u64, holder: &Holder) -> OverQuota {
+    OverQuota {
+        what: "instances",
+        limit: limit.to_string(),
+        holder: holder.to_string(),
+        // Instances go only when their holder finishes or deletes them.
+        retry_after: None,
+    }
+}
+
+/// A mint's place under `--max-instances-per-principal`, held until the mint settles.
+pub enum InstancePlace {
+    /// Counted by this server ([`Quotas`]).
+    Here(Place),
+    /// Held in the shared store.
+    Store(StoreReservation),
+}
+
+/// A place held in the shared store ([`StateStore::reserve_owned`]), given back when dropped:
+/// in a task of its own, since a drop cannot wait; if that fails the place expires.
+pub struct StoreReservation {
+    store: Arc<dyn StateStore>,
+    owner: Box<str>,
+    reservation: String,
+}
+
+impl Drop for StoreReservation {
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = Arc::clone(&self.store);
+        let owner = std::mem::take(&mut self.owner);
+        let reservation = std::mem::take(&mut self.reservation);
+        runtime.spawn(async move {
+            if let Err(error) = store.release_owned(&owner, &reservation).await {
+                tracing::debug!(%error, owner = %owner, "a mint's place was not given back; it expires");
+            }
+        });
     }
 }
 
@@ -373,7 +467,7 @@ mod tests {
             instances: Some(2),
             ..QuotaLimits::default()
         });
-        let store = crate::store::MemoryStore::default();
+        let store: Arc<dyn StateStore> = Arc::new(crate::store::MemoryStore::default());
         let (tenant, holder) = (Tenant::of("alice"), alice());
         let reserve = || quotas.reserve_instance(&store, &tenant, &holder);
         let first = reserve().await.unwrap().unwrap();
@@ -382,6 +476,25 @@ mod tests {
         assert_eq!((refused.what, refused.retry_after), ("instances", None));
         drop(first);
         assert!(reserve().await.unwrap().is_ok());
+    }
+
+    /// With places held in a shared store, a mint goes on only if the owner's records and
+    /// every place held (its own included) stay within the limit.
+    #[tokio::test]
+    async fn places_held_elsewhere_count_with_the_records() {
+        let store = crate::store::MemoryStore::default();
+        let record =
+            crate::store::InstanceRecord::new("w", serde_json::json!({"value": "x"}), 1, 0);
+        store.save("handle/a-1@alice", &record, 0).await.unwrap();
+        let within = async |places| held_within(&store, "alice", places, 3).await.unwrap();
+        // One record: this mint's place and one more fit; a third place does not.
+        assert!(within(1).await);
+        assert!(within(2).await);
+        assert!(!within(3).await);
+        assert!(!within(4).await, "more places than the limit");
+        store.save("handle/a-2@alice", &record, 0).await.unwrap();
+        assert!(within(1).await);
+        assert!(!within(2).await);
     }
 
     #[test]

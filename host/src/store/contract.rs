@@ -219,6 +219,11 @@ pub fn cases() -> Vec<Case> {
         ),
         case!(
             Records,
+            places_for_mints_are_counted_in_one_order_given_back_and_expire,
+            "reserve_owned counts an owner's live places with the new one, atomically; release_owned and expiry give them back"
+        ),
+        case!(
+            Records,
             counts_by_state_follow_saves_moves_and_deletes,
             "count_by_state follows saves, moves and deletes"
         ),
@@ -1198,6 +1203,53 @@ async fn keeps_machines_by_version(store: Arc<dyn StateStore>) {
         0,
         "machines are not instances"
     );
+}
+
+async fn places_for_mints_are_counted_in_one_order_given_back_and_expire(
+    store: Arc<dyn StateStore>,
+) {
+    const LONG: Duration = Duration::from_secs(60);
+    let Some(first) = store.reserve_owned("alice", "m1", LONG).await.unwrap() else {
+        // A store that keeps no places: its server counts its own mints. It says so every time.
+        assert_eq!(
+            store.reserve_owned("alice", "m2", LONG).await.unwrap(),
+            None
+        );
+        store.release_owned("alice", "m1").await.unwrap();
+        return;
+    };
+    assert_eq!(first, 1);
+    let reserve = async |owner: &str, id: &str, ttl: Duration| {
+        store.reserve_owned(owner, id, ttl).await.unwrap().unwrap()
+    };
+    assert_eq!(reserve("alice", "m2", LONG).await, 2);
+    assert_eq!(
+        reserve("bob", "b1", LONG).await,
+        1,
+        "each owner has its own"
+    );
+    assert_eq!(
+        reserve("ali", "x1", LONG).await,
+        1,
+        "an owner is named whole"
+    );
+    store.release_owned("alice", "m1").await.unwrap();
+    store.release_owned("alice", "never-held").await.unwrap();
+    assert_eq!(reserve("alice", "m3", LONG).await, 2, "m2 and m3");
+    // A place not given back lapses (a server that died mid-mint).
+    assert_eq!(reserve("alice", "m4", Duration::from_millis(300)).await, 3);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(reserve("alice", "m5", LONG).await, 3, "m2, m3 and m5");
+    // Places are not records.
+    assert_eq!(store.count_owned("alice").await.unwrap(), 0);
+    assert_eq!(store.count("").await.unwrap(), 0);
+    // Racing places are counted in one order: each sees those before it, none twice.
+    let ids: Vec<String> = (0..20).map(|n| format!("c{n}")).collect();
+    let racing =
+        futures_util::future::join_all(ids.iter().map(|id| reserve("carol", id, LONG))).await;
+    let mut seen = racing.clone();
+    seen.sort_unstable();
+    assert_eq!(seen, (1..=20).collect::<Vec<u64>>(), "{racing:?}");
 }
 
 async fn marks_are_kept_and_replaced(store: Arc<dyn StateStore>) {

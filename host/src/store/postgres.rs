@@ -58,6 +58,7 @@ use super::{
     chain, check_key, check_save, conflict, format, invalid, redact,
 };
 
+mod reservations;
 mod state_counts;
 mod tombstones;
 
@@ -389,12 +390,14 @@ impl PostgresStore {
              );
              CREATE TABLE IF NOT EXISTS {marks} (name text PRIMARY KEY, value bigint NOT NULL);
              {counts}
-             {tombstones}",
+             {tombstones}
+             {reservations}",
             m = self.machines,
             marks = marks_table(t),
             a = audit_table(t),
             counts = state_counts::ddl(t),
             tombstones = tombstones::ddl(t),
+            reservations = reservations::ddl(t),
         );
         self.bounded("migrate", async {
             let mut client = self.pool.get().await.map_err(|e| self.down("connect", e))?;
@@ -613,7 +616,7 @@ impl PostgresStore {
     #[cfg(test)]
     pub(super) async fn destroy_namespace(&self) -> Result<(), StoreError> {
         let sql = format!(
-            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}, {}, {}; DROP FUNCTION IF EXISTS {}",
+            "DROP TABLE IF EXISTS {}, {}, {}, {}, {}, {}, {}, {}; DROP FUNCTION IF EXISTS {}",
             audit_table(&self.table),
             marks_table(&self.table),
             self.table,
@@ -621,6 +624,7 @@ impl PostgresStore {
             state_counts::counts_table(&self.table),
             state_counts::built_table(&self.table),
             tombstones::table(&self.table),
+            reservations::table(&self.table),
             state_counts::trigger_function(&self.table),
         );
         self.bounded("drop table", async {
@@ -937,6 +941,19 @@ impl StateStore for PostgresStore {
         self.execute("save mark", &self.sql.save_mark, &[&name, &value])
             .await
             .map(|_| ())
+    }
+
+    async fn reserve_owned(
+        &self,
+        owner: &str,
+        reservation: &str,
+        ttl: Duration,
+    ) -> Result<Option<u64>, StoreError> {
+        self.reserve(owner, reservation, ttl).await.map(Some)
+    }
+
+    async fn release_owned(&self, owner: &str, reservation: &str) -> Result<(), StoreError> {
+        self.release(owner, reservation).await
     }
 
     async fn load_machine(

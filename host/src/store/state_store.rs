@@ -221,6 +221,35 @@ pub trait StateStore: Send + Sync {
         Ok(found)
     }
 
+    /// Holds a place, named `reservation` (unique to one mint), for a record `owner` is about
+    /// to create, alive for `ttl` unless [`Self::release_owned`] gives it back first; returns
+    /// how many of `owner`'s places are held, this one included, counted in the same atomic
+    /// step that adds it (expired ones dropped). `--max-instances-per-principal` on servers
+    /// sharing the store: a mint takes its place first, then counts the owner's records
+    /// ([`Self::count_owned`]), and goes on only if the records and the places together stay
+    /// within the limit (else it gives its place back). Two racing mints then each count the
+    /// other, as a place or, once saved, as a record: the bound holds on any number of servers,
+    /// and a race lost near it refuses rather than passes. A mint holds its place until it
+    /// settles (saved, failed or refused), and gives it back after its save.
+    ///
+    /// `None`: the store keeps no places. The default, right for a store no other process
+    /// shares (memory, embedded), where the server counts its own mints in flight; a shared
+    /// store without them bounds mints per server only.
+    async fn reserve_owned(
+        &self,
+        _owner: &str,
+        _reservation: &str,
+        _ttl: Duration,
+    ) -> Result<Option<u64>, StoreError> {
+        Ok(None)
+    }
+
+    /// Gives back the place [`Self::reserve_owned`] held under `reservation` for `owner`
+    /// (already gone, or never held: nothing to do).
+    async fn release_owned(&self, _owner: &str, _reservation: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// How many records each workflow has, by machine version and by state, as the rule of
     /// `state_counts.rs` counts them (a record once under its workflow, and once under each state
     /// path active in it). Every store keeps these counts in the same atomic write as each

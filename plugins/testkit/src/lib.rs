@@ -9,7 +9,8 @@
 //! - workflow `testkit` (`idle` --GO--> `done` --RESET--> `idle`; `GO` guarded by this plugin's
 //!   named guard `testkit.allows`, false when the call's `word` is the guard's `params.deny`,
 //!   `"stop"`) with `testkit.go` (bound to
-//!   `idle`, fires `GO`; fails with a tool error when its input has `"fail": true`, panics with
+//!   `idle`, fires `GO`; sleeps `sleep_ms` first; fails with a tool error when its input has
+//!   `"fail": true`, panics with
 //!   `"panic": true`, and breaks its declared `output_schema` with `"bad_output": true`) and
 //!   `testkit.reset` (bound to `done`, fires `RESET`; sleeps `sleep_ms` first, or up to
 //!   `watch_ms` while polling for cancellation), to check that a
@@ -54,6 +55,8 @@ struct GoInput {
     panic: bool,
     bad_output: bool,
     abort: bool,
+    /// Milliseconds to sleep first: a mint in flight that long, for the racing tests.
+    sleep_ms: u64,
 }
 
 #[derive(Deserialize)]
@@ -144,7 +147,8 @@ impl Plugin for Testkit {
                             "panic": {"type": "boolean"},
                             "bad_output": {"type": "boolean"},
                             "word": {"type": "string"},
-                            "abort": {"type": "boolean"}
+                            "abort": {"type": "boolean"},
+                            "sleep_ms": {"type": "integer", "minimum": 0}
                         }
                     }),
                 )
@@ -215,6 +219,7 @@ impl Plugin for Testkit {
             })),
             "testkit.go" => {
                 let go: GoInput = parse_input(input)?;
+                thread::sleep(Duration::from_millis(go.sleep_ms.min(MAX_SLEEP_MS)));
                 if go.panic {
                     panic!("testkit.go was asked to panic");
                 }

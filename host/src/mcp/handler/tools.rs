@@ -333,7 +333,7 @@ impl TurnstileServer {
                 && let Some(tenant) = &key.tenant
                 && let Some(holder) = self.caller(&context).quota_holder()
             {
-                let store = self.shared.store.as_ref();
+                let store = &self.shared.store;
                 let quotas = &self.shared.quotas;
                 let refused = match quotas.reserve_instance(store, tenant, &holder).await {
                     Ok(Ok(place)) => {

@@ -157,6 +157,12 @@ impl Layout {
         format!("{}:mark:{name}", self.namespace)
     }
 
+    /// The places held for `owner`'s mints in flight (`reservations.rs`): one key, in no
+    /// shard, like a mark.
+    pub fn reserved(&self, owner: &str) -> String {
+        format!("{}:reserved:{owner}", self.namespace)
+    }
+
     /// The change channel of `key`: sharded pub/sub on a cluster, so a message goes to the
     /// master owning the key's slot and to the servers subscribed there, not to every node.
     pub fn changed(&self, key: &str) -> String {

@@ -51,6 +51,7 @@
 mod due;
 mod layout;
 mod link;
+mod reservations;
 mod state_counts;
 mod tombstones;
 
@@ -1068,6 +1069,19 @@ impl StateStore for RedisStore {
         let (min, max) = (format!("[{owner}\0"), format!("({owner}\u{1}"));
         self.count_in_shards("count owned", Layout::owned, min.as_bytes(), max.as_bytes())
             .await
+    }
+
+    async fn reserve_owned(
+        &self,
+        owner: &str,
+        reservation: &str,
+        ttl: Duration,
+    ) -> Result<Option<u64>, StoreError> {
+        self.reserve(owner, reservation, ttl).await.map(Some)
+    }
+
+    async fn release_owned(&self, owner: &str, reservation: &str) -> Result<(), StoreError> {
+        self.release(owner, reservation).await
     }
 
     /// Each shard's owner index from the owner's first member past `after`, merged.
