@@ -190,16 +190,31 @@ async fn an_operator_watches_an_invoice_arrive_finds_it_and_resets_it() {
     let (_plugins, mut server) = console_server(&tokens);
     let browser = Browser::start().await;
     if let Err(failure) = walk(&browser, &mut server).await {
-        let shot = browser
-            .screenshot(&screenshots(), "an_operator_watches_an_invoice_arrive")
-            .await;
-        let page = browser.source().await;
-        panic!(
-            "{failure}\nscreenshot: {shot:?}\npage:\n{page}\nserver log:\n{}",
-            server.stderr()
-        );
+        failed_in_browser(
+            &browser,
+            "an_operator_watches_an_invoice_arrive",
+            &failure,
+            &server,
+        )
+        .await;
     }
     browser.quit().await;
+}
+
+/// Fails the test with what the browser showed: `failure`, a screenshot kept as `name`, the
+/// page's source and the server's log.
+async fn failed_in_browser(
+    browser: &Browser,
+    name: &str,
+    failure: &str,
+    server: &common::Server,
+) -> ! {
+    let shot = browser.screenshot(&screenshots(), name).await;
+    let page = browser.source().await;
+    panic!(
+        "{failure}\nscreenshot: {shot:?}\npage:\n{page}\nserver log:\n{}",
+        server.stderr()
+    );
 }
 
 /// How many invoices the console's scale test holds.
@@ -309,16 +324,7 @@ async fn over_a_hundred_thousand_instances_a_move_shows_within_a_second() {
     let browser = Browser::start().await;
     match a_move_among_many(&browser, &server, &handle).await {
         Ok(shown) => eprintln!("the move showed {shown:?} after the approval's answer"),
-        Err(failure) => {
-            let shot = browser
-                .screenshot(&screenshots(), "a_move_among_many")
-                .await;
-            let page = browser.source().await;
-            panic!(
-                "{failure}\nscreenshot: {shot:?}\npage:\n{page}\nserver log:\n{}",
-                server.stderr()
-            );
-        }
+        Err(failure) => failed_in_browser(&browser, "a_move_among_many", &failure, &server).await,
     }
     browser.quit().await;
 }

@@ -618,22 +618,14 @@ async fn racing_mints_on_two_servers_stay_within_the_limit(store: &str) {
     let file = TokenFile::with("alice s3cret-alice\n");
     let namespace = format!("race_{}", uuid::Uuid::new_v4().simple());
     let limit = LIMIT.to_string();
-    let serve = || {
-        Server::http(
-            plugins.path(),
-            &[
-                "--auth-token-file",
-                file.arg(),
-                "--state-handle-key",
-                "--store",
-                store,
-                "--store-namespace",
-                &namespace,
-                "--max-instances-per-principal",
-                &limit,
-            ],
-        )
-    };
+    let flags = [
+        "--auth-token-file",
+        file.arg(),
+        "--state-handle-key",
+        "--max-instances-per-principal",
+        &limit,
+    ];
+    let serve = || Server::sharing(plugins.path(), store, &namespace, &flags);
     let (one, two) = (serve(), serve());
     let alice = [
         Client::http_as(&one.url, "s3cret-alice").await,
