@@ -289,6 +289,41 @@ async fn a_client_past_its_task_limit_is_refused_until_one_ends() {
     assert_eq!(step(url, &second).await, "applied");
 }
 
+/// `--max-tasks-per-principal` counts a client's tasks on every server sharing the store: with
+/// a task working on one server, the client's next task on the other is refused and nothing
+/// ran; once the first ended, the other server starts it.
+#[tokio::test]
+async fn a_task_limit_holds_across_servers_sharing_the_store() {
+    let store = common::reachable_redis_url();
+    let plugins = PluginDir::with(&["migration"]);
+    let limit = ["--max-tasks-per-principal", "1"];
+    let (a, b, _data, _namespace) = two_servers(&plugins, &store, APPLY_MS, &limit);
+    let (first, second) = (backed_up(&a.url).await, backed_up(&b.url).await);
+    let running = task_id_of(&apply_as_task(&a.url, &first).await);
+
+    let refused = apply_as_task(&b.url, &second).await;
+    assert_eq!(
+        refused["structuredContent"]["error"]["code"], "QUOTA_EXCEEDED",
+        "{refused}"
+    );
+    assert!(refused.get("taskId").is_none(), "{refused}");
+    assert_eq!(step(&b.url, &second).await, "backed_up");
+
+    assert_eq!(ended(&a.url, &running).await["status"], "completed");
+    // The first task's place is given back as it ends, on its own server's time.
+    let mut started = apply_as_task(&b.url, &second).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while started["structuredContent"]["error"]["code"] == "QUOTA_EXCEEDED"
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        started = apply_as_task(&b.url, &second).await;
+    }
+    let started = task_id_of(&started);
+    assert_eq!(ended(&b.url, &started).await["status"], "completed");
+    assert_eq!(step(&a.url, &second).await, "applied");
+}
+
 /// A binding's `on_cancel`: a step cancelled mid-run fires that event (the rollout is stopped,
 /// not left ready), and the trail says the cancel did it.
 #[tokio::test]

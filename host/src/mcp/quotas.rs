@@ -19,14 +19,17 @@
 //!   tenant holds in the store, counted by the store's owner index (`store/owned.rs`) before each
 //!   mint, plus its mints in flight (each holds a place until its call settles, waiting for a
 //!   person included), so the bound holds across restarts and under any concurrency. On a
-//!   shared store the places are the store's (`StateStore::reserve_owned`), taken before the
+//!   shared store the places are the store's (`StateStore::reserve_place`), taken before the
 //!   count, so mints racing on several servers count each other; on one no other process
 //!   shares, this server counts its own. Without authentication an instance belongs to no one
 //!   (its handle is the only key to it), so there is nothing to count it against: the mint rate
 //!   per address bounds such a client.
 //! - **Tasks** (`--max-tasks-per-principal`): a place per task not ended, taken before the task
-//!   is created and given back when it ends (completed, failed or cancelled), on this server: a
-//!   call past it is answered `QUOTA_EXCEEDED`, and nothing ran.
+//!   is created and given back when it ends (completed, failed or cancelled), in the shared
+//!   store (every server's counted together) or on this server: a call past it is answered
+//!   `QUOTA_EXCEEDED`, and nothing ran.
+
+mod store_place;
 
 use std::{
     net::IpAddr,
@@ -39,6 +42,7 @@ use std::{
 
 use dashmap::DashMap;
 
+use self::store_place::StorePlace;
 use crate::mcp::auth::principal::Principal;
 use crate::{
     actors::Tenant,
@@ -69,6 +73,17 @@ impl Holder {
             (Some(principal), _) => Some(Holder::Principal(principal.0.as_str().into())),
             (None, Some(address)) => Some(Holder::Address(address.0)),
             (None, None) => None,
+        }
+    }
+}
+
+impl Holder {
+    /// The scope of this holder's places of `kind` in a shared store
+    /// ([`StateStore::reserve_place`]).
+    fn scope(&self, kind: &str) -> String {
+        match self {
+            Holder::Principal(principal) => format!("{kind}:principal:{principal}"),
+            Holder::Address(address) => format!("{kind}:address:{address}"),
         }
     }
 }
@@ -236,13 +251,26 @@ impl Quotas {
         self.take_place(Kind::Stream, holder, || 0, max).map(Some)
     }
 
-    /// A place for a new task of `holder`'s, if it has fewer than its limit not ended on this
-    /// server; `None` without a limit. The task holds it until it ends.
-    pub fn admit_task(self: &Arc<Self>, holder: &Holder) -> Result<Option<Place>, OverQuota> {
+    /// A place for a new task of `holder`'s, if it has fewer than its limit not ended (`None`:
+    /// no limit is set): on every server sharing `store`, through the store's places, or on
+    /// this one where the store keeps none. The task holds it until it ends.
+    pub async fn admit_task(
+        self: &Arc<Self>,
+        store: &Arc<dyn StateStore>,
+        holder: &Holder,
+    ) -> Result<Result<Option<QuotaPlace>, OverQuota>, StoreError> {
         let Some(max) = self.limits.tasks else {
-            return Ok(None);
+            return Ok(Ok(None));
         };
-        self.take_place(Kind::Task, holder, || 0, max).map(Some)
+        if let Some((place, places)) = StorePlace::take(store, holder.scope("tasks")).await? {
+            if places <= max as u64 {
+                return Ok(Ok(Some(QuotaPlace::Store(place))));
+            }
+            return Ok(Err(over_quota(Kind::Task, max.to_string(), holder)));
+        }
+        Ok(self
+            .take_place(Kind::Task, holder, || 0, max)
+            .map(|place| Some(QuotaPlace::Here(place))))
     }
 
     /// A place of `kind` for `holder`, if what it `held` (counted elsewhere) and the places of
@@ -257,23 +285,7 @@ impl Quotas {
     ) -> Result<Place, OverQuota> {
         let mut taken = self.places(kind).entry(holder.clone()).or_insert(0);
         if held() + *taken >= max {
-            return Err(OverQuota {
-                what: match kind {
-                    Kind::Opening => "sessions",
-                    Kind::Stream => "event streams",
-                    Kind::Minting => "instances",
-                    Kind::Task => "running tasks",
-                },
-                limit: max.to_string(),
-                holder: holder.to_string(),
-                // Instances go only when their holder finishes or deletes them.
-                retry_after: match kind {
-                    Kind::Minting => None,
-                    Kind::Opening | Kind::Stream => Some(Duration::from_secs(5)),
-                    // A task goes when it ends: its client can follow them.
-                    Kind::Task => Some(Duration::from_secs(1)),
-                },
-            });
+            return Err(over_quota(kind, max.to_string(), holder));
         }
         *taken += 1;
         Ok(Place {
@@ -339,49 +351,56 @@ impl Quotas {
     /// no limit is set). Keep the place until the mint has settled: saved, or not.
     ///
     /// On a store shared by several servers, the mints in flight are counted by the store's
-    /// places ([`StateStore::reserve_owned`]), every server's; on one no other process shares,
-    /// or one that keeps no places, by this server's own count.
+    /// places ([`StateStore::reserve_place`]), every server's, taken before the records are
+    /// counted; on one no other process shares, or one that keeps no places, by this server's
+    /// own count.
     pub async fn reserve_instance(
         self: &Arc<Self>,
         store: &Arc<dyn StateStore>,
         tenant: &Tenant,
         holder: &Holder,
-    ) -> Result<Result<Option<InstancePlace>, OverQuota>, StoreError> {
+    ) -> Result<Result<Option<QuotaPlace>, OverQuota>, StoreError> {
         let Some(limit) = self.limits.instances else {
             return Ok(Ok(None));
         };
         let owner = tenant.as_str();
-        let reservation = uuid::Uuid::new_v4().simple().to_string();
-        if let Some(places) = store
-            .reserve_owned(owner, &reservation, RESERVATION_TTL)
-            .await?
-        {
-            // Given back on every way out from here, the refusal and a store error included.
-            let place = StoreReservation {
-                store: Arc::clone(store),
-                owner: owner.into(),
-                reservation,
-            };
-            // Taken before counting: a mint racing this one on any server is then counted by
-            // one of the two, as a place or as the record it saved.
+        let scope = format!("instances:{owner}");
+        // A refusal, or a store error while counting, drops the place: it is given back.
+        if let Some((place, places)) = StorePlace::take(store, scope).await? {
             if held_within(store.as_ref(), owner, places, limit).await? {
-                return Ok(Ok(Some(InstancePlace::Store(place))));
+                return Ok(Ok(Some(QuotaPlace::Store(place))));
             }
-            return Ok(Err(over_instances(limit, holder)));
+            return Ok(Err(over_quota(Kind::Minting, limit.to_string(), holder)));
         }
         let held = held_now(store.as_ref(), owner, limit).await?;
         let held = usize::try_from(held).unwrap_or(usize::MAX);
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         Ok(self
             .take_place(Kind::Minting, holder, || held, limit)
-            .map(|place| Some(InstancePlace::Here(place))))
+            .map(|place| Some(QuotaPlace::Here(place))))
     }
 }
 
-/// How long a place held in the store for a mint lives unless given back: past the longest a
-/// mint should take, a person's answer included, and what a server that died mid-mint costs
-/// its owner until then.
-const RESERVATION_TTL: Duration = Duration::from_secs(300);
+/// The refusal of a place of `kind` for `holder`, past `limit`.
+fn over_quota(kind: Kind, limit: String, holder: &Holder) -> OverQuota {
+    OverQuota {
+        what: match kind {
+            Kind::Opening => "sessions",
+            Kind::Stream => "event streams",
+            Kind::Minting => "instances",
+            Kind::Task => "running tasks",
+        },
+        limit,
+        holder: holder.to_string(),
+        retry_after: match kind {
+            // Instances go only when their holder finishes or deletes them.
+            Kind::Minting => None,
+            Kind::Opening | Kind::Stream => Some(Duration::from_secs(5)),
+            // A task goes when it ends: its client can follow them.
+            Kind::Task => Some(Duration::from_secs(1)),
+        },
+    }
+}
 
 /// How many records `owner` holds, counted again before a count at `limit` refuses: whether
 /// every place counted is still an instance ([`StateStore::recount_owned`]).
@@ -409,47 +428,13 @@ async fn held_within(
     Ok(held_now(store, owner, room).await? < room)
 }
 
-/// The refusal of a mint past `--max-instances-per-principal`.
-fn over_instances(limit: u64, holder: &Holder) -> OverQuota {
-    OverQuota {
-        what: "instances",
-        limit: limit.to_string(),
-        holder: holder.to_string(),
-        // Instances go only when their holder finishes or deletes them.
-        retry_after: None,
-    }
-}
-
-/// A mint's place under `--max-instances-per-principal`, held until the mint settles.
-pub enum InstancePlace {
+/// A place under a per-principal limit, held until what it was taken for ends (a mint settles,
+/// a task ends).
+pub enum QuotaPlace {
     /// Counted by this server ([`Quotas`]).
     Here(Place),
-    /// Held in the shared store.
-    Store(StoreReservation),
-}
-
-/// A place held in the shared store ([`StateStore::reserve_owned`]), given back when dropped:
-/// in a task of its own, since a drop cannot wait; if that fails the place expires.
-pub struct StoreReservation {
-    store: Arc<dyn StateStore>,
-    owner: Box<str>,
-    reservation: String,
-}
-
-impl Drop for StoreReservation {
-    fn drop(&mut self) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let store = Arc::clone(&self.store);
-        let owner = std::mem::take(&mut self.owner);
-        let reservation = std::mem::take(&mut self.reservation);
-        runtime.spawn(async move {
-            if let Err(error) = store.release_owned(&owner, &reservation).await {
-                tracing::debug!(%error, owner = %owner, "a mint's place was not given back; it expires");
-            }
-        });
-    }
+    /// Held in the shared store, counted by every server sharing it.
+    Store(StorePlace),
 }
 
 #[cfg(test)]

@@ -219,8 +219,8 @@ pub fn cases() -> Vec<Case> {
         ),
         case!(
             Records,
-            places_for_mints_are_counted_in_one_order_given_back_and_expire,
-            "reserve_owned counts an owner's live places with the new one, atomically; release_owned and expiry give them back"
+            places_are_counted_in_one_order_given_back_and_expire,
+            "reserve_place counts a scope's live places with the new one, atomically; release_place and lapsing give them back"
         ),
         case!(
             Records,
@@ -1205,38 +1205,38 @@ async fn keeps_machines_by_version(store: Arc<dyn StateStore>) {
     );
 }
 
-async fn places_for_mints_are_counted_in_one_order_given_back_and_expire(
-    store: Arc<dyn StateStore>,
-) {
+async fn places_are_counted_in_one_order_given_back_and_expire(store: Arc<dyn StateStore>) {
     const LONG: Duration = Duration::from_secs(60);
-    let Some(first) = store.reserve_owned("alice", "m1", LONG).await.unwrap() else {
-        // A store that keeps no places: its server counts its own mints. It says so every time.
+    let Some(first) = store.reserve_place("alice", "m1", LONG).await.unwrap() else {
+        // A store that keeps no places: each server counts its own. It says so every time.
         assert_eq!(
-            store.reserve_owned("alice", "m2", LONG).await.unwrap(),
+            store.reserve_place("alice", "m2", LONG).await.unwrap(),
             None
         );
-        store.release_owned("alice", "m1").await.unwrap();
+        store.release_place("alice", "m1").await.unwrap();
         return;
     };
     assert_eq!(first, 1);
-    let reserve = async |owner: &str, id: &str, ttl: Duration| {
-        store.reserve_owned(owner, id, ttl).await.unwrap().unwrap()
+    let reserve = async |scope: &str, id: &str, ttl: Duration| {
+        store.reserve_place(scope, id, ttl).await.unwrap().unwrap()
     };
     assert_eq!(reserve("alice", "m2", LONG).await, 2);
     assert_eq!(
         reserve("bob", "b1", LONG).await,
         1,
-        "each owner has its own"
+        "each scope has its own"
     );
     assert_eq!(
         reserve("ali", "x1", LONG).await,
         1,
-        "an owner is named whole"
+        "a scope is named whole"
     );
-    store.release_owned("alice", "m1").await.unwrap();
-    store.release_owned("alice", "never-held").await.unwrap();
+    // Taken again, a place is renewed, not counted twice.
+    assert_eq!(reserve("bob", "b1", LONG).await, 1);
+    store.release_place("alice", "m1").await.unwrap();
+    store.release_place("alice", "never-held").await.unwrap();
     assert_eq!(reserve("alice", "m3", LONG).await, 2, "m2 and m3");
-    // A place not given back lapses (a server that died mid-mint).
+    // A place not renewed lapses (its server died).
     assert_eq!(reserve("alice", "m4", Duration::from_millis(300)).await, 3);
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(reserve("alice", "m5", LONG).await, 3, "m2, m3 and m5");

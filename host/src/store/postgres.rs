@@ -58,7 +58,7 @@ use super::{
     chain, check_key, check_save, conflict, format, invalid, redact,
 };
 
-mod reservations;
+mod places;
 mod state_counts;
 mod tombstones;
 
@@ -391,13 +391,13 @@ impl PostgresStore {
              CREATE TABLE IF NOT EXISTS {marks} (name text PRIMARY KEY, value bigint NOT NULL);
              {counts}
              {tombstones}
-             {reservations}",
+             {places}",
             m = self.machines,
             marks = marks_table(t),
             a = audit_table(t),
             counts = state_counts::ddl(t),
             tombstones = tombstones::ddl(t),
-            reservations = reservations::ddl(t),
+            places = places::ddl(t),
         );
         self.bounded("migrate", async {
             let mut client = self.pool.get().await.map_err(|e| self.down("connect", e))?;
@@ -624,7 +624,7 @@ impl PostgresStore {
             state_counts::counts_table(&self.table),
             state_counts::built_table(&self.table),
             tombstones::table(&self.table),
-            reservations::table(&self.table),
+            places::table(&self.table),
             state_counts::trigger_function(&self.table),
         );
         self.bounded("drop table", async {
@@ -943,17 +943,17 @@ impl StateStore for PostgresStore {
             .map(|_| ())
     }
 
-    async fn reserve_owned(
+    async fn reserve_place(
         &self,
-        owner: &str,
-        reservation: &str,
+        scope: &str,
+        id: &str,
         ttl: Duration,
     ) -> Result<Option<u64>, StoreError> {
-        self.reserve(owner, reservation, ttl).await.map(Some)
+        self.reserve(scope, id, ttl).await.map(Some)
     }
 
-    async fn release_owned(&self, owner: &str, reservation: &str) -> Result<(), StoreError> {
-        self.release(owner, reservation).await
+    async fn release_place(&self, scope: &str, id: &str) -> Result<(), StoreError> {
+        self.release(scope, id).await
     }
 
     async fn load_machine(

@@ -221,32 +221,36 @@ pub trait StateStore: Send + Sync {
         Ok(found)
     }
 
-    /// Holds a place, named `reservation` (unique to one mint), for a record `owner` is about
-    /// to create, alive for `ttl` unless [`Self::release_owned`] gives it back first; returns
-    /// how many of `owner`'s places are held, this one included, counted in the same atomic
-    /// step that adds it (expired ones dropped). `--max-instances-per-principal` on servers
-    /// sharing the store: a mint takes its place first, then counts the owner's records
+    /// Holds a place, named `id`, under `scope` (what a limit counts: one principal's instances,
+    /// or its tasks), alive for `ttl` unless [`Self::release_place`] gives it back first; asked
+    /// again with the same `id`, renews it. Returns how many places `scope` holds, this one
+    /// included, counted in the same atomic step that adds it (expired ones dropped): racing
+    /// places are counted in one order, each seeing those before it.
+    ///
+    /// What the per-principal limits of servers sharing the store count with. A mint under
+    /// `--max-instances-per-principal` takes its place first, then counts the owner's records
     /// ([`Self::count_owned`]), and goes on only if the records and the places together stay
-    /// within the limit (else it gives its place back). Two racing mints then each count the
-    /// other, as a place or, once saved, as a record: the bound holds on any number of servers,
-    /// and a race lost near it refuses rather than passes. A mint holds its place until it
-    /// settles (saved, failed or refused), and gives it back after its save.
+    /// within the limit (else it gives its place back): two racing mints on any two servers then
+    /// count each other, as a place or, once saved, as a record, and a race lost near the limit
+    /// refuses rather than passes. A task under `--max-tasks-per-principal` holds its place
+    /// until it ends. A holder renews its place while it lives, so a place lapses only when its
+    /// server died.
     ///
     /// `None`: the store keeps no places. The default, right for a store no other process
-    /// shares (memory, embedded), where the server counts its own mints in flight; a shared
-    /// store without them bounds mints per server only.
-    async fn reserve_owned(
+    /// shares (memory, embedded), where the server counts its own; a shared store without them
+    /// bounds each server alone.
+    async fn reserve_place(
         &self,
-        _owner: &str,
-        _reservation: &str,
+        _scope: &str,
+        _id: &str,
         _ttl: Duration,
     ) -> Result<Option<u64>, StoreError> {
         Ok(None)
     }
 
-    /// Gives back the place [`Self::reserve_owned`] held under `reservation` for `owner`
-    /// (already gone, or never held: nothing to do).
-    async fn release_owned(&self, _owner: &str, _reservation: &str) -> Result<(), StoreError> {
+    /// Gives back the place [`Self::reserve_place`] held under `scope` as `id` (already gone, or
+    /// never held: nothing to do).
+    async fn release_place(&self, _scope: &str, _id: &str) -> Result<(), StoreError> {
         Ok(())
     }
 

@@ -410,10 +410,17 @@ impl TurnstileServer {
                             && self.confirmation_answers(tool, &request, &context) => {}
                     Ok(CallMode::Task(how)) => {
                         let handle = self.named_handle(&request, &context);
-                        let created = match self.new_task(tool.name(), handle, &context, how.ttl) {
-                            Ok(created) => created,
-                            Err(refusal) => {
+                        let created = self.new_task(tool.name(), handle, &context, how.ttl);
+                        let created = match created.await {
+                            Ok(Ok(created)) => created,
+                            Ok(Err(refusal)) => {
                                 let refused = reply::over_quota(tool.name(), &refusal);
+                                return record
+                                    .finish(&self.shared.call_metrics, Ok(refused.into()));
+                            }
+                            Err(down) => {
+                                let down = InstanceError::Store(down);
+                                let refused = reply::failure(tool.name(), &down);
                                 return record
                                     .finish(&self.shared.call_metrics, Ok(refused.into()));
                             }

@@ -40,7 +40,7 @@ use crate::catalog::{Catalog, ToolEntry};
 use crate::mcp::quotas::OverQuota;
 use crate::mcp::session::request_stream::RequestStream;
 use crate::plugin::PluginOutput;
-use crate::store::{TaskEntry, TaskEntryStatus};
+use crate::store::{StoreError, TaskEntry, TaskEntryStatus};
 use crate::tasks::{self, TaskOwner, TaskStatus};
 use serde_json::json;
 use turnstile_plugin_abi::TaskSupport;
@@ -145,15 +145,21 @@ impl TurnstileServer {
     /// (if any: a call naming none mints, and runs plainly), kept `ttl` (the default if `None`),
     /// if the caller has room for one more (`--max-tasks-per-principal`: the task holds its
     /// place until it ends).
-    pub(super) fn new_task(
+    pub(super) async fn new_task(
         &self,
         tool: &str,
         handle: Option<&str>,
         context: &RequestContext<RoleServer>,
         ttl: Option<Duration>,
-    ) -> Result<Arc<tasks::Task>, OverQuota> {
+    ) -> Result<Result<Arc<tasks::Task>, OverQuota>, StoreError> {
         let place = match self.caller(context).quota_holder() {
-            Some(holder) => self.shared.quotas.admit_task(&holder)?,
+            Some(holder) => {
+                let quotas = &self.shared.quotas;
+                match quotas.admit_task(&self.shared.store, &holder).await? {
+                    Ok(place) => place,
+                    Err(refusal) => return Ok(Err(refusal)),
+                }
+            }
             None => None,
         };
         let task = self
@@ -163,7 +169,7 @@ impl TurnstileServer {
         if let Some(place) = place {
             task.hold_until_end(place);
         }
-        Ok(task)
+        Ok(Ok(task))
     }
 
     /// The handle `request` names its instance by, as `target.rs` reads it (an argument, or

@@ -278,7 +278,7 @@ all_stores!(
     the_audit_trail_keeps_its_last_entries,
     owners_are_counted_as_their_records_come_and_go,
     an_owners_records_are_listed_a_page_at_a_time,
-    places_for_mints_are_counted_in_one_order_given_back_and_expire,
+    places_are_counted_in_one_order_given_back_and_expire,
     counts_by_state_follow_saves_moves_and_deletes,
     counts_by_state_follow_retention_and_migration,
     counts_by_state_agree_with_the_records_under_concurrent_writes,
@@ -321,17 +321,14 @@ macro_rules! shared_stores {
     };
 }
 
-shared_stores!(
-    a_change_reaches_only_the_feeds_watching_it,
-    keeps_places_for_mints
-);
+shared_stores!(a_change_reaches_only_the_feeds_watching_it, keeps_places);
 
 /// Every built-in shared store keeps places for mints in flight, so that the contract case on
-/// them (`places_for_mints_are_counted_in_one_order_given_back_and_expire`) checks them rather
+/// them (`places_are_counted_in_one_order_given_back_and_expire`) checks them rather
 /// than a store keeping none, and `--max-instances-per-principal` holds across servers.
-async fn keeps_places_for_mints(store: Arc<dyn StateStore>) {
+async fn keeps_places(store: Arc<dyn StateStore>) {
     let held = store
-        .reserve_owned("dora", "d1", Duration::from_secs(5))
+        .reserve_place("dora", "d1", Duration::from_secs(5))
         .await
         .unwrap();
     assert_eq!(held, Some(1));

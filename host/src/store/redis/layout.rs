@@ -157,10 +157,9 @@ impl Layout {
         format!("{}:mark:{name}", self.namespace)
     }
 
-    /// The places held for `owner`'s mints in flight (`reservations.rs`): one key, in no
-    /// shard, like a mark.
-    pub fn reserved(&self, owner: &str) -> String {
-        format!("{}:reserved:{owner}", self.namespace)
+    /// The places held under `scope` (`places.rs`): one key, in no shard, like a mark.
+    pub fn places(&self, scope: &str) -> String {
+        format!("{}:places:{scope}", self.namespace)
     }
 
     /// The change channel of `key`: sharded pub/sub on a cluster, so a message goes to the

@@ -51,7 +51,7 @@
 mod due;
 mod layout;
 mod link;
-mod reservations;
+mod places;
 mod state_counts;
 mod tombstones;
 
@@ -1071,17 +1071,17 @@ impl StateStore for RedisStore {
             .await
     }
 
-    async fn reserve_owned(
+    async fn reserve_place(
         &self,
-        owner: &str,
-        reservation: &str,
+        scope: &str,
+        id: &str,
         ttl: Duration,
     ) -> Result<Option<u64>, StoreError> {
-        self.reserve(owner, reservation, ttl).await.map(Some)
+        self.reserve(scope, id, ttl).await.map(Some)
     }
 
-    async fn release_owned(&self, owner: &str, reservation: &str) -> Result<(), StoreError> {
-        self.release(owner, reservation).await
+    async fn release_place(&self, scope: &str, id: &str) -> Result<(), StoreError> {
+        self.release(scope, id).await
     }
 
     /// Each shard's owner index from the owner's first member past `after`, merged.
