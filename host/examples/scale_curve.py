@@ -123,8 +123,10 @@ CURVE_COLUMNS = [
     ("metrics_ms", "/metrics ms"),
     ("status_p50_ms", "status p50"),
     ("status_p99_ms", "status p99"),
+    ("status_per_s", "status /s"),
     ("transition_p50_ms", "transition p50"),
     ("transition_p99_ms", "transition p99"),
+    ("transition_per_s", "transition /s"),
     ("cold_status_p50_ms", "cold status p50"),
     ("cold_status_p99_ms", "cold status p99"),
     ("cold_transition_p50_ms", "cold transition p50"),
@@ -160,6 +162,11 @@ Columns (per store and size; every figure from one run of `host/examples/scale_c
 - status / transition p50, p99 (ms): `turnstile load --scenario`, HOT_SESSIONS clients for
   HOT_SECONDS after 1 s of warm-up, each on its own instance (live in memory): `invoice.status`
   over and over; `host/examples/invoice_cycle.json` (reject, submit: every call a transition).
+  status /s, transition /s: the calls those clients made per second, the server and the load
+  tester sharing the cores: what a call costs the server, as the mean latency does (clients /
+  rate). Compare sizes by these: on 2 cores the p50 of 16 clients is bimodal (a call answered
+  at once, or one that waited for its turn on a core), and moves by 4x between runs of one
+  server (0.09-0.44 ms seen) while the rate moves by a tenth.
 - cold status / cold transition p50, p99 (ms): one client, one call after another, each on another
   passivated instance (so loaded from the store): `invoice.status` on COLD_CALLS instances in
   `review`, and `invoice.reject` on COLD_CALLS others (they stay in `draft`).
@@ -874,8 +881,10 @@ def curve(store: Store, server: Server, work: str, output: Output) -> dict:
         row.update(
             status_p50_ms=status["call_latency_ms"]["p50"],
             status_p99_ms=status["call_latency_ms"]["p99"],
+            status_per_s=round(status["calls_per_second"]),
             transition_p50_ms=cycle["call_latency_ms"]["p50"],
             transition_p99_ms=cycle["call_latency_ms"]["p99"],
+            transition_per_s=round(transition_rate),
         )
         total, _, _ = server.counts()
         if store.persistent:
