@@ -75,9 +75,7 @@ impl Holder {
             (None, None) => None,
         }
     }
-}
 
-impl Holder {
     /// The scope of this holder's places of `kind` in a shared store
     /// ([`StateStore::reserve_place`]).
     fn scope(&self, kind: &str) -> String {

@@ -323,9 +323,9 @@ macro_rules! shared_stores {
 
 shared_stores!(a_change_reaches_only_the_feeds_watching_it, keeps_places);
 
-/// Every built-in shared store keeps places for mints in flight, so that the contract case on
-/// them (`places_are_counted_in_one_order_given_back_and_expire`) checks them rather
-/// than a store keeping none, and `--max-instances-per-principal` holds across servers.
+/// Every built-in shared store keeps places, so that the contract case on them
+/// (`places_are_counted_in_one_order_given_back_and_expire`) checks them rather than a store
+/// keeping none, and the per-principal limits hold across servers.
 async fn keeps_places(store: Arc<dyn StateStore>) {
     let held = store
         .reserve_place("dora", "d1", Duration::from_secs(5))
