@@ -201,8 +201,9 @@ pub struct ServeSettings {
     )]
     pub max_streams_per_principal: Option<usize>,
     /// Let each principal (each client address without authentication) have at most this many
-    /// MCP tasks not ended on this server; a call that would start one more is answered
-    /// QUOTA_EXCEEDED, and nothing runs. Default: no limit.
+    /// MCP tasks not ended (counted across every server sharing a Redis or PostgreSQL store; on
+    /// this server with the embedded or memory store); a call that would start one more is
+    /// answered QUOTA_EXCEEDED, and nothing runs. Default: no limit.
     #[arg(
         long,
         env = "TURNSTILE_MAX_TASKS_PER_PRINCIPAL",
