@@ -122,7 +122,15 @@ pub async fn relay_changes_from_other_servers(
                 },
                 event = watched.recv() => {
                     let Some(event) = event else { return };
-                    match relay.follow(event, &mut feed).await {
+                    // And whatever else the notifier said meanwhile: a burst of watches is
+                    // followed as one batch, not a round trip each.
+                    let mut events = vec![event];
+                    while events.len() < EVENTS_AT_ONCE
+                        && let Ok(event) = watched.try_recv()
+                    {
+                        events.push(event);
+                    }
+                    match relay.follow(events, &mut feed).await {
                         Ok(Feed::Keep) => {}
                         Ok(Feed::Renew) => {
                             tracing::debug!(
@@ -143,6 +151,16 @@ pub async fn relay_changes_from_other_servers(
         relay.peak = relay.keys.len();
     }
 }
+
+/// Most of the notifier's watch events followed as one batch. When sessions watch new
+/// instances faster than one store round trip each (a thousand clients minting), the events
+/// queue while the relay works; taken together, they cost one subscription command and one
+/// round of concurrent reads per batch, so the relay keeps pace instead of falling minutes
+/// behind with the queue in memory.
+const EVENTS_AT_ONCE: usize = 1024;
+
+/// Most checks reading the store at once.
+const CHECKS_AT_ONCE: usize = 64;
 
 /// Most keys a feed has watched at once before it is worth replacing when a sixteenth of them
 /// is left (see [`Feed::Renew`]): the new feed costs a subscription and a read per key left, so
@@ -176,67 +194,85 @@ struct Relay {
 impl Relay {
     /// Watches every key on a new feed. Their checks are left to the caller, once all listen.
     async fn watch_all(&mut self, feed: &mut ChangeFeed) -> Result<(), StoreError> {
-        for (key, watch) in &mut self.keys {
+        for watch in self.keys.values_mut() {
             // Whatever an announcement before the loss was of, the check after this one tells
             // of what came since.
             watch.verify = false;
-            feed.subscriptions.watch(key).await?;
         }
-        Ok(())
+        let keys: Vec<String> = self.keys.keys().cloned().collect();
+        feed.subscriptions.watch_many(&keys).await
     }
 
     /// Checks every key watched, after a new feed listens to them all.
     async fn check_all(&mut self) {
         let keys: Vec<String> = self.keys.keys().cloned().collect();
-        for key in keys {
-            self.check(&key).await;
-        }
+        self.check(keys).await;
     }
 
     /// Follows the notifier's news on `feed`: listens to an instance's key when it gains its
     /// first watcher here (and checks it once it listens), drops it when it loses its last.
     /// Handle-keyed instances only: a session's instances live with the session, on one server.
+    ///
+    /// `events` are taken in order, and the feed is told only what they changed in the end: a
+    /// key watched and dropped within them is never listened to, and one dropped and watched
+    /// again is listened to throughout (no announcement is read between two events of a batch,
+    /// so none is missed).
     async fn follow(
         &mut self,
-        event: WatchEvent,
+        events: Vec<WatchEvent>,
         feed: &mut ChangeFeed,
     ) -> Result<Feed, StoreError> {
-        match event {
-            WatchEvent::Watched { instance, seen } => {
-                if !matches!(instance.owner, Owner::Handle(_)) {
-                    return Ok(Feed::Keep);
+        // Whether the feed listened to each key the events touch, before them.
+        let mut listened: HashMap<String, bool> = HashMap::new();
+        for event in events {
+            match event {
+                WatchEvent::Watched { instance, seen } => {
+                    if !matches!(instance.owner, Owner::Handle(_)) {
+                        continue;
+                    }
+                    let key = instance.store_key();
+                    if self.keys.contains_key(&key) {
+                        continue;
+                    }
+                    listened.entry(key.clone()).or_insert(false);
+                    self.keys.insert(
+                        key,
+                        Watch {
+                            instance,
+                            told: seen,
+                            verify: false,
+                        },
+                    );
                 }
-                let key = instance.store_key();
-                if self.keys.contains_key(&key) {
-                    return Ok(Feed::Keep);
+                WatchEvent::Unwatched(instance) => {
+                    let key = instance.store_key();
+                    if self.keys.remove(&key).is_some() {
+                        listened.entry(key).or_insert(true);
+                    }
                 }
-                self.keys.insert(
-                    key.clone(),
-                    Watch {
-                        instance,
-                        told: seen,
-                        verify: false,
-                    },
-                );
-                self.peak = self.peak.max(self.keys.len());
-                // An error loses the feed, and the next one checks every key.
-                feed.subscriptions.watch(&key).await?;
-                self.check(&key).await;
-                Ok(Feed::Keep)
-            }
-            WatchEvent::Unwatched(instance) => {
-                let key = instance.store_key();
-                if self.keys.remove(&key).is_none() {
-                    return Ok(Feed::Keep);
-                }
-                super::tables::shrink_if_sparse(&mut self.keys);
-                if worth_renewing(self.peak, self.keys.len()) {
-                    return Ok(Feed::Renew);
-                }
-                feed.subscriptions.unwatch(&key).await?;
-                Ok(Feed::Keep)
             }
         }
+        self.peak = self.peak.max(self.keys.len());
+        let (mut added, mut dropped) = (Vec::new(), Vec::new());
+        for (key, before) in listened {
+            match (before, self.keys.contains_key(&key)) {
+                (false, true) => added.push(key),
+                (true, false) => dropped.push(key),
+                // Came and went, or went and came back: the feed is right as it is.
+                _ => {}
+            }
+        }
+        if !dropped.is_empty() {
+            super::tables::shrink_if_sparse(&mut self.keys);
+            if worth_renewing(self.peak, self.keys.len()) {
+                return Ok(Feed::Renew);
+            }
+        }
+        // An error loses the feed, and the next one checks every key.
+        feed.subscriptions.unwatch_many(&dropped).await?;
+        feed.subscriptions.watch_many(&added).await?;
+        self.check(added).await;
+        Ok(Feed::Keep)
     }
 
     /// Another server announced a change of `key`.
@@ -260,29 +296,44 @@ impl Relay {
         tell(&self.runtime, &watch.instance);
     }
 
-    /// Whether `key` moved past what its watchers here have seen, now that the feed listens to
-    /// it; if so, its watchers are told, as they are of an announced change.
-    async fn check(&mut self, key: &str) {
-        let Some(watch) = self.keys.get(key) else {
-            return;
-        };
-        let instance = watch.instance.clone();
-        // The store first, then the actor: a move of this server's saved before the read is in
-        // what the actor holds by the time it answers (it answers between calls).
-        let Some(stored) = stored_version(&*self.store, key).await else {
-            return;
-        };
-        let held = held_here(&self.runtime, &instance).await;
-        let Some(watch) = self.keys.get_mut(key) else {
-            return;
-        };
-        let known = watch.told.max(held);
-        if known.is_none_or(|known| stored > known) {
-            tracing::debug!(instance = %key, stored, ?known, "a change made while the feed did not listen");
-            tell(&self.runtime, &instance);
+    /// Whether each of `keys` moved past what its watchers here have seen, now that the feed
+    /// listens to it; if so, its watchers are told, as they are of an announced change. The
+    /// reads go [`CHECKS_AT_ONCE`] at a time.
+    async fn check(&mut self, keys: Vec<String>) {
+        let watched: Vec<(String, InstanceKey)> = keys
+            .into_iter()
+            .filter_map(|key| {
+                let instance = self.keys.get(&key)?.instance.clone();
+                Some((key, instance))
+            })
+            .collect();
+        let (store, runtime) = (&*self.store, &self.runtime);
+        let read: Vec<(String, InstanceKey, u64, Option<u64>)> =
+            futures_util::stream::iter(watched)
+                .map(|(key, instance)| async move {
+                    // The store first, then the actor: a move of this server's saved before the
+                    // read is in what the actor holds by the time it answers (it answers
+                    // between calls).
+                    let stored = stored_version(store, &key).await?;
+                    let held = held_here(runtime, &instance).await;
+                    Some((key, instance, stored, held))
+                })
+                .buffer_unordered(CHECKS_AT_ONCE)
+                .filter_map(std::future::ready)
+                .collect()
+                .await;
+        for (key, instance, stored, held) in read {
+            let Some(watch) = self.keys.get_mut(&key) else {
+                continue;
+            };
+            let known = watch.told.max(held);
+            if known.is_none_or(|known| stored > known) {
+                tracing::debug!(instance = %key, stored, ?known, "a change made while the feed did not listen");
+                tell(&self.runtime, &instance);
+            }
+            watch.told = Some(known.map_or(stored, |known| known.max(stored)));
+            watch.verify = true;
         }
-        watch.told = Some(known.map_or(stored, |known| known.max(stored)));
-        watch.verify = true;
     }
 }
 
@@ -352,6 +403,105 @@ mod tests {
         async fn unwatch(&mut self, _key: &str) -> Result<(), StoreError> {
             Ok(())
         }
+    }
+
+    /// A feed that writes down what it was told to watch and drop, batch by batch.
+    #[derive(Clone, Default)]
+    struct Recorded(Arc<std::sync::Mutex<Vec<String>>>);
+
+    #[async_trait]
+    impl FeedSubscriptions for Recorded {
+        async fn watch(&mut self, key: &str) -> Result<(), StoreError> {
+            self.watch_many(&[key.to_owned()]).await
+        }
+
+        async fn unwatch(&mut self, key: &str) -> Result<(), StoreError> {
+            self.unwatch_many(&[key.to_owned()]).await
+        }
+
+        async fn watch_many(&mut self, keys: &[String]) -> Result<(), StoreError> {
+            if !keys.is_empty() {
+                self.0
+                    .lock()
+                    .unwrap()
+                    .push(format!("watch {}", keys.join(" ")));
+            }
+            Ok(())
+        }
+
+        async fn unwatch_many(&mut self, keys: &[String]) -> Result<(), StoreError> {
+            if !keys.is_empty() {
+                self.0
+                    .lock()
+                    .unwrap()
+                    .push(format!("unwatch {}", keys.join(" ")));
+            }
+            Ok(())
+        }
+    }
+
+    impl Recorded {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut self.0.lock().unwrap())
+        }
+    }
+
+    /// A batch of watch events costs the feed only what it changed in the end: a key watched
+    /// and dropped within it is never listened to, one dropped and watched again stays
+    /// listened to, and the rest are (un)watched in one command each way.
+    #[tokio::test]
+    async fn a_batch_of_watch_events_tells_the_feed_only_its_net_change() {
+        let catalog = Arc::new(LiveCatalog::new(Catalog::with_machines(vec![])));
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+        let runtime = start(catalog, store.clone(), ActorOptions::default()).unwrap();
+        let recorded = Recorded::default();
+        let mut feed = ChangeFeed {
+            changes: Box::pin(futures_util::stream::pending()),
+            subscriptions: Box::new(recorded.clone()),
+        };
+        let mut relay = Relay {
+            store,
+            runtime,
+            keys: HashMap::new(),
+            peak: 0,
+        };
+        let [a, b, c] = ["a", "b", "c"].map(|_| InstanceKey::mint("invoice"));
+        let watched = |instance: &InstanceKey| WatchEvent::Watched {
+            instance: instance.clone(),
+            seen: None,
+        };
+        let unwatched = |instance: &InstanceKey| WatchEvent::Unwatched(instance.clone());
+
+        let events = vec![watched(&a), watched(&b), watched(&c), unwatched(&a)];
+        relay.follow(events, &mut feed).await.unwrap();
+        let mut told = recorded.take();
+        assert_eq!(told.len(), 1, "one command: {told:?}");
+        let mut keys: Vec<&str> = told[0].strip_prefix("watch ").unwrap().split(' ').collect();
+        keys.sort_unstable();
+        let mut want = vec![b.store_key(), c.store_key()];
+        want.sort_unstable();
+        assert_eq!(keys, want, "a came and went");
+
+        let events = vec![unwatched(&b), watched(&b)];
+        relay.follow(events, &mut feed).await.unwrap();
+        assert_eq!(
+            recorded.take(),
+            Vec::<String>::new(),
+            "b went and came back"
+        );
+
+        let events = vec![unwatched(&b), unwatched(&c), unwatched(&a)];
+        relay.follow(events, &mut feed).await.unwrap();
+        told = recorded.take();
+        assert_eq!(told.len(), 1, "one command: {told:?}");
+        let mut keys: Vec<&str> = told[0]
+            .strip_prefix("unwatch ")
+            .unwrap()
+            .split(' ')
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(keys, want, "a was never listened to");
+        assert!(relay.keys.is_empty());
     }
 
     /// Counts the `tools/list_changed` a session is sent.
@@ -437,7 +587,7 @@ mod tests {
             instance: still,
             seen: Some(seen),
         };
-        relay.follow(event, &mut feed).await.unwrap();
+        relay.follow(vec![event], &mut feed).await.unwrap();
         assert_eq!(still_watcher.heard(0).await, 0, "nothing moved");
 
         // Moved on elsewhere before the check read it.
@@ -448,7 +598,7 @@ mod tests {
             instance,
             seen: Some(seen),
         };
-        relay.follow(event, &mut feed).await.unwrap();
+        relay.follow(vec![event], &mut feed).await.unwrap();
         assert_eq!(watcher.heard(1).await, 1, "the check tells of the change");
         relay.announced(&key).await;
         assert_eq!(

@@ -39,4 +39,23 @@ pub trait FeedSubscriptions: Send {
     async fn watch(&mut self, key: &str) -> Result<(), StoreError>;
     /// Stop delivering the changes announced for `key`.
     async fn unwatch(&mut self, key: &str) -> Result<(), StoreError>;
+
+    /// [`watch`](Self::watch) every key of `keys`. A burst of new watches (a thousand sessions
+    /// minting at once) comes to the feed as one batch, so a store whose listening command takes
+    /// many channels should say so here: one round trip for the batch instead of one per key.
+    /// The default watches them one by one.
+    async fn watch_many(&mut self, keys: &[String]) -> Result<(), StoreError> {
+        for key in keys {
+            self.watch(key).await?;
+        }
+        Ok(())
+    }
+
+    /// [`unwatch`](Self::unwatch) every key of `keys`; one by one unless the store says better.
+    async fn unwatch_many(&mut self, keys: &[String]) -> Result<(), StoreError> {
+        for key in keys {
+            self.unwatch(key).await?;
+        }
+        Ok(())
+    }
 }

@@ -307,6 +307,11 @@ pub fn cases() -> Vec<Case> {
             a_change_reaches_only_the_feeds_watching_it,
             "an announced change reaches the feeds watching its key, and only those"
         ),
+        case!(
+            ChangeFeed,
+            keys_watched_in_a_batch_are_heard_until_unwatched_in_a_batch,
+            "watch_many and unwatch_many start and stop the changes of every key they name"
+        ),
         Case {
             name: "what_is_acknowledged_outlasts_a_reopen",
             promise: "records, audit, machines, marks, due times and tombstones are there when the store is opened again",
@@ -874,6 +879,45 @@ async fn a_change_reaches_only_the_feeds_watching_it(store: Arc<dyn StateStore>)
             .is_err(),
         "an unwatched key's change was heard"
     );
+}
+
+/// A batch of watches (the relay's, after a burst of new watchers) listens to every key it
+/// names, across a cluster's shards; a batch of unwatches stops exactly the keys it names.
+async fn keys_watched_in_a_batch_are_heard_until_unwatched_in_a_batch(store: Arc<dyn StateStore>) {
+    use futures_util::StreamExt;
+    let mut feed = store.watch_changes().await.unwrap().unwrap();
+    let keys: Vec<String> = (0..200).map(|n| format!("invoice-{n}")).collect();
+    feed.subscriptions.watch_many(&keys).await.unwrap();
+    let heard = async |feed: &mut super::ChangeFeed, announced: &[String]| {
+        for key in announced {
+            store.announce_change("server-a", key).await.unwrap();
+        }
+        let mut heard = std::collections::BTreeSet::new();
+        // Until each announced key is heard, or a quiet moment says nothing more is coming.
+        while heard.len() < announced.len() {
+            match tokio::time::timeout(Duration::from_secs(2), feed.changes.next()).await {
+                Ok(Some((_, key))) => {
+                    heard.insert(key);
+                }
+                Ok(None) => panic!("the feed ended"),
+                Err(_) => break,
+            }
+        }
+        heard
+    };
+    let everything: std::collections::BTreeSet<String> = keys.iter().cloned().collect();
+    assert_eq!(heard(&mut feed, &keys).await, everything);
+
+    let (dropped, kept) = keys.split_at(150);
+    feed.subscriptions.unwatch_many(dropped).await.unwrap();
+    let still: std::collections::BTreeSet<String> = kept.iter().cloned().collect();
+    assert_eq!(
+        heard(&mut feed, &keys).await,
+        still,
+        "only the keys not unwatched are heard"
+    );
+    feed.subscriptions.watch_many(&[]).await.unwrap();
+    feed.subscriptions.unwatch_many(&[]).await.unwrap();
 }
 
 fn assert_conflict(result: Result<(), StoreError>, want_current: Option<u64>) {

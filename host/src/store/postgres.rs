@@ -689,7 +689,18 @@ struct PostgresSubscriptions {
     op_timeout: Duration,
 }
 
+/// Most `LISTEN`s or `UNLISTEN`s sent as one batch of statements: a burst of watches costs a
+/// round trip per this many.
+const CHANNELS_PER_BATCH: usize = 1024;
+
 impl PostgresSubscriptions {
+    /// `command` (`LISTEN` or `UNLISTEN`) for the channel of each of `keys`, as one batch.
+    fn each(&self, keys: &[String], command: &str) -> String {
+        keys.iter()
+            .map(|key| format!("{command} {};", changed_channel(&self.namespace, key)))
+            .collect()
+    }
+
     async fn run(&self, what: &str, statement: String) -> Result<(), StoreError> {
         match tokio::time::timeout(self.op_timeout, self.client.batch_execute(&statement)).await {
             Ok(result) => result.map_err(|e| {
@@ -714,6 +725,20 @@ impl FeedSubscriptions for PostgresSubscriptions {
     async fn unwatch(&mut self, key: &str) -> Result<(), StoreError> {
         let channel = changed_channel(&self.namespace, key);
         self.run("unlisten", format!("UNLISTEN {channel}")).await
+    }
+
+    async fn watch_many(&mut self, keys: &[String]) -> Result<(), StoreError> {
+        for chunk in keys.chunks(CHANNELS_PER_BATCH) {
+            self.run("listen", self.each(chunk, "LISTEN")).await?;
+        }
+        Ok(())
+    }
+
+    async fn unwatch_many(&mut self, keys: &[String]) -> Result<(), StoreError> {
+        for chunk in keys.chunks(CHANNELS_PER_BATCH) {
+            self.run("unlisten", self.each(chunk, "UNLISTEN")).await?;
+        }
+        Ok(())
     }
 }
 

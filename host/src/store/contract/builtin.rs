@@ -321,7 +321,11 @@ macro_rules! shared_stores {
     };
 }
 
-shared_stores!(a_change_reaches_only_the_feeds_watching_it, keeps_places);
+shared_stores!(
+    a_change_reaches_only_the_feeds_watching_it,
+    keys_watched_in_a_batch_are_heard_until_unwatched_in_a_batch,
+    keeps_places
+);
 
 /// Every built-in shared store keeps places, so that the contract case on them
 /// (`places_are_counted_in_one_order_given_back_and_expire`) checks them rather than a store

@@ -334,33 +334,73 @@ struct Subscriptions {
     op_timeout: Duration,
 }
 
+/// Most channels one `SUBSCRIBE` or `UNSUBSCRIBE` names: a burst of watches costs a round trip
+/// per this many, and no command grows without bound.
+const CHANNELS_PER_COMMAND: usize = 1024;
+
 #[async_trait]
 impl FeedSubscriptions for Subscriptions {
     async fn watch(&mut self, key: &str) -> Result<(), StoreError> {
-        let channel = self.layout.changed(key);
-        let subscribing = async {
-            match &mut self.sink {
-                Sink::Single(sink) => sink.subscribe(channel).await,
-                Sink::Cluster(con, _) => con.ssubscribe(channel).await,
-            }
-        };
-        bounded(&self.name, self.op_timeout, "subscribe", subscribing).await
+        self.watch_many(&[key.to_owned()]).await
     }
 
     async fn unwatch(&mut self, key: &str) -> Result<(), StoreError> {
-        let channel = self.layout.changed(key);
-        let unsubscribing = async {
-            match &mut self.sink {
-                Sink::Single(sink) => sink.unsubscribe(channel).await,
-                Sink::Cluster(con, leaving) => {
-                    // Before asking: the confirmation may come before the answer.
-                    leaving.add(&channel);
-                    con.sunsubscribe(channel).await
-                }
-            }
-        };
-        bounded(&self.name, self.op_timeout, "unsubscribe", unsubscribing).await
+        self.unwatch_many(&[key.to_owned()]).await
     }
+
+    async fn watch_many(&mut self, keys: &[String]) -> Result<(), StoreError> {
+        for channels in channel_groups(&self.layout, keys) {
+            let subscribing = async {
+                match &mut self.sink {
+                    Sink::Single(sink) => sink.subscribe(&channels).await,
+                    Sink::Cluster(con, _) => con.ssubscribe(&channels).await,
+                }
+            };
+            bounded(&self.name, self.op_timeout, "subscribe", subscribing).await?;
+        }
+        Ok(())
+    }
+
+    async fn unwatch_many(&mut self, keys: &[String]) -> Result<(), StoreError> {
+        for channels in channel_groups(&self.layout, keys) {
+            let unsubscribing = async {
+                match &mut self.sink {
+                    Sink::Single(sink) => sink.unsubscribe(&channels).await,
+                    Sink::Cluster(con, leaving) => {
+                        // Before asking: the confirmations may come before the answer.
+                        for channel in &channels {
+                            leaving.add(channel);
+                        }
+                        con.sunsubscribe(&channels).await
+                    }
+                }
+            };
+            bounded(&self.name, self.op_timeout, "unsubscribe", unsubscribing).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The change channels of `keys`, in groups one (un)subscribe command may name: at most
+/// [`CHANNELS_PER_COMMAND`] each, and on a cluster all of one shard, because a sharded
+/// command's channels must hash to one slot (on one server every key is of the one shard).
+fn channel_groups(layout: &Layout, keys: &[String]) -> Vec<Vec<String>> {
+    let mut by_shard: HashMap<&str, Vec<String>> = HashMap::new();
+    for key in keys {
+        by_shard
+            .entry(layout.shard_of(key))
+            .or_default()
+            .push(layout.changed(key));
+    }
+    by_shard
+        .into_values()
+        .flat_map(|channels| {
+            channels
+                .chunks(CHANNELS_PER_COMMAND)
+                .map(<[String]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -408,5 +448,33 @@ mod tests {
             cluster_push(&layout, &leaving, confirmation()),
             Push::Gap(_)
         ));
+    }
+
+    /// A burst of watches is named in few commands: on one server every channel in chunks of
+    /// [`CHANNELS_PER_COMMAND`]; on a cluster only channels of one shard together.
+    #[test]
+    fn watches_are_grouped_into_commands_one_server_or_one_slot_can_take() {
+        let keys: Vec<String> = (0..2500).map(|n| format!("invoice-{n}")).collect();
+
+        let single = channel_groups(&Layout::single("ns"), &keys);
+        let mut sizes: Vec<usize> = single.iter().map(Vec::len).collect();
+        sizes.sort_unstable();
+        assert_eq!(sizes, [452, 1024, 1024]);
+
+        let layout = Layout::cluster("ns");
+        let groups = channel_groups(&layout, &keys);
+        assert_eq!(groups.iter().map(Vec::len).sum::<usize>(), keys.len());
+        for group in &groups {
+            assert!(group.len() <= CHANNELS_PER_COMMAND);
+            let slots: std::collections::HashSet<u16> = group
+                .iter()
+                .map(|channel| {
+                    let key = layout.key_of_channel(channel).expect("a change channel");
+                    Layout::slot(layout.shard_of(key))
+                })
+                .collect();
+            assert_eq!(slots.len(), 1, "one slot per command");
+        }
+        assert!(groups.len() < keys.len() / 10, "{} commands", groups.len());
     }
 }
