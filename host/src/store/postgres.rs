@@ -399,24 +399,38 @@ impl PostgresStore {
             tombstones = tombstones::ddl(t),
             places = places::ddl(t),
         );
-        self.bounded("migrate", async {
-            let mut client = self.pool.get().await.map_err(|e| self.down("connect", e))?;
-            let txn = client
-                .transaction()
-                .await
-                .map_err(|e| self.down("migrate", e))?;
-            txn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext($1))",
-                &[&format!("turnstile_store_migrate:{t}")],
-            )
-            .await
-            .map_err(|e| self.down("migrate lock", e))?;
+        let lock = format!("turnstile_store_migrate:{t}");
+        self.in_transaction("migrate", Some(&lock), async |txn| {
             txn.batch_execute(&ddl)
                 .await
-                .map_err(|e| self.down("migrate", e))?;
+                .map_err(|e| self.down("migrate", e))
+        })
+        .await
+    }
+
+    /// Runs `work` in a transaction on a pooled connection, under `op_timeout`, and commits
+    /// it; a failure anywhere rolls it back (the transaction is dropped uncommitted). With a
+    /// `lock`, the transaction first takes the transaction-scoped advisory lock of that name,
+    /// so that the transactions naming it, on any server, take turns.
+    async fn in_transaction<T>(
+        &self,
+        what: &str,
+        lock: Option<&str>,
+        work: impl AsyncFnOnce(&tokio_postgres::Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.bounded(what, async {
+            let mut client = self.pool.get().await.map_err(|e| self.down(what, e))?;
+            let txn = client.transaction().await.map_err(|e| self.down(what, e))?;
+            if let Some(lock) = lock {
+                txn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&lock])
+                    .await
+                    .map_err(|e| self.down(&format!("{what}: lock"), e))?;
+            }
+            let done = work(&txn).await?;
             txn.commit()
                 .await
-                .map_err(|e| self.down("migrate commit", e))
+                .map_err(|e| self.down(&format!("{what}: commit"), e))?;
+            Ok(done)
         })
         .await
     }

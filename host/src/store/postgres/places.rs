@@ -55,26 +55,15 @@ impl PostgresStore {
              WHERE scope = $1 AND id <> $2 AND until > clock_timestamp()"
         );
         let ttl_ms = i64::try_from(ttl.as_millis().max(1)).unwrap_or(i64::MAX);
-        self.bounded("reserve a place", async {
-            let mut client = self.pool.get().await.map_err(|e| self.down("reserve", e))?;
-            let txn = client
-                .transaction()
-                .await
-                .map_err(|e| self.down("reserve", e))?;
-            txn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&lock])
-                .await
-                .map_err(|e| self.down("reserve lock", e))?;
-            let held: i64 = txn
-                .query_one(&reserve, &[&scope, &id, &ttl_ms])
-                .await
-                .map_err(|e| self.down("reserve", e))?
-                .get(0);
-            txn.commit()
-                .await
-                .map_err(|e| self.down("reserve commit", e))?;
-            Ok(held.max(0) as u64)
-        })
-        .await
+        let held: i64 = self
+            .in_transaction("reserve a place", Some(&lock), async |txn| {
+                txn.query_one(&reserve, &[&scope, &id, &ttl_ms])
+                    .await
+                    .map_err(|e| self.down("reserve a place", e))
+                    .map(|row| row.get(0))
+            })
+            .await?;
+        Ok(held.max(0) as u64)
     }
 
     /// [`crate::store::StateStore::release_place`].

@@ -216,16 +216,10 @@ impl PostgresStore {
              INSERT INTO {b} (name, version) VALUES ('{STATE_COUNTS}', {STATE_COUNTS_VERSION})
                  ON CONFLICT (name) DO UPDATE SET version = EXCLUDED.version;"
         );
-        self.bounded("recount", async {
-            let mut client = self.pool.get().await.map_err(|e| self.down("recount", e))?;
-            let txn = client
-                .transaction()
-                .await
-                .map_err(|e| self.down("recount", e))?;
+        self.in_transaction("recount", None, async |txn| {
             txn.batch_execute(&sum)
                 .await
-                .map_err(|e| self.down("recount", e))?;
-            txn.commit().await.map_err(|e| self.down("recount", e))
+                .map_err(|e| self.down("recount", e))
         })
         .await
     }
