@@ -262,7 +262,7 @@ impl Quotas {
         };
         if let Some((place, places)) = StorePlace::take(store, holder.scope("tasks")).await? {
             if places <= max as u64 {
-                return Ok(Ok(Some(QuotaPlace::Store(place))));
+                return Ok(Ok(Some(QuotaPlace::Store(place.keep()))));
             }
             return Ok(Err(over_quota(Kind::Task, max.to_string(), holder)));
         }
@@ -366,7 +366,7 @@ impl Quotas {
         // A refusal, or a store error while counting, drops the place: it is given back.
         if let Some((place, places)) = StorePlace::take(store, scope).await? {
             if held_within(store.as_ref(), owner, places, limit).await? {
-                return Ok(Ok(Some(QuotaPlace::Store(place))));
+                return Ok(Ok(Some(QuotaPlace::Store(place.keep()))));
             }
             return Ok(Err(over_quota(Kind::Minting, limit.to_string(), holder)));
         }

@@ -14,17 +14,20 @@ use crate::store::{StateStore, StoreError};
 /// server that died mid-mint or mid-task costs its principal until then.
 const PLACE_TTL: Duration = Duration::from_secs(300);
 
-/// A place held under a scope; renewed while it lives, given back when dropped.
+/// A place held under a scope; renewed once kept, given back when dropped.
 pub struct StorePlace {
     store: Arc<dyn StateStore>,
     scope: String,
     id: String,
-    renewing: tokio::task::AbortHandle,
+    /// The renewal, from [`StorePlace::keep`] on.
+    renewing: Option<tokio::task::AbortHandle>,
 }
 
 impl StorePlace {
     /// Takes a place under `scope`: the place, and how many places `scope` holds with it
-    /// (every server's); `None` for a store that keeps no places.
+    /// (every server's); `None` for a store that keeps no places. The place lasts
+    /// [`PLACE_TTL`] unless [`kept`](Self::keep): a place refused on its count is only
+    /// dropped, and costs no renewal.
     pub async fn take(
         store: &Arc<dyn StateStore>,
         scope: String,
@@ -33,14 +36,25 @@ impl StorePlace {
         let Some(held) = store.reserve_place(&scope, &id, PLACE_TTL).await? else {
             return Ok(None);
         };
-        let renewing = tokio::spawn(renew(Arc::clone(store), scope.clone(), id.clone()));
         let place = StorePlace {
             store: Arc::clone(store),
             scope,
             id,
-            renewing: renewing.abort_handle(),
+            renewing: None,
         };
         Ok(Some((place, held)))
+    }
+
+    /// Keeps the place for as long as it lives: renewed every third of [`PLACE_TTL`] until
+    /// dropped.
+    pub fn keep(mut self) -> StorePlace {
+        let renewing = tokio::spawn(renew(
+            Arc::clone(&self.store),
+            self.scope.clone(),
+            self.id.clone(),
+        ));
+        self.renewing = Some(renewing.abort_handle());
+        self
     }
 }
 
@@ -62,7 +76,9 @@ impl Drop for StorePlace {
     /// Gives the place back in a task of its own, since a drop cannot wait; if that fails, or
     /// a renewal already sent lands after it, the place lapses after [`PLACE_TTL`].
     fn drop(&mut self) {
-        self.renewing.abort();
+        if let Some(renewing) = &self.renewing {
+            renewing.abort();
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
