@@ -299,6 +299,22 @@ pub struct PostgresStore {
     sql: Sql,
 }
 
+/// Turns PostgreSQL's JIT compilation off for the store's connections, unless the URL's
+/// `options` set `jit` themselves (theirs come after, and win).
+///
+/// Every statement of the store touches a few rows by key, where compiling costs milliseconds
+/// and saves nothing. The planner compiles whatever it estimates costly, and it estimates from
+/// statistics that lag (never gathered where autovacuum is off): on such a server, filled with a
+/// million instances, the state-counts query reading 77 rows was estimated at 1.2 million and
+/// compiled, 148 ms where it takes 0.2.
+fn without_jit(config: &mut tokio_postgres::Config) {
+    let options = match config.get_options() {
+        Some(theirs) => format!("-c jit=off {theirs}"),
+        None => "-c jit=off".to_owned(),
+    };
+    config.options(&options);
+}
+
 impl PostgresStore {
     /// Connects to `url`, then creates the table (or adds what an older layout lacks).
     ///
@@ -312,6 +328,7 @@ impl PostgresStore {
             .parse()
             .map_err(|e| StoreError::Config(format!("{name}: bad PostgreSQL URL: {e}")))?;
         config.connect_timeout(options.connect_timeout);
+        without_jit(&mut config);
         let manager = Manager::from_config(
             config.clone(),
             NoTls,
@@ -1279,6 +1296,35 @@ mod tests {
             (on, Some(super::Durability::Kept(what))) if on != "off" => assert!(what.contains(on)),
             (setting, verdict) => panic!("synchronous_commit {setting}, verdict {verdict:?}"),
         }
+    }
+
+    /// The store's connections do not compile statements, unless the URL's options say
+    /// otherwise; the URL's other settings are kept.
+    #[tokio::test]
+    async fn the_store_connects_without_jit_unless_told_otherwise() {
+        let shown = async |url: String| -> (String, String) {
+            let store = PostgresStore::connect(&url, &unique_options())
+                .await
+                .unwrap();
+            let client = store.pool.get().await.unwrap();
+            let show = async |setting: &str| -> String {
+                let row = client.query_one(&format!("SHOW {setting}"), &[]).await;
+                row.unwrap().get(0)
+            };
+            let shown = (show("jit").await, show("application_name").await);
+            drop(client);
+            store.destroy_namespace().await.unwrap();
+            shown
+        };
+        let url = postgres_url();
+        let with = |setting: &str| {
+            let separator = if url.contains('?') { '&' } else { '?' };
+            format!("{url}{separator}{setting}")
+        };
+        let (jit, name) = shown(with("application_name=mine")).await;
+        assert_eq!((jit.as_str(), name.as_str()), ("off", "mine"));
+        let (jit, _) = shown(with("options=-c%20jit%3Don")).await;
+        assert_eq!(jit, "on", "the URL's own setting wins");
     }
 
     #[tokio::test]
