@@ -22,10 +22,10 @@
 //! a renewal, too, extends `lease_until` only where `fence` and `lease_holder` are the ones it
 //! names and the lease lives.
 //!
-//! Changes are announced with `NOTIFY` on a channel named by a digest of the namespace and the
-//! instance's key (`t` and 32 hex digits: a channel name is at most 63 bytes, a key up to 1024),
-//! carrying `origin` and the key; a server `LISTEN`s, on a connection of its own, to the
-//! channels of the instances it watches (see `changes.rs`).
+//! Changes are announced with `NOTIFY` on one of 1,024 channels of the namespace, picked by a
+//! digest of the instance's key, carrying `origin` and the key; a server `LISTEN`s, on a
+//! connection of its own, to the channels of the instances it watches, and passes on the
+//! changes of those instances only (`postgres/feed.rs`; see `changes.rs`).
 //!
 //! What deletes leave lives in `{namespace}_tombstones` (`postgres/tombstones.rs`).
 //!
@@ -53,11 +53,12 @@ use deadpool_postgres::{
 };
 
 use super::{
-    AuditEntry, ChangeFeed, Due, Durability, FeedSubscriptions, Fence, InstanceRecord, LeaseGrant,
-    LeaseRenewal, StateCounts, StateStore, StoreError, StoreOptions, Tally, Tombstone, WANTED_FOR,
-    chain, check_key, check_save, conflict, format, invalid, redact,
+    AuditEntry, ChangeFeed, Due, Durability, Fence, InstanceRecord, LeaseGrant, LeaseRenewal,
+    StateCounts, StateStore, StoreError, StoreOptions, Tally, Tombstone, WANTED_FOR, chain,
+    check_key, check_save, conflict, format, invalid, redact,
 };
 
+mod feed;
 mod places;
 mod state_counts;
 mod tombstones;
@@ -588,9 +589,9 @@ impl PostgresStore {
             .map(|expected| conflict(key, expected, Some(version))))
     }
 
-    /// The `NOTIFY` channel of the instance under `key`.
+    /// The `NOTIFY` channel of the instance under `key` (of its shard: see `feed.rs`).
     fn changed_channel(&self, key: &str) -> String {
-        changed_channel(&self.namespace, key)
+        feed::changed_channel(&self.namespace, key)
     }
 
     /// A feed of the changes announced on the channels it is told to watch, on a connection of
@@ -617,14 +618,17 @@ impl PostgresStore {
             }
         };
         let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        let filter = feed::Filter::default();
+        let watched = filter.clone();
         // The connection delivers notifications only while it is polled: a task of its own
-        // polls it until it closes, which ends the feed.
+        // polls it until it closes, which ends the feed. It passes on the changes of the keys
+        // watched, of all those its shards' channels carry.
         tokio::spawn(async move {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(Ok(message)) = messages.next().await {
                 if let tokio_postgres::AsyncMessage::Notification(note) = message
-                    && let Some((origin, key)) = note.payload().split_once('\n')
-                    && sender.send((origin.to_owned(), key.to_owned())).is_err()
+                    && let Some(change) = watched.pass(note.payload())
+                    && sender.send(change).is_err()
                 {
                     break;
                 }
@@ -634,11 +638,13 @@ impl PostgresStore {
             changes: Box::pin(futures_util::stream::poll_fn(move |cx| {
                 receiver.poll_recv(cx)
             })),
-            subscriptions: Box::new(PostgresSubscriptions {
+            subscriptions: Box::new(feed::Subscriptions {
                 client,
                 namespace: self.namespace.clone(),
                 name: self.name.clone(),
                 op_timeout: self.op_timeout,
+                filter,
+                shards: Default::default(),
             }),
         })
     }
@@ -695,84 +701,6 @@ fn pg_version(key: &str, v: u64) -> Result<i64, StoreError> {
 }
 
 /// A `LIKE` pattern matching keys that start with `prefix` (backslash is `LIKE`'s escape).
-/// The `NOTIFY` channel of the instance under `key` in `namespace` (see the module docs): `t`
-/// and 32 hex digits of a digest of both, 33 bytes whatever their length (a channel name is at
-/// most 63 bytes, and longer ones are cut, not refused, by `LISTEN`).
-fn changed_channel(namespace: &str, key: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    hasher.update(namespace.as_bytes());
-    hasher.update(b"\n");
-    hasher.update(key.as_bytes());
-    let digest = hasher.finalize();
-    let hex: String = digest[..16]
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
-    format!("t{hex}")
-}
-
-/// The channels a [`PostgresStore::subscribe_changed`] feed listens to.
-struct PostgresSubscriptions {
-    client: tokio_postgres::Client,
-    namespace: String,
-    name: String,
-    op_timeout: Duration,
-}
-
-/// Most `LISTEN`s or `UNLISTEN`s sent as one batch of statements: a burst of watches costs a
-/// round trip per this many.
-const CHANNELS_PER_BATCH: usize = 1024;
-
-impl PostgresSubscriptions {
-    /// `command` (`LISTEN` or `UNLISTEN`) for the channel of each of `keys`, as one batch.
-    fn each(&self, keys: &[String], command: &str) -> String {
-        keys.iter()
-            .map(|key| format!("{command} {};", changed_channel(&self.namespace, key)))
-            .collect()
-    }
-
-    async fn run(&self, what: &str, statement: String) -> Result<(), StoreError> {
-        match tokio::time::timeout(self.op_timeout, self.client.batch_execute(&statement)).await {
-            Ok(result) => result.map_err(|e| {
-                StoreError::Unavailable(format!("{}: {what} failed: {}", self.name, chain(&e)))
-            }),
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "{}: {what} timed out after {:?}",
-                self.name, self.op_timeout
-            ))),
-        }
-    }
-}
-
-#[async_trait]
-impl FeedSubscriptions for PostgresSubscriptions {
-    // The channel is `t` and hex digits: safe to interpolate.
-    async fn watch(&mut self, key: &str) -> Result<(), StoreError> {
-        let channel = changed_channel(&self.namespace, key);
-        self.run("listen", format!("LISTEN {channel}")).await
-    }
-
-    async fn unwatch(&mut self, key: &str) -> Result<(), StoreError> {
-        let channel = changed_channel(&self.namespace, key);
-        self.run("unlisten", format!("UNLISTEN {channel}")).await
-    }
-
-    async fn watch_many(&mut self, keys: &[String]) -> Result<(), StoreError> {
-        for chunk in keys.chunks(CHANNELS_PER_BATCH) {
-            self.run("listen", self.each(chunk, "LISTEN")).await?;
-        }
-        Ok(())
-    }
-
-    async fn unwatch_many(&mut self, keys: &[String]) -> Result<(), StoreError> {
-        for chunk in keys.chunks(CHANNELS_PER_BATCH) {
-            self.run("unlisten", self.each(chunk, "UNLISTEN")).await?;
-        }
-        Ok(())
-    }
-}
-
 /// A fence as the statements' token and holder parameters (both NULL for none).
 fn fence_params(fence: Option<&Fence>) -> (Option<i64>, Option<&str>) {
     match fence {
