@@ -700,7 +700,6 @@ fn pg_version(key: &str, v: u64) -> Result<i64, StoreError> {
     i64::try_from(v).map_err(|_| invalid(key, format!("version {v} exceeds PostgreSQL bigint")))
 }
 
-/// A `LIKE` pattern matching keys that start with `prefix` (backslash is `LIKE`'s escape).
 /// A fence as the statements' token and holder parameters (both NULL for none).
 fn fence_params(fence: Option<&Fence>) -> (Option<i64>, Option<&str>) {
     match fence {
@@ -712,6 +711,7 @@ fn fence_params(fence: Option<&Fence>) -> (Option<i64>, Option<&str>) {
     }
 }
 
+/// A `LIKE` pattern matching keys that start with `prefix` (backslash is `LIKE`'s escape).
 fn like_prefix(prefix: &str) -> String {
     let mut pattern = String::with_capacity(prefix.len() + 1);
     for c in prefix.chars() {
