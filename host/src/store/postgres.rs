@@ -618,8 +618,12 @@ impl PostgresStore {
             }
         };
         let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
-        let filter = feed::Filter::default();
-        let watched = filter.clone();
+        let (subscriptions, watched) = feed::Subscriptions::new(
+            client,
+            self.namespace.clone(),
+            self.name.clone(),
+            self.op_timeout,
+        );
         // The connection delivers notifications only while it is polled: a task of its own
         // polls it until it closes, which ends the feed. It passes on the changes of the keys
         // watched, of all those its shards' channels carry.
@@ -638,14 +642,7 @@ impl PostgresStore {
             changes: Box::pin(futures_util::stream::poll_fn(move |cx| {
                 receiver.poll_recv(cx)
             })),
-            subscriptions: Box::new(feed::Subscriptions {
-                client,
-                namespace: self.namespace.clone(),
-                name: self.name.clone(),
-                op_timeout: self.op_timeout,
-                filter,
-                shards: Default::default(),
-            }),
+            subscriptions: Box::new(subscriptions),
         })
     }
 

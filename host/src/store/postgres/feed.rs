@@ -77,17 +77,38 @@ impl Filter {
 
 /// The channels a feed listens to, on its connection.
 pub struct Subscriptions {
-    pub client: tokio_postgres::Client,
-    pub namespace: String,
-    pub name: String,
-    pub op_timeout: Duration,
-    pub filter: Filter,
+    client: tokio_postgres::Client,
+    namespace: String,
+    name: String,
+    op_timeout: Duration,
+    filter: Filter,
     /// How many watched keys each listened shard holds: its channel is listened to while
     /// that is above zero.
-    pub shards: HashMap<u64, usize>,
+    shards: HashMap<u64, usize>,
 }
 
 impl Subscriptions {
+    /// The subscriptions of a feed on `client` (a connection of its own; `name` names the
+    /// store in errors), listening to nothing yet, and the filter its stream of notifications
+    /// passes through.
+    pub fn new(
+        client: tokio_postgres::Client,
+        namespace: String,
+        name: String,
+        op_timeout: Duration,
+    ) -> (Subscriptions, Filter) {
+        let filter = Filter::default();
+        let subscriptions = Subscriptions {
+            client,
+            namespace,
+            name,
+            op_timeout,
+            filter: filter.clone(),
+            shards: HashMap::new(),
+        };
+        (subscriptions, filter)
+    }
+
     /// Runs `command` (`LISTEN` or `UNLISTEN`) on each of `channels`, as one batch.
     async fn run(&self, command: &str, channels: &[String]) -> Result<(), StoreError> {
         if channels.is_empty() {
