@@ -220,7 +220,7 @@ async fn get_stream(layer: &McpLayer, request: Request) -> Response {
             return event_stream::serve(
                 &outbox,
                 layer.sse_keep_alive,
-                layer.closing_streams.clone(),
+                layer.closing_streams.child_token(),
             );
         }
         outbox.route_through_peer();

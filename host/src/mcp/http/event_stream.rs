@@ -13,18 +13,23 @@
 //!
 //! It must not decide what a session is told: it only writes what the outbox holds.
 
-use std::{convert::Infallible, time::Duration};
+use std::{
+    convert::Infallible,
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll},
+    time::Duration,
+};
 
 use axum::{
     body::{Body, Bytes},
     http::{HeaderMap, HeaderValue, header},
     response::Response,
 };
-use futures_util::StreamExt;
 use http_body::Frame;
 use rmcp::model::ProtocolVersion;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use tokio::{sync::mpsc, time::Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::{
     accept::accepts,
@@ -60,22 +65,70 @@ pub fn may_serve(headers: &HeaderMap) -> bool {
 /// comment every `keep_alive`, until `closing` (a shutdown) or the session's end. A second
 /// stream while one is open gets keep-alives only, as rmcp's does.
 pub fn serve(outbox: &Outbox, keep_alive: Duration, closing: CancellationToken) -> Response {
-    let messages = outbox.open_stream();
-    let start = tokio::time::Instant::now() + keep_alive;
-    let ticks = tokio::time::interval_at(start, keep_alive);
-    let events =
-        futures_util::stream::unfold((messages, ticks), |(mut messages, mut ticks)| async move {
-            let event = tokio::select! {
-                biased;
-                message = next(&mut messages) => message?,
-                _ = ticks.tick() => Bytes::from_static(KEEP_ALIVE),
-            };
-            Some((Ok::<_, Infallible>(Frame::data(event)), (messages, ticks)))
-        })
-        .take_until(closing.cancelled_owned());
-    let mut response = streaming(Body::new(http_body_util::StreamBody::new(events)));
+    let events = EventStream {
+        messages: outbox.open_stream(),
+        keep_alive: Box::pin(tokio::time::sleep(keep_alive)),
+        period: keep_alive,
+        closing: Box::pin(closing.cancelled_owned()),
+        ended: false,
+    };
+    let mut response = streaming(Body::new(events));
     response.extensions_mut().insert(Watching);
     response
+}
+
+/// The body of a session's event stream, written out as one poll function rather than a stream
+/// combinator chain: it is polled once per event on every watching connection, so a fan-out
+/// to N sessions runs it N times, each on a connection's state that is cold in cache.
+struct EventStream {
+    /// `None` for a second stream of the session (keep-alives only).
+    messages: Option<mpsc::Receiver<Bytes>>,
+    keep_alive: Pin<Box<Sleep>>,
+    period: Duration,
+    /// Its own token's (a child of the server's): every stream polls it, and a token's state
+    /// sits behind a lock.
+    closing: Pin<Box<WaitForCancellationFutureOwned>>,
+    ended: bool,
+}
+
+impl http_body::Body for EventStream {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let stream = &mut *self;
+        if stream.ended {
+            return Poll::Ready(None);
+        }
+        if stream.closing.as_mut().poll(cx).is_ready() {
+            stream.ended = true;
+            return Poll::Ready(None);
+        }
+        if let Some(messages) = &mut stream.messages {
+            match messages.poll_recv(cx) {
+                Poll::Ready(Some(event)) => return Poll::Ready(Some(Ok(Frame::data(event)))),
+                // The session ended.
+                Poll::Ready(None) => {
+                    stream.ended = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => {}
+            }
+        }
+        if stream.keep_alive.as_mut().poll(cx).is_ready() {
+            let next = tokio::time::Instant::now() + stream.period;
+            stream.keep_alive.as_mut().reset(next);
+            return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(KEEP_ALIVE)))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended
+    }
 }
 
 /// Marks a response as a session's event stream served here, which needs no handler of the
@@ -95,15 +148,6 @@ pub fn streaming(body: Body) -> Response {
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
-}
-
-/// The next message; `None` when the stream's sender is gone (the session ended). A shadow
-/// stream (no receiver) waits forever: only its keep-alives and its end come.
-async fn next(messages: &mut Option<mpsc::Receiver<Bytes>>) -> Option<Bytes> {
-    match messages {
-        Some(receiver) => receiver.recv().await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]
@@ -175,5 +219,25 @@ mod tests {
                 .is_empty()
         );
         drop(shadow);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_stream_sends_a_keep_alive_each_period_and_messages_at_once() {
+        use http_body_util::BodyExt;
+
+        use crate::actors::{Listener, Notice};
+        let outbox = Outbox::for_stream();
+        let period = Duration::from_secs(15);
+        let mut body = serve(&outbox, period, CancellationToken::new()).into_body();
+        let started = tokio::time::Instant::now();
+        for n in 1..=2 {
+            let frame = body.frame().await.unwrap().unwrap().into_data().unwrap();
+            assert_eq!(&frame[..], KEEP_ALIVE);
+            assert_eq!(started.elapsed(), period * n);
+        }
+        outbox.notify(Notice::ToolsChanged).await.unwrap();
+        let frame = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert!(String::from_utf8_lossy(&frame).contains("tools/list_changed"));
+        assert_eq!(started.elapsed(), period * 2, "a message waits for no tick");
     }
 }
