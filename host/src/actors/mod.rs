@@ -51,7 +51,8 @@ pub use self::{
     instance::{Call, CallOutcome, InstanceError, InstanceView, Revision, TaskRun},
     key::{InstanceKey, MalformedHandle, Owner, SESSION_PREFIX, SessionId, Tenant, sha256_hex16},
     notifier::{
-        Listener, Notice, NotifierStats, Subscribe, WatchEvent, WatchEvents, notices_of_move,
+        Listener, Notice, NotifierStats, Sending, Subscribe, WatchEvent, WatchEvents,
+        notices_of_move,
     },
     operator::Operated,
     registry::RegistryStats,

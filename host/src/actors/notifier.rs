@@ -16,13 +16,13 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    future::Future,
+    future::{Future, IntoFuture, Ready},
     pin::Pin,
     sync::Arc,
 };
 
 use actix::prelude::*;
-use futures_util::{StreamExt, stream::FuturesUnordered};
+use futures_util::{FutureExt as _, StreamExt, future::Either, stream::FuturesUnordered};
 
 use super::{InstanceKey, SessionId, tables::shrink_if_sparse, watching::Watching};
 use crate::{
@@ -61,7 +61,30 @@ pub fn notices_of_move(lists: ListsChanged) -> impl Iterator<Item = Notice> {
 pub trait Listener: Send + Sync + 'static {
     /// Sends `notice`. An error means the session is gone (a notice the session did not ask
     /// for is not an error: the listener drops it).
-    fn notify(&self, notice: Notice) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+    fn notify(&self, notice: Notice) -> Sending;
+}
+
+/// What sending a session a message took: most sends are done at once (a message queued on the
+/// session's stream), some are under way (through rmcp's peer). Told apart so that a fan-out
+/// to thousands of streams neither allocates nor polls a future per session.
+pub enum Sending {
+    /// Done: sent, or the session is gone (`Err`).
+    Done(Result<(), String>),
+    /// Under way; its outcome as above.
+    Later(Pin<Box<dyn Future<Output = Result<(), String>> + Send>>),
+}
+
+impl IntoFuture for Sending {
+    type Output = Result<(), String>;
+    type IntoFuture =
+        Either<Ready<Result<(), String>>, Pin<Box<dyn Future<Output = Self::Output> + Send>>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        match self {
+            Sending::Done(outcome) => Either::Left(std::future::ready(outcome)),
+            Sending::Later(sending) => Either::Right(sending),
+        }
+    }
 }
 
 /// `session` touched `instance`: tell it about the instance's changes from now on.
@@ -439,16 +462,22 @@ impl Notifier {
     }
 }
 
-/// The notices one message sends, in flight together.
+/// The notices one message sends.
 ///
-/// They are polled as one [`FuturesUnordered`], each send with its own waker, and spawned as a
-/// single item on the notifier's context. Spawning each send as its own item would cost O(N²)
-/// for a fan-out to N sessions: actix polls every item of a context whenever any of them is
-/// woken (at 10,000 watchers that was about a quarter of the delivery time; BENCHMARKS.md,
+/// Most are sent as they are added (queued on a session's stream: [`Sending::Done`]). Those
+/// under way are polled as one [`FuturesUnordered`], each send with its own waker, and spawned
+/// as a single item on the notifier's context. Spawning each send as its own item would cost
+/// O(N²) for a fan-out to N sessions: actix polls every item of a context whenever any of them
+/// is woken (at 10,000 watchers that was about a quarter of the delivery time; BENCHMARKS.md,
 /// "Fan-out"). Each send still runs on its own, so one slow session delays no other; a session
 /// whose transport is gone is forgotten once the batch ends.
 struct Batch {
     cause: Cause,
+    /// Tool list changes sent so far, counted under `cause` (the metric counts what
+    /// `tools/list_changed` costs the clients).
+    tools_sent: u64,
+    /// Sessions found gone as they were told.
+    gone: Vec<SessionId>,
     sends: FuturesUnordered<Pin<Box<dyn Future<Output = Option<SessionId>> + Send>>>,
 }
 
@@ -456,38 +485,48 @@ impl Batch {
     fn new(cause: Cause) -> Batch {
         Batch {
             cause,
+            tools_sent: 0,
+            gone: Vec::new(),
             sends: FuturesUnordered::new(),
         }
     }
 
-    /// Queues one send; it yields the session's id if the session turned out to be gone. A
-    /// tool list change is counted under the batch's cause once it is sent (the metric counts
-    /// what `tools/list_changed` costs the clients).
+    /// Sends one notice, or queues its send; a session that turns out to be gone is noted.
     fn add(&mut self, session_id: &SessionId, listener: &Arc<dyn Listener>, notice: Notice) {
         let counted = notice == Notice::ToolsChanged;
-        let cause = self.cause;
-        let sending = listener.notify(notice);
-        let session_id = session_id.clone();
-        self.sends.push(Box::pin(async move {
-            match sending.await {
-                Ok(()) => {
-                    if counted {
-                        metrics::list_changed_sent(cause);
-                    }
-                    None
-                }
-                Err(error) => {
-                    tracing::debug!(session = %session_id, %error, "session gone; unsubscribing");
-                    Some(session_id)
-                }
+        match listener.notify(notice) {
+            Sending::Done(Ok(())) => self.tools_sent += u64::from(counted),
+            Sending::Done(Err(error)) => {
+                tracing::debug!(session = %session_id, %error, "session gone; unsubscribing");
+                self.gone.push(session_id.clone());
             }
-        }));
+            Sending::Later(sending) => {
+                let cause = self.cause;
+                let session_id = session_id.clone();
+                self.sends.push(Box::pin(async move {
+                    match sending.await {
+                        Ok(()) => {
+                            metrics::list_changed_sent(cause, u64::from(counted));
+                            None
+                        }
+                        Err(error) => {
+                            tracing::debug!(
+                                session = %session_id, %error, "session gone; unsubscribing"
+                            );
+                            Some(session_id)
+                        }
+                    }
+                }));
+            }
+        }
     }
 
     fn send(self, ctx: &mut Context<Notifier>) {
-        if self.sends.is_empty() {
+        metrics::list_changed_sent(self.cause, self.tools_sent);
+        if self.sends.is_empty() && self.gone.is_empty() {
             return;
         }
+        let gone_at_once = self.gone;
         // Outside tokio's cooperative budget: within it, a task may do only 128 channel
         // operations per poll, after which every send's semaphore answers "pending" and wakes
         // itself, so a batch to N sessions was polled over and over (at 10,000 sessions the
@@ -497,12 +536,84 @@ impl Batch {
             self.sends
                 .filter_map(std::future::ready)
                 .collect::<Vec<_>>(),
-        );
+        )
+        .map(|mut gone| {
+            gone.extend(gone_at_once);
+            gone
+        });
         let gone = actix::fut::wrap_future::<_, Notifier>(gone);
         ctx.spawn(gone.map(|gone, notifier, _ctx| {
             for session_id in gone {
                 notifier.forget(&session_id);
             }
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A session's transport: counts what it is told, or says the session is gone, at once or
+    /// once a send under way ends.
+    struct Transport {
+        told: AtomicUsize,
+        gone: Option<bool>,
+    }
+
+    impl Listener for Transport {
+        fn notify(&self, _notice: Notice) -> Sending {
+            self.told.fetch_add(1, Ordering::SeqCst);
+            match self.gone {
+                None => Sending::Done(Ok(())),
+                Some(false) => Sending::Done(Err("closed".into())),
+                Some(true) => Sending::Later(Box::pin(async { Err("closed".into()) })),
+            }
+        }
+    }
+
+    #[actix::test]
+    async fn sessions_whose_transports_are_gone_are_forgotten_at_once_or_once_the_send_ends() {
+        let notifier = Notifier::new(Arc::default(), None).start();
+        let instance = InstanceKey::mint("invoice");
+        let mut transports = Vec::new();
+        for gone in [None, Some(false), Some(true)] {
+            let transport = Arc::new(Transport {
+                told: AtomicUsize::new(0),
+                gone,
+            });
+            notifier
+                .send(Subscribe {
+                    session: SessionId::new(),
+                    listener: transport.clone(),
+                    instance: instance.clone(),
+                    seen: None,
+                })
+                .await
+                .unwrap();
+            transports.push(transport);
+        }
+        let moved = || InstanceChanged {
+            instance: instance.clone(),
+            lists: ListsChanged::default(),
+            told_in_reply: None,
+        };
+        notifier.send(moved()).await.unwrap();
+        // The send under way ends on the notifier's context, after the message.
+        for _ in 0..100 {
+            if notifier.send(Stats).await.unwrap().subscriptions == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(notifier.send(Stats).await.unwrap().subscriptions, 1);
+        notifier.send(moved()).await.unwrap();
+        let told: Vec<usize> = transports
+            .iter()
+            .map(|transport| transport.told.load(Ordering::SeqCst))
+            .collect();
+        assert_eq!(told, [2, 1, 1], "only the live session is told again");
     }
 }

@@ -372,7 +372,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        actors::{ActorOptions, Listener, Notice, SessionId, Subscribe, start},
+        actors::{ActorOptions, Listener, Notice, Sending, SessionId, Subscribe, start},
         catalog::{Catalog, LiveCatalog},
         store::{FeedSubscriptions, MemoryStore},
     };
@@ -509,14 +509,11 @@ mod tests {
     struct Counting(AtomicUsize);
 
     impl Listener for Counting {
-        fn notify(
-            &self,
-            notice: Notice,
-        ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        fn notify(&self, notice: Notice) -> Sending {
             if notice == Notice::ToolsChanged {
                 self.0.fetch_add(1, Ordering::SeqCst);
             }
-            Box::pin(async { Ok(()) })
+            Sending::Done(Ok(()))
         }
     }
 

@@ -248,9 +248,12 @@ pub fn transition_saved(workflow: &str, event: &str) {
     changes::changes().tell();
 }
 
-/// A `list_changed` reached a session's transport.
-pub fn list_changed_sent(cause: Cause) {
-    counter!(LIST_CHANGED_SENT, "cause" => cause.label()).increment(1);
+/// `count` `list_changed` reached sessions' transports (a fan-out counts its sends once, not
+/// one registry lookup per session).
+pub fn list_changed_sent(cause: Cause, count: u64) {
+    if count > 0 {
+        counter!(LIST_CHANGED_SENT, "cause" => cause.label()).increment(count);
+    }
 }
 
 /// This server was granted an instance's lease anew (`took_over`: over one that lapsed).

@@ -101,7 +101,7 @@ impl CallEvents<'_> {
                 None => Box::pin(notice_through_peer(self.peer, notice)).await,
             };
             match sent {
-                Ok(()) if counted => metrics::list_changed_sent(metrics::Cause::Transition),
+                Ok(()) if counted => metrics::list_changed_sent(metrics::Cause::Transition, 1),
                 Ok(()) => {}
                 Err(error) => {
                     tracing::debug!(%error, "cannot tell the caller its lists changed");

@@ -23,8 +23,6 @@
 
 use std::{
     collections::VecDeque,
-    future::Future,
-    pin::Pin,
     sync::{Mutex, PoisonError},
 };
 
@@ -39,7 +37,7 @@ use rmcp::{
 use tokio::sync::mpsc;
 
 use super::sse;
-use crate::actors::{Listener, Notice};
+use crate::actors::{Listener, Notice, Sending};
 
 /// How many messages wait for a session's next stream; older ones are dropped.
 pub const MAX_WAITING: usize = 64;
@@ -225,22 +223,16 @@ impl Outbox {
     }
 
     /// A plugin's log message, sent as a notice is.
-    pub fn log(
-        &self,
-        message: LoggingMessageNotificationParam,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+    pub fn log(&self, message: LoggingMessageNotificationParam) -> Sending {
         self.send(Message::Log(message))
     }
 
     /// A notification of another kind, sent as a notice is.
-    pub fn notify_other(
-        &self,
-        notification: ServerNotification,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+    pub fn notify_other(&self, notification: ServerNotification) -> Sending {
         self.send(Message::Other(notification))
     }
 
-    fn send(&self, message: Message) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+    fn send(&self, message: Message) -> Sending {
         let mut state = self.state();
         let State {
             peer,
@@ -249,12 +241,12 @@ impl Outbox {
         } = &mut *state;
         if *passivated {
             // Nobody to tell, and not gone (a gone session is forgotten on error).
-            return Box::pin(std::future::ready(Ok(())));
+            return Sending::Done(Ok(()));
         }
         match route {
             Route::Peer => {
                 if let Some(peer) = peer {
-                    return Box::pin(through_peer(peer.clone(), message));
+                    return Sending::Later(Box::pin(through_peer(peer.clone(), message)));
                 }
             }
             Route::Stream(stream) => match stream.try_send(encode(&message)) {
@@ -269,7 +261,7 @@ impl Outbox {
             },
             Route::Waiting(waiting) => wait(waiting, message),
         }
-        Box::pin(std::future::ready(Ok(())))
+        Sending::Done(Ok(()))
     }
 }
 
@@ -294,7 +286,7 @@ impl Default for Outbox {
 }
 
 impl Listener for Outbox {
-    fn notify(&self, notice: Notice) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+    fn notify(&self, notice: Notice) -> Sending {
         self.send(Message::Notice(notice))
     }
 }

@@ -2,8 +2,6 @@
 
 use std::{
     collections::{BTreeSet, HashMap},
-    future::Future,
-    pin::Pin,
     sync::{Arc, Mutex, PoisonError},
 };
 
@@ -16,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::outbox::Outbox;
 use crate::{
-    actors::{InstanceKey, Listener, Notice, Owner, Runtime, SessionId},
+    actors::{InstanceKey, Listener, Notice, Owner, Runtime, Sending, SessionId},
     plugin::LogLevel,
 };
 
@@ -188,9 +186,9 @@ impl SinkListener {
 }
 
 impl Listener for SinkListener {
-    fn notify(&self, notice: Notice) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+    fn notify(&self, notice: Notice) -> Sending {
         let sink = self.0.clone();
-        Box::pin(async move {
+        Sending::Later(Box::pin(async move {
             let sent = match notice {
                 Notice::ToolsChanged => sink.notify_tool_list_changed().await,
                 Notice::PromptsChanged => sink.notify_prompt_list_changed().await,
@@ -201,6 +199,6 @@ impl Listener for SinkListener {
                 Ok(()) | Err(SubscriptionSendError::NotificationNotAccepted(_)) => Ok(()),
                 Err(error) => Err(error.to_string()),
             }
-        })
+        }))
     }
 }
