@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use super::{
     sse::SseParser,
     stdio::StdioLink,
-    wire::{ClientError, Notices, is_list_changed},
+    wire::{ClientError, Notices, Tally, is_list_changed, is_list_changed_event},
 };
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -61,6 +61,8 @@ pub struct Endpoint {
     stdio: Option<Vec<String>>,
     protocol: Protocol,
     timeout: Duration,
+    /// What its sessions heard, together.
+    heard: Arc<Tally>,
 }
 
 impl Endpoint {
@@ -77,6 +79,7 @@ impl Endpoint {
             stdio: None,
             protocol,
             timeout,
+            heard: Arc::default(),
         })
     }
 
@@ -94,6 +97,11 @@ impl Endpoint {
 
     pub fn protocol(&self) -> Protocol {
         self.protocol
+    }
+
+    /// The `list_changed` its sessions heard, together.
+    pub fn heard(&self) -> &Arc<Tally> {
+        &self.heard
     }
 }
 
@@ -114,7 +122,7 @@ impl Session {
     /// 2025 revisions (returning only once the stream is open, so that no notification can
     /// precede it); nothing to do on 2026-07-28.
     pub async fn open(endpoint: Arc<Endpoint>) -> Result<Session, ClientError> {
-        let notices: Arc<Notices> = Arc::default();
+        let notices = Arc::new(Notices::counted_in(endpoint.heard.clone()));
         let stdio = match &endpoint.stdio {
             Some(command) => Some(StdioLink::spawn(command, notices.clone())?),
             None => None,
@@ -329,7 +337,7 @@ impl Session {
             let mut parser = SseParser::default();
             while let Ok(Some(chunk)) = response.chunk().await {
                 parser.feed(&chunk, |data| {
-                    if serde_json::from_slice::<Value>(data).is_ok_and(|m| is_list_changed(&m)) {
+                    if is_list_changed_event(data) {
                         notices.record();
                     }
                 });

@@ -17,7 +17,7 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use futures_util::{StreamExt, future::join_all, stream};
+use futures_util::{StreamExt, stream};
 use rand::{SeedableRng, rngs::StdRng, seq::IndexedRandom};
 use tokio::time::Instant;
 
@@ -231,6 +231,8 @@ async fn fire(
     let handle_key = shared.settings.handle_key.as_deref();
     let arguments = schema_args::valid(&tool.input_schema, handle_key, rng);
     let before: Vec<u64> = sessions.iter().map(Conversation::heard).collect();
+    let heard = shared.endpoint.heard();
+    let all_heard = heard.heard() + sessions.len() as u64;
     let sent = Instant::now();
     let Some((outcome, _)) = sessions[0]
         .call(&tool.name, arguments, CallIntent::Listed, true)
@@ -247,14 +249,19 @@ async fn fire(
     }
     let counted = shared.stats.transition();
     shared.stats.iteration();
-    let timeout = shared.settings.notify_timeout;
-    let arrivals = join_all(
-        sessions
-            .iter()
-            .zip(&before)
-            .map(|(session, before)| session.notices().wait_for(before + 1, timeout)),
-    )
-    .await;
+    // Every session's notice, counted together (or the timeout: then some missed it).
+    heard
+        .wait_for(all_heard, shared.settings.notify_timeout)
+        .await;
+    let arrivals: Vec<Option<std::time::Instant>> = sessions
+        .iter()
+        .zip(&before)
+        .map(|(session, before)| {
+            (session.heard() > *before)
+                .then(|| session.notices().last())
+                .flatten()
+        })
+        .collect();
     tokio::time::sleep(QUIET).await;
     let mut delays: Vec<Duration> = arrivals
         .iter()
