@@ -1,5 +1,6 @@
 //! The hasher of the tables a call looks things up in on its way (the instance routes, who
-//! watches what, the HTTP sessions, the calls in flight, the call metrics).
+//! watches what, the HTTP sessions, the calls in flight, the call metrics), and of the
+//! notifier's, which a fan-out to N sessions looks up N times.
 //!
 //! std's default hasher, SipHash-1-3, resists chosen-key collisions at some tens of nanoseconds
 //! per short string, and a call hashes a key in these tables a dozen times. foldhash (the hasher
@@ -19,3 +20,6 @@ pub type ConcurrentSet<K> = dashmap::DashSet<K, RandomState>;
 
 /// A set hashed with [`RandomState`].
 pub type Set<K> = std::collections::HashSet<K, RandomState>;
+
+/// A map hashed with [`RandomState`].
+pub type Map<K, V> = std::collections::HashMap<K, V, RandomState>;

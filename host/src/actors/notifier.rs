@@ -26,6 +26,7 @@ use futures_util::{FutureExt as _, StreamExt, future::Either, stream::FuturesUno
 
 use super::{InstanceKey, SessionId, tables::shrink_if_sparse, watching::Watching};
 use crate::{
+    fast_hash::{Map, Set},
     gate::ListsChanged,
     metrics::{self, Cause},
 };
@@ -213,8 +214,8 @@ pub struct NotifierStats {
 }
 
 pub struct Notifier {
-    watchers: HashMap<InstanceKey, HashSet<SessionId>>,
-    sessions: HashMap<SessionId, Session>,
+    watchers: Map<InstanceKey, Set<SessionId>>,
+    sessions: Map<SessionId, Session>,
     /// What each session watches, the other side of `watchers`; shared with
     /// [`super::Runtime`], which reads it to skip a subscription already made, and written only
     /// here.
@@ -226,8 +227,8 @@ pub struct Notifier {
 impl Notifier {
     pub(super) fn new(watching: Arc<Watching>, watch_events: Option<WatchEvents>) -> Self {
         Notifier {
-            watchers: HashMap::new(),
-            sessions: HashMap::new(),
+            watchers: Map::default(),
+            sessions: Map::default(),
             watching,
             watch_events,
         }
@@ -393,16 +394,23 @@ impl Handler<InstanceChanged> for Notifier {
         };
         let mut batch = Batch::new(Cause::Transition);
         for session_id in watchers {
-            let session = self.sessions.get(session_id);
+            // Looked up once per watcher: this loop runs once per session of a fan-out. (A
+            // watcher is always a session here: `watch` makes one first.)
+            let Some(session) = self.sessions.get(session_id) else {
+                continue;
+            };
             let told = msg.told_in_reply.as_ref() == Some(session_id);
-            if !told && session.is_none_or(|session| session.lists_follow_instances) {
+            if !told && session.lists_follow_instances {
                 for notice in notices_of_move(msg.lists) {
-                    self.tell(&mut batch, session_id, notice);
+                    batch.add(session_id, &session.listener, notice);
                 }
             }
-            let subscribed = session.and_then(|session| session.resources.get(&msg.instance));
-            for uri in subscribed.into_iter().flatten() {
-                self.tell(&mut batch, session_id, Notice::ResourceUpdated(uri.clone()));
+            for uri in session.resources.get(&msg.instance).into_iter().flatten() {
+                batch.add(
+                    session_id,
+                    &session.listener,
+                    Notice::ResourceUpdated(uri.clone()),
+                );
             }
         }
         batch.send(ctx);

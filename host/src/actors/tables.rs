@@ -16,7 +16,7 @@ const SMALL: usize = 64;
 
 /// Shrinks `map` once it uses under a quarter of its capacity. The quarter (rather than any
 /// slack at all) keeps a table that is emptying from being reallocated at every removal.
-pub(super) fn shrink_if_sparse<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
+pub(super) fn shrink_if_sparse<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K, V, S>) {
     if map.capacity() > SMALL && map.capacity() > 4 * map.len() {
         map.shrink_to_fit();
     }

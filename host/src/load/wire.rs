@@ -197,9 +197,7 @@ mod tests {
     #[tokio::test]
     async fn a_tally_wakes_its_waiter_when_every_session_heard() {
         let tally = Arc::new(Tally::default());
-        let sessions: Vec<Notices> = (0..3)
-            .map(|_| Notices::counted_in(tally.clone()))
-            .collect();
+        let sessions: Vec<Notices> = (0..3).map(|_| Notices::counted_in(tally.clone())).collect();
         sessions[0].record();
         assert!(tally.wait_for(1, Duration::from_secs(5)).await);
         let waiting = tokio::spawn({
