@@ -85,8 +85,8 @@ struct EventStream {
     messages: Option<mpsc::Receiver<Bytes>>,
     keep_alive: Pin<Box<Sleep>>,
     period: Duration,
-    /// Its own token's (a child of the server's): every stream polls it, and a token's state
-    /// sits behind a lock.
+    /// A token of its own (the endpoint gives each stream a child of the server's): every
+    /// stream polls it, and a token's state sits behind a lock.
     closing: Pin<Box<WaitForCancellationFutureOwned>>,
     ended: bool,
 }
