@@ -100,10 +100,7 @@ impl Notices {
         loop {
             let arrived = self.arrived.notified();
             if self.count() >= n {
-                return *self
-                    .last
-                    .lock()
-                    .unwrap_or_else(|poison| poison.into_inner());
+                return self.last();
             }
             if tokio::time::timeout_at(deadline, arrived).await.is_err() {
                 return None;
